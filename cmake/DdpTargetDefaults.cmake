@@ -1,0 +1,11 @@
+# Settings every ddp target gets. Target-scoped on purpose: nothing here leaks
+# into a consumer of the installed SDK.
+function(ddp_target_defaults target)
+  target_compile_features(${target} PUBLIC cxx_std_20)
+  set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF POSITION_INDEPENDENT_CODE ON)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
+  if(DDP_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=${DDP_SANITIZE} -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=${DDP_SANITIZE})
+  endif()
+endfunction()

@@ -1,0 +1,47 @@
+// Deadlines and retry backoff, shared by the store client, rendezvous and agent.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <random>
+
+namespace ddp {
+
+using Clock = std::chrono::steady_clock;
+using Millis = std::chrono::milliseconds;
+
+// A point in time after which an operation gives up. Copyable value type.
+class Deadline {
+ public:
+  static Deadline after(Millis timeout) { return Deadline(Clock::now() + timeout); }
+  static Deadline never() { return Deadline(Clock::time_point::max()); }
+  explicit Deadline(Clock::time_point at) : at_(at) {}
+
+  bool expired() const { return Clock::now() >= at_; }
+  bool is_never() const { return at_ == Clock::time_point::max(); }
+  // Time left, never negative.
+  Millis remaining() const;
+  Clock::time_point at() const { return at_; }
+
+ private:
+  Clock::time_point at_;
+};
+
+// Exponential backoff with full jitter (AWS architecture blog's "full jitter"):
+// the n-th delay is uniform in [0, min(cap, base * 2^n)], so many clients that lost
+// the same server do not reconnect in lockstep. Not thread-safe.
+class Backoff {
+ public:
+  Backoff(Millis base, Millis cap);
+  Millis next();
+  void reset() { attempt_ = 0; }
+  int attempts() const { return attempt_; }
+
+ private:
+  Millis base_;
+  Millis cap_;
+  int attempt_ = 0;
+  std::minstd_rand rng_;
+};
+
+}  // namespace ddp

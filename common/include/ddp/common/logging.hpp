@@ -1,0 +1,26 @@
+// Logging: libraries take a named logger; only main() configures output.
+//
+// Loggers made here start at level `warn` so that a training binary linking the
+// SDK stays quiet unless it (or DDP_LOG_LEVEL) asks for more.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <spdlog/logger.h>
+
+namespace ddp::log {
+
+// Returns the logger called `name` ("agent", "rdzv", "store.server", "sdk", ...),
+// creating it on first use. Thread-safe.
+std::shared_ptr<spdlog::logger> get(const std::string& name);
+
+// For main(): sets the level of every ddp logger (trace|debug|info|warn|error|off)
+// and the output format. Under systemd (JOURNAL_STREAM set) the timestamp is
+// dropped because journald adds its own. Throws ConfigError on a bad level name.
+void setup(const std::string& level, const std::string& program_name);
+
+// Parses a level name; throws ConfigError naming `flag` on a bad one.
+spdlog::level::level_enum parse_level(const std::string& level, const std::string& flag);
+
+}  // namespace ddp::log

@@ -1,0 +1,25 @@
+#include "ddp/common/deadline.hpp"
+
+#include <algorithm>
+
+namespace ddp {
+
+Millis Deadline::remaining() const {
+  if (is_never()) return Millis::max();
+  auto left = std::chrono::duration_cast<Millis>(at_ - Clock::now());
+  return std::max(left, Millis(0));
+}
+
+Backoff::Backoff(Millis base, Millis cap)
+    : base_(base), cap_(cap), rng_(static_cast<unsigned>(Clock::now().time_since_epoch().count())) {}
+
+Millis Backoff::next() {
+  // Cap the exponent so the shift cannot overflow.
+  const int shift = std::min(attempt_, 20);
+  ++attempt_;
+  const auto ceiling = std::min<long long>(cap_.count(), base_.count() << shift);
+  std::uniform_int_distribution<long long> dist(0, std::max<long long>(ceiling, 1));
+  return Millis(dist(rng_));
+}
+
+}  // namespace ddp

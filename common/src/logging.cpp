@@ -1,0 +1,73 @@
+#include "ddp/common/logging.hpp"
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "ddp/common/error.hpp"
+
+namespace ddp::log {
+namespace {
+
+std::mutex g_mutex;
+bool g_configured = false;
+spdlog::level::level_enum g_level = spdlog::level::warn;
+std::string g_pattern = "[%Y-%m-%d %H:%M:%S.%e] [%n] [%l] %v";
+
+spdlog::level::level_enum initial_level() {
+  // Training binaries can turn SDK logging up without code changes.
+  if (const char* env = std::getenv("DDP_LOG_LEVEL"); env != nullptr && *env != '\0') {
+    try {
+      return parse_level(env, "DDP_LOG_LEVEL");
+    } catch (const ConfigError&) {
+    }
+  }
+  return spdlog::level::warn;
+}
+
+}  // namespace
+
+spdlog::level::level_enum parse_level(const std::string& level, const std::string& flag) {
+  static const std::vector<std::pair<std::string, spdlog::level::level_enum>> kLevels = {
+      {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
+      {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
+      {"warning", spdlog::level::warn}, {"error", spdlog::level::err},
+      {"critical", spdlog::level::critical}, {"off", spdlog::level::off}};
+  for (const auto& [name, value] : kLevels) {
+    if (name == level) return value;
+  }
+  throw ConfigError(flag + ": unknown log level '" + level +
+                    "'; use one of trace, debug, info, warn, error, off");
+}
+
+std::shared_ptr<spdlog::logger> get(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (auto existing = spdlog::get(name)) return existing;
+  // stderr, so that programs keep their stdout for their own output.
+  auto logger = std::make_shared<spdlog::logger>(
+      name, std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  logger->set_level(g_configured ? g_level : initial_level());
+  logger->set_pattern(g_pattern);
+  logger->flush_on(spdlog::level::warn);
+  spdlog::register_logger(logger);
+  return logger;
+}
+
+void setup(const std::string& level, const std::string& program_name) {
+  auto parsed = parse_level(level, "--log-level");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_configured = true;
+  g_level = parsed;
+  // journald timestamps every line itself.
+  const bool journal = std::getenv("JOURNAL_STREAM") != nullptr;
+  g_pattern = journal ? "[%n] [%l] %v" : "[%Y-%m-%d %H:%M:%S.%e] " + program_name + " [%n] [%l] %v";
+  spdlog::apply_all([&](const std::shared_ptr<spdlog::logger>& l) {
+    l->set_level(g_level);
+    l->set_pattern(g_pattern);
+  });
+}
+
+}  // namespace ddp::log

@@ -1,0 +1,136 @@
+// The native store protocol, shared by client and server. docs/store-protocol.md
+// is the prose version of this file; keep them in step.
+//
+// A connection opens with the 4-byte preamble kPreamble (its first byte 0xDD can
+// never start a PyTorch TCPStore request, so a server can sniff the protocol),
+// then carries frames both ways:
+//
+//   frame    = u32 length (little-endian, of the body) | body
+//   request  = u8 op | u32 id | i64 a | i64 b | u32 nkeys | nkeys x str
+//                                             | u32 nvalues | nvalues x str
+//   response = u32 id | u8 status | i64 revision | i64 num | str message
+//                     | u32 nitems | nitems x item
+//   item     = u8 kind | str key | str value | i64 revision
+//   str      = u32 length | bytes
+//
+// Every request and response has this one shape; what `a`, `b`, keys, values,
+// `num` and items mean depends on the op (see Op). One uniform layout keeps the
+// codec, its limit checks and its fuzz surface in one small place.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddp::store {
+
+inline constexpr char kPreamble[4] = {'\xDD', 'D', 'P', 'S'};
+inline constexpr std::uint32_t kProtocolVersion = 1;
+
+enum class Op : std::uint8_t {
+  kHello = 1,           // a=protocol version, values[0]=token (may be empty). num=server version
+  kSet = 2,             // keys[0], values[0], a=lease id (0: none)
+  kGet = 3,             // keys[0], b=timeout ms (<0: forever). Waits for the key. items[0]
+  kTryGet = 4,          // keys[0]. NOT_FOUND or items[0]
+  kAdd = 5,             // keys[0], b=delta. num=new value; value stored as decimal text
+  kCompareSet = 6,      // keys[0], values[0]=expected, values[1]=desired, a=lease.
+                        // items[0].value = value after the call; num=1 when swapped.
+                        // Missing key and empty expected: creates. Missing key and
+                        // non-empty expected: returns expected, sets nothing (torch).
+  kDelete = 7,          // keys (one or more). num=number deleted
+  kCheck = 8,           // keys. num=1 when all exist
+  kWait = 9,            // keys, b=timeout ms (<0: forever). OK once all exist, else TIMEOUT
+  kMultiGet = 10,       // keys. one item per key: kind kPresent/kMissing
+  kMultiSet = 11,       // keys, values (same count), a=lease
+  kAppend = 12,         // keys[0], values[0]. num=new length
+  kNumKeys = 13,        // num=number of keys
+  kList = 14,           // keys[0]=prefix. items (sorted by key); revision=as of the read
+  kLeaseGrant = 15,     // b=ttl ms. num=lease id
+  kLeaseKeepAlive = 16, // a=lease id. num=ttl ms. LEASE_NOT_FOUND when expired
+  kLeaseRevoke = 17,    // a=lease id. Deletes its keys
+  kWatch = 18,          // keys[0]=prefix, b=from revision (0: from now). OK ack, then
+                        // kEvent responses with the same id, items kPut/kDelete
+  kCancel = 19,         // a=id of a pending get/wait/watch on this connection
+  kStat = 20,           // items: key=name, value=decimal text
+  kPing = 21,           // no fields
+};
+inline constexpr std::uint8_t kMaxOp = 21;
+
+enum class Status : std::uint8_t {
+  kOk = 0,
+  kNotFound = 1,
+  kTimeout = 2,
+  kBadRequest = 3,
+  kAuthFailed = 4,
+  kVersionMismatch = 5,
+  kLimitExceeded = 6,
+  kShuttingDown = 7,
+  kLeaseNotFound = 8,
+  kNotANumber = 9,
+  kCancelled = 10,
+  kCompacted = 11,  // watch from a revision older than the server's history
+  kEvent = 12,      // a watch event (streamed; not the end of the request)
+  kInternal = 13,
+};
+
+enum class ItemKind : std::uint8_t {
+  kPresent = 0,
+  kMissing = 1,
+  kPut = 2,
+  kDelete = 3,
+};
+
+// Sizes checked before anything is allocated. Defaults for server and client;
+// the server can be configured tighter.
+struct Limits {
+  std::uint32_t max_key_bytes = 8 * 1024;               // torch's libuv server uses 8 KiB
+  std::uint32_t max_value_bytes = 64 * 1024 * 1024;     // checkpoints of metadata, not tensors
+  std::uint32_t max_frame_bytes = 80 * 1024 * 1024;     // a value plus headroom
+  std::uint32_t max_keys_per_request = 128 * 1024;
+  std::uint32_t max_pending_per_connection = 4096;      // blocked gets, waits and watches
+};
+
+struct Request {
+  Op op = Op::kPing;
+  std::uint32_t id = 0;
+  std::int64_t a = 0;
+  std::int64_t b = 0;
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+};
+
+struct Item {
+  ItemKind kind = ItemKind::kPresent;
+  std::string key;
+  std::string value;
+  std::int64_t revision = 0;
+};
+
+struct Response {
+  std::uint32_t id = 0;
+  Status status = Status::kOk;
+  std::int64_t revision = 0;
+  std::int64_t num = 0;
+  std::string message;
+  std::vector<Item> items;
+};
+
+const char* op_name(Op op);
+const char* status_name(Status status);
+
+// Encoders append one whole frame (length prefix included) to `out`.
+void encode_request(const Request& req, std::string& out);
+void encode_response(const Response& resp, std::string& out);
+
+// Reads the u32 frame length at the start of `header` (4 bytes).
+std::uint32_t decode_frame_length(std::string_view header);
+
+// Decoders take one frame body (without its length prefix). They throw
+// ddp::ProtocolError on truncation, trailing bytes, an unknown op or status, or
+// a size beyond `limits`; the check happens before any allocation.
+Request decode_request(std::string_view body, const Limits& limits);
+Response decode_response(std::string_view body, const Limits& limits);
+
+}  // namespace ddp::store

@@ -1,0 +1,104 @@
+// The abstract key-value store that rendezvous and the worker SDK build on.
+// Modelled on PyTorch's c10d::Store plus the etcd primitives rendezvous needs
+// (revisions, leases, watches). Implementations: TcpStore (client of
+// ddp-rendezvousd or of an embedded StoreServer) and MemoryStore (in-process).
+//
+// Thread-safety: every implementation is safe to call from several threads.
+// Errors: TimeoutError when a deadline passes, NetworkError when the server is
+// unreachable past the client's retry budget, StoreError for an error status.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ddp::store {
+
+using LeaseId = std::int64_t;  // 0 means "no lease"
+using Revision = std::int64_t;
+
+// Passed as a timeout to mean "no deadline".
+inline constexpr std::chrono::milliseconds kNoTimeout{-1};
+
+struct KeyValue {
+  std::string key;
+  std::string value;
+  Revision revision = 0;  // revision of the last change to this key
+};
+
+struct ListResult {
+  std::vector<KeyValue> kvs;  // sorted by key
+  Revision revision = 0;      // store revision the listing reflects: watch from revision + 1
+};
+
+enum class EventType : std::uint8_t { kPut = 0, kDelete = 1 };
+
+struct WatchEvent {
+  EventType type = EventType::kPut;
+  std::string key;
+  std::string value;  // empty for deletes
+  Revision revision = 0;
+};
+
+// Called for each event in revision order, on an internal thread of the store:
+// it must not block or call back into the same store synchronously for long.
+using WatchCallback = std::function<void(const WatchEvent&)>;
+// Called once if the watch ends abnormally (connection lost for good, history
+// compacted); no events follow.
+using WatchErrorCallback = std::function<void(const std::string& reason)>;
+
+// Owns a watch: destroying it (or cancel()) stops events.
+class WatchHandle {
+ public:
+  virtual ~WatchHandle() = default;
+  virtual void cancel() = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual Revision set(const std::string& key, std::string_view value, LeaseId lease = 0) = 0;
+  // Waits until the key exists; TimeoutError after `timeout` (kNoTimeout: forever).
+  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  virtual std::optional<std::string> try_get(const std::string& key) = 0;
+  // Atomic add on a decimal-text integer (a missing key counts as 0). Returns the new value.
+  virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+  // PyTorch semantics: returns the value after the call. Swaps when the current value
+  // equals `expected`; a missing key with empty `expected` is created.
+  virtual std::string compare_set(const std::string& key, std::string_view expected,
+                                  std::string_view desired, LeaseId lease = 0) = 0;
+  // Returns true if the key existed.
+  virtual bool remove(const std::string& key) = 0;
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // Waits until all keys exist (the server owns the timer).
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  virtual std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) = 0;
+  virtual Revision multi_set(const std::vector<std::pair<std::string, std::string>>& kvs,
+                             LeaseId lease = 0) = 0;
+  // Appends to the value (creating it); returns the new length.
+  virtual std::int64_t append(const std::string& key, std::string_view value) = 0;
+  virtual std::int64_t num_keys() = 0;
+  virtual ListResult list(const std::string& prefix) = 0;
+
+  // Leases: keys set with a lease vanish when it expires or is revoked.
+  virtual LeaseId lease_grant(std::chrono::milliseconds ttl) = 0;
+  // Throws StoreError (lease not found) when the lease already expired.
+  virtual void lease_keepalive(LeaseId lease) = 0;
+  virtual void lease_revoke(LeaseId lease) = 0;
+
+  // Streams put/delete events of keys under `prefix` with revision >= from_revision
+  // (0: only changes after the watch starts). Events are never lost between a list()
+  // and a watch from its revision + 1.
+  virtual std::unique_ptr<WatchHandle> watch(const std::string& prefix, Revision from_revision,
+                                             WatchCallback on_event,
+                                             WatchErrorCallback on_error = {}) = 0;
+};
+
+}  // namespace ddp::store

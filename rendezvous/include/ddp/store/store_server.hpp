@@ -1,0 +1,54 @@
+// The store server, embeddable: ddp-rendezvousd, `ddprun --standalone`, the node
+// hosting static/c10d rendezvous, and worker rank 0 in the MASTER_ADDR fallback
+// all run this class.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "ddp/store/protocol.hpp"
+
+namespace ddp::store {
+
+struct StoreServerOptions {
+  std::string host = "0.0.0.0";
+  std::uint16_t port = 0;  // 0: the kernel picks a free port; see StoreServer::port()
+  std::string token;       // empty: no auth
+  std::string data_dir;    // empty: in memory only; else snapshot + append-only log
+  std::uint32_t max_connections = 65536;
+  Limits limits;
+  // Connections that send no complete frame within this time after connecting
+  // (or stall mid-frame this long) are closed.
+  std::chrono::milliseconds idle_frame_timeout{std::chrono::seconds(30)};
+};
+
+// Owns one event-loop thread that owns all state; no locks on the request path.
+// Thread-safety: start/stop/stats may be called from any thread.
+class StoreServer {
+ public:
+  explicit StoreServer(StoreServerOptions options);
+  ~StoreServer();  // stops and joins
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  // Binds, listens and starts the loop thread. Throws NetworkError naming the
+  // address when the port is in use, ConfigError for an unusable data dir.
+  void start();
+  // Graceful stop: pending gets/waits/watches receive kShuttingDown, the log is
+  // flushed, the loop thread joins. Idempotent.
+  void stop();
+  // Bound port (valid after start()).
+  std::uint16_t port() const;
+  // connections, keys, leases, watches, revision, requests: a snapshot taken on the loop.
+  std::map<std::string, std::int64_t> stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddp::store

@@ -1,0 +1,70 @@
+// Client of the native store protocol (ddp-rendezvousd or an embedded StoreServer).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "ddp/common/endpoint.hpp"
+#include "ddp/store/store.hpp"
+
+namespace ddp::store {
+
+struct TcpStoreOptions {
+  Endpoint endpoint;
+  std::string token;  // empty: no auth
+  // How long connect (and every reconnect) keeps retrying, with backoff and
+  // jitter, before NetworkError naming the endpoint.
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
+  // Deadline for a non-blocking request's reply.
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
+};
+
+// One connection with pipelined requests, served by an internal I/O thread.
+// Blocking calls (get, wait) wait on the server and do not hold up other calls.
+// After a broken connection the client reconnects with backoff; requests in
+// flight fail with NetworkError, watches resume from their last seen revision.
+//
+// Thread-safe. The destructor stops and joins the I/O thread.
+class TcpStore final : public Store {
+ public:
+  // Connects (with retry until options.connect_timeout) and authenticates.
+  explicit TcpStore(TcpStoreOptions options);
+  ~TcpStore() override;
+  TcpStore(const TcpStore&) = delete;
+  TcpStore& operator=(const TcpStore&) = delete;
+
+  Revision set(const std::string& key, std::string_view value, LeaseId lease = 0) override;
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::optional<std::string> try_get(const std::string& key) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  std::string compare_set(const std::string& key, std::string_view expected,
+                          std::string_view desired, LeaseId lease = 0) override;
+  bool remove(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override;
+  Revision multi_set(const std::vector<std::pair<std::string, std::string>>& kvs,
+                     LeaseId lease = 0) override;
+  std::int64_t append(const std::string& key, std::string_view value) override;
+  std::int64_t num_keys() override;
+  ListResult list(const std::string& prefix) override;
+  LeaseId lease_grant(std::chrono::milliseconds ttl) override;
+  void lease_keepalive(LeaseId lease) override;
+  void lease_revoke(LeaseId lease) override;
+  std::unique_ptr<WatchHandle> watch(const std::string& prefix, Revision from_revision,
+                                     WatchCallback on_event,
+                                     WatchErrorCallback on_error = {}) override;
+
+  // Server statistics (connections, keys, leases, watches, revision, ...).
+  std::map<std::string, std::string> stat();
+  void ping();
+  const Endpoint& endpoint() const;
+
+ private:
+  class Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace ddp::store

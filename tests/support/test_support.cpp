@@ -1,0 +1,172 @@
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace ddp::test {
+
+fs::path bin_dir() { return fs::path(DDP_BIN_DIR); }
+fs::path bin(const std::string& name) { return bin_dir() / name; }
+fs::path source_dir() { return fs::path(DDP_SOURCE_DIR); }
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/ddp-test-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (pred()) return true;
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+Process::Process(std::vector<std::string> argv, const fs::path& dir,
+                 std::map<std::string, std::optional<std::string>> env, const std::string& name) {
+  static int counter = 0;
+  const auto tag = name + "." + std::to_string(++counter);
+  out_path_ = dir / (tag + ".out");
+  err_path_ = dir / (tag + ".err");
+
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (auto& [k, v] : env) {
+    if (v) merged[k] = *v;
+    else merged.erase(k);
+  }
+  std::vector<std::string> env_strings;
+  for (auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+
+  const int out_fd = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int err_fd = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    ::setpgid(0, 0);  // so the destructor can kill everything it started
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    ::chdir(dir.c_str());
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(out_fd);
+  ::close(err_fd);
+}
+
+Process::~Process() {
+  if (!status_ && pid_ > 0) {
+    ::kill(-pid_, SIGKILL);
+    ::kill(pid_, SIGKILL);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+  }
+}
+
+static int decode_status(int st) {
+  if (WIFEXITED(st)) return WEXITSTATUS(st);
+  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+  return -1;
+}
+
+std::optional<int> Process::wait(std::chrono::milliseconds timeout) {
+  if (status_) return status_;
+  wait_until([&] {
+    int st = 0;
+    pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) status_ = decode_status(st);
+    return status_.has_value();
+  }, timeout);
+  return status_;
+}
+
+bool Process::running() {
+  if (status_) return false;
+  int st = 0;
+  pid_t r = ::waitpid(pid_, &st, WNOHANG);
+  if (r == pid_) {
+    status_ = decode_status(st);
+    return false;
+  }
+  return true;
+}
+
+void Process::signal(int sig) {
+  if (!status_) ::kill(pid_, sig);
+}
+
+RunResult run(std::vector<std::string> argv, const fs::path& dir,
+              std::map<std::string, std::optional<std::string>> env,
+              std::chrono::milliseconds timeout) {
+  Process p(std::move(argv), dir, std::move(env), "run");
+  RunResult r;
+  auto code = p.wait(timeout);
+  r.code = code ? *code : -1;
+  r.out = p.out();
+  r.err = p.err();
+  return r;
+}
+
+bool pid_alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  std::string line;
+  std::getline(stat, line);
+  auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return false;
+  return line[close + 2] != 'Z';
+}
+
+int wait_for_port_file(const fs::path& path, std::chrono::milliseconds timeout) {
+  int port = -1;
+  wait_until([&] {
+    auto text = read_file(path);
+    if (text.empty() || text.back() != '\n') return false;
+    port = std::atoi(text.c_str());
+    return port > 0;
+  }, timeout);
+  return port;
+}
+
+}  // namespace ddp::test

@@ -1,0 +1,91 @@
+// Helpers for tests that run the real binaries: a temp dir per test, a child
+// process with captured output, and polling a predicate with a deadline (tests
+// never sleep to synchronise).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddp::test {
+
+namespace fs = std::filesystem;
+
+// Directory of the built executables (build/bin).
+fs::path bin_dir();
+fs::path bin(const std::string& name);
+fs::path source_dir();
+
+// A fresh directory under $TMPDIR, removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+// Polls `pred` every few milliseconds until it is true or `timeout` passes.
+bool wait_until(const std::function<bool()>& pred,
+                std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+std::string read_file(const fs::path& path);  // "" when missing
+void write_file(const fs::path& path, const std::string& text);
+
+// A child process: argv[0] is a path; stdout and stderr go to files in `dir`.
+// The environment is the test's own plus `env` (a value of nullopt removes a var).
+// The destructor SIGKILLs the child's process group if still running, and reaps it.
+class Process {
+ public:
+  Process(std::vector<std::string> argv, const fs::path& dir,
+          std::map<std::string, std::optional<std::string>> env = {},
+          const std::string& name = "proc");
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Waits for exit; returns the exit code, or 128+signal, or nullopt on timeout.
+  std::optional<int> wait(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  bool running();
+  void signal(int sig);
+  std::string out() const { return read_file(out_path_); }
+  std::string err() const { return read_file(err_path_); }
+  const fs::path& out_path() const { return out_path_; }
+  const fs::path& err_path() const { return err_path_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+  fs::path out_path_;
+  fs::path err_path_;
+};
+
+// Runs a command to completion and returns {exit code, stdout+stderr}.
+struct RunResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+RunResult run(std::vector<std::string> argv, const fs::path& dir,
+              std::map<std::string, std::optional<std::string>> env = {},
+              std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// True if the process `pid` still exists (and is not a zombie).
+bool pid_alive(pid_t pid);
+
+// Reads a port number written by --port-file, waiting until it appears.
+int wait_for_port_file(const fs::path& path, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+}  // namespace ddp::test
