@@ -1,0 +1,99 @@
+// Rendezvous: how the agents of one job agree on membership, ranks and the store
+// their workers bootstrap from, and how they tell each other to restart.
+//
+// Backends: "standalone" (one node, in-process store), "static" (--node_rank +
+// --master_addr/--master_port; node 0 hosts the store), "c10d" (dynamic, over a
+// ddp-rendezvousd or the store hosted by the agent that owns --rdzv_endpoint),
+// later "etcd". The agent only sees RendezvousHandler.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/common/endpoint.hpp"
+#include "ddp/store/store.hpp"
+
+namespace ddp::rdzv {
+
+// What this agent brings to a round.
+struct NodeSpec {
+  std::string node_id;       // unique per agent process, e.g. "<hostname>_<pid>"
+  std::string host;          // address its workers are reachable at (--local_addr or hostname)
+  int local_world_size = 1;  // nproc_per_node
+};
+
+struct RendezvousConfig {
+  std::string backend = "c10d";       // standalone | static | c10d
+  std::string run_id = "none";        // --rdzv_id
+  Endpoint endpoint;                  // --rdzv_endpoint, or master for static
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int node_rank = -1;                 // static only
+  std::string token;                  // store auth token (empty: none)
+  // --rdzv_conf, torchrun's names and defaults (seconds in the flag).
+  std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
+  std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds close_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds keep_alive_interval{std::chrono::seconds(5)};
+  int keep_alive_max_attempt = 3;
+  bool is_host = false;               // this agent hosts the store in-process
+};
+
+// The outcome of one round: this node's place in the world.
+struct RendezvousResult {
+  std::int64_t round = 0;            // increases by one per completed round of the job
+  int group_rank = 0;                // this node's index among nodes
+  int group_world_size = 1;          // number of nodes
+  int rank_offset = 0;               // global rank of this node's local rank 0
+  int world_size = 1;                // sum of local_world_size over nodes
+  std::vector<NodeSpec> nodes;       // all nodes, by group rank
+  // Where workers bootstrap: MASTER_ADDR/MASTER_PORT point at this store, and
+  // keys of this round live under worker_prefix (new per round, so workers of
+  // an old round can never mix with a new one).
+  Endpoint store_endpoint;
+  std::string worker_prefix;
+};
+
+// Why a running round must end, delivered to the agent asynchronously.
+enum class RoundEvent : std::uint8_t {
+  kRestartRequested = 0,  // a node reported a worker failure (failure fan-out)
+  kMembershipChanged = 1, // a node's lease expired (dead node): re-form
+  kNodesWaiting = 2,      // new agents wait to join: scale up (does not spend a restart)
+  kStoreLost = 3,         // the store is gone past the keep-alive window
+};
+using RoundEventCallback = std::function<void(RoundEvent, const std::string& detail)>;
+
+// Thread-safety: next_rendezvous/report_* are called from the agent's thread;
+// the event callback runs on an internal thread and must only post to the agent.
+class RendezvousHandler {
+ public:
+  virtual ~RendezvousHandler() = default;
+  virtual std::string backend() const = 0;
+  // Joins the next round and blocks until it closes. Throws RendezvousError
+  // (exit 3) on timeout or closed job, naming the nodes seen and those missing;
+  // ConfigError (exit 2) for a bad endpoint or token.
+  virtual RendezvousResult next_rendezvous() = 0;
+  // Tells every node of the current round that this node's workers failed.
+  virtual void report_failure(const std::string& reason) = 0;
+  // This node's workers all succeeded; the node may leave without that looking
+  // like a failure. Returns once recorded.
+  virtual void report_success() = 0;
+  // True once every node of the current round reported success.
+  virtual bool all_succeeded() = 0;
+  // The job is over (max restarts spent or fatal): no more rounds for anyone.
+  virtual void close(const std::string& reason) = 0;
+  // Registers the callback for events of the current round.
+  virtual void set_event_callback(RoundEventCallback cb) = 0;
+  // The store this handler uses (agents publish status into it).
+  virtual std::shared_ptr<store::Store> store() = 0;
+};
+
+// Builds the handler for config.backend. Throws ConfigError for an unknown backend.
+std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config,
+                                                  const NodeSpec& self);
+
+}  // namespace ddp::rdzv
