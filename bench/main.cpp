@@ -1,0 +1,49 @@
+// ddp-bench: benchmarks that print figures (never asserts). Wiring only.
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "bench.hpp"
+
+namespace ddp::bench {
+namespace {
+struct Entry {
+  std::string summary;
+  SubcommandFn fn;
+};
+std::map<std::string, Entry>& registry() {
+  static std::map<std::string, Entry> r;
+  return r;
+}
+}  // namespace
+
+bool register_subcommand(const std::string& name, const std::string& summary, SubcommandFn fn) {
+  registry()[name] = Entry{summary, std::move(fn)};
+  return true;
+}
+
+}  // namespace ddp::bench
+
+int main(int argc, char** argv) {
+  auto& reg = ddp::bench::registry();
+  auto usage = [&](FILE* out) {
+    std::fprintf(out, "usage: ddp-bench SUBCOMMAND [options]   (ddp-bench SUBCOMMAND --help)\n\nsubcommands:\n");
+    for (const auto& [name, e] : reg) std::fprintf(out, "  %-12s %s\n", name.c_str(), e.summary.c_str());
+  };
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  auto it = reg.find(argv[1]);
+  if (it == reg.end()) {
+    std::fprintf(stderr, "ddp-bench: unknown subcommand '%s'; run 'ddp-bench --help' for the list\n", argv[1]);
+    return 2;
+  }
+  try {
+    return it->second.fn(argc - 1, argv + 1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddp-bench %s: %s\n", argv[1], e.what());
+    return 1;
+  }
+}
