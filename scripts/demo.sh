@@ -9,5 +9,5 @@ scripts/build.sh
 workdir=$(mktemp -d -t ddp-demo-XXXXXX)
 trap 'rm -rf "$workdir"' EXIT
 echo "demo: ddprun --standalone --nproc_per_node=4 build/bin/ddp-example-train (logs in $workdir)"
-exec build/bin/ddprun --standalone --nproc_per_node=4 --log_dir "$workdir/logs" \
+build/bin/ddprun --standalone --nproc_per_node=4 --log_dir "$workdir/logs" \
   build/bin/ddp-example-train --checkpoint "$workdir/model.ckpt" "$@"
