@@ -1,0 +1,167 @@
+// TcpStore's connect cycle, run on the I/O thread: resolve, connect, preamble +
+// HELLO, retried with exponential backoff and full jitter until
+// options.connect_timeout. One cycle at a time; callers wait on connect_cv_.
+#include <boost/asio/connect.hpp>
+#include <boost/asio/write.hpp>
+
+#include "ddp/common/error.hpp"
+#include "tcp_store_impl.hpp"
+
+namespace ddp::store {
+
+namespace {
+// First retry within 20 ms (a daemon that is just starting), later ones spread up
+// to 1 s so a restarted server is not hit by every client at the same instant.
+constexpr std::chrono::milliseconds kBackoffBase{20};
+constexpr std::chrono::milliseconds kBackoffCap{1000};
+}  // namespace
+
+void TcpStore::Impl::begin_connect() {
+  cycle_active_ = true;
+  ++cycle_;
+  connect_deadline_ = Deadline::after(options_.connect_timeout);
+  backoff_ = Backoff(kBackoffBase, kBackoffCap);
+  last_connect_error_ = "timed out";
+  arm_connect_timer();
+  attempt_connect();
+}
+
+void TcpStore::Impl::arm_connect_timer() {
+  connect_timer_.expires_at(connect_deadline_.at());
+  const auto cycle = cycle_;
+  connect_timer_.async_wait([this, cycle](const boost::system::error_code& ec) {
+    // cancel() cannot recall a handler already queued, hence the cycle check.
+    if (ec || !cycle_active_ || cycle != cycle_) return;
+    // The deadline passed while an attempt (or a backoff sleep) was still going.
+    finish_connect(std::make_exception_ptr(NetworkError(
+        "cannot connect to store at " + where() + " within " +
+        std::to_string(options_.connect_timeout.count()) + " ms: " + last_connect_error_)));
+  });
+}
+
+void TcpStore::Impl::attempt_connect() {
+  const auto seq = ++attempt_seq_;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  handshake_done_ = false;
+  rlen_ = 0;
+  resolver_.async_resolve(
+      options_.endpoint.host, std::to_string(options_.endpoint.port),
+      [this, seq](const boost::system::error_code& ec, asio::ip::tcp::resolver::results_type results) {
+        if (seq != attempt_seq_) return;
+        if (ec) return on_attempt_failed("cannot resolve '" + options_.endpoint.host + "': " + ec.message());
+        asio::async_connect(socket_, results, [this, seq](const boost::system::error_code& cec,
+                                                          const asio::ip::tcp::endpoint&) {
+          if (seq != attempt_seq_) return;
+          if (cec) return on_attempt_failed(cec.message());
+          boost::system::error_code opt_ec;
+          socket_.set_option(asio::ip::tcp::no_delay(true), opt_ec);
+          hello_frame_.assign(kPreamble, sizeof(kPreamble));
+          Request hello;
+          hello.op = Op::kHello;
+          hello.id = 0;  // ids of ordinary requests start at 1
+          hello.a = kProtocolVersion;
+          hello.values.push_back(options_.token);
+          encode_request(hello, hello_frame_);
+          asio::async_write(socket_, asio::buffer(hello_frame_),
+                            [this, seq](const boost::system::error_code& wec, std::size_t) {
+                              if (seq != attempt_seq_) return;
+                              if (wec) return on_attempt_failed(wec.message());
+                              read_more(seq);
+                            });
+        });
+      });
+}
+
+void TcpStore::Impl::on_attempt_failed(const std::string& why) {
+  last_connect_error_ = why;
+  ++attempt_seq_;  // stale handlers of this attempt become no-ops
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  if (connect_deadline_.expired()) {
+    finish_connect(std::make_exception_ptr(NetworkError(
+        "cannot connect to store at " + where() + " within " +
+        std::to_string(options_.connect_timeout.count()) + " ms: " + why)));
+    return;
+  }
+  const auto delay = std::min(backoff_.next(), connect_deadline_.remaining());
+  backoff_timer_.expires_after(delay);
+  const auto seq = attempt_seq_;
+  backoff_timer_.async_wait([this, seq](const boost::system::error_code& ec) {
+    if (ec || seq != attempt_seq_) return;
+    attempt_connect();
+  });
+}
+
+void TcpStore::Impl::on_handshake_reply(const Response& hello) {
+  switch (hello.status) {
+    case Status::kOk:
+      handshake_done_ = true;
+      finish_connect(nullptr);
+      return;
+    case Status::kAuthFailed:
+      // Retrying cannot fix a wrong token: fail now.
+      finish_connect(std::make_exception_ptr(StoreError(
+          "authentication failed at store " + where() +
+          (hello.message.empty() ? "" : " (" + hello.message + ")") +
+          ": the token does not match the server's; check --token-file")));
+      return;
+    case Status::kVersionMismatch:
+      finish_connect(std::make_exception_ptr(StoreError(
+          "store at " + where() + " speaks another protocol version (client " +
+          std::to_string(kProtocolVersion) + ", server " + std::to_string(hello.num) +
+          "): " + hello.message)));
+      return;
+    case Status::kShuttingDown:
+      on_attempt_failed("the server is shutting down");
+      return;
+    default:
+      on_attempt_failed(std::string("handshake refused: ") + status_name(hello.status) +
+                        (hello.message.empty() ? "" : ": " + hello.message));
+      return;
+  }
+}
+
+void TcpStore::Impl::finish_connect(std::exception_ptr error) {
+  cycle_active_ = false;
+  boost::system::error_code ignored;
+  connect_timer_.cancel();
+  backoff_timer_.cancel();
+  if (!error) {
+    {
+      std::lock_guard<std::mutex> lk(write_mu_);
+      write_fd_ = socket_.native_handle();
+      write_broken_ = false;
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      connected_ = true;
+      connecting_ = false;
+      connect_error_ = nullptr;
+      ++connect_epoch_;
+    }
+    connect_cv_.notify_all();
+    resend_watches();
+    return;
+  }
+  ++attempt_seq_;
+  resolver_.cancel();
+  socket_.close(ignored);
+  handshake_done_ = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    connecting_ = false;
+    connect_error_ = error;
+    ++connect_epoch_;
+  }
+  connect_cv_.notify_all();
+  std::string reason;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    reason = e.what();
+  }
+  fail_watches(reason);
+}
+
+}  // namespace ddp::store

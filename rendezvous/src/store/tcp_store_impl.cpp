@@ -1,0 +1,283 @@
+// TcpStore's connection: callers' requests, the read loop and reply dispatch.
+#include "tcp_store_impl.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+
+namespace ddp::store {
+
+namespace {
+constexpr std::size_t kReadChunk = 64 * 1024;
+// How long a writer blocked on a full socket buffer sleeps before re-checking
+// whether the I/O thread declared the connection dead.
+constexpr int kWritePollMs = 200;
+}  // namespace
+
+void PendingCall::complete(Response r) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    response = std::move(r);
+    done = true;
+  }
+  cv.notify_one();
+}
+
+void PendingCall::fail(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    error = std::move(e);
+    done = true;
+  }
+  cv.notify_one();
+}
+
+TcpStore::Impl::Impl(TcpStoreOptions options)
+    : options_(std::move(options)),
+      work_(asio::make_work_guard(io_)),
+      socket_(io_),
+      resolver_(io_),
+      connect_timer_(io_),
+      backoff_timer_(io_),
+      backoff_(std::chrono::milliseconds(20), std::chrono::milliseconds(1000)),
+      rbuf_(kReadChunk) {}
+
+TcpStore::Impl::~Impl() { shutdown(); }
+
+void TcpStore::Impl::start() {
+  thread_ = std::thread([this] {
+    try {
+      io_.run();
+    } catch (const std::exception& e) {
+      // Handlers catch their own errors; reaching here is a bug worth a log line.
+      log::get("store.client")->error("store client I/O thread stopped: {}", e.what());
+    }
+  });
+  ensure_connected();
+}
+
+void TcpStore::Impl::shutdown() {
+  std::vector<std::shared_ptr<WatchState>> watches;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (auto& [id, w] : watches_) watches.push_back(w);
+    watches_.clear();
+  }
+  for (auto& w : watches) w->cancelled = true;
+  if (!thread_.joinable()) return;
+  asio::post(io_, [this] {
+    ++attempt_seq_;
+    cycle_active_ = false;
+    connect_timer_.cancel();
+    backoff_timer_.cancel();
+    resolver_.cancel();
+    on_broken("the store client was closed");
+    io_.stop();
+  });
+  work_.reset();
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();  // destroyed from a watch callback: see TcpStore's contract
+  } else {
+    thread_.join();
+  }
+  connect_cv_.notify_all();
+}
+
+void TcpStore::Impl::ensure_connected() {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (connected_) return;
+  if (stopping_) throw NetworkError("store client for " + where() + " is closed");
+  const auto epoch = connect_epoch_;
+  if (!connecting_) {
+    connecting_ = true;
+    asio::post(io_, [this] { begin_connect(); });
+  }
+  connect_cv_.wait(lk, [&] { return connected_ || connect_epoch_ != epoch || stopping_; });
+  if (connected_) return;
+  if (connect_error_) std::rethrow_exception(connect_error_);
+  throw NetworkError("store client for " + where() + " is closed");
+}
+
+void TcpStore::Impl::write_frame(const std::string& frame) {
+  std::lock_guard<std::mutex> lk(write_mu_);
+  if (write_fd_ < 0) throw NetworkError("connection to store at " + where() + " was lost");
+  std::size_t off = 0;
+  while (off < frame.size()) {
+    const auto n = ::send(write_fd_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+    if (n > 0) {
+      off += static_cast<std::size_t>(n);
+      continue;
+    }
+    const int err = errno;
+    if (err == EINTR) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      if (write_broken_) break;
+      pollfd p{write_fd_, POLLOUT, 0};
+      ::poll(&p, 1, kWritePollMs);
+      continue;
+    }
+    throw NetworkError("cannot send to store at " + where() + ": " + errno_text(err));
+  }
+  if (off < frame.size()) throw NetworkError("connection to store at " + where() + " was lost");
+}
+
+Response TcpStore::Impl::call(Request req, std::chrono::milliseconds reply_timeout) {
+  auto pending = std::make_shared<PendingCall>();
+  std::string frame;
+  // A connection that broke before this request was sent is not "in flight":
+  // reconnect once and send it on the new connection.
+  for (int attempt = 0;; ++attempt) {
+    ensure_connected();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      req.id = next_id_++;
+      if (next_id_ == 0) next_id_ = 1;  // 0 is the handshake's id
+      pending_[req.id] = pending;
+    }
+    frame.clear();
+    encode_request(req, frame);
+    try {
+      write_frame(frame);
+      break;
+    } catch (const NetworkError&) {
+      std::lock_guard<std::mutex> lk(mu_);
+      pending_.erase(req.id);
+      if (attempt > 0) throw;
+    }
+  }
+  std::unique_lock<std::mutex> lk(pending->mu);
+  if (reply_timeout.count() < 0) {
+    pending->cv.wait(lk, [&] { return pending->done; });
+  } else if (!pending->cv.wait_for(lk, reply_timeout, [&] { return pending->done; })) {
+    lk.unlock();
+    {
+      std::lock_guard<std::mutex> mlk(mu_);
+      pending_.erase(req.id);
+    }
+    lk.lock();
+    if (!pending->done) {
+      throw TimeoutError("store at " + where() + " did not answer " + op_name(req.op) +
+                         " within " + std::to_string(reply_timeout.count()) + " ms");
+    }
+  }
+  if (pending->error) std::rethrow_exception(pending->error);
+  return std::move(pending->response);
+}
+
+void TcpStore::Impl::read_more(std::uint64_t seq) {
+  if (rbuf_.size() - rlen_ < kReadChunk / 4) rbuf_.resize(rbuf_.size() + kReadChunk);
+  socket_.async_read_some(
+      asio::buffer(rbuf_.data() + rlen_, rbuf_.size() - rlen_),
+      [this, seq](const boost::system::error_code& ec, std::size_t n) {
+        if (seq != attempt_seq_) return;
+        if (ec) {
+          const auto why = ec == asio::error::eof ? std::string("the server closed the connection")
+                                                  : ec.message();
+          if (!handshake_done_) return on_attempt_failed(why);
+          return on_broken(why);
+        }
+        rlen_ += n;
+        on_bytes(seq);
+      });
+}
+
+void TcpStore::Impl::on_bytes(std::uint64_t seq) {
+  std::size_t pos = 0;
+  while (rlen_ - pos >= 4) {
+    const auto len = decode_frame_length(std::string_view(rbuf_.data() + pos, 4));
+    if (len > limits_.max_frame_bytes) {
+      return on_broken("protocol error: reply frame of " + std::to_string(len) +
+                       " bytes exceeds the limit");
+    }
+    if (rlen_ - pos - 4 < len) {
+      if (rbuf_.size() - pos < len + 4u) rbuf_.resize(pos + len + 4u + kReadChunk);
+      break;
+    }
+    Response resp;
+    try {
+      resp = decode_response(std::string_view(rbuf_.data() + pos + 4, len), limits_);
+    } catch (const ProtocolError& e) {
+      return on_broken(std::string("protocol error: ") + e.what());
+    }
+    pos += 4u + len;
+    dispatch(std::move(resp));
+    if (seq != attempt_seq_) return;  // the reply ended this connection (handshake refused)
+  }
+  if (pos > 0) {
+    std::memmove(rbuf_.data(), rbuf_.data() + pos, rlen_ - pos);
+    rlen_ -= pos;
+  }
+  read_more(seq);
+}
+
+void TcpStore::Impl::dispatch(Response resp) {
+  if (!handshake_done_) return on_handshake_reply(resp);
+  std::shared_ptr<PendingCall> pending;
+  std::shared_ptr<WatchState> watch;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (auto it = pending_.find(resp.id); it != pending_.end()) {
+      pending = std::move(it->second);
+      pending_.erase(it);
+    } else if (auto wit = watches_.find(resp.id); wit != watches_.end()) {
+      watch = wit->second;
+    }
+  }
+  if (pending) return pending->complete(std::move(resp));
+  if (!watch) return;  // the reply to a call that timed out, or to a cancelled watch
+  on_watch_reply(watch, std::move(resp));
+}
+
+void TcpStore::Impl::on_broken(const std::string& reason) {
+  ++attempt_seq_;
+  handshake_done_ = false;
+  write_broken_ = true;
+  {
+    // shutdown() first wakes a writer blocked in poll(); only then can we take
+    // write_mu_ and retire the fd.
+    if (socket_.is_open()) ::shutdown(socket_.native_handle(), SHUT_RDWR);
+    std::lock_guard<std::mutex> lk(write_mu_);
+    write_fd_ = -1;
+  }
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+
+  std::unordered_map<std::uint32_t, std::shared_ptr<PendingCall>> pending;
+  std::vector<std::shared_ptr<WatchState>> unacked;
+  bool reconnect = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    const bool was_connected = connected_;
+    connected_ = false;
+    pending.swap(pending_);
+    for (auto it = watches_.begin(); it != watches_.end();) {
+      if (it->second->ack) {
+        unacked.push_back(it->second);
+        it = watches_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    // Watches must resume without waiting for the next call.
+    reconnect = was_connected && !watches_.empty() && !stopping_ && !connecting_;
+    if (reconnect) connecting_ = true;
+  }
+  auto error = std::make_exception_ptr(
+      NetworkError("connection to store at " + where() + " lost: " + reason));
+  for (auto& [id, p] : pending) p->fail(error);
+  for (auto& w : unacked) std::exchange(w->ack, nullptr)->fail(error);
+  if (reconnect) {
+    log::get("store.client")->info("store connection lost, reconnecting endpoint={} reason={}",
+                                   where(), reason);
+    begin_connect();
+  }
+}
+
+}  // namespace ddp::store

@@ -1,0 +1,147 @@
+// Private half of TcpStore: the connection, its I/O thread and the table of
+// requests in flight. tcp_store.cpp turns Store calls into requests and replies
+// into values or exceptions; this class moves frames.
+//
+// Threads: callers write their request frame straight to the socket (under
+// write_mu_), which saves a hand-off to the I/O thread per request; the I/O
+// thread alone reads, connects and reconnects, and completes waiting callers.
+// Lock order: connect_mu_ is never held with mu_; write_mu_ may be taken while
+// holding nothing else, or by the I/O thread when it closes the socket.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "ddp/common/deadline.hpp"
+#include "ddp/store/protocol.hpp"
+#include "ddp/store/tcp_store.hpp"
+
+namespace ddp::store {
+
+namespace asio = boost::asio;
+
+// One caller waiting for the reply to its request.
+struct PendingCall {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Response response;
+  std::exception_ptr error;
+
+  void complete(Response r);
+  void fail(std::exception_ptr e);
+};
+
+// One watch: survives reconnects (re-sent from last seen revision + 1).
+struct WatchState {
+  std::uint32_t id = 0;
+  std::string prefix;
+  Revision from_revision = 0;  // as asked by the user
+  Revision resume_after = -1;  // last revision known delivered; -1: none yet
+  WatchCallback on_event;
+  WatchErrorCallback on_error;
+  std::shared_ptr<PendingCall> ack;  // set until the first ack arrives
+  // Serialises callbacks against cancel() so that no event starts after cancel returns.
+  std::mutex cb_mu;
+  std::atomic<bool> cancelled{false};
+};
+
+class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
+ public:
+  explicit Impl(TcpStoreOptions options);
+  ~Impl();
+
+  void start();  // starts the I/O thread and connects (throws on failure)
+  void shutdown();
+
+  // Sends `req` (its id is assigned here) and waits up to `reply_timeout` for the
+  // reply (kNoTimeout: until the connection breaks). Throws NetworkError when the
+  // connection breaks or cannot be made, TimeoutError naming the op when no reply came.
+  Response call(Request req, std::chrono::milliseconds reply_timeout);
+
+  std::shared_ptr<WatchState> start_watch(const std::string& prefix, Revision from,
+                                          WatchCallback on_event, WatchErrorCallback on_error);
+  void cancel_watch(const std::shared_ptr<WatchState>& w);
+
+  const TcpStoreOptions& options() const { return options_; }
+  std::string where() const { return options_.endpoint.to_string(); }
+
+ private:
+  void ensure_connected();
+  void write_frame(const std::string& frame);
+
+  // I/O-thread side (tcp_store_connect.cpp): the connect cycle.
+  void begin_connect();
+  void attempt_connect();
+  void on_attempt_failed(const std::string& why);
+  void on_handshake_reply(const Response& hello);
+  void finish_connect(std::exception_ptr error);
+  void arm_connect_timer();
+
+  // I/O-thread side (tcp_store_impl.cpp): reading and dispatch.
+  void read_more(std::uint64_t seq);
+  void on_bytes(std::uint64_t seq);
+  void dispatch(Response resp);
+  void on_broken(const std::string& reason);
+
+  // I/O-thread side (tcp_store_watch.cpp).
+  void on_watch_reply(const std::shared_ptr<WatchState>& w, Response resp);
+  void resend_watches();
+  void fail_watches(const std::string& reason);
+
+  TcpStoreOptions options_;
+  Limits limits_;
+
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  asio::ip::tcp::socket socket_;
+  asio::ip::tcp::resolver resolver_;
+  asio::steady_timer connect_timer_;   // overall connect_timeout deadline
+  asio::steady_timer backoff_timer_;
+  std::thread thread_;
+  std::thread::id io_thread_id_;
+
+  // Guarded by mu_.
+  std::mutex mu_;
+  std::condition_variable connect_cv_;
+  bool connected_ = false;
+  bool connecting_ = false;
+  bool stopping_ = false;
+  std::uint64_t connect_epoch_ = 0;  // bumps when a connect cycle ends
+  std::exception_ptr connect_error_;
+  std::uint32_t next_id_ = 1;
+  std::unordered_map<std::uint32_t, std::shared_ptr<PendingCall>> pending_;
+  std::unordered_map<std::uint32_t, std::shared_ptr<WatchState>> watches_;
+
+  // Guarded by write_mu_: the fd callers write to, -1 while disconnected.
+  std::mutex write_mu_;
+  int write_fd_ = -1;
+  std::atomic<bool> write_broken_{false};
+
+  // I/O thread only.
+  ddp::Backoff backoff_;
+  Deadline connect_deadline_ = Deadline::never();
+  std::string last_connect_error_;
+  bool cycle_active_ = false;
+  std::uint64_t cycle_ = 0;         // one per connect cycle, for the deadline timer
+  std::uint64_t attempt_seq_ = 0;  // invalidates callbacks of an abandoned attempt
+  std::vector<char> rbuf_;
+  std::size_t rlen_ = 0;  // bytes of rbuf_ holding unparsed data
+  std::string hello_frame_;
+  bool handshake_done_ = false;
+};
+
+}  // namespace ddp::store

@@ -1,0 +1,197 @@
+// TcpStore watches: start, events, cancel, and resumption after a reconnect from
+// the last revision delivered + 1, so a broken connection loses no event.
+#include <utility>
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "tcp_store_impl.hpp"
+
+namespace ddp::store {
+
+namespace {
+std::string describe(const WatchState& w) {
+  return "watch of prefix '" + w.prefix + "'";
+}
+}  // namespace
+
+std::shared_ptr<WatchState> TcpStore::Impl::start_watch(const std::string& prefix, Revision from,
+                                                        WatchCallback on_event,
+                                                        WatchErrorCallback on_error) {
+  auto w = std::make_shared<WatchState>();
+  w->prefix = prefix;
+  w->from_revision = from;
+  w->on_event = std::move(on_event);
+  w->on_error = std::move(on_error);
+  auto ack = std::make_shared<PendingCall>();
+  w->ack = ack;
+  std::string frame;
+  for (int attempt = 0;; ++attempt) {
+    ensure_connected();
+    Request req;
+    req.op = Op::kWatch;
+    req.keys.push_back(prefix);
+    req.b = from;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      req.id = w->id = next_id_++;
+      if (next_id_ == 0) next_id_ = 1;
+      watches_[w->id] = w;
+    }
+    frame.clear();
+    encode_request(req, frame);
+    try {
+      write_frame(frame);
+      break;
+    } catch (const NetworkError&) {
+      std::lock_guard<std::mutex> lk(mu_);
+      watches_.erase(w->id);
+      if (attempt > 0) throw;
+    }
+  }
+  std::unique_lock<std::mutex> lk(ack->mu);
+  if (!ack->cv.wait_for(lk, options_.request_timeout, [&] { return ack->done; })) {
+    lk.unlock();
+    cancel_watch(w);
+    throw TimeoutError("store at " + where() + " did not acknowledge the " + describe(*w) +
+                       " within " + std::to_string(options_.request_timeout.count()) + " ms");
+  }
+  if (ack->error) std::rethrow_exception(ack->error);
+  return w;
+}
+
+void TcpStore::Impl::on_watch_reply(const std::shared_ptr<WatchState>& w, Response resp) {
+  switch (resp.status) {
+    case Status::kEvent: {
+      std::lock_guard<std::mutex> lk(w->cb_mu);
+      if (w->cancelled) return;
+      for (auto& item : resp.items) {
+        // After a resume the server may repeat what we already delivered.
+        if (item.revision <= w->resume_after) continue;
+        WatchEvent ev;
+        ev.type = item.kind == ItemKind::kDelete ? EventType::kDelete : EventType::kPut;
+        ev.key = std::move(item.key);
+        ev.value = std::move(item.value);
+        ev.revision = item.revision;
+        try {
+          w->on_event(ev);
+        } catch (const std::exception& e) {
+          log::get("store.client")->warn("watch callback threw prefix={} error={}", w->prefix, e.what());
+        }
+        w->resume_after = item.revision;
+      }
+      return;
+    }
+    case Status::kOk:
+      if (auto ack = std::exchange(w->ack, nullptr)) {
+        // A watch "from now" resumes after the revision the server started it at.
+        if (w->resume_after < 0 && w->from_revision <= 0 && resp.revision > 0) {
+          w->resume_after = resp.revision;
+        }
+        ack->complete(std::move(resp));
+      }
+      return;
+    case Status::kShuttingDown:
+      return;  // the connection closes next and the watch resumes elsewhere
+    default:
+      break;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    watches_.erase(w->id);
+  }
+  if (resp.status == Status::kCancelled) return;
+  std::string why = describe(*w) + " failed at store " + where() + ": " + status_name(resp.status);
+  if (!resp.message.empty()) why += ": " + resp.message;
+  if (resp.status == Status::kCompacted) {
+    why += "; list() again and watch from its revision + 1";
+  }
+  if (auto ack = std::exchange(w->ack, nullptr)) {
+    ack->fail(std::make_exception_ptr(StoreError(why)));
+    return;
+  }
+  std::lock_guard<std::mutex> lk(w->cb_mu);
+  if (w->cancelled.exchange(true) || !w->on_error) return;
+  try {
+    w->on_error(why);
+  } catch (const std::exception& e) {
+    log::get("store.client")->warn("watch error callback threw prefix={} error={}", w->prefix,
+                                   e.what());
+  }
+}
+
+void TcpStore::Impl::resend_watches() {
+  std::vector<std::shared_ptr<WatchState>> watches;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [id, w] : watches_) watches.push_back(w);
+  }
+  std::string frame;
+  for (auto& w : watches) {
+    Request req;
+    req.op = Op::kWatch;
+    req.id = w->id;  // ids are unique for the client's life, so reusing it is safe
+    req.keys.push_back(w->prefix);
+    req.b = w->resume_after >= 0 ? w->resume_after + 1 : w->from_revision;
+    frame.clear();
+    encode_request(req, frame);
+    try {
+      write_frame(frame);
+    } catch (const NetworkError&) {
+      return;  // the read side sees the break and starts the next cycle
+    }
+  }
+}
+
+void TcpStore::Impl::fail_watches(const std::string& reason) {
+  std::vector<std::shared_ptr<WatchState>> watches;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [id, w] : watches_) watches.push_back(w);
+    watches_.clear();
+  }
+  for (auto& w : watches) {
+    if (auto ack = std::exchange(w->ack, nullptr)) {
+      ack->fail(std::make_exception_ptr(NetworkError(reason)));
+      continue;
+    }
+    std::lock_guard<std::mutex> lk(w->cb_mu);
+    if (w->cancelled.exchange(true) || !w->on_error) continue;
+    try {
+      w->on_error(describe(*w) + " ended: " + reason);
+    } catch (const std::exception& e) {
+      log::get("store.client")->warn("watch error callback threw prefix={} error={}", w->prefix,
+                                     e.what());
+    }
+  }
+}
+
+void TcpStore::Impl::cancel_watch(const std::shared_ptr<WatchState>& w) {
+  bool removed = false;
+  bool connected = false;
+  Request req;
+  req.op = Op::kCancel;
+  req.a = w->id;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    removed = watches_.erase(w->id) > 0;
+    connected = connected_;
+    req.id = next_id_++;
+    if (next_id_ == 0) next_id_ = 1;
+  }
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    w->cancelled = true;  // inside a callback, which already holds cb_mu
+  } else {
+    // Waits out a callback running now, so none runs after cancel() returns.
+    std::lock_guard<std::mutex> lk(w->cb_mu);
+    w->cancelled = true;
+  }
+  if (!removed || !connected) return;
+  std::string frame;
+  encode_request(req, frame);
+  try {
+    write_frame(frame);  // best effort: the server drops the watch with the connection anyway
+  } catch (const NetworkError&) {
+  }
+}
+
+}  // namespace ddp::store
