@@ -1,0 +1,62 @@
+#include "keys.hpp"
+
+#include <charconv>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "ddp/common/error.hpp"
+
+namespace ddp::rdzv::detail {
+
+void validate_run_id(const std::string& run_id) {
+  if (run_id.empty()) throw ConfigError("--rdzv_id: must not be empty");
+  if (run_id.find('/') != std::string::npos) {
+    throw ConfigError("--rdzv_id: '" + run_id +
+                      "' contains '/', which would mix its keys with another job's; use letters, "
+                      "digits, '-', '_' or '.'");
+  }
+}
+
+std::string rdzv_prefix(const std::string& run_id) { return "/" + run_id + "/rdzv/"; }
+
+std::string round_prefix(const std::string& run_id, std::int64_t round) {
+  return rdzv_prefix(run_id) + "round_" + std::to_string(round) + "/";
+}
+
+std::string worker_prefix(const std::string& run_id, std::int64_t round) {
+  return "/" + run_id + "/worker/round_" + std::to_string(round) + "/";
+}
+
+std::string encode_node(const NodeSpec& node) {
+  nlohmann::json j = {{"id", node.node_id}, {"host", node.host}, {"nproc", node.local_world_size}};
+  return j.dump();
+}
+
+NodeSpec decode_node(std::string_view text, const std::string& key) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("id") || !j.contains("host") || !j.contains("nproc") ||
+      !j["id"].is_string() || !j["host"].is_string() || !j["nproc"].is_number_integer()) {
+    throw InternalError("rendezvous record " + key + " is not a node record");
+  }
+  NodeSpec n;
+  n.node_id = j["id"].get<std::string>();
+  n.host = j["host"].get<std::string>();
+  n.local_world_size = j["nproc"].get<int>();
+  return n;
+}
+
+std::int64_t parse_int(std::string_view text) {
+  std::int64_t v = -1;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || v < 0) return -1;
+  return v;
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1fs", static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
+
+}  // namespace ddp::rdzv::detail

@@ -1,0 +1,46 @@
+// The rendezvous key layout (docs/rendezvous.md has the table) and the value
+// encodings shared by the handlers. Private to ddp_rdzv.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ddp/rdzv/rendezvous.hpp"
+
+namespace ddp::rdzv::detail {
+
+// Throws ConfigError naming --rdzv_id when the id cannot namespace keys (empty,
+// or containing '/' which would let one job's prefix cover another's).
+void validate_run_id(const std::string& run_id);
+
+// "/<run>/rdzv/": everything the handlers of one job write.
+std::string rdzv_prefix(const std::string& run_id);
+// "/<run>/rdzv/round_<r>/": one round's keys.
+std::string round_prefix(const std::string& run_id, std::int64_t round);
+// "/<run>/worker/round_<r>/": where this round's workers bootstrap.
+std::string worker_prefix(const std::string& run_id, std::int64_t round);
+
+// A node's record, readable in `ddp-store list`: {"id":..,"host":..,"nproc":..}.
+std::string encode_node(const NodeSpec& node);
+// Throws InternalError naming `key` on a malformed record.
+NodeSpec decode_node(std::string_view text, const std::string& key);
+
+// One atomic add hands a joiner both its arrival index and its rank offset: the
+// counter holds (arrivals << 32) | (sum of local_world_size), so the value the
+// add returns is this node's index and the prefix sum of workers up to it.
+inline constexpr int kPackShift = 32;
+inline constexpr std::int64_t kPackLowMask = (std::int64_t{1} << kPackShift) - 1;
+inline std::int64_t pack_join(int local_world_size) {
+  return (std::int64_t{1} << kPackShift) | local_world_size;
+}
+inline int packed_count(std::int64_t v) { return static_cast<int>(v >> kPackShift); }
+inline int packed_workers(std::int64_t v) { return static_cast<int>(v & kPackLowMask); }
+
+// Parses a non-negative decimal integer; nullopt-like -1 when malformed.
+std::int64_t parse_int(std::string_view text);
+
+std::string seconds_text(std::chrono::milliseconds ms);  // "1.5s"
+
+}  // namespace ddp::rdzv::detail
