@@ -1,0 +1,222 @@
+#include "store_core.hpp"
+
+namespace ddp::store::server {
+namespace {
+
+Response bad(Response resp, std::string why) {
+  resp.status = Status::kBadRequest;
+  resp.message = std::move(why);
+  return resp;
+}
+
+// The argument shape every op expects; a mismatch is the client's bug.
+std::optional<std::string> check_shape(const Request& req) {
+  auto need = [&](std::size_t keys, std::size_t values) -> std::optional<std::string> {
+    if (req.keys.size() == keys && req.values.size() == values) return std::nullopt;
+    return std::string(op_name(req.op)) + " takes " + std::to_string(keys) + " key(s) and " +
+           std::to_string(values) + " value(s), got " + std::to_string(req.keys.size()) + " and " +
+           std::to_string(req.values.size());
+  };
+  switch (req.op) {
+    case Op::kSet:
+    case Op::kAppend: return need(1, 1);
+    case Op::kGet:
+    case Op::kTryGet:
+    case Op::kAdd:
+    case Op::kList: return need(1, 0);
+    case Op::kCompareSet: return need(1, 2);
+    case Op::kMultiSet:
+      if (req.keys.size() != req.values.size()) return std::string("multi_set needs as many values as keys");
+      return std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
+
+void StoreCore::track_leases(const Mutation& m) {
+  for (const auto& c : m.changes) {
+    if (c.kind != Change::Kind::kPut && c.kind != Change::Kind::kDelete) continue;
+    if (c.prev_lease != 0 && (c.kind == Change::Kind::kDelete || c.prev_lease != c.lease))
+      leases_.detach(c.prev_lease, c.key);
+    if (c.kind == Change::Kind::kPut && c.lease != 0) leases_.attach(c.lease, c.key);
+  }
+}
+
+void StoreCore::commit(Mutation& m) {
+  if (m.empty()) return;
+  if (m.revision == 0) m.revision = kv_.revision();
+  track_leases(m);
+  auto events = events_of(m);
+  if (!events.empty()) history_.append(events);
+  if (sink_) sink_(m);
+}
+
+std::vector<std::string> StoreCore::missing(const std::vector<std::string>& keys) const {
+  std::vector<std::string> out;
+  for (const auto& k : keys) {
+    if (kv_.find(k) == nullptr) out.push_back(k);
+  }
+  return out;
+}
+
+Response StoreCore::revoke(LeaseId id, Response resp) {
+  auto lease = leases_.revoke(id);
+  if (!lease) {
+    resp.status = Status::kLeaseNotFound;
+    resp.message = "lease " + std::to_string(id) + " not found (expired or revoked)";
+    return resp;
+  }
+  Mutation m;
+  kv_.erase({lease->keys.begin(), lease->keys.end()}, m);
+  Change c;
+  c.kind = Change::Kind::kLeaseRevoke;
+  c.lease = id;
+  m.changes.push_back(std::move(c));
+  commit(m);
+  resp.num = static_cast<std::int64_t>(lease->keys.size());
+  resp.revision = kv_.revision();
+  return resp;
+}
+
+std::size_t StoreCore::expire_leases(Clock::time_point now) {
+  auto due = leases_.take_expired(now);
+  for (auto& lease : due) {
+    Mutation m;
+    kv_.erase({lease.keys.begin(), lease.keys.end()}, m);
+    Change c;
+    c.kind = Change::Kind::kLeaseRevoke;
+    c.lease = lease.id;
+    m.changes.push_back(std::move(c));
+    commit(m);
+  }
+  return due.size();
+}
+
+Response StoreCore::execute(const Request& req, Clock::time_point now) {
+  Response resp;
+  resp.id = req.id;
+  if (auto why = check_shape(req)) return bad(std::move(resp), *why);
+  expire_leases(now);  // a lease past due must not accept new keys or keepalives
+
+  auto lease_ok = [&](LeaseId lease) { return lease == 0 || leases_.exists(lease); };
+  auto no_lease = [&](LeaseId lease) {
+    resp.status = Status::kLeaseNotFound;
+    resp.message = "lease " + std::to_string(lease) + " not found (expired or revoked)";
+    resp.revision = kv_.revision();
+    return resp;
+  };
+
+  Mutation m;
+  switch (req.op) {
+    case Op::kSet:
+      if (!lease_ok(req.a)) return no_lease(req.a);
+      kv_.set(req.keys[0], req.values[0], req.a, m);
+      break;
+    case Op::kGet:
+    case Op::kTryGet: {
+      const auto* e = kv_.find(req.keys[0]);
+      if (e == nullptr) {
+        resp.status = Status::kNotFound;
+      } else {
+        resp.items.push_back({ItemKind::kPresent, req.keys[0], e->value, e->mod_revision});
+      }
+      break;
+    }
+    case Op::kAdd: {
+      auto r = kv_.add(req.keys[0], req.b, m);
+      resp.status = r.status;
+      resp.num = r.value;
+      if (r.status != Status::kOk)
+        resp.message = "value of key '" + req.keys[0] + "' is not a decimal int64 (or the add overflows)";
+      break;
+    }
+    case Op::kCompareSet: {
+      if (!lease_ok(req.a)) return no_lease(req.a);
+      auto r = kv_.compare_set(req.keys[0], req.values[0], req.values[1], req.a, m);
+      resp.num = r.swapped ? 1 : 0;
+      resp.items.push_back({ItemKind::kPresent, req.keys[0], std::move(r.value), 0});
+      break;
+    }
+    case Op::kDelete: resp.num = kv_.erase(req.keys, m); break;
+    case Op::kCheck: resp.num = missing(req.keys).empty() ? 1 : 0; break;
+    case Op::kWait:
+      if (!missing(req.keys).empty()) resp.status = Status::kNotFound;
+      break;
+    case Op::kMultiGet:
+      for (const auto& k : req.keys) {
+        const auto* e = kv_.find(k);
+        if (e == nullptr) resp.items.push_back({ItemKind::kMissing, k, {}, 0});
+        else resp.items.push_back({ItemKind::kPresent, k, e->value, e->mod_revision});
+      }
+      break;
+    case Op::kMultiSet:
+      if (!lease_ok(req.a)) return no_lease(req.a);
+      kv_.multi_set(req.keys, req.values, req.a, m);
+      break;
+    case Op::kAppend: resp.num = kv_.append(req.keys[0], req.values[0], m); break;
+    case Op::kNumKeys: resp.num = static_cast<std::int64_t>(kv_.size()); break;
+    case Op::kList:
+      for (auto& kv : kv_.list(req.keys[0]))
+        resp.items.push_back({ItemKind::kPresent, std::move(kv.key), std::move(kv.value), kv.revision});
+      break;
+    case Op::kLeaseGrant: {
+      if (req.b <= 0) return bad(std::move(resp), "lease_grant needs a ttl > 0 ms, got " + std::to_string(req.b));
+      const auto id = leases_.grant(Millis(req.b), now);
+      Change c;
+      c.kind = Change::Kind::kLeaseGrant;
+      c.lease = id;
+      c.ttl_ms = req.b;
+      m.changes.push_back(std::move(c));
+      resp.num = id;
+      break;
+    }
+    case Op::kLeaseKeepAlive: {
+      auto ttl = leases_.keepalive(req.a, now);
+      if (!ttl) return no_lease(req.a);
+      resp.num = ttl->count();
+      break;
+    }
+    case Op::kLeaseRevoke: return revoke(req.a, std::move(resp));
+    case Op::kStat:
+      resp.items.push_back({ItemKind::kPresent, "keys", std::to_string(kv_.size()), 0});
+      resp.items.push_back({ItemKind::kPresent, "leases", std::to_string(leases_.size()), 0});
+      resp.items.push_back({ItemKind::kPresent, "revision", std::to_string(kv_.revision()), 0});
+      break;
+    case Op::kPing: break;
+    case Op::kHello:
+    case Op::kWatch:
+    case Op::kCancel:
+      return bad(std::move(resp), std::string(op_name(req.op)) + " is handled by the session");
+  }
+  commit(m);
+  resp.revision = kv_.revision();
+  return resp;
+}
+
+void StoreCore::replay(const Mutation& m, Clock::time_point now) {
+  for (const auto& c : m.changes) {
+    switch (c.kind) {
+      case Change::Kind::kPut: {
+        const auto* old = kv_.find(c.key);
+        if (old != nullptr && old->lease != 0 && old->lease != c.lease) leases_.detach(old->lease, c.key);
+        kv_.restore_put(c.key, c.value, m.revision, c.lease);
+        if (c.lease != 0) leases_.attach(c.lease, c.key);
+        break;
+      }
+      case Change::Kind::kDelete: {
+        const auto* old = kv_.find(c.key);
+        if (old != nullptr && old->lease != 0) leases_.detach(old->lease, c.key);
+        kv_.restore_erase(c.key);
+        break;
+      }
+      case Change::Kind::kLeaseGrant: leases_.restore(c.lease, Millis(c.ttl_ms), now); break;
+      case Change::Kind::kLeaseRevoke: leases_.revoke(c.lease); break;
+    }
+  }
+  if (m.revision > kv_.revision()) kv_.restore_revision(m.revision);
+  auto events = events_of(m);
+  if (!events.empty()) history_.append(events);
+}
+
+}  // namespace ddp::store::server

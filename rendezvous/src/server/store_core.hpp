@@ -1,0 +1,75 @@
+// The store's semantics over plain state: KvState + LeaseTable + EventHistory.
+// Executes every request that answers at once (everything but the blocking part
+// of get/wait and the streaming part of watch), keeps lease attachments in step
+// with key changes, and hands each committed Mutation to a sink (persistence,
+// watchers, waiters). The server's loop and MemoryStore both drive this one
+// class, so both give identical answers.
+//
+// Thread-safety: none; the owner serialises access.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/common/deadline.hpp"
+#include "ddp/store/protocol.hpp"
+#include "event_history.hpp"
+#include "kv_state.hpp"
+#include "lease_table.hpp"
+#include "mutation.hpp"
+
+namespace ddp::store::server {
+
+class StoreCore {
+ public:
+  using Sink = std::function<void(const Mutation&)>;
+
+  explicit StoreCore(std::size_t history_capacity = EventHistory::kDefaultCapacity)
+      : history_(history_capacity) {}
+
+  // Called for every committed mutation, after the state changed and before the
+  // request's response exists (so a log append precedes the acknowledgement).
+  void set_sink(Sink sink) { sink_ = std::move(sink); }
+
+  // Answers a request. kGet answers like kTryGet (kNotFound = caller blocks);
+  // kWait answers kOk when all keys exist, else kNotFound. kHello, kWatch,
+  // kCancel are the caller's; they answer kBadRequest here.
+  Response execute(const Request& req, Clock::time_point now);
+
+  // Keys of `keys` that do not exist, in order.
+  std::vector<std::string> missing(const std::vector<std::string>& keys) const;
+
+  // Deletes the keys of leases due at `now`; one mutation per lease.
+  std::size_t expire_leases(Clock::time_point now);
+  std::optional<Clock::time_point> next_lease_expiry() const { return leases_.next_expiry(); }
+
+  // Past events for a watch from `from` (> 0); nullopt when compacted.
+  std::optional<std::vector<WatchEvent>> history_since(const std::string& prefix, Revision from) const {
+    return history_.since(prefix, from);
+  }
+
+  // Re-applies a logged mutation during recovery (no sink call).
+  void replay(const Mutation& m, Clock::time_point now);
+
+  const KvState& kv() const { return kv_; }
+  KvState& kv() { return kv_; }
+  const LeaseTable& leases() const { return leases_; }
+  LeaseTable& leases() { return leases_; }
+  EventHistory& history() { return history_; }
+  Revision revision() const { return kv_.revision(); }
+
+ private:
+  void commit(Mutation& m);
+  // Updates lease attachments for the key changes of `m`.
+  void track_leases(const Mutation& m);
+  Response revoke(LeaseId id, Response resp);
+
+  KvState kv_;
+  LeaseTable leases_;
+  EventHistory history_;
+  Sink sink_;
+};
+
+}  // namespace ddp::store::server

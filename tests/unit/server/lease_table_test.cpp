@@ -1,0 +1,87 @@
+#include <catch2/catch.hpp>
+
+#include "lease_table.hpp"
+#include "store_core.hpp"
+
+using namespace ddp::store;
+using namespace ddp::store::server;
+using ddp::Clock;
+using ddp::Millis;
+
+namespace {
+// A fake clock: tests move time by hand, nothing sleeps.
+const Clock::time_point t0 = Clock::time_point() + std::chrono::hours(1);
+}  // namespace
+
+TEST_CASE("a lease expires at its ttl unless kept alive") {
+  LeaseTable t;
+  const auto id = t.grant(Millis(1000), t0);
+  CHECK(t.next_expiry() == t0 + Millis(1000));
+  CHECK(t.take_expired(t0 + Millis(999)).empty());
+  CHECK(t.keepalive(id, t0 + Millis(900)) == Millis(1000));
+  CHECK(t.take_expired(t0 + Millis(1500)).empty());
+  auto gone = t.take_expired(t0 + Millis(1900));
+  REQUIRE(gone.size() == 1);
+  CHECK(gone[0].id == id);
+  CHECK_FALSE(t.exists(id));
+  CHECK_FALSE(t.keepalive(id, t0 + Millis(1901)).has_value());
+}
+
+TEST_CASE("keepalive of a lease past due fails even before the expiry sweep") {
+  LeaseTable t;
+  const auto id = t.grant(Millis(100), t0);
+  CHECK_FALSE(t.keepalive(id, t0 + Millis(100)).has_value());
+}
+
+TEST_CASE("lease ids are never reused and restore keeps the id counter ahead") {
+  LeaseTable t;
+  auto a = t.grant(Millis(10), t0);
+  t.revoke(a);
+  auto b = t.grant(Millis(10), t0);
+  CHECK(b != a);
+  t.restore(50, Millis(10), t0);
+  CHECK(t.grant(Millis(10), t0) == 51);
+}
+
+TEST_CASE("expired lease deletes its keys and emits delete events in one revision") {
+  StoreCore core;
+  std::vector<Mutation> seen;
+  core.set_sink([&](const Mutation& m) { seen.push_back(m); });
+  auto grant = core.execute({Op::kLeaseGrant, 1, 0, 500, {}, {}}, t0);
+  REQUIRE(grant.status == Status::kOk);
+  const auto lease = grant.num;
+  core.execute({Op::kMultiSet, 2, lease, 0, {"n/a", "n/b"}, {"1", "2"}}, t0);
+  core.execute({Op::kSet, 3, 0, 0, {"n/c"}, {"3"}}, t0);
+  // Re-setting a key without the lease detaches it from the lease.
+  core.execute({Op::kSet, 4, 0, 0, {"n/b"}, {"22"}}, t0);
+  const auto rev = core.revision();
+
+  CHECK(core.expire_leases(t0 + Millis(499)) == 0);
+  CHECK(core.expire_leases(t0 + Millis(500)) == 1);
+  CHECK(core.kv().find("n/a") == nullptr);
+  CHECK(core.kv().find("n/b") != nullptr);
+  CHECK(core.kv().find("n/c") != nullptr);
+  CHECK(core.revision() == rev + 1);
+  auto events = core.history_since("n/", rev + 1);
+  REQUIRE(events);
+  REQUIRE(events->size() == 1);
+  CHECK((*events)[0].type == EventType::kDelete);
+  CHECK((*events)[0].key == "n/a");
+  REQUIRE_FALSE(seen.empty());
+  CHECK(seen.back().changes.back().kind == Change::Kind::kLeaseRevoke);
+
+  auto keep = core.execute({Op::kLeaseKeepAlive, 5, lease, 0, {}, {}}, t0 + Millis(501));
+  CHECK(keep.status == Status::kLeaseNotFound);
+}
+
+TEST_CASE("revoking a lease deletes its keys at once") {
+  StoreCore core;
+  const auto lease = core.execute({Op::kLeaseGrant, 1, 0, 60000, {}, {}}, t0).num;
+  core.execute({Op::kSet, 2, lease, 0, {"k"}, {"v"}}, t0);
+  auto r = core.execute({Op::kLeaseRevoke, 3, lease, 0, {}, {}}, t0);
+  CHECK(r.status == Status::kOk);
+  CHECK(r.num == 1);
+  CHECK(core.kv().size() == 0);
+  CHECK(core.execute({Op::kLeaseRevoke, 4, lease, 0, {}, {}}, t0).status == Status::kLeaseNotFound);
+  CHECK(core.execute({Op::kLeaseGrant, 5, 0, 0, {}, {}}, t0).status == Status::kBadRequest);
+}
