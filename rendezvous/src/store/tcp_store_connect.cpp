@@ -101,13 +101,13 @@ void TcpStore::Impl::on_handshake_reply(const Response& hello) {
       return;
     case Status::kAuthFailed:
       // Retrying cannot fix a wrong token: fail now.
-      finish_connect(std::make_exception_ptr(StoreError(
+      finish_connect(std::make_exception_ptr(AuthError(
           "authentication failed at store " + where() +
           (hello.message.empty() ? "" : " (" + hello.message + ")") +
           ": the token does not match the server's; check --token-file")));
       return;
     case Status::kVersionMismatch:
-      finish_connect(std::make_exception_ptr(StoreError(
+      finish_connect(std::make_exception_ptr(AuthError(
           "store at " + where() + " speaks another protocol version (client " +
           std::to_string(kProtocolVersion) + ", server " + std::to_string(hello.num) +
           "): " + hello.message)));

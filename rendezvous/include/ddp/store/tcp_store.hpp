@@ -7,9 +7,17 @@
 #include <string>
 
 #include "ddp/common/endpoint.hpp"
+#include "ddp/common/error.hpp"
 #include "ddp/store/store.hpp"
 
 namespace ddp::store {
+
+// The server rejected the client's token (or protocol version). Retrying cannot
+// help; the message says to check --token-file. Callers map it to a config error.
+class AuthError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
 
 struct TcpStoreOptions {
   Endpoint endpoint;

@@ -1,0 +1,132 @@
+// ddp-store: command-line client of ddp-rendezvousd. Wiring only: parse, connect,
+// run one command, map the outcome to an exit code.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "ddp/common/endpoint.hpp"
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "ddp/store/tcp_store.hpp"
+#include "store_commands.hpp"
+
+namespace {
+
+using namespace ddp::store_cli;
+
+std::string read_token(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ddp::ConfigError("--token-file: cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto token = ss.str();
+  // Files written by `echo` end with a newline that is not part of the token.
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) {
+    token.pop_back();
+  }
+  return token;
+}
+
+constexpr const char* kFooter =
+    "Exit codes: 0 ok; 1 key not found, timed out, or cas not applied; 2 usage error or\n"
+    "wrong token; 3 store unreachable (after retrying for --timeout seconds).\n"
+    "get without --timeout answers at once; with it, waits for the key.";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddp-store: command-line client of the ddp rendezvous store", "ddp-store"};
+  app.footer(kFooter);
+  std::string endpoint_text;
+  std::string token_file;
+  double timeout_s = 10.0;
+  std::string log_level = "warn";
+  app.add_option("--endpoint", endpoint_text, "store HOST:PORT")->required();
+  app.add_option("--token-file", token_file, "file holding the auth token");
+  app.add_option("--timeout", timeout_s, "seconds to keep trying to connect, and to wait for a reply");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
+
+  Command cmd;
+  std::vector<std::string> keys;
+  auto positional = [&](CLI::App* sub, const char* name, const char* help) {
+    sub->add_option(name, cmd.args, help)->required();
+  };
+  auto* set = app.add_subcommand("set", "set KEY VALUE");
+  set->add_option("key_value", cmd.args, "KEY VALUE")->required()->expected(2);
+  auto* get = app.add_subcommand("get", "print the value of KEY");
+  positional(get, "key", "KEY");
+  get->add_option("--timeout", cmd.wait_seconds, "seconds to wait for the key to appear");
+  auto* add = app.add_subcommand("add", "add N to the integer at KEY, print the result");
+  add->add_option("key_n", cmd.args, "KEY N")->required()->expected(2);
+  auto* cas = app.add_subcommand("cas", "set KEY to NEW if it is OLD; print the value after");
+  cas->add_option("key_old_new", cmd.args, "KEY OLD NEW")->required()->expected(3);
+  auto* del = app.add_subcommand("del", "delete KEY");
+  positional(del, "key", "KEY");
+  auto* list = app.add_subcommand("list", "print KEY<TAB>VALUE for every key under PREFIX");
+  list->add_option("prefix", cmd.args, "PREFIX")->expected(0, 1);
+  auto* watch = app.add_subcommand("watch", "print PUT/DELETE events under PREFIX");
+  positional(watch, "prefix", "PREFIX");
+  watch->add_option("--count", cmd.count, "exit after N events");
+  watch->add_option("--from", cmd.from_revision, "replay from this revision")
+;
+  auto* wait = app.add_subcommand("wait", "wait until every KEY exists");
+  wait->add_option("keys", cmd.args, "KEY...")->required();
+  wait->add_option("--timeout", cmd.wait_seconds, "seconds to wait (default: forever)");
+  app.add_subcommand("stat", "print server statistics");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "ddp-store: %s; run 'ddp-store --help'\n", e.what());
+    return kExitUsage;
+  }
+  if (app.get_subcommands().empty()) {
+    std::fprintf(stderr, "ddp-store: a command is required (set get add cas del list watch wait stat); run 'ddp-store --help'\n");
+    return kExitUsage;
+  }
+  // Range checks here rather than CLI11 validators, whose messages print DBL_MAX.
+  const char* negative = cmd.count < 0                                  ? "--count"
+                         : cmd.from_revision < 0                        ? "--from"
+                         : cmd.wait_seconds && *cmd.wait_seconds < 0.0 ? "--timeout (of the command)"
+                         : !(timeout_s > 0.0)                           ? "--timeout"
+                                                                        : nullptr;
+  if (negative != nullptr) {
+    std::fprintf(stderr, "ddp-store: %s must be a positive number (seconds for timeouts)\n", negative);
+    return kExitUsage;
+  }
+  cmd.name = app.get_subcommands().front()->get_name();
+
+  try {
+    ddp::log::setup(log_level, "ddp-store");
+    ddp::store::TcpStoreOptions options;
+    options.endpoint = ddp::parse_endpoint(endpoint_text, "--endpoint");
+    if (!token_file.empty()) options.token = read_token(token_file);
+    options.connect_timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+    options.request_timeout = options.connect_timeout;
+    ddp::store::TcpStore store(options);
+    const int code = run_command(store, cmd);
+    std::fflush(stdout);
+    return code;
+  } catch (const ddp::ConfigError& e) {
+    std::fprintf(stderr, "ddp-store: %s\n", e.what());
+    return kExitUsage;
+  } catch (const ddp::store::AuthError& e) {
+    std::fprintf(stderr, "ddp-store: %s\n", e.what());
+    return kExitUsage;
+  } catch (const ddp::TimeoutError& e) {
+    std::fprintf(stderr, "ddp-store: %s\n", e.what());
+    return kExitNotFound;
+  } catch (const ddp::NetworkError& e) {
+    std::fprintf(stderr, "ddp-store: %s\n", e.what());
+    return kExitUnreachable;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddp-store: %s\n", e.what());
+    return kExitNotFound;
+  }
+}
