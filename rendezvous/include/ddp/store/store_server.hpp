@@ -24,6 +24,9 @@ struct StoreServerOptions {
   // Connections that send no complete frame within this time after connecting
   // (or stall mid-frame this long) are closed.
   std::chrono::milliseconds idle_frame_timeout{std::chrono::seconds(30)};
+  // Responses queued for a client that does not read them; past this the
+  // client is dropped. 0: max_frame_bytes + 8 MiB (one largest reply plus slack).
+  std::size_t max_queued_bytes_per_connection = 0;
 };
 
 // Owns one event-loop thread that owns all state; no locks on the request path.

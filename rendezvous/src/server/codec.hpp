@@ -1,0 +1,40 @@
+// A wire protocol spoken on the server's port. A session sniffs the first byte a
+// client sends and picks the codec for it, so the native protocol (first byte
+// 0xDD) and, later, PyTorch's TCPStore protocol (first byte 0x00..0x0D, its
+// query type) can share one port. A codec only translates bytes <-> Request /
+// Response; all semantics stay in the dispatcher, so a second protocol gets the
+// same store for free.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "ddp/store/protocol.hpp"
+
+namespace ddp::store::server {
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  // Consumes `bytes` (any split of the stream) and calls `on_request` for each
+  // complete request; stops early when it returns false. Throws ProtocolError on
+  // malformed input, checking sizes against the limits before allocating.
+  virtual void feed(std::string_view bytes, const std::function<bool(Request&&)>& on_request) = 0;
+  // True while a request has begun arriving but is not complete.
+  virtual bool mid_frame() const = 0;
+  // Complete requests decoded so far (lets the session restart its stall timer).
+  virtual std::uint64_t requests_decoded() const = 0;
+  // Appends the wire form of `resp` to `out`.
+  virtual void encode(const Response& resp, std::string& out) = 0;
+  // Whether this protocol needs a HELLO before anything else (the native one does).
+  virtual bool requires_hello() const = 0;
+  virtual const char* name() const = 0;
+};
+
+// The codec for a stream starting with `first_byte`; nullptr when no protocol
+// starts that way (the session then closes the connection).
+std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits);
+
+}  // namespace ddp::store::server

@@ -1,0 +1,419 @@
+#include "dispatcher.hpp"
+
+#include <algorithm>
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+
+namespace ddp::store::server {
+namespace asio = boost::asio;
+
+namespace {
+
+// Timeouts beyond this are "forever": now + a huge duration would overflow.
+constexpr std::int64_t kMaxTimeoutMs = 10LL * 365 * 24 * 3600 * 1000;
+// How long a graceful stop waits for sessions to take their last replies.
+constexpr std::chrono::seconds kShutdownGrace{2};
+
+bool same_token(std::string_view a, std::string_view b) {
+  // Constant time in the token's length, so response timing does not leak a prefix.
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const auto n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto ca = i < a.size() ? a[i] : '\0';
+    const auto cb = i < b.size() ? b[i] : '\0';
+    diff |= static_cast<unsigned char>(ca ^ cb);
+  }
+  return diff == 0;
+}
+
+Response reply(std::uint32_t id, Status status, std::string message = {}) {
+  Response r;
+  r.id = id;
+  r.status = status;
+  r.message = std::move(message);
+  return r;
+}
+
+std::size_t encoded_size(const Response& r) {
+  std::size_t n = 4 + 4 + 1 + 8 + 8 + 4 + r.message.size() + 4;
+  for (const auto& it : r.items) n += 1 + 4 + it.key.size() + 4 + it.value.size() + 8;
+  return n;
+}
+
+}  // namespace
+
+Dispatcher::Dispatcher(asio::io_context& io, const StoreServerOptions& options)
+    : io_(io), options_(options), waiter_timer_(io), lease_timer_(io), grace_timer_(io) {
+  core_.set_sink([this](const Mutation& m) {
+    // Before the response exists: an acknowledged write is in the log.
+    if (persistence_) persistence_->append(m);
+    committed_.push_back(m);
+  });
+}
+
+Dispatcher::~Dispatcher() = default;
+
+void Dispatcher::open_persistence() {
+  if (options_.data_dir.empty()) return;
+  persistence_ = std::make_unique<Persistence>(options_.data_dir);
+  persistence_->open(core_, Clock::now());
+}
+
+void Dispatcher::add_session(const std::shared_ptr<Session>& session) { sessions_[session.get()] = session; }
+
+std::map<std::string, std::int64_t> Dispatcher::stats() const {
+  return {{"connections", static_cast<std::int64_t>(sessions_.size())},
+          {"keys", static_cast<std::int64_t>(core_.kv().size())},
+          {"leases", static_cast<std::int64_t>(core_.leases().size())},
+          {"watches", static_cast<std::int64_t>(hub_.size())},
+          {"waiters", static_cast<std::int64_t>(waiters_.size())},
+          {"revision", core_.revision()},
+          {"requests", requests_}};
+}
+
+void Dispatcher::on_request(const std::shared_ptr<Session>& s, Request&& req) {
+  ++requests_;
+  try {
+    dispatch(s, req);
+    after_work();
+  } catch (const std::exception& e) {
+    // A failed log write (disk full) or a bug: this request fails, the server goes on.
+    ddp::log::get("store.server")
+        ->error("request failed op={} peer={} error=\"{}\"", op_name(req.op), s->peer(), e.what());
+    s->send(reply(req.id, Status::kInternal, e.what()));
+  }
+}
+
+void Dispatcher::dispatch(const std::shared_ptr<Session>& s, Request& req) {
+  if (!s->hello_done()) {
+    if (req.op == Op::kHello) return handle_hello(s, req);
+    ddp::log::get("store.server")
+        ->warn("closing connection: {} before hello peer={}", op_name(req.op), s->peer());
+    s->close("request before hello");
+    return;
+  }
+  if (stopping_) return s->send(reply(req.id, Status::kShuttingDown, "server is shutting down"));
+  switch (req.op) {
+    case Op::kHello: return s->send(reply(req.id, Status::kBadRequest, "hello sent twice"));
+    case Op::kGet:
+    case Op::kWait: return handle_blocking(s, req);
+    case Op::kWatch: return handle_watch(s, req);
+    case Op::kCancel: return handle_cancel(s, req);
+    default: break;
+  }
+  auto resp = core_.execute(req, Clock::now());
+  if (req.op == Op::kStat) {
+    for (const auto& [name, value] : stats()) {
+      if (name == "keys" || name == "leases" || name == "revision") continue;  // core's own
+      resp.items.push_back({ItemKind::kPresent, name, std::to_string(value), 0});
+    }
+  }
+  if (!resp.items.empty() && encoded_size(resp) > options_.limits.max_frame_bytes) {
+    resp = reply(req.id, Status::kLimitExceeded,
+                 "response of " + std::to_string(encoded_size(resp)) + " bytes exceeds max_frame_bytes " +
+                     std::to_string(options_.limits.max_frame_bytes) + "; ask for fewer keys");
+  }
+  s->send(resp);
+}
+
+void Dispatcher::handle_hello(const std::shared_ptr<Session>& s, const Request& req) {
+  auto log = ddp::log::get("store.server");
+  Response resp = reply(req.id, Status::kOk);
+  resp.num = kProtocolVersion;
+  resp.revision = core_.revision();
+  if (req.a != static_cast<std::int64_t>(kProtocolVersion)) {
+    resp.status = Status::kVersionMismatch;
+    resp.message = "server speaks protocol version " + std::to_string(kProtocolVersion) +
+                   ", client sent " + std::to_string(req.a) + "; use matching ddp versions";
+    log->warn("closing connection: protocol version mismatch peer={} client_version={}", s->peer(), req.a);
+    s->send(resp);
+    s->close_after_flush();
+    return;
+  }
+  if (!options_.token.empty()) {
+    const std::string_view given = req.values.empty() ? std::string_view() : std::string_view(req.values[0]);
+    if (!same_token(given, options_.token)) {
+      resp.status = Status::kAuthFailed;
+      resp.message = given.empty() ? "this server requires a token; pass --token-file"
+                                   : "wrong token; check --token-file";
+      log->warn("closing connection: authentication failed peer={} token={}", s->peer(),
+                given.empty() ? "missing" : "wrong");
+      s->send(resp);
+      s->close_after_flush();
+      return;
+    }
+  }
+  s->set_hello_done();
+  s->send(resp);
+}
+
+bool Dispatcher::refuse_pending(const std::shared_ptr<Session>& s, const Request& req) {
+  if (s->pending().count(req.id) != 0) {
+    s->send(reply(req.id, Status::kBadRequest, "request id " + std::to_string(req.id) + " is already pending"));
+    return true;
+  }
+  if (s->pending().size() >= options_.limits.max_pending_per_connection) {
+    s->send(reply(req.id, Status::kLimitExceeded,
+                  "more than " + std::to_string(options_.limits.max_pending_per_connection) +
+                      " pending gets/waits/watches on one connection"));
+    return true;
+  }
+  return false;
+}
+
+void Dispatcher::handle_blocking(const std::shared_ptr<Session>& s, Request& req) {
+  const auto now = Clock::now();
+  auto resp = core_.execute(req, now);
+  if (resp.status != Status::kNotFound) return s->send(resp);
+  if (req.b == 0) {
+    resp.status = Status::kTimeout;
+    resp.message = "timed out after 0 ms";
+    return s->send(resp);
+  }
+  if (refuse_pending(s, req)) return;
+  const auto deadline = (req.b < 0 || req.b > kMaxTimeoutMs) ? Clock::time_point::max() : now + Millis(req.b);
+  const WaiterId id = next_handle_++;
+  waiters_.add(id, core_.missing(req.keys), deadline);
+  s->pending()[req.id] = {Pending::Kind::kWaiter, id};
+  waiter_info_[id] = {s, std::move(req), deadline};
+}
+
+void Dispatcher::release_waiter(WaiterId id) {
+  auto it = waiter_info_.find(id);
+  if (it == waiter_info_.end()) return;
+  auto resp = core_.execute(it->second.req, Clock::now());
+  if (resp.status == Status::kNotFound) {  // deleted again before we got here: keep waiting
+    waiters_.add(id, core_.missing(it->second.req.keys), it->second.deadline);
+    return;
+  }
+  auto info = std::move(it->second);
+  waiter_info_.erase(it);
+  info.session->pending().erase(info.req.id);
+  info.session->send(resp);
+}
+
+void Dispatcher::handle_watch(const std::shared_ptr<Session>& s, const Request& req) {
+  if (req.keys.size() != 1) return s->send(reply(req.id, Status::kBadRequest, "watch takes one key: the prefix"));
+  if (req.b < 0) return s->send(reply(req.id, Status::kBadRequest, "watch from a negative revision"));
+  if (refuse_pending(s, req)) return;
+  drain();  // nothing committed may be both replayed and routed
+  std::vector<WatchEvent> past;
+  if (req.b > 0) {
+    auto got = core_.history_since(req.keys[0], req.b);
+    if (!got) {
+      auto r = reply(req.id, Status::kCompacted,
+                     "revision " + std::to_string(req.b) + " is compacted; the oldest available is " +
+                         std::to_string(core_.history().compacted_revision() + 1) +
+                         "; list again and watch from its revision + 1");
+      r.revision = core_.revision();
+      return s->send(r);
+    }
+    past = std::move(*got);
+  }
+  const WatchId id = next_handle_++;
+  hub_.add(id, req.keys[0]);
+  watch_info_[id] = {s, req.id};
+  s->pending()[req.id] = {Pending::Kind::kWatch, id};
+  auto ack = reply(req.id, Status::kOk);
+  ack.revision = core_.revision();
+  s->send(ack);
+  send_events(*s, req.id, past);
+}
+
+void Dispatcher::send_events(Session& s, std::uint32_t id, const std::vector<WatchEvent>& events) {
+  // One kEvent frame per revision: a multi-key mutation arrives as one unit.
+  std::size_t i = 0;
+  while (i < events.size()) {
+    auto frame = reply(id, Status::kEvent);
+    frame.revision = events[i].revision;
+    for (; i < events.size() && events[i].revision == frame.revision; ++i) {
+      const auto& e = events[i];
+      frame.items.push_back({e.type == EventType::kPut ? ItemKind::kPut : ItemKind::kDelete, e.key, e.value,
+                             e.revision});
+    }
+    s.send(frame);
+    if (s.closed()) return;
+  }
+}
+
+void Dispatcher::handle_cancel(const std::shared_ptr<Session>& s, const Request& req) {
+  auto resp = reply(req.id, Status::kOk);
+  const auto target = static_cast<std::uint32_t>(req.a);
+  auto it = s->pending().find(target);
+  if (it != s->pending().end()) {
+    if (it->second.kind == Pending::Kind::kWaiter) {
+      waiters_.remove(it->second.handle);
+      waiter_info_.erase(it->second.handle);
+    } else {
+      hub_.remove(it->second.handle);
+      watch_info_.erase(it->second.handle);
+    }
+    s->pending().erase(it);
+    s->send(reply(target, Status::kCancelled, "cancelled by the client"));
+    resp.num = 1;
+  }
+  s->send(resp);
+}
+
+void Dispatcher::drain() {
+  // Sends can close sessions (write queue full), which edits the maps: look ids
+  // up afresh every time instead of holding iterators.
+  for (std::size_t m = 0; m < committed_.size(); ++m) {
+    const auto mutation = std::move(committed_[m]);
+    for (const auto& c : mutation.changes) {
+      if (c.kind != Change::Kind::kPut) continue;
+      for (auto id : waiters_.on_put(c.key)) release_waiter(id);
+    }
+    if (hub_.size() == 0) continue;
+    for (const auto& [watch, events] : hub_.route(events_of(mutation))) {
+      auto it = watch_info_.find(watch);
+      if (it == watch_info_.end()) continue;
+      auto session = it->second.session;
+      send_events(*session, it->second.request_id, events);
+    }
+  }
+  committed_.clear();
+}
+
+void Dispatcher::after_work() {
+  drain();
+  if (persistence_ && persistence_->wants_compaction()) persistence_->compact(core_);
+  rearm_timers();
+}
+
+void Dispatcher::rearm_timers() {
+  if (stopping_) return;
+  auto next_wait = waiters_.next_deadline();
+  if (next_wait != waiter_armed_) {
+    waiter_armed_ = next_wait;
+    if (next_wait) {
+      waiter_timer_.expires_at(*next_wait);
+      waiter_timer_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) on_waiter_timer();
+      });
+    } else {
+      waiter_timer_.cancel();
+    }
+  }
+  auto next_lease = core_.next_lease_expiry();
+  if (next_lease != lease_armed_) {
+    lease_armed_ = next_lease;
+    if (next_lease) {
+      lease_timer_.expires_at(*next_lease);
+      lease_timer_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) on_lease_timer();
+      });
+    } else {
+      lease_timer_.cancel();
+    }
+  }
+}
+
+void Dispatcher::on_waiter_timer() {
+  waiter_armed_.reset();
+  for (auto id : waiters_.take_expired(Clock::now())) {
+    auto it = waiter_info_.find(id);
+    if (it == waiter_info_.end()) continue;
+    auto info = std::move(it->second);
+    waiter_info_.erase(it);
+    info.session->pending().erase(info.req.id);
+    auto missing = core_.missing(info.req.keys);
+    std::string msg = std::string(op_name(info.req.op)) + " timed out after " + std::to_string(info.req.b) +
+                      " ms; missing key(s):";
+    for (std::size_t i = 0; i < missing.size() && i < 5; ++i) msg += " '" + missing[i] + "'";
+    if (missing.size() > 5) msg += " and " + std::to_string(missing.size() - 5) + " more";
+    info.session->send(reply(info.req.id, Status::kTimeout, msg));
+  }
+  try {
+    after_work();
+  } catch (const std::exception& e) {
+    ddp::log::get("store.server")->error("waiter timer failed error=\"{}\"", e.what());
+  }
+}
+
+void Dispatcher::on_lease_timer() {
+  lease_armed_.reset();
+  try {
+    const auto n = core_.expire_leases(Clock::now());
+    if (n > 0) ddp::log::get("store.server")->debug("leases expired count={}", n);
+    after_work();
+  } catch (const std::exception& e) {
+    ddp::log::get("store.server")->error("lease expiry failed error=\"{}\"", e.what());
+  }
+}
+
+void Dispatcher::on_closed(Session& s) {
+  for (const auto& [request_id, p] : s.pending()) {
+    if (p.kind == Pending::Kind::kWaiter) {
+      waiters_.remove(p.handle);
+      waiter_info_.erase(p.handle);
+    } else {
+      hub_.remove(p.handle);
+      watch_info_.erase(p.handle);
+    }
+  }
+  s.pending().clear();
+  // Keep the session alive until this call returns: it is our caller.
+  auto self = sessions_.find(&s);
+  std::shared_ptr<Session> keep;
+  if (self != sessions_.end()) {
+    keep = std::move(self->second);
+    sessions_.erase(self);
+  }
+  if (stopping_ && sessions_.empty() && done_) {
+    grace_timer_.cancel();
+    std::exchange(done_, nullptr)();
+  }
+}
+
+void Dispatcher::shutdown(std::function<void()> done) {
+  auto log = ddp::log::get("store.server");
+  try {
+    drain();
+  } catch (const std::exception& e) {
+    log->error("shutdown: delivering last changes failed error=\"{}\"", e.what());
+  }
+  stopping_ = true;
+  waiter_timer_.cancel();
+  lease_timer_.cancel();
+  // Moved out first: a send can close its session, which edits these maps.
+  auto waiting = std::move(waiter_info_);
+  waiter_info_.clear();
+  for (auto& [id, info] : waiting) {
+    waiters_.remove(id);
+    info.session->pending().erase(info.req.id);
+    info.session->send(reply(info.req.id, Status::kShuttingDown, "server is shutting down"));
+  }
+  auto watching = std::move(watch_info_);
+  watch_info_.clear();
+  for (auto& [id, info] : watching) {
+    hub_.remove(id);
+    info.session->pending().erase(info.request_id);
+    info.session->send(reply(info.request_id, Status::kShuttingDown, "server is shutting down"));
+  }
+  if (persistence_) {
+    try {
+      persistence_->close(core_);
+      log->info("state saved data_dir={} keys={} revision={}", persistence_->dir(), core_.kv().size(),
+                core_.revision());
+    } catch (const std::exception& e) {
+      log->error("saving state failed data_dir={} error=\"{}\"", persistence_->dir(), e.what());
+    }
+  }
+  if (sessions_.empty()) return done();
+  done_ = std::move(done);
+  std::vector<std::shared_ptr<Session>> all;
+  for (auto& [ptr, s] : sessions_) all.push_back(s);
+  for (auto& s : all) s->close_after_flush();
+  if (!done_) return;  // every session closed at once
+  grace_timer_.expires_after(kShutdownGrace);
+  grace_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    std::vector<std::shared_ptr<Session>> left;
+    for (auto& [ptr, s] : sessions_) left.push_back(s);
+    for (auto& s : left) s->close("shutdown grace period over");
+  });
+}
+
+}  // namespace ddp::store::server

@@ -1,0 +1,95 @@
+// The server's brain on its loop thread: answers requests from every session
+// through one StoreCore, parks blocked gets/waits in a WaiterTable and watches
+// in a WatchHub, runs the two timers (waiter deadlines, lease expiry), and
+// appends every mutation to the persistence log before its response is queued.
+//
+// Thread-safety: loop thread only; StoreServer posts to it.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "ddp/store/store_server.hpp"
+#include "persistence.hpp"
+#include "session.hpp"
+#include "store_core.hpp"
+#include "waiter_table.hpp"
+#include "watch_hub.hpp"
+
+namespace ddp::store::server {
+
+class Dispatcher final : public SessionHost {
+ public:
+  Dispatcher(boost::asio::io_context& io, const StoreServerOptions& options);
+  ~Dispatcher() override;
+
+  // Loads --data-dir state (ConfigError naming the path); before the loop runs.
+  void open_persistence();
+  void add_session(const std::shared_ptr<Session>& session);
+  std::size_t connections() const { return sessions_.size(); }
+  std::map<std::string, std::int64_t> stats() const;
+  // Graceful stop: pending gets/waits/watches get kShuttingDown, state is
+  // flushed, sessions close after writing; `done` runs once all have closed (or
+  // after a grace period).
+  void shutdown(std::function<void()> done);
+
+  void on_request(const std::shared_ptr<Session>& s, Request&& req) override;
+  void on_closed(Session& s) override;
+
+ private:
+  struct WaiterInfo {
+    std::shared_ptr<Session> session;
+    Request req;
+    Clock::time_point deadline;
+  };
+  struct WatchInfo {
+    std::shared_ptr<Session> session;
+    std::uint32_t request_id = 0;
+  };
+
+  void dispatch(const std::shared_ptr<Session>& s, Request& req);
+  void handle_hello(const std::shared_ptr<Session>& s, const Request& req);
+  void handle_blocking(const std::shared_ptr<Session>& s, Request& req);
+  void handle_watch(const std::shared_ptr<Session>& s, const Request& req);
+  void handle_cancel(const std::shared_ptr<Session>& s, const Request& req);
+  // Refuses a new pending request (duplicate id, per-connection limit).
+  bool refuse_pending(const std::shared_ptr<Session>& s, const Request& req);
+  void send_events(Session& s, std::uint32_t id, const std::vector<WatchEvent>& events);
+  // Hands committed mutations to waiters and watchers, in commit order.
+  void drain();
+  void release_waiter(WaiterId id);
+  void after_work();
+  void rearm_timers();
+  void on_waiter_timer();
+  void on_lease_timer();
+
+  boost::asio::io_context& io_;
+  StoreServerOptions options_;
+  StoreCore core_;
+  WaiterTable waiters_;
+  WatchHub hub_;
+  std::unique_ptr<Persistence> persistence_;
+  std::unordered_map<WaiterId, WaiterInfo> waiter_info_;
+  std::unordered_map<WatchId, WatchInfo> watch_info_;
+  std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
+  std::vector<Mutation> committed_;
+  boost::asio::steady_timer waiter_timer_;
+  boost::asio::steady_timer lease_timer_;
+  boost::asio::steady_timer grace_timer_;
+  std::optional<Clock::time_point> waiter_armed_;
+  std::optional<Clock::time_point> lease_armed_;
+  std::uint64_t next_handle_ = 1;
+  std::int64_t requests_ = 0;
+  bool stopping_ = false;
+  std::function<void()> done_;
+};
+
+}  // namespace ddp::store::server

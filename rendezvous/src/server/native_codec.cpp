@@ -1,0 +1,67 @@
+#include "native_codec.hpp"
+
+#include <cstring>
+
+#include "ddp/common/error.hpp"
+
+namespace ddp::store::server {
+
+std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits) {
+  if (first_byte == static_cast<unsigned char>(kPreamble[0])) return std::make_unique<NativeCodec>(limits);
+  // PyTorch TCPStore clients start with a query type byte 0x00..0x0D; a codec for
+  // them plugs in here (docs/store-protocol.md, "PyTorch TCPStore compatibility").
+  return nullptr;
+}
+
+void NativeCodec::feed(std::string_view bytes, const std::function<bool(Request&&)>& on_request) {
+  // Parse straight from the input when nothing is buffered (the common case of
+  // whole frames per read); copy only the incomplete tail.
+  std::string_view data = bytes;
+  if (!buf_.empty()) {
+    buf_.append(bytes);
+    data = buf_;
+  }
+  std::size_t pos = 0;
+  if (!preamble_done_) {
+    if (data.size() < sizeof(kPreamble)) {
+      if (std::memcmp(data.data(), kPreamble, data.size()) != 0) throw ProtocolError("bad preamble");
+      if (buf_.empty()) buf_.assign(data);
+      return;
+    }
+    if (std::memcmp(data.data(), kPreamble, sizeof(kPreamble)) != 0) throw ProtocolError("bad preamble");
+    pos = sizeof(kPreamble);
+    preamble_done_ = true;
+  }
+  bool go_on = true;
+  while (go_on && data.size() - pos >= 4) {
+    const auto len = decode_frame_length(data.substr(pos, 4));
+    if (len > limits_.max_frame_bytes) {
+      throw ProtocolError("frame length " + std::to_string(len) + " exceeds max_frame_bytes " +
+                          std::to_string(limits_.max_frame_bytes));
+    }
+    if (data.size() - pos - 4 < len) break;
+    Request req;
+    try {
+      req = decode_request(data.substr(pos + 4, len), limits_);
+    } catch (const ProtocolError& e) {
+      // Name the op when the first byte is one, so the log says what was wrong where.
+      const auto op = len > 0 ? static_cast<std::uint8_t>(data[pos + 4]) : 0;
+      if (op == 0 || op > kMaxOp) throw;
+      throw ProtocolError(std::string("op ") + op_name(static_cast<Op>(op)) + ": " + e.what());
+    }
+    pos += 4 + len;
+    ++decoded_;
+    go_on = on_request(std::move(req));
+  }
+  if (!go_on) {
+    buf_.clear();
+    return;
+  }
+  if (data.data() == buf_.data()) {
+    buf_.erase(0, pos);
+  } else {
+    buf_.assign(data.substr(pos));
+  }
+}
+
+}  // namespace ddp::store::server

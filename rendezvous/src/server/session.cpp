@@ -1,0 +1,207 @@
+#include "session.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+
+namespace ddp::store::server {
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+
+// Reads per readiness before yielding to other connections, so one client
+// streaming bytes cannot starve the rest of the loop.
+constexpr int kReadsPerTurn = 64;
+
+std::string describe(const asio::ip::tcp::socket& s) {
+  error_code ec;
+  auto ep = s.remote_endpoint(ec);
+  if (ec) return "unknown";
+  auto addr = ep.address().to_string();
+  if (ep.address().is_v6()) addr = "[" + addr + "]";
+  return addr + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
+Session::Session(asio::ip::tcp::socket socket, SessionHost& host, const SessionOptions& options,
+                 std::string* shared_read_buffer)
+    : socket_(std::move(socket)),
+      idle_timer_(socket_.get_executor()),
+      host_(host),
+      options_(options),
+      read_buffer_(shared_read_buffer),
+      peer_(describe(socket_)) {}
+
+void Session::start() {
+  error_code ec;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  socket_.non_blocking(true, ec);
+  update_idle_timer(false);
+  read();
+}
+
+void Session::read() {
+  socket_.async_wait(asio::ip::tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+    if (ec || self->closed_) {
+      if (ec && ec != asio::error::operation_aborted) self->close(ec.message());
+      return;
+    }
+    self->on_readable();
+  });
+}
+
+void Session::on_readable() {
+  in_read_handler_ = true;
+  bool more = true;
+  int reads = 0;
+  while (more && !closed_ && !closing_) {
+    if (++reads > kReadsPerTurn) {
+      in_read_handler_ = false;
+      flush();
+      asio::post(socket_.get_executor(), [self = shared_from_this()] {
+        if (!self->closed_ && !self->closing_) self->on_readable();
+      });
+      return;
+    }
+    error_code ec;
+    const auto n = socket_.read_some(asio::buffer(read_buffer_->data(), read_buffer_->size()), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+    if (ec == asio::error::eof) {
+      close("peer closed the connection");
+      break;
+    }
+    if (ec) {
+      close(ec.message());
+      break;
+    }
+    more = feed(std::string_view(read_buffer_->data(), n));
+  }
+  in_read_handler_ = false;
+  flush();
+  if (!closed_ && !closing_) read();
+}
+
+bool Session::feed(std::string_view bytes) {
+  auto log = ddp::log::get("store.server");
+  if (!codec_) {
+    codec_ = make_codec(static_cast<unsigned char>(bytes[0]), options_.limits);
+    if (!codec_) {
+      log->warn("closing connection: unknown protocol peer={} first_byte=0x{:02x}", peer_,
+                static_cast<unsigned>(static_cast<unsigned char>(bytes[0])));
+      close("unknown protocol");
+      return false;
+    }
+  }
+  const auto before = codec_->requests_decoded();
+  try {
+    codec_->feed(bytes, [this](Request&& req) {
+      host_.on_request(shared_from_this(), std::move(req));
+      return !closed_ && !closing_;
+    });
+  } catch (const ProtocolError& e) {
+    log->warn("closing connection: malformed frame peer={} protocol={} error=\"{}\"", peer_,
+              codec_->name(), e.what());
+    close("malformed frame");
+    return false;
+  }
+  if (closed_) return false;
+  update_idle_timer(codec_->requests_decoded() != before);
+  return !closing_;
+}
+
+void Session::update_idle_timer(bool frame_completed) {
+  const bool needed = !hello_done() || (codec_ && codec_->mid_frame());
+  if (!needed) {
+    if (idle_armed_) idle_timer_.cancel();
+    idle_armed_ = false;
+    return;
+  }
+  // The clock measures one frame (or the handshake), not the gap since the
+  // last byte: a client trickling a byte a second is still stalled.
+  if (idle_armed_ && !frame_completed) return;
+  idle_armed_ = true;
+  idle_timer_.expires_after(options_.idle_frame_timeout);
+  idle_timer_.async_wait([self = shared_from_this()](error_code ec) {
+    if (ec || self->closed_ || !self->idle_armed_) return;
+    if (self->idle_timer_.expiry() > asio::steady_timer::clock_type::now()) return;  // re-armed
+    self->idle_armed_ = false;
+    const char* why = self->hello_done() ? "stalled mid-frame" : "no hello";
+    ddp::log::get("store.server")
+        ->warn("closing connection: {} peer={} timeout_ms={}", why, self->peer_,
+               self->options_.idle_frame_timeout.count());
+    self->close(why);
+  });
+}
+
+void Session::send(const Response& resp) {
+  if (closed_) return;
+  codec_->encode(resp, out_);
+  if (out_.size() + writing_.size() > options_.max_queued_bytes) {
+    ddp::log::get("store.server")
+        ->warn("closing connection: client does not read its responses peer={} queued_bytes={}", peer_,
+               out_.size() + writing_.size());
+    close("write queue full");
+    return;
+  }
+  if (!in_read_handler_) flush();
+}
+
+void Session::flush() {
+  while (!closed_ && !write_in_flight_) {
+    if (out_.empty()) {
+      if (closing_) close("closed after reply");
+      return;
+    }
+    writing_.swap(out_);
+    out_.clear();
+    // Try the write at once: most replies fit the socket buffer, which saves a
+    // trip through the reactor per response.
+    error_code ec;
+    const auto n = socket_.write_some(asio::buffer(writing_), ec);
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+      close(ec.message());
+      return;
+    }
+    if (n == writing_.size()) {
+      writing_.clear();
+      continue;
+    }
+    write_in_flight_ = true;
+    asio::async_write(socket_, asio::buffer(writing_.data() + n, writing_.size() - n),
+                      [self = shared_from_this()](error_code wec, std::size_t) {
+                        self->write_in_flight_ = false;
+                        if (wec) {
+                          if (wec != asio::error::operation_aborted) self->close(wec.message());
+                          return;
+                        }
+                        // Big replies must not pin their buffer to an idle connection.
+                        if (self->writing_.capacity() > (1u << 20)) std::string().swap(self->writing_);
+                        else self->writing_.clear();
+                        self->flush();
+                      });
+  }
+}
+
+void Session::close_after_flush() {
+  if (closed_) return;
+  closing_ = true;
+  if (!in_read_handler_) flush();
+}
+
+void Session::close(const std::string& reason) {
+  if (closed_) return;
+  closed_ = true;
+  ddp::log::get("store.server")->debug("connection closed peer={} reason=\"{}\"", peer_, reason);
+  error_code ec;
+  idle_timer_.cancel();
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  out_.clear();
+  host_.on_closed(*this);
+}
+
+}  // namespace ddp::store::server

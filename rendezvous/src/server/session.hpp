@@ -1,0 +1,98 @@
+// One client connection on the server's loop thread: reads bytes, picks a codec
+// from the first byte, hands decoded requests to its SessionHost, and writes
+// responses in order through a bounded write queue.
+//
+// Defences, each closing only this connection: unknown first byte; malformed
+// frame (ProtocolError from the codec, logged with the peer); no complete
+// HELLO, or a frame stalled mid-way, for idle_frame_timeout; more than
+// max_queued_bytes of responses the client does not read.
+//
+// Thread-safety: loop thread only. Lifetime: shared_ptr held by pending async
+// operations and by the host until on_closed().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "codec.hpp"
+
+namespace ddp::store::server {
+
+class Session;
+
+class SessionHost {
+ public:
+  virtual ~SessionHost() = default;
+  virtual void on_request(const std::shared_ptr<Session>& session, Request&& req) = 0;
+  // Called once, when the connection closes for any reason.
+  virtual void on_closed(Session& session) = 0;
+};
+
+struct SessionOptions {
+  Limits limits;
+  std::chrono::milliseconds idle_frame_timeout{30000};
+  std::size_t max_queued_bytes = 0;
+};
+
+// A blocked get/wait or a watch of this session, by request id.
+struct Pending {
+  enum class Kind : std::uint8_t { kWaiter, kWatch };
+  Kind kind = Kind::kWaiter;
+  std::uint64_t handle = 0;  // WaiterId or WatchId
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(boost::asio::ip::tcp::socket socket, SessionHost& host, const SessionOptions& options,
+          std::string* shared_read_buffer);
+  void start();
+
+  // Queues a response; written in order.
+  void send(const Response& resp);
+  // Closes now; pending output is dropped.
+  void close(const std::string& reason);
+  // Stops reading and closes once queued output is written (an error reply
+  // before a close, or a graceful shutdown).
+  void close_after_flush();
+  bool closed() const { return closed_; }
+
+  const std::string& peer() const { return peer_; }
+  bool hello_done() const { return hello_done_ || (codec_ && !codec_->requires_hello()); }
+  void set_hello_done() { hello_done_ = true; }
+  std::unordered_map<std::uint32_t, Pending>& pending() { return pending_; }
+
+ private:
+  void read();
+  void on_readable();
+  bool feed(std::string_view bytes);
+  void update_idle_timer(bool frame_completed);
+  void flush();
+
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer idle_timer_;
+  SessionHost& host_;
+  SessionOptions options_;
+  // One read buffer for the whole loop: reads happen one at a time on it, so
+  // 10,000 idle connections do not each hold a buffer.
+  std::string* read_buffer_;
+  std::string peer_;
+  std::unique_ptr<Codec> codec_;
+  std::unordered_map<std::uint32_t, Pending> pending_;
+
+  std::string out_;      // queued, not yet handed to the socket
+  std::string writing_;  // being written by an async_write
+  bool write_in_flight_ = false;
+  bool in_read_handler_ = false;  // batch responses to one read into one write
+  bool idle_armed_ = false;
+  bool hello_done_ = false;
+  bool closing_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace ddp::store::server

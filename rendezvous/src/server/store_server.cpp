@@ -1,0 +1,169 @@
+#include "ddp/store/store_server.hpp"
+
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "dispatcher.hpp"
+#include "session.hpp"
+
+namespace ddp::store {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+// One read buffer for the loop; 64 KiB keeps syscalls per byte low.
+constexpr std::size_t kReadBufferBytes = 64 * 1024;
+// After accept() fails (EMFILE, ...) wait before retrying instead of spinning.
+constexpr std::chrono::milliseconds kAcceptRetry{100};
+
+std::string host_port(const std::string& host, std::uint16_t port) {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+class StoreServer::Impl {
+ public:
+  explicit Impl(StoreServerOptions options)
+      : options_(std::move(options)), acceptor_(io_), accept_retry_(io_), read_buffer_(kReadBufferBytes, '\0') {
+    session_options_.limits = options_.limits;
+    session_options_.idle_frame_timeout = options_.idle_frame_timeout;
+    session_options_.max_queued_bytes = options_.max_queued_bytes_per_connection != 0
+                                            ? options_.max_queued_bytes_per_connection
+                                            : std::size_t{options_.limits.max_frame_bytes} + (8u << 20);
+  }
+
+  ~Impl() { stop(); }
+
+  void start() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (started_) return;
+    dispatcher_ = std::make_unique<server::Dispatcher>(io_, options_);
+    dispatcher_->open_persistence();
+    listen();
+    accept();
+    started_ = true;
+    thread_ = std::thread([this] { run(); });
+    ddp::log::get("store.server")
+        ->info("listening host={} port={} data_dir={} auth={}", options_.host, port_.load(),
+               options_.data_dir.empty() ? "none" : options_.data_dir, options_.token.empty() ? "off" : "on");
+  }
+
+  void stop() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!started_ || stopped_) return;
+    stopped_ = true;
+    asio::post(io_, [this] {
+      error_code ec;
+      acceptor_.close(ec);
+      accept_retry_.cancel();
+      dispatcher_->shutdown([this] { io_.stop(); });
+    });
+    thread_.join();
+    ddp::log::get("store.server")->info("stopped port={}", port_.load());
+  }
+
+  std::uint16_t port() const { return port_.load(); }
+
+  std::map<std::string, std::int64_t> stats() {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!started_) return {};
+    if (stopped_) return dispatcher_->stats();  // loop joined: safe to read here
+    std::promise<std::map<std::string, std::int64_t>> p;
+    auto f = p.get_future();
+    asio::post(io_, [&] { p.set_value(dispatcher_->stats()); });
+    lk.unlock();
+    return f.get();
+  }
+
+ private:
+  void listen() {
+    error_code ec;
+    auto address = asio::ip::make_address(options_.host, ec);
+    if (ec) {
+      tcp::resolver resolver(io_);
+      auto results = resolver.resolve(options_.host, std::to_string(options_.port), ec);
+      if (ec || results.empty())
+        throw NetworkError("cannot resolve host '" + options_.host + "': " + ec.message());
+      address = results.begin()->endpoint().address();
+    }
+    const tcp::endpoint ep(address, options_.port);
+    const auto where = host_port(options_.host, options_.port);
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) throw NetworkError("cannot listen on " + where + ": " + ec.message());
+    port_ = acceptor_.local_endpoint().port();
+  }
+
+  void accept() {
+    acceptor_.async_accept([this](error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      auto log = ddp::log::get("store.server");
+      if (ec) {
+        log->warn("accept failed error=\"{}\"; retrying in {} ms", ec.message(), kAcceptRetry.count());
+        accept_retry_.expires_after(kAcceptRetry);
+        accept_retry_.async_wait([this](error_code wec) {
+          if (!wec) accept();
+        });
+        return;
+      }
+      if (dispatcher_->connections() >= options_.max_connections) {
+        error_code pec;
+        auto peer = socket.remote_endpoint(pec);
+        log->warn("closing connection: max_connections={} reached peer={}:{}", options_.max_connections,
+                  pec ? "unknown" : peer.address().to_string(), pec ? 0 : peer.port());
+        socket.close(pec);
+      } else {
+        auto session = std::make_shared<server::Session>(std::move(socket), *dispatcher_, session_options_,
+                                                         &read_buffer_);
+        dispatcher_->add_session(session);
+        log->debug("connection accepted peer={}", session->peer());
+        session->start();
+      }
+      accept();
+    });
+  }
+
+  void run() {
+    try {
+      io_.run();
+    } catch (const std::exception& e) {
+      // Handlers report through error codes; reaching here is a bug.
+      ddp::log::get("store.server")->error("server loop failed error=\"{}\"", e.what());
+    }
+  }
+
+  StoreServerOptions options_;
+  server::SessionOptions session_options_;
+  asio::io_context io_{1};
+  tcp::acceptor acceptor_;
+  asio::steady_timer accept_retry_;
+  std::string read_buffer_;
+  std::unique_ptr<server::Dispatcher> dispatcher_;
+  std::atomic<std::uint16_t> port_{0};
+  std::mutex mu_;
+  bool started_ = false;
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+StoreServer::StoreServer(StoreServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+StoreServer::~StoreServer() = default;
+void StoreServer::start() { impl_->start(); }
+void StoreServer::stop() { impl_->stop(); }
+std::uint16_t StoreServer::port() const { return impl_->port(); }
+std::map<std::string, std::int64_t> StoreServer::stats() const { return impl_->stats(); }
+
+}  // namespace ddp::store
