@@ -1,0 +1,53 @@
+// The interface every collective backend implements (private to the SDK).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "ddp/process_group.hpp"
+
+namespace ddp::store {
+class Store;
+}
+
+namespace ddp::detail {
+
+using Millis = std::chrono::milliseconds;
+
+struct BackendConfig {
+  std::shared_ptr<store::Store> store;
+  std::string key_prefix;  // unique to this group instance, ends with '/'
+  int rank = 0;
+  int size = 1;
+  ProcessGroupOptions options;
+};
+
+// Arguments are validated by ProcessGroup before they get here; `timeout` is
+// already resolved to a positive value.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout) = 0;
+  virtual Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout) = 0;
+  virtual Work all_gather(const void* input, void* output, std::size_t count, DataType type,
+                          Millis timeout) = 0;
+  virtual Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type,
+                              ReduceOp op, Millis timeout) = 0;
+  virtual Work barrier(Millis timeout) = 0;
+};
+
+std::unique_ptr<Backend> make_gloo_backend(const BackendConfig& config);
+// Throws ConfigError when the SDK was built without NCCL.
+std::unique_ptr<Backend> make_nccl_backend(const BackendConfig& config);
+bool cuda_device_present();
+
+// Waits until every rank of the group has written its join key, so that a rank
+// that never starts is reported by number instead of as a transport timeout.
+void join_group(store::Store& store, const std::string& key_prefix, int rank, int size,
+                Millis timeout, std::string_view what);
+
+}  // namespace ddp::detail

@@ -1,0 +1,108 @@
+// parse_env(): the launcher's env contract (docs/worker-sdk.md, "Env contract").
+#include <cstdlib>
+#include <string>
+
+#include "ddp/common/endpoint.hpp"
+#include "ddp/common/error.hpp"
+#include "ddp/init.hpp"
+
+namespace ddp {
+namespace {
+
+constexpr const char* kHowToLaunch =
+    "start this program with ddprun (or torchrun), or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT";
+
+class Env {
+ public:
+  explicit Env(const EnvLookup& lookup) : lookup_(lookup) {}
+
+  std::optional<std::string> get(std::string_view name) const {
+    auto v = lookup_(name);
+    if (v && v->empty()) return std::nullopt;
+    return v;
+  }
+
+  std::string required(std::string_view name) const {
+    auto v = get(name);
+    if (!v) throw ConfigError(std::string(name) + " is not set: " + kHowToLaunch);
+    return *v;
+  }
+
+  long long integer(std::string_view name, const std::string& text, long long min, long long max) const {
+    long long value = 0;
+    bool ok = !text.empty() && text.size() <= 18;
+    for (char c : text) ok = ok && c >= '0' && c <= '9';
+    if (ok) value = std::stoll(text);
+    if (!ok || value < min || value > max) {
+      throw ConfigError(std::string(name) + "='" + text + "' is not " +
+                        (ok ? "in range " + std::to_string(min) + ".." + std::to_string(max)
+                            : std::string("a number: expected an integer >= ") + std::to_string(min)));
+    }
+    return value;
+  }
+
+  int integer_or(std::string_view name, int fallback, long long min) const {
+    auto v = get(name);
+    return v ? static_cast<int>(integer(name, *v, min, 1 << 30)) : fallback;
+  }
+
+ private:
+  const EnvLookup& lookup_;
+};
+
+}  // namespace
+
+Context parse_env(const EnvLookup& lookup) {
+  const Env env(lookup);
+  Context ctx;
+  const std::string rank_text = env.required("RANK");
+  const std::string world_text = env.required("WORLD_SIZE");
+  ctx.world_size = static_cast<int>(env.integer("WORLD_SIZE", world_text, 1, 1 << 30));
+  ctx.rank = static_cast<int>(env.integer("RANK", rank_text, 0, 1 << 30));
+  if (ctx.rank >= ctx.world_size) {
+    throw ConfigError("RANK=" + rank_text + " is out of range for WORLD_SIZE=" + world_text + " (must be 0.." +
+                      std::to_string(ctx.world_size - 1) + ")");
+  }
+  // Without LOCAL_* the job is taken to be on one host (hand-set env on a laptop).
+  ctx.local_world_size = env.integer_or("LOCAL_WORLD_SIZE", ctx.world_size, 1);
+  ctx.local_rank = env.integer_or("LOCAL_RANK", ctx.rank % ctx.local_world_size, 0);
+  if (ctx.local_rank >= ctx.local_world_size) {
+    throw ConfigError("LOCAL_RANK=" + std::to_string(ctx.local_rank) + " is out of range for LOCAL_WORLD_SIZE=" +
+                      std::to_string(ctx.local_world_size));
+  }
+  ctx.group_rank = env.integer_or("GROUP_RANK", 0, 0);
+  ctx.restart_count = env.integer_or("TORCHELASTIC_RESTART_COUNT", 0, 0);
+  ctx.run_id = env.get("TORCHELASTIC_RUN_ID").value_or("none");
+  ctx.error_file = env.get("TORCHELASTIC_ERROR_FILE").value_or("");
+  ctx.master_addr = env.get("MASTER_ADDR").value_or("");
+  if (auto port = env.get("MASTER_PORT")) ctx.master_port = parse_port(*port, "MASTER_PORT");
+
+  if (auto endpoint = env.get("DDP_STORE_ENDPOINT")) {
+    ctx.store_endpoint = parse_endpoint(*endpoint, "DDP_STORE_ENDPOINT").to_string();
+  } else {
+    // Rank 0 hosts the store (docs/worker-sdk.md, "Without ddprun").
+    if (ctx.master_addr.empty()) throw ConfigError(std::string("MASTER_ADDR is not set: ") + kHowToLaunch);
+    if (!env.get("MASTER_PORT")) throw ConfigError(std::string("MASTER_PORT is not set: ") + kHowToLaunch);
+    int port = ctx.master_port;
+    // torchrun's static rendezvous keeps its own TCPStore (PyTorch's protocol,
+    // not ours) on MASTER_PORT; our store then lives on the next port.
+    if (env.get("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True") {
+      if (port == 65535) throw ConfigError("MASTER_PORT=65535 leaves no port for the ddp store; use a lower MASTER_PORT");
+      ++port;
+    }
+    if (port == 0) throw ConfigError("MASTER_PORT=0 is not a usable port when rank 0 hosts the store: pick a free port");
+    ctx.store_endpoint = Endpoint{ctx.master_addr, static_cast<std::uint16_t>(port)}.to_string();
+  }
+  ctx.store_prefix = env.get("DDP_STORE_PREFIX").value_or("ddp/sdk/");
+  return ctx;
+}
+
+Context parse_env() {
+  return parse_env([](std::string_view name) -> std::optional<std::string> {
+    const char* v = std::getenv(std::string(name).c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  });
+}
+
+}  // namespace ddp

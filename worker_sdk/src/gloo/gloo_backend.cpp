@@ -1,0 +1,193 @@
+// Gloo backend: CPU collectives over Gloo's TCP transport, one op thread per group.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "backend.hpp"
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "gloo/gloo_address.hpp"
+#include "gloo/gloo_store.hpp"
+#include "op_queue.hpp"
+#include "reduce_kernels.hpp"
+
+namespace ddp::detail {
+namespace {
+
+bool mentions_timeout(const std::string& what) {
+  return what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos ||
+         what.find("timeout") != std::string::npos;
+}
+
+// Thread-safety: the constructor runs on the caller's thread; every collective
+// runs on queue_'s thread, the only one touching context_ afterwards.
+class GlooBackend final : public Backend {
+ public:
+  explicit GlooBackend(const BackendConfig& config)
+      : rank_(config.rank), size_(config.size), group_(config.options.name), queue_(config.rank) {
+    if (size_ > 1) connect(config);
+  }
+
+  std::string_view name() const override { return "gloo"; }
+
+  Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout) override {
+    return queue_.submit("all_reduce", [=, this] {
+      dispatch_type(type, [&]<typename T>(std::type_identity<T>) {
+        T* typed = static_cast<T*>(data);
+        if (size_ > 1) {
+          gloo::AllreduceOptions opts(context_);
+          opts.setOutput(typed, count);
+          opts.setReduceFunction(reduce_function<T>(op));
+          opts.setTag(next_tag());
+          opts.setTimeout(timeout);
+          guarded("all_reduce", timeout, [&] { gloo::allreduce(opts); });
+        }
+        if (op == ReduceOp::kAvg) divide_elements(typed, count, size_);
+      });
+    });
+  }
+
+  Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout) override {
+    const std::size_t bytes = count * element_size(type);
+    return queue_.submit("broadcast", [=, this] {
+      if (size_ == 1) return;
+      auto* ptr = static_cast<std::uint8_t*>(data);
+      gloo::BroadcastOptions opts(context_);
+      if (rank_ == root) opts.setInput(ptr, bytes);
+      opts.setOutput(ptr, bytes);
+      opts.setRoot(root);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout);
+      guarded("broadcast", timeout, [&] { gloo::broadcast(opts); });
+    });
+  }
+
+  Work all_gather(const void* input, void* output, std::size_t count, DataType type,
+                  Millis timeout) override {
+    const std::size_t bytes = count * element_size(type);
+    return queue_.submit("all_gather", [=, this] {
+      auto* out = static_cast<std::uint8_t*>(output);
+      if (size_ == 1) {
+        std::memmove(out, input, bytes);
+        return;
+      }
+      gloo::AllgatherOptions opts(context_);
+      // Gloo's allgather reads `input` through its own buffer, so the const_cast
+      // never leads to a write.
+      opts.setInput(static_cast<std::uint8_t*>(const_cast<void*>(input)), bytes);
+      opts.setOutput(out, bytes * static_cast<std::size_t>(size_));
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout);
+      guarded("all_gather", timeout, [&] { gloo::allgather(opts); });
+    });
+  }
+
+  // Gloo 0.5 has no new-style reduce-scatter: all-reduce the whole input in a
+  // scratch buffer and keep our chunk (what torch's ProcessGroupGloo does for
+  // CPU tensors). Costs 2x the bytes of a ring reduce-scatter.
+  Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
+                      Millis timeout) override {
+    return queue_.submit("reduce_scatter", [=, this] {
+      dispatch_type(type, [&]<typename T>(std::type_identity<T>) {
+        const std::size_t total = count * static_cast<std::size_t>(size_);
+        std::vector<T> scratch(static_cast<const T*>(input), static_cast<const T*>(input) + total);
+        if (size_ > 1) {
+          gloo::AllreduceOptions opts(context_);
+          opts.setOutput(scratch.data(), total);
+          opts.setReduceFunction(reduce_function<T>(op));
+          opts.setTag(next_tag());
+          opts.setTimeout(timeout);
+          guarded("reduce_scatter", timeout, [&] { gloo::allreduce(opts); });
+        }
+        T* out = static_cast<T*>(output);
+        std::memcpy(out, scratch.data() + count * static_cast<std::size_t>(rank_), count * sizeof(T));
+        if (op == ReduceOp::kAvg) divide_elements(out, count, size_);
+      });
+    });
+  }
+
+  Work barrier(Millis timeout) override {
+    return queue_.submit("barrier", [=, this] {
+      if (size_ == 1) return;
+      gloo::BarrierOptions opts(context_);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout);
+      guarded("barrier", timeout, [&] { gloo::barrier(opts); });
+    });
+  }
+
+ private:
+  void connect(const BackendConfig& config) {
+    const GlooAddress address = choose_gloo_address(config.options.interface);
+    const std::string where = address.iface.empty() ? "address " + address.hostname
+                                                    : "interface " + address.iface;
+    log::get("sdk")->debug("gloo transport rank={} bind={} reason=\"{}\"", rank_, where, address.reason);
+    gloo::transport::tcp::attr attr;
+    if (!address.iface.empty()) attr.iface = address.iface;
+    else attr.hostname = address.hostname;
+    try {
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception& e) {
+      throw NetworkError("rank " + std::to_string(rank_) + ": cannot bind the gloo transport to " + where +
+                         " (" + address.reason + "): " + e.what() +
+                         "; set DDP_GLOO_IFNAME to an interface the other ranks can reach");
+    }
+    context_ = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    context_->setTimeout(config.options.timeout);
+    GlooStore store(config.store, config.key_prefix + "gloo/", config.options.timeout);
+    try {
+      context_->connectFullMesh(store, device_);
+    } catch (const ddp::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw NetworkError("rank " + std::to_string(rank_) + " of group '" + group_ +
+                         "': gloo could not connect to its peers from " + where + ": " + e.what() +
+                         "; if the ranks run on several hosts, set DDP_GLOO_IFNAME to an interface they can reach");
+    }
+  }
+
+  std::uint32_t next_tag() { return tag_++; }
+
+  template <typename F>
+  void guarded(const char* op, Millis timeout, F&& f) {
+    try {
+      f();
+    } catch (const gloo::IoException& e) {
+      const std::string what = e.what();
+      if (mentions_timeout(what)) {
+        throw TimeoutError(std::string(op) + " timed out after " + std::to_string(timeout.count()) +
+                           " ms on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                           " (group '" + group_ + "'): a peer did not arrive or is stuck; gloo: " + what);
+      }
+      throw BackendError(std::string(op) + " failed on rank " + std::to_string(rank_) + " of " +
+                         std::to_string(size_) + " (group '" + group_ + "'): lost a peer; gloo: " + what);
+    } catch (const std::exception& e) {
+      throw BackendError(std::string(op) + " failed on rank " + std::to_string(rank_) + " of " +
+                         std::to_string(size_) + " (group '" + group_ + "'): gloo: " + e.what());
+    }
+  }
+
+  const int rank_;
+  const int size_;
+  const std::string group_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::uint32_t tag_ = 0;
+  OpQueue queue_;  // last: its thread stops before the context goes away
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_gloo_backend(const BackendConfig& config) {
+  return std::make_unique<GlooBackend>(config);
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,227 @@
+// NCCL backend: GPU collectives on one stream per group, completed by a
+// watchdog thread that also enforces per-operation deadlines and aborts the
+// communicator on timeout or asynchronous error (like torch's NCCL watchdog).
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "backend.hpp"
+#include "ddp/common/deadline.hpp"
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "nccl/nccl_bootstrap.hpp"
+#include "work_state.hpp"
+
+namespace ddp {
+
+bool nccl_available() { return true; }
+
+namespace detail {
+
+bool cuda_device_present() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+namespace {
+
+ncclDataType_t to_nccl(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kBFloat16: return ncclBfloat16;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kInt64: return ncclInt64;
+    case DataType::kUInt8: break;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t to_nccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+  }
+  return ncclSum;
+}
+
+// Thread-safety: enqueue() serialises callers with mu_; the watchdog owns
+// completion. After an abort every call fails with the first error.
+class NcclBackend final : public Backend {
+ public:
+  explicit NcclBackend(const BackendConfig& config)
+      : rank_(config.rank), size_(config.size), group_(config.options.name) {
+    device_ = select_device(config);
+    check_one_rank_per_gpu(config, device_);
+    comm_ = init_communicator(config, config.options.timeout);
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaMalloc(&barrier_buffer_, sizeof(float)), "cudaMalloc");
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ~NcclBackend() override {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return pending_.empty(); });  // each op is bounded by its deadline
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();
+    if (!aborted_) ncclCommDestroy(comm_);
+    cudaFree(barrier_buffer_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string_view name() const override { return "nccl"; }
+
+  Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout) override {
+    return enqueue("all_reduce", timeout, [&] {
+      return ncclAllReduce(data, data, count, to_nccl(type), to_nccl(op), comm_, stream_);
+    });
+  }
+  Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout) override {
+    return enqueue("broadcast", timeout, [&] {
+      return ncclBroadcast(data, data, count, to_nccl(type), root, comm_, stream_);
+    });
+  }
+  Work all_gather(const void* input, void* output, std::size_t count, DataType type, Millis timeout) override {
+    return enqueue("all_gather", timeout, [&] {
+      return ncclAllGather(input, output, count, to_nccl(type), comm_, stream_);
+    });
+  }
+  Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
+                      Millis timeout) override {
+    return enqueue("reduce_scatter", timeout, [&] {
+      return ncclReduceScatter(input, output, count, to_nccl(type), to_nccl(op), comm_, stream_);
+    });
+  }
+  // NCCL has no barrier: a one-element all-reduce is one (what torch does).
+  Work barrier(Millis timeout) override {
+    return enqueue("barrier", timeout, [&] {
+      return ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, stream_);
+    });
+  }
+
+ private:
+  struct Pending {
+    cudaEvent_t event;
+    std::shared_ptr<Work::State> state;
+    Deadline deadline;
+    Millis timeout;
+  };
+
+  std::string who() const {
+    return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " (group '" + group_ + "')";
+  }
+
+  void check_cuda(cudaError_t err, const char* what) const {
+    if (err != cudaSuccess) throw BackendError(std::string(what) + " failed on " + who() + ": " + cudaGetErrorString(err));
+  }
+
+  template <typename F>
+  Work enqueue(const char* op, Millis timeout, F&& launch) {
+    auto state = std::make_shared<Work::State>();
+    state->op = op;
+    state->rank = rank_;
+    std::unique_lock lock(mu_);
+    if (!failure_.empty()) {
+      state->complete(std::make_exception_ptr(BackendError(std::string(op) + " on " + who() +
+                                                           ": the NCCL communicator was aborted after an earlier failure: " +
+                                                           failure_)));
+      return Work(state);
+    }
+    cudaSetDevice(device_);
+    // A non-blocking communicator may answer ncclInProgress while it enqueues.
+    ncclResult_t r = launch();
+    while (r == ncclInProgress) ncclCommGetAsyncError(comm_, &r);
+    if (r != ncclSuccess) {
+      fail_locked(std::string(op) + " failed on " + who() + ": " + nccl_error_text(r));
+      state->complete(std::make_exception_ptr(BackendError(failure_)));
+      return Work(state);
+    }
+    cudaEvent_t event;
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventRecord(event, stream_), "cudaEventRecord");
+    pending_.push_back(Pending{event, state, Deadline::after(timeout), timeout});
+    lock.unlock();
+    cv_.notify_all();
+    return Work(state);
+  }
+
+  void fail_locked(const std::string& reason) {
+    if (failure_.empty()) failure_ = reason;
+    if (!aborted_) {
+      ncclCommAbort(comm_);
+      aborted_ = true;
+    }
+  }
+
+  // Completes operations in order; spins with yields while work is pending so
+  // completion latency stays in microseconds, sleeps on the condvar otherwise.
+  void watch() {
+    cudaSetDevice(device_);
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      if (pending_.empty()) return;
+      Pending& head = pending_.front();
+      const cudaError_t q = cudaEventQuery(head.event);
+      ncclResult_t async = ncclSuccess;
+      if (!aborted_) ncclCommGetAsyncError(comm_, &async);
+      std::exception_ptr error;
+      if (q == cudaSuccess) {
+      } else if (async != ncclSuccess && async != ncclInProgress) {
+        fail_locked(std::string(head.state->op) + " failed on " + who() + ": " + nccl_error_text(async));
+        error = std::make_exception_ptr(BackendError(failure_));
+      } else if (aborted_) {
+        error = std::make_exception_ptr(BackendError(std::string(head.state->op) + " on " + who() +
+                                                     ": the NCCL communicator was aborted: " + failure_));
+      } else if (head.deadline.expired()) {
+        fail_locked(std::string(head.state->op) + " timed out after " + std::to_string(head.timeout.count()) +
+                    " ms on " + who() + ": a peer did not arrive or is stuck; the NCCL communicator was aborted");
+        error = std::make_exception_ptr(TimeoutError(failure_));
+      } else {
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+        continue;
+      }
+      cudaEventDestroy(head.event);
+      auto state = head.state;
+      pending_.pop_front();
+      state->complete(error);
+      cv_.notify_all();
+    }
+  }
+
+  const int rank_;
+  const int size_;
+  const std::string group_;
+  int device_ = 0;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* barrier_buffer_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> pending_;
+  std::string failure_;
+  bool aborted_ = false;
+  bool stopping_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nccl_backend(const BackendConfig& config) {
+  return std::make_unique<NcclBackend>(config);
+}
+
+}  // namespace detail
+}  // namespace ddp

@@ -1,0 +1,81 @@
+#include "op_queue.hpp"
+
+#include "ddp/common/error.hpp"
+#include "work_state.hpp"
+
+namespace ddp::detail {
+
+OpQueue::OpQueue(int rank) : rank_(rank), thread_([this] { loop(); }) {}
+
+OpQueue::~OpQueue() {
+  std::deque<Task> abandoned;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    abandoned.swap(tasks_);
+  }
+  cv_.notify_all();
+  for (auto& task : abandoned) {
+    task.state->complete(std::make_exception_ptr(BackendError(
+        std::string(task.state->op) + " on rank " + std::to_string(rank_) +
+        " was cancelled: its process group was destroyed before it started")));
+  }
+  thread_.join();
+}
+
+namespace {
+std::exception_ptr poisoned_error(const char* op, int rank, const std::string& first) {
+  return std::make_exception_ptr(BackendError(std::string(op) + " on rank " + std::to_string(rank) +
+                                              ": the process group is unusable after an earlier failure: " +
+                                              first));
+}
+}  // namespace
+
+Work OpQueue::submit(const char* op, std::function<void()> fn) {
+  auto state = std::make_shared<Work::State>();
+  state->op = op;
+  state->rank = rank_;
+  {
+    std::lock_guard lock(mu_);
+    if (!poisoned_.empty()) {
+      state->done = true;
+      state->error = poisoned_error(op, rank_, poisoned_);
+      return Work(state);
+    }
+    tasks_.push_back(Task{std::move(fn), state});
+  }
+  cv_.notify_one();
+  return Work(state);
+}
+
+void OpQueue::loop() {
+  for (;;) {
+    Task task;
+    std::string poisoned;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+      poisoned = poisoned_;
+    }
+    // Operations queued behind a failure would only wait out their own timeouts.
+    if (!poisoned.empty()) {
+      task.state->complete(poisoned_error(task.state->op, rank_, poisoned));
+      continue;
+    }
+    try {
+      task.fn();
+      task.state->complete();
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard lock(mu_);
+        if (poisoned_.empty()) poisoned_ = e.what();
+      }
+      task.state->complete(std::current_exception());
+    }
+  }
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,166 @@
+#include "ddp/process_group.hpp"
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "backend.hpp"
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "ddp/init.hpp"
+#include "ddp/store/store.hpp"
+
+namespace ddp {
+
+class ProcessGroup::Impl {
+ public:
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{};
+  std::unique_ptr<detail::Backend> backend;
+
+  std::chrono::milliseconds resolve(const OpOptions& options) const {
+    return options.timeout.count() > 0 ? options.timeout : timeout;
+  }
+};
+
+namespace {
+
+// The n-th group called `name` that this process creates. Every rank creates
+// its groups in the same order, so the numbers agree without talking.
+int next_instance(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, int> counters;
+  std::lock_guard lock(mu);
+  return counters[name]++;
+}
+
+std::string resolve_backend(const std::string& requested) {
+  if (requested == "auto" || requested.empty()) return default_backend();
+  if (requested == "gloo" || requested == "nccl") return requested;
+  throw ConfigError("unknown process group backend '" + requested + "': use gloo, nccl or auto");
+}
+
+void require(bool ok, const char* what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+}  // namespace
+
+std::string default_backend() {
+  return nccl_available() && detail::cuda_device_present() ? "nccl" : "gloo";
+}
+
+ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank,
+                           int world_size, ProcessGroupOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (!store) throw ConfigError("ProcessGroup: no store given (call ddp::init() first)");
+  if (world_size < 1) throw ConfigError("ProcessGroup: world size must be >= 1, got " + std::to_string(world_size));
+  if (rank < 0 || rank >= world_size) {
+    throw ConfigError("ProcessGroup: rank " + std::to_string(rank) + " is out of range for world size " +
+                      std::to_string(world_size));
+  }
+  if (options.timeout.count() <= 0) throw ConfigError("ProcessGroupOptions::timeout must be positive");
+  if (options.name.empty() || options.name.find('/') != std::string::npos) {
+    throw ConfigError("ProcessGroupOptions::name must be non-empty and contain no '/': '" + options.name + "'");
+  }
+  options.backend = resolve_backend(options.backend);
+  impl_->rank = rank;
+  impl_->size = world_size;
+  impl_->timeout = options.timeout;
+
+  detail::BackendConfig config;
+  config.store = std::move(store);
+  config.key_prefix = key_prefix + "pg/" + options.name + "/" + std::to_string(next_instance(options.name)) + "/";
+  config.rank = rank;
+  config.size = world_size;
+  config.options = options;
+  detail::join_group(*config.store, config.key_prefix, rank, world_size, options.timeout,
+                     "process group '" + options.name + "' (" + options.backend + ")");
+  impl_->backend = options.backend == "nccl" ? detail::make_nccl_backend(config)
+                                             : detail::make_gloo_backend(config);
+  log::get("sdk")->info("process group ready name={} backend={} rank={} size={}", options.name,
+                        options.backend, rank, world_size);
+}
+
+ProcessGroup::ProcessGroup(const Context& context, ProcessGroupOptions options)
+    : ProcessGroup(context.store, context.store_prefix, context.rank, context.world_size, std::move(options)) {}
+
+ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::ProcessGroup(ProcessGroup&&) noexcept = default;
+ProcessGroup& ProcessGroup::operator=(ProcessGroup&&) noexcept = default;
+
+int ProcessGroup::rank() const { return impl_->rank; }
+int ProcessGroup::size() const { return impl_->size; }
+std::string_view ProcessGroup::backend() const { return impl_->backend->name(); }
+
+Work ProcessGroup::all_reduce_async(void* data, std::size_t count, DataType type, ReduceOp op,
+                                    OpOptions options) {
+  if (count == 0) return Work();
+  require(data != nullptr, "all_reduce: null buffer");
+  return impl_->backend->all_reduce(data, count, type, op, impl_->resolve(options));
+}
+
+Work ProcessGroup::broadcast_async(void* data, std::size_t count, DataType type, int root,
+                                   OpOptions options) {
+  if (root < 0 || root >= impl_->size) {
+    throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is out of range for group size " +
+                                std::to_string(impl_->size));
+  }
+  if (count == 0) return Work();
+  require(data != nullptr, "broadcast: null buffer");
+  return impl_->backend->broadcast(data, count, type, root, impl_->resolve(options));
+}
+
+Work ProcessGroup::all_gather_async(const void* input, void* output, std::size_t count, DataType type,
+                                    OpOptions options) {
+  if (count == 0) return Work();
+  require(input != nullptr && output != nullptr, "all_gather: null buffer");
+  return impl_->backend->all_gather(input, output, count, type, impl_->resolve(options));
+}
+
+Work ProcessGroup::reduce_scatter_async(const void* input, void* output, std::size_t count, DataType type,
+                                        ReduceOp op, OpOptions options) {
+  if (count == 0) return Work();
+  require(input != nullptr && output != nullptr, "reduce_scatter: null buffer");
+  return impl_->backend->reduce_scatter(input, output, count, type, op, impl_->resolve(options));
+}
+
+Work ProcessGroup::barrier_async(OpOptions options) { return impl_->backend->barrier(impl_->resolve(options)); }
+
+void ProcessGroup::check_sizes(std::string_view op, std::size_t small, std::size_t big) const {
+  if (big != small * static_cast<std::size_t>(impl_->size)) {
+    throw std::invalid_argument(std::string(op) + ": the larger buffer must hold group size (" +
+                                std::to_string(impl_->size) + ") x " + std::to_string(small) +
+                                " elements, got " + std::to_string(big));
+  }
+}
+
+namespace detail {
+
+void join_group(store::Store& store, const std::string& key_prefix, int rank, int size, Millis timeout,
+                std::string_view what) {
+  store.set(key_prefix + "join/" + std::to_string(rank), "1");
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) keys.push_back(key_prefix + "join/" + std::to_string(r));
+  try {
+    store.wait(keys, timeout);
+  } catch (const TimeoutError&) {
+    const auto values = store.multi_get(keys);
+    std::string missing;
+    int n_missing = 0;
+    for (int r = 0; r < size; ++r) {
+      if (values[static_cast<std::size_t>(r)]) continue;
+      if (n_missing++ < 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (n_missing > 16) missing += ", ...";
+    throw TimeoutError(std::string(what) + " on rank " + std::to_string(rank) + ": timed out after " +
+                       std::to_string(timeout.count()) + " ms waiting for " + std::to_string(n_missing) +
+                       " rank(s) of " + std::to_string(size) + " to join (missing: " + missing +
+                       "); check that every rank runs and uses the same store and DDP_STORE_PREFIX");
+  }
+}
+
+}  // namespace detail
+}  // namespace ddp
