@@ -61,6 +61,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-connections", options.max_connections, "refuse connections beyond this many")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 24));
+  std::int64_t idle_ms = options.idle_frame_timeout.count();
+  app.add_option("--idle-frame-timeout-ms", idle_ms,
+                 "close clients that send no HELLO, or stall mid-frame, this long")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{24} * 3600 * 1000));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
   app.set_version_flag("--version", std::string(kProgram) + " " + DDP_VERSION);
 
@@ -73,6 +78,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  options.idle_frame_timeout = std::chrono::milliseconds(idle_ms);
   try {
     ddp::log::setup(log_level, kProgram);
     if (!token_file.empty()) options.token = read_token(token_file);

@@ -1,0 +1,158 @@
+// Hostile and broken clients: each loses only its own connection, and a second,
+// well-behaved connection keeps being served.
+#include "daemon_fixture.hpp"
+
+using namespace ddp::test;
+using namespace ddp::store;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string le32(std::uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+  return s;
+}
+
+std::string preamble() { return std::string(kPreamble, sizeof kPreamble); }
+
+}  // namespace
+
+TEST_CASE("garbage bytes close only that connection") {
+  TempDir dir;
+  Daemon d(dir.path());
+  auto good = d.client();
+  RawClient bad(d.port);
+  bad.send_bytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  CHECK(bad.closed_by_peer());
+  RawClient bad2(d.port);
+  bad2.send_bytes(preamble() + le32(5) + std::string("\xff\xff\xff\xff\xff", 5));  // unknown op
+  CHECK(bad2.closed_by_peer());
+  check_served(*good, "garbage");
+  CHECK_THAT(d.proc->err(), Catch::Contains("malformed frame"));
+}
+
+TEST_CASE("an absurd frame length closes the connection before anything is allocated") {
+  TempDir dir;
+  Daemon d(dir.path());
+  auto good = d.client();
+  auto bad = d.client();
+  bad->send_bytes(le32(0xFFFFFFFFu));
+  CHECK(bad->closed_by_peer());
+  check_served(*good, "absurd");
+  CHECK_THAT(d.proc->err(), Catch::Contains("exceeds max_frame_bytes"));
+}
+
+TEST_CASE("a truncated frame body and a frame with lying counts close the connection") {
+  TempDir dir;
+  Daemon d(dir.path());
+  auto good = d.client();
+  // A frame whose body says 1,000,000 keys in 30 bytes.
+  std::string body;
+  body += static_cast<char>(Op::kSet);
+  body += le32(1) + std::string(16, '\0') + le32(1000000) + std::string(5, 'k');
+  auto bad = d.client();
+  bad->send_bytes(le32(static_cast<std::uint32_t>(body.size())) + body);
+  CHECK(bad->closed_by_peer());
+  check_served(*good, "lying");
+  CHECK_THAT(d.proc->err(), Catch::Contains("op set"));
+}
+
+TEST_CASE("a client that stalls mid-frame or never says hello is closed after the idle timeout") {
+  TempDir dir;
+  Daemon d(dir.path(), {"--idle-frame-timeout-ms", "300"});
+  auto good = d.client();
+  auto stalled = d.client();
+  stalled->send_bytes(le32(100) + "only a few bytes");
+  RawClient silent(d.port);  // connects, sends nothing
+  RawClient half(d.port);
+  half.send_bytes(preamble().substr(0, 2));
+  CHECK(stalled->closed_by_peer(5s));
+  CHECK(silent.closed_by_peer(5s));
+  CHECK(half.closed_by_peer(5s));
+  // The good client was idle between frames all along and is still served.
+  check_served(*good, "stall");
+  CHECK_THAT(d.proc->err(), Catch::Contains("stalled mid-frame"));
+  CHECK_THAT(d.proc->err(), Catch::Contains("no hello"));
+}
+
+TEST_CASE("wrong or missing token fails auth and closes, the right one is served") {
+  TempDir dir;
+  write_file(dir / "token", "s3cret\n");
+  Daemon d(dir.path(), {"--token-file", (dir / "token").string()});
+  auto good = d.client("s3cret");
+  RawClient wrong(d.port);
+  CHECK(wrong.handshake("guess") == Status::kAuthFailed);
+  CHECK(wrong.closed_by_peer());
+  RawClient missing(d.port);
+  CHECK(missing.handshake() == Status::kAuthFailed);
+  CHECK(missing.closed_by_peer());
+  RawClient skipper(d.port);
+  skipper.send_preamble();
+  skipper.send(make_request(Op::kSet, {"k"}, {"v"}, 0, 0, 1));  // no hello first
+  CHECK(skipper.closed_by_peer());
+  check_served(*good, "auth");
+  CHECK(good->call(make_request(Op::kTryGet, {"k"})).status == Status::kNotFound);
+  CHECK_THAT(d.proc->err(), Catch::Contains("authentication failed"));
+}
+
+TEST_CASE("a protocol version mismatch is answered and closed") {
+  TempDir dir;
+  Daemon d(dir.path());
+  RawClient c(d.port);
+  c.send_preamble();
+  auto resp = c.call(make_request(Op::kHello, {}, {""}, 999));
+  CHECK(resp.status == Status::kVersionMismatch);
+  CHECK_THAT(resp.message, Catch::Contains("version 1"));
+  CHECK(c.closed_by_peer());
+}
+
+TEST_CASE("clients vanishing mid-wait and mid-watch leave the server serving others") {
+  TempDir dir;
+  Daemon d(dir.path());
+  auto good = d.client();
+  for (int i = 0; i < 5; ++i) {
+    auto gone = d.client();
+    gone->send(make_request(Op::kGet, {"later"}, {}, 0, -1, 1));
+    REQUIRE(gone->call(make_request(Op::kWatch, {""}, {}, 0, 0, 2)).status == Status::kOk);
+  }  // each closes here with a blocked get and a watch
+  REQUIRE(ddp::test::wait_until([&] {
+    auto stat = good->call(make_request(Op::kStat));
+    for (const auto& item : stat.items)
+      if (item.key == "connections") return item.value == "1";
+    return false;
+  }));
+  auto stat = good->call(make_request(Op::kStat));
+  for (const auto& item : stat.items) {
+    if (item.key == "waiters" || item.key == "watches") CHECK(item.value == "0");
+  }
+  CHECK(good->call(make_request(Op::kSet, {"later"}, {"now"})).status == Status::kOk);
+  check_served(*good, "vanish");
+}
+
+TEST_CASE("pending gets beyond the per-connection limit are refused, the connection stays") {
+  TempDir dir;
+  Daemon d(dir.path());
+  auto c = d.client();
+  const std::uint32_t limit = Limits{}.max_pending_per_connection;
+  std::string burst;
+  for (std::uint32_t i = 1; i <= limit + 1; ++i)
+    encode_request(make_request(Op::kGet, {"never"}, {}, 0, -1, i), burst);
+  c->send_bytes(burst);
+  auto resp = c->recv();
+  REQUIRE(resp);
+  CHECK(resp->id == limit + 1);
+  CHECK(resp->status == Status::kLimitExceeded);
+  check_served(*c, "pending");
+}
+
+TEST_CASE("connections beyond --max-connections are refused") {
+  TempDir dir;
+  Daemon d(dir.path(), {"--max-connections", "2"});
+  auto a = d.client();
+  auto b = d.client();
+  RawClient extra(d.port);
+  CHECK(extra.closed_by_peer());
+  check_served(*a, "maxconn");
+  CHECK_THAT(d.proc->err(), Catch::Contains("max_connections=2 reached"));
+}
