@@ -1,0 +1,107 @@
+// Store conformance, watch part: ordering, resumption from a listing, cancel.
+#include <catch2/catch.hpp>
+
+#include <mutex>
+#include <vector>
+
+#include "store_backends.hpp"
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using ddp::store::EventType;
+using ddp::store::Store;
+using ddp::store::WatchEvent;
+
+#define STORE_BACKENDS ddp::test::MemoryBackend, ddp::test::TcpBackend
+
+namespace {
+
+// Collects events from a callback thread for the test thread.
+class Recorder {
+ public:
+  ddp::store::WatchCallback callback() {
+    return [this](const WatchEvent& ev) {
+      std::lock_guard<std::mutex> lk(mu_);
+      events_.push_back(ev);
+    };
+  }
+  std::vector<WatchEvent> events() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return events_;
+  }
+  bool wait_for(std::size_t n) {
+    return ddp::test::wait_until([&] { return events().size() >= n; }, 5s);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<WatchEvent> events_;
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("watch streams puts and deletes under its prefix in order", "[conformance]",
+                   STORE_BACKENDS) {
+  TestType backend;
+  Store& s = backend.store();
+  Recorder rec;
+  auto handle = s.watch("w/", 0, rec.callback());
+  const auto r1 = s.set("w/a", "1");
+  s.set("elsewhere", "x");
+  const auto r2 = s.set("w/b", "2");
+  s.remove("w/a");
+  REQUIRE(rec.wait_for(3));
+  const auto ev = rec.events();
+  REQUIRE(ev.size() == 3);
+  CHECK(ev[0].type == EventType::kPut);
+  CHECK(ev[0].key == "w/a");
+  CHECK(ev[0].value == "1");
+  CHECK(ev[0].revision == r1);
+  CHECK(ev[1].key == "w/b");
+  CHECK(ev[1].revision == r2);
+  CHECK(ev[2].type == EventType::kDelete);
+  CHECK(ev[2].key == "w/a");
+  CHECK(ev[2].revision > r2);
+}
+
+TEMPLATE_TEST_CASE("a watch from list().revision + 1 misses nothing", "[conformance]",
+                   STORE_BACKENDS) {
+  TestType backend;
+  Store& s = backend.store();
+  s.set("r/1", "a");
+  s.set("r/2", "b");
+  const auto listed = s.list("r/");
+  REQUIRE(listed.kvs.size() == 2);
+  // Changes between the read and the watch must still arrive.
+  s.set("r/3", "c");
+  s.remove("r/1");
+  Recorder rec;
+  auto handle = s.watch("r/", listed.revision + 1, rec.callback());
+  s.set("r/4", "d");
+  REQUIRE(rec.wait_for(3));
+  const auto ev = rec.events();
+  REQUIRE(ev.size() == 3);
+  CHECK(ev[0].key == "r/3");
+  CHECK(ev[1].type == EventType::kDelete);
+  CHECK(ev[1].key == "r/1");
+  CHECK(ev[2].key == "r/4");
+}
+
+TEMPLATE_TEST_CASE("a cancelled watch receives no more events", "[conformance]", STORE_BACKENDS) {
+  TestType backend;
+  Store& s = backend.store();
+  Recorder cancelled;
+  Recorder witness;
+  auto h1 = s.watch("c/", 0, cancelled.callback());
+  auto h2 = s.watch("c/", 0, witness.callback());
+  s.set("c/1", "x");
+  REQUIRE(cancelled.wait_for(1));
+  h1->cancel();
+  s.set("c/2", "y");
+  // The witness seeing c/2 means the store has delivered it wherever it would.
+  REQUIRE(witness.wait_for(2));
+  CHECK(cancelled.events().size() == 1);
+  h2.reset();  // destroying the handle cancels too
+  s.set("c/3", "z");
+  CHECK(witness.events().size() == 2);
+}
