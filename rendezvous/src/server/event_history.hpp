@@ -37,6 +37,7 @@ class EventHistory {
     compacted_ = compacted;
   }
   std::size_t size() const { return events_.size(); }
+  const std::deque<WatchEvent>& events() const { return events_; }
 
  private:
   std::size_t capacity_;

@@ -200,10 +200,22 @@ void Persistence::load_snapshot(StoreCore& core, Clock::time_point now) {
     core.kv().restore_put(key, std::move(value), rev, lease);
     if (lease != 0) core.leases().attach(lease, key);
   }
+  // The event ring too, so watches resume across a restart instead of failing
+  // as compacted.
+  const auto compacted = r.get<std::int64_t>();
+  const auto nevents = r.get<std::uint64_t>();
+  core.history().reset(compacted);
+  for (std::uint64_t i = 0; i < nevents && r.ok; ++i) {
+    WatchEvent e;
+    e.type = static_cast<EventType>(r.get<std::uint8_t>());
+    e.key = r.str();
+    e.value = r.str();
+    e.revision = r.get<std::int64_t>();
+    if (r.ok) core.history().append({std::move(e)});
+  }
   if (!r.ok || r.pos != body.size()) throw corrupt("truncated body");
   core.kv().restore_revision(revision);
   core.leases().restore_next_id(next_lease);
-  core.history().reset(revision);
   next_seq_ = snapshot_seq_ + 1;
 }
 
@@ -298,6 +310,14 @@ void Persistence::compact(const StoreCore& core) {
     put_str(body, e.value);
     put<std::int64_t>(body, e.mod_revision);
     put<std::int64_t>(body, e.lease);
+  }
+  put<std::int64_t>(body, core.history().compacted_revision());
+  put<std::uint64_t>(body, core.history().events().size());
+  for (const auto& e : core.history().events()) {
+    put<std::uint8_t>(body, static_cast<std::uint8_t>(e.type));
+    put_str(body, e.key);
+    put_str(body, e.value);
+    put<std::int64_t>(body, e.revision);
   }
   std::string file(kSnapMagic, sizeof(kSnapMagic));
   put<std::uint32_t>(file, crc32(body));

@@ -8,7 +8,8 @@
 //   snapshot   "DDPSNAP1" | u32 crc32(body) | u64 body length | body
 //   log        "DDPLOG01" | records: u32 body length | u32 crc32(body) | body
 // A torn or corrupt record at the log's end (a crash mid-write) is cut off with
-// a warning. docs/store-protocol.md describes the bodies.
+// a warning. The snapshot also holds the recent-event ring, so a watch can resume
+// across a restart. docs/store-protocol.md describes the bodies.
 //
 // Thread-safety: none; used from the server's loop thread only.
 #pragma once

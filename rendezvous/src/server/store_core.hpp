@@ -58,6 +58,7 @@ class StoreCore {
   const LeaseTable& leases() const { return leases_; }
   LeaseTable& leases() { return leases_; }
   EventHistory& history() { return history_; }
+  const EventHistory& history() const { return history_; }
   Revision revision() const { return kv_.revision(); }
 
  private:

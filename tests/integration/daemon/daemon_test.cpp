@@ -122,6 +122,15 @@ TEST_CASE("a restart with --data-dir keeps keys, leases and the revision") {
   CHECK(c->call(make_request(Op::kLeaseKeepAlive, {}, {}, lease)).status == Status::kOk);
   CHECK(c->call(make_request(Op::kTryGet, {"leased"})).status == Status::kOk);
   CHECK(c->call(make_request(Op::kPing)).revision == before + 1);
+  // Watches resume across the restart: history before it is still there.
+  auto ack = c->call(make_request(Op::kWatch, {"k"}, {}, 0, 1, 77));
+  CHECK(ack.status == Status::kOk);
+  auto first = c->recv();
+  REQUIRE(first);
+  CHECK(first->status == Status::kEvent);
+  CHECK(first->revision == 1);
+  REQUIRE(first->items.size() == 1);
+  CHECK(first->items[0].key == "k1");
 }
 
 TEST_CASE("a killed daemon loses no acknowledged write and cuts a torn log tail") {
