@@ -1,0 +1,48 @@
+// Everything the per-node agent needs, as a plain struct: filled by the
+// launcher's CLI (or a config file, or PET_* env vars) and validated there.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ddp/agent/std_streams.hpp"
+#include "ddp/rdzv/rendezvous.hpp"
+
+namespace ddp::agent {
+
+struct AgentConfig {
+  // The worker command: argv[0] is an absolute path to an executable (python3
+  // already prepended for scripts); the rest are passed untouched.
+  std::vector<std::string> argv;
+  // Index in argv after which "--local_rank=N" is inserted (the
+  // torch.distributed.launch convention); negative: never.
+  int local_rank_arg_index = -1;
+
+  int nproc_per_node = 1;
+  std::string role = "default";
+  int max_restarts = 0;
+  // SIGTERM -> SIGKILL grace when stopping workers; torchrun's default is 30 s.
+  std::chrono::milliseconds stop_timeout{std::chrono::seconds(30)};
+
+  // Empty: logs, error files and failure reports go to a per-run temp dir
+  // (removed after a successful run, kept and named after a failed one).
+  std::filesystem::path log_dir;
+  StdSpec redirects;
+  StdSpec tee;
+  // Local ranks whose lines reach the console; empty: all.
+  std::vector<int> local_ranks_filter;
+
+  // Set OMP_NUM_THREADS=1 for workers when the agent's env lacks it and
+  // nproc_per_node > 1 (torchrun does the same to avoid oversubscription).
+  bool default_omp_threads = true;
+
+  // Token file passed to workers as DDP_TOKEN_FILE; empty: none.
+  std::filesystem::path token_file;
+
+  rdzv::RendezvousConfig rendezvous;
+  rdzv::NodeSpec node;  // node_id, host, local_world_size (== nproc_per_node)
+};
+
+}  // namespace ddp::agent

@@ -1,0 +1,60 @@
+// The failure report: which worker failed first (the root cause) and how,
+// then every other failure one line each. Rendered as one screen of text for
+// the console and as JSON next to the logs. Pure, unit-tested.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddp::agent {
+
+// What a worker wrote to TORCHELASTIC_ERROR_FILE (torch's @record format, or
+// the plain {"message": "..."} form).
+struct ErrorFileContent {
+  std::string message;
+  std::string traceback;  // extraInfo.py_callstack
+  std::string timestamp;  // extraInfo.timestamp, seconds since the epoch as text
+};
+
+// nullopt when the file is missing or not one of the accepted JSON shapes.
+std::optional<ErrorFileContent> read_error_file(const std::filesystem::path& path);
+
+// "SIGSEGV" for 11; "SIG<n>" for a number without a name.
+std::string signal_name(int sig);
+
+struct WorkerFailure {
+  std::string host;
+  int rank = 0;
+  int local_rank = 0;
+  int pid = 0;
+  int exit_code = 0;  // when the worker exited
+  int signal = 0;     // when a signal killed it (exit_code is then 128+signal in summaries)
+  std::chrono::system_clock::time_point time;  // when the agent saw it end
+  std::string error_file;
+  std::optional<ErrorFileContent> error;
+  std::vector<std::string> stderr_tail;
+  std::string stderr_log;  // path of its stderr log file, if any
+
+  // "exit code 1" or "signal SIGSEGV".
+  std::string how() const;
+};
+
+struct FailureReport {
+  std::string run_id;
+  std::string role;
+  int attempt = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::vector<WorkerFailure> failures;  // any order; root cause = earliest time
+
+  // Index of the earliest failure; requires non-empty failures.
+  std::size_t root_cause() const;
+};
+
+std::string render_text(const FailureReport& report);
+std::string render_json(const FailureReport& report);
+
+}  // namespace ddp::agent

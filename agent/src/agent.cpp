@@ -1,0 +1,333 @@
+// The agent's control flow: rendezvous, round events, signals, restarts and
+// the final outcome. Worker handling is in agent_workers.cpp.
+#include <signal.h>
+
+#include <fstream>
+
+#include <boost/asio/post.hpp>
+
+#include "agent_impl.hpp"
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+
+namespace ddp::agent {
+
+namespace asio = boost::asio;
+
+namespace {
+
+// After a signal, how long closing the rendezvous may take before the agent
+// exits anyway: a dead store must not keep a Ctrl-C'd agent alive.
+constexpr std::chrono::milliseconds kCloseOnSignalTimeout{2000};
+// Backoff cap while waiting for the other nodes to report success.
+constexpr std::chrono::milliseconds kMaxPollDelay{1000};
+
+void post_to(const std::shared_ptr<EventSink>& sink, std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(sink->mu);
+  if (sink->io != nullptr) asio::post(*sink->io, std::move(fn));
+}
+
+const char* event_name(rdzv::RoundEvent e) {
+  switch (e) {
+    case rdzv::RoundEvent::kRestartRequested: return "restart requested";
+    case rdzv::RoundEvent::kMembershipChanged: return "membership changed";
+    case rdzv::RoundEvent::kNodesWaiting: return "nodes waiting";
+    case rdzv::RoundEvent::kStoreLost: return "store lost";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+Agent::Impl::Impl(AgentConfig c, std::unique_ptr<rdzv::RendezvousHandler> h)
+    : cfg(std::move(c)), log(log::get("agent")), handler(std::move(h)) {
+  sink->io = &io;
+}
+
+Agent::Impl::~Impl() {
+  std::lock_guard<std::mutex> lock(sink->mu);
+  sink->io = nullptr;
+}
+
+AgentResult Agent::Impl::run() {
+  if (!handler) handler = rdzv::create_handler(cfg.rendezvous, cfg.node);
+  run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id);
+  base_env = current_environment();
+  handler->set_event_callback([s = sink, this](rdzv::RoundEvent e, const std::string& detail) {
+    post_to(s, [this, e, detail] { on_round_event(e, detail); });
+  });
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signals.add(sig);
+  std::function<void(boost::system::error_code, int)> on_sig =
+      [this, &on_sig](boost::system::error_code ec, int sig) {
+        if (ec) return;
+        on_signal(sig);
+        if (phase != Phase::kDone) signals.async_wait(on_sig);
+      };
+  signals.async_wait(on_sig);
+  runner = std::make_unique<ProcessRunner>(io);
+  rdzv = std::make_unique<BlockingCaller>();
+
+  start_rendezvous();
+  io.run();
+
+  // Workers are all reaped before finish(); this only matters on an
+  // unexpected exit from run(), and then it SIGKILLs what is left.
+  runner.reset();
+  boost::system::error_code ignored;
+  signals.cancel(ignored);
+  signals.clear(ignored);
+  if (rdzv->busy()) result.abandon_process = true;
+  return result;
+}
+
+void Agent::Impl::start_rendezvous() {
+  phase = Phase::kRendezvous;
+  log->info("rendezvous backend={} run_id={} restart_count={}/{}", handler->backend(),
+            cfg.rendezvous.run_id, restart_count, cfg.max_restarts);
+  rdzv->call([h = handler, s = sink, this] {
+    try {
+      auto r = h->next_rendezvous();
+      post_to(s, [this, r] { on_round(r); });
+    } catch (const ConfigError& e) {
+      post_to(s, [this, m = std::string(e.what())] { on_rendezvous_error(2, m); });
+    } catch (const std::exception& e) {
+      post_to(s, [this, m = std::string(e.what())] { on_rendezvous_error(3, m); });
+    }
+  });
+}
+
+void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
+  if (phase != Phase::kRendezvous) return;  // a signal ended the run meanwhile
+  round = r;
+  log->info("rendezvous complete round={} group_rank={}/{} world_size={} rank_offset={} store={}",
+            r.round, r.group_rank, r.group_world_size, r.world_size, r.rank_offset,
+            r.store_endpoint.to_string());
+  spawn_workers();
+}
+
+void Agent::Impl::on_rendezvous_error(int code, const std::string& message) {
+  if (phase == Phase::kDone) return;
+  finish(code, message);
+}
+
+void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& detail) {
+  log->info("round event: {}{}{}", event_name(event), detail.empty() ? "" : ": ", detail);
+  if (phase == Phase::kRunning) {
+    switch (event) {
+      case rdzv::RoundEvent::kRestartRequested:
+        begin_stop(StopReason::kRemoteFailure, SIGTERM);
+        break;
+      case rdzv::RoundEvent::kMembershipChanged:
+      case rdzv::RoundEvent::kNodesWaiting:
+        begin_stop(StopReason::kMembership, SIGTERM);
+        break;
+      case rdzv::RoundEvent::kStoreLost:
+        begin_stop(StopReason::kStoreLost, SIGTERM);
+        break;
+    }
+  } else if (phase == Phase::kSucceeded) {
+    // Our workers are done, but a group can only finish together: when another
+    // node restarts or a node is lost, this node must rejoin and rerun.
+    switch (event) {
+      case rdzv::RoundEvent::kRestartRequested:
+        if (restart_count < cfg.max_restarts) {
+          ++restart_count;
+          start_rendezvous();
+        } else {
+          fail_for_good("another node's workers failed and max_restarts=" +
+                        std::to_string(cfg.max_restarts) + " is spent");
+        }
+        break;
+      case rdzv::RoundEvent::kMembershipChanged:
+        start_rendezvous();
+        break;
+      case rdzv::RoundEvent::kNodesWaiting:
+        break;  // a finished job takes no new nodes
+      case rdzv::RoundEvent::kStoreLost:
+        finish(3, "rendezvous store lost while waiting for the other nodes to finish: " + detail);
+        break;
+    }
+  }
+}
+
+void Agent::Impl::on_signal(int sig) {
+  if (phase == Phase::kDone) return;
+  if (signal_received != 0) {
+    log->warn("received {} again: killing workers now", signal_name(sig));
+    kill_all(SIGKILL);
+    return;
+  }
+  signal_received = sig;
+  switch (phase) {
+    case Phase::kRunning:
+      log->info("received {}: forwarding to workers, then stopping them (again to kill at once)",
+                signal_name(sig));
+      begin_stop(StopReason::kSignal, sig);
+      break;
+    case Phase::kStopping:
+      log->info("received {}: forwarding to workers (again to kill at once)", signal_name(sig));
+      stop_reason = StopReason::kSignal;
+      kill_all(sig);
+      break;
+    default:
+      log->info("received {}: exiting", signal_name(sig));
+      finish(128 + sig);
+      break;
+  }
+}
+
+void Agent::Impl::on_all_stopped() {
+  stop_timer.cancel();
+  switch (stop_reason) {
+    case StopReason::kLocalFailure: {
+      const bool final_report = restart_count >= cfg.max_restarts;
+      write_failure_report(final_report);
+      if (final_report) {
+        fail_for_good("workers failed and max_restarts=" + std::to_string(cfg.max_restarts) +
+                      " is spent");
+        return;
+      }
+      ++restart_count;
+      const auto& root = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
+      const std::string reason = "rank " + std::to_string(root.rank) + " on " + root.host + ": " +
+                                 root.how();
+      log->warn("restarting workers ({}/{}) after failure of {}", restart_count, cfg.max_restarts,
+                reason);
+      rdzv->call([h = handler, s = sink, this, reason] {
+        try {
+          h->report_failure(reason);
+        } catch (const std::exception& e) {
+          post_to(s, [this, m = std::string(e.what())] {
+            log->warn("could not report the failure to the other nodes: {}", m);
+          });
+        }
+      });
+      start_rendezvous();
+      return;
+    }
+    case StopReason::kRemoteFailure:
+      if (restart_count < cfg.max_restarts) {
+        ++restart_count;
+        log->warn("restarting workers ({}/{}) after another node's failure", restart_count,
+                  cfg.max_restarts);
+        start_rendezvous();
+      } else {
+        fail_for_good("another node's workers failed and max_restarts=" +
+                      std::to_string(cfg.max_restarts) + " is spent");
+      }
+      return;
+    case StopReason::kMembership:
+      log->info("re-forming the group (no restart spent)");
+      start_rendezvous();
+      return;
+    case StopReason::kStoreLost:
+      finish(3, "rendezvous store lost; workers stopped");
+      return;
+    case StopReason::kSignal: {
+      phase = Phase::kClosing;
+      const int code = 128 + signal_received;
+      rdzv->call([h = handler, s = sink, this, code, sig = signal_received,
+                  host = cfg.node.host] {
+        try {
+          h->close("agent on " + host + " stopped by " + signal_name(sig));
+        } catch (const std::exception&) {
+          // Exiting anyway: the other nodes notice through the lease.
+        }
+        post_to(s, [this, code] { finish(code); });
+      });
+      poll_timer.expires_after(kCloseOnSignalTimeout);
+      poll_timer.async_wait([this, code](boost::system::error_code ec) {
+        if (!ec) finish(code);
+      });
+      return;
+    }
+  }
+}
+
+void Agent::Impl::after_local_success() {
+  phase = Phase::kSucceeded;
+  log->info("all {} local workers succeeded", workers.size());
+  rdzv->call([h = handler, s = sink, this] {
+    try {
+      h->report_success();
+      post_to(s, [this] { poll_all_succeeded(); });
+    } catch (const std::exception& e) {
+      post_to(s, [this, m = std::string(e.what())] {
+        if (phase == Phase::kSucceeded) finish(3, "cannot report success: " + m);
+      });
+    }
+  });
+}
+
+void Agent::Impl::poll_all_succeeded() {
+  if (phase != Phase::kSucceeded) return;
+  rdzv->call([h = handler, s = sink, this] {
+    try {
+      const bool all = h->all_succeeded();
+      post_to(s, [this, all] {
+        if (phase != Phase::kSucceeded) return;
+        if (all) {
+          finish(0);
+          return;
+        }
+        // No "all done" event exists; the other nodes' workers may run for hours,
+        // so back off to one store read per second.
+        poll_timer.expires_after(poll_delay);
+        poll_delay = std::min(poll_delay * 2, kMaxPollDelay);
+        poll_timer.async_wait([this](boost::system::error_code ec) {
+          if (!ec) poll_all_succeeded();
+        });
+      });
+    } catch (const std::exception& e) {
+      post_to(s, [this, m = std::string(e.what())] {
+        if (phase == Phase::kSucceeded) finish(3, "waiting for the other nodes: " + m);
+      });
+    }
+  });
+}
+
+void Agent::Impl::fail_for_good(const std::string& reason) {
+  phase = Phase::kClosing;
+  rdzv->call([h = handler, s = sink, this, reason] {
+    try {
+      h->close(reason);
+    } catch (const std::exception&) {
+      // The job failed either way; the exit code says so.
+    }
+    post_to(s, [this] { finish(1); });
+  });
+}
+
+void Agent::Impl::write_failure_report(bool final_report) {
+  FailureReport report{cfg.rendezvous.run_id, cfg.role, attempt, restart_count, cfg.max_restarts,
+                       failures};
+  const auto path = run_dir->attempt(attempt) / "failure.json";
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << render_json(report);
+  }
+  if (!final_report) return;
+  run_dir->keep();
+  write_fully(2, render_text(report) + "failure report: " + path.string() + "\n");
+}
+
+void Agent::Impl::finish(int code, const std::string& error) {
+  if (phase == Phase::kDone) return;
+  phase = Phase::kDone;
+  result.exit_code = code;
+  result.error = error;
+  if (code != 0 && run_dir && run_dir->is_temp()) run_dir->keep();
+  if (code == 0) log->info("run succeeded");
+  stop_timer.cancel();
+  poll_timer.cancel();
+  io.stop();
+}
+
+Agent::Agent(AgentConfig config, std::unique_ptr<rdzv::RendezvousHandler> handler)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(handler))) {}
+
+Agent::~Agent() = default;
+
+AgentResult Agent::run() { return impl_->run(); }
+
+}  // namespace ddp::agent

@@ -1,0 +1,125 @@
+// The agent's state machine, shared by agent.cpp (rendezvous, restarts,
+// signals, exit) and agent_workers.cpp (spawning, output, exits, stopping).
+//
+// Everything here runs on the io thread, except what is handed to `rdzv_`
+// (blocking handler calls) and ProcessRunner's spawner thread.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "blocking_caller.hpp"
+#include "ddp/agent/agent.hpp"
+#include "ddp/agent/failure_report.hpp"
+#include "ddp/agent/worker_env.hpp"
+#include "process_runner.hpp"
+#include "run_dir.hpp"
+#include "worker_output.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace ddp::agent {
+
+enum class Phase { kRendezvous, kRunning, kStopping, kSucceeded, kClosing, kDone };
+
+// Why the workers are being stopped; decides what happens once they are gone.
+enum class StopReason {
+  kLocalFailure,     // a local worker failed: spends a restart
+  kRemoteFailure,    // another node's workers failed: spends a restart too, so
+                     // every node's TORCHELASTIC_RESTART_COUNT stays equal
+  kMembership,       // nodes joined or left: re-form without spending a restart
+  kStoreLost,        // exit 3
+  kSignal,           // exit 128+N
+};
+
+struct Worker {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;
+  bool spawned = false;
+  bool done = false;
+  int wait_status = 0;
+  std::string spawn_error;
+  std::string error_file;
+  std::string stderr_log;
+  std::unique_ptr<WorkerOutput> output;
+};
+
+// Lets the handler's event thread post to the io_context only while it exists.
+struct EventSink {
+  std::mutex mu;
+  boost::asio::io_context* io = nullptr;
+};
+
+struct Agent::Impl {
+  Impl(AgentConfig c, std::unique_ptr<rdzv::RendezvousHandler> h);
+  ~Impl();
+
+  AgentResult run();
+
+  // agent.cpp
+  void start_rendezvous();
+  void on_round(const rdzv::RendezvousResult& round);
+  void on_rendezvous_error(int code, const std::string& message);
+  void on_round_event(rdzv::RoundEvent event, const std::string& detail);
+  void on_signal(int sig);
+  void on_all_stopped();
+  void after_local_success();
+  void poll_all_succeeded();
+  void fail_for_good(const std::string& reason);
+  void finish(int code, const std::string& error = "");
+  void write_failure_report(bool final_report);
+
+  // agent_workers.cpp
+  void spawn_workers();
+  void on_spawned(int local_rank, pid_t pid, const std::string& error);
+  void on_worker_exit(int local_rank, int wait_status);
+  void begin_stop(StopReason reason, int sig);
+  void kill_all(int sig);
+  int live_workers() const;
+  WorkerFailure make_failure(const Worker& w) const;
+
+  AgentConfig cfg;
+  std::shared_ptr<spdlog::logger> log;
+  boost::asio::io_context io;
+  std::shared_ptr<EventSink> sink = std::make_shared<EventSink>();
+  boost::asio::signal_set signals{io};
+  boost::asio::steady_timer stop_timer{io};
+  boost::asio::steady_timer poll_timer{io};
+  std::chrono::milliseconds poll_delay{10};
+  std::unique_ptr<ProcessRunner> runner;
+  std::optional<RunDir> run_dir;
+  // Shared with closures on the blocking thread, which may outlive us (abandon).
+  std::shared_ptr<rdzv::RendezvousHandler> handler;
+  std::unique_ptr<BlockingCaller> rdzv;  // after handler: destroyed first
+
+  EnvMap base_env;
+  rdzv::RendezvousResult round;
+  Phase phase = Phase::kRendezvous;
+  StopReason stop_reason = StopReason::kLocalFailure;
+  int stop_signal = SIGTERM;  // what begin_stop sent; late spawns get it too
+  int restart_count = 0;
+  int attempt = -1;  // index of the current spawn of the worker group
+  std::vector<Worker> workers;
+  int pending_spawns = 0;
+  int succeeded = 0;
+  std::vector<WorkerFailure> failures;  // of the current attempt
+  int signal_received = 0;
+  bool omp_notice_logged = false;
+  AgentResult result;
+};
+
+}  // namespace ddp::agent

@@ -1,0 +1,169 @@
+#include "ddp/agent/failure_report.hpp"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace ddp::agent {
+namespace {
+
+using nlohmann::json;
+
+std::string format_time(std::chrono::system_clock::time_point t) {
+  const auto secs = std::chrono::system_clock::to_time_t(t);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()) % 1000;
+  std::tm tm{};
+  ::localtime_r(&secs, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  char out[80];
+  std::snprintf(out, sizeof(out), "%s.%03d", buf, static_cast<int>(ms.count()));
+  return out;
+}
+
+std::string text_of(const json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_null()) return "";
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void indent_block(std::ostringstream& os, const std::string& text, const char* pad) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) os << pad << line << '\n';
+}
+
+}  // namespace
+
+std::optional<ErrorFileContent> read_error_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("message")) return std::nullopt;
+  const json& msg = doc["message"];
+  ErrorFileContent out;
+  if (msg.is_object()) {
+    // torch's @record: {"message": {"message": ..., "extraInfo": {...}}}
+    out.message = text_of(msg.value("message", json()));
+    if (msg.contains("extraInfo") && msg["extraInfo"].is_object()) {
+      const json& extra = msg["extraInfo"];
+      out.traceback = text_of(extra.value("py_callstack", json()));
+      out.timestamp = text_of(extra.value("timestamp", json()));
+    }
+  } else {
+    out.message = text_of(msg);
+  }
+  return out;
+}
+
+std::string signal_name(int sig) {
+  // sigabbrev_np is glibc >= 2.32; bookworm has 2.36.
+  if (const char* name = ::sigabbrev_np(sig); name != nullptr) return std::string("SIG") + name;
+  return "SIG" + std::to_string(sig);
+}
+
+std::string WorkerFailure::how() const {
+  if (signal != 0) return "signal " + signal_name(signal);
+  return "exit code " + std::to_string(exit_code);
+}
+
+std::size_t FailureReport::root_cause() const {
+  const auto it = std::min_element(failures.begin(), failures.end(),
+                                   [](const auto& a, const auto& b) { return a.time < b.time; });
+  return static_cast<std::size_t>(it - failures.begin());
+}
+
+std::string render_text(const FailureReport& r) {
+  std::ostringstream os;
+  const std::string rule(72, '=');
+  os << rule << '\n'
+     << "ddprun: " << r.failures.size() << " worker(s) failed"
+     << " (run_id=" << r.run_id << " role=" << r.role << " attempt=" << r.attempt
+     << " restarts=" << r.restart_count << "/" << r.max_restarts << ")\n";
+  if (r.failures.empty()) return os.str() + rule + '\n';
+  const auto root = r.root_cause();
+  const auto& f = r.failures[root];
+  os << "Root cause (first failure):\n"
+     << "  time       : " << format_time(f.time) << '\n'
+     << "  host       : " << f.host << '\n'
+     << "  rank       : " << f.rank << " (local_rank " << f.local_rank << ")\n"
+     << "  pid        : " << f.pid << '\n'
+     << "  exit       : " << f.how() << '\n';
+  if (f.error) {
+    os << "  error file : " << f.error_file << '\n';
+    os << "  message    : " << f.error->message << '\n';
+    if (!f.error->traceback.empty()) {
+      os << "  traceback  :\n";
+      indent_block(os, f.error->traceback, "    ");
+    }
+  } else {
+    os << "  error file : <none written> (use ddp::run or torch's @record to fill it)\n";
+  }
+  if (!f.stderr_tail.empty()) {
+    os << "  last stderr lines" << (f.stderr_log.empty() ? "" : " (" + f.stderr_log + ")") << ":\n";
+    for (const auto& line : f.stderr_tail) os << "    " << line << '\n';
+  }
+  if (r.failures.size() > 1) {
+    os << "Other failures:\n";
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < r.failures.size(); ++i) {
+      if (i != root) order.push_back(i);
+    }
+    std::sort(order.begin(), order.end(),
+              [&](auto a, auto b) { return r.failures[a].time < r.failures[b].time; });
+    for (auto i : order) {
+      const auto& o = r.failures[i];
+      os << "  rank " << o.rank << " (local_rank " << o.local_rank << ", host " << o.host
+         << ", pid " << o.pid << "): " << o.how() << " at " << format_time(o.time);
+      if (o.error) os << ": " << o.error->message.substr(0, o.error->message.find('\n'));
+      os << '\n';
+    }
+  }
+  os << rule << '\n';
+  return os.str();
+}
+
+std::string render_json(const FailureReport& r) {
+  json failures = json::array();
+  std::vector<std::size_t> order(r.failures.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](auto a, auto b) { return r.failures[a].time < r.failures[b].time; });
+  for (auto i : order) {
+    const auto& f = r.failures[i];
+    json j = {{"host", f.host},
+              {"rank", f.rank},
+              {"local_rank", f.local_rank},
+              {"pid", f.pid},
+              {"exit_code", f.signal != 0 ? json() : json(f.exit_code)},
+              {"signal", f.signal != 0 ? json(signal_name(f.signal)) : json()},
+              {"time", format_time(f.time)},
+              {"time_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   f.time.time_since_epoch()).count()},
+              {"error_file", f.error_file},
+              {"stderr_tail", f.stderr_tail},
+              {"stderr_log", f.stderr_log}};
+    if (f.error) {
+      j["message"] = f.error->message;
+      j["traceback"] = f.error->traceback;
+      j["error_timestamp"] = f.error->timestamp;
+    }
+    failures.push_back(std::move(j));
+  }
+  json doc = {{"run_id", r.run_id},
+              {"role", r.role},
+              {"attempt", r.attempt},
+              {"restart_count", r.restart_count},
+              {"max_restarts", r.max_restarts},
+              {"root_cause", failures.empty() ? json() : failures.front()},
+              {"failures", failures}};
+  // Worker output is arbitrary bytes: replace invalid UTF-8 rather than throw.
+  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace ddp::agent

@@ -1,0 +1,62 @@
+// Spawns and watches worker processes. The only place that uses Boost.Process.
+//
+// Every worker is forked from one long-lived spawner thread, because
+// PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: a
+// short-lived thread would kill its workers with it. Each worker gets its own
+// process group (so a stop reaches its children too), SIGKILL as parent-death
+// signal (so `kill -9` of the agent leaves no orphan), exactly fds 0-2, and
+// the environment it is given and nothing else.
+//
+// Thread-safety: construct, spawn() and destroy on the io_context's thread;
+// every callback runs on that thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+namespace ddp::agent {
+
+enum class StdStream : int { kOut = 1, kErr = 2 };
+
+struct SpawnSpec {
+  std::string executable;          // absolute path
+  std::vector<std::string> args;   // argv[1..]
+  std::vector<std::string> env;    // the complete environment, "KEY=VALUE"
+};
+
+struct ChildHandlers {
+  // Raw bytes read from the worker's stdout or stderr.
+  std::function<void(StdStream, std::string_view)> on_output;
+  // The wait status, after both pipes reached EOF (or the drain timeout passed),
+  // so no output line is reported after the exit.
+  std::function<void(int wait_status)> on_exit;
+};
+
+// pid > 0 on success; otherwise `error` says why (exec failure, fork failure).
+using SpawnedFn = std::function<void(pid_t pid, const std::string& error)>;
+
+class ProcessRunner {
+ public:
+  explicit ProcessRunner(boost::asio::io_context& io);
+  ~ProcessRunner();  // SIGKILLs the process groups of children still running
+  ProcessRunner(const ProcessRunner&) = delete;
+  ProcessRunner& operator=(const ProcessRunner&) = delete;
+
+  void spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned);
+
+  // Sends `sig` to the worker's process group (its pid: each worker leads one).
+  static void signal_group(pid_t pid, int sig);
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;  // shared: posted callbacks hold weak references
+};
+
+}  // namespace ddp::agent

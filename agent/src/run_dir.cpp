@@ -1,0 +1,56 @@
+#include "run_dir.hpp"
+
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "ddp/common/error.hpp"
+
+namespace ddp::agent {
+
+namespace fs = std::filesystem;
+
+RunDir::RunDir(const fs::path& log_dir, const std::string& run_id) {
+  if (!log_dir.empty()) {
+    path_ = log_dir / run_id;
+    std::error_code ec;
+    fs::create_directories(path_, ec);
+    if (ec) throw ConfigError("--log_dir: cannot create " + path_.string() + ": " + ec.message());
+    return;
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ddprun-" +
+                     run_id + "-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    throw ConfigError("cannot create a temp dir " + tmpl + " (set TMPDIR or --log_dir): " +
+                      errno_text(errno));
+  }
+  path_ = tmpl;
+  temp_ = true;
+}
+
+RunDir::~RunDir() {
+  if (temp_ && !keep_) {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+}
+
+fs::path RunDir::attempt(int k) const { return path_ / ("attempt_" + std::to_string(k)); }
+
+fs::path RunDir::worker(int k, int local_rank) const {
+  return attempt(k) / std::to_string(local_rank);
+}
+
+void RunDir::prepare_attempt(int k, int nproc) const {
+  for (int lr = 0; lr < nproc; ++lr) {
+    const auto dir = worker(k, lr);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw ConfigError("--log_dir: cannot create " + dir.string() + ": " + ec.message());
+    fs::remove(dir / "error.json", ec);
+  }
+}
+
+}  // namespace ddp::agent

@@ -1,0 +1,34 @@
+// The per-run directory: <log_dir>/<run_id>, or a temp dir when no --log_dir
+// was given. Holds attempt_<k>/<local_rank>/{stdout,stderr}.log, error.json
+// and attempt_<k>/failure.json.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace ddp::agent {
+
+class RunDir {
+ public:
+  // Creates the directory. Throws ConfigError naming --log_dir when it cannot.
+  RunDir(const std::filesystem::path& log_dir, const std::string& run_id);
+  ~RunDir();  // removes a temp dir unless keep() was called
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  bool is_temp() const { return temp_; }
+  std::filesystem::path attempt(int k) const;
+  std::filesystem::path worker(int k, int local_rank) const;
+  // Creates attempt_<k>/<lr>/ for every local rank and removes an error file
+  // left by an earlier run there, so a stale one is never reported.
+  void prepare_attempt(int k, int nproc) const;
+  void keep() { keep_ = true; }
+
+ private:
+  std::filesystem::path path_;
+  bool temp_ = false;
+  bool keep_ = false;
+};
+
+}  // namespace ddp::agent

@@ -1,0 +1,65 @@
+#include "ddp/agent/worker_env.hpp"
+
+extern char** environ;
+
+namespace ddp::agent {
+
+EnvMap current_environment() {
+  EnvMap env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv(*e);
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+bool sets_default_omp_threads(const EnvMap& base, const WorkerEnvInput& in) {
+  return in.default_omp_threads && in.local_world_size > 1 && base.count("OMP_NUM_THREADS") == 0;
+}
+
+EnvMap build_worker_env(const EnvMap& base, const rdzv::RendezvousResult& round,
+                        const WorkerEnvInput& in) {
+  EnvMap env = base;
+  const int rank = round.rank_offset + in.local_rank;
+  auto put = [&](const std::string& key, const std::string& value) { env[key] = value; };
+  put("LOCAL_RANK", std::to_string(in.local_rank));
+  put("RANK", std::to_string(rank));
+  put("GROUP_RANK", std::to_string(round.group_rank));
+  // One role per job: the role's ranks are the global ranks.
+  put("ROLE_RANK", std::to_string(rank));
+  put("ROLE_NAME", in.role);
+  put("LOCAL_WORLD_SIZE", std::to_string(in.local_world_size));
+  put("WORLD_SIZE", std::to_string(round.world_size));
+  put("GROUP_WORLD_SIZE", std::to_string(round.group_world_size));
+  put("ROLE_WORLD_SIZE", std::to_string(round.world_size));
+  put("MASTER_ADDR", round.store_endpoint.host);
+  put("MASTER_PORT", std::to_string(round.store_endpoint.port));
+  put("TORCHELASTIC_RESTART_COUNT", std::to_string(in.restart_count));
+  put("TORCHELASTIC_MAX_RESTARTS", std::to_string(in.max_restarts));
+  put("TORCHELASTIC_RUN_ID", in.run_id);
+  // Python spelling, as torchrun writes str(True).
+  put("TORCHELASTIC_USE_AGENT_STORE", "True");
+  put("TORCHELASTIC_ERROR_FILE", in.error_file);
+  // torchrun 1.13 defaults this so that NCCL errors abort instead of hanging.
+  if (base.count("NCCL_ASYNC_ERROR_HANDLING") == 0) put("NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (sets_default_omp_threads(base, in)) put("OMP_NUM_THREADS", "1");
+  put("DDP_STORE_ENDPOINT", round.store_endpoint.to_string());
+  put("DDP_STORE_PREFIX", round.worker_prefix);
+  if (!in.token_file.empty()) {
+    put("DDP_TOKEN_FILE", in.token_file);
+  } else {
+    env.erase("DDP_TOKEN_FILE");
+  }
+  return env;
+}
+
+std::vector<std::string> to_env_strings(const EnvMap& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+}  // namespace ddp::agent

@@ -1,0 +1,83 @@
+// ddprun's command line: torchrun's flags (both `_` and `-` spellings, and
+// PET_<FLAG> env fallbacks) plus ours, parsed into a plain struct, then
+// validated and translated into the agent's config. No CLI11 types here.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/agent/agent_config.hpp"
+
+namespace ddp::launcher {
+
+// The flags as typed (strings where torchrun takes strings), before validation.
+struct LaunchOptions {
+  std::string nnodes = "1:1";
+  std::string nproc_per_node = "1";
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool master_port_given = false;
+  bool standalone = false;
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;
+  int max_restarts = 0;
+  double monitor_interval = 5.0;  // accepted for compatibility; monitoring is event-driven
+  std::string start_method = "spawn";  // accepted for compatibility; workers are always exec'd
+  std::string role = "default";
+  std::string log_dir;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  bool no_python = false;
+  bool module = false;
+  bool run_path = false;
+  std::string local_addr;
+  // Ours.
+  double stop_timeout_s = 30.0;
+  bool legacy_local_rank = false;  // pass --local_rank=N, the torch.distributed.launch way
+  bool use_env = false;            // torch.distributed.launch's flag: accepted, the default here
+  std::string token_file;
+  std::string log_level = "info";
+  std::string python = "python3";  // interpreter for scripts and -m
+  // The program and its arguments, untouched.
+  std::vector<std::string> program;
+};
+
+// What parse_command_line found.
+struct ParseOutcome {
+  enum class Kind { kRun, kHelp, kVersion } kind = Kind::kRun;
+  LaunchOptions options;
+  std::string text;  // help or version text to print
+};
+
+// Parses argv (argv[0] is the program name). `env` supplies PET_* values
+// (tests pass their own; main passes the process environment). Throws
+// ConfigError with a one-line message naming the flag.
+ParseOutcome parse_command_line(const std::vector<std::string>& args,
+                                const std::map<std::string, std::string>& env);
+
+// Host facts translate_options needs, injectable for tests.
+struct HostInfo {
+  std::string hostname;
+  int pid = 0;
+  int gpu_count = 0;
+  int cpu_count = 1;
+  std::map<std::string, std::string> env;  // PATH lookups, CUDA_VISIBLE_DEVICES
+};
+HostInfo current_host();
+
+// Validates the options and builds the agent's config: resolves the program
+// (python3 -u for scripts and -m), nproc_per_node (int|gpu|cpu|auto), the
+// rendezvous backend, --rdzv_conf keys. Throws ConfigError naming the flag.
+agent::AgentConfig translate_options(const LaunchOptions& options, const HostInfo& host);
+
+// The number of CUDA devices visible here without loading CUDA: entries of
+// /proc/driver/nvidia/gpus, narrowed by CUDA_VISIBLE_DEVICES.
+int detect_gpu_count(const std::map<std::string, std::string>& env);
+
+}  // namespace ddp::launcher

@@ -1,0 +1,41 @@
+// ddprun: parse -> configure logging -> run the agent -> exit code.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "ddp/agent/agent.hpp"
+#include "ddp/agent/worker_env.hpp"
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "ddp/launcher/launch_options.hpp"
+
+int main(int argc, char** argv) {
+  try {
+    const std::vector<std::string> args(argv, argv + argc);
+    const auto parsed = ddp::launcher::parse_command_line(args, ddp::agent::current_environment());
+    if (parsed.kind != ddp::launcher::ParseOutcome::Kind::kRun) {
+      std::cout << parsed.text;
+      return 0;
+    }
+    ddp::log::setup(parsed.options.log_level, "ddprun");
+    auto config = ddp::launcher::translate_options(parsed.options, ddp::launcher::current_host());
+    ddp::agent::Agent agent(std::move(config));
+    const auto result = agent.run();
+    if (!result.error.empty()) std::cerr << "ddprun: error: " << result.error << std::endl;
+    if (result.abandon_process) {
+      // A rendezvous call is still blocked in another thread; no workers exist.
+      std::fflush(nullptr);
+      std::_Exit(result.exit_code);
+    }
+    return result.exit_code;
+  } catch (const ddp::ConfigError& e) {
+    std::cerr << "ddprun: error: " << e.what() << std::endl;
+    return 2;
+  } catch (const ddp::RendezvousError& e) {
+    std::cerr << "ddprun: error: " << e.what() << std::endl;
+    return 3;
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun: error: " << e.what() << std::endl;
+    return 1;
+  }
+}

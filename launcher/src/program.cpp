@@ -1,0 +1,105 @@
+#include "program.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "ddp/common/error.hpp"
+
+namespace ddp::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_regular(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool is_executable_file(const std::string& path) {
+  return is_regular(path) && ::access(path.c_str(), X_OK) == 0;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::optional<std::string> find_executable(const std::string& name,
+                                           const std::map<std::string, std::string>& env) {
+  if (name.empty()) return std::nullopt;
+  if (name.find('/') != std::string::npos) {
+    if (!is_executable_file(name)) return std::nullopt;
+    return fs::absolute(name).lexically_normal().string();
+  }
+  const auto it = env.find("PATH");
+  const std::string path = it == env.end() ? "/usr/local/bin:/usr/bin:/bin" : it->second;
+  std::stringstream dirs(path);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (is_executable_file(candidate)) return fs::absolute(candidate).lexically_normal().string();
+  }
+  return std::nullopt;
+}
+
+ProgramCommand resolve_program(const LaunchOptions& o,
+                               const std::map<std::string, std::string>& env) {
+  if (o.program.empty()) {
+    throw ConfigError("TRAINING_PROGRAM: missing; usage: ddprun [options] TRAINING_PROGRAM "
+                      "[args...] (see ddprun --help)");
+  }
+  const std::string& program = o.program.front();
+  const std::vector<std::string> user_args(o.program.begin() + 1, o.program.end());
+  ProgramCommand cmd;
+
+  const auto python = [&]() {
+    auto py = find_executable(o.python, env);
+    if (!py) {
+      throw ConfigError("--python: '" + o.python +
+                        "' not found or not executable (needed to run '" + program +
+                        "'); install python3 or pass --no_python for an executable");
+    }
+    return *py;
+  };
+
+  // torchrun runs everything under python unless --no_python; we also run an
+  // executable that is not a .py directly, since python could not run it anyway.
+  // --run_path wins over --no_python, as in torchrun.
+  bool direct = false;
+  if (o.module || o.run_path || ends_with(program, ".py")) {
+    direct = false;
+  } else if (o.no_python || is_executable_file(program)) {
+    direct = true;
+  } else if (program.find('/') == std::string::npos && !is_regular(program)) {
+    direct = find_executable(program, env).has_value();
+  }
+  if (o.module) {
+    cmd.argv = {python(), "-u", "-m", program};
+  } else if (direct) {
+    auto exe = find_executable(program, env);
+    if (!exe) {
+      const bool exists = is_regular(program);
+      throw ConfigError("TRAINING_PROGRAM: '" + program + "' " +
+                        (exists ? "is not executable (chmod +x it, or drop --no_python)"
+                                : "not found (looked in PATH)"));
+    }
+    cmd.argv = {*exe};
+  } else {
+    if (!is_regular(program)) {
+      throw ConfigError("TRAINING_PROGRAM: '" + program + "' not found");
+    }
+    if (::access(program.c_str(), R_OK) != 0) {
+      throw ConfigError("TRAINING_PROGRAM: '" + program + "' is not readable");
+    }
+    cmd.argv = {python(), "-u", program};
+  }
+  cmd.user_args_index = static_cast<int>(cmd.argv.size()) - 1;
+  cmd.argv.insert(cmd.argv.end(), user_args.begin(), user_args.end());
+  return cmd;
+}
+
+}  // namespace ddp::launcher

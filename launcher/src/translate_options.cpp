@@ -1,0 +1,262 @@
+// LaunchOptions -> AgentConfig: every check a user can trip, each failing
+// with one line that names the flag.
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "ddp/common/endpoint.hpp"
+#include "ddp/common/error.hpp"
+#include "ddp/launcher/launch_options.hpp"
+#include "program.hpp"
+
+namespace ddp::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+// torchrun's default port for c10d rendezvous when --rdzv_endpoint has none.
+constexpr int kDefaultRdzvPort = 29400;
+constexpr int kDefaultEtcdPort = 2379;
+
+int parse_int(std::string_view text, const std::string& flag, const std::string& what) {
+  int v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || p != text.data() + text.size()) {
+    throw ConfigError(flag + ": '" + std::string(text) + "' is not " + what);
+  }
+  return v;
+}
+
+std::chrono::milliseconds parse_seconds(const std::string& key, const std::string& value) {
+  double secs = -1;
+  try {
+    std::size_t used = 0;
+    secs = std::stod(value, &used);
+    if (used != value.size()) secs = -1;
+  } catch (const std::exception&) {
+    secs = -1;
+  }
+  if (!(secs >= 0) || !std::isfinite(secs)) {
+    throw ConfigError("--rdzv_conf: " + key + "='" + value +
+                      "' is not a number of seconds >= 0");
+  }
+  return std::chrono::milliseconds(static_cast<long long>(std::llround(secs * 1000.0)));
+}
+
+bool parse_bool(const std::string& key, const std::string& value) {
+  if (value == "1" || value == "true" || value == "True" || value == "yes") return true;
+  if (value == "0" || value == "false" || value == "False" || value == "no") return false;
+  throw ConfigError("--rdzv_conf: " + key + "='" + value + "' is not a boolean (true/false)");
+}
+
+void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) {
+      throw ConfigError("--rdzv_conf: '" + item + "' is not KEY=VALUE");
+    }
+    const std::string key = item.substr(0, eq);
+    const std::string value = item.substr(eq + 1);
+    if (key == "join_timeout" || key == "timeout") {
+      rc.join_timeout = parse_seconds(key, value);
+    } else if (key == "last_call_timeout") {
+      rc.last_call_timeout = parse_seconds(key, value);
+    } else if (key == "close_timeout") {
+      rc.close_timeout = parse_seconds(key, value);
+    } else if (key == "keep_alive_interval") {
+      rc.keep_alive_interval = parse_seconds(key, value);
+    } else if (key == "read_timeout") {
+      // torchrun's store read timeout; our store client bounds each request
+      // itself, so the value is validated and otherwise unused.
+      parse_seconds(key, value);
+    } else if (key == "keep_alive_max_attempt") {
+      rc.keep_alive_max_attempt = parse_int(value, "--rdzv_conf: keep_alive_max_attempt",
+                                            "a positive integer");
+      if (rc.keep_alive_max_attempt < 1) {
+        throw ConfigError("--rdzv_conf: keep_alive_max_attempt must be at least 1");
+      }
+    } else if (key == "is_host") {
+      rc.is_host = parse_bool(key, value);
+    } else {
+      throw ConfigError("--rdzv_conf: unknown key '" + key +
+                        "'; known keys: join_timeout, last_call_timeout, close_timeout, "
+                        "keep_alive_interval, keep_alive_max_attempt, timeout, read_timeout, "
+                        "is_host");
+    }
+  }
+}
+
+std::pair<int, int> parse_nnodes(const std::string& text) {
+  const auto colon = text.find(':');
+  const std::string what = "N or MIN:MAX with 1 <= MIN <= MAX";
+  int lo = 0;
+  int hi = 0;
+  if (colon == std::string::npos) {
+    lo = hi = parse_int(text, "--nnodes", what);
+  } else {
+    lo = parse_int(std::string_view(text).substr(0, colon), "--nnodes", what);
+    hi = parse_int(std::string_view(text).substr(colon + 1), "--nnodes", what);
+  }
+  if (lo < 1 || hi < lo) throw ConfigError("--nnodes: '" + text + "' is not " + what);
+  return {lo, hi};
+}
+
+int resolve_nproc(const std::string& text, const HostInfo& host) {
+  if (text == "gpu") {
+    if (host.gpu_count < 1) {
+      throw ConfigError("--nproc_per_node=gpu: no CUDA device visible (check nvidia driver and "
+                        "CUDA_VISIBLE_DEVICES), or give a number");
+    }
+    return host.gpu_count;
+  }
+  if (text == "cpu") return std::max(1, host.cpu_count);
+  if (text == "auto") return host.gpu_count > 0 ? host.gpu_count : std::max(1, host.cpu_count);
+  const int n = parse_int(text, "--nproc_per_node", "a positive integer, gpu, cpu or auto");
+  if (n < 1) {
+    throw ConfigError("--nproc_per_node: '" + text +
+                      "' is not a positive integer, gpu, cpu or auto");
+  }
+  return n;
+}
+
+std::string random_run_id() {
+  unsigned char b[16] = {};
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  urandom.read(reinterpret_cast<char*>(b), sizeof(b));
+  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);  // uuid4 layout, as torchrun's
+  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
+  char out[40];
+  std::snprintf(out, sizeof(out),
+                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                b[15]);
+  return out;
+}
+
+void check_port(int port, const std::string& flag) {
+  if (port < 1 || port > 65535) {
+    throw ConfigError(flag + ": " + std::to_string(port) + " is out of range 1..65535");
+  }
+}
+
+std::vector<int> parse_filter(const std::string& text, int nproc) {
+  std::vector<int> out;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const int lr = parse_int(item, "--local_ranks_filter", "a comma-separated list of local ranks");
+    if (lr < 0 || lr >= nproc) {
+      throw ConfigError("--local_ranks_filter: local rank " + item + " does not exist with " +
+                        std::to_string(nproc) + " workers per node");
+    }
+    out.push_back(lr);
+  }
+  return out;
+}
+
+}  // namespace
+
+agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& host) {
+  agent::AgentConfig cfg;
+  const auto [min_nodes, max_nodes] = parse_nnodes(o.nnodes);
+  cfg.nproc_per_node = resolve_nproc(o.nproc_per_node, host);
+  if (o.max_restarts < 0) {
+    throw ConfigError("--max_restarts: " + std::to_string(o.max_restarts) + " must be >= 0");
+  }
+  cfg.max_restarts = o.max_restarts;
+  if (!(o.stop_timeout_s >= 0) || !std::isfinite(o.stop_timeout_s)) {
+    throw ConfigError("--stop_timeout: must be a number of seconds >= 0");
+  }
+  cfg.stop_timeout = std::chrono::milliseconds(std::llround(o.stop_timeout_s * 1000.0));
+  if (o.role.empty()) throw ConfigError("--role: must not be empty");
+  cfg.role = o.role;
+  if (o.node_rank < 0 || o.node_rank >= max_nodes) {
+    throw ConfigError("--node_rank: " + std::to_string(o.node_rank) + " must be in 0.." +
+                      std::to_string(max_nodes - 1) + " for --nnodes=" + o.nnodes);
+  }
+  check_port(o.master_port, "--master_port");
+
+  auto& rc = cfg.rendezvous;
+  rc.min_nodes = min_nodes;
+  rc.max_nodes = max_nodes;
+  apply_rdzv_conf(o.rdzv_conf, rc);
+  rc.run_id = o.rdzv_id;
+  const std::string backend = o.rdzv_backend;
+  if (o.standalone) {
+    if (max_nodes != 1) {
+      throw ConfigError("--standalone: runs a single node, but --nnodes=" + o.nnodes +
+                        "; drop one of them");
+    }
+    rc.backend = "standalone";
+    rc.run_id = random_run_id();
+    rc.is_host = true;
+  } else if (backend == "static") {
+    const bool fixed_port = o.master_port_given || !o.rdzv_endpoint.empty();
+    if (max_nodes == 1 && !fixed_port) {
+      // One node and no port asked for: a store on a free port serves the same
+      // purpose as torchrun's fixed 29500 without colliding with another job.
+      rc.backend = "standalone";
+      rc.is_host = true;
+    } else {
+      if (min_nodes != max_nodes) {
+        throw ConfigError("--nnodes: the static backend needs a fixed node count, got " +
+                          o.nnodes + "; use --rdzv_backend=c10d for a range");
+      }
+      rc.backend = "static";
+      rc.endpoint = o.rdzv_endpoint.empty()
+                        ? parse_endpoint(o.master_addr + ":" + std::to_string(o.master_port),
+                                         "--master_addr")
+                        : parse_endpoint(o.rdzv_endpoint, "--rdzv_endpoint", o.master_port);
+      rc.node_rank = o.node_rank;
+      rc.is_host = o.node_rank == 0;
+    }
+  } else if (backend == "c10d" || backend == "ddp") {
+    if (o.rdzv_endpoint.empty()) {
+      throw ConfigError("--rdzv_endpoint: required with --rdzv_backend=" + backend +
+                        " (HOST:PORT of ddp-rendezvousd or of the hosting agent)");
+    }
+    rc.backend = "c10d";
+    rc.endpoint = parse_endpoint(o.rdzv_endpoint, "--rdzv_endpoint", kDefaultRdzvPort);
+  } else if (backend == "etcd" || backend == "etcd-v2") {
+    if (o.rdzv_endpoint.empty()) {
+      throw ConfigError("--rdzv_endpoint: required with --rdzv_backend=" + backend);
+    }
+    rc.backend = "etcd";
+    rc.endpoint = parse_endpoint(o.rdzv_endpoint, "--rdzv_endpoint", kDefaultEtcdPort);
+  } else {
+    throw ConfigError("--rdzv_backend: unknown backend '" + backend +
+                      "'; use static, c10d (alias ddp) or etcd");
+  }
+
+  cfg.redirects = agent::parse_std_spec(o.redirects, "--redirects");
+  cfg.tee = agent::parse_std_spec(o.tee, "--tee");
+  cfg.local_ranks_filter = parse_filter(o.local_ranks_filter, cfg.nproc_per_node);
+  if (!o.log_dir.empty()) cfg.log_dir = fs::absolute(o.log_dir);
+
+  if (!o.token_file.empty()) {
+    std::ifstream in(o.token_file);
+    std::string token;
+    if (!in || !std::getline(in, token) || token.empty()) {
+      throw ConfigError("--token_file: cannot read a token from '" + o.token_file + "'");
+    }
+    rc.token = token;
+    cfg.token_file = fs::absolute(o.token_file);
+  }
+
+  const auto cmd = resolve_program(o, host.env);
+  cfg.argv = cmd.argv;
+  cfg.local_rank_arg_index = o.legacy_local_rank ? cmd.user_args_index : -1;
+
+  cfg.node.node_id = host.hostname + "_" + std::to_string(host.pid);
+  cfg.node.host = o.local_addr.empty() ? host.hostname : o.local_addr;
+  cfg.node.local_world_size = cfg.nproc_per_node;
+  return cfg;
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,112 @@
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+
+#include "ddp/agent/failure_report.hpp"
+#include "test_support.hpp"
+
+using namespace ddp::agent;
+using ddp::test::TempDir;
+using ddp::test::write_file;
+
+TEST_CASE("torch's @record error file gives message, traceback and timestamp") {
+  TempDir dir;
+  write_file(dir / "error.json",
+             R"({"message": {"message": "RuntimeError: boom", "extraInfo": )"
+             R"({"py_callstack": "Traceback (most recent call last):\n  x", "timestamp": "1700000000"}}})");
+  const auto content = read_error_file(dir / "error.json");
+  REQUIRE(content);
+  CHECK(content->message == "RuntimeError: boom");
+  CHECK(content->traceback == "Traceback (most recent call last):\n  x");
+  CHECK(content->timestamp == "1700000000");
+}
+
+TEST_CASE("the plain string form of an error file is accepted") {
+  TempDir dir;
+  write_file(dir / "error.json", R"({"message": "plain failure"})");
+  const auto content = read_error_file(dir / "error.json");
+  REQUIRE(content);
+  CHECK(content->message == "plain failure");
+  CHECK(content->traceback.empty());
+}
+
+TEST_CASE("a missing or malformed error file gives nothing") {
+  TempDir dir;
+  CHECK_FALSE(read_error_file(dir / "none.json"));
+  write_file(dir / "bad.json", "{not json");
+  CHECK_FALSE(read_error_file(dir / "bad.json"));
+  write_file(dir / "other.json", R"({"error": "x"})");
+  CHECK_FALSE(read_error_file(dir / "other.json"));
+}
+
+TEST_CASE("signals are reported by name") {
+  CHECK(signal_name(SIGSEGV) == "SIGSEGV");
+  CHECK(signal_name(SIGKILL) == "SIGKILL");
+  CHECK(signal_name(SIGABRT) == "SIGABRT");
+}
+
+namespace {
+FailureReport sample() {
+  const auto t0 = std::chrono::system_clock::now();
+  FailureReport r;
+  r.run_id = "job";
+  r.role = "default";
+  r.attempt = 1;
+  r.restart_count = 1;
+  r.max_restarts = 1;
+  WorkerFailure late;
+  late.host = "node-a";
+  late.rank = 0;
+  late.local_rank = 0;
+  late.pid = 100;
+  late.exit_code = 1;
+  late.time = t0 + std::chrono::milliseconds(50);
+  WorkerFailure first;
+  first.host = "node-a";
+  first.rank = 3;
+  first.local_rank = 3;
+  first.pid = 103;
+  first.signal = SIGSEGV;
+  first.time = t0;
+  first.error_file = "/logs/error.json";
+  first.error = ErrorFileContent{"RuntimeError: CUDA out of memory", "Traceback:\n  frame", "1"};
+  first.stderr_tail = {"about to crash", "last words"};
+  r.failures = {late, first};
+  return r;
+}
+}  // namespace
+
+TEST_CASE("the root cause is the earliest failure") {
+  CHECK(sample().root_cause() == 1);
+}
+
+TEST_CASE("the text report leads with the root cause and lists the others one line each") {
+  const auto text = render_text(sample());
+  const auto root = text.find("Root cause");
+  const auto others = text.find("Other failures");
+  REQUIRE(root != std::string::npos);
+  REQUIRE(others != std::string::npos);
+  CHECK(root < others);
+  const auto root_part = text.substr(root, others - root);
+  CHECK_THAT(root_part, Catch::Contains("rank       : 3 (local_rank 3)"));
+  CHECK_THAT(root_part, Catch::Contains("signal SIGSEGV"));
+  CHECK_THAT(root_part, Catch::Contains("pid        : 103"));
+  CHECK_THAT(root_part, Catch::Contains("host       : node-a"));
+  CHECK_THAT(root_part, Catch::Contains("RuntimeError: CUDA out of memory"));
+  CHECK_THAT(root_part, Catch::Contains("    Traceback:"));
+  CHECK_THAT(root_part, Catch::Contains("    last words"));
+  CHECK_THAT(text.substr(others), Catch::Contains("rank 0 (local_rank 0, host node-a, pid 100): exit code 1"));
+}
+
+TEST_CASE("the JSON report orders failures by time and names the signal") {
+  const auto json = render_json(sample());
+  CHECK_THAT(json, Catch::Contains(R"("signal": "SIGSEGV")"));
+  CHECK_THAT(json, Catch::Contains(R"("message": "RuntimeError: CUDA out of memory")"));
+  CHECK(json.find(R"("pid": 103)") < json.find(R"("pid": 100)"));
+}
+
+TEST_CASE("invalid UTF-8 in worker output does not break the JSON report") {
+  auto r = sample();
+  r.failures[1].stderr_tail = {std::string("bad \xff\xfe bytes")};
+  CHECK_NOTHROW(render_json(r));
+}

@@ -1,0 +1,101 @@
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "test_support.hpp"
+#include "worker_output.hpp"
+
+using namespace ddp::agent;
+using ddp::test::read_file;
+using ddp::test::TempDir;
+
+namespace {
+// A pipe standing in for the agent's console; read back what was written.
+struct Console {
+  int fds[2] = {-1, -1};
+  Console() { REQUIRE(::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0); }
+  ~Console() {
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  std::string drain() {
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+    return out;
+  }
+};
+}  // namespace
+
+TEST_CASE("lines split across chunks reach the console whole and prefixed with the rank") {
+  Console out, err;
+  WorkerOutputOptions o;
+  o.rank = 5;
+  o.console_out_fd = out.fds[1];
+  o.console_err_fd = err.fds[1];
+  WorkerOutput w(o);
+  w.feed(StdStream::kOut, "hel");
+  w.feed(StdStream::kOut, "lo\nwor");
+  w.feed(StdStream::kErr, "oops\n");
+  CHECK(out.drain() == "[rank 5]:hello\n");
+  w.feed(StdStream::kOut, "ld\n\n");
+  CHECK(out.drain() == "[rank 5]:world\n[rank 5]:\n");
+  CHECK(err.drain() == "[rank 5]:oops\n");
+}
+
+TEST_CASE("a last line without newline is emitted at finish") {
+  Console out, err;
+  WorkerOutputOptions o;
+  o.console_out_fd = out.fds[1];
+  o.console_err_fd = err.fds[1];
+  WorkerOutput w(o);
+  w.feed(StdStream::kErr, "dying words");
+  CHECK(err.drain().empty());
+  w.finish();
+  CHECK(err.drain() == "[rank 0]:dying words\n");
+  CHECK(w.stderr_tail().back() == "dying words");
+}
+
+TEST_CASE("log files get the raw bytes and a redirected stream skips the console") {
+  TempDir dir;
+  Console out, err;
+  WorkerOutputOptions o;
+  o.console_out = false;
+  o.console_out_fd = out.fds[1];
+  o.console_err_fd = err.fds[1];
+  o.out_file = dir / "0" / "stdout.log";
+  o.err_file = dir / "0" / "stderr.log";
+  {
+    WorkerOutput w(o);
+    w.feed(StdStream::kOut, "a\nb");
+    w.feed(StdStream::kErr, "e\n");
+    w.finish();
+  }
+  CHECK(read_file(dir / "0" / "stdout.log") == "a\nb");
+  CHECK(read_file(dir / "0" / "stderr.log") == "e\n");
+  CHECK(out.drain().empty());
+  CHECK(err.drain() == "[rank 0]:e\n");
+}
+
+TEST_CASE("only the last stderr lines are kept for the failure report") {
+  Console out, err;
+  WorkerOutputOptions o;
+  o.console_err = false;
+  o.tail_lines = 3;
+  o.console_out_fd = out.fds[1];
+  o.console_err_fd = err.fds[1];
+  WorkerOutput w(o);
+  for (int i = 0; i < 10; ++i) w.feed(StdStream::kErr, "line " + std::to_string(i) + "\n");
+  REQUIRE(w.stderr_tail().size() == 3);
+  CHECK(w.stderr_tail().front() == "line 7");
+  CHECK(w.stderr_tail().back() == "line 9");
+  CHECK(err.drain().empty());
+}
+
+TEST_CASE("an unwritable log file is a config error naming --log_dir") {
+  WorkerOutputOptions o;
+  o.out_file = "/proc/definitely/not/stdout.log";
+  CHECK_THROWS_WITH(WorkerOutput(o), Catch::StartsWith("--log_dir: cannot create"));
+}

@@ -1,0 +1,221 @@
+// ddprun's CLI -> LaunchOptions -> AgentConfig, including every bad input.
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+
+#include "ddp/common/error.hpp"
+#include "ddp/launcher/launch_options.hpp"
+#include "test_support.hpp"
+
+using namespace ddp::launcher;
+using ddp::test::TempDir;
+
+namespace {
+using Env = std::map<std::string, std::string>;
+
+LaunchOptions parse(std::vector<std::string> args, const Env& env = {}) {
+  args.insert(args.begin(), "ddprun");
+  auto out = parse_command_line(args, env);
+  REQUIRE(out.kind == ParseOutcome::Kind::kRun);
+  return out.options;
+}
+
+HostInfo host(int gpus = 0, int cpus = 6) {
+  HostInfo h;
+  h.hostname = "node-a";
+  h.pid = 42;
+  h.gpu_count = gpus;
+  h.cpu_count = cpus;
+  h.env = {{"PATH", "/usr/bin:/bin"}};
+  return h;
+}
+
+ddp::agent::AgentConfig translate(std::vector<std::string> args, const HostInfo& h = host()) {
+  return translate_options(parse(std::move(args)), h);
+}
+
+// The one-line error translate gives, for REQUIRE_THAT on its flag.
+std::string error_of(std::vector<std::string> args, const HostInfo& h = host()) {
+  try {
+    translate(std::move(args), h);
+  } catch (const ddp::ConfigError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find('\n') == std::string::npos);
+    return msg;
+  }
+  return "<no error>";
+}
+}  // namespace
+
+TEST_CASE("flags parse in both spellings and with = or a space") {
+  auto a = parse({"--nproc_per_node=4", "--max_restarts", "2", "--rdzv-id=job", "/bin/true"});
+  auto b = parse({"--nproc-per-node", "4", "--max-restarts=2", "--rdzv_id", "job", "/bin/true"});
+  for (const auto* o : {&a, &b}) {
+    CHECK(o->nproc_per_node == "4");
+    CHECK(o->max_restarts == 2);
+    CHECK(o->rdzv_id == "job");
+    CHECK(o->program == std::vector<std::string>{"/bin/true"});
+  }
+}
+
+TEST_CASE("everything after the program passes through untouched") {
+  auto o = parse({"--standalone", "train.py", "--lr", "0.1", "--nproc_per_node=9", "-m"});
+  CHECK(o.standalone);
+  CHECK(o.nproc_per_node == "1");
+  CHECK(o.program == std::vector<std::string>{"train.py", "--lr", "0.1", "--nproc_per_node=9", "-m"});
+  CHECK(parse({"--", "prog", "-x"}).program == std::vector<std::string>{"prog", "-x"});
+}
+
+TEST_CASE("short flags and torchrun's compatibility flags are accepted") {
+  auto o = parse({"-r", "3", "-t", "0:1,1:2", "-m", "--monitor_interval=0.1",
+                  "--start_method=fork", "--use_env", "pkg.train"});
+  CHECK(o.redirects == "3");
+  CHECK(o.tee == "0:1,1:2");
+  CHECK(o.module);
+  CHECK(o.monitor_interval == Approx(0.1));
+  CHECK(o.use_env);
+}
+
+TEST_CASE("PET_ variables fill flags the command line lacks") {
+  auto o = parse({"--max_restarts=1", "/bin/true"},
+                 {{"PET_NPROC_PER_NODE", "3"}, {"PET_MAX_RESTARTS", "7"}, {"PET_STANDALONE", "1"},
+                  {"PET_MASTER_PORT", "1234"}, {"PET_LOG_DIR", "/tmp/x"}});
+  CHECK(o.nproc_per_node == "3");
+  CHECK(o.max_restarts == 1);  // the command line wins
+  CHECK(o.standalone);
+  CHECK(o.master_port == 1234);
+  CHECK(o.master_port_given);
+  CHECK(o.log_dir == "/tmp/x");
+}
+
+TEST_CASE("help and version are answered without running anything") {
+  auto help = parse_command_line({"ddprun", "--help"}, {});
+  CHECK(help.kind == ParseOutcome::Kind::kHelp);
+  CHECK_THAT(help.text, Catch::Contains("--nproc_per_node"));
+  CHECK_THAT(help.text, Catch::Contains("--rdzv_endpoint"));
+  CHECK_THAT(help.text, Catch::Contains("TRAINING_PROGRAM"));
+  auto version = parse_command_line({"ddprun", "--version"}, {});
+  CHECK(version.kind == ParseOutcome::Kind::kVersion);
+  CHECK_THAT(version.text, Catch::StartsWith("ddprun "));
+}
+
+TEST_CASE("an unknown option before the program is an error naming it") {
+  CHECK_THROWS_WITH(parse_command_line({"ddprun", "--bogus=1", "/bin/true"}, {}),
+                    Catch::StartsWith("--bogus=1: unknown option"));
+  CHECK_THROWS_AS(parse_command_line({"ddprun", "--max_restarts=x", "/bin/true"}, {}),
+                  ddp::ConfigError);
+}
+
+TEST_CASE("a .py script runs under python3 -u, a module under -m, an executable directly") {
+  TempDir dir;
+  ddp::test::write_file(dir / "train.py", "print(1)\n");
+  auto py = translate({"--standalone", (dir / "train.py").string(), "--epochs", "2"});
+  CHECK(py.argv == std::vector<std::string>{"/usr/bin/python3", "-u", (dir / "train.py").string(),
+                                            "--epochs", "2"});
+  auto mod = translate({"--standalone", "-m", "pkg.train", "x"});
+  CHECK(mod.argv == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.train", "x"});
+  auto exe = translate({"--standalone", "true", "x"});
+  CHECK(exe.argv == std::vector<std::string>{"/usr/bin/true", "x"});
+  auto no_python = translate({"--standalone", "--no_python", "/bin/echo"});
+  CHECK(no_python.argv == std::vector<std::string>{"/bin/echo"});
+}
+
+TEST_CASE("the legacy option passes --local_rank right after the program") {
+  TempDir dir;
+  ddp::test::write_file(dir / "train.py", "");
+  auto py = translate({"--standalone", "--legacy_local_rank", (dir / "train.py").string(), "--x"});
+  CHECK(py.local_rank_arg_index == 2);  // python3 -u train.py <here> --x
+  CHECK(translate({"--standalone", "/bin/true"}).local_rank_arg_index == -1);
+}
+
+TEST_CASE("nproc_per_node takes a number, gpu, cpu or auto") {
+  CHECK(translate({"--nproc_per_node=3", "/bin/true"}).nproc_per_node == 3);
+  CHECK(translate({"--nproc_per_node=cpu", "/bin/true"}).nproc_per_node == 6);
+  CHECK(translate({"--nproc_per_node=auto", "/bin/true"}).nproc_per_node == 6);
+  CHECK(translate({"--nproc_per_node=auto", "/bin/true"}, host(2)).nproc_per_node == 2);
+  CHECK(translate({"--nproc_per_node=gpu", "/bin/true"}, host(8)).nproc_per_node == 8);
+  CHECK_THAT(error_of({"--nproc_per_node=gpu", "/bin/true"}),
+             Catch::StartsWith("--nproc_per_node=gpu: no CUDA device"));
+}
+
+TEST_CASE("CUDA_VISIBLE_DEVICES narrows the GPU count") {
+  CHECK(detect_gpu_count({{"CUDA_VISIBLE_DEVICES", ""}}) == 0);
+  CHECK(detect_gpu_count({{"CUDA_VISIBLE_DEVICES", "-1"}}) == 0);
+}
+
+TEST_CASE("the backend follows the flags") {
+  auto standalone = translate({"--standalone", "/bin/true"});
+  CHECK(standalone.rendezvous.backend == "standalone");
+  CHECK(standalone.rendezvous.run_id.size() == 36);
+  // One node without a port asked for: a free port instead of a fixed 29500.
+  CHECK(translate({"--nproc_per_node=2", "/bin/true"}).rendezvous.backend == "standalone");
+  auto st = translate({"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3",
+                       "--master_port=4000", "/bin/true"});
+  CHECK(st.rendezvous.backend == "static");
+  CHECK(st.rendezvous.endpoint.host == "10.1.2.3");
+  CHECK(st.rendezvous.endpoint.port == 4000);
+  CHECK(st.rendezvous.node_rank == 1);
+  CHECK(st.rendezvous.min_nodes == 2);
+  CHECK_FALSE(st.rendezvous.is_host);
+  auto dyn = translate({"--nnodes=1:4", "--rdzv_backend=ddp", "--rdzv_endpoint=h:1234",
+                        "--rdzv_conf=join_timeout=5,last_call_timeout=0.5,keep_alive_max_attempt=2",
+                        "/bin/true"});
+  CHECK(dyn.rendezvous.backend == "c10d");
+  CHECK(dyn.rendezvous.endpoint.port == 1234);
+  CHECK(dyn.rendezvous.min_nodes == 1);
+  CHECK(dyn.rendezvous.max_nodes == 4);
+  CHECK(dyn.rendezvous.join_timeout == std::chrono::seconds(5));
+  CHECK(dyn.rendezvous.last_call_timeout == std::chrono::milliseconds(500));
+  CHECK(dyn.rendezvous.keep_alive_max_attempt == 2);
+  CHECK(translate({"--rdzv_backend=c10d", "--rdzv_endpoint=h", "/bin/true"}).rendezvous.endpoint.port == 29400);
+}
+
+TEST_CASE("logs, streams, filter and node identity reach the agent config") {
+  auto c = translate({"--nproc_per_node=4", "--log_dir=rel/logs", "-r", "0:1", "-t", "3",
+                      "--local_ranks_filter=0,2", "--local_addr=10.0.0.9", "--role=trainer",
+                      "--stop_timeout=1.5", "/bin/true"});
+  CHECK(c.log_dir.is_absolute());
+  CHECK(c.redirects.for_rank(0) == ddp::agent::Std::kOut);
+  CHECK(c.tee.for_rank(3) == ddp::agent::Std::kAll);
+  CHECK(c.local_ranks_filter == std::vector<int>{0, 2});
+  CHECK(c.node.host == "10.0.0.9");
+  CHECK(c.node.node_id == "node-a_42");
+  CHECK(c.node.local_world_size == 4);
+  CHECK(c.role == "trainer");
+  CHECK(c.stop_timeout == std::chrono::milliseconds(1500));
+}
+
+TEST_CASE("every bad input gives one line naming the flag") {
+  TempDir dir;
+  ddp::test::write_file(dir / "plain", "#!/bin/sh\n");
+  ::chmod((dir / "plain").c_str(), 0644);
+  CHECK_THAT(error_of({"--nproc_per_node=0", "/bin/true"}), Catch::StartsWith("--nproc_per_node: "));
+  CHECK_THAT(error_of({"--nproc_per_node=many", "/bin/true"}), Catch::StartsWith("--nproc_per_node: "));
+  CHECK_THAT(error_of({"--nnodes=3:2", "/bin/true"}), Catch::StartsWith("--nnodes: "));
+  CHECK_THAT(error_of({"--nnodes=0", "/bin/true"}), Catch::StartsWith("--nnodes: "));
+  CHECK_THAT(error_of({"--nnodes=a:b", "/bin/true"}), Catch::StartsWith("--nnodes: "));
+  CHECK_THAT(error_of({"--standalone"}), Catch::StartsWith("TRAINING_PROGRAM: missing"));
+  CHECK_THAT(error_of({"--standalone", "/no/such/prog"}), Catch::StartsWith("TRAINING_PROGRAM: "));
+  CHECK_THAT(error_of({"--standalone", "no_such_prog_xyz.py"}), Catch::StartsWith("TRAINING_PROGRAM: "));
+  CHECK_THAT(error_of({"--standalone", "--no_python", (dir / "plain").string()}),
+             Catch::Contains("is not executable"));
+  CHECK_THAT(error_of({"--master_port=70000", "/bin/true"}), Catch::StartsWith("--master_port: "));
+  CHECK_THAT(error_of({"--master_port=-1", "/bin/true"}), Catch::StartsWith("--master_port: "));
+  CHECK_THAT(error_of({"--rdzv_backend=c10d", "--rdzv_endpoint=h:99999", "/bin/true"}),
+             Catch::StartsWith("--rdzv_endpoint"));
+  CHECK_THAT(error_of({"--nnodes=2", "--node_rank=2", "/bin/true"}), Catch::StartsWith("--node_rank: "));
+  CHECK_THAT(error_of({"--rdzv_conf=join_timeout=1,colour=red", "/bin/true"}),
+             Catch::StartsWith("--rdzv_conf: unknown key 'colour'"));
+  CHECK_THAT(error_of({"--rdzv_conf=join_timeout=soon", "/bin/true"}), Catch::StartsWith("--rdzv_conf: "));
+  CHECK_THAT(error_of({"--rdzv_backend=zookeeper", "/bin/true"}), Catch::StartsWith("--rdzv_backend: "));
+  CHECK_THAT(error_of({"--rdzv_backend=c10d", "/bin/true"}), Catch::StartsWith("--rdzv_endpoint: "));
+  CHECK_THAT(error_of({"--max_restarts=-1", "/bin/true"}), Catch::StartsWith("--max_restarts: "));
+  CHECK_THAT(error_of({"--standalone", "--nnodes=2", "/bin/true"}), Catch::StartsWith("--standalone: "));
+  CHECK_THAT(error_of({"--nnodes=1:2", "--master_port=5000", "/bin/true"}), Catch::StartsWith("--nnodes: "));
+  CHECK_THAT(error_of({"-t", "5", "/bin/true"}), Catch::StartsWith("--tee: "));
+  CHECK_THAT(error_of({"--nproc_per_node=2", "--local_ranks_filter=3", "/bin/true"}),
+             Catch::StartsWith("--local_ranks_filter: "));
+  ddp::test::write_file(dir / "t.py", "");
+  CHECK_THAT(error_of({"--python=nopython3", (dir / "t.py").string()}), Catch::StartsWith("--python: "));
+  CHECK_THAT(error_of({"--token_file=/no/such/token", "/bin/true"}), Catch::StartsWith("--token_file: "));
+}
