@@ -1,18 +1,65 @@
 #include "ddp/common/error.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
+#include "dynamic_handler.hpp"
 #include "standalone_handler.hpp"
+#include "static_handler.hpp"
 
 namespace ddp::rdzv {
 
-std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config,
-                                                  const NodeSpec& self) {
+namespace {
+
+void check_self(const NodeSpec& self) {
   if (self.local_world_size < 1) {
     throw ConfigError("--nproc_per_node: must be at least 1, got " +
                       std::to_string(self.local_world_size));
   }
+  if (self.node_id.empty()) throw InternalError("rendezvous: NodeSpec::node_id is empty");
+}
+
+bool is_dynamic(const std::string& backend) { return backend == "c10d" || backend == "dynamic"; }
+
+[[noreturn]] void unknown_backend(const std::string& backend) {
+  throw ConfigError("--rdzv_backend: unknown backend '" + backend +
+                    "'; use c10d (or dynamic), static or standalone");
+}
+
+}  // namespace
+
+std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config,
+                                                  const NodeSpec& self) {
+  check_self(self);
   if (config.backend == "standalone") return std::make_unique<StandaloneHandler>(config, self);
-  throw ConfigError("--rdzv_backend: unknown backend '" + config.backend +
-                    "'; use standalone, static or c10d");
+  if (config.backend == "static") return std::make_unique<StaticHandler>(config, self);
+  if (is_dynamic(config.backend)) {
+    detail::validate_run_id(config.run_id);
+    if (config.endpoint.host.empty() || config.endpoint.port == 0) {
+      throw ConfigError("--rdzv_endpoint: c10d rendezvous needs HOST:PORT, got '" +
+                        config.endpoint.to_string() + "'");
+    }
+    detail::StoreAccess access;
+    try {
+      access = detail::open_store(
+          config, config.is_host ? detail::HostMode::kAlways : detail::HostMode::kIfLocal,
+          "--rdzv_endpoint");
+    } catch (const RendezvousError& e) {
+      // An endpoint nobody serves is a configuration mistake (issue: exit 2).
+      throw ConfigError(e.what());
+    }
+    return std::make_unique<DynamicHandler>(config, self, std::move(access));
+  }
+  unknown_backend(config.backend);
+}
+
+std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config,
+                                                  const NodeSpec& self,
+                                                  std::shared_ptr<store::Store> store) {
+  check_self(self);
+  detail::StoreAccess access;
+  access.client = std::move(store);
+  if (config.backend == "static") return std::make_unique<StaticHandler>(config, self, std::move(access));
+  if (is_dynamic(config.backend)) return std::make_unique<DynamicHandler>(config, self, std::move(access));
+  throw ConfigError("--rdzv_backend: '" + config.backend +
+                    "' cannot run over a given store; use static or c10d");
 }
 
 }  // namespace ddp::rdzv

@@ -41,6 +41,9 @@ struct RendezvousConfig {
   std::chrono::milliseconds keep_alive_interval{std::chrono::seconds(5)};
   int keep_alive_max_attempt = 3;
   bool is_host = false;               // this agent hosts the store in-process
+  // c10d: read every node's record into RendezvousResult::nodes (one list request,
+  // O(N) bytes per agent). false: `nodes` holds only this node, O(1) bytes.
+  bool list_nodes = true;
 };
 
 // The outcome of one round: this node's place in the world.
@@ -92,8 +95,17 @@ class RendezvousHandler {
   virtual std::shared_ptr<store::Store> store() = 0;
 };
 
-// Builds the handler for config.backend. Throws ConfigError for an unknown backend.
+// Builds the handler for config.backend ("standalone", "static", "c10d" or its
+// alias "dynamic"). Throws ConfigError for an unknown backend or a bad setting
+// (exit 2), RendezvousError when the store cannot be reached (static: exit 3).
 std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config,
                                                   const NodeSpec& self);
+
+// The static or c10d handler over an existing store instead of one reached
+// through config.endpoint (tests, embedding, several handlers on one store).
+// config.endpoint is still what RendezvousResult::store_endpoint reports.
+std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config,
+                                                  const NodeSpec& self,
+                                                  std::shared_ptr<store::Store> store);
 
 }  // namespace ddp::rdzv

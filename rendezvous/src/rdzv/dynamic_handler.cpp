@@ -1,0 +1,274 @@
+#include "dynamic_handler.hpp"
+
+#include <sstream>
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+
+namespace ddp::rdzv {
+
+namespace {
+
+constexpr std::chrono::milliseconds kProgressPeriod{1000};  // live feedback, at most once a second
+constexpr int kNamesShown = 16;  // progress lines list names only for small rounds
+
+const RendezvousConfig& checked(const RendezvousConfig& c) {
+  detail::validate_run_id(c.run_id);
+  if (c.min_nodes < 1) throw ConfigError("--nnodes: MIN must be at least 1");
+  if (c.min_nodes > c.max_nodes) {
+    throw ConfigError("--nnodes: MIN " + std::to_string(c.min_nodes) + " is larger than MAX " +
+                      std::to_string(c.max_nodes));
+  }
+  if (c.max_nodes >= (1 << 30)) throw ConfigError("--nnodes: MAX is too large");
+  if (c.keep_alive_interval.count() <= 0) {
+    throw ConfigError("--rdzv_conf keep_alive_interval: must be positive");
+  }
+  return c;
+}
+
+std::string name_list(const std::vector<store::KeyValue>& kvs, std::size_t prefix_len, int limit) {
+  std::string out;
+  for (const auto& kv : kvs) {
+    auto rank = detail::parse_int(std::string_view(kv.key).substr(prefix_len));
+    if (rank < 0 || rank >= limit) continue;
+    if (!out.empty()) out += ", ";
+    try {
+      auto n = detail::decode_node(kv.value, kv.key);
+      out += n.node_id + " (" + std::to_string(n.local_world_size) + " workers)";
+    } catch (const Error&) {
+      out += kv.key;
+    }
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+DynamicHandler::DynamicHandler(const RendezvousConfig& config, const NodeSpec& self,
+                               detail::StoreAccess access)
+    : StoreHandler(checked(config), self, std::move(access)) {}
+
+DynamicHandler::Closed DynamicHandler::parse_closed(const std::string& text) {
+  Closed c;
+  if (text.rfind("abort ", 0) == 0) {
+    c.kind = Closed::Kind::kAbort;
+    c.why = text.substr(6);
+  } else if (text.rfind("closed ", 0) == 0) {
+    c.kind = Closed::Kind::kJobClosed;
+    c.why = text.substr(7);
+  } else {
+    std::istringstream in(text);
+    if (!(in >> c.count >> c.workers >> c.listed)) {
+      throw InternalError("malformed rendezvous close record '" + text + "'");
+    }
+  }
+  return c;
+}
+
+void DynamicHandler::check_job_config() {
+  if (config_checked_) return;
+  const std::string mine = std::to_string(config_.min_nodes) + ":" + std::to_string(config_.max_nodes);
+  const std::string job = store_->compare_set(rdzv_key("nnodes"), "", mine);
+  if (job != mine) {
+    throw ConfigError("--nnodes: this node uses " + mine + " but run_id=" + config_.run_id +
+                      " was started with --nnodes=" + job + "; use the same value on every node");
+  }
+  config_checked_ = true;
+}
+
+RendezvousResult DynamicHandler::next_rendezvous() {
+  auto logger = log::get("rdzv");
+  const auto deadline = Deadline::after(config_.join_timeout);
+  std::int64_t round = round_to_join();
+  check_job_config();
+  const auto lease = monitor_->lease();
+  const std::string record = detail::encode_node(self_);
+  while (true) {
+    const std::string prefix = prefix_of(round);
+    // The one add: arrival index in the high half, prefix sum of workers in the low.
+    const std::int64_t mine = store_->add(prefix + "seq", detail::pack_join(self_.local_world_size));
+    const int index = detail::packed_count(mine);  // 1-based
+    const std::string my_key = prefix + "node/" + std::to_string(index - 1);
+    bool late = index > config_.max_nodes;
+    Closed closed;
+    if (!late) {
+      store_->set(my_key, record, lease);
+      logger->info("joined round run_id={} round={} arrival={} node_id={}", config_.run_id, round,
+                   index, self_.node_id);
+      closed = index == config_.max_nodes ? close_round(round, mine) : wait_closed(round, index, deadline);
+      if (closed.kind == Closed::Kind::kJobClosed) throw_closed(closed.why);
+      if (closed.kind == Closed::Kind::kAbort) {
+        // Nobody of this round starts workers; meet again in the next one.
+        logger->info("round aborted run_id={} round={} reason={}", config_.run_id, round, closed.why);
+        store_->compare_set(prefix + "ctl/ended", "",
+                            detail::encode_event(RoundEvent::kMembershipChanged, closed.why));
+        advance_pointer(round);
+        ++round;
+        continue;
+      }
+      late = index > closed.count;
+      if (late) store_->remove(my_key);
+    }
+    if (late) {
+      wait_ended(round, deadline);
+      ++round;
+      continue;
+    }
+
+    RendezvousResult res;
+    res.round = round;
+    res.group_rank = index - 1;
+    res.group_world_size = closed.count;
+    res.rank_offset = detail::packed_workers(mine) - self_.local_world_size;
+    res.world_size = closed.workers;
+    if (config_.list_nodes) {
+      auto listed = store_->list(prefix + "node/");
+      res.nodes.resize(static_cast<std::size_t>(closed.count));
+      for (const auto& kv : listed.kvs) {
+        auto r = detail::parse_int(std::string_view(kv.key).substr(prefix.size() + 5));
+        if (r >= 0 && r < closed.count) res.nodes[static_cast<std::size_t>(r)] = detail::decode_node(kv.value, kv.key);
+      }
+    } else {
+      res.nodes = {self_};
+    }
+    res.store_endpoint = config_.endpoint;
+    if (access_.server) res.store_endpoint.port = access_.server->port();
+    res.worker_prefix = detail::worker_prefix(config_.run_id, round);
+    start_round(res, closed.listed + 1, closed.count < config_.max_nodes);
+    return res;
+  }
+}
+
+DynamicHandler::Closed DynamicHandler::close_round(std::int64_t round, std::int64_t seen) {
+  const std::string prefix = prefix_of(round);
+  const int n = detail::packed_count(seen);
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) keys.push_back(prefix + "node/" + std::to_string(r));
+  std::string value;
+  try {
+    // Every counted arrival writes its record right after its add.
+    store_->wait(keys, config_.close_timeout);
+    // Records of nodes that died before the close are gone by now or vanish after
+    // this listing, where the members' watches (from its revision + 1) see them.
+    auto listed = store_->list(prefix + "node/");
+    int present = 0;
+    for (const auto& kv : listed.kvs) {
+      auto r = detail::parse_int(std::string_view(kv.key).substr(prefix.size() + 5));
+      if (r >= 0 && r < n) ++present;
+    }
+    if (present == n) {
+      value = std::to_string(n) + " " + std::to_string(detail::packed_workers(seen)) + " " +
+              std::to_string(listed.revision);
+    } else {
+      value = "abort " + std::to_string(n - present) + " node(s) left before round " +
+              std::to_string(round) + " closed";
+    }
+  } catch (const TimeoutError&) {
+    value = "abort a node joined round " + std::to_string(round) +
+            " but did not write its record within close_timeout " +
+            detail::seconds_text(config_.close_timeout);
+  }
+  // The first decision wins; everyone, this node included, follows it.
+  return parse_closed(store_->compare_set(prefix + "closed", "", value));
+}
+
+DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index,
+                                                   const Deadline& deadline) {
+  const std::string key = prefix_of(round) + "closed";
+  const bool candidate = index >= config_.min_nodes;
+  auto last_call = candidate ? Clock::now() + config_.last_call_timeout : Clock::time_point::max();
+  int seen = index;
+  const bool feedback = log::get("rdzv")->should_log(spdlog::level::info);
+  while (true) {
+    auto until = std::min(deadline.at(), last_call);
+    if (feedback) until = std::min(until, Clock::now() + kProgressPeriod);
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    try {
+      return parse_closed(store_->get(key, std::max(wait, std::chrono::milliseconds(1))));
+    } catch (const TimeoutError&) {
+    }
+    if (Clock::now() >= last_call) {
+      // torchrun's rule: the round closes last_call_timeout after the last arrival
+      // once MIN are in. Later arrivals carry their own timer, so defer to them.
+      const std::int64_t now_seen = store_->add(prefix_of(round) + "seq", 0);
+      const int count = detail::packed_count(now_seen);
+      if (count >= config_.max_nodes) {
+        last_call = Clock::time_point::max();  // the MAX-th arrival closes it
+      } else if (count > seen) {
+        seen = count;
+        last_call = Clock::now() + config_.last_call_timeout;
+      } else {
+        return close_round(round, now_seen);
+      }
+    }
+    if (deadline.expired()) throw_timeout(round, false);
+    if (feedback) log_progress(round, deadline);
+  }
+}
+
+void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline) {
+  const std::string prefix = prefix_of(round);
+  const auto waiting = store_->add(prefix + "ctl/waiting", 1);
+  log::get("rdzv")->info(
+      "round is running, waiting to join the next one run_id={} round={} waiting_nodes={}",
+      config_.run_id, round, waiting);
+  const bool feedback = log::get("rdzv")->should_log(spdlog::level::info);
+  while (true) {
+    auto wait = feedback ? std::min(deadline.remaining(), kProgressPeriod) : deadline.remaining();
+    try {
+      store_->get(prefix + "ctl/ended", std::max(wait, std::chrono::milliseconds(1)));
+      return;
+    } catch (const TimeoutError&) {
+    }
+    if (deadline.expired()) throw_timeout(round, true);
+    if (feedback && Clock::now() - last_progress_ >= kProgressPeriod) {
+      last_progress_ = Clock::now();
+      log::get("rdzv")->info("waiting for round {} to end run_id={} time_left={}", round,
+                             config_.run_id, detail::seconds_text(deadline.remaining()));
+    }
+  }
+}
+
+void DynamicHandler::log_progress(std::int64_t round, const Deadline& deadline) {
+  if (Clock::now() - last_progress_ < kProgressPeriod) return;
+  last_progress_ = Clock::now();
+  const std::string prefix = prefix_of(round);
+  auto seq = store_->try_get(prefix + "seq");
+  const int count = seq ? detail::packed_count(detail::parse_int(*seq)) : 0;
+  std::string names = std::to_string(count) + " node(s)";
+  if (count <= kNamesShown) names = name_list(store_->list(prefix + "node/").kvs, prefix.size() + 5, count);
+  const int needed = std::max(0, config_.min_nodes - count);
+  log::get("rdzv")->info("waiting for nodes run_id={} round={} joined={} [{}] needed={} max={} time_left={}",
+                         config_.run_id, round, count, names, needed, config_.max_nodes,
+                         detail::seconds_text(deadline.remaining()));
+}
+
+void DynamicHandler::throw_timeout(std::int64_t round, bool late) {
+  const std::string prefix = prefix_of(round);
+  auto seq = store_->try_get(prefix + "seq");
+  const int count = seq ? detail::packed_count(detail::parse_int(*seq)) : 0;
+  const auto listed = store_->list(prefix + "node/");
+  const std::string names = name_list(listed.kvs, prefix.size() + 5, std::min(count, config_.max_nodes));
+  const std::string head = "rendezvous timed out after " + detail::seconds_text(config_.join_timeout) +
+                           " (run_id=" + config_.run_id + ", round " + std::to_string(round) +
+                           ", store " + config_.endpoint.to_string() + "): ";
+  if (late) {
+    throw RendezvousError(head + "round " + std::to_string(round) + " is running with " + names +
+                          " and did not end to let this node in (max " +
+                          std::to_string(config_.max_nodes) + " nodes)");
+  }
+  const int joined = std::min(count, config_.max_nodes);
+  if (joined >= config_.min_nodes) {
+    throw RendezvousError(head + std::to_string(joined) + " node(s) joined: " + names +
+                          "; the round did not close within the join timeout (last_call_timeout " +
+                          detail::seconds_text(config_.last_call_timeout) + ")");
+  }
+  const int needed = std::max(1, config_.min_nodes - joined);
+  throw RendezvousError(head + std::to_string(joined) + " node(s) joined: " + names + "; " +
+                        std::to_string(needed) + " more needed for --nnodes=" +
+                        std::to_string(config_.min_nodes) + ":" + std::to_string(config_.max_nodes) +
+                        "; start more agents or lower MIN");
+}
+
+}  // namespace ddp::rdzv

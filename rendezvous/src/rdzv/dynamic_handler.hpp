@@ -1,0 +1,45 @@
+// The c10d-style dynamic rendezvous: MIN:MAX nodes, O(1) store requests per
+// agent per round. docs/rendezvous.md has the algorithm, key layout and costs.
+#pragma once
+
+#include "store_handler.hpp"
+
+namespace ddp::rdzv {
+
+// Thread-safety: as RendezvousHandler.
+class DynamicHandler final : public detail::StoreHandler {
+ public:
+  DynamicHandler(const RendezvousConfig& config, const NodeSpec& self, detail::StoreAccess access);
+
+  std::string backend() const override { return "c10d"; }
+  RendezvousResult next_rendezvous() override;
+
+ private:
+  // P/closed: "<count> <workers> <list revision>", "abort <why>" or "closed <why>".
+  struct Closed {
+    enum class Kind : std::uint8_t { kFinal, kAbort, kJobClosed } kind = Kind::kFinal;
+    int count = 0;
+    int workers = 0;
+    store::Revision listed = 0;
+    std::string why;
+  };
+  static Closed parse_closed(const std::string& text);
+
+  void check_job_config();
+  // Decides the round's members (the arrivals counted in `seen`) unless some
+  // other node already did; returns the decision everyone reads.
+  Closed close_round(std::int64_t round, std::int64_t seen);
+  // Waits for P/closed as arrival `index`; the last arrival past MIN closes the
+  // round once no one else arrived for last_call_timeout.
+  Closed wait_closed(std::int64_t round, int index, const Deadline& deadline);
+  // A late joiner: counted in P/ctl/waiting (the members see kNodesWaiting),
+  // then waits for the round to end.
+  void wait_ended(std::int64_t round, const Deadline& deadline);
+  void log_progress(std::int64_t round, const Deadline& deadline);
+  [[noreturn]] void throw_timeout(std::int64_t round, bool late);
+
+  bool config_checked_ = false;
+  Clock::time_point last_progress_{};
+};
+
+}  // namespace ddp::rdzv

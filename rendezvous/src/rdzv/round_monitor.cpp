@@ -1,0 +1,284 @@
+#include "round_monitor.hpp"
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "keys.hpp"
+
+namespace ddp::rdzv::detail {
+
+namespace {
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+}  // namespace
+
+const char* event_name(RoundEvent e) {
+  switch (e) {
+    case RoundEvent::kRestartRequested: return "restart_requested";
+    case RoundEvent::kMembershipChanged: return "membership_changed";
+    case RoundEvent::kNodesWaiting: return "nodes_waiting";
+    case RoundEvent::kStoreLost: return "store_lost";
+  }
+  return "unknown";
+}
+
+std::string encode_event(RoundEvent e, const std::string& detail) {
+  return std::to_string(static_cast<int>(e)) + " " + detail;
+}
+
+std::pair<RoundEvent, std::string> decode_event(const std::string& text) {
+  auto sp = text.find(' ');
+  auto code = parse_int(std::string_view(text).substr(0, sp));
+  std::string detail = sp == std::string::npos ? "" : text.substr(sp + 1);
+  if (code < 0 || code > static_cast<int>(RoundEvent::kStoreLost)) {
+    return {RoundEvent::kRestartRequested, text};
+  }
+  return {static_cast<RoundEvent>(code), detail};
+}
+
+RoundMonitor::RoundMonitor(std::shared_ptr<store::Store> store,
+                           std::chrono::milliseconds keep_alive_interval, int keep_alive_max_attempt)
+    : store_(std::move(store)),
+      interval_(keep_alive_interval),
+      ttl_(keep_alive_interval * std::max(1, keep_alive_max_attempt)),
+      last_keepalive_ok_(Clock::now()) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+RoundMonitor::~RoundMonitor() {
+  end();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+store::LeaseId RoundMonitor::lease() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lease_ != 0) return lease_;
+  }
+  auto id = store_->lease_grant(ttl_);
+  std::lock_guard<std::mutex> lock(mu_);
+  lease_ = id;
+  last_keepalive_ok_ = Clock::now();
+  return id;
+}
+
+void RoundMonitor::revoke() {
+  store::LeaseId id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::swap(id, lease_);
+  }
+  if (id == 0) return;
+  try {
+    store_->lease_revoke(id);
+  } catch (const Error& e) {
+    // Leaving anyway: the lease then expires on its own after the TTL.
+    log::get("rdzv")->debug("lease revoke failed lease={} error={}", id, e.what());
+  }
+}
+
+void RoundMonitor::set_callback(RoundEventCallback cb) {
+  std::lock_guard<std::mutex> lock(mu_);
+  callback_ = std::move(cb);
+}
+
+void RoundMonitor::begin(WatchedRound r) {
+  std::uint64_t epoch = 0;
+  const std::string prefix = r.prefix;
+  const auto node_from = r.node_from;
+  const auto ctl_from = r.ctl.revision + 1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    epoch = ++epoch_;
+    active_ = true;
+    fired_mask_ = 0;
+    first_event_.reset();
+    for (const auto& kv : r.ctl.kvs) {
+      queue_.push_back(Pending{epoch, store::WatchEvent{store::EventType::kPut, kv.key, kv.value,
+                                                        kv.revision}});
+    }
+    round_ = std::move(r);
+  }
+  cv_.notify_all();
+  auto on_event = [this, epoch](const store::WatchEvent& ev) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(Pending{epoch, ev});
+    }
+    cv_.notify_all();
+  };
+  auto on_error = [this, epoch](const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(Pending{epoch, store::WatchEvent{store::EventType::kDelete, "", why, 0}, true});
+    }
+    cv_.notify_all();
+  };
+  std::vector<std::unique_ptr<store::WatchHandle>> handles;
+  handles.push_back(store_->watch(prefix + "node/", node_from, on_event, on_error));
+  handles.push_back(store_->watch(prefix + "ctl/", ctl_from, on_event, on_error));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& h : handles) watches_.push_back(std::move(h));
+}
+
+std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end() {
+  std::vector<std::unique_ptr<store::WatchHandle>> handles;
+  std::optional<std::pair<RoundEvent, std::string>> first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_ = false;
+    ++epoch_;
+    handles.swap(watches_);
+    first = first_event_;
+  }
+  { std::lock_guard<std::mutex> wait_out_callback(callback_mu_); }
+  // Cancelling waits out a running watch callback, which takes mu_: not under it.
+  for (auto& h : handles) h->cancel();
+  return first;
+}
+
+void RoundMonitor::suppress(RoundEvent e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fired_mask_ |= static_cast<std::uint8_t>(1u << static_cast<int>(e));
+}
+
+void RoundMonitor::loop() {
+  auto next_keepalive = Clock::now() + interval_;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait_until(lock, next_keepalive, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    if (!queue_.empty()) {
+      Pending p = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      handle(p);
+      lock.lock();
+      continue;
+    }
+    if (Clock::now() >= next_keepalive) {
+      lock.unlock();
+      keepalive_once();
+      lock.lock();
+      next_keepalive = Clock::now() + interval_;
+    }
+  }
+}
+
+void RoundMonitor::keepalive_once() {
+  store::LeaseId id = 0;
+  std::uint64_t epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = lease_;
+    epoch = epoch_;
+  }
+  if (id == 0) return;
+  try {
+    store_->lease_keepalive(id);
+    std::lock_guard<std::mutex> lock(mu_);
+    last_keepalive_ok_ = Clock::now();
+  } catch (const StoreError& e) {
+    // The store answered and the lease is gone: this node stalled past its TTL or
+    // the store lost its state. Everyone else already saw this node leave.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (lease_ == id) lease_ = 0;
+    }
+    fire(epoch, RoundEvent::kMembershipChanged, "the lease of this node expired: " + std::string(e.what()));
+  } catch (const Error& e) {
+    Clock::time_point last;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last = last_keepalive_ok_;
+    }
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last);
+    log::get("rdzv")->warn("lease keepalive failed lease={} silent_for={} error={}", id,
+                           seconds_text(silent), e.what());
+    if (silent >= ttl_) {
+      fire(epoch, RoundEvent::kStoreLost, "no answer from the store for " + seconds_text(silent) +
+                                       " (keep-alive window " + seconds_text(ttl_) + "): " + e.what());
+    }
+  }
+}
+
+void RoundMonitor::handle(const Pending& p) {
+  WatchedRound r;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (p.epoch != epoch_ || !active_) return;
+    r.prefix = round_.prefix;
+    r.self_rank = round_.self_rank;
+    r.self_id = round_.self_id;
+    r.group_world_size = round_.group_world_size;
+    r.can_grow = round_.can_grow;
+  }
+  if (p.error) {
+    fire(p.epoch, RoundEvent::kStoreLost, "watch of " + r.prefix + " ended: " + p.ev.value);
+    return;
+  }
+  if (!starts_with(p.ev.key, r.prefix)) return;
+  const std::string rel = p.ev.key.substr(r.prefix.size());
+  const bool put = p.ev.type == store::EventType::kPut;
+  if (starts_with(rel, "node/")) {
+    const auto rank = parse_int(std::string_view(rel).substr(5));
+    if (put || rank < 0 || rank == r.self_rank || rank >= r.group_world_size) return;
+    // A node that succeeded and left is not a failure: its success key was written
+    // before its lease went away.
+    bool succeeded = false;
+    try {
+      succeeded = store_->try_get(r.prefix + "success/" + std::to_string(rank)).has_value();
+    } catch (const Error&) {
+    }
+    if (!succeeded) {
+      fire(p.epoch, RoundEvent::kMembershipChanged,
+           describe_rank(static_cast<int>(rank)) + " left the round: its lease expired or was revoked");
+    }
+  } else if (starts_with(rel, "ctl/failed/")) {
+    const std::string who = rel.substr(11);
+    if (put && who != r.self_id) {
+      fire(p.epoch, RoundEvent::kRestartRequested, "node " + who + " reported a failure: " + p.ev.value);
+    }
+  } else if (rel == "ctl/waiting") {
+    if (put && r.can_grow && parse_int(p.ev.value) > 0) {
+      fire(p.epoch, RoundEvent::kNodesWaiting, p.ev.value + " node(s) waiting to join");
+    }
+  } else if (rel == "ctl/ended") {
+    if (put) {
+      auto [e, detail] = decode_event(p.ev.value);
+      fire(p.epoch, e, detail);
+    }
+  }
+}
+
+void RoundMonitor::fire(std::uint64_t epoch, RoundEvent e, const std::string& detail) {
+  std::lock_guard<std::mutex> callback_lock(callback_mu_);
+  RoundEventCallback cb;
+  std::int64_t round = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!active_ || epoch != epoch_) return;
+    const auto bit = static_cast<std::uint8_t>(1u << static_cast<int>(e));
+    if (fired_mask_ & bit) return;
+    fired_mask_ |= bit;
+    if (!first_event_) first_event_ = std::make_pair(e, detail);
+    cb = callback_;
+    round = round_.round;
+  }
+  log::get("rdzv")->info("round event event={} round={} detail={}", event_name(e), round, detail);
+  if (cb) cb(e, detail);
+}
+
+std::string RoundMonitor::describe_rank(int rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rank >= 0 && rank < static_cast<int>(round_.nodes.size())) {
+    return "node " + round_.nodes[static_cast<std::size_t>(rank)].node_id + " (group rank " +
+           std::to_string(rank) + ")";
+  }
+  return "the node of group rank " + std::to_string(rank);
+}
+
+}  // namespace ddp::rdzv::detail

@@ -1,0 +1,110 @@
+// Watches one running round for the reasons it must end, and keeps this node's
+// lease alive. Shared by the static and c10d handlers. Private to ddp_rdzv.
+//
+// Keys it reads under the round prefix P (docs/rendezvous.md):
+//   P/node/<group_rank>     node records, attached to each node's lease
+//   P/ctl/failed/<node_id>  failure fan-out
+//   P/ctl/waiting           count of late joiners (scale-up)
+//   P/ctl/ended             "<event code> <detail>": a node moved to the next round
+//   P/success/<group_rank>  the node's workers succeeded (its record may vanish)
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/common/deadline.hpp"
+#include "ddp/rdzv/rendezvous.hpp"
+#include "ddp/store/store.hpp"
+
+namespace ddp::rdzv::detail {
+
+struct WatchedRound {
+  std::int64_t round = 0;
+  std::string prefix;             // round prefix, ends with '/'
+  int self_rank = 0;              // this node's group rank
+  std::string self_id;            // this node's node_id
+  int group_world_size = 1;       // members are group ranks [0, n)
+  bool can_grow = false;          // fewer than max nodes: waiting nodes mean a scale-up
+  std::vector<NodeSpec> nodes;    // by group rank when known (for messages), may be empty
+  store::Revision node_from = 0;  // watch node/ from here (no deletion after it is lost)
+  store::ListResult ctl;          // ctl/ as listed before watching from ctl.revision + 1
+};
+
+// Thread-safety: all methods may be called from any thread. Events and
+// keepalives run on one internal thread, which is the only caller of the
+// event callback; watch callbacks only enqueue. After end() returns, no event
+// of the ended round reaches the callback.
+class RoundMonitor {
+ public:
+  RoundMonitor(std::shared_ptr<store::Store> store, std::chrono::milliseconds keep_alive_interval,
+               int keep_alive_max_attempt);
+  ~RoundMonitor();  // cancels watches, stops and joins the thread; does not revoke
+  RoundMonitor(const RoundMonitor&) = delete;
+  RoundMonitor& operator=(const RoundMonitor&) = delete;
+
+  // This node's lease, granted on first use and again after it expired.
+  store::LeaseId lease();
+  // Revokes the lease now, so this node's records vanish without waiting for the TTL.
+  void revoke();
+  void set_callback(RoundEventCallback cb);
+
+  // Starts watching; events already visible in r.ctl are delivered at once.
+  void begin(WatchedRound r);
+  // Stops watching the current round. Returns the first event seen in it, if any,
+  // so the next round's "ended" marker can pass the reason on.
+  std::optional<std::pair<RoundEvent, std::string>> end();
+  // This node already knows about its own kind of event (it reported the failure):
+  // do not echo it back to the agent.
+  void suppress(RoundEvent e);
+
+ private:
+  struct Pending {
+    std::uint64_t epoch;
+    store::WatchEvent ev;
+    bool error = false;
+  };
+  void loop();
+  void handle(const Pending& p);
+  void keepalive_once();
+  // Delivers at most one event of each kind per round, and none once the round
+  // of `epoch` ended.
+  void fire(std::uint64_t epoch, RoundEvent e, const std::string& detail);
+  std::string describe_rank(int rank) const;
+
+  std::shared_ptr<store::Store> store_;
+  const std::chrono::milliseconds interval_;
+  const std::chrono::milliseconds ttl_;
+
+  // Held while the agent's callback runs, so that end() returns only once no
+  // callback of the ended round can still be running (the callback must not
+  // call back into the handler's next_rendezvous: it only posts).
+  std::mutex callback_mu_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  RoundEventCallback callback_;
+  store::LeaseId lease_ = 0;
+  Clock::time_point last_keepalive_ok_;
+  std::uint64_t epoch_ = 0;  // bumped per round; events of older rounds are dropped
+  bool active_ = false;
+  WatchedRound round_;
+  std::uint8_t fired_mask_ = 0;  // event kinds already delivered this round
+  std::optional<std::pair<RoundEvent, std::string>> first_event_;
+  std::deque<Pending> queue_;
+  std::vector<std::unique_ptr<store::WatchHandle>> watches_;
+  std::thread thread_;
+};
+
+// "<code> <detail>" as stored in P/ctl/ended, and back.
+std::string encode_event(RoundEvent e, const std::string& detail);
+std::pair<RoundEvent, std::string> decode_event(const std::string& text);
+const char* event_name(RoundEvent e);
+
+}  // namespace ddp::rdzv::detail

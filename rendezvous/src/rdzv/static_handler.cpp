@@ -1,0 +1,126 @@
+#include "static_handler.hpp"
+
+#include "ddp/common/deadline.hpp"
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+
+namespace ddp::rdzv {
+
+namespace {
+
+constexpr std::chrono::milliseconds kProgressPeriod{1000};  // live feedback, at most once a second
+
+const RendezvousConfig& checked(const RendezvousConfig& c) {
+  detail::validate_run_id(c.run_id);
+  if (c.min_nodes != c.max_nodes) {
+    throw ConfigError("--nnodes: static rendezvous needs a fixed node count, got " +
+                      std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes) +
+                      "; use --rdzv_backend=c10d for an elastic MIN:MAX");
+  }
+  if (c.max_nodes < 1) throw ConfigError("--nnodes: must be at least 1");
+  if (c.node_rank < 0 || c.node_rank >= c.max_nodes) {
+    throw ConfigError("--node_rank: " + std::to_string(c.node_rank) + " is outside 0.." +
+                      std::to_string(c.max_nodes - 1) + " for --nnodes=" + std::to_string(c.max_nodes));
+  }
+  if (c.endpoint.host.empty()) throw ConfigError("--master_addr: must be set for static rendezvous");
+  if (c.endpoint.port == 0 && c.max_nodes > 1) {
+    throw ConfigError("--master_port: must be a fixed port that every node knows, not 0");
+  }
+  return c;
+}
+
+}  // namespace
+
+StaticHandler::StaticHandler(const RendezvousConfig& config, const NodeSpec& self)
+    : StoreHandler(checked(config), self,
+                   detail::open_store(config,
+                                      config.node_rank == 0 ? detail::HostMode::kAlways
+                                                            : detail::HostMode::kNever,
+                                      "--master_addr/--master_port")) {}
+
+StaticHandler::StaticHandler(const RendezvousConfig& config, const NodeSpec& self,
+                             detail::StoreAccess access)
+    : StoreHandler(checked(config), self, std::move(access)) {}
+
+RendezvousResult StaticHandler::next_rendezvous() {
+  auto logger = log::get("rdzv");
+  const auto deadline = Deadline::after(config_.join_timeout);
+  const int n = config_.max_nodes;
+  const std::int64_t round = round_to_join();
+  const std::string prefix = prefix_of(round);
+  store_->set(prefix + "node/" + std::to_string(config_.node_rank), detail::encode_node(self_),
+              monitor_->lease());
+
+  std::vector<std::string> keys;
+  for (int r = 0; r < n; ++r) keys.push_back(prefix + "node/" + std::to_string(r));
+  while (true) {
+    try {
+      store_->wait(keys, std::min(kProgressPeriod, deadline.remaining()));
+    } catch (const TimeoutError&) {
+      auto probe = keys;
+      probe.push_back(prefix + "closed");
+      auto recs = store_->multi_get(probe);
+      if (recs.back() && recs.back()->rfind("closed ", 0) == 0) throw_closed(recs.back()->substr(7));
+      recs.pop_back();
+      if (deadline.expired()) throw_timeout(round, recs);
+      int present = 0;
+      for (const auto& r : recs) present += r ? 1 : 0;
+      logger->info("waiting for nodes run_id={} round={} joined={}/{} time_left={}", config_.run_id,
+                   round, present, n, detail::seconds_text(deadline.remaining()));
+      continue;
+    }
+    // A record can vanish between the wait and the list (a node died): wait again.
+    auto listed = store_->list(prefix + "node/");
+    std::vector<std::optional<NodeSpec>> by_rank(static_cast<std::size_t>(n));
+    for (const auto& kv : listed.kvs) {
+      auto r = detail::parse_int(std::string_view(kv.key).substr(prefix.size() + 5));
+      if (r >= 0 && r < n) by_rank[static_cast<std::size_t>(r)] = detail::decode_node(kv.value, kv.key);
+    }
+    bool complete = true;
+    for (const auto& s : by_rank) complete = complete && s.has_value();
+    if (!complete) continue;
+
+    RendezvousResult res;
+    res.round = round;
+    res.group_rank = config_.node_rank;
+    res.group_world_size = n;
+    res.world_size = 0;
+    for (int r = 0; r < n; ++r) {
+      const auto& spec = *by_rank[static_cast<std::size_t>(r)];
+      if (r == config_.node_rank) res.rank_offset = res.world_size;
+      res.world_size += spec.local_world_size;
+      res.nodes.push_back(spec);
+    }
+    res.store_endpoint = config_.endpoint;
+    if (access_.server) res.store_endpoint.port = access_.server->port();
+    res.worker_prefix = detail::worker_prefix(config_.run_id, round);
+    start_round(res, listed.revision + 1, /*can_grow=*/false);
+    return res;
+  }
+}
+
+void StaticHandler::throw_timeout(std::int64_t round,
+                                  const std::vector<std::optional<std::string>>& recs) {
+  std::string joined;
+  std::string missing;
+  int n_missing = 0;
+  for (std::size_t r = 0; r < recs.size(); ++r) {
+    if (recs[r]) {
+      if (!joined.empty()) joined += ", ";
+      joined += detail::decode_node(*recs[r], "node/" + std::to_string(r)).node_id + " (node_rank " +
+                std::to_string(r) + ")";
+    } else {
+      if (!missing.empty()) missing += ", ";
+      missing += std::to_string(r);
+      ++n_missing;
+    }
+  }
+  throw RendezvousError("static rendezvous timed out after " +
+                        detail::seconds_text(config_.join_timeout) + " (run_id=" + config_.run_id +
+                        ", round " + std::to_string(round) + ", store " +
+                        config_.endpoint.to_string() + "): joined: " + joined + "; " +
+                        std::to_string(n_missing) + " more needed: node_rank " + missing +
+                        "; start ddprun with those --node_rank values");
+}
+
+}  // namespace ddp::rdzv

@@ -1,0 +1,130 @@
+#include "store_access.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "ddp/store/tcp_store.hpp"
+#include "keys.hpp"
+
+namespace ddp::rdzv::detail {
+
+namespace {
+
+std::string addr_text(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  } else if (sa->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+
+bool is_loopback(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (sa->sa_family == AF_INET6) {
+    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr);
+  }
+  return false;
+}
+
+// The StoreServer a node hosts listens on every interface so that other
+// machines reach it through whatever address they were given.
+std::unique_ptr<store::StoreServer> start_server(const RendezvousConfig& config) {
+  store::StoreServerOptions opts;
+  opts.host = "0.0.0.0";
+  opts.port = config.endpoint.port;
+  opts.token = config.token;
+  auto server = std::make_unique<store::StoreServer>(opts);
+  server->start();
+  return server;
+}
+
+}  // namespace
+
+bool is_local_host(const std::string& host) {
+  if (host == "localhost") return true;
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) == 0 && host == name) return true;
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  std::set<std::string> wanted;
+  bool loop = false;
+  for (auto* p = res; p != nullptr; p = p->ai_next) {
+    if (is_loopback(p->ai_addr)) loop = true;
+    wanted.insert(addr_text(p->ai_addr));
+  }
+  freeaddrinfo(res);
+  if (loop) return true;
+
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return false;
+  bool local = false;
+  for (auto* i = ifs; i != nullptr && !local; i = i->ifa_next) {
+    if (i->ifa_addr != nullptr && wanted.count(addr_text(i->ifa_addr)) > 0) local = true;
+  }
+  freeifaddrs(ifs);
+  return local;
+}
+
+StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std::string& flag) {
+  StoreAccess access;
+  auto logger = log::get("rdzv");
+  const std::string where = config.endpoint.to_string();
+  if (mode == HostMode::kAlways) {
+    try {
+      access.server = start_server(config);
+    } catch (const NetworkError& e) {
+      throw ConfigError(flag + ": cannot host the rendezvous store on port " +
+                        std::to_string(config.endpoint.port) + ": " + e.what() +
+                        "; pick a free port");
+    }
+    logger->info("hosting the rendezvous store endpoint=0.0.0.0:{} run_id={}", access.server->port(),
+                 config.run_id);
+  } else if (mode == HostMode::kIfLocal && config.endpoint.port != 0 &&
+             is_local_host(config.endpoint.host)) {
+    // Whoever binds first hosts; a daemon (or another agent of this machine)
+    // already listening makes the bind fail and this agent a client.
+    try {
+      access.server = start_server(config);
+      logger->info("no store at {}: hosting it in this agent run_id={}", where, config.run_id);
+    } catch (const NetworkError& e) {
+      logger->debug("endpoint {} is taken, joining as a client: {}", where, e.what());
+    }
+  }
+
+  store::TcpStoreOptions opts;
+  opts.endpoint = config.endpoint;
+  if (access.server) opts.endpoint.port = access.server->port();
+  opts.token = config.token;
+  opts.connect_timeout = config.join_timeout;
+  // Keepalives must fail within the keep-alive window, not after a 30 s default.
+  opts.request_timeout = std::max(config.keep_alive_interval, std::chrono::milliseconds(1000));
+  try {
+    access.client = std::make_shared<store::TcpStore>(opts);
+  } catch (const NetworkError& e) {
+    throw RendezvousError("cannot reach the rendezvous store at " + where + " (" + flag +
+                          ") after waiting " + seconds_text(config.join_timeout) + ": " + e.what());
+  } catch (const StoreError& e) {
+    throw ConfigError("the rendezvous store at " + where + " (" + flag +
+                      ") refused this agent: " + e.what() + "; check the store token");
+  }
+  return access;
+}
+
+}  // namespace ddp::rdzv::detail

@@ -1,0 +1,34 @@
+// How a handler reaches its store: connect as a client, or host a StoreServer in
+// this process when this node owns the endpoint. Private to ddp_rdzv.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ddp/rdzv/rendezvous.hpp"
+#include "ddp/store/store.hpp"
+#include "ddp/store/store_server.hpp"
+
+namespace ddp::rdzv::detail {
+
+struct StoreAccess {
+  std::unique_ptr<store::StoreServer> server;  // set when this process hosts the store
+  std::shared_ptr<store::Store> client;
+};
+
+enum class HostMode : std::uint8_t {
+  kNever,   // always a client
+  kAlways,  // must host (static node 0, RendezvousConfig::is_host)
+  kIfLocal, // host when the endpoint is this machine and its port is free (torchrun's is_host)
+};
+
+// `flag` names what the user typed the endpoint with (--rdzv_endpoint or
+// --master_addr/--master_port), for error messages. A client connects with
+// retry until config.join_timeout.
+StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std::string& flag);
+
+// True when `host` names this machine: a loopback address, "localhost", this
+// machine's hostname, or an address of one of its interfaces.
+bool is_local_host(const std::string& host);
+
+}  // namespace ddp::rdzv::detail

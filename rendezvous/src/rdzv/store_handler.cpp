@@ -1,0 +1,160 @@
+#include "store_handler.hpp"
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "keys.hpp"
+
+namespace ddp::rdzv::detail {
+
+StoreHandler::StoreHandler(const RendezvousConfig& config, const NodeSpec& self, StoreAccess access)
+    : config_(config),
+      self_(self),
+      access_(std::move(access)),
+      store_(access_.client),
+      monitor_(std::make_unique<RoundMonitor>(store_, config.keep_alive_interval,
+                                              config.keep_alive_max_attempt)),
+      rdzv_prefix_(rdzv_prefix(config.run_id)) {}
+
+StoreHandler::~StoreHandler() {
+  monitor_->end();
+  monitor_->revoke();
+  monitor_.reset();
+  store_.reset();
+  access_.client.reset();
+  if (access_.server) access_.server->stop();
+}
+
+void StoreHandler::throw_closed(const std::string& reason) const {
+  throw RendezvousError("rendezvous of run_id=" + config_.run_id + " is closed: " + reason +
+                        "; start the job again with a new --rdzv_id");
+}
+
+std::int64_t StoreHandler::round_to_join() {
+  std::optional<RendezvousResult> prev;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    prev = current_;
+    current_.reset();
+    reported_success_ = false;
+  }
+  if (!prev) {
+    if (!joined_once_) {
+      joined_once_ = true;
+      auto v = store_->multi_get({rdzv_key("round"), rdzv_key("closed")});
+      if (v[1]) throw_closed(*v[1]);
+      return v[0] ? std::max<std::int64_t>(0, parse_int(*v[0])) : 0;
+    }
+    // A previous call failed before a round closed: try the job's current round.
+    auto p = store_->try_get(rdzv_key("round"));
+    return p ? std::max<std::int64_t>(0, parse_int(*p)) : 0;
+  }
+  // Pass on why we leave (the first event we saw), so every member restarts
+  // for the same reason; with no event, this node itself chose to restart.
+  auto first = monitor_->end();
+  auto why = first ? *first
+                   : std::make_pair(RoundEvent::kRestartRequested,
+                                    "node " + self_.node_id + " started round " +
+                                        std::to_string(prev->round + 1));
+  store_->compare_set(prefix_of(prev->round) + "ctl/ended", "", encode_event(why.first, why.second));
+  advance_pointer(prev->round);
+  return prev->round + 1;
+}
+
+void StoreHandler::advance_pointer(std::int64_t round) {
+  // Only this chain of compare_sets writes the pointer, so "missing" means 0.
+  store_->compare_set(rdzv_key("round"), round == 0 ? "" : std::to_string(round),
+                      std::to_string(round + 1));
+}
+
+void StoreHandler::start_round(const RendezvousResult& result, store::Revision node_from,
+                               bool can_grow) {
+  const std::string prefix = prefix_of(result.round);
+  WatchedRound w;
+  w.round = result.round;
+  w.prefix = prefix;
+  w.self_rank = result.group_rank;
+  w.self_id = self_.node_id;
+  w.group_world_size = result.group_world_size;
+  w.can_grow = can_grow;
+  w.nodes = result.nodes;
+  w.node_from = node_from;
+  // Listing ctl/ first and watching from its revision + 1 loses no failure that a
+  // faster member reported before this node got here.
+  w.ctl = store_->list(prefix + "ctl/");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_ = result;
+  }
+  monitor_->begin(std::move(w));
+  log::get("rdzv")->info(
+      "round closed run_id={} round={} group_rank={} group_world_size={} rank_offset={} "
+      "world_size={}",
+      config_.run_id, result.round, result.group_rank, result.group_world_size, result.rank_offset,
+      result.world_size);
+}
+
+void StoreHandler::report_failure(const std::string& reason) {
+  std::optional<RendezvousResult> cur;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cur = current_;
+  }
+  if (!cur) return;
+  monitor_->suppress(RoundEvent::kRestartRequested);
+  store_->set(prefix_of(cur->round) + "ctl/failed/" + self_.node_id, reason);
+}
+
+void StoreHandler::report_success() {
+  std::optional<RendezvousResult> cur;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!current_ || reported_success_) return;
+    reported_success_ = true;
+    cur = current_;
+  }
+  const std::string prefix = prefix_of(cur->round);
+  // The success key goes first: when this node's lease later vanishes, the others
+  // find it and do not take the departure for a failure.
+  store_->set(prefix + "success/" + std::to_string(cur->group_rank), "1");
+  if (store_->add(prefix + "succeeded", 1) >= cur->group_world_size) store_->set(prefix + "done", "1");
+}
+
+bool StoreHandler::all_succeeded() {
+  std::optional<RendezvousResult> cur;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cur = current_;
+  }
+  if (!cur) return false;
+  return store_->try_get(prefix_of(cur->round) + "done").has_value();
+}
+
+void StoreHandler::close(const std::string& reason) {
+  const std::string why = reason.empty() ? "closed by node " + self_.node_id
+                                         : reason + " (closed by node " + self_.node_id + ")";
+  std::optional<RendezvousResult> cur;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cur = current_;
+  }
+  store_->set(rdzv_key("closed"), why);
+  // Wake whoever waits: members of our round (ended), and joiners of the next
+  // round and of the job's current round (their round can never close now).
+  auto pointer = store_->try_get(rdzv_key("round"));
+  std::int64_t next = pointer ? std::max<std::int64_t>(0, parse_int(*pointer)) : 0;
+  if (cur) {
+    monitor_->end();
+    store_->compare_set(prefix_of(cur->round) + "ctl/ended", "",
+                        encode_event(RoundEvent::kRestartRequested, "the job was closed: " + why));
+    next = std::max(next, cur->round + 1);
+  }
+  store_->compare_set(prefix_of(next) + "closed", "", "closed " + why);
+  monitor_->revoke();
+  log::get("rdzv")->info("rendezvous closed run_id={} reason={}", config_.run_id, why);
+}
+
+void StoreHandler::set_event_callback(RoundEventCallback cb) { monitor_->set_callback(std::move(cb)); }
+
+std::shared_ptr<store::Store> StoreHandler::store() { return store_; }
+
+}  // namespace ddp::rdzv::detail

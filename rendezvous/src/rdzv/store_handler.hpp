@@ -1,0 +1,62 @@
+// What the static and c10d handlers share: the store (hosted or remote), the
+// lease and round monitor, success/failure keys, closing, and moving every node
+// of a round to the next one together. Private to ddp_rdzv.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "ddp/rdzv/rendezvous.hpp"
+#include "keys.hpp"
+#include "round_monitor.hpp"
+#include "store_access.hpp"
+
+namespace ddp::rdzv::detail {
+
+// Thread-safety: as RendezvousHandler. The destructor revokes this node's lease
+// (its records vanish at once) and stops the hosted store, if any.
+class StoreHandler : public RendezvousHandler {
+ public:
+  ~StoreHandler() override;
+
+  void report_failure(const std::string& reason) override;
+  void report_success() override;
+  bool all_succeeded() override;
+  void close(const std::string& reason) override;
+  void set_event_callback(RoundEventCallback cb) override;
+  std::shared_ptr<store::Store> store() override;
+
+ protected:
+  StoreHandler(const RendezvousConfig& config, const NodeSpec& self, StoreAccess access);
+
+  // The round this call of next_rendezvous joins: the job's current round on the
+  // first call (throws RendezvousError if the job was closed), else the one after
+  // ours, after marking ours ended so that every member moves on with us.
+  std::int64_t round_to_join();
+  // Publishes `result` as the current round and starts watching it; node records
+  // deleted at or after `node_from` count as departures.
+  void start_round(const RendezvousResult& result, store::Revision node_from, bool can_grow);
+  // Moves the job's round pointer from `round` to `round + 1` (idempotent).
+  void advance_pointer(std::int64_t round);
+  // A RendezvousError for the job having been closed by some node.
+  [[noreturn]] void throw_closed(const std::string& reason) const;
+
+  std::string prefix_of(std::int64_t round) const { return round_prefix(config_.run_id, round); }
+  std::string rdzv_key(const std::string& rel) const { return rdzv_prefix_ + rel; }
+
+  RendezvousConfig config_;
+  NodeSpec self_;
+  StoreAccess access_;
+  std::shared_ptr<store::Store> store_;
+  std::unique_ptr<RoundMonitor> monitor_;
+  std::string rdzv_prefix_;
+
+  std::mutex mu_;
+  std::optional<RendezvousResult> current_;
+  bool reported_success_ = false;
+  bool joined_once_ = false;
+};
+
+}  // namespace ddp::rdzv::detail

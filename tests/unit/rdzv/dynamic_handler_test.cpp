@@ -1,0 +1,264 @@
+// The c10d dynamic rendezvous, several handlers as threads on one in-process store.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "ddp/common/error.hpp"
+#include "ddp/store/memory_store.hpp"
+#include "rdzv_harness.hpp"
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using ddp::rdzv::RoundEvent;
+using ddp::test::make_node;
+using ddp::test::SimNode;
+
+namespace {
+
+std::vector<std::unique_ptr<SimNode>> make_nodes(const std::shared_ptr<ddp::store::Store>& store,
+                                                 const ddp::rdzv::RendezvousConfig& cfg, int n,
+                                                 const std::vector<int>& nproc = {},
+                                                 const std::string& id_prefix = "node") {
+  std::vector<std::unique_ptr<SimNode>> nodes;
+  for (int i = 0; i < n; ++i) {
+    int p = nproc.empty() ? 1 : nproc[static_cast<std::size_t>(i)];
+    nodes.push_back(make_node(store, cfg, id_prefix + std::to_string(i), p));
+  }
+  return nodes;
+}
+
+// Ranks are contiguous: sorted by group rank, each node starts where the previous ended.
+void check_contiguous(const std::vector<ddp::rdzv::RendezvousResult>& rs) {
+  auto sorted = rs;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.group_rank < b.group_rank; });
+  int next = 0;
+  for (std::size_t g = 0; g < sorted.size(); ++g) {
+    CHECK(sorted[g].group_rank == static_cast<int>(g));
+    CHECK(sorted[g].rank_offset == next);
+    next += sorted[g].nodes.at(static_cast<std::size_t>(sorted[g].group_rank)).local_world_size;
+  }
+  for (const auto& r : rs) {
+    CHECK(r.world_size == next);
+    CHECK(r.group_world_size == static_cast<int>(rs.size()));
+    CHECK(r.round == rs[0].round);
+    CHECK(r.worker_prefix == rs[0].worker_prefix);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("c10d: four nodes form one round with contiguous ranks") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto nodes = make_nodes(store, ddp::test::dynamic_config(4, 4), 4);
+  auto rs = ddp::test::rendezvous_all(nodes);
+  check_contiguous(rs);
+  CHECK(rs[0].round == 0);
+  CHECK(rs[0].worker_prefix == "/job/worker/round_0/");
+  std::set<std::string> ids;
+  for (const auto& n : rs[0].nodes) ids.insert(n.node_id);
+  CHECK(ids == std::set<std::string>{"node0", "node1", "node2", "node3"});
+}
+
+TEST_CASE("c10d: heterogeneous nproc_per_node gives contiguous global ranks") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto nodes = make_nodes(store, ddp::test::dynamic_config(4, 4), 4, {1, 2, 3, 4});
+  auto rs = ddp::test::rendezvous_all(nodes);
+  check_contiguous(rs);
+  CHECK(rs[0].world_size == 10);
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    // Each node's own entry carries its own nproc.
+    CHECK(rs[i].nodes.at(static_cast<std::size_t>(rs[i].group_rank)).node_id == "node" + std::to_string(i));
+  }
+}
+
+TEST_CASE("c10d: MIN:MAX round closes with MIN nodes after the last call") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto cfg = ddp::test::dynamic_config(2, 4);
+  cfg.last_call_timeout = 300ms;
+  auto nodes = make_nodes(store, cfg, 2);
+  const auto start = std::chrono::steady_clock::now();
+  auto rs = ddp::test::rendezvous_all(nodes);
+  const auto took = std::chrono::steady_clock::now() - start;
+  check_contiguous(rs);
+  CHECK(rs[0].group_world_size == 2);
+  CHECK(took >= 300ms);
+  CHECK(took < 5s);
+}
+
+TEST_CASE("c10d: a late joiner makes running nodes scale up into a larger round") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto cfg = ddp::test::dynamic_config(2, 3);
+  auto nodes = make_nodes(store, cfg, 2);
+  auto first = ddp::test::rendezvous_all(nodes);
+  REQUIRE(first[0].group_world_size == 2);
+
+  nodes.push_back(make_node(store, cfg, "late"));
+  auto late = std::async(std::launch::async, [h = nodes[2]->handler.get()] { return h->next_rendezvous(); });
+  REQUIRE(ddp::test::wait_until([&] {
+    return nodes[0]->has_event(RoundEvent::kNodesWaiting) && nodes[1]->has_event(RoundEvent::kNodesWaiting);
+  }));
+  CHECK_FALSE(nodes[0]->has_event(RoundEvent::kRestartRequested));
+
+  auto a = std::async(std::launch::async, [h = nodes[0]->handler.get()] { return h->next_rendezvous(); });
+  auto b = std::async(std::launch::async, [h = nodes[1]->handler.get()] { return h->next_rendezvous(); });
+  std::vector<ddp::rdzv::RendezvousResult> second = {a.get(), b.get(), late.get()};
+  check_contiguous(second);
+  CHECK(second[0].round == 1);
+  CHECK(second[0].group_world_size == 3);
+  CHECK(second[0].worker_prefix == "/job/worker/round_1/");
+}
+
+TEST_CASE("c10d: a reported failure reaches every other node and all re-form together") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto nodes = make_nodes(store, ddp::test::dynamic_config(3, 3), 3);
+  ddp::test::rendezvous_all(nodes);
+  nodes[1]->handler->report_failure("worker 0 exited with code 1");
+  REQUIRE(ddp::test::wait_until([&] {
+    return nodes[0]->has_event(RoundEvent::kRestartRequested) && nodes[2]->has_event(RoundEvent::kRestartRequested);
+  }));
+  CHECK(nodes[0]->detail_of(RoundEvent::kRestartRequested).find("node1") != std::string::npos);
+  CHECK(nodes[0]->detail_of(RoundEvent::kRestartRequested).find("exited with code 1") != std::string::npos);
+  CHECK_FALSE(nodes[1]->has_event(RoundEvent::kRestartRequested));  // not echoed to the reporter
+  auto rs = ddp::test::rendezvous_all(nodes);
+  check_contiguous(rs);
+  CHECK(rs[0].round == 1);
+}
+
+TEST_CASE("c10d: a node whose lease expires is seen as a membership change") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto cfg = ddp::test::dynamic_config(2, 2);
+  cfg.keep_alive_interval = 100ms;
+  cfg.keep_alive_max_attempt = 2;
+  auto nodes = make_nodes(store, cfg, 2);
+  auto rs = ddp::test::rendezvous_all(nodes);
+  const auto start = std::chrono::steady_clock::now();
+  nodes[1]->store->drop_keepalives = true;  // a stalled (or kill -9'd) agent
+  REQUIRE(ddp::test::wait_until([&] { return nodes[0]->has_event(RoundEvent::kMembershipChanged); }, 5s));
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took < 1s);  // TTL 200 ms, plus one keepalive period of slack
+  const int dead_rank = rs[1].group_rank;
+  CHECK(nodes[0]->detail_of(RoundEvent::kMembershipChanged).find("node1") != std::string::npos);
+  CHECK(nodes[0]->detail_of(RoundEvent::kMembershipChanged).find("group rank " + std::to_string(dead_rank)) !=
+        std::string::npos);
+}
+
+TEST_CASE("c10d: a revoked lease (agent leaving) is seen as a membership change") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto nodes = make_nodes(store, ddp::test::dynamic_config(2, 2), 2);
+  ddp::test::rendezvous_all(nodes);
+  nodes[1]->handler.reset();  // destroying the handler revokes its lease
+  REQUIRE(ddp::test::wait_until([&] { return nodes[0]->has_event(RoundEvent::kMembershipChanged); }));
+}
+
+TEST_CASE("c10d: a node that succeeded and left is not a failure; all_succeeded once all did") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto nodes = make_nodes(store, ddp::test::dynamic_config(3, 3), 3);
+  auto rs = ddp::test::rendezvous_all(nodes);
+  nodes[0]->handler->report_success();
+  CHECK_FALSE(nodes[1]->handler->all_succeeded());
+  nodes[0]->handler.reset();  // leaves early: its record vanishes
+  const std::string record = "/job/rdzv/round_0/node/" + std::to_string(rs[0].group_rank);
+  REQUIRE(ddp::test::wait_until([&] { return !store->try_get(record).has_value(); }));
+  // An event after the departure: once it arrived, the departure was handled too.
+  nodes[2]->handler->report_failure("later failure");
+  REQUIRE(ddp::test::wait_until([&] { return nodes[1]->has_event(RoundEvent::kRestartRequested); }));
+  CHECK_FALSE(nodes[1]->has_event(RoundEvent::kMembershipChanged));
+  nodes[1]->handler->report_success();
+  CHECK_FALSE(nodes[1]->handler->all_succeeded());
+  nodes[2]->handler->report_success();
+  CHECK(nodes[1]->handler->all_succeeded());
+  CHECK(nodes[2]->handler->all_succeeded());
+}
+
+TEST_CASE("c10d: join timeout names the nodes that joined and how many are missing") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto cfg = ddp::test::dynamic_config(3, 4);
+  cfg.join_timeout = 300ms;
+  auto nodes = make_nodes(store, cfg, 2, {2, 1}, "host");
+  std::vector<std::future<ddp::rdzv::RendezvousResult>> fs;
+  for (auto& n : nodes) {
+    fs.push_back(std::async(std::launch::async, [h = n->handler.get()] { return h->next_rendezvous(); }));
+  }
+  for (auto& f : fs) {
+    try {
+      f.get();
+      FAIL("rendezvous should have timed out");
+    } catch (const ddp::RendezvousError& e) {
+      const std::string msg = e.what();
+      CHECK(msg.find("host0 (2 workers)") != std::string::npos);
+      CHECK(msg.find("host1 (1 workers)") != std::string::npos);
+      CHECK(msg.find("1 more needed") != std::string::npos);
+      CHECK(msg.find("run_id=job") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("c10d: two run ids on one store never see each other") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto a = make_nodes(store, ddp::test::dynamic_config(2, 2, "alpha"), 2, {}, "a");
+  auto b = make_nodes(store, ddp::test::dynamic_config(2, 2, "beta"), 2, {}, "b");
+  auto fa = std::async(std::launch::async, [&] { return ddp::test::rendezvous_all(a); });
+  auto rb = ddp::test::rendezvous_all(b);
+  auto ra = fa.get();
+  check_contiguous(ra);
+  check_contiguous(rb);
+  for (const auto& n : ra[0].nodes) CHECK(n.node_id.rfind("a", 0) == 0);
+  for (const auto& n : rb[0].nodes) CHECK(n.node_id.rfind("b", 0) == 0);
+  CHECK(ra[0].worker_prefix == "/alpha/worker/round_0/");
+  a[0]->handler->report_failure("boom");
+  REQUIRE(ddp::test::wait_until([&] { return a[1]->has_event(RoundEvent::kRestartRequested); }));
+  CHECK(b[0]->take_events().empty());
+  CHECK(b[1]->take_events().empty());
+}
+
+TEST_CASE("c10d: a node with different --nnodes is refused with a config error") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto first = make_node(store, ddp::test::dynamic_config(1, 1), "n0");
+  first->handler->next_rendezvous();
+  auto other = make_node(store, ddp::test::dynamic_config(2, 3), "n1");
+  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>([&] { other->handler->next_rendezvous(); }),
+             Catch::Matchers::Contains("--nnodes=1:1"));
+}
+
+TEST_CASE("c10d: after close no node can join another round") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto nodes = make_nodes(store, ddp::test::dynamic_config(2, 2), 2);
+  ddp::test::rendezvous_all(nodes);
+  nodes[0]->handler->close("max restarts spent");
+  REQUIRE(ddp::test::wait_until([&] { return nodes[1]->has_event(RoundEvent::kRestartRequested); }));
+  CHECK_THAT(ddp::test::error_of<ddp::RendezvousError>([&] { nodes[1]->handler->next_rendezvous(); }),
+             Catch::Matchers::Contains("max restarts spent"));
+  auto newcomer = make_node(store, ddp::test::dynamic_config(2, 2), "new");
+  CHECK_THROWS_AS(newcomer->handler->next_rendezvous(), ddp::RendezvousError);
+}
+
+TEST_CASE("c10d: store requests per agent per round do not grow with the node count") {
+  auto per_agent_max = [](int n) {
+    auto store = std::make_shared<ddp::store::MemoryStore>();
+    auto cfg = ddp::test::dynamic_config(n, n);
+    cfg.list_nodes = false;
+    auto nodes = make_nodes(store, cfg, n);
+    ddp::test::rendezvous_all(nodes);
+    for (auto& node : nodes) node->handler->report_success();
+    long max_requests = 0;
+    std::vector<long> bytes;
+    for (auto& node : nodes) {
+      max_requests = std::max(max_requests, node->store->requests.load());
+      bytes.push_back(node->store->bytes.load());
+    }
+    std::sort(bytes.begin(), bytes.end());
+    return std::make_pair(max_requests, bytes[bytes.size() / 2]);
+  };
+  auto [req4, bytes4] = per_agent_max(4);
+  auto [req32, bytes32] = per_agent_max(32);
+  INFO("max requests n=4: " << req4 << ", n=32: " << req32 << "; median bytes n=4: " << bytes4
+                            << ", n=32: " << bytes32);
+  CHECK(req32 <= req4 + 1);
+  CHECK(req32 <= 16);
+  // The closer also waits for and lists every record (one agent, once); the
+  // others' bytes do not depend on N (a few more digits in keys at most).
+  CHECK(bytes32 <= bytes4 + 64);
+}

@@ -1,0 +1,112 @@
+// Static rendezvous (--nnodes=N --node_rank=R): over one in-process store, and
+// for real with node 0 hosting a StoreServer and the others on TcpStore.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+
+#include "ddp/common/error.hpp"
+#include "ddp/store/memory_store.hpp"
+#include "ddp/store/store_server.hpp"
+#include "rdzv_harness.hpp"
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using ddp::rdzv::RoundEvent;
+
+namespace {
+
+ddp::rdzv::RendezvousConfig static_config(int n, int rank, std::uint16_t port = 29500) {
+  auto c = ddp::test::dynamic_config(n, n);
+  c.backend = "static";
+  c.node_rank = rank;
+  c.endpoint = ddp::Endpoint{"127.0.0.1", port};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("static: group rank is the node rank and offsets follow each node's nproc") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  std::vector<std::unique_ptr<ddp::test::SimNode>> nodes;
+  // Created in reverse so arrival order differs from node rank.
+  for (int r = 2; r >= 0; --r) nodes.push_back(ddp::test::make_node(store, static_config(3, r), "n" + std::to_string(r), r + 1));
+  auto rs = ddp::test::rendezvous_all(nodes);
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    const int rank = 2 - static_cast<int>(i);
+    CHECK(rs[i].group_rank == rank);
+    CHECK(rs[i].world_size == 6);
+    CHECK(rs[i].group_world_size == 3);
+    CHECK(rs[i].nodes.size() == 3);
+    CHECK(rs[i].store_endpoint.to_string() == "127.0.0.1:29500");
+  }
+  CHECK(rs[2].rank_offset == 0);  // node rank 0, 1 worker
+  CHECK(rs[1].rank_offset == 1);  // node rank 1, 2 workers
+  CHECK(rs[0].rank_offset == 3);  // node rank 2, 3 workers
+}
+
+TEST_CASE("static: a failure on one node moves every node to the next round") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  std::vector<std::unique_ptr<ddp::test::SimNode>> nodes;
+  for (int r = 0; r < 2; ++r) nodes.push_back(ddp::test::make_node(store, static_config(2, r), "n" + std::to_string(r)));
+  auto first = ddp::test::rendezvous_all(nodes);
+  nodes[0]->handler->report_failure("worker 3 killed by SIGSEGV");
+  REQUIRE(ddp::test::wait_until([&] { return nodes[1]->has_event(RoundEvent::kRestartRequested); }));
+  CHECK(nodes[1]->detail_of(RoundEvent::kRestartRequested).find("SIGSEGV") != std::string::npos);
+  auto second = ddp::test::rendezvous_all(nodes);
+  CHECK(second[0].round == first[0].round + 1);
+  CHECK(second[1].round == second[0].round);
+  CHECK(second[0].worker_prefix != first[0].worker_prefix);
+}
+
+TEST_CASE("static: join timeout names the node ranks that never came") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto cfg = static_config(3, 0);
+  cfg.join_timeout = 300ms;
+  auto node = ddp::test::make_node(store, cfg, "n0");
+  CHECK_THAT(ddp::test::error_of<ddp::RendezvousError>([&] { node->handler->next_rendezvous(); }),
+             Catch::Matchers::Contains("2 more needed: node_rank 1, 2") &&
+                           Catch::Matchers::Contains("n0 (node_rank 0)"));
+}
+
+TEST_CASE("static: bad node rank and MIN:MAX are config errors naming the flag") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>([&] { ddp::test::make_node(store, static_config(2, 2), "x"); }),
+             Catch::Matchers::Contains("--node_rank"));
+  auto cfg = static_config(2, 0);
+  cfg.min_nodes = 1;
+  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>([&] { ddp::test::make_node(store, cfg, "x"); }),
+             Catch::Matchers::Contains("--nnodes"));
+}
+
+TEST_CASE("static: node 0 hosts the store and node 1 reaches it over TCP") {
+  // Port 0 is not allowed for N > 1, so find a free port by hosting once.
+  std::uint16_t port = 0;
+  {
+    ddp::store::StoreServerOptions o;
+    o.host = "127.0.0.1";
+    ddp::store::StoreServer probe(o);
+    probe.start();
+    port = probe.port();
+  }
+  std::atomic<bool> got{false};  // outlives the handlers whose callback sets it
+  ddp::rdzv::NodeSpec n0{"n0", "127.0.0.1", 2};
+  ddp::rdzv::NodeSpec n1{"n1", "127.0.0.1", 3};
+  auto h0 = ddp::rdzv::create_handler(static_config(2, 0, port), n0);
+  auto h1 = ddp::rdzv::create_handler(static_config(2, 1, port), n1);
+  auto f0 = std::async(std::launch::async, [&] { return h0->next_rendezvous(); });
+  auto r1 = h1->next_rendezvous();
+  auto r0 = f0.get();
+  CHECK(r0.world_size == 5);
+  CHECK(r1.rank_offset == 2);
+  CHECK(r1.store_endpoint.port == port);
+  h1->set_event_callback([&](RoundEvent e, const std::string&) { got = got || e == RoundEvent::kRestartRequested; });
+  h0->report_failure("boom");
+  CHECK(ddp::test::wait_until([&] { return got.load(); }));
+}
+
+TEST_CASE("static: a node that cannot reach the master names it and how long it waited") {
+  auto cfg = static_config(2, 1, 1);  // port 1: nobody listens there
+  cfg.join_timeout = 300ms;
+  CHECK_THAT(ddp::test::error_of<ddp::RendezvousError>([&] { ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"n1", "127.0.0.1", 1}); }),
+             Catch::Matchers::Contains("127.0.0.1:1") && Catch::Matchers::Contains("0.3s"));
+}
