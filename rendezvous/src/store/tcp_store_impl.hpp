@@ -54,6 +54,10 @@ struct WatchState {
   WatchCallback on_event;
   WatchErrorCallback on_error;
   std::shared_ptr<PendingCall> ack;  // set until the first ack arrives
+  // connect_epoch_ of the connection the watch request last went out on (under
+  // mu_): a reconnect re-sends only watches of older connections, never one a
+  // caller has just sent on the new connection.
+  std::uint64_t sent_on = 0;
   // Serialises callbacks against cancel() so that no event starts after cancel returns.
   std::mutex cb_mu;
   std::atomic<bool> cancelled{false};

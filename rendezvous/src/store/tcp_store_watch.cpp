@@ -35,6 +35,7 @@ std::shared_ptr<WatchState> TcpStore::Impl::start_watch(const std::string& prefi
       std::lock_guard<std::mutex> lk(mu_);
       req.id = w->id = next_id_++;
       if (next_id_ == 0) next_id_ = 1;
+      w->sent_on = connect_epoch_;
       watches_[w->id] = w;
     }
     frame.clear();
@@ -123,7 +124,11 @@ void TcpStore::Impl::resend_watches() {
   std::vector<std::shared_ptr<WatchState>> watches;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto& [id, w] : watches_) watches.push_back(w);
+    for (auto& [id, w] : watches_) {
+      if (w->sent_on == connect_epoch_) continue;
+      w->sent_on = connect_epoch_;
+      watches.push_back(w);
+    }
   }
   std::string frame;
   for (auto& w : watches) {

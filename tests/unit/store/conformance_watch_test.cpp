@@ -50,7 +50,10 @@ TEMPLATE_TEST_CASE("watch streams puts and deletes under its prefix in order", "
   s.set("elsewhere", "x");
   const auto r2 = s.set("w/b", "2");
   s.remove("w/a");
-  REQUIRE(rec.wait_for(3));
+  const bool all = rec.wait_for(3);
+  for (const auto& e : rec.events()) UNSCOPED_INFO("event " << e.key << " rev " << e.revision);
+  UNSCOPED_INFO("r1 " << r1 << " r2 " << r2);
+  REQUIRE(all);
   const auto ev = rec.events();
   REQUIRE(ev.size() == 3);
   CHECK(ev[0].type == EventType::kPut);
