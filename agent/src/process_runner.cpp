@@ -18,6 +18,7 @@
 #include <thread>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/process/v2/posix/default_launcher.hpp>
@@ -272,7 +273,9 @@ ProcessRunner::~ProcessRunner() {
 void ProcessRunner::spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->jobs.emplace_back([impl = impl_.get(), spec = std::move(spec),
+    // The work guard keeps io.run() from returning before the spawn is reported.
+    impl_->jobs.emplace_back([impl = impl_.get(), work = asio::make_work_guard(impl_->io),
+                              spec = std::move(spec),
                               handlers = std::move(handlers),
                               on_spawned = std::move(on_spawned)]() mutable {
       impl->launch(std::move(spec), std::move(handlers), std::move(on_spawned));

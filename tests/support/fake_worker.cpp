@@ -7,6 +7,7 @@
 //                           lines, then "FDS=0,1,2" (its open fds), then "ARGS=..."
 //   FAKE_PRINT=N            N lines to stdout and N to stderr
 //   FAKE_IGNORE_SIGTERM=1 * ignore SIGTERM
+//   FAKE_IGNORE_SIGINT=1  * ignore SIGINT
 //   FAKE_ERROR_MESSAGE=m  * write a torch @record error file to TORCHELASTIC_ERROR_FILE
 //   FAKE_CRASH=segv|abort * die by SIGSEGV / SIGABRT
 //   FAKE_EXIT=N           * exit code (default 0)
@@ -107,6 +108,7 @@ void write_error_file(const std::string& message) {
 int main(int argc, char** argv) {
   const bool applies = env("FAKE_ONLY_RANK").empty() || env("FAKE_ONLY_RANK") == env("RANK");
   if (applies && env("FAKE_IGNORE_SIGTERM") == "1") ::signal(SIGTERM, SIG_IGN);
+  if (applies && env("FAKE_IGNORE_SIGINT") == "1") ::signal(SIGINT, SIG_IGN);
   if (const auto dir = env("FAKE_ENV_DUMP"); !dir.empty()) dump_env(dir, argc, argv);
   pid_line("start");
 

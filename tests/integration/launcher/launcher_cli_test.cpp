@@ -1,0 +1,153 @@
+// ddprun's user-facing surface: logs, prefixes, filters, python scripts,
+// bad input, static multi-node.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "launcher_test_util.hpp"
+
+using namespace ddp::test;
+using namespace ddp::test::launcher;
+
+int ddp::test::launcher::free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST_CASE("worker lines are prefixed with the global rank and teed to per-rank log files") {
+  TempDir dir;
+  const auto logs = dir / "logs";
+  auto r = ddprun({"--nproc_per_node=2", "--rdzv_id=logjob", "--tee=3", "--log_dir", logs.string(),
+                   "--no_python", bin("fake_worker").string()},
+                  dir, {{"FAKE_PRINT", "2"}});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0]:out 0 of rank 0\n"));
+  CHECK_THAT(r.out, Catch::Contains("[rank 1]:out 1 of rank 1\n"));
+  CHECK_THAT(r.err, Catch::Contains("[rank 1]:err 1 of rank 1\n"));
+  CHECK(read_file(logs / "logjob" / "attempt_0" / "0" / "stdout.log") ==
+        "out 0 of rank 0\nout 1 of rank 0\n");
+  CHECK(read_file(logs / "logjob" / "attempt_0" / "1" / "stderr.log") ==
+        "err 0 of rank 1\nerr 1 of rank 1\n");
+}
+
+TEST_CASE("redirected streams go to the files only, and the rank filter limits the console") {
+  TempDir dir;
+  const auto logs = dir / "logs";
+  auto r = ddprun({"--nproc_per_node=3", "--rdzv_id=redir", "-r", "1", "--local_ranks_filter=1,2",
+                   "--log_dir", logs.string(), "--no_python", bin("fake_worker").string()},
+                  dir, {{"FAKE_PRINT", "1"}});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("[rank") == std::string::npos);  // stdout redirected for every rank
+  CHECK(r.err.find("[rank 0]:") == std::string::npos);  // filtered out
+  CHECK_THAT(r.err, Catch::Contains("[rank 2]:err 0 of rank 2\n"));
+  CHECK(read_file(logs / "redir" / "attempt_0" / "0" / "stdout.log") == "out 0 of rank 0\n");
+  CHECK_FALSE(fs::exists(logs / "redir" / "attempt_0" / "0" / "stderr.log"));
+}
+
+TEST_CASE("many lines from dying workers all arrive") {
+  TempDir dir;
+  auto r = ddprun({"--nproc_per_node=4", "--no_python", bin("fake_worker").string()}, dir,
+                  {{"FAKE_PRINT", "3000"}, {"FAKE_EXIT", "0"}});
+  REQUIRE(r.code == 0);
+  for (int rank = 0; rank < 4; ++rank) {
+    CHECK(count_lines(r.out, "[rank " + std::to_string(rank) + "]:out ") == 3000);
+  }
+}
+
+TEST_CASE("a .py script runs under python3 -u with the env contract") {
+  TempDir dir;
+  write_file(dir / "train.py",
+             "import os, sys\n"
+             "print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], sys.argv[1:])\n");
+  auto r = ddprun({"--nproc_per_node=2", (dir / "train.py").string(), "--lr", "0.1"}, dir);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 1]:rank 1 of 2 ['--lr', '0.1']"));
+}
+
+TEST_CASE("the legacy option passes --local_rank=N before the program's own arguments") {
+  TempDir dir;
+  auto r = ddprun({"--nproc_per_node=2", "--legacy_local_rank", "--no_python",
+                   bin("fake_worker").string(), "--epochs", "3"},
+                  dir, {{"FAKE_ENV_DUMP", dir.path().string()}});
+  REQUIRE(r.code == 0);
+  CHECK(read_env_dump(dir / "rank_1.env")["ARGS"] == "--local_rank=1 --epochs 3");
+}
+
+TEST_CASE("every bad input exits 2 with one line naming the flag, and starts nothing") {
+  TempDir dir;
+  write_file(dir / "not_exec", "#!/bin/sh\n");
+  const std::string worker = bin("fake_worker").string();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--nproc_per_node=0", worker}, "--nproc_per_node"},
+      {{"--nnodes=3:2", worker}, "--nnodes"},
+      {{"--standalone", (dir / "missing_prog").string()}, "TRAINING_PROGRAM"},
+      {{"--standalone", "--no_python", (dir / "not_exec").string()}, "TRAINING_PROGRAM"},
+      {{"--master_port=70000", worker}, "--master_port"},
+      {{"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:70000", worker}, "--rdzv_endpoint"},
+      {{"--nnodes=2", "--node_rank=2", worker}, "--node_rank"},
+      {{"--rdzv_conf=join_timeout=5,bogus=1", worker}, "--rdzv_conf"},
+      {{"--nproc_per_node=-3", worker}, "--nproc_per_node"},
+      {{"--frobnicate", worker}, "--frobnicate"},
+  };
+  const auto pids = dir / "pids";
+  for (const auto& [args, flag] : cases) {
+    INFO(flag);
+    auto r = ddprun(args, dir, {{"FAKE_PID_FILE", pids.string()}});
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(count_lines(r.err, "") == 1);
+    CHECK_THAT(r.err, Catch::StartsWith("ddprun: error: " + flag));
+  }
+  CHECK_FALSE(fs::exists(pids));
+}
+
+TEST_CASE("help and version are quick and exit 0") {
+  TempDir dir;
+  auto help = ddprun({"--help"}, dir);
+  CHECK(help.code == 0);
+  CHECK_THAT(help.out, Catch::Contains("--nproc_per_node"));
+  auto version = ddprun({"--version"}, dir);
+  CHECK(version.code == 0);
+  CHECK_THAT(version.out, Catch::StartsWith("ddprun "));
+}
+
+TEST_CASE("two static nodes form one world of 2 x nproc with distinct ranks") {
+  TempDir dir;
+  const int port = free_port();
+  auto node = [&](int rank) {
+    return ddprun_argv({"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=2",
+                        "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
+                        "--rdzv_conf=join_timeout=30", "--no_python", bin("fake_worker").string()});
+  };
+  Process n0(node(0), dir.path(), clean_env({{"FAKE_ENV_DUMP", dir.path().string()}}), "node0");
+  Process n1(node(1), dir.path(), clean_env({{"FAKE_ENV_DUMP", dir.path().string()}}), "node1");
+  auto c0 = n0.wait(std::chrono::seconds(60));
+  auto c1 = n1.wait(std::chrono::seconds(60));
+  INFO(n0.err() << n1.err());
+  REQUIRE(c0);
+  REQUIRE(c1);
+  CHECK(*c0 == 0);
+  CHECK(*c1 == 0);
+  std::set<std::string> ranks;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = read_env_dump(dir / ("rank_" + std::to_string(rank) + ".env"));
+    CHECK(env["WORLD_SIZE"] == "4");
+    CHECK(env["GROUP_WORLD_SIZE"] == "2");
+    CHECK(env["GROUP_RANK"] == std::to_string(rank / 2));
+    CHECK(env["LOCAL_RANK"] == std::to_string(rank % 2));
+    CHECK(env["MASTER_PORT"] == std::to_string(port));
+    ranks.insert(env["RANK"]);
+  }
+  CHECK(ranks == std::set<std::string>{"0", "1", "2", "3"});
+}

@@ -1,0 +1,179 @@
+// The real ddprun launching the real fake_worker: env contract, exit codes,
+// restarts, failure reports, signals, orphans, logs, fds.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "launcher_test_util.hpp"
+
+using namespace ddp::test;
+using namespace ddp::test::launcher;
+
+TEST_CASE("every worker gets the torchrun env contract, for 1, 4 and 8 workers") {
+  for (int n : {1, 4, 8}) {
+    INFO("nproc_per_node=" << n);
+    TempDir dir;
+    auto r = ddprun({"--standalone", "--nproc_per_node=" + std::to_string(n), "--max_restarts=3",
+                     "--role=trainer", "--log_dir", (dir / "logs").string(), "--no_python",
+                     bin("fake_worker").string()},
+                    dir, {{"FAKE_ENV_DUMP", dir.path().string()}});
+    REQUIRE(r.code == 0);
+    std::set<std::string> ports;
+    std::set<std::string> run_ids;
+    for (int rank = 0; rank < n; ++rank) {
+      auto env = read_env_dump(dir / ("rank_" + std::to_string(rank) + ".env"));
+      INFO("rank " << rank);
+      CHECK(env["LOCAL_RANK"] == std::to_string(rank));
+      CHECK(env["RANK"] == std::to_string(rank));
+      CHECK(env["GROUP_RANK"] == "0");
+      CHECK(env["ROLE_RANK"] == std::to_string(rank));
+      CHECK(env["ROLE_NAME"] == "trainer");
+      CHECK(env["LOCAL_WORLD_SIZE"] == std::to_string(n));
+      CHECK(env["WORLD_SIZE"] == std::to_string(n));
+      CHECK(env["GROUP_WORLD_SIZE"] == "1");
+      CHECK(env["ROLE_WORLD_SIZE"] == std::to_string(n));
+      CHECK(env["MASTER_ADDR"] == "127.0.0.1");
+      CHECK(std::stoi(env["MASTER_PORT"]) > 0);
+      CHECK(env["DDP_STORE_ENDPOINT"] == "127.0.0.1:" + env["MASTER_PORT"]);
+      CHECK_FALSE(env["DDP_STORE_PREFIX"].empty());
+      CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
+      CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "3");
+      CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");
+      CHECK(env["TORCHELASTIC_ERROR_FILE"] == (dir / "logs").string() + "/" +
+                                                  env["TORCHELASTIC_RUN_ID"] + "/attempt_0/" +
+                                                  std::to_string(rank) + "/error.json");
+      CHECK(env["OMP_NUM_THREADS"] == (n > 1 ? "1" : ""));
+      CHECK(env["FDS"] == "0,1,2");
+      ports.insert(env["MASTER_PORT"]);
+      run_ids.insert(env["TORCHELASTIC_RUN_ID"]);
+    }
+    CHECK(ports.size() == 1);
+    CHECK(run_ids.size() == 1);
+    CHECK(run_ids.begin()->size() == 36);  // a fresh uuid per --standalone run
+  }
+}
+
+TEST_CASE("a worker's exit code fails the run with exit 1 and its rank named") {
+  TempDir dir;
+  auto r = ddprun({"--nproc_per_node=3", "--stop_timeout=5", "--no_python", bin("fake_worker").string()},
+                  dir, {{"FAKE_ONLY_RANK", "2"}, {"FAKE_EXIT", "7"}, {"FAKE_OTHERS_HANG", "1"}});
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("rank       : 2 (local_rank 2)"));
+  CHECK_THAT(r.err, Catch::Contains("exit code 7"));
+  CHECK(ddprun({"--nproc_per_node=2", "--no_python", bin("fake_worker").string()}, dir).code == 0);
+}
+
+TEST_CASE("failed workers restart with TORCHELASTIC_RESTART_COUNT incremented") {
+  TempDir dir;
+  const auto pids = dir / "pids";
+  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=3", "--no_python", bin("fake_worker").string()},
+                  dir, {{"FAKE_FAIL_ON_RESTART_BELOW", "2"}, {"FAKE_PID_FILE", pids.string()},
+                        {"FAKE_ENV_DUMP", dir.path().string()}});
+  CHECK(r.code == 0);
+  CHECK(count_lines(read_file(pids), " start ") == 6);  // attempts 0, 1, 2 of two workers
+  CHECK(read_env_dump(dir / "rank_1.env")["TORCHELASTIC_RESTART_COUNT"] == "2");
+  CHECK_THAT(r.err, Catch::Contains("restarting workers (1/3)"));
+  CHECK_THAT(r.err, Catch::Contains("restarting workers (2/3)"));
+}
+
+TEST_CASE("when max_restarts is spent the run fails with exit 1") {
+  TempDir dir;
+  const auto pids = dir / "pids";
+  auto r = ddprun({"--nproc_per_node=1", "--max_restarts=1", "--no_python", bin("fake_worker").string()},
+                  dir, {{"FAKE_FAIL_ON_RESTART_BELOW", "5"}, {"FAKE_EXIT", "4"},
+                        {"FAKE_PID_FILE", pids.string()}});
+  CHECK(r.code == 1);
+  CHECK(count_lines(read_file(pids), " start ") == 2);
+  CHECK_THAT(r.err, Catch::Contains("restarts=1/1"));
+  CHECK_THAT(r.err, Catch::Contains("exit code 4"));
+}
+
+TEST_CASE("the crash report names the signal, the error-file message and the stderr tail") {
+  TempDir dir;
+  const auto logs = dir / "logs";
+  auto r = ddprun({"--nproc_per_node=2", "--rdzv_id=crashjob", "--log_dir", logs.string(),
+                   "--stop_timeout=5", "--no_python", bin("fake_worker").string()},
+                  dir, {{"FAKE_ONLY_RANK", "1"}, {"FAKE_CRASH", "segv"}, {"FAKE_PRINT", "12"},
+                        {"FAKE_ERROR_MESSAGE", "RuntimeError: boom"}, {"FAKE_OTHERS_HANG", "1"}});
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("signal SIGSEGV"));
+  CHECK_THAT(r.err, Catch::Contains("message    : RuntimeError: boom"));
+  CHECK_THAT(r.err, Catch::Contains("Traceback (most recent call last):"));
+  CHECK_THAT(r.err, Catch::Contains("    err 11 of rank 1"));
+  CHECK_THAT(r.err, Catch::Contains("rank       : 1 (local_rank 1)"));
+  const auto report = read_file(logs / "crashjob" / "attempt_0" / "failure.json");
+  CHECK_THAT(report, Catch::Contains(R"("signal": "SIGSEGV")"));
+  CHECK_THAT(report, Catch::Contains(R"("message": "RuntimeError: boom")"));
+  CHECK_THAT(report, Catch::Contains("err 11 of rank 1"));
+}
+
+TEST_CASE("SIGTERM to the agent stops every worker and exits 143") {
+  TempDir dir;
+  const auto pids = dir / "pids";
+  Process agent(ddprun_argv({"--nproc_per_node=4", "--stop_timeout=5", "--no_python",
+                             bin("fake_worker").string()}),
+                dir.path(), clean_env({{"FAKE_HANG", "1"}, {"FAKE_PID_FILE", pids.string()}}));
+  REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 4; }));
+  agent.signal(SIGTERM);
+  auto code = agent.wait(std::chrono::seconds(10));
+  REQUIRE(code);
+  CHECK(*code == 143);
+  for (auto pid : started_pids(read_file(pids))) CHECK_FALSE(pid_alive(pid));
+}
+
+TEST_CASE("kill -9 of the agent leaves no worker running a second later") {
+  TempDir dir;
+  const auto pids = dir / "pids";
+  Process agent(ddprun_argv({"--nproc_per_node=4", "--no_python", bin("fake_worker").string()}),
+                dir.path(), clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGTERM", "1"}, {"FAKE_PID_FILE", pids.string()}}));
+  REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 4; }));
+  ::kill(agent.pid(), SIGKILL);
+  REQUIRE(agent.wait(std::chrono::seconds(5)));
+  const auto workers = started_pids(read_file(pids));
+  CHECK(wait_until([&] {
+    for (auto pid : workers) {
+      if (pid_alive(pid)) return false;
+    }
+    return true;
+  }, std::chrono::seconds(1)));
+}
+
+TEST_CASE("a worker that ignores SIGTERM is killed after the grace period") {
+  TempDir dir;
+  const auto pids = dir / "pids";
+  Process agent(ddprun_argv({"--nproc_per_node=2", "--stop_timeout=0.5", "--no_python",
+                             bin("fake_worker").string()}),
+                dir.path(), clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGTERM", "1"}, {"FAKE_PID_FILE", pids.string()}}));
+  REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 2; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  agent.signal(SIGTERM);
+  auto code = agent.wait(std::chrono::seconds(10));
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  REQUIRE(code);
+  CHECK(*code == 143);
+  CHECK(elapsed >= std::chrono::milliseconds(450));
+  CHECK(elapsed < std::chrono::seconds(5));
+  CHECK_THAT(agent.err(), Catch::Contains("sending SIGKILL"));
+  for (auto pid : started_pids(read_file(pids))) CHECK_FALSE(pid_alive(pid));
+}
+
+TEST_CASE("a second Ctrl-C kills the workers at once") {
+  TempDir dir;
+  const auto pids = dir / "pids";
+  Process agent(ddprun_argv({"--nproc_per_node=2", "--stop_timeout=60", "--no_python",
+                             bin("fake_worker").string()}),
+                dir.path(), clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGINT", "1"}, {"FAKE_PID_FILE", pids.string()}}));
+  REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 2; }));
+  agent.signal(SIGINT);
+  REQUIRE(wait_until([&] { return agent.err().find("received SIGINT") != std::string::npos; }));
+  agent.signal(SIGINT);
+  auto code = agent.wait(std::chrono::seconds(10));
+  REQUIRE(code);
+  CHECK(*code == 130);
+  for (auto pid : started_pids(read_file(pids))) CHECK_FALSE(pid_alive(pid));
+}

@@ -1,0 +1,75 @@
+// Helpers for the ddprun integration tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_support.hpp"
+
+namespace ddp::test::launcher {
+
+using EnvOverrides = std::map<std::string, std::optional<std::string>>;
+
+// ddprun's argv; --log-level=warn keeps lifecycle lines out of assertions on
+// output unless a test asks for them.
+inline std::vector<std::string> ddprun_argv(std::vector<std::string> args) {
+  args.insert(args.begin(), bin("ddprun").string());
+  return args;
+}
+
+// The test's env minus what would change ddprun's behaviour behind its back.
+inline EnvOverrides clean_env(EnvOverrides extra) {
+  EnvOverrides env = {{"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt},
+                      {"PET_NNODES", std::nullopt}, {"PET_STANDALONE", std::nullopt},
+                      {"CUDA_VISIBLE_DEVICES", std::nullopt}};
+  for (auto& [k, v] : extra) env[k] = v;
+  return env;
+}
+
+inline RunResult ddprun(std::vector<std::string> args, const TempDir& dir, EnvOverrides env = {}) {
+  return run(ddprun_argv(std::move(args)), dir.path(), clean_env(std::move(env)),
+             std::chrono::seconds(60));
+}
+
+// fake_worker's FAKE_ENV_DUMP file as a map (plus FDS and ARGS).
+inline std::map<std::string, std::string> read_env_dump(const fs::path& path) {
+  std::map<std::string, std::string> out;
+  std::istringstream lines(read_file(path));
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+inline int count_lines(const std::string& text, const std::string& needle) {
+  int n = 0;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find(needle) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+// Pids of FAKE_PID_FILE "start" lines.
+inline std::vector<pid_t> started_pids(const std::string& text) {
+  std::vector<pid_t> out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find(" start ") != std::string::npos) out.push_back(std::stoi(line));
+  }
+  return out;
+}
+
+// A port that was free a moment ago (for --master_port, which must be known up front).
+int free_port();
+
+}  // namespace ddp::test::launcher
