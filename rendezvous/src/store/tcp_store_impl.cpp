@@ -128,7 +128,16 @@ void TcpStore::Impl::write_frame(const std::string& frame) {
   if (off < frame.size()) throw NetworkError("connection to store at " + where() + " was lost");
 }
 
+void TcpStore::Impl::refuse_on_io_thread(const char* what) const {
+  // Replies are read by this very thread: waiting for one here would hang forever.
+  if (std::this_thread::get_id() == thread_.get_id()) {
+    throw StoreError(std::string("TcpStore ") + what + " called from a watch callback of the same store " +
+                     where() + "; a blocking call there would deadlock: hand the work to another thread");
+  }
+}
+
 Response TcpStore::Impl::call(Request req, std::chrono::milliseconds reply_timeout) {
+  refuse_on_io_thread(op_name(req.op));
   auto pending = std::make_shared<PendingCall>();
   std::string frame;
   // A connection that broke before this request was sent is not "in flight":

@@ -84,6 +84,7 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   std::string where() const { return options_.endpoint.to_string(); }
 
  private:
+  void refuse_on_io_thread(const char* what) const;
   void ensure_connected();
   void write_frame(const std::string& frame);
 

@@ -17,6 +17,7 @@ std::string describe(const WatchState& w) {
 std::shared_ptr<WatchState> TcpStore::Impl::start_watch(const std::string& prefix, Revision from,
                                                         WatchCallback on_event,
                                                         WatchErrorCallback on_error) {
+  refuse_on_io_thread("watch");
   auto w = std::make_shared<WatchState>();
   w->prefix = prefix;
   w->from_revision = from;

@@ -164,3 +164,25 @@ TEST_CASE("stat reports the server's counters", "[tcp]") {
   CHECK(st.count("revision") == 1);
   CHECK_NOTHROW(store.ping());
 }
+
+TEST_CASE("a request from a watch callback of the same store fails instead of hanging", "[tcp]") {
+  auto server = start_server(loopback_server_options());
+  TcpStore store(client_options(server->port()));
+  std::mutex mu;
+  std::string error;
+  auto handle = store.watch("cb/", 0, [&](const ddp::store::WatchEvent&) {
+    try {
+      store.try_get("cb/x");
+    } catch (const ddp::StoreError& e) {
+      std::lock_guard<std::mutex> lk(mu);
+      error = e.what();
+    }
+  });
+  store.set("cb/x", "1");
+  REQUIRE(ddp::test::wait_until([&] {
+    std::lock_guard<std::mutex> lk(mu);
+    return !error.empty();
+  }));
+  std::lock_guard<std::mutex> lk(mu);
+  CHECK_THAT(error, Contains("watch callback") && Contains("deadlock"));
+}

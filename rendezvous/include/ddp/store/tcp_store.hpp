@@ -34,6 +34,10 @@ struct TcpStoreOptions {
 // After a broken connection the client reconnects with backoff; requests in
 // flight fail with NetworkError, watches resume from their last seen revision.
 //
+// Watch callbacks run on the I/O thread, which also reads every reply: a callback
+// must not call this store's request methods (they throw StoreError instead of
+// deadlocking) nor destroy the store; cancelling a watch there is fine.
+//
 // Thread-safe. The destructor stops and joins the I/O thread.
 class TcpStore final : public Store {
  public:
