@@ -79,6 +79,10 @@ void Session::on_readable() {
       break;
     }
     more = feed(std::string_view(read_buffer_->data(), n));
+    // A short read drained the socket: skip the read that would only say
+    // EAGAIN. Safe because async_wait re-arms epoll (EPOLL_CTL_MOD), which
+    // reports data that arrived in between.
+    if (n < read_buffer_->size()) break;
   }
   in_read_handler_ = false;
   flush();
