@@ -1,0 +1,118 @@
+// A Store backed by an etcd v3 cluster, spoken to through etcd's JSON gateway
+// (HTTP/1.1 POST /v3/..., keys and values base64, int64 as JSON strings). The
+// rendezvous algorithm written against Store runs on etcd unchanged.
+//
+// Mapping of Store onto etcd v3 (every key is options.prefix + key):
+//   set          /v3/kv/put (with lease)                     -> header.revision
+//   get          /v3/kv/range; if missing, a watch on the key from the range's
+//                revision + 1 until it is put or the timeout passes
+//   try_get      /v3/kv/range
+//   add          /v3/kv/txn: compare version == 0 (missing) or mod_revision ==
+//                the one read, then put the new decimal text; retried on conflict
+//   compare_set  /v3/kv/txn: compare value == expected (version == 0 for a missing
+//                key with empty `expected`), put on success, range on failure
+//   remove       /v3/kv/deleterange
+//   check, multi_get  one /v3/kv/txn of range requests (128 keys per txn)
+//   wait         range the keys, then watch each missing one from that revision + 1
+//   multi_set    one /v3/kv/txn of puts (128 per txn)
+//   append       /v3/kv/txn loop like add
+//   num_keys     /v3/kv/range over the whole prefix with count_only
+//   list         /v3/kv/range [prefix, prefix + 1); revision = header.revision
+//   lease_grant  /v3/lease/grant (TTL in whole seconds, rounded up, at least 1)
+//   lease_keepalive  /v3/lease/keepalive; a missing TTL in the answer means the
+//                lease is gone: StoreError "lease N not found (expired or revoked)"
+//   lease_revoke /v3/lease/revoke
+//   watch        POST /v3/watch, a chunked stream of JSON lines, on its own
+//                connection and thread; resumes from the last revision + 1 on
+//                another member after a broken connection; a compacted history
+//                ends the watch through the error callback.
+//
+// Failover: requests go to the endpoint that last answered; on a refused or
+// broken connection, a timeout or an HTTP 5xx the next endpoint is tried, and
+// after a full cycle the client backs off (with jitter) until connect_timeout.
+// A request whose connection broke after it was sent may be retried on another
+// member, so add/append are at-least-once across a member failure.
+//
+// Errors: NetworkError "etcd at HOST:PORT unreachable: <reason>" once every
+// endpoint failed for connect_timeout; ConfigError when an endpoint is not an
+// etcd v3 gateway (HTTP 404 on /v3/kv/range, or not JSON) or on a TLS mismatch;
+// StoreError when etcd rejects a request; TimeoutError from get/wait naming the key.
+//
+// Thread-safe: requests use a small pool of keep-alive connections. Each watch
+// (and each blocking get/wait) owns one connection and one thread; the
+// destructor of a watch handle stops and joins it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ddp/common/endpoint.hpp"
+#include "ddp/store/store.hpp"
+
+namespace ddp::store {
+
+struct EtcdStoreOptions {
+  std::vector<Endpoint> endpoints;  // members to try, in order
+  std::string prefix;               // every key lives under it, e.g. "/ddp/"
+  // TLS: setting any of these switches to https. ca_file verifies the server
+  // (the system's CAs when empty); cert_file + key_file authenticate the client.
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  // How long a request keeps trying endpoints (with backoff) before NetworkError.
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
+  // Deadline of one HTTP exchange with one member.
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(15)};
+
+  bool tls() const { return !ca_file.empty() || !cert_file.empty() || !key_file.empty(); }
+};
+
+// Parses "HOST:PORT[,HOST:PORT...]" (an http:// or https:// scheme is accepted and
+// ignored: TLS is chosen by the options). Throws ConfigError naming `what`.
+std::vector<Endpoint> parse_etcd_endpoints(std::string_view text, std::string_view what);
+
+class EtcdStore final : public Store {
+ public:
+  // Checks the options (TLS files readable) but does not contact etcd: the first
+  // request does, so a store can be built before the cluster is up.
+  explicit EtcdStore(EtcdStoreOptions options);
+  ~EtcdStore() override;
+  EtcdStore(const EtcdStore&) = delete;
+  EtcdStore& operator=(const EtcdStore&) = delete;
+
+  Revision set(const std::string& key, std::string_view value, LeaseId lease = 0) override;
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::optional<std::string> try_get(const std::string& key) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  std::string compare_set(const std::string& key, std::string_view expected,
+                          std::string_view desired, LeaseId lease = 0) override;
+  bool remove(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override;
+  Revision multi_set(const std::vector<std::pair<std::string, std::string>>& kvs,
+                     LeaseId lease = 0) override;
+  std::int64_t append(const std::string& key, std::string_view value) override;
+  std::int64_t num_keys() override;
+  ListResult list(const std::string& prefix) override;
+  LeaseId lease_grant(std::chrono::milliseconds ttl) override;
+  void lease_keepalive(LeaseId lease) override;
+  void lease_revoke(LeaseId lease) override;
+  std::unique_ptr<WatchHandle> watch(const std::string& prefix, Revision from_revision,
+                                     WatchCallback on_event,
+                                     WatchErrorCallback on_error = {}) override;
+
+  // Contacts etcd (one range request); throws like any request would. Lets a
+  // caller fail fast on a bad endpoint instead of at its first real request.
+  void ping();
+  const EtcdStoreOptions& options() const;
+
+ private:
+  class Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace ddp::store
