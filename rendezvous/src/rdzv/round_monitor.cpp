@@ -39,8 +39,12 @@ RoundMonitor::RoundMonitor(std::shared_ptr<store::Store> store,
     : store_(std::move(store)),
       interval_(keep_alive_interval),
       ttl_(keep_alive_interval * std::max(1, keep_alive_max_attempt)),
-      last_keepalive_ok_(Clock::now()) {
+      keepalive_(std::make_shared<Keepalive>()) {
+  keepalive_->store = store_;
+  keepalive_->last_ok = Clock::now();
+  keepalive_->on_lease_lost = [this](store::LeaseId id, const std::string& why) { on_lease_lost(id, why); };
   thread_ = std::thread([this] { loop(); });
+  keepalive_thread_ = std::thread(keepalive_loop, keepalive_, interval_);
 }
 
 RoundMonitor::~RoundMonitor() {
@@ -51,31 +55,42 @@ RoundMonitor::~RoundMonitor() {
   }
   cv_.notify_all();
   thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(keepalive_->mu);
+    keepalive_->stop = true;
+    keepalive_->on_lease_lost = nullptr;
+  }
+  keepalive_->cv.notify_all();
+  // A keepalive blocked on an unreachable store must not hold up the agent's exit.
+  keepalive_thread_.detach();
 }
 
 store::LeaseId RoundMonitor::lease() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (lease_ != 0) return lease_;
+    std::lock_guard<std::mutex> lock(keepalive_->mu);
+    if (keepalive_->lease != 0) return keepalive_->lease;
   }
   auto id = store_->lease_grant(ttl_);
-  std::lock_guard<std::mutex> lock(mu_);
-  lease_ = id;
-  last_keepalive_ok_ = Clock::now();
+  std::lock_guard<std::mutex> lock(keepalive_->mu);
+  keepalive_->lease = id;
+  keepalive_->last_ok = Clock::now();
   return id;
 }
 
 void RoundMonitor::revoke() {
   store::LeaseId id = 0;
+  bool reachable = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::swap(id, lease_);
+    std::lock_guard<std::mutex> lock(keepalive_->mu);
+    std::swap(id, keepalive_->lease);
+    reachable = Clock::now() - keepalive_->last_ok < interval_ * 2;
   }
-  if (id == 0) return;
+  // An unreachable store would hold the exit up for a reconnect cycle; the
+  // lease then simply expires.
+  if (id == 0 || !reachable) return;
   try {
     store_->lease_revoke(id);
   } catch (const Error& e) {
-    // Leaving anyway: the lease then expires on its own after the TTL.
     log::get("rdzv")->debug("lease revoke failed lease={} error={}", id, e.what());
   }
 }
@@ -146,10 +161,13 @@ void RoundMonitor::suppress(RoundEvent e) {
 }
 
 void RoundMonitor::loop() {
-  auto next_keepalive = Clock::now() + interval_;
+  // Silence is checked a few times per keep-alive interval: kStoreLost comes at
+  // most a fraction of an interval after the window closes.
+  const auto check_period = std::max(interval_ / 4, std::chrono::milliseconds(10));
+  auto next_check = Clock::now() + check_period;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait_until(lock, next_keepalive, [&] { return stop_ || !queue_.empty(); });
+    cv_.wait_until(lock, next_check, [&] { return stop_ || !queue_.empty(); });
     if (stop_) return;
     if (!queue_.empty()) {
       Pending p = std::move(queue_.front());
@@ -159,49 +177,75 @@ void RoundMonitor::loop() {
       lock.lock();
       continue;
     }
-    if (Clock::now() >= next_keepalive) {
+    if (Clock::now() >= next_check) {
       lock.unlock();
-      keepalive_once();
+      check_store_silence();
       lock.lock();
-      next_keepalive = Clock::now() + interval_;
+      next_check = Clock::now() + check_period;
     }
   }
 }
 
-void RoundMonitor::keepalive_once() {
-  store::LeaseId id = 0;
+void RoundMonitor::keepalive_loop(std::shared_ptr<Keepalive> k, std::chrono::milliseconds interval) {
+  std::unique_lock<std::mutex> lock(k->mu);
+  while (true) {
+    k->cv.wait_for(lock, interval, [&] { return k->stop; });
+    if (k->stop) return;
+    const store::LeaseId id = k->lease;
+    if (id == 0) continue;
+    lock.unlock();
+    std::string lost;
+    try {
+      k->store->lease_keepalive(id);
+    } catch (const StoreError& e) {
+      // The store answered and the lease is gone: this node stalled past its TTL
+      // or the store lost its state. Everyone else already saw this node leave.
+      lost = e.what();
+    } catch (const Error& e) {
+      // Judged by check_store_silence(); the client keeps reconnecting meanwhile.
+      // Once stopped (detached, maybe at process exit) it stays silent.
+      std::lock_guard<std::mutex> relock(k->mu);
+      if (k->stop) return;
+      log::get("rdzv")->warn("lease keepalive failed lease={} error={}", id, e.what());
+    }
+    lock.lock();
+    if (k->stop) return;
+    if (lost.empty()) {
+      k->last_ok = Clock::now();
+    } else if (k->lease == id) {
+      k->lease = 0;
+      // Called under k->mu: the destructor clears it under the same lock, so it
+      // never runs on a destroyed monitor.
+      if (k->on_lease_lost) k->on_lease_lost(id, lost);
+    }
+  }
+}
+
+void RoundMonitor::on_lease_lost(store::LeaseId, const std::string& why) {
   std::uint64_t epoch = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    id = lease_;
     epoch = epoch_;
   }
-  if (id == 0) return;
-  try {
-    store_->lease_keepalive(id);
+  fire(epoch, RoundEvent::kMembershipChanged, "the lease of this node expired: " + why);
+}
+
+void RoundMonitor::check_store_silence() {
+  std::uint64_t epoch = 0;
+  std::chrono::milliseconds silent{0};
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    last_keepalive_ok_ = Clock::now();
-  } catch (const StoreError& e) {
-    // The store answered and the lease is gone: this node stalled past its TTL or
-    // the store lost its state. Everyone else already saw this node leave.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (lease_ == id) lease_ = 0;
-    }
-    fire(epoch, RoundEvent::kMembershipChanged, "the lease of this node expired: " + std::string(e.what()));
-  } catch (const Error& e) {
-    Clock::time_point last;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      last = last_keepalive_ok_;
-    }
-    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last);
-    log::get("rdzv")->warn("lease keepalive failed lease={} silent_for={} error={}", id,
-                           seconds_text(silent), e.what());
-    if (silent >= ttl_) {
-      fire(epoch, RoundEvent::kStoreLost, "no answer from the store for " + seconds_text(silent) +
-                                       " (keep-alive window " + seconds_text(ttl_) + "): " + e.what());
-    }
+    if (!active_) return;
+    epoch = epoch_;
+  }
+  {
+    std::lock_guard<std::mutex> lock(keepalive_->mu);
+    if (keepalive_->lease == 0) return;
+    silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - keepalive_->last_ok);
+  }
+  if (silent >= ttl_) {
+    fire(epoch, RoundEvent::kStoreLost, "no answer from the store for " + seconds_text(silent) +
+                                            " (keep-alive window " + seconds_text(ttl_) + ")");
   }
 }
 

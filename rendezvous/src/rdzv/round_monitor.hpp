@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -37,9 +38,9 @@ struct WatchedRound {
   store::ListResult ctl;          // ctl/ as listed before watching from ctl.revision + 1
 };
 
-// Thread-safety: all methods may be called from any thread. Events and
-// keepalives run on one internal thread, which is the only caller of the
-// event callback; watch callbacks only enqueue. After end() returns, no event
+// Thread-safety: all methods may be called from any thread. Events run on one
+// internal thread and keepalives on another; both may call the event callback
+// (never at the same time); watch callbacks only enqueue. After end() returns, no event
 // of the ended round reaches the callback.
 class RoundMonitor {
  public:
@@ -70,9 +71,25 @@ class RoundMonitor {
     store::WatchEvent ev;
     bool error = false;
   };
+  // What the keepalive thread shares with the monitor. The thread owns a
+  // reference, so the monitor can be destroyed while a keepalive still blocks
+  // (a client reconnecting to a dead store): the thread is detached then and
+  // finishes on its own.
+  struct Keepalive {
+    std::shared_ptr<store::Store> store;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop = false;
+    store::LeaseId lease = 0;
+    Clock::time_point last_ok;
+    std::function<void(store::LeaseId, const std::string&)> on_lease_lost;  // cleared on stop
+  };
+  static void keepalive_loop(std::shared_ptr<Keepalive> k, std::chrono::milliseconds interval);
+
   void loop();
   void handle(const Pending& p);
-  void keepalive_once();
+  void on_lease_lost(store::LeaseId id, const std::string& why);
+  void check_store_silence();
   // Delivers at most one event of each kind per round, and none once the round
   // of `epoch` ended.
   void fire(std::uint64_t epoch, RoundEvent e, const std::string& detail);
@@ -90,8 +107,6 @@ class RoundMonitor {
   std::condition_variable cv_;
   bool stop_ = false;
   RoundEventCallback callback_;
-  store::LeaseId lease_ = 0;
-  Clock::time_point last_keepalive_ok_;
   std::uint64_t epoch_ = 0;  // bumped per round; events of older rounds are dropped
   bool active_ = false;
   WatchedRound round_;
@@ -100,6 +115,10 @@ class RoundMonitor {
   std::deque<Pending> queue_;
   std::vector<std::unique_ptr<store::WatchHandle>> watches_;
   std::thread thread_;
+  // Keepalives block while the client reconnects (up to its connect timeout), so
+  // they get their own thread and the event thread judges silence by the clock.
+  std::shared_ptr<Keepalive> keepalive_;
+  std::thread keepalive_thread_;
 };
 
 // "<code> <detail>" as stored in P/ctl/ended, and back.

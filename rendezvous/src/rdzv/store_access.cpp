@@ -113,9 +113,18 @@ StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std:
   if (access.server) opts.endpoint.port = access.server->port();
   opts.token = config.token;
   opts.connect_timeout = config.join_timeout;
-  // Keepalives must fail within the keep-alive window, not after a 30 s default.
-  opts.request_timeout = std::max(config.keep_alive_interval, std::chrono::milliseconds(1000));
   try {
+    if (!access.server) {
+      // The first connection may wait for the store as long as the join timeout
+      // (nodes start in any order); that client is then dropped for one whose
+      // reconnects give up within the keep-alive window, so that a dead store
+      // is reported as lost instead of retried for the whole join timeout.
+      store::TcpStore first(opts);
+      first.ping();
+    }
+    const auto window = config.keep_alive_interval * std::max(1, config.keep_alive_max_attempt);
+    opts.connect_timeout = std::max(window, std::chrono::milliseconds(1000));
+    opts.request_timeout = std::max(config.keep_alive_interval, std::chrono::milliseconds(1000));
     access.client = std::make_shared<store::TcpStore>(opts);
   } catch (const NetworkError& e) {
     throw RendezvousError("cannot reach the rendezvous store at " + where + " (" + flag +
