@@ -140,10 +140,11 @@ int train(const Options& opt) {
       std::fflush(stdout);
       save_checkpoint(checkpoint, epoch + 1, opt.hidden, model.flat_params());
     }
-    if (epoch + 1 == opt.fail_at_epoch && ctx.restart_count == 0 &&
-        ctx.rank == (opt.fail_rank >= 0 ? opt.fail_rank : ctx.world_size - 1)) {
-      pg.barrier();  // the checkpoint of this epoch is on disk
-      throw std::runtime_error("injected failure after epoch " + std::to_string(epoch + 1) + " (--fail-at-epoch)");
+    if (epoch + 1 == opt.fail_at_epoch && ctx.restart_count == 0) {
+      pg.barrier();  // every rank: the checkpoint of this epoch is on disk
+      if (ctx.rank == (opt.fail_rank >= 0 ? opt.fail_rank : ctx.world_size - 1)) {
+        throw std::runtime_error("injected failure after epoch " + std::to_string(epoch + 1) + " (--fail-at-epoch)");
+      }
     }
   }
   pg.barrier();  // rank 0 may host the store: nobody leaves before everyone is done
@@ -165,6 +166,7 @@ int main(int argc, char** argv) {
   return ddp::run(argc, argv, [](int ac, char** av) {
     Options opt;
     CLI::App app{"Train a small MLP data-parallel with the ddp worker SDK (run under ddprun)"};
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags win, as in argparse
     app.add_option("--epochs", opt.epochs, "epochs to train")->check(CLI::Range(1, 1000000));
     app.add_option("--batch-size", opt.batch_size, "samples per rank per step")->check(CLI::Range(1, 1 << 20));
     app.add_option("--lr", opt.lr, "SGD learning rate")->check(CLI::PositiveNumber);
