@@ -34,17 +34,19 @@ std::vector<RankResult> SdkJob::run(const std::vector<std::string>& argv, int wo
     if (!extra_env.count("TORCHELASTIC_ERROR_FILE")) env["TORCHELASTIC_ERROR_FILE"] = std::nullopt;
     procs.push_back(std::make_unique<Process>(argv, dir_.path(), env, prefix.substr(0, prefix.size() - 1) + "_rank" + std::to_string(r)));
   }
-  // Like ddprun's agent: once a rank fails, the others are stopped (Gloo peers
-  // of a dead rank would otherwise wait out their collective timeout).
+  // Like ddprun's agent: once a rank fails, the others get a grace period and
+  // are then stopped (a rank blocked in a collective with a live but idle peer
+  // would otherwise wait out its timeout).
   std::vector<std::optional<int>> codes(procs.size());
+  std::optional<std::chrono::steady_clock::time_point> kill_at;
   wait_until([&] {
-    bool all_done = true, failed = false;
+    bool all_done = true;
     for (std::size_t i = 0; i < procs.size(); ++i) {
       if (!codes[i] && !procs[i]->running()) codes[i] = procs[i]->wait(std::chrono::milliseconds(0));
       all_done = all_done && codes[i].has_value();
-      failed = failed || (codes[i] && *codes[i] != 0);
+      if (codes[i] && *codes[i] != 0 && !kill_at) kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     }
-    if (failed) {
+    if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
       for (auto& p : procs) p->signal(SIGKILL);
     }
     return all_done;
