@@ -26,18 +26,19 @@ struct BackendConfig {
 };
 
 // Arguments are validated by ProcessGroup before they get here; `timeout` is
-// already resolved to a positive value.
+// already resolved to a positive value. `sync`: the caller waits for the Work
+// at once, so the backend may run the operation on the calling thread.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
-  virtual Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout) = 0;
-  virtual Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout) = 0;
+  virtual Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout, bool sync) = 0;
+  virtual Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout, bool sync) = 0;
   virtual Work all_gather(const void* input, void* output, std::size_t count, DataType type,
-                          Millis timeout) = 0;
+                          Millis timeout, bool sync) = 0;
   virtual Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type,
-                              ReduceOp op, Millis timeout) = 0;
-  virtual Work barrier(Millis timeout) = 0;
+                              ReduceOp op, Millis timeout, bool sync) = 0;
+  virtual Work barrier(Millis timeout, bool sync) = 0;
 };
 
 std::unique_ptr<Backend> make_gloo_backend(const BackendConfig& config);

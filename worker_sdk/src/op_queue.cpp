@@ -31,21 +31,45 @@ std::exception_ptr poisoned_error(const char* op, int rank, const std::string& f
 }
 }  // namespace
 
-Work OpQueue::submit(const char* op, std::function<void()> fn) {
+Work OpQueue::submit(const char* op, std::function<void()> fn, bool inline_if_idle) {
   auto state = std::make_shared<Work::State>();
   state->op = op;
   state->rank = rank_;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (!poisoned_.empty()) {
       state->done = true;
       state->error = poisoned_error(op, rank_, poisoned_);
       return Work(state);
     }
+    if (inline_if_idle && !busy_ && tasks_.empty()) {
+      busy_ = true;
+      lock.unlock();
+      Task task{std::move(fn), state};
+      execute(task);
+      lock.lock();
+      busy_ = false;
+      lock.unlock();
+      cv_.notify_all();
+      return Work(state);
+    }
     tasks_.push_back(Task{std::move(fn), state});
   }
-  cv_.notify_one();
+  cv_.notify_all();
   return Work(state);
+}
+
+void OpQueue::execute(Task& task) {
+  try {
+    task.fn();
+    task.state->complete();
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard lock(mu_);
+      if (poisoned_.empty()) poisoned_ = e.what();
+    }
+    task.state->complete(std::current_exception());
+  }
 }
 
 void OpQueue::loop() {
@@ -54,27 +78,25 @@ void OpQueue::loop() {
     std::string poisoned;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      // Never start while an inline operation runs: one collective at a time, in order.
+      cv_.wait(lock, [&] { return (stopping_ && !busy_) || (!tasks_.empty() && !busy_); });
       if (tasks_.empty()) return;
       task = std::move(tasks_.front());
       tasks_.pop_front();
       poisoned = poisoned_;
+      busy_ = true;
     }
     // Operations queued behind a failure would only wait out their own timeouts.
     if (!poisoned.empty()) {
       task.state->complete(poisoned_error(task.state->op, rank_, poisoned));
-      continue;
+    } else {
+      execute(task);
     }
-    try {
-      task.fn();
-      task.state->complete();
-    } catch (const std::exception& e) {
-      {
-        std::lock_guard lock(mu_);
-        if (poisoned_.empty()) poisoned_ = e.what();
-      }
-      task.state->complete(std::current_exception());
+    {
+      std::lock_guard lock(mu_);
+      busy_ = false;
     }
+    cv_.notify_all();
   }
 }
 

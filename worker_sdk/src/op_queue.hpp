@@ -27,8 +27,11 @@ class OpQueue {
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
 
-  // `op` is a static string naming the collective ("all_reduce").
-  Work submit(const char* op, std::function<void()> fn);
+  // `op` is a static string naming the collective ("all_reduce"). With
+  // `inline_if_idle`, an operation that would start at once (nothing queued or
+  // running) runs on the calling thread instead: the caller is about to wait
+  // anyway, and this saves two thread hand-offs per blocking collective.
+  Work submit(const char* op, std::function<void()> fn, bool inline_if_idle = false);
 
  private:
   struct Task {
@@ -36,12 +39,15 @@ class OpQueue {
     std::shared_ptr<Work::State> state;
   };
   void loop();
+  // Runs one task, records a failure; called with mu_ not held.
+  void execute(Task& task);
 
   int rank_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> tasks_;
   bool stopping_ = false;
+  bool busy_ = false;  // a task is running (on the queue thread or inline)
   std::string poisoned_;  // first failure, empty while healthy
   std::thread thread_;
 };

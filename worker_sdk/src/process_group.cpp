@@ -94,39 +94,70 @@ int ProcessGroup::rank() const { return impl_->rank; }
 int ProcessGroup::size() const { return impl_->size; }
 std::string_view ProcessGroup::backend() const { return impl_->backend->name(); }
 
-Work ProcessGroup::all_reduce_async(void* data, std::size_t count, DataType type, ReduceOp op,
-                                    OpOptions options) {
+Work ProcessGroup::all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options,
+                                   bool sync) {
   if (count == 0) return Work();
   require(data != nullptr, "all_reduce: null buffer");
-  return impl_->backend->all_reduce(data, count, type, op, impl_->resolve(options));
+  return impl_->backend->all_reduce(data, count, type, op, impl_->resolve(options), sync);
 }
 
-Work ProcessGroup::broadcast_async(void* data, std::size_t count, DataType type, int root,
-                                   OpOptions options) {
+Work ProcessGroup::broadcast_impl(void* data, std::size_t count, DataType type, int root, OpOptions options,
+                                  bool sync) {
   if (root < 0 || root >= impl_->size) {
     throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is out of range for group size " +
                                 std::to_string(impl_->size));
   }
   if (count == 0) return Work();
   require(data != nullptr, "broadcast: null buffer");
-  return impl_->backend->broadcast(data, count, type, root, impl_->resolve(options));
+  return impl_->backend->broadcast(data, count, type, root, impl_->resolve(options), sync);
 }
 
-Work ProcessGroup::all_gather_async(const void* input, void* output, std::size_t count, DataType type,
-                                    OpOptions options) {
+Work ProcessGroup::all_gather_impl(const void* input, void* output, std::size_t count, DataType type,
+                                   OpOptions options, bool sync) {
   if (count == 0) return Work();
   require(input != nullptr && output != nullptr, "all_gather: null buffer");
-  return impl_->backend->all_gather(input, output, count, type, impl_->resolve(options));
+  return impl_->backend->all_gather(input, output, count, type, impl_->resolve(options), sync);
 }
 
-Work ProcessGroup::reduce_scatter_async(const void* input, void* output, std::size_t count, DataType type,
-                                        ReduceOp op, OpOptions options) {
+Work ProcessGroup::reduce_scatter_impl(const void* input, void* output, std::size_t count, DataType type,
+                                       ReduceOp op, OpOptions options, bool sync) {
   if (count == 0) return Work();
   require(input != nullptr && output != nullptr, "reduce_scatter: null buffer");
-  return impl_->backend->reduce_scatter(input, output, count, type, op, impl_->resolve(options));
+  return impl_->backend->reduce_scatter(input, output, count, type, op, impl_->resolve(options), sync);
 }
 
-Work ProcessGroup::barrier_async(OpOptions options) { return impl_->backend->barrier(impl_->resolve(options)); }
+Work ProcessGroup::all_reduce_async(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options) {
+  return all_reduce_impl(data, count, type, op, options, false);
+}
+Work ProcessGroup::broadcast_async(void* data, std::size_t count, DataType type, int root, OpOptions options) {
+  return broadcast_impl(data, count, type, root, options, false);
+}
+Work ProcessGroup::all_gather_async(const void* input, void* output, std::size_t count, DataType type,
+                                    OpOptions options) {
+  return all_gather_impl(input, output, count, type, options, false);
+}
+Work ProcessGroup::reduce_scatter_async(const void* input, void* output, std::size_t count, DataType type,
+                                        ReduceOp op, OpOptions options) {
+  return reduce_scatter_impl(input, output, count, type, op, options, false);
+}
+Work ProcessGroup::barrier_async(OpOptions options) {
+  return impl_->backend->barrier(impl_->resolve(options), false);
+}
+
+void ProcessGroup::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options) {
+  all_reduce_impl(data, count, type, op, options, true).wait();
+}
+void ProcessGroup::broadcast(void* data, std::size_t count, DataType type, int root, OpOptions options) {
+  broadcast_impl(data, count, type, root, options, true).wait();
+}
+void ProcessGroup::all_gather(const void* input, void* output, std::size_t count, DataType type, OpOptions options) {
+  all_gather_impl(input, output, count, type, options, true).wait();
+}
+void ProcessGroup::reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
+                                  OpOptions options) {
+  reduce_scatter_impl(input, output, count, type, op, options, true).wait();
+}
+void ProcessGroup::barrier(OpOptions options) { impl_->backend->barrier(impl_->resolve(options), true).wait(); }
 
 void ProcessGroup::check_sizes(std::string_view op, std::size_t small, std::size_t big) const {
   if (big != small * static_cast<std::size_t>(impl_->size)) {

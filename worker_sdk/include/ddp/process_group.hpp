@@ -82,21 +82,14 @@ class ProcessGroup {
                             ReduceOp op, OpOptions options = {});
   Work barrier_async(OpOptions options = {});
 
-  void all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options = {}) {
-    all_reduce_async(data, count, type, op, options).wait();
-  }
-  void broadcast(void* data, std::size_t count, DataType type, int root, OpOptions options = {}) {
-    broadcast_async(data, count, type, root, options).wait();
-  }
-  void all_gather(const void* input, void* output, std::size_t count, DataType type,
-                  OpOptions options = {}) {
-    all_gather_async(input, output, count, type, options).wait();
-  }
-  void reduce_scatter(const void* input, void* output, std::size_t count, DataType type,
-                      ReduceOp op, OpOptions options = {}) {
-    reduce_scatter_async(input, output, count, type, op, options).wait();
-  }
-  void barrier(OpOptions options = {}) { barrier_async(options).wait(); }
+  // Blocking forms. When nothing else is queued on the group they run on the
+  // calling thread, saving the hand-off to the group's thread.
+  void all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options = {});
+  void broadcast(void* data, std::size_t count, DataType type, int root, OpOptions options = {});
+  void all_gather(const void* input, void* output, std::size_t count, DataType type, OpOptions options = {});
+  void reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
+                      OpOptions options = {});
+  void barrier(OpOptions options = {});
 
   // Typed forms over any contiguous range (std::vector, std::span, std::array).
   template <std::ranges::contiguous_range R>
@@ -106,7 +99,8 @@ class ProcessGroup {
   }
   template <std::ranges::contiguous_range R>
   void all_reduce(R&& data, ReduceOp op = ReduceOp::kSum, OpOptions options = {}) {
-    all_reduce_async(std::forward<R>(data), op, options).wait();
+    using T = std::ranges::range_value_t<R>;
+    all_reduce(std::ranges::data(data), std::ranges::size(data), dtype_of<T>(), op, options);
   }
   template <std::ranges::contiguous_range R>
   void broadcast(R&& data, int root, OpOptions options = {}) {
@@ -136,6 +130,12 @@ class ProcessGroup {
  private:
   // Throws std::invalid_argument unless big == size() * small.
   void check_sizes(std::string_view op, std::size_t small, std::size_t big) const;
+  Work all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options, bool sync);
+  Work broadcast_impl(void* data, std::size_t count, DataType type, int root, OpOptions options, bool sync);
+  Work all_gather_impl(const void* input, void* output, std::size_t count, DataType type, OpOptions options,
+                       bool sync);
+  Work reduce_scatter_impl(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
+                           OpOptions options, bool sync);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -38,7 +38,7 @@ class GlooBackend final : public Backend {
 
   std::string_view name() const override { return "gloo"; }
 
-  Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout) override {
+  Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout, bool sync) override {
     return queue_.submit("all_reduce", [=, this] {
       dispatch_type(type, [&]<typename T>(std::type_identity<T>) {
         T* typed = static_cast<T*>(data);
@@ -52,10 +52,10 @@ class GlooBackend final : public Backend {
         }
         if (op == ReduceOp::kAvg) divide_elements(typed, count, size_);
       });
-    });
+    }, sync);
   }
 
-  Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout) override {
+  Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout, bool sync) override {
     const std::size_t bytes = count * element_size(type);
     return queue_.submit("broadcast", [=, this] {
       if (size_ == 1) return;
@@ -67,11 +67,11 @@ class GlooBackend final : public Backend {
       opts.setTag(next_tag());
       opts.setTimeout(timeout);
       guarded("broadcast", timeout, [&] { gloo::broadcast(opts); });
-    });
+    }, sync);
   }
 
-  Work all_gather(const void* input, void* output, std::size_t count, DataType type,
-                  Millis timeout) override {
+  Work all_gather(const void* input, void* output, std::size_t count, DataType type, Millis timeout,
+                  bool sync) override {
     const std::size_t bytes = count * element_size(type);
     return queue_.submit("all_gather", [=, this] {
       auto* out = static_cast<std::uint8_t*>(output);
@@ -87,14 +87,14 @@ class GlooBackend final : public Backend {
       opts.setTag(next_tag());
       opts.setTimeout(timeout);
       guarded("all_gather", timeout, [&] { gloo::allgather(opts); });
-    });
+    }, sync);
   }
 
   // Gloo 0.5 has no new-style reduce-scatter: all-reduce the whole input in a
   // scratch buffer and keep our chunk (what torch's ProcessGroupGloo does for
   // CPU tensors). Costs 2x the bytes of a ring reduce-scatter.
   Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
-                      Millis timeout) override {
+                      Millis timeout, bool sync) override {
     return queue_.submit("reduce_scatter", [=, this] {
       dispatch_type(type, [&]<typename T>(std::type_identity<T>) {
         const std::size_t total = count * static_cast<std::size_t>(size_);
@@ -111,17 +111,17 @@ class GlooBackend final : public Backend {
         std::memcpy(out, scratch.data() + count * static_cast<std::size_t>(rank_), count * sizeof(T));
         if (op == ReduceOp::kAvg) divide_elements(out, count, size_);
       });
-    });
+    }, sync);
   }
 
-  Work barrier(Millis timeout) override {
+  Work barrier(Millis timeout, bool sync) override {
     return queue_.submit("barrier", [=, this] {
       if (size_ == 1) return;
       gloo::BarrierOptions opts(context_);
       opts.setTag(next_tag());
       opts.setTimeout(timeout);
       guarded("barrier", timeout, [&] { gloo::barrier(opts); });
-    });
+    }, sync);
   }
 
  private:

@@ -81,29 +81,29 @@ class NcclBackend final : public Backend {
 
   std::string_view name() const override { return "nccl"; }
 
-  Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout) override {
+  Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout, bool) override {
     return enqueue("all_reduce", timeout, [&] {
       return ncclAllReduce(data, data, count, to_nccl(type), to_nccl(op), comm_, stream_);
     });
   }
-  Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout) override {
+  Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout, bool) override {
     return enqueue("broadcast", timeout, [&] {
       return ncclBroadcast(data, data, count, to_nccl(type), root, comm_, stream_);
     });
   }
-  Work all_gather(const void* input, void* output, std::size_t count, DataType type, Millis timeout) override {
+  Work all_gather(const void* input, void* output, std::size_t count, DataType type, Millis timeout, bool) override {
     return enqueue("all_gather", timeout, [&] {
       return ncclAllGather(input, output, count, to_nccl(type), comm_, stream_);
     });
   }
   Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
-                      Millis timeout) override {
+                      Millis timeout, bool) override {
     return enqueue("reduce_scatter", timeout, [&] {
       return ncclReduceScatter(input, output, count, to_nccl(type), to_nccl(op), comm_, stream_);
     });
   }
   // NCCL has no barrier: a one-element all-reduce is one (what torch does).
-  Work barrier(Millis timeout) override {
+  Work barrier(Millis timeout, bool) override {
     return enqueue("barrier", timeout, [&] {
       return ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, stream_);
     });
