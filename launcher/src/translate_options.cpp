@@ -10,6 +10,7 @@
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/launcher/launch_options.hpp"
+#include "ddp/store/etcd_store.hpp"
 #include "program.hpp"
 
 namespace ddp::launcher {
@@ -19,7 +20,6 @@ namespace fs = std::filesystem;
 
 // torchrun's default port for c10d rendezvous when --rdzv_endpoint has none.
 constexpr int kDefaultRdzvPort = 29400;
-constexpr int kDefaultEtcdPort = 2379;
 
 int parse_int(std::string_view text, const std::string& flag, const std::string& what) {
   int v = 0;
@@ -83,11 +83,26 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
       }
     } else if (key == "is_host") {
       rc.is_host = parse_bool(key, value);
+    } else if (key == "etcd_prefix") {
+      if (value.empty()) throw ConfigError("--rdzv_conf: etcd_prefix must not be empty");
+      rc.etcd.prefix = value;
+    } else if (key == "protocol") {
+      // torchrun's etcd backends: http or https.
+      if (value != "http" && value != "https") {
+        throw ConfigError("--rdzv_conf: protocol='" + value + "' is not http or https");
+      }
+      rc.etcd.https = value == "https";
+    } else if (key == "etcd_cacert" || key == "cacert" || key == "ca_cert") {
+      rc.etcd.cacert = value;
+    } else if (key == "etcd_cert" || key == "cert" || key == "ssl_cert") {
+      rc.etcd.cert = value;
+    } else if (key == "etcd_key" || key == "key" || key == "ssl_cert_key") {
+      rc.etcd.key = value;
     } else {
       throw ConfigError("--rdzv_conf: unknown key '" + key +
                         "'; known keys: join_timeout, last_call_timeout, close_timeout, "
                         "keep_alive_interval, keep_alive_max_attempt, timeout, read_timeout, "
-                        "is_host");
+                        "is_host, etcd_prefix, protocol, etcd_cacert, etcd_cert, etcd_key");
     }
   }
 }
@@ -227,8 +242,9 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
     if (o.rdzv_endpoint.empty()) {
       throw ConfigError("--rdzv_endpoint: required with --rdzv_backend=" + backend);
     }
-    rc.backend = "etcd";
-    rc.endpoint = parse_endpoint(o.rdzv_endpoint, "--rdzv_endpoint", kDefaultEtcdPort);
+    rc.backend = backend;  // etcd-v2 is an alias: the handler notes that it speaks v3
+    rc.etcd.endpoints = store::parse_etcd_endpoints(o.rdzv_endpoint, "--rdzv_endpoint");
+    rc.endpoint = rc.etcd.endpoints.front();
   } else {
     throw ConfigError("--rdzv_backend: unknown backend '" + backend +
                       "'; use static, c10d (alias ddp) or etcd");

@@ -1,6 +1,8 @@
 #include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
 #include "dynamic_handler.hpp"
+#include "etcd_handler.hpp"
 #include "standalone_handler.hpp"
 #include "static_handler.hpp"
 
@@ -20,7 +22,7 @@ bool is_dynamic(const std::string& backend) { return backend == "c10d" || backen
 
 [[noreturn]] void unknown_backend(const std::string& backend) {
   throw ConfigError("--rdzv_backend: unknown backend '" + backend +
-                    "'; use c10d (or dynamic), static or standalone");
+                    "'; use c10d (or dynamic), etcd, static or standalone");
 }
 
 }  // namespace
@@ -30,6 +32,12 @@ std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config
   check_self(self);
   if (config.backend == "standalone") return std::make_unique<StandaloneHandler>(config, self);
   if (config.backend == "static") return std::make_unique<StaticHandler>(config, self);
+  if (config.backend == "etcd" || config.backend == "etcd-v2") {
+    if (config.backend == "etcd-v2")
+      log::get("rdzv")->warn("rdzv backend etcd-v2 talks to etcd's v3 API (etcd 3.6 removed v2)");
+    detail::validate_run_id(config.run_id);
+    return std::make_unique<detail::EtcdHandler>(config, self);
+  }
   if (is_dynamic(config.backend)) {
     detail::validate_run_id(config.run_id);
     if (config.endpoint.host.empty() || config.endpoint.port == 0) {

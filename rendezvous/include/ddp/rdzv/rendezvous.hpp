@@ -26,6 +26,18 @@ struct NodeSpec {
   int local_world_size = 1;  // nproc_per_node
 };
 
+// The etcd backend's settings (docs/rendezvous.md, "etcd backend"): every
+// member named by --rdzv_endpoint, and the --rdzv_conf keys etcd_prefix,
+// protocol, etcd_cacert, etcd_cert, etcd_key (torchrun's spellings accepted).
+struct EtcdRendezvousConfig {
+  std::vector<Endpoint> endpoints;  // empty: RendezvousConfig::endpoint alone
+  std::string prefix = "/ddp";      // every key of every job lives under it
+  bool https = false;               // protocol=https (implied by any file below)
+  std::string cacert;
+  std::string cert;
+  std::string key;
+};
+
 struct RendezvousConfig {
   std::string backend = "c10d";       // standalone | static | c10d
   std::string run_id = "none";        // --rdzv_id
@@ -41,6 +53,7 @@ struct RendezvousConfig {
   std::chrono::milliseconds keep_alive_interval{std::chrono::seconds(5)};
   int keep_alive_max_attempt = 3;
   bool is_host = false;               // this agent hosts the store in-process
+  EtcdRendezvousConfig etcd;          // backend "etcd" (alias "etcd-v2") only
   // c10d: read every node's record into RendezvousResult::nodes (one list request,
   // O(N) bytes per agent). false: `nodes` holds only this node, O(1) bytes.
   bool list_nodes = true;

@@ -57,8 +57,9 @@ namespace ddp::store {
 struct EtcdStoreOptions {
   std::vector<Endpoint> endpoints;  // members to try, in order
   std::string prefix;               // every key lives under it, e.g. "/ddp/"
-  // TLS: setting any of these switches to https. ca_file verifies the server
-  // (the system's CAs when empty); cert_file + key_file authenticate the client.
+  // TLS: https when set or when any file below is given. ca_file verifies the
+  // server (the system's CAs when empty); cert_file + key_file authenticate the client.
+  bool https = false;
   std::string ca_file;
   std::string cert_file;
   std::string key_file;
@@ -67,7 +68,7 @@ struct EtcdStoreOptions {
   // Deadline of one HTTP exchange with one member.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(15)};
 
-  bool tls() const { return !ca_file.empty() || !cert_file.empty() || !key_file.empty(); }
+  bool tls() const { return https || !ca_file.empty() || !cert_file.empty() || !key_file.empty(); }
 };
 
 // Parses "HOST:PORT[,HOST:PORT...]" (an http:// or https:// scheme is accepted and

@@ -1,0 +1,78 @@
+#include "etcd_handler.hpp"
+
+#include <algorithm>
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "ddp/store/etcd_store.hpp"
+#include "dynamic_handler.hpp"
+#include "keys.hpp"
+
+namespace ddp::rdzv::detail {
+
+std::shared_ptr<store::Store> open_etcd_store(const RendezvousConfig& config) {
+  store::EtcdStoreOptions o;
+  o.endpoints = config.etcd.endpoints.empty() ? std::vector<Endpoint>{config.endpoint} : config.etcd.endpoints;
+  for (const auto& ep : o.endpoints) {
+    if (ep.host.empty() || ep.port == 0)
+      throw ConfigError("--rdzv_endpoint: etcd rendezvous needs HOST:PORT[,HOST:PORT...], got '" + ep.to_string() +
+                        "'");
+  }
+  o.prefix = config.etcd.prefix;
+  o.https = config.etcd.https;
+  o.ca_file = config.etcd.cacert;
+  o.cert_file = config.etcd.cert;
+  o.key_file = config.etcd.key;
+  const auto window = config.keep_alive_interval * std::max(1, config.keep_alive_max_attempt);
+  o.connect_timeout = std::max(window, std::chrono::milliseconds(1000));
+  o.request_timeout = std::max(config.keep_alive_interval, std::chrono::milliseconds(1000));
+  auto etcd = std::make_shared<store::EtcdStore>(o);
+  try {
+    etcd->ping();
+  } catch (const NetworkError& e) {
+    throw ConfigError(std::string(e.what()) + " (--rdzv_endpoint)");
+  }
+  return etcd;
+}
+
+EtcdHandler::EtcdHandler(const RendezvousConfig& config, const NodeSpec& self)
+    : config_(config), self_(self), etcd_(open_etcd_store(config)) {
+  StoreAccess access;
+  access.client = etcd_;
+  inner_ = std::make_unique<DynamicHandler>(config_, self_, std::move(access));
+}
+
+EtcdHandler::~EtcdHandler() {
+  inner_.reset();  // revokes this node's lease before the worker store goes
+  worker_store_.reset();
+}
+
+RendezvousResult EtcdHandler::next_rendezvous() {
+  auto res = inner_->next_rendezvous();
+  const auto key = round_prefix(config_.run_id, res.round) + "worker_store";
+  if (res.group_rank == 0) {
+    if (!worker_store_) {
+      store::StoreServerOptions so;
+      so.token = config_.token;
+      worker_store_ = std::make_unique<store::StoreServer>(so);
+      worker_store_->start();
+    }
+    res.store_endpoint = Endpoint{self_.host, worker_store_->port()};
+    etcd_->set(key, res.store_endpoint.to_string());
+    log::get("rdzv")->info("hosting the workers' store run_id={} round={} endpoint={}", config_.run_id, res.round,
+                           res.store_endpoint.to_string());
+  } else {
+    std::string text;
+    try {
+      text = etcd_->get(key, config_.close_timeout);
+    } catch (const TimeoutError&) {
+      throw RendezvousError("round " + std::to_string(res.round) + " of run '" + config_.run_id +
+                            "': group rank 0 did not publish the workers' store within " +
+                            seconds_text(config_.close_timeout) + " (key " + key + " in etcd)");
+    }
+    res.store_endpoint = parse_endpoint(text, key);
+  }
+  return res;
+}
+
+}  // namespace ddp::rdzv::detail

@@ -1,0 +1,46 @@
+// The etcd backend: the c10d-style dynamic rendezvous run unchanged over an
+// EtcdStore (node liveness = etcd leases, round closing = etcd txns, fan-out =
+// etcd watches). Workers cannot speak etcd, so each round's group rank 0 hosts
+// a StoreServer for them (torch's TCPStore protocol included) and publishes
+// its address in etcd. Private to ddp_rdzv.
+#pragma once
+
+#include <memory>
+
+#include "ddp/rdzv/rendezvous.hpp"
+#include "ddp/store/store_server.hpp"
+
+namespace ddp::rdzv::detail {
+
+// The EtcdStore of config.etcd, checked with one request. Requests give up
+// within the keep-alive window, as the c10d client does, so a lost cluster is
+// reported as a lost store. Throws ConfigError (exit 2) naming the endpoint
+// when etcd is unreachable, is not etcd, or the TLS settings do not match.
+std::shared_ptr<store::Store> open_etcd_store(const RendezvousConfig& config);
+
+// Thread-safety: as RendezvousHandler.
+class EtcdHandler final : public RendezvousHandler {
+ public:
+  EtcdHandler(const RendezvousConfig& config, const NodeSpec& self);
+  ~EtcdHandler() override;
+
+  std::string backend() const override { return "etcd"; }
+  RendezvousResult next_rendezvous() override;
+  void report_failure(const std::string& reason) override { inner_->report_failure(reason); }
+  void report_success() override { inner_->report_success(); }
+  bool all_succeeded() override { return inner_->all_succeeded(); }
+  void close(const std::string& reason) override { inner_->close(reason); }
+  void set_event_callback(RoundEventCallback cb) override { inner_->set_event_callback(std::move(cb)); }
+  std::shared_ptr<store::Store> store() override { return etcd_; }
+
+ private:
+  RendezvousConfig config_;
+  NodeSpec self_;
+  std::shared_ptr<store::Store> etcd_;
+  std::unique_ptr<RendezvousHandler> inner_;  // the dynamic handler over etcd_
+  // Started the first time this node is a group rank 0, kept for later rounds
+  // (each round's workers use their own key prefix on it).
+  std::unique_ptr<store::StoreServer> worker_store_;
+};
+
+}  // namespace ddp::rdzv::detail

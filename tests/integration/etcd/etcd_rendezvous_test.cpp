@@ -1,0 +1,133 @@
+// ddprun --rdzv_backend=etcd end to end: real agents, real etcd members.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include "ddp/store/etcd_store.hpp"
+#include "etcd_cluster.hpp"
+
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using ddp::test::EtcdCluster;
+using ddp::test::Process;
+using ddp::test::TempDir;
+using ddp::test::wait_until;
+
+namespace {
+
+// Each worker registers in the workers' store (MASTER_ADDR:MASTER_PORT) and
+// waits for every rank of the world: it only succeeds if all nodes' workers
+// got the same store. With HOLD_UNTIL set, attempt 0 first marks itself
+// started and waits for that file, then rank 0 fails to force a restart.
+constexpr const char* kWorker = R"(#!/bin/sh
+set -e
+store="$DDP_STORE --endpoint $MASTER_ADDR:$MASTER_PORT --timeout 20"
+if [ -n "$HOLD_UNTIL" ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  touch "$MARKS/started_$RANK"
+  while [ ! -f "$HOLD_UNTIL" ]; do sleep 0.05; done
+  [ "$RANK" = 0 ] && exit 1
+  exit 0
+fi
+$store set "${DDP_STORE_PREFIX}rank_$RANK" ok >/dev/null
+keys=""
+r=0
+while [ $r -lt "$WORLD_SIZE" ]; do keys="$keys ${DDP_STORE_PREFIX}rank_$r"; r=$((r + 1)); done
+$store wait $keys --timeout 20
+touch "$MARKS/done_${TORCHELASTIC_RESTART_COUNT}_$RANK"
+)";
+
+std::string write_worker(const TempDir& dir) {
+  const auto path = dir / "worker.sh";
+  ddp::test::write_file(path, kWorker);
+  ::chmod(path.c_str(), 0755);
+  return path.string();
+}
+
+std::map<std::string, std::optional<std::string>> worker_env(const TempDir& dir,
+                                                             const std::string& hold = "") {
+  return {{"DDP_STORE", ddp::test::bin("ddp-store").string()},
+          {"MARKS", dir.path().string()},
+          {"HOLD_UNTIL", hold.empty() ? std::nullopt : std::optional<std::string>(hold)},
+          {"OMP_NUM_THREADS", std::nullopt},
+          {"PET_NPROC_PER_NODE", std::nullopt},
+          {"PET_NNODES", std::nullopt}};
+}
+
+std::vector<std::string> agent_argv(const std::string& endpoints, const std::string& script,
+                                    std::vector<std::string> extra = {}, const std::string& nnodes = "2") {
+  std::vector<std::string> argv{ddp::test::bin("ddprun").string(), "--nnodes=" + nnodes, "--nproc_per_node=2",
+                                "--rdzv_backend=etcd", "--rdzv_endpoint=" + endpoints, "--rdzv_id=job1",
+                                "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=1"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(script);
+  return argv;
+}
+
+int count_files(const TempDir& dir, const std::string& prefix) {
+  int n = 0;
+  for (const auto& e : ddp::test::fs::directory_iterator(dir.path()))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("ddprun etcd: two agents rendezvous through etcd and their workers share one store") {
+  TempDir dir;
+  EtcdCluster etcd(dir.path());
+  const auto script = write_worker(dir);
+  Process a(agent_argv(etcd.endpoints_text(), script), dir.path(), worker_env(dir), "agent-a");
+  Process b(agent_argv(etcd.endpoints_text(), script), dir.path(), worker_env(dir), "agent-b");
+  const auto ca = a.wait(40s);
+  const auto cb = b.wait(40s);
+  INFO("agent a:\n" << a.err() << "\nagent b:\n" << b.err());
+  CHECK(ca == 0);
+  CHECK(cb == 0);
+  CHECK(count_files(dir, "done_0_") == 4);
+  // The rendezvous lives in etcd under the default prefix, namespaced by run id.
+  auto o = etcd.options("/ddp/");
+  ddp::store::EtcdStore s(o);
+  CHECK_FALSE(s.list("job1/rdzv/").kvs.empty());
+}
+
+TEST_CASE("ddprun etcd: with one of three members killed the job restarts and re-rendezvous") {
+  TempDir dir;
+  EtcdCluster etcd(dir.path(), 3);
+  const auto script = write_worker(dir);
+  const auto hold = (dir / "go").string();
+  const std::vector<std::string> extra{"--max_restarts=1"};
+  Process a(agent_argv(etcd.endpoints_text(), script, extra), dir.path(), worker_env(dir, hold), "agent-a");
+  Process b(agent_argv(etcd.endpoints_text(), script, extra), dir.path(), worker_env(dir, hold), "agent-b");
+  REQUIRE(wait_until([&] { return count_files(dir, "started_") == 4; }, 20s));
+  etcd.kill(0);  // the member every agent talks to first
+  ddp::test::write_file(hold, "");
+  const auto ca = a.wait(40s);
+  const auto cb = b.wait(40s);
+  INFO("agent a:\n" << a.err() << "\nagent b:\n" << b.err());
+  CHECK(ca == 0);
+  CHECK(cb == 0);
+  CHECK(count_files(dir, "done_1_") == 4);
+}
+
+TEST_CASE("ddprun etcd: bad endpoints exit 2 naming the endpoint, and etcd-v2 notes it speaks v3") {
+  TempDir dir;
+  const auto script = write_worker(dir);
+  const auto dead = "127.0.0.1:" + std::to_string(ddp::test::free_port());
+  auto r = ddp::test::run(agent_argv(dead, script, {}, "1"), dir.path(), worker_env(dir), 20s);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Contains("etcd at " + dead + " unreachable: Connection refused"));
+
+  auto v2 = agent_argv(dead, script, {}, "1");
+  for (auto& arg : v2)
+    if (arg == "--rdzv_backend=etcd") arg = "--rdzv_backend=etcd-v2";
+  r = ddp::test::run(v2, dir.path(), worker_env(dir), 20s);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Contains("v3 API"));
+
+  auto bad_conf = agent_argv(dead, script, {}, "1");
+  for (auto& arg : bad_conf)
+    if (arg.rfind("--rdzv_conf=", 0) == 0) arg += ",protocol=gopher";
+  r = ddp::test::run(bad_conf, dir.path(), worker_env(dir), 20s);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Contains("protocol"));
+}
