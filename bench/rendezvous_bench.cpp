@@ -1,0 +1,323 @@
+// ddp-bench rendezvous: N simulated agents run the c10d rendezvous algorithm's
+// requests (docs/rendezvous.md) against one store and form one round of N nodes.
+//
+// An agent here is one TCP connection driven by a coroutine on a single
+// io_context thread, speaking the native protocol directly: 10,000 TcpStore
+// clients would be 10,000 I/O threads, which measures the scheduler rather than
+// the algorithm. The requests are exactly those DynamicHandler sends for one
+// round (list_nodes=false unless --list-nodes). Prints figures, asserts nothing.
+#include <CLI/CLI.hpp>
+
+#include <sys/resource.h>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "bench.hpp"
+#include "ddp/common/endpoint.hpp"
+#include "ddp/common/error.hpp"
+#include "ddp/store/protocol.hpp"
+#include "ddp/store/store_server.hpp"
+
+namespace ddp::bench {
+namespace {
+
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::use_awaitable;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using store::Op;
+
+struct Options {
+  std::vector<int> agents = {100, 1000, 10000};
+  std::string endpoint;
+  std::string backend = "c10d";
+  bool list_nodes = false;
+  int max_connecting = 256;  // connects in flight: past the listen backlog SYNs are dropped (1 s retry)
+};
+
+// One simulated agent's connection: sequential request/response, byte counters.
+class Conn {
+ public:
+  explicit Conn(tcp::socket s) : sock_(std::move(s)) {}
+
+  awaitable<store::Response> call(Op op, std::int64_t a, std::int64_t b, std::vector<std::string> keys,
+                                  std::vector<std::string> values) {
+    store::Request req;
+    req.op = op;
+    req.id = ++next_id_;
+    req.a = a;
+    req.b = b;
+    req.keys = std::move(keys);
+    req.values = std::move(values);
+    out_.clear();
+    store::encode_request(req, out_);
+    co_await asio::async_write(sock_, asio::buffer(out_), use_awaitable);
+    sent += static_cast<long>(out_.size());
+    ++requests;
+    co_return co_await read_response();
+  }
+
+  awaitable<store::Response> read_response() {
+    co_await asio::async_read(sock_, asio::buffer(header_), use_awaitable);
+    const auto len = store::decode_frame_length(std::string_view(header_.data(), 4));
+    in_.resize(len);
+    co_await asio::async_read(sock_, asio::buffer(in_), use_awaitable);
+    received += 4 + static_cast<long>(len);
+    co_return store::decode_response(in_, limits_);
+  }
+
+  awaitable<void> hello() {
+    std::string frame(store::kPreamble, sizeof(store::kPreamble));
+    store::Request req;
+    req.op = Op::kHello;
+    req.a = store::kProtocolVersion;
+    req.values.push_back("");
+    store::encode_request(req, frame);
+    co_await asio::async_write(sock_, asio::buffer(frame), use_awaitable);
+    sent += static_cast<long>(frame.size());
+    ++requests;
+    auto r = co_await read_response();
+    if (r.status != store::Status::kOk) throw StoreError("hello refused");
+  }
+
+  long requests = 0;
+  long sent = 0;
+  long received = 0;
+
+ private:
+  tcp::socket sock_;
+  std::uint32_t next_id_ = 0;
+  std::string out_;
+  std::string in_;
+  std::array<char, 4> header_{};  // a member: GCC 12 cannot keep arrays in a coroutine frame
+  store::Limits limits_;
+};
+
+struct Shared {
+  int n = 0;
+  std::string prefix;  // round prefix of this run
+  std::string rdzv;    // "/<run>/rdzv/"
+  bool list_nodes = false;
+  Clock::time_point start;
+  Clock::time_point last_connected;
+  Clock::time_point last_closed;
+  Clock::time_point last_done;
+  int done = 0;
+  int failed = 0;
+  int connecting = 0;
+  int max_connecting = 0;
+  long requests = 0, bytes = 0, max_requests = 0, max_bytes = 0;
+  std::string first_error;
+};
+
+// Builds a key or value list without an initializer_list: GCC 12 miscompiles
+// initializer_list arrays held across co_await.
+template <class... T>
+std::vector<std::string> vec(T&&... items) {
+  std::vector<std::string> v;
+  (v.emplace_back(std::forward<T>(items)), ...);
+  return v;
+}
+
+void check(const store::Response& r, const char* what) {
+  if (r.status != store::Status::kOk) {
+    throw StoreError(std::string(what) + ": " + store::status_name(r.status) + " " + r.message);
+  }
+}
+
+// DynamicHandler::next_rendezvous for a first round, request for request.
+awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id) {
+  auto exec = co_await asio::this_coro::executor;
+  try {
+    while (s.connecting >= s.max_connecting) {
+      asio::steady_timer t(exec, std::chrono::milliseconds(1));
+      co_await t.async_wait(use_awaitable);
+    }
+    ++s.connecting;
+    tcp::socket sock(io);
+    co_await sock.async_connect(ep, use_awaitable);
+    sock.set_option(tcp::no_delay(true));
+    Conn c(std::move(sock));
+    co_await c.hello();
+    --s.connecting;
+    s.last_connected = std::max(s.last_connected, Clock::now());
+
+    const std::string nn = std::to_string(s.n) + ":" + std::to_string(s.n);
+    auto r = co_await c.call(Op::kMultiGet, 0, 0, vec(s.rdzv + "round", s.rdzv + "closed"), vec());
+    check(r, "multi_get");
+    r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.rdzv + "nnodes"), vec("", nn));
+    check(r, "compare_set nnodes");
+    r = co_await c.call(Op::kLeaseGrant, 0, 15000, vec(), vec());
+    check(r, "lease_grant");
+    const std::int64_t lease = r.num;
+    r = co_await c.call(Op::kAdd, 0, (std::int64_t{1} << 32) | 1, vec(s.prefix + "seq"), vec());
+    check(r, "add");
+    const int index = static_cast<int>(r.num >> 32);
+    const std::string record = "{\"host\":\"127.0.0.1\",\"id\":\"sim_" + std::to_string(id) + "\",\"nproc\":1}";
+    r = co_await c.call(Op::kSet, lease, 0, vec(s.prefix + "node/" + std::to_string(index - 1)), vec(record));
+    check(r, "set record");
+    std::string closed;
+    if (index == s.n) {
+      // The closer: wait for every record, list them, publish the decision.
+      std::vector<std::string> keys;
+      for (int i = 0; i < s.n; ++i) keys.push_back(s.prefix + "node/" + std::to_string(i));
+      r = co_await c.call(Op::kWait, 0, 30000, std::move(keys), vec());
+      check(r, "closer wait");
+      r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
+      check(r, "closer list");
+      const std::string value = std::to_string(s.n) + " " + std::to_string(s.n) + " " + std::to_string(r.revision);
+      r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix + "closed"), vec("", value));
+      check(r, "close");
+      closed = r.items.at(0).value;
+    } else {
+      r = co_await c.call(Op::kGet, 0, 60000, vec(s.prefix + "closed"), vec());
+      check(r, "get closed");
+      closed = r.items.at(0).value;
+    }
+    s.last_closed = std::max(s.last_closed, Clock::now());
+    std::istringstream in(closed);
+    long count = 0, workers = 0, listed = 0;
+    in >> count >> workers >> listed;
+    if (s.list_nodes) {
+      r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
+      check(r, "list nodes");
+    }
+    r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "ctl/"), vec());
+    check(r, "list ctl");
+    const auto ctl_rev = r.revision;
+    r = co_await c.call(Op::kWatch, 0, listed + 1, vec(s.prefix + "node/"), vec());
+    check(r, "watch nodes");
+    r = co_await c.call(Op::kWatch, 0, ctl_rev + 1, vec(s.prefix + "ctl/"), vec());
+    check(r, "watch ctl");
+    s.last_done = std::max(s.last_done, Clock::now());
+    const long bytes = c.sent + c.received;
+    s.requests += c.requests;
+    s.bytes += bytes;
+    s.max_requests = std::max(s.max_requests, c.requests);
+    s.max_bytes = std::max(s.max_bytes, bytes);
+    ++s.done;
+    if (s.done + s.failed == s.n) io.stop();  // the connections close with the io_context
+  } catch (const std::exception& e) {
+    if (s.first_error.empty()) s.first_error = e.what();
+    ++s.failed;
+    if (s.done + s.failed == s.n) io.stop();
+  }
+}
+
+double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+void run_once(const Options& o, const Endpoint& where, int n, int seq) {
+  asio::io_context io(1);
+  tcp::resolver resolver(io);
+  auto ep = *resolver.resolve(where.host, std::to_string(where.port)).begin();
+  Shared s;
+  s.n = n;
+  const std::string run = "bench_" + std::to_string(::getpid()) + "_" + std::to_string(seq);
+  s.rdzv = "/" + run + "/rdzv/";
+  s.prefix = s.rdzv + "round_0/";
+  s.list_nodes = o.list_nodes;
+  s.max_connecting = o.max_connecting;
+  s.start = Clock::now();
+  for (int i = 0; i < n; ++i) asio::co_spawn(io, agent(io, ep.endpoint(), s, i), asio::detached);
+  io.run();
+  if (s.failed > 0) {
+    std::printf("%8d  FAILED: %d agents failed, first error: %s\n", n, s.failed, s.first_error.c_str());
+    return;
+  }
+  std::printf("%8d  %10.3f  %10.3f  %10.3f  %9.1f  %8ld  %10.0f  %9ld\n", n, secs(s.last_connected - s.start),
+              secs(s.last_closed - s.start), secs(s.last_done - s.start),
+              static_cast<double>(s.requests) / n, s.max_requests, static_cast<double>(s.bytes) / n, s.max_bytes);
+  std::fflush(stdout);
+}
+
+// Raises the soft fd limit towards `want` (the hard limit too where allowed);
+// returns the limit in force.
+std::size_t raise_fd_limit(std::size_t want) {
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_cur >= want) return rl.rlim_cur;
+  rlimit up = rl;
+  up.rlim_cur = want;
+  if (up.rlim_max < want) up.rlim_max = want;  // needs CAP_SYS_RESOURCE
+  if (setrlimit(RLIMIT_NOFILE, &up) != 0) {
+    up.rlim_cur = rl.rlim_max;
+    up.rlim_max = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &up);
+  }
+  getrlimit(RLIMIT_NOFILE, &rl);
+  return rl.rlim_cur;
+}
+
+int rendezvous_main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Time for N simulated agents to form one c10d rendezvous round on one store"};
+  app.add_option("--agents", o.agents, "agent counts to run, one round each (default 100 1000 10000)");
+  app.add_option("--endpoint", o.endpoint, "HOST:PORT of a ddp-rendezvousd; default: an in-process server");
+  app.add_option("--backend", o.backend, "rendezvous algorithm (c10d)")->check(CLI::IsMember({"c10d"}));
+  app.add_flag("--list-nodes", o.list_nodes, "each agent also lists every node record (O(N) bytes per agent)");
+  app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  int most = 0;
+  for (int n : o.agents) {
+    if (n < 1) throw ConfigError("--agents: must be at least 1");
+    most = std::max(most, n);
+  }
+  // Each agent is a socket here, and an in-process server holds the other end.
+  const std::size_t per_agent = o.endpoint.empty() ? 2 : 1;
+  const std::size_t fd_limit = raise_fd_limit(static_cast<std::size_t>(most) * per_agent + 256);
+
+  std::unique_ptr<store::StoreServer> server;
+  Endpoint where;
+  if (o.endpoint.empty()) {
+    store::StoreServerOptions so;
+    so.host = "127.0.0.1";
+    server = std::make_unique<store::StoreServer>(so);
+    server->start();
+    where = Endpoint{"127.0.0.1", server->port()};
+  } else {
+    where = parse_endpoint(o.endpoint, "--endpoint");
+  }
+  std::printf("ddp-bench rendezvous: backend=%s store=%s (%s) list_nodes=%s\n", o.backend.c_str(),
+              where.to_string().c_str(), server ? "in-process StoreServer" : "daemon",
+              o.list_nodes ? "yes" : "no");
+  std::printf("%8s  %10s  %10s  %10s  %9s  %8s  %10s  %9s\n", "agents", "connect_s", "closed_s", "watching_s",
+              "req/agent", "req_max", "bytes/agent", "bytes_max");
+  int seq = 0;
+  for (int n : o.agents) {
+    if (static_cast<std::size_t>(n) * per_agent + 256 > fd_limit) {
+      std::printf("%8d  skipped: needs %zu file descriptors, the limit is %zu; run ddp-rendezvousd "
+                  "and pass --endpoint (one fd per agent here)\n",
+                  n, static_cast<std::size_t>(n) * per_agent + 256, fd_limit);
+      continue;
+    }
+    run_once(o, where, n, seq++);
+  }
+  return 0;
+}
+
+}  // namespace
+
+DDP_BENCH_SUBCOMMAND("rendezvous", "N simulated agents form one c10d round on one store", rendezvous_main);
+
+}  // namespace ddp::bench
