@@ -132,6 +132,8 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
       case rdzv::RoundEvent::kRestartRequested:
         if (restart_count < cfg.max_restarts) {
           ++restart_count;
+          log->warn("restarting workers ({}/{}) after another node's failure", restart_count,
+                    cfg.max_restarts);
           start_rendezvous();
         } else {
           fail_for_good("another node's workers failed and max_restarts=" +
@@ -144,7 +146,7 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
       case rdzv::RoundEvent::kNodesWaiting:
         break;  // a finished job takes no new nodes
       case rdzv::RoundEvent::kStoreLost:
-        finish(3, "rendezvous store lost while waiting for the other nodes to finish: " + detail);
+        succeed_unconfirmed(detail);
         break;
     }
   }
@@ -253,7 +255,7 @@ void Agent::Impl::after_local_success() {
       post_to(s, [this] { poll_all_succeeded(); });
     } catch (const std::exception& e) {
       post_to(s, [this, m = std::string(e.what())] {
-        if (phase == Phase::kSucceeded) finish(3, "cannot report success: " + m);
+        if (phase == Phase::kSucceeded) succeed_unconfirmed("cannot report success: " + m);
       });
     }
   });
@@ -280,10 +282,20 @@ void Agent::Impl::poll_all_succeeded() {
       });
     } catch (const std::exception& e) {
       post_to(s, [this, m = std::string(e.what())] {
-        if (phase == Phase::kSucceeded) finish(3, "waiting for the other nodes: " + m);
+        if (phase == Phase::kSucceeded) succeed_unconfirmed(m);
       });
     }
   });
+}
+
+void Agent::Impl::succeed_unconfirmed(const std::string& why) {
+  // torchrun's exit barrier does the same: this node's workers succeeded, and a
+  // store that vanished afterwards (often: the hosting node finished first)
+  // does not turn that into a failure. A node still running sees the loss itself.
+  log->warn("this node's workers succeeded, but the other nodes' success could not be "
+            "confirmed: {}",
+            why);
+  finish(0);
 }
 
 void Agent::Impl::fail_for_good(const std::string& reason) {

@@ -79,6 +79,7 @@ struct Agent::Impl {
   void on_all_stopped();
   void after_local_success();
   void poll_all_succeeded();
+  void succeed_unconfirmed(const std::string& why);
   void fail_for_good(const std::string& reason);
   void finish(int code, const std::string& error = "");
   void write_failure_report(bool final_report);

@@ -151,3 +151,40 @@ TEST_CASE("two static nodes form one world of 2 x nproc with distinct ranks") {
   }
   CHECK(ranks == std::set<std::string>{"0", "1", "2", "3"});
 }
+
+TEST_CASE("a worker failure on one c10d node restarts the workers of both nodes") {
+  TempDir dir;
+  // The store lives in ddp-rendezvousd, as on a cluster: neither agent's exit
+  // can take it away from the other.
+  Process daemon({bin("ddp-rendezvousd").string(), "--host=127.0.0.1", "--port=0",
+                  "--port-file=" + (dir / "port").string()},
+                 dir.path(), {}, "daemon");
+  const int port = wait_for_port_file(dir / "port");
+  REQUIRE(port > 0);
+  const auto pids = dir / "pids";
+  auto node = [&] {
+    return ddprun_argv({"--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                        "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=fanout",
+                        "--max_restarts=1", "--stop_timeout=5", "--no_python",
+                        bin("fake_worker").string()});
+  };
+  // Global rank 3 fails in the first attempt only, on whichever node holds it.
+  const auto env = clean_env({{"FAKE_ENV_DUMP", dir.path().string()}, {"FAKE_PID_FILE", pids.string()},
+                              {"FAKE_ONLY_RANK", "3"}, {"FAKE_FAIL_ON_RESTART_BELOW", "1"}});
+  Process a(node(), dir.path(), env, "nodeA");
+  Process b(node(), dir.path(), env, "nodeB");
+  auto ca = a.wait(std::chrono::seconds(60));
+  auto cb = b.wait(std::chrono::seconds(60));
+  INFO(a.err() << b.err());
+  REQUIRE(ca);
+  REQUIRE(cb);
+  CHECK(*ca == 0);
+  CHECK(*cb == 0);
+  // Both nodes restarted: the failing one and the one told through the store.
+  CHECK_THAT(a.err(), Catch::Contains("restarting workers (1/1)"));
+  CHECK_THAT(b.err(), Catch::Contains("restarting workers (1/1)"));
+  CHECK(count_lines(read_file(pids), " start ") >= 6);  // a stopped worker may not have started yet
+  for (int rank = 0; rank < 4; ++rank) {
+    CHECK(read_env_dump(dir / ("rank_" + std::to_string(rank) + ".env"))["TORCHELASTIC_RESTART_COUNT"] == "1");
+  }
+}

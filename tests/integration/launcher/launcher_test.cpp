@@ -75,10 +75,13 @@ TEST_CASE("failed workers restart with TORCHELASTIC_RESTART_COUNT incremented") 
                   dir, {{"FAKE_FAIL_ON_RESTART_BELOW", "2"}, {"FAKE_PID_FILE", pids.string()},
                         {"FAKE_ENV_DUMP", dir.path().string()}});
   CHECK(r.code == 0);
-  CHECK(count_lines(read_file(pids), " start ") == 6);  // attempts 0, 1, 2 of two workers
+  // Attempts 0, 1 and 2 (a worker stopped early in a failed attempt may never start).
+  CHECK(count_lines(read_file(pids), " start ") >= 4);
+  CHECK(read_env_dump(dir / "rank_0.env")["TORCHELASTIC_RESTART_COUNT"] == "2");
   CHECK(read_env_dump(dir / "rank_1.env")["TORCHELASTIC_RESTART_COUNT"] == "2");
   CHECK_THAT(r.err, Catch::Contains("restarting workers (1/3)"));
   CHECK_THAT(r.err, Catch::Contains("restarting workers (2/3)"));
+  CHECK(r.err.find("restarting workers (3/3)") == std::string::npos);
 }
 
 TEST_CASE("when max_restarts is spent the run fails with exit 1") {
