@@ -26,13 +26,14 @@ class ProcessGroup::Impl {
 
 namespace {
 
-// The n-th group called `name` that this process creates. Every rank creates
-// its groups in the same order, so the numbers agree without talking.
-int next_instance(const std::string& name) {
+// The n-th group called `name` that rank `rank` creates under `prefix`. Every
+// rank creates its groups in the same order, so the numbers agree without
+// talking; counting per rank also lets threads of one process act as ranks.
+int next_instance(const std::string& prefix, const std::string& name, int rank) {
   static std::mutex mu;
   static std::map<std::string, int> counters;
   std::lock_guard lock(mu);
-  return counters[name]++;
+  return counters[prefix + '\n' + name + '\n' + std::to_string(rank)]++;
 }
 
 std::string resolve_backend(const std::string& requested) {
@@ -71,7 +72,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_
 
   detail::BackendConfig config;
   config.store = std::move(store);
-  config.key_prefix = key_prefix + "pg/" + options.name + "/" + std::to_string(next_instance(options.name)) + "/";
+  config.key_prefix = key_prefix + "pg/" + options.name + "/" + std::to_string(next_instance(key_prefix, options.name, rank)) + "/";
   config.rank = rank;
   config.size = world_size;
   config.options = options;

@@ -1,0 +1,198 @@
+// GPU tests of the NCCL backend, one scenario per ctest test (argv[1]). Exit
+// 77 (ctest SKIP_RETURN_CODE) when no CUDA device is visible. One GPU is
+// enough: NCCL refuses two ranks on one GPU, so multi-rank paths are tested
+// through what must fail (init timeout, duplicate GPU) and a fake peer.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "ddp/sdk.hpp"
+#include "ddp/store/memory_store.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+int g_failures = 0;
+
+void expect(bool ok, const std::string& what) {
+  std::printf("%s: %s\n", ok ? "ok" : "FAILED", what.c_str());
+  if (!ok) ++g_failures;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+template <typename T>
+T* device_copy(const std::vector<T>& host) {
+  T* d = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&d), host.size() * sizeof(T));
+  cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return d;
+}
+
+template <typename T>
+std::vector<T> host_copy(const T* d, std::size_t n) {
+  std::vector<T> h(n);
+  cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return h;
+}
+
+ddp::ProcessGroupOptions nccl_options(std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  ddp::ProcessGroupOptions o;
+  o.backend = "nccl";
+  o.device = 0;
+  o.timeout = timeout;
+  return o;
+}
+
+int world_of_one() {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  ddp::ProcessGroup pg(store, "t/", 0, 1, nccl_options());
+  expect(pg.backend() == "nccl", "backend is nccl");
+  expect(store->try_get("t/pg/default/0/nccl/unique_id").value_or("").size() == sizeof(ncclUniqueId),
+         "the ncclUniqueId went through the store under the communicator's key");
+  for (std::size_t n : {std::size_t{1}, std::size_t{4097}, std::size_t{16} << 20}) {
+    std::vector<float> h(n);
+    for (std::size_t i = 0; i < n; ++i) h[i] = static_cast<float>(i % 13);
+    float* d = device_copy(h);
+    pg.all_reduce(d, n, ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
+    expect(host_copy(d, n) == h, "all_reduce float32 n=" + std::to_string(n));
+    pg.all_reduce(d, n, ddp::DataType::kFloat32, ddp::ReduceOp::kAvg);
+    expect(host_copy(d, n) == h, "all_reduce avg float32 n=" + std::to_string(n));
+    cudaFree(d);
+  }
+  std::vector<ddp::BFloat16> hb(1000, ddp::BFloat16(3.0f));
+  auto* db = device_copy(hb);
+  pg.all_reduce(db, hb.size(), ddp::DataType::kBFloat16, ddp::ReduceOp::kMax);
+  expect(static_cast<float>(host_copy(db, hb.size())[999]) == 3.0f, "all_reduce max bfloat16");
+  cudaFree(db);
+  std::vector<std::int64_t> hi(10, 7), out(10);
+  auto* di = device_copy(hi);
+  auto* dout = device_copy(out);
+  pg.all_gather(di, dout, 10, ddp::DataType::kInt64);
+  pg.broadcast(di, 10, ddp::DataType::kInt64, 0);
+  pg.reduce_scatter(di, dout, 10, ddp::DataType::kInt64, ddp::ReduceOp::kSum);
+  pg.barrier();
+  expect(host_copy(dout, 10) == hi, "all_gather, broadcast, reduce_scatter, barrier int64");
+  cudaFree(di);
+  cudaFree(dout);
+  return g_failures ? 1 : 0;
+}
+
+// Rank 0 of 2; the test plays a rank 1 that joins the store but never NCCL.
+int init_timeout() {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  store->set("t/pg/default/0/join/1", "1");
+  store->set("t/pg/default/0/nccl/gpu/1", "other-host|0000:99:00.0");
+  const auto start = Clock::now();
+  try {
+    ddp::ProcessGroup pg(store, "t/", 0, 2, nccl_options(std::chrono::seconds(3)));
+    expect(false, "init without the peer should time out");
+  } catch (const ddp::TimeoutError& e) {
+    std::printf("message: %s\n", e.what());
+    expect(contains(e.what(), "NCCL communicator init timed out after 3000 ms on rank 0 of 2"), "timeout names rank and op");
+  }
+  expect(Clock::now() - start < std::chrono::seconds(20), "abort returned promptly");
+  return g_failures ? 1 : 0;
+}
+
+// Two ranks (threads) on GPU 0: both must refuse with the fix in the message.
+int duplicate_gpu() {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  std::string messages[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ddp::ProcessGroup pg(store, "t/", r, 2, nccl_options(std::chrono::seconds(20)));
+      } catch (const ddp::ConfigError& e) {
+        messages[r] = e.what();
+      } catch (const std::exception& e) {
+        messages[r] = std::string("wrong error type: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    std::printf("rank %d: %s\n", r, messages[r].c_str());
+    expect(contains(messages[r], "ranks 0 and 1 both use GPU") && contains(messages[r], "--nproc_per_node") &&
+               contains(messages[r], "CUDA_VISIBLE_DEVICES"),
+           "rank " + std::to_string(r) + " names the fix");
+  }
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  setenv("LOCAL_RANK", std::to_string(count).c_str(), 1);
+  try {
+    auto o = nccl_options();
+    o.device = -1;
+    ddp::ProcessGroup pg(std::make_shared<ddp::store::MemoryStore>(), "u/", 0, 1, o);
+    expect(false, "LOCAL_RANK past the GPU count must fail");
+  } catch (const ddp::ConfigError& e) {
+    std::printf("message: %s\n", e.what());
+    expect(contains(e.what(), "has no GPU of its own") && contains(e.what(), "--nproc_per_node"),
+           "LOCAL_RANK beyond the visible GPUs names the fix");
+  }
+  return g_failures ? 1 : 0;
+}
+
+// Single-rank SDK all-reduce against raw NCCL on the same device (a figure, not an assert).
+int bench() {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  ddp::ProcessGroup pg(store, "t/", 0, 1, nccl_options());
+  ncclUniqueId id;
+  ncclGetUniqueId(&id);
+  ncclComm_t comm;
+  ncclCommInitRank(&comm, 1, id, 0);
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  std::printf("%12s %8s %12s %12s %9s\n", "bytes", "iters", "raw us", "sdk us", "overhead");
+  for (std::size_t bytes = 4096; bytes <= (256u << 20); bytes *= 4) {
+    const std::size_t n = bytes / 4;
+    float* d = nullptr;
+    cudaMalloc(reinterpret_cast<void**>(&d), bytes);
+    const int iters = bytes < (1u << 20) ? 2000 : 100;
+    double best_raw = 1e30, best_sdk = 1e30;
+    for (int round = 0; round < 5; ++round) {
+      auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) {
+        ncclAllReduce(d, d, n, ncclFloat32, ncclSum, comm, stream);
+        cudaStreamSynchronize(stream);
+      }
+      best_raw = std::min(best_raw, std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+      t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) pg.all_reduce(d, n, ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
+      best_sdk = std::min(best_sdk, std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+    }
+    std::printf("%12zu %8d %12.2f %12.2f %+8.1f%%\n", bytes, iters, best_raw, best_sdk, (best_sdk - best_raw) / best_raw * 100);
+    cudaFree(d);
+  }
+  ncclCommDestroy(comm);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("skipped: no CUDA device visible\n");
+    return 77;
+  }
+  const std::string mode = argc > 1 ? argv[1] : "";
+  try {
+    if (mode == "world-of-one") return world_of_one();
+    if (mode == "init-timeout") return init_timeout();
+    if (mode == "duplicate-gpu") return duplicate_gpu();
+    if (mode == "bench") return bench();
+  } catch (const std::exception& e) {
+    std::printf("FAILED: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "usage: ddp_gpu_nccl_test world-of-one|init-timeout|duplicate-gpu|bench\n");
+  return 2;
+}
