@@ -178,10 +178,14 @@ void RoundMonitor::loop() {
       continue;
     }
     if (Clock::now() >= next_check) {
+      // Woken far later than planned: this process was stopped (SIGSTOP) or
+      // starved. The keepalive thread woke too; its answer (maybe "lease gone":
+      // rejoin) gets one interval before the silence is blamed on the store.
+      const bool stalled = Clock::now() - next_check > interval_;
       lock.unlock();
-      check_store_silence();
+      if (!stalled) check_store_silence();
       lock.lock();
-      next_check = Clock::now() + check_period;
+      next_check = Clock::now() + (stalled ? interval_ : check_period);
     }
   }
 }

@@ -1,6 +1,7 @@
 // ddprun --rdzv_backend=etcd end to end: real agents, real etcd members.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <sys/stat.h>
 
 #include "ddp/store/etcd_store.hpp"
@@ -18,10 +19,15 @@ namespace {
 // Each worker registers in the workers' store (MASTER_ADDR:MASTER_PORT) and
 // waits for every rank of the world: it only succeeds if all nodes' workers
 // got the same store. With HOLD_UNTIL set, attempt 0 first marks itself
-// started and waits for that file, then rank 0 fails to force a restart.
+// started and waits for that file, then rank 0 fails to force a restart. With
+// HANG_IN_ROUND_0 set, round 0's workers mark themselves started and hang.
 constexpr const char* kWorker = R"(#!/bin/sh
 set -e
 store="$DDP_STORE --endpoint $MASTER_ADDR:$MASTER_PORT --timeout 20"
+if [ -n "$HANG_IN_ROUND_0" ] && [ "$DDP_STORE_PREFIX" = "/job1/worker/round_0/" ]; then
+  touch "$MARKS/started_$RANK"
+  while :; do sleep 0.05; done
+fi
 if [ -n "$HOLD_UNTIL" ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
   touch "$MARKS/started_$RANK"
   while [ ! -f "$HOLD_UNTIL" ]; do sleep 0.05; done
@@ -43,11 +49,12 @@ std::string write_worker(const TempDir& dir) {
   return path.string();
 }
 
-std::map<std::string, std::optional<std::string>> worker_env(const TempDir& dir,
-                                                             const std::string& hold = "") {
+std::map<std::string, std::optional<std::string>> worker_env(const TempDir& dir, const std::string& hold = "",
+                                                             bool hang_in_round_0 = false) {
   return {{"DDP_STORE", ddp::test::bin("ddp-store").string()},
           {"MARKS", dir.path().string()},
           {"HOLD_UNTIL", hold.empty() ? std::nullopt : std::optional<std::string>(hold)},
+          {"HANG_IN_ROUND_0", hang_in_round_0 ? std::optional<std::string>("1") : std::nullopt},
           {"OMP_NUM_THREADS", std::nullopt},
           {"PET_NPROC_PER_NODE", std::nullopt},
           {"PET_NNODES", std::nullopt}};
@@ -107,6 +114,35 @@ TEST_CASE("ddprun etcd: with one of three members killed the job restarts and re
   CHECK(ca == 0);
   CHECK(cb == 0);
   CHECK(count_files(dir, "done_1_") == 4);
+}
+
+TEST_CASE("ddprun etcd: an agent paused past its lease notices it was dropped and rejoins") {
+  TempDir dir;
+  EtcdCluster etcd(dir.path());
+  const auto script = write_worker(dir);
+  // keep_alive_interval=1 x keep_alive_max_attempt=2: a 2 s lease.
+  std::vector<std::string> extra{"--max_restarts=3"};
+  auto argv = agent_argv(etcd.endpoints_text(), script, extra);
+  for (auto& arg : argv)
+    if (arg.rfind("--rdzv_conf=", 0) == 0) arg = "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1";
+  Process a(argv, dir.path(), worker_env(dir, "", true), "agent-a");
+  Process b(argv, dir.path(), worker_env(dir, "", true), "agent-b");
+  REQUIRE(wait_until([&] { return count_files(dir, "started_") == 4; }, 20s));
+
+  ddp::store::EtcdStore s(etcd.options("/ddp"));
+  const std::string nodes = "/job1/rdzv/round_0/node/";
+  REQUIRE(s.list(nodes).kvs.size() == 2);
+  b.signal(SIGSTOP);
+  // B's record vanishes with its lease: everyone else sees B leave.
+  const bool dropped = wait_until([&] { return s.list(nodes).kvs.size() < 2; }, 10s);
+  b.signal(SIGCONT);
+  REQUIRE(dropped);
+  const auto ca = a.wait(40s);
+  const auto cb = b.wait(40s);
+  INFO("agent a:\n" << a.err() << "\nagent b:\n" << b.err());
+  CHECK(ca == 0);
+  CHECK(cb == 0);
+  CHECK(count_files(dir, "done_") == 4);  // a later round, both nodes, one store
 }
 
 TEST_CASE("ddprun etcd: bad endpoints exit 2 naming the endpoint, and etcd-v2 notes it speaks v3") {
