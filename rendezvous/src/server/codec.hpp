@@ -34,7 +34,9 @@ class Codec {
 };
 
 // The codec for a stream starting with `first_byte`; nullptr when no protocol
-// starts that way (the session then closes the connection).
-std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits);
+// starts that way (the session then closes the connection). PyTorch's TCPStore
+// protocol has no way to present a token, so `allow_torch` is false on a server
+// that requires one.
+std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits, bool allow_torch);
 
 }  // namespace ddp::store::server

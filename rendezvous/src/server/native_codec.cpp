@@ -3,13 +3,18 @@
 #include <cstring>
 
 #include "ddp/common/error.hpp"
+#include "torch_session_codec.hpp"
 
 namespace ddp::store::server {
 
-std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits) {
+std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits, bool allow_torch) {
   if (first_byte == static_cast<unsigned char>(kPreamble[0])) return std::make_unique<NativeCodec>(limits);
-  // PyTorch TCPStore clients start with a query type byte 0x00..0x0D; a codec for
-  // them plugs in here (docs/store-protocol.md, "PyTorch TCPStore compatibility").
+  // PyTorch TCPStore clients start with a query type byte (torch 1.x: 0..8,
+  // torch 2.x: VALIDATE = 0); TorchCodec tells the two dialects apart.
+  if (allow_torch && torch::sniff(std::string_view(reinterpret_cast<const char*>(&first_byte), 1)) !=
+                         torch::Dialect::kUnknown) {
+    return std::make_unique<TorchCodec>(limits);
+  }
   return nullptr;
 }
 

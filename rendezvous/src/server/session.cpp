@@ -92,10 +92,14 @@ void Session::on_readable() {
 bool Session::feed(std::string_view bytes) {
   auto log = ddp::log::get("store.server");
   if (!codec_) {
-    codec_ = make_codec(static_cast<unsigned char>(bytes[0]), options_.limits);
+    codec_ = make_codec(static_cast<unsigned char>(bytes[0]), options_.limits, options_.allow_torch);
     if (!codec_) {
-      log->warn("closing connection: unknown protocol peer={} first_byte=0x{:02x}", peer_,
-                static_cast<unsigned>(static_cast<unsigned char>(bytes[0])));
+      const bool torch_refused = !options_.allow_torch &&
+                                 static_cast<unsigned char>(bytes[0]) < 0x0E;
+      log->warn("closing connection: {} peer={} first_byte=0x{:02x}",
+                torch_refused ? "PyTorch TCPStore client refused because this server requires a token"
+                              : "unknown protocol",
+                peer_, static_cast<unsigned>(static_cast<unsigned char>(bytes[0])));
       close("unknown protocol");
       return false;
     }
@@ -118,7 +122,11 @@ bool Session::feed(std::string_view bytes) {
 }
 
 void Session::update_idle_timer(bool frame_completed) {
-  const bool needed = !hello_done() || (codec_ && codec_->mid_frame());
+  // A connection that has sent nothing yet is left alone on a server that serves
+  // torch clients: torch 1.x opens a second, silent connection per store for key
+  // callbacks and busy-loops if the server closes it. With a token required, no
+  // torch client can be served, and silence counts as a stalled handshake.
+  const bool needed = codec_ ? (!hello_done() || codec_->mid_frame()) : !options_.allow_torch;
   if (!needed) {
     if (idle_armed_) idle_timer_.cancel();
     idle_armed_ = false;
@@ -143,7 +151,16 @@ void Session::update_idle_timer(bool frame_completed) {
 
 void Session::send(const Response& resp) {
   if (closed_) return;
-  codec_->encode(resp, out_);
+  try {
+    codec_->encode(resp, out_);
+  } catch (const ProtocolError& e) {
+    // A reply the client's protocol cannot express (torch has no error replies):
+    // closing is how torch's own server reports it.
+    ddp::log::get("store.server")
+        ->warn("closing connection: peer={} protocol={} error=\"{}\"", peer_, codec_->name(), e.what());
+    close("unexpressible reply");
+    return;
+  }
   if (out_.size() + writing_.size() > options_.max_queued_bytes) {
     ddp::log::get("store.server")
         ->warn("closing connection: client does not read its responses peer={} queued_bytes={}", peer_,

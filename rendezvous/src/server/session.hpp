@@ -38,6 +38,7 @@ struct SessionOptions {
   Limits limits;
   std::chrono::milliseconds idle_frame_timeout{30000};
   std::size_t max_queued_bytes = 0;
+  bool allow_torch = true;  // false when the server requires a token
 };
 
 // A blocked get/wait or a watch of this session, by request id.

@@ -38,6 +38,7 @@ class StoreServer::Impl {
       : options_(std::move(options)), acceptor_(io_), accept_retry_(io_), read_buffer_(kReadBufferBytes, '\0') {
     session_options_.limits = options_.limits;
     session_options_.idle_frame_timeout = options_.idle_frame_timeout;
+    session_options_.allow_torch = options_.token.empty();
     session_options_.max_queued_bytes = options_.max_queued_bytes_per_connection != 0
                                             ? options_.max_queued_bytes_per_connection
                                             : std::size_t{options_.limits.max_frame_bytes} + (8u << 20);

@@ -60,9 +60,10 @@ TEST_CASE("a truncated frame body and a frame with lying counts close the connec
 
 TEST_CASE("a client that stalls mid-frame or never says hello is closed after the idle timeout") {
   TempDir dir;
-  Daemon d(dir.path(), {"--idle-frame-timeout-ms", "300"});
-  auto good = d.client();
-  auto stalled = d.client();
+  write_file(dir / "token", "s3cret\n");
+  Daemon d(dir.path(), {"--idle-frame-timeout-ms", "300", "--token-file", (dir / "token").string()});
+  auto good = d.client("s3cret");
+  auto stalled = d.client("s3cret");
   stalled->send_bytes(le32(100) + "only a few bytes");
   RawClient silent(d.port);  // connects, sends nothing
   RawClient half(d.port);
@@ -74,6 +75,18 @@ TEST_CASE("a client that stalls mid-frame or never says hello is closed after th
   check_served(*good, "stall");
   CHECK_THAT(d.proc->err(), Catch::Contains("stalled mid-frame"));
   CHECK_THAT(d.proc->err(), Catch::Contains("no hello"));
+}
+
+TEST_CASE("a silent connection stays open on a server that serves torch clients") {
+  // torch 1.x opens a second connection per store that never sends a byte and
+  // busy-loops if the server closes it; without a token the server keeps it.
+  TempDir dir;
+  Daemon d(dir.path(), {"--idle-frame-timeout-ms", "200"});
+  RawClient silent(d.port);
+  RawClient half(d.port);
+  half.send_bytes(preamble().substr(0, 2));
+  CHECK(half.closed_by_peer(5s));
+  CHECK_FALSE(silent.closed_by_peer(400ms));
 }
 
 TEST_CASE("wrong or missing token fails auth and closes, the right one is served") {

@@ -1,4 +1,4 @@
-#include "torch_codec.hpp"
+#include "torch_session_codec.hpp"
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
