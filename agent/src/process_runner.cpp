@@ -59,6 +59,12 @@ struct WorkerSetup {
 
   error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&,
                            const char* const*) {
+    // Ignored signals and the signal mask survive exec: give the worker the
+    // defaults whatever the agent uses (ddprun ignores SIGPIPE).
+    ::signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     if (::setpgid(0, 0) != 0) return {errno, boost::system::system_category()};
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return {errno, boost::system::system_category()};
     // The agent may have died before prctl took effect: then nobody would kill us.

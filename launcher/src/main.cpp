@@ -1,4 +1,5 @@
 // ddprun: parse -> configure logging -> run the agent -> exit code.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -10,6 +11,9 @@
 #include "ddp/launcher/launch_options.hpp"
 
 int main(int argc, char** argv) {
+  // A closed console (`ddprun ... | head`) must not kill the agent and, through
+  // the parent-death signal, the training; worker output is then dropped.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     const std::vector<std::string> args(argv, argv + argc);
     const auto parsed = ddp::launcher::parse_command_line(args, ddp::agent::current_environment());

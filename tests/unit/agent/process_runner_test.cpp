@@ -115,3 +115,13 @@ TEST_CASE("a program that cannot be executed is reported, not run") {
   CHECK(o.pid < 0);
   CHECK_THAT(o.error, Catch::Contains("/nonexistent/program"));
 }
+
+TEST_CASE("a child gets default signal dispositions even when the agent ignores SIGPIPE") {
+  auto old = ::signal(SIGPIPE, SIG_IGN);
+  auto o = run_child({"/bin/sh", {"-c", "grep SigIgn /proc/self/status"}, {"PATH=/usr/bin:/bin"}});
+  ::signal(SIGPIPE, old);
+  REQUIRE(o.exited);
+  // SigIgn is a hex mask of ignored signals; bit SIGPIPE-1 set would mean inherited SIG_IGN.
+  const auto mask = std::stoull(o.out.substr(o.out.find(':') + 1), nullptr, 16);
+  CHECK((mask & (1ULL << (SIGPIPE - 1))) == 0);
+}
