@@ -1,5 +1,6 @@
 #include "ddp/process_group.hpp"
 
+#include <exception>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -87,7 +88,19 @@ ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_
 ProcessGroup::ProcessGroup(const Context& context, ProcessGroupOptions options)
     : ProcessGroup(context.store, context.store_prefix, context.rank, context.world_size, std::move(options)) {}
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  // Destroyed by an exception unwinding (the usual way a worker fails): keep
+  // the connections open until the process exits. Closing them now would make
+  // the peers fail with "lost a peer" before this rank has written its error
+  // file, and the launcher would blame the wrong rank. Also avoids blocking the
+  // failing rank on a collective its peers will never finish.
+  if (impl_ && std::uncaught_exceptions() > 0) {
+    static std::mutex mu;
+    static auto* kept = new std::vector<std::unique_ptr<Impl>>();  // never freed, on purpose
+    std::lock_guard lock(mu);
+    kept->push_back(std::move(impl_));
+  }
+}
 ProcessGroup::ProcessGroup(ProcessGroup&&) noexcept = default;
 ProcessGroup& ProcessGroup::operator=(ProcessGroup&&) noexcept = default;
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -50,8 +52,22 @@ Reducer::Reducer(ProcessGroup& group, std::vector<std::span<float>> grads, Reduc
 }
 
 Reducer::~Reducer() {
-  // The all-reduces write into our buckets: let them finish (each is bounded by
-  // its timeout) before the memory goes away. Errors were the caller's to see.
+  // The all-reduces write into our buckets. While an exception unwinds, do not
+  // wait for them (peers may never finish them): keep the buckets alive until
+  // the process exits instead, as ProcessGroup keeps its connections.
+  if (std::uncaught_exceptions() > 0) {
+    bool in_flight = false;
+    for (const auto& bucket : buckets_) in_flight = in_flight || !bucket.work.is_completed();
+    if (in_flight) {
+      static auto* kept = new std::vector<std::vector<Bucket>>();  // never freed, on purpose
+      static std::mutex mu;
+      std::lock_guard lock(mu);
+      kept->push_back(std::move(buckets_));
+      return;
+    }
+  }
+  // Otherwise let them finish (each is bounded by its timeout) before the memory
+  // goes away. Errors were the caller's to see.
   for (auto& bucket : buckets_) {
     try {
       bucket.work.wait();
