@@ -29,7 +29,7 @@ TEST_CASE("static: group rank is the node rank and offsets follow each node's np
   auto store = std::make_shared<ddp::store::MemoryStore>();
   std::vector<std::unique_ptr<ddp::test::SimNode>> nodes;
   // Created in reverse so arrival order differs from node rank.
-  for (int r = 2; r >= 0; --r) nodes.push_back(ddp::test::make_node(store, static_config(3, r), "n" + std::to_string(r), r + 1));
+  for (int r = 2; r >= 0; --r) nodes.push_back(ddp::test::make_node(store, static_config(3, r), std::string("n").append(std::to_string(r)), r + 1));
   auto rs = ddp::test::rendezvous_all(nodes);
   for (std::size_t i = 0; i < rs.size(); ++i) {
     const int rank = 2 - static_cast<int>(i);
@@ -47,7 +47,7 @@ TEST_CASE("static: group rank is the node rank and offsets follow each node's np
 TEST_CASE("static: a failure on one node moves every node to the next round") {
   auto store = std::make_shared<ddp::store::MemoryStore>();
   std::vector<std::unique_ptr<ddp::test::SimNode>> nodes;
-  for (int r = 0; r < 2; ++r) nodes.push_back(ddp::test::make_node(store, static_config(2, r), "n" + std::to_string(r)));
+  for (int r = 0; r < 2; ++r) nodes.push_back(ddp::test::make_node(store, static_config(2, r), std::string("n").append(std::to_string(r))));
   auto first = ddp::test::rendezvous_all(nodes);
   nodes[0]->handler->report_failure("worker 3 killed by SIGSEGV");
   REQUIRE(ddp::test::wait_until([&] { return nodes[1]->has_event(RoundEvent::kRestartRequested); }));
