@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
+#include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
 #include "etcd_client.hpp"
 #include "etcd_codec.hpp"
@@ -18,6 +20,10 @@ namespace {
 
 // etcd's default --max-txn-ops: longer key lists are split into several txns.
 constexpr std::size_t kMaxTxnOps = 128;
+// add/append conflicts: a txn takes ~1 ms, so contenders spread over a few ms
+// at first and up to a quarter second when hundreds join at once.
+constexpr Millis kConflictBackoffBase{2};
+constexpr Millis kConflictBackoffCap{256};
 
 std::string of_key(const char* op, const std::string& key) { return std::string(op) + " of key '" + key + "'"; }
 
@@ -157,11 +163,21 @@ class EtcdStore::Impl {
     json cmp = version_is_zero(k);
     std::string value = next(nullptr);
     bool exists = false;
-    for (;;) {
+    Backoff backoff(kConflictBackoffBase, kConflictBackoffCap);
+    for (int attempt = 0;; ++attempt) {
       const auto answer = txn(json::array({cmp}), json::array({{{"request_put", put_op(k, value, 0, exists)}}}),
                               json::array({{{"request_range", {{"key", base64_encode(k)}}}}}), of_key(op, key));
       if (answer.value("succeeded", false)) return value;
       const json* kv = failure_kv(answer);
+      json reread;
+      if (attempt > 0) {
+        // Lost a race to another writer of the key: without jittered backoff N
+        // contenders retry in lockstep and one join costs O(N) txns.
+        std::this_thread::sleep_for(backoff.next());
+        reread = call("/v3/kv/range", {{"key", base64_encode(k)}}, of_key(op, key));
+        const auto kvs = reread.find("kvs");
+        kv = kvs == reread.end() || kvs->empty() ? nullptr : &(*kvs)[0];
+      }
       exists = kv != nullptr;
       if (exists) {
         const auto current = get_bytes(*kv, "value");
