@@ -126,8 +126,8 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
         break;
     }
   } else if (phase == Phase::kSucceeded) {
-    // Our workers are done, but a group can only finish together: when another
-    // node restarts or a node is lost, this node must rejoin and rerun.
+    // Our workers are done, but a group's attempt succeeds together: when
+    // another node's workers fail, this node rejoins and reruns with them.
     switch (event) {
       case rdzv::RoundEvent::kRestartRequested:
         if (restart_count < cfg.max_restarts) {
@@ -141,7 +141,10 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
         }
         break;
       case rdzv::RoundEvent::kMembershipChanged:
-        start_rendezvous();
+        // Usually the node hosting the store finishing first. Like torchrun, a
+        // node whose workers succeeded is done; nodes still running re-form
+        // (or fail) without it.
+        succeed_unconfirmed(detail);
         break;
       case rdzv::RoundEvent::kNodesWaiting:
         break;  // a finished job takes no new nodes

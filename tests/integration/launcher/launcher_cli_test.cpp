@@ -1,6 +1,7 @@
 // ddprun's user-facing surface: logs, prefixes, filters, python scripts,
 // bad input, static multi-node.
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -134,7 +135,7 @@ TEST_CASE("two static nodes form one world of 2 x nproc with distinct ranks") {
   Process n1(node(1), dir.path(), clean_env({{"FAKE_ENV_DUMP", dir.path().string()}}), "node1");
   auto c0 = n0.wait(std::chrono::seconds(60));
   auto c1 = n1.wait(std::chrono::seconds(60));
-  INFO(n0.err() << n1.err());
+  INFO("node 0:\n" << n0.err() << "node 1:\n" << n1.err());
   REQUIRE(c0);
   REQUIRE(c1);
   CHECK(*c0 == 0);
@@ -187,4 +188,25 @@ TEST_CASE("a worker failure on one c10d node restarts the workers of both nodes"
   for (int rank = 0; rank < 4; ++rank) {
     CHECK(read_env_dump(dir / ("rank_" + std::to_string(rank) + ".env"))["TORCHELASTIC_RESTART_COUNT"] == "1");
   }
+}
+
+TEST_CASE("a static node left alone exits 3 naming the node ranks it waited for") {
+  TempDir dir;
+  auto r = ddprun({"--nnodes=2", "--node_rank=0", "--master_port=" + std::to_string(free_port()),
+                   "--rdzv_conf=join_timeout=0.5", "--no_python", bin("fake_worker").string()},
+                  dir);
+  CHECK(r.code == 3);
+  CHECK_THAT(r.err, Catch::Contains("node_rank 1"));
+}
+
+TEST_CASE("Ctrl-C while waiting for the other nodes exits 130 at once") {
+  TempDir dir;
+  Process agent(ddprun_argv({"--nnodes=2", "--node_rank=0", "--master_port=" + std::to_string(free_port()),
+                             "--no_python", bin("fake_worker").string()}),
+                dir.path(), clean_env({}));
+  REQUIRE(wait_until([&] { return agent.err().find("rendezvous backend=static") != std::string::npos; }));
+  agent.signal(SIGINT);
+  auto code = agent.wait(std::chrono::seconds(5));
+  REQUIRE(code);
+  CHECK(*code == 130);
 }

@@ -22,6 +22,7 @@ TEST_CASE("every worker gets the torchrun env contract, for 1, 4 and 8 workers")
                      "--role=trainer", "--log_dir", (dir / "logs").string(), "--no_python",
                      bin("fake_worker").string()},
                     dir, {{"FAKE_ENV_DUMP", dir.path().string()}});
+    INFO(r.err);
     REQUIRE(r.code == 0);
     std::set<std::string> ports;
     std::set<std::string> run_ids;
