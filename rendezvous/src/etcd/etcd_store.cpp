@@ -21,9 +21,10 @@ namespace {
 // etcd's default --max-txn-ops: longer key lists are split into several txns.
 constexpr std::size_t kMaxTxnOps = 128;
 // add/append conflicts: a txn takes ~1 ms, so contenders spread over a few ms
-// at first and up to a quarter second when hundreds join at once.
+// at first and up to 2 s when a thousand join at once (full jitter spreads them
+// over a window about as long as etcd needs to serve them one by one).
 constexpr Millis kConflictBackoffBase{2};
-constexpr Millis kConflictBackoffCap{256};
+constexpr Millis kConflictBackoffCap{2048};
 
 std::string of_key(const char* op, const std::string& key) { return std::string(op) + " of key '" + key + "'"; }
 
