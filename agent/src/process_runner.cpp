@@ -125,6 +125,9 @@ struct Child : std::enable_shared_from_this<Child> {
       self->exited = true;
       // ec only if the child was already reaped elsewhere; report it as killed.
       self->status = ec ? SIGKILL : self->proc.native_exit_code();
+      // Reaped: the pid may be reused from now on (pid_max can be 32768), and
+      // basic_process's destructor would otherwise waitpid/SIGKILL that pid.
+      self->proc.detach();
       if (self->out_open || self->err_open) {
         self->drain.expires_after(kDrainTimeout);
         self->drain.async_wait([self](error_code tec) {
