@@ -39,6 +39,14 @@ bool truthy(const std::string& v) {
   return v == "1" || v == "true" || v == "True" || v == "TRUE" || v == "yes" || v == "on";
 }
 
+// CLI11 2.1 cannot name a positional that prefix_command() leaves alone.
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: ddprun [OPTIONS] TRAINING_PROGRAM [args...]\n";
+  }
+};
+
 struct App {
   CLI::App app{"ddprun: launches and supervises distributed training workers (torchrun "
                "compatible)",
@@ -69,6 +77,7 @@ struct App {
     const std::string legacy = "Static rendezvous (torch.distributed.launch compatible)";
     const std::string ours = "ddprun";
     app.set_help_flag("-h,--help", "Print this help and exit");
+    app.formatter(std::make_shared<UsageFormatter>());
     app.prefix_command();  // the program and everything after it pass through untouched
     app.footer(
         "Positional:\n"
