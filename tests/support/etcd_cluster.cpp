@@ -1,8 +1,11 @@
 #include "etcd_cluster.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -74,13 +77,35 @@ EtcdCluster::EtcdCluster(const fs::path& dir, int members, std::optional<TlsFile
     if (tls_) {
       argv.insert(argv.end(), {"--cert-file", tls_->cert_file, "--key-file", tls_->key_file});
     }
-    m.proc = std::make_unique<Process>(std::move(argv), dir_, std::map<std::string, std::optional<std::string>>{},
-                                       "etcd-" + m.name);
+    spawn(m, std::move(argv));
   }
   for (int i = 0; i < members; ++i) wait_ready(i);
 }
 
-EtcdCluster::~EtcdCluster() = default;  // each Process SIGKILLs and reaps its member
+void EtcdCluster::spawn(Member& m, std::vector<std::string> argv) {
+  m.err_path = dir_ / (m.name + ".log");
+  const int log_fd = ::open(m.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) throw std::runtime_error("cannot create " + m.err_path.string());
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  m.pid = ::fork();
+  if (m.pid < 0) throw std::runtime_error("fork failed");
+  if (m.pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the test died before prctl took effect
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(log_fd);
+}
+
+EtcdCluster::~EtcdCluster() {
+  for (int i = 0; i < size(); ++i) kill(i);
+}
 
 Endpoint EtcdCluster::endpoint(int i) const {
   return Endpoint{"127.0.0.1", static_cast<std::uint16_t>(members_.at(i).client_port)};
@@ -119,7 +144,7 @@ void EtcdCluster::wait_ready(int i) {
   store::etcd::EtcdClient client(o);
   const bool ready = wait_until(
       [&] {
-        if (!members_[i].proc->running()) return false;
+        if (!running(i)) return false;
         try {
           client.call("/v3/kv/range", {{"key", "AA=="}, {"count_only", true}}, "readiness probe");
           return true;
@@ -132,12 +157,21 @@ void EtcdCluster::wait_ready(int i) {
 }
 
 void EtcdCluster::kill(int i) {
-  auto& p = *members_.at(i).proc;
-  p.signal(SIGKILL);
-  p.wait(std::chrono::seconds(5));
+  auto& m = members_.at(i);
+  if (m.pid <= 0 || m.reaped) return;
+  ::kill(m.pid, SIGKILL);
+  int status = 0;
+  ::waitpid(m.pid, &status, 0);
+  m.reaped = true;
 }
 
-bool EtcdCluster::running(int i) { return members_.at(i).proc->running(); }
+bool EtcdCluster::running(int i) {
+  auto& m = members_.at(i);
+  if (m.pid <= 0 || m.reaped) return false;
+  int status = 0;
+  if (::waitpid(m.pid, &status, WNOHANG) == m.pid) m.reaped = true;
+  return !m.reaped;
+}
 
 void EtcdCluster::compact(std::int64_t revision) {
   store::etcd::EtcdClient client(options());
@@ -147,7 +181,7 @@ void EtcdCluster::compact(std::int64_t revision) {
 std::string EtcdCluster::logs() const {
   std::string out;
   for (const auto& m : members_) {
-    auto err = m.proc->err();
+    auto err = read_file(m.err_path);
     if (err.size() > 2000) err = err.substr(err.size() - 2000);
     out += "--- " + m.name + " (client port " + std::to_string(m.client_port) + ")\n" + err;
   }

@@ -1,6 +1,7 @@
 // Real etcd members (Debian's etcd-server) for tests: 1 or 3 processes on
 // 127.0.0.1 with free ports and their data in a test's temp dir. Every member
-// is SIGKILLed and reaped by the destructor, even when the test fails.
+// is SIGKILLed and reaped by the destructor, even when the test fails, and
+// dies with the test process if that is killed.
 #pragma once
 
 #include <memory>
@@ -56,12 +57,19 @@ class EtcdCluster {
   std::string logs() const;
 
  private:
+  // Spawned here rather than with test::Process: the child also gets
+  // PR_SET_PDEATHSIG, so a test binary that aborts or is killed by ctest's
+  // timeout (no destructors run) still takes its etcd members with it (the
+  // signal follows the forking thread: build the cluster on the test thread).
   struct Member {
     std::string name;
     int client_port = 0;
     int peer_port = 0;
-    std::unique_ptr<Process> proc;
+    pid_t pid = -1;
+    bool reaped = false;
+    fs::path err_path;
   };
+  void spawn(Member& m, std::vector<std::string> argv);
   void wait_ready(int i);
 
   fs::path dir_;
