@@ -80,6 +80,7 @@ struct Agent::Impl {
   void after_local_success();
   void poll_all_succeeded();
   void succeed_unconfirmed(const std::string& why);
+  void exit_barrier();
   void fail_for_good(const std::string& reason);
   void finish(int code, const std::string& error = "");
   void write_failure_report(bool final_report);
