@@ -72,8 +72,23 @@ std::map<std::string, std::int64_t> Dispatcher::stats() const {
           {"requests", requests_}};
 }
 
+std::map<std::string, std::int64_t> Dispatcher::metrics() const {
+  auto out = stats();
+  request_metrics_.append_to(out);
+  append_rendezvous_rounds(core_.kv(), out);
+  return out;
+}
+
 void Dispatcher::on_request(const std::shared_ptr<Session>& s, Request&& req) {
   ++requests_;
+  const auto started = std::chrono::steady_clock::now();
+  const auto op = req.op;
+  struct Record {  // also on the catch path below
+    RequestMetrics& m;
+    Op op;
+    std::chrono::steady_clock::time_point started;
+    ~Record() { m.record(op, std::chrono::steady_clock::now() - started); }
+  } record{request_metrics_, op, started};
   try {
     dispatch(s, req);
     after_work();

@@ -19,6 +19,7 @@
 
 #include "ddp/store/store_server.hpp"
 #include "persistence.hpp"
+#include "request_metrics.hpp"
 #include "session.hpp"
 #include "store_core.hpp"
 #include "waiter_table.hpp"
@@ -36,6 +37,9 @@ class Dispatcher final : public SessionHost {
   void add_session(const std::shared_ptr<Session>& session);
   std::size_t connections() const { return sessions_.size(); }
   std::map<std::string, std::int64_t> stats() const;
+  // stats() plus per-op request counts, the latency histogram and rendezvous
+  // rounds (see RequestMetrics); for the daemon's /metrics.
+  std::map<std::string, std::int64_t> metrics() const;
   // Graceful stop: pending gets/waits/watches get kShuttingDown, state is
   // flushed, sessions close after writing; `done` runs once all have closed (or
   // after a grace period).
@@ -88,6 +92,7 @@ class Dispatcher final : public SessionHost {
   std::optional<Clock::time_point> lease_armed_;
   std::uint64_t next_handle_ = 1;
   std::int64_t requests_ = 0;
+  RequestMetrics request_metrics_;
   bool stopping_ = false;
   std::function<void()> done_;
 };

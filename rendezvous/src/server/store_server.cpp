@@ -77,17 +77,26 @@ class StoreServer::Impl {
   std::uint16_t port() const { return port_.load(); }
 
   std::map<std::string, std::int64_t> stats() {
+    return on_loop([this] { return dispatcher_->stats(); });
+  }
+  std::map<std::string, std::int64_t> metrics() {
+    return on_loop([this] { return dispatcher_->metrics(); });
+  }
+
+ private:
+  // Runs `read` on the loop thread (or here once the loop has joined).
+  template <typename F>
+  std::map<std::string, std::int64_t> on_loop(F read) {
     std::unique_lock<std::mutex> lk(mu_);
     if (!started_) return {};
-    if (stopped_) return dispatcher_->stats();  // loop joined: safe to read here
+    if (stopped_) return read();  // loop joined: safe to read here
     std::promise<std::map<std::string, std::int64_t>> p;
     auto f = p.get_future();
-    asio::post(io_, [&] { p.set_value(dispatcher_->stats()); });
+    asio::post(io_, [&] { p.set_value(read()); });
     lk.unlock();
     return f.get();
   }
 
- private:
   void listen() {
     error_code ec;
     auto address = asio::ip::make_address(options_.host, ec);
@@ -166,5 +175,6 @@ void StoreServer::start() { impl_->start(); }
 void StoreServer::stop() { impl_->stop(); }
 std::uint16_t StoreServer::port() const { return impl_->port(); }
 std::map<std::string, std::int64_t> StoreServer::stats() const { return impl_->stats(); }
+std::map<std::string, std::int64_t> StoreServer::metrics() const { return impl_->metrics(); }
 
 }  // namespace ddp::store

@@ -1,10 +1,13 @@
-// ddp-rendezvousd: parse flags, set up logging, run a StoreServer until SIGTERM
-// or SIGINT, map the outcome to an exit code (0 ok, 1 failure, 2 usage/config).
+// ddp-rendezvousd: load settings (flags > --config file > DDP_RENDEZVOUSD_* env),
+// set up logging, run a StoreServer (and the metrics endpoint) until SIGTERM or
+// SIGINT, tell systemd about it, map the outcome to an exit code (0 ok,
+// 1 failure, 2 usage/config).
 #include <signal.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -13,9 +16,12 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "daemon_config.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/store/store_server.hpp"
+#include "metrics_http.hpp"
+#include "systemd_notifier.hpp"
 
 namespace {
 
@@ -33,40 +39,55 @@ std::string read_token(const std::string& path) {
 }
 
 // "<port>\n" via a temp file and rename, so a reader never sees a partial number.
-void write_port_file(const std::string& path, std::uint16_t port) {
+void write_port_file(const std::string& flag, const std::string& path, std::uint16_t port) {
   const auto tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << port << "\n";
-    if (!out.flush()) throw ddp::ConfigError("--port-file " + path + ": cannot write " + tmp);
+    if (!out.flush()) {
+      std::remove(tmp.c_str());
+      throw ddp::ConfigError(flag + " " + path + ": cannot write " + tmp);
+    }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw ddp::ConfigError("--port-file " + path + ": cannot rename " + tmp + ": " + ddp::errno_text(errno));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const auto err = ddp::errno_text(errno);
+    std::remove(tmp.c_str());
+    throw ddp::ConfigError(flag + " " + path + ": cannot rename " + tmp + ": " + err);
+  }
 }
+
+// Removes the port files it was given unless release() ran: a start that fails
+// half way leaves no file claiming a port nobody listens on.
+struct PortFiles {
+  std::vector<std::string> written;
+  bool keep = false;
+  ~PortFiles() {
+    if (keep) return;
+    for (const auto& p : written) std::remove(p.c_str());
+  }
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ddp-rendezvousd: rendezvous and key-value store daemon for ddprun jobs"};
-  ddp::store::StoreServerOptions options;
-  options.port = 29400;
-  std::string port_file, token_file, log_level = "info";
-  app.add_option("--host", options.host, "address to listen on")->capture_default_str();
-  app.add_option("--port", options.port, "TCP port; 0 picks a free one (see --port-file)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 65535));
-  app.add_option("--port-file", port_file, "write the bound port to this file once listening");
-  app.add_option("--token-file", token_file, "require clients to present the token in this file");
-  app.add_option("--data-dir", options.data_dir, "keep a snapshot and log here; restarts keep every key");
-  app.add_option("--max-connections", options.max_connections, "refuse connections beyond this many")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 1u << 24));
-  std::int64_t idle_ms = options.idle_frame_timeout.count();
-  app.add_option("--idle-frame-timeout-ms", idle_ms,
-                 "close clients that send no HELLO, or stall mid-frame, this long")
-      ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{24} * 3600 * 1000));
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  CLI::App app{"ddp-rendezvousd: rendezvous and key-value store daemon for ddprun jobs.\n"
+               "Settings come from flags, then --config FILE (JSON object, keys as below with '_'),\n"
+               "then DDP_RENDEZVOUSD_<KEY> env vars (DDP_RENDEZVOUSD_PORT), then defaults.\n"
+               "Exit codes: 0 ok, 1 failure, 2 usage/config (bad flag, file, port in use)."};
+  ddp::rendezvousd::DaemonConfig config;
+  std::map<std::string, std::string> flag_values;
+  for (const auto& s : config.settings()) {
+    auto name = s.key;
+    std::replace(name.begin(), name.end(), '_', '-');
+    auto* opt = app.add_option("--" + name, flag_values[s.key], s.help);
+    if (!s.value.empty()) opt->default_str(s.value);
+  }
+  std::string config_file, optional_config_file;
+  bool print_config = false;
+  app.add_option("--config", config_file, "JSON settings file; a missing file is an error");
+  app.add_option("--config-if-exists", optional_config_file,
+                 "like --config, but a missing file is skipped (for the systemd unit)");
+  app.add_flag("--print-config", print_config, "print the effective settings and their sources, then exit 0");
   app.set_version_flag("--version", std::string(kProgram) + " " + DDP_VERSION);
 
   try {
@@ -78,26 +99,68 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  options.idle_frame_timeout = std::chrono::milliseconds(idle_ms);
+  ddp::rendezvousd::DaemonSettings settings;
   try {
-    ddp::log::setup(log_level, kProgram);
-    if (!token_file.empty()) options.token = read_token(token_file);
+    config.apply_env();
+    if (!optional_config_file.empty() && std::filesystem::exists(optional_config_file))
+      config.apply_file(optional_config_file);
+    if (!config_file.empty()) config.apply_file(config_file);
+    for (const auto& s : config.settings()) {
+      auto name = s.key;
+      std::replace(name.begin(), name.end(), '_', '-');
+      if (app.count("--" + name) > 0) config.apply_flag(s.key, flag_values[s.key]);
+    }
+    settings = config.to_settings();
+    ddp::log::parse_level(settings.log_level, "--log-level");
+    if (print_config) {
+      config.print(std::cout);
+      return 0;
+    }
+  } catch (const ddp::ConfigError& e) {
+    std::cerr << kProgram << ": " << e.what() << "\n";
+    return 2;
+  }
 
-    // Blocked before the server's thread exists so that it inherits the mask and
-    // only sigwait() below sees the signals.
+  try {
+    ddp::log::setup(settings.log_level, kProgram);
+    if (!settings.token_file.empty()) settings.server.token = read_token(settings.token_file);
+
+    // Blocked before any thread exists so that all inherit the mask and only
+    // sigwait() below sees the signals.
     sigset_t signals;
     sigemptyset(&signals);
     sigaddset(&signals, SIGTERM);
     sigaddset(&signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-    ddp::store::StoreServer server(options);
+    ddp::store::StoreServer server(settings.server);
     server.start();
-    if (!port_file.empty()) write_port_file(port_file, server.port());
+    std::unique_ptr<ddp::rendezvousd::MetricsHttp> metrics;
+    if (settings.metrics_port >= 0) {
+      metrics = std::make_unique<ddp::rendezvousd::MetricsHttp>(
+          settings.server.host, static_cast<std::uint16_t>(settings.metrics_port),
+          [&server] { return server.metrics(); });
+      metrics->start();
+    }
+    PortFiles files;
+    if (!settings.metrics_port_file.empty()) {
+      write_port_file("--metrics-port-file", settings.metrics_port_file, metrics->port());
+      files.written.push_back(settings.metrics_port_file);
+    }
+    if (!settings.port_file.empty()) {
+      write_port_file("--port-file", settings.port_file, server.port());
+      files.written.push_back(settings.port_file);
+    }
+    files.keep = true;
+
+    ddp::rendezvousd::SystemdNotifier notifier([&server] { return server.stats(); });
+    notifier.ready(settings.server.host + ":" + std::to_string(server.port()));
 
     int sig = 0;
     sigwait(&signals, &sig);
     ddp::log::get("store.server")->info("received {}; stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    notifier.stopping();
+    if (metrics) metrics->stop();
     server.stop();
     spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
     return 0;

@@ -48,6 +48,9 @@ class StoreServer {
   std::uint16_t port() const;
   // connections, keys, leases, watches, revision, requests: a snapshot taken on the loop.
   std::map<std::string, std::int64_t> stats() const;
+  // stats() plus "requests.<op>", "latency_le_us.<bound>" (cumulative),
+  // "latency_sum_ns", "latency_count" and "rdzv_round.<run_id>"; for monitoring.
+  std::map<std::string, std::int64_t> metrics() const;
 
  private:
   class Impl;

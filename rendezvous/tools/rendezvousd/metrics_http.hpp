@@ -1,0 +1,39 @@
+// A tiny HTTP/1.1 endpoint for monitoring: GET /metrics (Prometheus text
+// format 0.0.4) and GET /healthz ("ok"). It runs on its own thread and
+// io_context so a slow scraper never delays store requests; numbers come from
+// StoreServer::metrics(), a snapshot taken on the store's loop thread.
+//
+// Thread-safety: start/stop from one thread; the destructor stops and joins.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace ddp::rendezvousd {
+
+using MetricsSource = std::function<std::map<std::string, std::int64_t>()>;
+
+// Renders a metrics() snapshot as Prometheus text (exposed for tests of the format).
+std::string render_prometheus(const std::map<std::string, std::int64_t>& m);
+
+class MetricsHttp {
+ public:
+  MetricsHttp(std::string host, std::uint16_t port, MetricsSource source);
+  ~MetricsHttp();
+  MetricsHttp(const MetricsHttp&) = delete;
+  MetricsHttp& operator=(const MetricsHttp&) = delete;
+
+  // Binds and starts serving; NetworkError naming host:port when it cannot.
+  void start();
+  void stop();
+  std::uint16_t port() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddp::rendezvousd
