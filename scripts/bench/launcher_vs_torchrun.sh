@@ -22,22 +22,8 @@ done
 
 work=$(mktemp -d -t ddprun-bench-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-# torch 1.13's Std.from_str returns None on Python 3.11 for its own default
-# "0" (enum membership changed), so torchrun crashes before starting; patch it.
-cat > "$work/torchrun.py" <<'PYEOF'
-import re, sys
-from torch.distributed.elastic.multiprocessing import api
-
-def _from_str(vm):
-    if re.fullmatch(r"\d", vm):
-        return api.Std(int(vm))
-    return {int(k): api.Std(int(v)) for k, v in (kv.split(":") for kv in vm.split(","))}
-
-api.Std.from_str = staticmethod(_from_str)
-import torch.distributed.run
-sys.exit(torch.distributed.run.main())
-PYEOF
-torchrun() { "$PY" "$work/torchrun.py" "$@"; }
+# torchrun with the Std.from_str patch Debian's torch 1.13 needs on Python 3.11.
+torchrun() { "$PY" "$(dirname "$0")/../torchrun_compat.py" "$@"; }
 ddprun() { "$DDPRUN" --log-level=warn "$@"; }
 
 now_ns() { date +%s%N; }
