@@ -21,9 +21,6 @@ namespace {
 constexpr std::chrono::milliseconds kCloseOnSignalTimeout{2000};
 // Backoff cap while waiting for the other nodes to report success.
 constexpr std::chrono::milliseconds kMaxPollDelay{1000};
-// How long a node waits for every node to see the job succeed before leaving:
-// a few of the slowest poll intervals above.
-constexpr std::chrono::milliseconds kExitBarrierTimeout{5000};
 
 void post_to(const std::shared_ptr<EventSink>& sink, std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(sink->mu);
@@ -125,6 +122,7 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
         begin_stop(StopReason::kMembership, SIGTERM);
         break;
       case rdzv::RoundEvent::kStoreLost:
+        store_lost = detail;
         begin_stop(StopReason::kStoreLost, SIGTERM);
         break;
     }
@@ -229,7 +227,7 @@ void Agent::Impl::on_all_stopped() {
       start_rendezvous();
       return;
     case StopReason::kStoreLost:
-      finish(3, "rendezvous store lost; workers stopped");
+      finish(3, "rendezvous store lost (" + store_lost + "); workers stopped");
       return;
     case StopReason::kSignal: {
       phase = Phase::kClosing;
@@ -275,7 +273,9 @@ void Agent::Impl::poll_all_succeeded() {
       post_to(s, [this, all] {
         if (phase != Phase::kSucceeded) return;
         if (all) {
-          exit_barrier();
+          // The handler is the exit barrier: the node hosting the store keeps
+          // it up until the other nodes have seen this and left.
+          finish(0);
           return;
         }
         // No "all done" event exists; the other nodes' workers may run for hours,
@@ -291,37 +291,6 @@ void Agent::Impl::poll_all_succeeded() {
         if (phase == Phase::kSucceeded) succeed_unconfirmed(m);
       });
     }
-  });
-}
-
-void Agent::Impl::exit_barrier() {
-  if (round.group_world_size <= 1) {
-    finish(0);
-    return;
-  }
-  // Every node saw "all succeeded"; now make sure every node *knows* it before
-  // anyone leaves: the node hosting the store takes the store with it, and a
-  // node still between two polls would then wait out the keep-alive window.
-  // A store barrier under the agent's own key space, bounded like torchrun's.
-  const std::string key = "/" + cfg.rendezvous.run_id + "/agent/exit/round_" +
-                          std::to_string(round.round);
-  rdzv->call([h = handler, s = sink, this, key, n = round.group_world_size] {
-    std::string problem;
-    try {
-      auto store = h->store();
-      if (store->add(key, 1) >= n) store->set(key + "/all", "1");
-      store->wait({key + "/all"}, kExitBarrierTimeout);
-    } catch (const std::exception& e) {
-      problem = e.what();
-    }
-    post_to(s, [this, problem] {
-      if (phase != Phase::kSucceeded) return;
-      if (problem.empty()) {
-        finish(0);
-      } else {
-        succeed_unconfirmed("exit barrier: " + problem);
-      }
-    });
   });
 }
 

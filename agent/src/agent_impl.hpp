@@ -80,7 +80,6 @@ struct Agent::Impl {
   void after_local_success();
   void poll_all_succeeded();
   void succeed_unconfirmed(const std::string& why);
-  void exit_barrier();
   void fail_for_good(const std::string& reason);
   void finish(int code, const std::string& error = "");
   void write_failure_report(bool final_report);
@@ -114,6 +113,7 @@ struct Agent::Impl {
   StopReason stop_reason = StopReason::kLocalFailure;
   int stop_signal = SIGTERM;  // what begin_stop sent; late spawns get it too
   int restart_count = 0;
+  std::string store_lost;  // the kStoreLost detail, for the exit message
   int attempt = -1;  // index of the current spawn of the worker group
   std::vector<Worker> workers;
   int pending_spawns = 0;

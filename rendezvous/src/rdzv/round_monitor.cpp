@@ -35,8 +35,10 @@ std::pair<RoundEvent, std::string> decode_event(const std::string& text) {
 }
 
 RoundMonitor::RoundMonitor(std::shared_ptr<store::Store> store,
-                           std::chrono::milliseconds keep_alive_interval, int keep_alive_max_attempt)
+                           std::chrono::milliseconds keep_alive_interval, int keep_alive_max_attempt,
+                           std::string store_name)
     : store_(std::move(store)),
+      store_name_(std::move(store_name)),
       interval_(keep_alive_interval),
       ttl_(keep_alive_interval * std::max(1, keep_alive_max_attempt)),
       keepalive_(std::make_shared<Keepalive>()) {
@@ -77,7 +79,7 @@ store::LeaseId RoundMonitor::lease() {
   return id;
 }
 
-void RoundMonitor::revoke() {
+void RoundMonitor::revoke(std::chrono::milliseconds deadline) {
   store::LeaseId id = 0;
   bool reachable = false;
   {
@@ -88,10 +90,34 @@ void RoundMonitor::revoke() {
   // An unreachable store would hold the exit up for a reconnect cycle; the
   // lease then simply expires.
   if (id == 0 || !reachable) return;
-  try {
-    store_->lease_revoke(id);
-  } catch (const Error& e) {
-    log::get("rdzv")->debug("lease revoke failed lease={} error={}", id, e.what());
+  // A store that went away a moment ago (the node hosting it finished first)
+  // still looks reachable, and the client would retry it for its whole connect
+  // timeout. The request runs on its own thread, which owns what it uses, and
+  // is abandoned past `deadline`: the lease then expires within its TTL.
+  struct Outcome {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::string error;
+  };
+  auto out = std::make_shared<Outcome>();
+  std::thread([out, store = store_, id] {
+    std::string error;
+    try {
+      store->lease_revoke(id);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::lock_guard<std::mutex> lock(out->mu);
+    out->done = true;
+    out->error = std::move(error);
+    out->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(out->mu);
+  if (!out->cv.wait_for(lock, deadline, [&] { return out->done; })) {
+    log::get("rdzv")->debug("lease revoke gave up after {} lease={}", seconds_text(deadline), id);
+  } else if (!out->error.empty()) {
+    log::get("rdzv")->debug("lease revoke failed lease={} error={}", id, out->error);
   }
 }
 
@@ -248,7 +274,7 @@ void RoundMonitor::check_store_silence() {
     silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - keepalive_->last_ok);
   }
   if (silent >= ttl_) {
-    fire(epoch, RoundEvent::kStoreLost, "no answer from the store for " + seconds_text(silent) +
+    fire(epoch, RoundEvent::kStoreLost, "no answer from " + store_name_ + " for " + seconds_text(silent) +
                                             " (keep-alive window " + seconds_text(ttl_) + ")");
   }
 }
@@ -265,7 +291,7 @@ void RoundMonitor::handle(const Pending& p) {
     r.can_grow = round_.can_grow;
   }
   if (p.error) {
-    fire(p.epoch, RoundEvent::kStoreLost, "watch of " + r.prefix + " ended: " + p.ev.value);
+    fire(p.epoch, RoundEvent::kStoreLost, "watch of " + r.prefix + " on " + store_name_ + " ended: " + p.ev.value);
     return;
   }
   if (!starts_with(p.ev.key, r.prefix)) return;
@@ -275,11 +301,13 @@ void RoundMonitor::handle(const Pending& p) {
     const auto rank = parse_int(std::string_view(rel).substr(5));
     if (put || rank < 0 || rank == r.self_rank || rank >= r.group_world_size) return;
     // A node that succeeded and left is not a failure: its success key was written
-    // before its lease went away.
-    bool succeeded = false;
+    // before its lease went away. A store that cannot answer cannot tell us who
+    // left either; losing it is reported by the watch or the keep-alive instead.
+    bool succeeded = true;
     try {
       succeeded = store_->try_get(r.prefix + "success/" + std::to_string(rank)).has_value();
-    } catch (const Error&) {
+    } catch (const Error& e) {
+      log::get("rdzv")->debug("cannot tell whether group rank {} succeeded: {}", rank, e.what());
     }
     if (!succeeded) {
       fire(p.epoch, RoundEvent::kMembershipChanged,

@@ -44,16 +44,19 @@ struct WatchedRound {
 // of the ended round reaches the callback.
 class RoundMonitor {
  public:
+  // `store_name` ("the rendezvous store at HOST:PORT") starts every kStoreLost
+  // detail, so that the agent's error names what it lost.
   RoundMonitor(std::shared_ptr<store::Store> store, std::chrono::milliseconds keep_alive_interval,
-               int keep_alive_max_attempt);
+               int keep_alive_max_attempt, std::string store_name = "the rendezvous store");
   ~RoundMonitor();  // cancels watches, stops and joins the thread; does not revoke
   RoundMonitor(const RoundMonitor&) = delete;
   RoundMonitor& operator=(const RoundMonitor&) = delete;
 
   // This node's lease, granted on first use and again after it expired.
   store::LeaseId lease();
-  // Revokes the lease now, so this node's records vanish without waiting for the TTL.
-  void revoke();
+  // Revokes the lease now, so this node's records vanish without waiting for the
+  // TTL. Returns within `deadline` even when the store does not answer.
+  void revoke(std::chrono::milliseconds deadline = std::chrono::milliseconds(1000));
   void set_callback(RoundEventCallback cb);
 
   // Starts watching; events already visible in r.ctl are delivered at once.
@@ -96,6 +99,7 @@ class RoundMonitor {
   std::string describe_rank(int rank) const;
 
   std::shared_ptr<store::Store> store_;
+  const std::string store_name_;
   const std::chrono::milliseconds interval_;
   const std::chrono::milliseconds ttl_;
 

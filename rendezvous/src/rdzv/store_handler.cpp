@@ -1,10 +1,26 @@
 #include "store_handler.hpp"
 
+#include <thread>
+
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "keys.hpp"
 
 namespace ddp::rdzv::detail {
+
+namespace {
+
+// What a lost-store message names: the endpoint the user typed.
+std::string store_name(const RendezvousConfig& c) {
+  if (c.backend == "etcd" || c.backend == "etcd-v2") {
+    std::string eps;
+    for (const auto& ep : c.etcd.endpoints) eps += (eps.empty() ? "" : ",") + ep.to_string();
+    return "etcd at " + (eps.empty() ? c.endpoint.to_string() : eps);
+  }
+  return "the rendezvous store at " + c.endpoint.to_string();
+}
+
+}  // namespace
 
 StoreHandler::StoreHandler(const RendezvousConfig& config, const NodeSpec& self, StoreAccess access)
     : config_(config),
@@ -12,16 +28,48 @@ StoreHandler::StoreHandler(const RendezvousConfig& config, const NodeSpec& self,
       access_(std::move(access)),
       store_(access_.client),
       monitor_(std::make_unique<RoundMonitor>(store_, config.keep_alive_interval,
-                                              config.keep_alive_max_attempt)),
+                                              config.keep_alive_max_attempt, store_name(config))),
       rdzv_prefix_(rdzv_prefix(config.run_id)) {}
 
 StoreHandler::~StoreHandler() {
   monitor_->end();
   monitor_->revoke();
+  if (access_.server) wait_for_members_to_leave();
   monitor_.reset();
   store_.reset();
   access_.client.reset();
   if (access_.server) access_.server->stop();
+}
+
+void StoreHandler::wait_for_members_to_leave() {
+  // The exit barrier of a job whose every node succeeded: the node hosting the
+  // store keeps it up until the other members, who may still be between two
+  // polls of "done", have seen it and left (each revokes its lease on exit, so
+  // its node record vanishes). A member that died instead vanishes when its
+  // lease expires, which bounds the wait by the keep-alive window.
+  std::optional<RendezvousResult> cur;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_seen_) return;
+    cur = current_;
+  }
+  if (!cur || cur->group_world_size <= 1) return;
+  const auto window = config_.keep_alive_interval * std::max(1, config_.keep_alive_max_attempt);
+  const auto deadline = Deadline::after(window + std::chrono::milliseconds(500));
+  const std::string nodes = prefix_of(cur->round) + "node/";
+  auto delay = std::chrono::milliseconds(2);
+  try {
+    while (!store_->list(nodes).kvs.empty()) {
+      if (deadline.expired()) {
+        log::get("rdzv")->warn("stopping the rendezvous store while other nodes still hold it");
+        return;
+      }
+      std::this_thread::sleep_for(delay);
+      delay = std::min(delay * 2, std::chrono::milliseconds(50));
+    }
+  } catch (const Error& e) {
+    log::get("rdzv")->debug("exit barrier: {}", e.what());
+  }
 }
 
 void StoreHandler::throw_closed(const std::string& reason) const {
@@ -36,6 +84,7 @@ std::int64_t StoreHandler::round_to_join() {
     prev = current_;
     current_.reset();
     reported_success_ = false;
+    done_seen_ = false;
   }
   if (!prev) {
     if (!joined_once_) {
@@ -126,7 +175,12 @@ bool StoreHandler::all_succeeded() {
     cur = current_;
   }
   if (!cur) return false;
-  return store_->try_get(prefix_of(cur->round) + "done").has_value();
+  if (!store_->try_get(prefix_of(cur->round) + "done").has_value()) return false;
+  // Every member succeeded: from now on a member leaving is the job ending.
+  monitor_->suppress(RoundEvent::kMembershipChanged);
+  std::lock_guard<std::mutex> lock(mu_);
+  done_seen_ = true;
+  return true;
 }
 
 void StoreHandler::close(const std::string& reason) {

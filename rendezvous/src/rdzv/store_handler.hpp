@@ -16,7 +16,10 @@
 namespace ddp::rdzv::detail {
 
 // Thread-safety: as RendezvousHandler. The destructor revokes this node's lease
-// (its records vanish at once) and stops the hosted store, if any.
+// (its records vanish at once, or within its TTL if the store does not answer
+// within a second) and stops the hosted store, if any. Once all_succeeded() was
+// true, the node hosting the store first waits (at most the keep-alive window)
+// for the other members to leave: this is the job's exit barrier.
 class StoreHandler : public RendezvousHandler {
  public:
   ~StoreHandler() override;
@@ -42,6 +45,7 @@ class StoreHandler : public RendezvousHandler {
   void advance_pointer(std::int64_t round);
   // A RendezvousError for the job having been closed by some node.
   [[noreturn]] void throw_closed(const std::string& reason) const;
+  void wait_for_members_to_leave();
 
   std::string prefix_of(std::int64_t round) const { return round_prefix(config_.run_id, round); }
   std::string rdzv_key(const std::string& rel) const { return rdzv_prefix_ + rel; }
@@ -57,6 +61,7 @@ class StoreHandler : public RendezvousHandler {
   std::optional<RendezvousResult> current_;
   bool reported_success_ = false;
   bool joined_once_ = false;
+  bool done_seen_ = false;  // all_succeeded() was true for current_
 };
 
 }  // namespace ddp::rdzv::detail

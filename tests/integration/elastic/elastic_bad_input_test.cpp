@@ -1,0 +1,134 @@
+// ddprun --rdzv_backend=c10d bad input (docs/errors.md): MIN > MAX, a node
+// whose --nnodes disagrees with the job's (a MAX below the nodes present), an
+// unreachable endpoint, a wrong token; and run-id isolation on one daemon.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "elastic_support.hpp"
+
+using namespace elastic;
+
+namespace {
+
+const std::string kConf = "last_call_timeout=0.3,keep_alive_interval=0.2,keep_alive_max_attempt=3,join_timeout=30";
+
+// The one "ddprun: error: ..." line of an agent's stderr.
+std::string error_line(const std::string& err) {
+  const auto at = err.find("ddprun: error:");
+  if (at == std::string::npos) return "";
+  return err.substr(at, err.find('\n', at) - at);
+}
+
+}  // namespace
+
+TEST_CASE("elastic bad input: --nnodes=3:2 (MIN > MAX) exits 2 naming the flag") {
+  TempDir dir;
+  Daemon d(dir);
+  Agent a(dir, "a", AgentOptions{"c10d", d.endpoint(), "3:2", 1, kConf});
+  REQUIRE(a.proc->wait(20s) == std::optional<int>(2));
+  const auto line = error_line(a.proc->err());
+  INFO(a.proc->err());
+  CHECK(contains(line, "--nnodes"));
+  CHECK(a.started().empty());
+}
+
+TEST_CASE("elastic bad input: a node with --nnodes=1:2 joining a full 2:2 job exits 2 and the job is not disturbed") {
+  TempDir dir;
+  Daemon d(dir);
+  Agent a(dir, "a", AgentOptions{"c10d", d.endpoint(), "2:2", 1, kConf, {{"FAKE_HANG", "1"}}});
+  Agent b(dir, "b", AgentOptions{"c10d", d.endpoint(), "2:2", 1, kConf, {{"FAKE_HANG", "1"}}});
+  REQUIRE(wait_until([&] { return a.started().size() == 1 && b.started().size() == 1; }, 30s));
+  Agent c(dir, "c", AgentOptions{"c10d", d.endpoint(), "1:2", 1, kConf});
+  REQUIRE(c.proc->wait(20s) == std::optional<int>(2));
+  const auto line = error_line(c.proc->err());
+  INFO(c.proc->err());
+  CHECK(contains(line, "--nnodes"));
+  CHECK(contains(line, "1:2"));
+  CHECK(contains(line, "2:2"));
+  CHECK(c.started().empty());
+  CHECK(a.proc->running());
+  CHECK(b.proc->running());
+  CHECK(a.started().size() == 1);
+  CHECK_FALSE(contains(a.proc->err(), "round event"));
+  a.proc->signal(SIGTERM);
+  b.proc->signal(SIGTERM);
+  CHECK(a.proc->wait(20s).has_value());
+  CHECK(b.proc->wait(20s).has_value());
+}
+
+TEST_CASE("elastic bad input: an unreachable endpoint fails after join_timeout with exit 2 naming it") {
+  TempDir dir;
+  // Not this machine (so no agent hosts it) and nothing answers: TEST-NET-1.
+  const std::string endpoint = "192.0.2.1:29400";
+  Agent a(dir, "a", AgentOptions{"c10d", endpoint, "2:2", 1, "join_timeout=1,keep_alive_interval=0.2"});
+  const auto started = std::chrono::steady_clock::now();
+  // Exit 2 as for etcd (docs/errors.md): nobody serving the endpoint is a
+  // configuration mistake, unlike a round that does not fill in time (3).
+  REQUIRE(a.proc->wait(30s) == std::optional<int>(2));
+  CHECK(std::chrono::steady_clock::now() - started >= 900ms);
+  const auto line = error_line(a.proc->err());
+  INFO(a.proc->err());
+  CHECK(contains(line, endpoint));
+  CHECK(contains(line, "--rdzv_endpoint"));
+}
+
+TEST_CASE("elastic bad input: a wrong --token_file exits 2 telling to check the token") {
+  TempDir dir;
+  {
+    std::ofstream(dir / "daemon.token") << "right-token\n";
+    std::ofstream(dir / "agent.token") << "wrong-token\n";
+  }
+  Process daemon({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
+                  (dir / "daemon.port").string(), "--token-file", (dir / "daemon.token").string(), "--log-level",
+                  "warn"},
+                 dir.path(), {}, "daemon");
+  const int port = ddp::test::wait_for_port_file(dir / "daemon.port");
+  Agent a(dir, "a", AgentOptions{"c10d", "127.0.0.1:" + std::to_string(port), "1:1", 1, kConf, {}, 0, "job",
+                                 {"--token_file=" + (dir / "agent.token").string()}});
+  REQUIRE(a.proc->wait(20s) == std::optional<int>(2));
+  const auto line = error_line(a.proc->err());
+  INFO(a.proc->err());
+  CHECK(contains(line, "token"));
+  CHECK(a.started().empty());
+}
+
+TEST_CASE("elastic run-id isolation: two jobs on one daemon form separate worlds and see only their own keys") {
+  TempDir dir;
+  Daemon d(dir);
+  auto opts = [&](const std::string& run_id) {
+    return AgentOptions{"c10d", d.endpoint(), "2:2", 1, kConf, {{"FAKE_SLEEP_MS", "300"}}, 0, run_id};
+  };
+  // One agent of each job first: neither may complete a round with the other.
+  Agent a1(dir, "a1", opts("jobA"));
+  Agent b1(dir, "b1", opts("jobB"));
+  REQUIRE(wait_until([&] {
+    auto r = ddp::test::run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/"}, dir.path());
+    return contains(r.out, "/jobA/rdzv/") && contains(r.out, "/jobB/rdzv/");
+  }, 20s));
+  CHECK(a1.started().empty());
+  CHECK(b1.started().empty());
+  Agent a2(dir, "a2", opts("jobA"));
+  Agent b2(dir, "b2", opts("jobB"));
+  for (auto* ag : {&a1, &a2, &b1, &b2}) {
+    INFO(ag->proc->err());
+    CHECK(ag->proc->wait(30s) == std::optional<int>(0));
+  }
+  for (auto* ag : {&a1, &a2}) {
+    const auto ranks = ag->ranks_in_world(2);
+    REQUIRE(ranks.size() == 1);
+    auto env = ag->worker_env(*ranks.begin());
+    CHECK(env["TORCHELASTIC_RUN_ID"] == "jobA");
+    CHECK(contains(env["DDP_STORE_PREFIX"], "jobA"));
+  }
+  for (auto* ag : {&b1, &b2}) {
+    const auto ranks = ag->ranks_in_world(2);
+    REQUIRE(ranks.size() == 1);
+    auto env = ag->worker_env(*ranks.begin());
+    CHECK(env["TORCHELASTIC_RUN_ID"] == "jobB");
+    CHECK(contains(env["DDP_STORE_PREFIX"], "jobB"));
+  }
+  auto listed = ddp::test::run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/jobA/"}, dir.path());
+  CHECK(contains(listed.out, "/jobA/"));
+  CHECK_FALSE(contains(listed.out, "jobB"));
+}

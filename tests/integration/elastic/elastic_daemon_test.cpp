@@ -1,0 +1,113 @@
+// ddprun --rdzv_backend=c10d when its ddp-rendezvousd misbehaves: a restart
+// within the keep-alive window (with --data-dir) goes unnoticed by the workers,
+// and a daemon gone for good stops every worker and ends the agents with exit 3
+// naming the endpoint. Real agents, daemon and fake_workers on 127.0.0.1.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "elastic_support.hpp"
+
+using namespace elastic;
+
+TEST_CASE("elastic c10d: a daemon restarted with its data dir within the keep-alive window disturbs no worker") {
+  TempDir dir;
+  fs::create_directories(dir / "data");
+  auto d = std::make_unique<Daemon>(dir, 0, (dir / "data").string(), "daemon");
+  const int port = d->port;
+  // Keep-alive window 3 s; each worker runs 4 s from its start.
+  const std::string conf = "last_call_timeout=0.3,keep_alive_interval=0.5,keep_alive_max_attempt=6,join_timeout=30";
+  const Env env{{"FAKE_SLEEP_MS", "4000"}};
+  Agent a(dir, "a", AgentOptions{"c10d", d->endpoint(), "2:2", 2, conf, env, 0});
+  Agent b(dir, "b", AgentOptions{"c10d", d->endpoint(), "2:2", 2, conf, env, 0});
+  REQUIRE(wait_until([&] { return a.started().size() == 2 && b.started().size() == 2; }, 30s));
+
+  d->proc.signal(SIGTERM);
+  REQUIRE(d->proc.wait(10s).has_value());
+  d.reset();
+  Daemon again(dir, port, (dir / "data").string(), "daemon2");
+
+  const auto ca = a.proc->wait(30s);
+  const auto cb = b.proc->wait(30s);
+  INFO("agent a:\n" << a.proc->err() << "\nagent b:\n" << b.proc->err());
+  // max_restarts=0: a restart or a lost store would be exit 1 or 3.
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  // The same workers ran to the end: no second spawn, no round event.
+  CHECK(a.started().size() == 2);
+  CHECK(b.started().size() == 2);
+  CHECK_FALSE(contains(a.proc->err(), "round event"));
+  CHECK_FALSE(contains(b.proc->err(), "round event"));
+}
+
+TEST_CASE("elastic c10d: a daemon killed for good stops every worker and agents exit 3 naming the store") {
+  TempDir dir;
+  Daemon d(dir);
+  // Keep-alive window 0.6 s.
+  const std::string conf = "last_call_timeout=0.3,keep_alive_interval=0.2,keep_alive_max_attempt=3,join_timeout=30";
+  Agent a(dir, "a", AgentOptions{"c10d", d.endpoint(), "2:2", 2, conf, {{"FAKE_HANG", "1"}}});
+  Agent b(dir, "b", AgentOptions{"c10d", d.endpoint(), "2:2", 2, conf, {{"FAKE_HANG", "1"}}});
+  REQUIRE(wait_until([&] { return a.started().size() == 2 && b.started().size() == 2; }, 30s));
+
+  const auto killed_at = std::chrono::steady_clock::now();
+  d.proc.signal(SIGKILL);
+  const auto ca = a.proc->wait(15s);
+  const auto cb = b.proc->wait(15s);
+  const auto took = std::chrono::steady_clock::now() - killed_at;
+  INFO("agent a:\n" << a.proc->err() << "\nagent b:\n" << b.proc->err());
+  INFO("agents exited " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                        << " ms after the daemon's kill");
+  CHECK(ca == std::optional<int>(3));
+  CHECK(cb == std::optional<int>(3));
+  CHECK(took < 4s);  // window 0.6 s, then the workers' stop
+  CHECK(all_dead(a.started()));
+  CHECK(all_dead(b.started()));
+  for (const auto* ag : {&a, &b}) {
+    const auto err = ag->proc->err();
+    CHECK(contains(err, "rendezvous store lost"));
+    CHECK(contains(err, d.endpoint()));
+  }
+}
+
+namespace {
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("elastic c10d: the agent hosting the store finishes last and both exit 0 promptly with no warning") {
+  TempDir dir;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  // The default keep-alive (5 s x 3): a node that lost the store before seeing
+  // "done" would warn, and a teardown waiting on the gone store would take 15 s.
+  const std::string conf = "last_call_timeout=0.3,join_timeout=30";
+  Agent a(dir, "a", AgentOptions{"c10d", endpoint, "2:2", 1, conf, {{"FAKE_SLEEP_MS", "1500"}}});
+  REQUIRE(wait_until([&] { return contains(a.proc->err(), "hosting it in this agent"); }, 20s));
+  Agent b(dir, "b", AgentOptions{"c10d", endpoint, "2:2", 1, conf, {}});
+  const auto ca = a.proc->wait(30s);
+  const auto a_done = std::chrono::steady_clock::now();
+  const auto cb = b.proc->wait(30s);
+  const auto b_after = std::chrono::steady_clock::now() - a_done;
+  INFO("agent a:\n" << a.proc->err() << "\nagent b:\n" << b.proc->err());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  // a waited for b to leave: b was gone (or nearly) when a exited.
+  CHECK(b_after < 1s);
+  for (const auto* ag : {&a, &b}) {
+    CHECK_FALSE(contains(ag->proc->err(), "could not be confirmed"));
+    CHECK_FALSE(contains(ag->proc->err(), "round event"));
+  }
+}
