@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "tcpstore_bench.hpp"
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/store/protocol.hpp"
@@ -35,6 +36,8 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   int clients = 4;
+  std::vector<int> client_counts;  // --clients 1,4,16: one run per count
+  std::string protocol = "native";
   std::int64_t ops = 100000;  // per client
   std::string op = "get";
   std::string endpoint;
@@ -209,7 +212,12 @@ int store_main(int argc, char** argv) {
   CLI::App app{"ddp-bench store: store round trips (ops/s, p50/p99) or idle-connection memory",
                "ddp-bench store"};
   Options o;
-  app.add_option("--clients", o.clients, "client threads, each with its own TcpStore connection");
+  app.add_option("--clients", o.client_counts,
+                 "client threads, each with its own connection; a list (1,4,16) runs once per count")
+      ->delimiter(',');
+  app.add_option("--protocol", o.protocol,
+                 "native (TcpStore) or tcpstore (PyTorch 1.x TCPStore wire protocol, get|set|add)")
+      ->check(CLI::IsMember({"native", "tcpstore"}));
   app.add_option("--ops", o.ops, "operations per client");
   app.add_option("--op", o.op, "get|set|add|mixed")->check(CLI::IsMember({"get", "set", "add", "mixed"}));
   app.add_option("--endpoint", o.endpoint, "HOST:PORT of a running store (default: in-process server)");
@@ -226,7 +234,10 @@ int store_main(int argc, char** argv) {
     std::fprintf(stderr, "ddp-bench store: %s\n", e.what());
     return 2;
   }
-  if (o.clients < 1 || o.ops < 1 || o.idle_connections < 0) {
+  if (o.client_counts.empty()) o.client_counts.push_back(o.clients);
+  const bool bad_clients =
+      std::any_of(o.client_counts.begin(), o.client_counts.end(), [](int c) { return c < 1; });
+  if (bad_clients || o.ops < 1 || o.idle_connections < 0) {
     std::fprintf(stderr, "ddp-bench store: --clients, --ops must be >= 1 and --idle-connections >= 0\n");
     return 2;
   }
@@ -245,7 +256,26 @@ int store_main(int argc, char** argv) {
     base.endpoint = parse_endpoint(o.endpoint, "--endpoint");
   }
   if (o.idle_connections > 0) return run_idle(o, base);
-  return run_ops(o, base);
+  if (o.protocol == "tcpstore") {
+    if (o.op == "mixed") {
+      std::fprintf(stderr, "ddp-bench store: --protocol tcpstore runs --op get, set or add, not mixed\n");
+      return 2;
+    }
+    if (!base.token.empty()) {
+      std::fprintf(stderr, "ddp-bench store: --protocol tcpstore cannot present --token-file (TCPStore has no "
+                           "handshake; token-protected servers refuse it)\n");
+      return 2;
+    }
+    for (int clients : o.client_counts) {
+      run_tcpstore(TcpstoreRun{base.endpoint, clients, o.ops, o.op, o.value_size});
+    }
+    return 0;
+  }
+  for (int clients : o.client_counts) {
+    o.clients = clients;
+    run_ops(o, base);
+  }
+  return 0;
 }
 
 }  // namespace
