@@ -1,0 +1,130 @@
+// ddp-rendezvousd settings: precedence, --print-config, and bad input that
+// must leave nothing behind (no port file, nothing listening).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "ops_support.hpp"
+
+using namespace ddp::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::string> daemon(std::vector<std::string> args) {
+  args.insert(args.begin(), bin("ddp-rendezvousd").string());
+  return args;
+}
+
+// A listening socket on 127.0.0.1 holding a port for the "in use" cases.
+struct HeldPort {
+  int fd = -1;
+  int port = 0;
+  HeldPort() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 1) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~HeldPort() { ::close(fd); }
+};
+
+std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+}  // namespace
+
+TEST_CASE("print-config shows flag over file over env over default, with sources", "[ops][config]") {
+  TempDir dir;
+  write_file(dir / "d.conf", "{\n  \"port\": 4000,\n  \"log_level\": \"debug\",\n  \"max-connections\": 77\n}\n");
+  auto r = run(daemon({"--config", (dir / "d.conf").string(), "--port", "5000", "--print-config"}), dir.path(),
+               {{"DDP_RENDEZVOUSD_PORT", "3000"}, {"DDP_RENDEZVOUSD_HOST", "127.0.0.2"},
+                {"DDP_RENDEZVOUSD_LOG_LEVEL", "error"}});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("port                   = 5000") && Catch::Contains("(flag --port)"));
+  CHECK_THAT(r.out, Catch::Contains("log_level              = debug") && Catch::Contains("d.conf:3)"));
+  CHECK_THAT(r.out, Catch::Contains("max_connections        = 77") && Catch::Contains("d.conf:4)"));
+  CHECK_THAT(r.out, Catch::Contains("127.0.0.2") && Catch::Contains("(env DDP_RENDEZVOUSD_HOST)"));
+  CHECK_THAT(r.out, Catch::Contains("idle_frame_timeout_ms  = 30000") && Catch::Contains("(default)"));
+}
+
+TEST_CASE("config file errors name the file, line and key and exit 2", "[ops][config]") {
+  TempDir dir;
+  SECTION("unknown key") {
+    write_file(dir / "c.json", "{\n  \"port\": 0,\n  \"prot\": 1\n}\n");
+    auto r = run(daemon({"--config", (dir / "c.json").string()}), dir.path());
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("c.json:3: unknown key 'prot'"));
+  }
+  SECTION("malformed JSON") {
+    write_file(dir / "c.json", "{\n  \"port\": 0,\n  \"host\" \"x\"\n}\n");
+    auto r = run(daemon({"--config", (dir / "c.json").string()}), dir.path());
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("c.json:3: malformed JSON"));
+  }
+  SECTION("bad value names its source") {
+    write_file(dir / "c.json", "{\"port\": 70000}");
+    auto r = run(daemon({"--config", (dir / "c.json").string()}), dir.path());
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("c.json:1 key port: '70000' is not an integer in 0..65535"));
+    r = run(daemon({"--print-config"}), dir.path(), {{"DDP_RENDEZVOUSD_MAX_CONNECTIONS", "lots"}});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("DDP_RENDEZVOUSD_MAX_CONNECTIONS: 'lots'"));
+  }
+  SECTION("missing file, and --config-if-exists skips it") {
+    auto r = run(daemon({"--config", (dir / "nope.json").string()}), dir.path());
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--config " + (dir / "nope.json").string() + ": cannot read"));
+    r = run(daemon({"--config-if-exists", (dir / "nope.json").string(), "--print-config"}), dir.path());
+    CHECK(r.code == 0);
+  }
+}
+
+TEST_CASE("bad runtime input gives one line, a non-zero exit and no port file", "[ops][config]") {
+  TempDir dir;
+  const auto port_file = (dir / "port").string();
+  SECTION("unreadable token file") {
+    auto r = run(daemon({"--host", "127.0.0.1", "--port", "0", "--port-file", port_file, "--token-file",
+                         (dir / "missing.token").string()}),
+                 dir.path());
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("--token-file " + (dir / "missing.token").string() + ": cannot read"));
+  }
+  SECTION("store port in use") {
+    HeldPort held;
+    auto r = run(daemon({"--host", "127.0.0.1", "--port", std::to_string(held.port), "--port-file", port_file}),
+                 dir.path());
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("127.0.0.1:" + std::to_string(held.port)));
+  }
+  SECTION("metrics port in use: the store port is released too") {
+    HeldPort held;
+    auto r = run(daemon({"--host", "127.0.0.1", "--port", "0", "--port-file", port_file, "--metrics-port",
+                         std::to_string(held.port), "--metrics-port-file", (dir / "mport").string()}),
+                 dir.path());
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--metrics-port") && Catch::Contains(std::to_string(held.port)));
+    CHECK_FALSE(fs::exists(dir / "mport"));
+  }
+  SECTION("missing state directory") {
+    auto r = run(daemon({"--host", "127.0.0.1", "--port", "0", "--port-file", port_file, "--data-dir",
+                         (dir / "no-such-dir").string()}),
+                 dir.path());
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains((dir / "no-such-dir").string()));
+  }
+  CHECK_FALSE(fs::exists(port_file));
+}
