@@ -50,6 +50,7 @@ Agent::Impl::~Impl() {
 }
 
 AgentResult Agent::Impl::run() {
+  open_observers();  // a bad --event_log fails before anything connects
   if (!handler) handler = rdzv::create_handler(cfg.rendezvous, cfg.node);
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id);
   base_env = current_environment();
@@ -69,6 +70,7 @@ AgentResult Agent::Impl::run() {
 
   start_rendezvous();
   io.run();
+  flush_status();
 
   // Workers are all reaped before finish(); this only matters on an
   // unexpected exit from run(), and then it SIGKILLs what is left.
@@ -81,6 +83,7 @@ AgentResult Agent::Impl::run() {
 }
 
 void Agent::Impl::start_rendezvous() {
+  announce_rendezvous_start();
   phase = Phase::kRendezvous;
   log->info("rendezvous backend={} run_id={} restart_count={}/{}", handler->backend(),
             cfg.rendezvous.run_id, restart_count, cfg.max_restarts);
@@ -99,6 +102,9 @@ void Agent::Impl::start_rendezvous() {
 void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
   if (phase != Phase::kRendezvous) return;  // a signal ended the run meanwhile
   round = r;
+  have_round = true;
+  emit("rendezvous", {{"group_rank", r.group_rank}, {"group_world_size", r.group_world_size},
+                      {"world_size", r.world_size}, {"rank_offset", r.rank_offset}});
   log->info("rendezvous complete round={} group_rank={}/{} world_size={} rank_offset={} store={}",
             r.round, r.group_rank, r.group_world_size, r.world_size, r.rank_offset,
             r.store_endpoint.to_string());
@@ -112,6 +118,7 @@ void Agent::Impl::on_rendezvous_error(int code, const std::string& message) {
 
 void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& detail) {
   log->info("round event: {}{}{}", event_name(event), detail.empty() ? "" : ": ", detail);
+  last_event_detail = std::string(event_name(event)) + (detail.empty() ? "" : ": ") + detail;
   if (phase == Phase::kRunning) {
     switch (event) {
       case rdzv::RoundEvent::kRestartRequested:
@@ -305,6 +312,7 @@ void Agent::Impl::succeed_unconfirmed(const std::string& why) {
 }
 
 void Agent::Impl::fail_for_good(const std::string& reason) {
+  final_reason = reason;
   phase = Phase::kClosing;
   rdzv->call([h = handler, s = sink, this, reason] {
     try {
@@ -334,6 +342,7 @@ void Agent::Impl::finish(int code, const std::string& error) {
   phase = Phase::kDone;
   result.exit_code = code;
   result.error = error;
+  emit_finish(code, error);
   if (code != 0 && run_dir && run_dir->is_temp()) run_dir->keep();
   if (code == 0) log->info("run succeeded");
   stop_timer.cancel();

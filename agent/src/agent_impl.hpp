@@ -26,6 +26,7 @@
 #include "process_runner.hpp"
 #include "run_dir.hpp"
 #include "worker_output.hpp"
+#include "event_log.hpp"
 
 namespace spdlog {
 class logger;
@@ -64,6 +65,9 @@ struct EventSink {
   boost::asio::io_context* io = nullptr;
 };
 
+// The store key of a node's status record: "/<run_id>/agent/status/<node_id>".
+std::string status_key(const std::string& run_id, const std::string& node_id);
+
 struct Agent::Impl {
   Impl(AgentConfig c, std::unique_ptr<rdzv::RendezvousHandler> h);
   ~Impl();
@@ -83,6 +87,16 @@ struct Agent::Impl {
   void fail_for_good(const std::string& reason);
   void finish(int code, const std::string& error = "");
   void write_failure_report(bool final_report);
+
+  // agent_events.cpp: --event_log lines and the status record in the store.
+  void open_observers();
+  void emit(const std::string& event, nlohmann::json fields);
+  void announce_rendezvous_start();
+  void note_spawned(int local_rank, pid_t pid);
+  void emit_worker_exit(const Worker& w);
+  void emit_finish(int code, const std::string& error);
+  void publish_status(const std::string& final_state = "");
+  void flush_status();
 
   // agent_workers.cpp
   void spawn_workers();
@@ -122,6 +136,13 @@ struct Agent::Impl {
   int signal_received = 0;
   bool omp_notice_logged = false;
   AgentResult result;
+  std::unique_ptr<EventLog> event_log;
+  std::unique_ptr<BlockingCaller> status_caller;  // status writes never wait behind a join
+  bool have_round = false;
+  std::vector<int> deferred_exits;  // local ranks that exited before worker_start was logged
+  int restarts_announced = 0;
+  std::string last_event_detail;  // of the latest round event, for restart/scale reasons
+  std::string final_reason;       // why fail_for_good ended the run
 };
 
 }  // namespace ddp::agent

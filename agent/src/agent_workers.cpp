@@ -103,6 +103,7 @@ void Agent::Impl::spawn_workers() {
 
 void Agent::Impl::on_spawned(int local_rank, pid_t pid, const std::string& error) {
   --pending_spawns;
+  note_spawned(local_rank, pid);
   Worker& w = workers[static_cast<std::size_t>(local_rank)];
   if (pid < 0) {
     w.done = true;
@@ -135,6 +136,7 @@ void Agent::Impl::on_worker_exit(int local_rank, int wait_status) {
   w.done = true;
   w.wait_status = wait_status;
   w.output->finish();
+  emit_worker_exit(w);
   const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
   if (phase == Phase::kRunning) {
     if (!ok) {

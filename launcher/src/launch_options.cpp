@@ -4,6 +4,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <iomanip>
+#include <optional>
+#include <sstream>
+
+#include "config_file.hpp"
 #include "ddp/common/error.hpp"
 
 #ifndef DDP_VERSION
@@ -19,6 +24,7 @@ struct EnvFlag {
   CLI::Option* option;
   std::string env;
   bool is_flag;
+  std::string ddp_env;  // DDP_<FLAG>, for ddprun's own flags only
 };
 
 std::string names(const std::string& base) {
@@ -29,8 +35,8 @@ std::string names(const std::string& base) {
   return dashed == base ? "--" + base : "--" + base + ",--" + dashed;
 }
 
-std::string pet_name(const std::string& base) {
-  std::string out = "PET_";
+std::string pet_name(const std::string& base, const std::string& prefix = "PET_") {
+  std::string out = prefix;
   for (char c : base) out += static_cast<char>(c == '-' ? '_' : std::toupper(static_cast<unsigned char>(c)));
   return out;
 }
@@ -53,29 +59,34 @@ struct App {
                "ddprun"};
   std::vector<EnvFlag> env_flags;
   bool version = false;
+  std::string ours_group;
 
   template <typename T>
   void opt(const std::string& base, T& target, const std::string& help, const std::string& group,
            const std::string& shorthand = "") {
     auto* o = app.add_option((shorthand.empty() ? "" : shorthand + ",") + names(base), target, help);
     o->group(group);
-    env_flags.push_back({o, pet_name(base), false});
+    env_flags.push_back({o, pet_name(base), false, group == ours_group ? pet_name(base, "DDP_") : ""});
   }
 
   void flag(const std::string& base, bool& target, const std::string& help,
             const std::string& group, const std::string& shorthand = "") {
     auto* o = app.add_flag((shorthand.empty() ? "" : shorthand + ",") + names(base), target, help);
     o->group(group);
-    env_flags.push_back({o, pet_name(base), true});
+    env_flags.push_back({o, pet_name(base), true, group == ours_group ? pet_name(base, "DDP_") : ""});
   }
 
-  explicit App(LaunchOptions& o) {
+  // capture_values: record each bound variable's current value as the option's
+  // default string, which is how --print-config reads the effective values.
+  explicit App(LaunchOptions& o, bool capture_values = false) {
+    if (capture_values) app.option_defaults()->always_capture_default();
     const std::string node = "Worker/node size";
     const std::string rdzv = "Rendezvous";
     const std::string launch = "User-code launch";
     const std::string logs = "Logs";
     const std::string legacy = "Static rendezvous (torch.distributed.launch compatible)";
     const std::string ours = "ddprun";
+    ours_group = ours;
     app.set_help_flag("-h,--help", "Print this help and exit");
     app.formatter(std::make_shared<UsageFormatter>());
     app.prefix_command();  // the program and everything after it pass through untouched
@@ -86,7 +97,10 @@ struct App {
         "                              with --no_python) runs directly.\n\n"
         "Every flag also has a `-` spelling (--nproc-per-node) and a PET_<FLAG> env fallback\n"
         "(PET_NPROC_PER_NODE). Exit codes: 0 ok, 1 workers failed, 2 usage/config, 3 rendezvous,\n"
-        "128+N stopped by signal N.");
+        "128+N stopped by signal N.\n\n"
+        "--config FILE takes a JSON object of long flag names (either spelling) to values, plus\n"
+        "\"program\" and \"args\": the command line overrides the file, which overrides PET_* /\n"
+        "DDP_* env. --print-config shows every effective value and where it came from.");
 
     opt("nnodes", o.nnodes, "Number of nodes, or the range of nodes in form MIN:MAX", node);
     opt("nproc_per_node", o.nproc_per_node,
@@ -140,7 +154,7 @@ struct App {
     auto* port = app.add_option(names("master_port"), o.master_port,
                                 "Port on the master node (rank 0), default 29500");
     port->group(legacy);
-    env_flags.push_back({port, "PET_MASTER_PORT", false});
+    env_flags.push_back({port, "PET_MASTER_PORT", false, ""});
 
     opt("stop_timeout", o.stop_timeout_s,
         "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, as torchrun)",
@@ -155,6 +169,17 @@ struct App {
     opt("log_level", o.log_level, "ddprun's own log level: trace, debug, info, warn, error, off",
         ours);
     opt("python", o.python, "Interpreter for scripts and -m (default python3)", ours);
+    opt("event_log", o.event_log,
+        "Append one JSON line per lifecycle event (rendezvous, worker_start, worker_exit, "
+        "restart, scale, failure, success, shutdown) to this file",
+        ours);
+    app.add_option(names("config"), o.config,
+                   "JSON config file of flag values (also PET_CONFIG / DDP_CONFIG)")
+        ->group(ours);
+    app.add_flag(names("print_config"), o.print_config,
+                 "Print every effective option and its source (default, env, file, flag), then "
+                 "exit without launching")
+        ->group(ours);
     app.add_flag("--version", version, "Print the version and exit")->group(ours);
   }
 };
@@ -165,60 +190,189 @@ struct App {
   throw ConfigError(msg);
 }
 
+
+// Parses argv with CLI11 into `o`; help/version end the parse early.
+std::optional<ParseOutcome> parse_into(App& cli, const std::vector<std::string>& argv) {
+  // CLI11 wants the arguments reversed, without argv[0].
+  std::vector<std::string> rev(argv.rbegin(), argv.rend());
+  if (!rev.empty()) rev.pop_back();
+  ParseOutcome out;
+  try {
+    cli.app.parse(rev);
+  } catch (const CLI::CallForHelp&) {
+    out.kind = ParseOutcome::Kind::kHelp;
+    out.text = cli.app.help();
+    return out;
+  } catch (const CLI::ParseError& e) {
+    rethrow_as_config_error(e);
+  }
+  if (cli.version) {
+    out.kind = ParseOutcome::Kind::kVersion;
+    out.text = std::string("ddprun ") + DDP_VERSION + "\n";
+    return out;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> program_of(const CLI::App& app) {
+  std::vector<std::string> program = app.remaining();
+  if (!program.empty() && program.front() == "--") {
+    program.erase(program.begin());
+  } else if (!program.empty() && program.front().size() > 1 && program.front()[0] == '-') {
+    throw ConfigError(program.front() +
+                      ": unknown option; see ddprun --help (program arguments go after the "
+                      "program)");
+  }
+  return program;
+}
+
+// Where the config file comes from: --config, else PET_CONFIG / DDP_CONFIG.
+std::optional<ConfigFile> load_config(const LaunchOptions& cl,
+                                      const std::map<std::string, std::string>& env) {
+  std::string path = cl.config;
+  for (const char* name : {"PET_CONFIG", "DDP_CONFIG"}) {
+    if (!path.empty()) break;
+    if (auto it = env.find(name); it != env.end()) path = it->second;
+  }
+  if (path.empty()) return std::nullopt;
+  return load_config_file(path);
+}
+
+const EnvFlag* find_flag(const App& cli, const std::string& name) {
+  for (const auto& f : cli.env_flags) {
+    for (const auto& l : f.option->get_lnames()) {
+      if (l == name) return &f;
+    }
+  }
+  return nullptr;
+}
+
+void check_keys(const App& cli, const ConfigFile& file) {
+  for (const auto& [name, v] : file.values) {
+    const std::string at = file.where(v) + ": key '" + v.key + "'";
+    if (name == "program") {
+      if (v.type != ConfigValue::Type::kString) throw ConfigError(at + " must be a string");
+    } else if (name == "args") {
+      if (v.type != ConfigValue::Type::kStringList) {
+        throw ConfigError(at + " must be a list of strings");
+      }
+      if (file.values.count("program") == 0) {
+        throw ConfigError(at + " needs \"program\" in the same file");
+      }
+    } else if (name == "config" || name == "print_config") {
+      throw ConfigError(at + " is only accepted on the command line");
+    } else if (const EnvFlag* f = find_flag(cli, name); f == nullptr) {
+      throw ConfigError(at + " is not a ddprun option; keys are the long flag names of "
+                             "ddprun --help, plus \"program\" and \"args\"");
+    } else if (v.type == ConfigValue::Type::kStringList) {
+      throw ConfigError(at + " takes a single value, not a list");
+    } else if (f->is_flag && v.type != ConfigValue::Type::kBool) {
+      throw ConfigError(at + " is a switch: use true or false");
+    }
+  }
+}
+
+std::string render_config(const LaunchOptions& effective,
+                          const std::map<std::string, std::string>& sources,
+                          const std::string& program_source) {
+  LaunchOptions copy = effective;
+  App printer(copy, /*capture_values=*/true);
+  std::ostringstream out;
+  const auto row = [&out](const std::string& name, const std::string& value,
+                          const std::string& source) {
+    out << std::left << std::setw(20) << name << " " << std::setw(24) << value << " " << source
+        << "\n";
+  };
+  row("OPTION", "VALUE", "SOURCE");
+  for (const auto& f : printer.env_flags) {
+    const std::string name = f.option->get_lnames().front();
+    std::string value = f.option->get_default_str();
+    if (f.is_flag) value = (value == "1" || value == "true") ? "true" : "false";
+    if (value.empty()) value = "\"\"";
+    const auto it = sources.find(name);
+    row(name, value, it == sources.end() ? "default" : it->second);
+  }
+  std::string program;
+  for (const auto& a : effective.program) program += (program.empty() ? "" : " ") + a;
+  row("program", program.empty() ? "\"\"" : program, program_source);
+  return out.str();
+}
+
 }  // namespace
 
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env) {
-  ParseOutcome out;
-  std::vector<std::string> argv = args;
-  for (int pass = 0; pass < 2; ++pass) {
-    out.options = LaunchOptions{};
-    App cli(out.options);
-    // CLI11 wants the arguments reversed, without argv[0].
-    std::vector<std::string> rev(argv.rbegin(), argv.rend());
-    if (!rev.empty()) rev.pop_back();
-    try {
-      cli.app.parse(rev);
-    } catch (const CLI::CallForHelp&) {
-      out.kind = ParseOutcome::Kind::kHelp;
-      out.text = cli.app.help();
-      return out;
-    } catch (const CLI::ParseError& e) {
-      rethrow_as_config_error(e);
+  // First the command line alone: it says which flags are set there and names
+  // the config file.
+  LaunchOptions cl;
+  App first(cl);
+  if (auto early = parse_into(first, args)) return *early;
+  const std::vector<std::string> cl_program = program_of(first.app);
+  const auto file = load_config(cl, env);
+  if (file) check_keys(first, *file);
+
+  // Then the lower layers become extra arguments in front of the command
+  // line's, each flag taken from the highest layer that sets it.
+  std::map<std::string, std::string> sources;
+  std::vector<std::string> extra;
+  for (const auto& f : first.env_flags) {
+    const std::string name = f.option->get_lnames().front();
+    const std::string flag = "--" + name;
+    if (f.option->count() > 0) {
+      sources[name] = "flag";
+      continue;
     }
-    if (cli.version) {
-      out.kind = ParseOutcome::Kind::kVersion;
-      out.text = std::string("ddprun ") + DDP_VERSION + "\n";
-      return out;
-    }
-    out.options.program = cli.app.remaining();
-    out.options.master_port_given = cli.app.get_option("--master_port")->count() > 0;
-    if (!out.options.program.empty() && out.options.program.front() == "--") {
-      out.options.program.erase(out.options.program.begin());
-    } else if (!out.options.program.empty() && out.options.program.front().size() > 1 &&
-               out.options.program.front()[0] == '-') {
-      throw ConfigError(out.options.program.front() +
-                        ": unknown option; see ddprun --help (program arguments go after the "
-                        "program)");
-    }
-    if (pass == 1) break;
-    // Second pass only when a PET_* variable fills a flag the command line lacks.
-    std::vector<std::string> extra;
-    for (const auto& f : cli.env_flags) {
-      auto it = env.find(f.env);
-      if (it == env.end() || f.option->count() > 0) continue;
-      const std::string flag = "--" + f.option->get_lnames().front();
-      if (f.is_flag) {
-        if (truthy(it->second)) extra.push_back(flag);
-      } else {
-        extra.push_back(flag + "=" + it->second);
+    if (file) {
+      if (auto it = file->values.find(name); it != file->values.end()) {
+        const ConfigValue& v = it->second;
+        if (f.is_flag) {
+          if (v.text == "true") extra.push_back(flag);
+        } else {
+          extra.push_back(flag + "=" + v.text);
+        }
+        sources[name] = "file " + file->where(v);
+        continue;
       }
     }
-    if (extra.empty()) break;
-    std::vector<std::string> next{argv.empty() ? "ddprun" : argv.front()};
-    next.insert(next.end(), extra.begin(), extra.end());
-    next.insert(next.end(), argv.begin() + (argv.empty() ? 0 : 1), argv.end());
-    argv = std::move(next);
+    for (const std::string& var : {f.env, f.ddp_env}) {
+      auto it = var.empty() ? env.end() : env.find(var);
+      if (it == env.end()) continue;
+      if (!f.is_flag) {
+        extra.push_back(flag + "=" + it->second);
+      } else if (truthy(it->second)) {
+        extra.push_back(flag);
+      }
+      sources[name] = "env " + var;
+      break;
+    }
+  }
+
+  ParseOutcome out;
+  std::vector<std::string> argv{args.empty() ? "ddprun" : args.front()};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), args.begin() + (args.empty() ? 0 : 1), args.end());
+  App cli(out.options);
+  if (auto early = parse_into(cli, argv)) return *early;
+  out.options.master_port_given = cli.app.get_option("--master_port")->count() > 0;
+  out.options.config = file ? file->path : "";
+
+  std::string program_source = "none";
+  if (!cl_program.empty()) {
+    out.options.program = cl_program;
+    program_source = "flag";
+  } else if (file && file->values.count("program") != 0) {
+    const ConfigValue& p = file->values.at("program");
+    out.options.program = {p.text};
+    if (auto a = file->values.find("args"); a != file->values.end()) {
+      out.options.program.insert(out.options.program.end(), a->second.list.begin(),
+                                 a->second.list.end());
+    }
+    program_source = "file " + file->where(p);
+  }
+
+  if (out.options.print_config) {
+    out.kind = ParseOutcome::Kind::kPrintConfig;
+    out.text = render_config(out.options, sources, program_source);
   }
   return out;
 }

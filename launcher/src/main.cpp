@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   try {
     const std::vector<std::string> args(argv, argv + argc);
     const auto parsed = ddp::launcher::parse_command_line(args, ddp::agent::current_environment());
+    // --print-config included: it prints and launches nothing.
     if (parsed.kind != ddp::launcher::ParseOutcome::Kind::kRun) {
       std::cout << parsed.text;
       return 0;

@@ -254,6 +254,7 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   cfg.tee = agent::parse_std_spec(o.tee, "--tee");
   cfg.local_ranks_filter = parse_filter(o.local_ranks_filter, cfg.nproc_per_node);
   if (!o.log_dir.empty()) cfg.log_dir = fs::absolute(o.log_dir);
+  if (!o.event_log.empty()) cfg.event_log = fs::absolute(o.event_log);
 
   if (!o.token_file.empty()) {
     std::ifstream in(o.token_file);

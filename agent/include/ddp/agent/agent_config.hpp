@@ -38,6 +38,10 @@ struct AgentConfig {
   // nproc_per_node > 1 (torchrun does the same to avoid oversubscription).
   bool default_omp_threads = true;
 
+  // Appends one JSON line per lifecycle event (rendezvous, worker start/exit,
+  // restart, scale, success/failure, shutdown); empty: none.
+  std::filesystem::path event_log;
+
   // Token file passed to workers as DDP_TOKEN_FILE; empty: none.
   std::filesystem::path token_file;
 

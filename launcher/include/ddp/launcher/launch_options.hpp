@@ -44,20 +44,25 @@ struct LaunchOptions {
   std::string token_file;
   std::string log_level = "info";
   std::string python = "python3";  // interpreter for scripts and -m
+  std::string event_log;           // JSON line per lifecycle event; empty: none
+  std::string config;              // --config FILE (JSON), already merged in
+  bool print_config = false;
   // The program and its arguments, untouched.
   std::vector<std::string> program;
 };
 
 // What parse_command_line found.
 struct ParseOutcome {
-  enum class Kind { kRun, kHelp, kVersion } kind = Kind::kRun;
+  enum class Kind { kRun, kHelp, kVersion, kPrintConfig } kind = Kind::kRun;
   LaunchOptions options;
-  std::string text;  // help or version text to print
+  std::string text;  // help, version or --print-config text to print
 };
 
 // Parses argv (argv[0] is the program name). `env` supplies PET_* values
-// (tests pass their own; main passes the process environment). Throws
-// ConfigError with a one-line message naming the flag.
+// (tests pass their own; main passes the process environment). Precedence:
+// command line > --config file (or PET_CONFIG/DDP_CONFIG) > PET_<FLAG> (and
+// DDP_<FLAG> for ddprun's own flags) > defaults. Throws ConfigError with a
+// one-line message naming the flag, or the file, line and key.
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env);
 
