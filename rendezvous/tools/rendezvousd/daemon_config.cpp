@@ -56,7 +56,7 @@ std::int64_t to_int(const Setting& s, std::int64_t lo, std::int64_t hi) {
 DaemonConfig::DaemonConfig() {
   settings_ = {
       {"host", "address to listen on (store and metrics)", "0.0.0.0"},
-      {"port", "store TCP port; 0 picks a free one (see port_file)", "29400"},
+      {"port", "store TCP port; 0 picks a free one (see --port-file)", "29400"},
       {"port_file", "write the bound port here once listening", ""},
       {"token_file", "require clients to present the token in this file", ""},
       {"data_dir", "keep a snapshot and log here; restarts keep every key", ""},

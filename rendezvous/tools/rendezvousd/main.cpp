@@ -81,12 +81,15 @@ int main(int argc, char** argv) {
     std::replace(name.begin(), name.end(), '_', '-');
     auto* opt = app.add_option("--" + name, flag_values[s.key], s.help);
     if (!s.value.empty()) opt->default_str(s.value);
+    const bool path = name.ends_with("file") || name == "data-dir";
+    opt->type_name(path ? "PATH" : name == "host" ? "ADDR" : name == "log-level" ? "LEVEL" : "INT");
   }
   std::string config_file, optional_config_file;
   bool print_config = false;
-  app.add_option("--config", config_file, "JSON settings file; a missing file is an error");
+  app.add_option("--config", config_file, "JSON settings file; a missing file is an error")->type_name("PATH");
   app.add_option("--config-if-exists", optional_config_file,
-                 "like --config, but a missing file is skipped (for the systemd unit)");
+                 "like --config, but a missing file is skipped (for the systemd unit)")
+      ->type_name("PATH");
   app.add_flag("--print-config", print_config, "print the effective settings and their sources, then exit 0");
   app.set_version_flag("--version", std::string(kProgram) + " " + DDP_VERSION);
 
