@@ -74,11 +74,16 @@ void Agent::Impl::note_spawned(int local_rank, pid_t pid) {
   // worker_start is one line for the group, once every spawn has reported;
   // a fast worker may already have exited by then, so its exit line waits.
   if (pending_spawns > 0) return;
+  if (pid >= 0) {
+    // on_spawned records the same right after this; the status below needs it now.
+    workers[static_cast<std::size_t>(local_rank)].pid = pid;
+    workers[static_cast<std::size_t>(local_rank)].spawned = true;
+  }
   nlohmann::json ranks = nlohmann::json::array();
   nlohmann::json pids = nlohmann::json::array();
   for (const auto& w : workers) {
     ranks.push_back(w.rank);
-    pids.push_back(w.local_rank == local_rank ? pid : w.pid);
+    pids.push_back(w.local_rank == local_rank ? pid : w.pid);  // -1: could not start
   }
   emit("worker_start", {{"attempt", attempt}, {"ranks", ranks}, {"pids", pids}});
   for (int lr : deferred_exits) emit_worker_exit(workers[static_cast<std::size_t>(lr)]);

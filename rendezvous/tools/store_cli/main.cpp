@@ -10,6 +10,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/store/tcp_store.hpp"
+#include "job_status.hpp"
 #include "store_commands.hpp"
 
 namespace {
@@ -75,6 +76,10 @@ int main(int argc, char** argv) {
   wait->add_option("keys", cmd.args, "KEY...")->required();
   wait->add_option("--timeout", cmd.wait_seconds, "seconds to wait (default: forever)");
   app.add_subcommand("stat", "print server statistics");
+  std::string rdzv_id;
+  auto* status = app.add_subcommand(
+      "status", "print a ddprun job's nodes: host, group rank, ranks, round, restarts, workers");
+  status->add_option("--rdzv_id,--rdzv-id", rdzv_id, "the job's --rdzv_id")->required();
 
   try {
     app.parse(argc, argv);
@@ -87,7 +92,7 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (app.get_subcommands().empty()) {
-    std::fprintf(stderr, "ddp-store: a command is required (set get add cas del list watch wait stat); run 'ddp-store --help'\n");
+    std::fprintf(stderr, "ddp-store: a command is required (set get add cas del list watch wait stat status); run 'ddp-store --help'\n");
     return kExitUsage;
   }
   // Range checks here rather than CLI11 validators, whose messages print DBL_MAX.
@@ -110,7 +115,7 @@ int main(int argc, char** argv) {
     options.connect_timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
     options.request_timeout = options.connect_timeout;
     ddp::store::TcpStore store(options);
-    const int code = run_command(store, cmd);
+    const int code = cmd.name == "status" ? print_job_status(store, rdzv_id) : run_command(store, cmd);
     std::fflush(stdout);
     return code;
   } catch (const ddp::ConfigError& e) {

@@ -1,0 +1,102 @@
+#include "job_status.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ddp::store_cli {
+namespace {
+
+struct Row {
+  std::int64_t round = 0;
+  int group_rank = 0;
+  std::vector<std::string> cells;
+};
+
+std::string str(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) return "?";
+  const auto& v = j.at(key);
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// "running 1234,1235; failed 1236": worker states with their pids, grouped.
+std::string workers_cell(const nlohmann::json& workers) {
+  std::map<std::string, std::string> by_state;
+  if (workers.is_array()) {
+    for (const auto& w : workers) {
+      auto& pids = by_state[str(w, "state")];
+      pids += (pids.empty() ? "" : ",") + str(w, "pid");
+    }
+  }
+  std::string out;
+  for (const auto& [state, pids] : by_state) out += (out.empty() ? "" : "; ") + state + " " + pids;
+  return out.empty() ? "-" : out;
+}
+
+std::string age(double updated) {
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const long secs = std::max(0L, static_cast<long>(now - updated));
+  return std::to_string(secs) + "s ago";
+}
+
+}  // namespace
+
+int print_job_status(store::Store& store, const std::string& rdzv_id) {
+  const std::string prefix = "/" + rdzv_id + "/agent/status/";
+  const std::vector<std::string> header = {"NODE",     "HOST",  "GROUP_RANK", "RANKS", "ROUND",
+                                           "RESTARTS", "STATE", "WORKERS",    "UPDATED"};
+  std::vector<Row> rows;
+  for (const auto& kv : store.list(prefix).kvs) {
+    Row row;
+    try {
+      const auto j = nlohmann::json::parse(kv.value);
+      row.round = j.value("round", std::int64_t{0});
+      row.group_rank = j.value("group_rank", 0);
+      row.cells = {str(j, "node"),
+                   str(j, "host"),
+                   str(j, "group_rank") + "/" + str(j, "group_world_size"),
+                   str(j, "rank_first") + "-" + str(j, "rank_last"),
+                   str(j, "round"),
+                   str(j, "restart_count") + "/" + str(j, "max_restarts"),
+                   str(j, "state"),
+                   workers_cell(j.value("workers", nlohmann::json::array())),
+                   age(j.value("updated", 0.0))};
+    } catch (const nlohmann::json::exception&) {
+      // A record this version cannot read still shows up, so nothing hides.
+      row.cells = {kv.key.substr(prefix.size()), "?", "?", "?", "?", "?", "unreadable", "-", "-"};
+    }
+    rows.push_back(std::move(row));
+  }
+  if (rows.empty()) {
+    std::fprintf(stderr, "ddp-store: no ddprun node of job '%s' in this store (keys under %s)\n",
+                 rdzv_id.c_str(), prefix.c_str());
+    return 1;
+  }
+  // The current round first; within it, by group rank.
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return a.round != b.round ? a.round > b.round : a.group_rank < b.group_rank;
+  });
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t c = 0; c < header.size(); ++c) {
+    width[c] = header[c].size();
+    for (const auto& r : rows) width[c] = std::max(width[c], r.cells[c].size());
+  }
+  const auto print = [&](const std::vector<std::string>& cells) {
+    std::string line;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      line += cells[c];
+      if (c + 1 < cells.size()) line += std::string(width[c] - cells[c].size() + 2, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  };
+  print(header);
+  for (const auto& r : rows) print(r.cells);
+  return 0;
+}
+
+}  // namespace ddp::store_cli
