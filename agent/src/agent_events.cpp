@@ -164,6 +164,11 @@ void Agent::Impl::publish_status(const std::string& final_state) {
 
 void Agent::Impl::flush_status() {
   if (!status_caller) return;
+  if (result.exit_code == 3) {
+    // The store is gone: waiting for writes to it would only delay the exit.
+    if (status_caller->busy()) result.abandon_process = true;
+    return;
+  }
   auto done = std::make_shared<std::promise<void>>();
   auto f = done->get_future();
   status_caller->call([done] { done->set_value(); });
