@@ -125,6 +125,9 @@ StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std:
     const auto window = config.keep_alive_interval * std::max(1, config.keep_alive_max_attempt);
     opts.connect_timeout = std::max(window, std::chrono::milliseconds(1000));
     opts.request_timeout = std::max(config.keep_alive_interval, std::chrono::milliseconds(1000));
+    // A node's lease also ends with its connection: an agent killed with -9 is
+    // seen gone at once; the TTL still covers a hung or unreachable agent.
+    opts.bind_leases_to_connection = true;
     access.client = std::make_shared<store::TcpStore>(opts);
   } catch (const NetworkError& e) {
     throw RendezvousError("cannot reach the rendezvous store at " + where + " (" + flag +

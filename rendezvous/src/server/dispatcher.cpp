@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <boost/asio/post.hpp>
+
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 
@@ -118,6 +120,9 @@ void Dispatcher::dispatch(const std::shared_ptr<Session>& s, Request& req) {
     default: break;
   }
   auto resp = core_.execute(req, Clock::now());
+  if (req.op == Op::kLeaseGrant && resp.status == Status::kOk && (req.a & kLeaseBindToConnection) != 0) {
+    bound_leases_[s.get()].push_back(resp.num);
+  }
   if (req.op == Op::kStat) {
     for (const auto& [name, value] : stats()) {
       if (name == "keys" || name == "leases" || name == "revision") continue;  // core's own
@@ -359,6 +364,25 @@ void Dispatcher::on_lease_timer() {
 }
 
 void Dispatcher::on_closed(Session& s) {
+  if (auto bound = bound_leases_.find(&s); bound != bound_leases_.end()) {
+    auto leases = std::move(bound->second);
+    bound_leases_.erase(bound);
+    // Revoked after this call returns, not inside the session's own close path.
+    if (!stopping_) {
+      asio::post(io_, [this, leases = std::move(leases), peer = s.peer()] {
+        if (stopping_) return;
+        for (auto id : leases) {
+          Request revoke;
+          revoke.op = Op::kLeaseRevoke;
+          revoke.a = id;
+          if (core_.execute(revoke, Clock::now()).status == Status::kOk) {
+            ddp::log::get("store.server")->info("lease revoked: its connection closed lease={} peer={}", id, peer);
+          }
+        }
+        after_work();
+      });
+    }
+  }
   for (const auto& [request_id, p] : s.pending()) {
     if (p.kind == Pending::Kind::kWaiter) {
       waiters_.remove(p.handle);

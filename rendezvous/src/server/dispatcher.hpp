@@ -84,6 +84,8 @@ class Dispatcher final : public SessionHost {
   std::unordered_map<WaiterId, WaiterInfo> waiter_info_;
   std::unordered_map<WatchId, WatchInfo> watch_info_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
+  // Leases granted with kLeaseBindToConnection, by the session that granted them.
+  std::unordered_map<Session*, std::vector<LeaseId>> bound_leases_;
   std::vector<Mutation> committed_;
   boost::asio::steady_timer waiter_timer_;
   boost::asio::steady_timer lease_timer_;

@@ -199,6 +199,7 @@ ListResult TcpStore::list(const std::string& prefix) {
 LeaseId TcpStore::lease_grant(std::chrono::milliseconds ttl) {
   auto req = make(Op::kLeaseGrant);
   req.b = ttl.count();
+  if (impl_->options().bind_leases_to_connection) req.a = kLeaseBindToConnection;
   return simple(*impl_, std::move(req)).num;
 }
 

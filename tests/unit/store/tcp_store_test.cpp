@@ -186,3 +186,33 @@ TEST_CASE("a request from a watch callback of the same store fails instead of ha
   std::lock_guard<std::mutex> lk(mu);
   CHECK_THAT(error, Contains("watch callback") && Contains("deadlock"));
 }
+
+TEST_CASE("a lease bound to its connection ends when the client goes away, an unbound one lives its ttl",
+          "[tcp]") {
+  auto server = start_server(loopback_server_options());
+  TcpStore observer(client_options(server->port()));
+  std::mutex mu;
+  std::vector<std::string> deleted;
+  auto watch = observer.watch("node/", 0, [&](const ddp::store::WatchEvent& e) {
+    if (e.type == ddp::store::EventType::kDelete) {
+      std::lock_guard<std::mutex> lock(mu);
+      deleted.push_back(e.key);
+    }
+  });
+  {
+    auto bound_opts = client_options(server->port());
+    bound_opts.bind_leases_to_connection = true;
+    TcpStore bound(bound_opts);
+    bound.set("node/bound", "x", bound.lease_grant(60s));
+    TcpStore unbound(client_options(server->port()));
+    unbound.set("node/unbound", "y", unbound.lease_grant(60s));
+  }  // both clients close their connections
+  CHECK(ddp::test::wait_until([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return !deleted.empty();
+  }, 5s));
+  CHECK_FALSE(observer.try_get("node/bound"));
+  CHECK(observer.try_get("node/unbound") == std::optional<std::string>("y"));
+  std::lock_guard<std::mutex> lock(mu);
+  CHECK(deleted == std::vector<std::string>{"node/bound"});
+}

@@ -47,7 +47,7 @@ enum class Op : std::uint8_t {
   kAppend = 12,         // keys[0], values[0]. num=new length
   kNumKeys = 13,        // num=number of keys
   kList = 14,           // keys[0]=prefix. items (sorted by key); revision=as of the read
-  kLeaseGrant = 15,     // b=ttl ms. num=lease id
+  kLeaseGrant = 15,     // b=ttl ms, a=flags (kLeaseBindToConnection). num=lease id
   kLeaseKeepAlive = 16, // a=lease id. num=ttl ms. LEASE_NOT_FOUND when expired
   kLeaseRevoke = 17,    // a=lease id. Deletes its keys
   kWatch = 18,          // keys[0]=prefix, b=from revision (0: from now). OK ack, then
@@ -57,6 +57,12 @@ enum class Op : std::uint8_t {
   kPing = 21,           // no fields
 };
 inline constexpr std::uint8_t kMaxOp = 21;
+
+// kLeaseGrant flag: the lease is also revoked when the connection that granted
+// it closes (the peer's kernel closed it: the process died or let go), so a
+// killed agent is noticed at once instead of after the TTL. Not when the
+// server itself stops: a restarted daemon restores leases with their TTL.
+inline constexpr std::int64_t kLeaseBindToConnection = 1;
 
 enum class Status : std::uint8_t {
   kOk = 0,

@@ -27,6 +27,10 @@ struct TcpStoreOptions {
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
   // Deadline for a non-blocking request's reply.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
+  // Leases this client grants also end when its connection closes (the process
+  // died): others notice at once instead of after the TTL. A reconnect after a
+  // broken connection then finds its leases gone (lease not found).
+  bool bind_leases_to_connection = false;
 };
 
 // One connection with pipelined requests, served by an internal I/O thread.
