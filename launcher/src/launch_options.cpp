@@ -168,7 +168,7 @@ struct App {
         "File holding the store's auth token; workers get it as DDP_TOKEN_FILE", ours);
     opt("log_level", o.log_level, "ddprun's own log level: trace, debug, info, warn, error, off",
         ours);
-    opt("python", o.python, "Interpreter for scripts and -m (default python3)", ours);
+    opt("python", o.python, "Interpreter for scripts and -m (default $PYTHON_EXEC, else python3)", ours);
     opt("event_log", o.event_log,
         "Append one JSON line per lifecycle event (rendezvous, worker_start, worker_exit, "
         "restart, scale, failure, success, shutdown) to this file",
@@ -301,7 +301,12 @@ std::string render_config(const LaunchOptions& effective,
 }  // namespace
 
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
-                                const std::map<std::string, std::string>& env) {
+                                const std::map<std::string, std::string>& process_env) {
+  // torchrun runs scripts with $PYTHON_EXEC when set: it counts as DDP_PYTHON.
+  auto env = process_env;
+  if (auto exec = env.find("PYTHON_EXEC"); exec != env.end() && !exec->second.empty()) {
+    env.emplace("DDP_PYTHON", exec->second);
+  }
   // First the command line alone: it says which flags are set there and names
   // the config file.
   LaunchOptions cl;

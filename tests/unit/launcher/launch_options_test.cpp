@@ -219,3 +219,12 @@ TEST_CASE("every bad input gives one line naming the flag") {
   CHECK_THAT(error_of({"--python=nopython3", (dir / "t.py").string()}), Catch::StartsWith("--python: "));
   CHECK_THAT(error_of({"--token_file=/no/such/token", "/bin/true"}), Catch::StartsWith("--token_file: "));
 }
+
+TEST_CASE("PYTHON_EXEC picks the interpreter as under torchrun, and --python overrides it") {
+  auto from_env = parse_command_line({"ddprun", "train.py"}, {{"PYTHON_EXEC", "/opt/py/bin/python3"}});
+  CHECK(from_env.options.python == "/opt/py/bin/python3");
+  auto flag = parse_command_line({"ddprun", "--python=/usr/bin/python3", "train.py"},
+                                 {{"PYTHON_EXEC", "/opt/py/bin/python3"}});
+  CHECK(flag.options.python == "/usr/bin/python3");
+  CHECK(parse_command_line({"ddprun", "train.py"}, {}).options.python == "python3");
+}
