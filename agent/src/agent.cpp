@@ -138,15 +138,7 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
     // another node's workers fail, this node rejoins and reruns with them.
     switch (event) {
       case rdzv::RoundEvent::kRestartRequested:
-        if (restart_count < cfg.max_restarts) {
-          ++restart_count;
-          log->warn("restarting workers ({}/{}) after another node's failure", restart_count,
-                    cfg.max_restarts);
-          start_rendezvous();
-        } else {
-          fail_for_good("another node's workers failed and max_restarts=" +
-                        std::to_string(cfg.max_restarts) + " is spent");
-        }
+        restart_after_remote_failure();
         break;
       case rdzv::RoundEvent::kMembershipChanged:
         // Usually the node hosting the store finishing first. Like torchrun, a
@@ -219,15 +211,7 @@ void Agent::Impl::on_all_stopped() {
       return;
     }
     case StopReason::kRemoteFailure:
-      if (restart_count < cfg.max_restarts) {
-        ++restart_count;
-        log->warn("restarting workers ({}/{}) after another node's failure", restart_count,
-                  cfg.max_restarts);
-        start_rendezvous();
-      } else {
-        fail_for_good("another node's workers failed and max_restarts=" +
-                      std::to_string(cfg.max_restarts) + " is spent");
-      }
+      restart_after_remote_failure();
       return;
     case StopReason::kMembership:
       log->info("re-forming the group (no restart spent)");
@@ -309,6 +293,19 @@ void Agent::Impl::succeed_unconfirmed(const std::string& why) {
             "confirmed: {}",
             why);
   finish(0);
+}
+
+void Agent::Impl::restart_after_remote_failure() {
+  // Every node spends a restart on a failure anywhere, so all nodes agree on
+  // TORCHELASTIC_RESTART_COUNT.
+  if (restart_count < cfg.max_restarts) {
+    ++restart_count;
+    log->warn("restarting workers ({}/{}) after another node's failure", restart_count, cfg.max_restarts);
+    start_rendezvous();
+  } else {
+    fail_for_good("another node's workers failed and max_restarts=" + std::to_string(cfg.max_restarts) +
+                  " is spent");
+  }
 }
 
 void Agent::Impl::fail_for_good(const std::string& reason) {
