@@ -1,6 +1,6 @@
-// ddprun@.service's ExecStart run the way systemd would: the environment file
-// parsed with systemd's rules (KEY=VALUE, the rest of the line is the value),
-// Environment= applied first (the file wins), $DDPRUN_ARGS split on spaces.
+// ddprun@.service's ExecStart run the way systemd would: %i replaced by the
+// instance, Environment= applied (the --config file overrides it), and the
+// config file read from the test's dir instead of /etc/ddprun.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -15,57 +15,49 @@ namespace {
 
 using Env = std::map<std::string, std::optional<std::string>>;
 
-// Environment= lines of the unit, with %i replaced by `instance`.
+std::string specifiers(std::string s, const std::string& instance) {
+  for (auto p = s.find("%i"); p != std::string::npos; p = s.find("%i")) s.replace(p, 2, instance);
+  return s;
+}
+
+// Environment= lines of the unit.
 void unit_environment(const std::string& unit, const std::string& instance, Env& env) {
   std::istringstream lines(read_file(fs::path(DDP_UNIT_TEST_DIR) / unit));
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("Environment=", 0) != 0) continue;
-    auto kv = line.substr(12);
-    for (auto p = kv.find("%i"); p != std::string::npos; p = kv.find("%i")) kv.replace(p, 2, instance);
+    const auto kv = specifiers(line.substr(12), instance);
     env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
   }
 }
 
-void environment_file(const std::string& text, Env& env) {
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line[0] == '#' || line.find('=') == std::string::npos) continue;
-    env[line.substr(0, line.find('='))] = line.substr(line.find('=') + 1);
-  }
-}
-
-std::vector<std::string> expand(const std::vector<std::string>& argv, const Env& env) {
-  std::vector<std::string> out;
-  for (const auto& a : argv) {
-    if (a.size() > 1 && a[0] == '$') {
-      std::istringstream words(env.at(a.substr(1)).value_or(""));
-      for (std::string w; words >> w;) out.push_back(w);
-    } else {
-      out.push_back(a);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
-TEST_CASE("ddprun@ ExecStart runs a job from its environment file and stops cleanly on SIGTERM", "[ops][unit]") {
+TEST_CASE("ddprun@ ExecStart runs the job of its config file and stops cleanly on SIGTERM", "[ops][unit]") {
   TempDir dir;
   auto argv = unit_exec_start("ddprun@.service");
-  REQUIRE(argv.size() == 2);
+  REQUIRE(argv.size() == 3);
   REQUIRE(argv[0] == bin("ddprun").string());
-  REQUIRE(argv[1] == "$DDPRUN_ARGS");
+  REQUIRE(argv[1] == "--config");
+  REQUIRE(argv[2] == "/etc/ddprun/%i.conf");
+  argv[2] = (dir / specifiers("%i.conf", "job42")).string();
 
+  write_file(argv[2], "{\n"
+                      "  \"standalone\": true,\n"
+                      "  \"nproc_per_node\": 2,\n"
+                      "  \"stop_timeout\": 5,\n"
+                      "  \"program\": \"" + bin("fake_worker").string() + "\",\n"
+                      "  \"args\": [\"--epochs\", \"3\"]\n"
+                      "}\n");
   Env env{{"FAKE_PID_FILE", (dir / "pids").string()}, {"FAKE_HANG", "1"}};
   unit_environment("ddprun@.service", "job42", env);
-  environment_file("# as in /etc/ddprun/job42.conf\n"
-                   "PET_STANDALONE=true\n"
-                   "PET_NPROC_PER_NODE=2\n"
-                   "PET_STOP_TIMEOUT=5\n"
-                   "DDPRUN_ARGS=" + bin("fake_worker").string() + " --epochs 3\n",
-                   env);
   CHECK(env["PET_RDZV_ID"] == "job42");
-  Process agent(expand(argv, env), dir.path(), env, "ddprun");
+
+  auto config = run({argv[0], argv[1], argv[2], "--print-config"}, dir.path(), env);
+  INFO(config.out << config.err);
+  CHECK(config.code == 0);
+  CHECK_THAT(config.out, Catch::Contains("job42") && Catch::Contains("env PET_RDZV_ID"));
+
+  Process agent(argv, dir.path(), env, "ddprun");
   REQUIRE(wait_until([&] { return read_file(dir / "pids").find(" 1 start") != std::string::npos &&
                                   read_file(dir / "pids").find(" 0 start") != std::string::npos; },
                      30s));
