@@ -25,6 +25,9 @@ struct EnvFlag {
   std::string env;
   bool is_flag;
   std::string ddp_env;  // DDP_<FLAG>, for ddprun's own flags only
+  // A switch's variable: CLI11 keeps no default string for flags, so
+  // --print-config reads the value here.
+  const bool* switch_value = nullptr;
 };
 
 std::string names(const std::string& base) {
@@ -73,7 +76,8 @@ struct App {
             const std::string& group, const std::string& shorthand = "") {
     auto* o = app.add_flag((shorthand.empty() ? "" : shorthand + ",") + names(base), target, help);
     o->group(group);
-    env_flags.push_back({o, pet_name(base), true, group == ours_group ? pet_name(base, "DDP_") : ""});
+    env_flags.push_back(
+        {o, pet_name(base), true, group == ours_group ? pet_name(base, "DDP_") : "", &target});
   }
 
   // capture_values: record each bound variable's current value as the option's
@@ -287,7 +291,7 @@ std::string render_config(const LaunchOptions& effective,
   for (const auto& f : printer.env_flags) {
     const std::string name = f.option->get_lnames().front();
     std::string value = f.option->get_default_str();
-    if (f.is_flag) value = (value == "1" || value == "true") ? "true" : "false";
+    if (f.switch_value != nullptr) value = *f.switch_value ? "true" : "false";
     if (value.empty()) value = "\"\"";
     const auto it = sources.find(name);
     row(name, value, it == sources.end() ? "default" : it->second);

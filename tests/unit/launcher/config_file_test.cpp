@@ -71,6 +71,14 @@ TEST_CASE("print-config names each value's source with the file line") {
   CHECK_THAT(out.text, Catch::Contains("program"));
 }
 
+TEST_CASE("print-config shows a switch's effective value, from env or flag") {
+  const auto from_env = parse({"--print-config", "x"}, {{"PET_STANDALONE", "true"}});
+  CHECK_THAT(from_env.text, Catch::Contains("standalone           true                     env PET_STANDALONE"));
+  const auto from_flag = parse({"--print-config", "--no_python", "x"}, {});
+  CHECK_THAT(from_flag.text, Catch::Contains("no_python            true                     flag"));
+  CHECK_THAT(from_flag.text, Catch::Contains("standalone           false                    default"));
+}
+
 TEST_CASE("bad config files name the file, the line and the key") {
   TempDir dir;
   const auto f = (dir / "c.json").string();
