@@ -10,6 +10,7 @@ PACKAGES=(
   python3 python3-torch
   etcd-server etcd-client
   iproute2 procps
+  systemd   # systemd-analyze, for the unit-file tests (systemd need not be PID 1)
 )
 
 missing=()
