@@ -349,6 +349,73 @@ ListResult EtcdStore::list(const std::string& prefix) {
   return out;
 }
 
+namespace {
+json count_range(const std::string& full_prefix, Revision revision) {
+  json range = {{"key", base64_encode(full_prefix.empty() ? std::string(1, '\0') : full_prefix)},
+                {"range_end", base64_encode(prefix_end(full_prefix))},
+                {"count_only", true}};
+  if (revision > 0) range["revision"] = std::to_string(revision);
+  return {{"request_range", std::move(range)}};
+}
+}  // namespace
+
+EtcdStore::Counts EtcdStore::create(const std::string& key, std::string_view value, LeaseId lease,
+                                    const std::vector<std::string>& count_prefixes) {
+  const auto k = impl_->full(key);
+  json ops = json::array({{{"request_put", put_op(k, value, lease)}}});
+  // Reads after a write in one txn see it: the counts are as of this create.
+  for (const auto& p : count_prefixes) ops.push_back(count_range(impl_->full(p), 0));
+  const auto answer = impl_->txn(json::array({version_is_zero(k)}), std::move(ops),
+                                 json::array({{{"request_range", {{"key", base64_encode(k)}}}}}), of_key("create", key));
+  if (!answer.value("succeeded", false)) {
+    const json* kv = failure_kv(answer);
+    // The compare and the range run in one txn: the key cannot vanish between them.
+    if (kv == nullptr) throw StoreError("create of key '" + key + "': etcd answered without the existing key");
+    const auto revision = get_i64(*kv, "create_revision");
+    if (count_prefixes.empty()) return Counts{{}, revision};
+    return count_at(count_prefixes, revision);
+  }
+  Counts out;
+  out.revision = header_revision(answer);
+  const auto& responses = answer.value("responses", json::array());
+  for (std::size_t i = 0; i < count_prefixes.size(); ++i)
+    out.counts.push_back(get_i64(responses.at(i + 1).value("response_range", json::object()), "count"));
+  return out;
+}
+
+EtcdStore::Counts EtcdStore::count_at(const std::vector<std::string>& prefixes, Revision revision) {
+  json ops = json::array();
+  for (const auto& prefix : prefixes) ops.push_back(count_range(impl_->full(prefix), revision));
+  const auto answer = impl_->txn(json::array(), std::move(ops), json::array(),
+                                 "count of prefix '" + (prefixes.empty() ? std::string() : prefixes.front()) + "'");
+  Counts out;
+  out.revision = revision > 0 ? revision : header_revision(answer);
+  const auto& responses = answer.value("responses", json::array());
+  for (std::size_t i = 0; i < prefixes.size(); ++i)
+    out.counts.push_back(get_i64(responses.at(i).value("response_range", json::object()), "count"));
+  return out;
+}
+
+std::vector<std::string> EtcdStore::keys_created(const std::string& prefix, Revision max_create_revision,
+                                                 Revision at_revision) {
+  const auto p = impl_->full(prefix);
+  json range = {{"key", base64_encode(Impl::scan_start(p))}, {"range_end", base64_encode(prefix_end(p))},
+                {"keys_only", true}};
+  if (max_create_revision > 0) range["max_create_revision"] = std::to_string(max_create_revision);
+  if (at_revision > 0) range["revision"] = std::to_string(at_revision);
+  const auto answer = impl_->call("/v3/kv/range", range, "list of prefix '" + prefix + "'");
+  std::vector<std::string> out;
+  if (const auto kvs = answer.find("kvs"); kvs != answer.end()) {
+    out.reserve(kvs->size());
+    for (const auto& kv : *kvs) {
+      auto key = get_bytes(kv, "key");
+      key.erase(0, std::min(impl_->prefix.size(), key.size()));
+      out.push_back(std::move(key));
+    }
+  }
+  return out;
+}
+
 LeaseId EtcdStore::lease_grant(std::chrono::milliseconds ttl) {
   if (ttl.count() <= 0) throw StoreError("lease_grant needs a ttl > 0 ms, got " + std::to_string(ttl.count()));
   // etcd counts whole seconds: round up so a lease never lives shorter than asked.

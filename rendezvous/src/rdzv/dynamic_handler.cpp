@@ -45,8 +45,9 @@ std::string name_list(const std::vector<store::KeyValue>& kvs, std::size_t prefi
 }  // namespace
 
 DynamicHandler::DynamicHandler(const RendezvousConfig& config, const NodeSpec& self,
-                               detail::StoreAccess access)
-    : StoreHandler(checked(config), self, std::move(access)) {}
+                               detail::StoreAccess access, std::unique_ptr<detail::ArrivalStep> arrivals)
+    : StoreHandler(checked(config), self, std::move(access)),
+      arrivals_(arrivals ? std::move(arrivals) : detail::counter_arrivals(store_)) {}
 
 DynamicHandler::Closed DynamicHandler::parse_closed(const std::string& text) {
   Closed c;
@@ -85,8 +86,8 @@ RendezvousResult DynamicHandler::next_rendezvous() {
   const std::string record = detail::encode_node(self_);
   while (true) {
     const std::string prefix = prefix_of(round);
-    // The one add: arrival index in the high half, prefix sum of workers in the low.
-    const std::int64_t mine = store_->add(prefix + "seq", detail::pack_join(self_.local_world_size));
+    // Arrival index in the high half, prefix sum of workers in the low.
+    const std::int64_t mine = arrivals_->arrive(prefix, self_);
     const int index = detail::packed_count(mine);  // 1-based
     const std::string my_key = prefix + "node/" + std::to_string(index - 1);
     bool late = index > config_.max_nodes;
@@ -191,7 +192,7 @@ DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index
     if (Clock::now() >= last_call) {
       // torchrun's rule: the round closes last_call_timeout after the last arrival
       // once MIN are in. Later arrivals carry their own timer, so defer to them.
-      const std::int64_t now_seen = store_->add(prefix_of(round) + "seq", 0);
+      const std::int64_t now_seen = arrivals_->arrived(prefix_of(round));
       const int count = detail::packed_count(now_seen);
       if (count >= config_.max_nodes) {
         last_call = Clock::time_point::max();  // the MAX-th arrival closes it
@@ -234,8 +235,7 @@ void DynamicHandler::log_progress(std::int64_t round, const Deadline& deadline) 
   if (Clock::now() - last_progress_ < kProgressPeriod) return;
   last_progress_ = Clock::now();
   const std::string prefix = prefix_of(round);
-  auto seq = store_->try_get(prefix + "seq");
-  const int count = seq ? detail::packed_count(detail::parse_int(*seq)) : 0;
+  const int count = detail::packed_count(arrivals_->arrived(prefix));
   std::string names = std::to_string(count) + " node(s)";
   if (count <= kNamesShown) names = name_list(store_->list(prefix + "node/").kvs, prefix.size() + 5, count);
   const int needed = std::max(0, config_.min_nodes - count);
@@ -246,8 +246,7 @@ void DynamicHandler::log_progress(std::int64_t round, const Deadline& deadline) 
 
 void DynamicHandler::throw_timeout(std::int64_t round, bool late) {
   const std::string prefix = prefix_of(round);
-  auto seq = store_->try_get(prefix + "seq");
-  const int count = seq ? detail::packed_count(detail::parse_int(*seq)) : 0;
+  const int count = detail::packed_count(arrivals_->arrived(prefix));
   const auto listed = store_->list(prefix + "node/");
   const std::string names = name_list(listed.kvs, prefix.size() + 5, std::min(count, config_.max_nodes));
   const std::string head = "rendezvous timed out after " + detail::seconds_text(config_.join_timeout) +

@@ -2,6 +2,7 @@
 // agent per round. docs/rendezvous.md has the algorithm, key layout and costs.
 #pragma once
 
+#include "arrival_step.hpp"
 #include "store_handler.hpp"
 
 namespace ddp::rdzv {
@@ -9,7 +10,9 @@ namespace ddp::rdzv {
 // Thread-safety: as RendezvousHandler.
 class DynamicHandler final : public detail::StoreHandler {
  public:
-  DynamicHandler(const RendezvousConfig& config, const NodeSpec& self, detail::StoreAccess access);
+  // `arrivals` null: the counter on P/seq (the built-in store's way).
+  DynamicHandler(const RendezvousConfig& config, const NodeSpec& self, detail::StoreAccess access,
+                 std::unique_ptr<detail::ArrivalStep> arrivals = nullptr);
 
   std::string backend() const override { return "c10d"; }
   RendezvousResult next_rendezvous() override;
@@ -38,6 +41,7 @@ class DynamicHandler final : public detail::StoreHandler {
   void log_progress(std::int64_t round, const Deadline& deadline);
   [[noreturn]] void throw_timeout(std::int64_t round, bool late);
 
+  std::unique_ptr<detail::ArrivalStep> arrivals_;
   bool config_checked_ = false;
   Clock::time_point last_progress_{};
 };

@@ -39,7 +39,10 @@ EtcdHandler::EtcdHandler(const RendezvousConfig& config, const NodeSpec& self)
     : config_(config), self_(self), etcd_(open_etcd_store(config)) {
   StoreAccess access;
   access.client = etcd_;
-  inner_ = std::make_unique<DynamicHandler>(config_, self_, std::move(access));
+  // Arrivals are counted by create revision, not on a shared counter that
+  // every joiner would have to compare-and-swap (arrival_step.hpp).
+  auto arrivals = etcd_arrivals(std::static_pointer_cast<store::EtcdStore>(etcd_), self_.local_world_size);
+  inner_ = std::make_unique<DynamicHandler>(config_, self_, std::move(access), std::move(arrivals));
 }
 
 EtcdHandler::~EtcdHandler() {

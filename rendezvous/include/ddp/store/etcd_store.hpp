@@ -18,6 +18,10 @@
 //   append       /v3/kv/txn loop like add
 //   num_keys     /v3/kv/range over the whole prefix with count_only
 //   list         /v3/kv/range [prefix, prefix + 1); revision = header.revision
+//   create       /v3/kv/txn: compare version == 0, then put + count_only
+//                ranges (they see the put); range on failure
+//   count_at     one /v3/kv/txn of count_only ranges at a past revision
+//   keys_created /v3/kv/range keys_only with max_create_revision
 //   lease_grant  /v3/lease/grant (TTL in whole seconds, rounded up, at least 1)
 //   lease_keepalive  /v3/lease/keepalive; a missing TTL in the answer means the
 //                lease is gone: StoreError "lease N not found (expired or revoked)"
@@ -105,6 +109,33 @@ class EtcdStore final : public Store {
   std::unique_ptr<WatchHandle> watch(const std::string& prefix, Revision from_revision,
                                      WatchCallback on_event,
                                      WatchErrorCallback on_error = {}) override;
+
+  // Ordering by creation, for protocols where many writers must not contend on
+  // one key (the rendezvous arrival step, docs/rendezvous.md "etcd backend"):
+  // each writer creates its own key, and etcd's create revisions order them.
+  //
+  struct Counts {
+    std::vector<std::int64_t> counts;  // one per prefix, in order
+    Revision revision = 0;             // the revision all counts reflect
+  };
+  // Creates `key` unless it exists and, in the same txn, counts the keys under
+  // each of `count_prefixes` as of that write (the new key included): one
+  // request. Returns the key's create revision and those counts. When the key
+  // already existed (a request retried after a member failover), its first
+  // create revision is returned and the counts are count_at that revision.
+  Counts create(const std::string& key, std::string_view value, LeaseId lease = 0,
+                const std::vector<std::string>& count_prefixes = {});
+  // How many keys existed under each prefix at `revision` (0: now), all read in
+  // one txn. For keys that are never deleted that is "created at or before
+  // `revision`". (etcd 3.4's count_only ignores max_create_revision: its count
+  // is taken before that filter, so a past revision is the way to count.)
+  // Throws StoreError when etcd compacted that revision away.
+  Counts count_at(const std::vector<std::string>& prefixes, Revision revision);
+  // The keys (without the store prefix) under `prefix` created at or before
+  // `max_create_revision` (0: no bound), as of `at_revision` (0: now). One
+  // request whose answer grows with the number of keys.
+  std::vector<std::string> keys_created(const std::string& prefix, Revision max_create_revision,
+                                        Revision at_revision = 0);
 
   // Contacts etcd (one range request); throws like any request would. Lets a
   // caller fail fast on a bad endpoint instead of at its first real request.
