@@ -33,8 +33,9 @@ using Env = std::map<std::string, std::optional<std::string>>;
 // A ddp-rendezvousd on 127.0.0.1. `port` 0 picks a free one; `data_dir` makes
 // its state survive a restart on the same port.
 struct Daemon {
-  Daemon(const TempDir& dir, int port = 0, const std::string& data_dir = "", const std::string& name = "daemon")
-      : proc(argv(dir, port, data_dir, name), dir.path(), {}, name),
+  Daemon(const TempDir& dir, int fixed_port = 0, const std::string& data_dir = "",
+         const std::string& name = "daemon")
+      : proc(argv(dir, fixed_port, data_dir, name), dir.path(), {}, name),
         port(ddp::test::wait_for_port_file(dir / (name + ".port"))) {}
   static std::vector<std::string> argv(const TempDir& dir, int port, const std::string& data_dir,
                                        const std::string& name) {
