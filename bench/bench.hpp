@@ -3,8 +3,11 @@
 // DDP_BENCH_SUBCOMMAND(...) line; nothing else needs editing to add one.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace ddp::bench {
 
@@ -12,6 +15,15 @@ namespace ddp::bench {
 using SubcommandFn = std::function<int(int argc, char** argv)>;
 
 bool register_subcommand(const std::string& name, const std::string& summary, SubcommandFn fn);
+
+// Round-trip latencies of all client threads together, in microseconds.
+struct LatencySummary {
+  std::size_t count = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+};
+// Merges each thread's latencies (nanoseconds) and takes the percentiles.
+LatencySummary summarize_latencies(const std::vector<std::vector<std::int64_t>>& per_thread_ns);
 
 }  // namespace ddp::bench
 

@@ -1,4 +1,5 @@
 // ddp-bench: benchmarks that print figures (never asserts). Wiring only.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -21,6 +22,22 @@ std::map<std::string, Entry>& registry() {
 bool register_subcommand(const std::string& name, const std::string& summary, SubcommandFn fn) {
   registry()[name] = Entry{summary, std::move(fn)};
   return true;
+}
+
+LatencySummary summarize_latencies(const std::vector<std::vector<std::int64_t>>& per_thread_ns) {
+  std::vector<std::int64_t> all;
+  for (const auto& l : per_thread_ns) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  LatencySummary s;
+  s.count = all.size();
+  auto pct = [&](double p) {
+    if (all.empty()) return 0.0;
+    const auto idx = std::min(all.size() - 1, static_cast<std::size_t>(p * static_cast<double>(all.size())));
+    return static_cast<double>(all[idx]) / 1000.0;
+  };
+  s.p50_us = pct(0.50);
+  s.p99_us = pct(0.99);
+  return s;
 }
 
 }  // namespace ddp::bench

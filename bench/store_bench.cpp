@@ -193,18 +193,10 @@ int run_ops(const Options& o, const store::TcpStoreOptions& base) {
   for (auto& t : threads) t.join();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
-  std::vector<std::int64_t> all;
-  for (auto& l : lats) all.insert(all.end(), l.begin(), l.end());
-  std::sort(all.begin(), all.end());
-  auto pct = [&](double p) {
-    if (all.empty()) return 0.0;
-    const auto idx = std::min(all.size() - 1, static_cast<std::size_t>(p * static_cast<double>(all.size())));
-    return static_cast<double>(all[idx]) / 1000.0;
-  };
-  const auto total = static_cast<double>(all.size());
+  const auto lat = summarize_latencies(lats);
   std::printf("store op=%s clients=%d ops=%zu value_size=%zu seconds=%.3f ops_per_s=%.0f p50_us=%.1f p99_us=%.1f\n",
-              o.op.c_str(), o.clients, all.size(), o.value_size, seconds, total / seconds, pct(0.50),
-              pct(0.99));
+              o.op.c_str(), o.clients, lat.count, o.value_size, seconds, static_cast<double>(lat.count) / seconds,
+              lat.p50_us, lat.p99_us);
   return 0;
 }
 

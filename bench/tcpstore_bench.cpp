@@ -34,6 +34,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench.hpp"
+
 #include "ddp/common/error.hpp"
 
 namespace ddp::bench {
@@ -244,18 +246,11 @@ void run_tcpstore(const TcpstoreRun& run) {
     if (e) std::rethrow_exception(e);
   }
 
-  std::vector<std::int64_t> all;
-  for (auto& l : lats) all.insert(all.end(), l.begin(), l.end());
-  std::sort(all.begin(), all.end());
-  auto pct = [&](double p) {
-    if (all.empty()) return 0.0;
-    const auto idx = std::min(all.size() - 1, static_cast<std::size_t>(p * static_cast<double>(all.size())));
-    return static_cast<double>(all[idx]) / 1000.0;
-  };
+  const auto lat = summarize_latencies(lats);
   std::printf("store protocol=tcpstore op=%s clients=%d ops=%zu value_size=%zu seconds=%.3f ops_per_s=%.0f "
               "p50_us=%.1f p99_us=%.1f\n",
-              run.op.c_str(), run.clients, all.size(), run.value_size, seconds,
-              static_cast<double>(all.size()) / seconds, pct(0.50), pct(0.99));
+              run.op.c_str(), run.clients, lat.count, run.value_size, seconds,
+              static_cast<double>(lat.count) / seconds, lat.p50_us, lat.p99_us);
   std::fflush(stdout);
 }
 
