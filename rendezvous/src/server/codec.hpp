@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "ddp/store/protocol.hpp"
+#include "ddp/store/store_server.hpp"
 
 namespace ddp::store::server {
 
@@ -37,6 +38,8 @@ class Codec {
 // starts that way (the session then closes the connection). PyTorch's TCPStore
 // protocol has no way to present a token, so `allow_torch` is false on a server
 // that requires one.
-std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits, bool allow_torch);
+// `legacy` says how to read a TCPStore client that opens without VALIDATE.
+std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits, bool allow_torch,
+                                  TorchLegacyProtocol legacy = TorchLegacyProtocol::kTorch1);
 
 }  // namespace ddp::store::server

@@ -97,7 +97,7 @@ void Dispatcher::on_request(const std::shared_ptr<Session>& s, Request&& req) {
   } catch (const std::exception& e) {
     // A failed log write (disk full) or a bug: this request fails, the server goes on.
     ddp::log::get("store.server")
-        ->error("request failed op={} peer={} error=\"{}\"", op_name(req.op), s->peer(), e.what());
+        ->error("request failed op={} peer={} error=\"{}\"", server_op_name(req.op), s->peer(), e.what());
     s->send(reply(req.id, Status::kInternal, e.what()));
   }
 }
@@ -117,9 +117,12 @@ void Dispatcher::dispatch(const std::shared_ptr<Session>& s, Request& req) {
     case Op::kWait: return handle_blocking(s, req);
     case Op::kWatch: return handle_watch(s, req);
     case Op::kCancel: return handle_cancel(s, req);
-    default: break;
+    default:
+      if (is_queue_op(req.op)) return handle_queue(s, req);
+      break;
   }
   auto resp = core_.execute(req, Clock::now());
+  if (req.op == Op::kCheck && resp.num == 0 && !queues_.empty()) resp.num = still_missing(req).empty() ? 1 : 0;
   if (req.op == Op::kLeaseGrant && resp.status == Status::kOk && (req.a & kLeaseBindToConnection) != 0) {
     bound_leases_[s.get()].push_back(resp.num);
   }
@@ -185,6 +188,9 @@ bool Dispatcher::refuse_pending(const std::shared_ptr<Session>& s, const Request
 void Dispatcher::handle_blocking(const std::shared_ptr<Session>& s, Request& req) {
   const auto now = Clock::now();
   auto resp = core_.execute(req, now);
+  if (resp.status == Status::kNotFound && req.op == Op::kWait && !queues_.empty() && still_missing(req).empty()) {
+    resp = reply(req.id, Status::kOk);
+  }
   if (resp.status != Status::kNotFound) return s->send(resp);
   if (req.b == 0) {
     resp.status = Status::kTimeout;
@@ -194,7 +200,7 @@ void Dispatcher::handle_blocking(const std::shared_ptr<Session>& s, Request& req
   if (refuse_pending(s, req)) return;
   const auto deadline = (req.b < 0 || req.b > kMaxTimeoutMs) ? Clock::time_point::max() : now + Millis(req.b);
   const WaiterId id = next_handle_++;
-  waiters_.add(id, core_.missing(req.keys), deadline);
+  waiters_.add(id, still_missing(req), deadline);
   s->pending()[req.id] = {Pending::Kind::kWaiter, id};
   waiter_info_[id] = {s, std::move(req), deadline};
 }
@@ -203,8 +209,11 @@ void Dispatcher::release_waiter(WaiterId id) {
   auto it = waiter_info_.find(id);
   if (it == waiter_info_.end()) return;
   auto resp = core_.execute(it->second.req, Clock::now());
+  if (resp.status == Status::kNotFound && it->second.req.op == Op::kWait && still_missing(it->second.req).empty()) {
+    resp = reply(it->second.req.id, Status::kOk);  // a queue it waits on is not empty
+  }
   if (resp.status == Status::kNotFound) {  // deleted again before we got here: keep waiting
-    waiters_.add(id, core_.missing(it->second.req.keys), it->second.deadline);
+    waiters_.add(id, still_missing(it->second.req), it->second.deadline);
     return;
   }
   auto info = std::move(it->second);

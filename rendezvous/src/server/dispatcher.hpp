@@ -22,6 +22,7 @@
 #include "request_metrics.hpp"
 #include "session.hpp"
 #include "store_core.hpp"
+#include "torch_queues.hpp"
 #include "waiter_table.hpp"
 #include "watch_hub.hpp"
 
@@ -64,6 +65,10 @@ class Dispatcher final : public SessionHost {
   void handle_blocking(const std::shared_ptr<Session>& s, Request& req);
   void handle_watch(const std::shared_ptr<Session>& s, const Request& req);
   void handle_cancel(const std::shared_ptr<Session>& s, const Request& req);
+  // TCPStore queue ops (dispatcher_queues.cpp).
+  void handle_queue(const std::shared_ptr<Session>& s, Request& req);
+  // Keys a get/wait/check still lacks; a non-empty queue counts as present for wait/check.
+  std::vector<std::string> still_missing(const Request& req) const;
   // Refuses a new pending request (duplicate id, per-connection limit).
   bool refuse_pending(const std::shared_ptr<Session>& s, const Request& req);
   void send_events(Session& s, std::uint32_t id, const std::vector<WatchEvent>& events);
@@ -80,6 +85,7 @@ class Dispatcher final : public SessionHost {
   StoreCore core_;
   WaiterTable waiters_;
   WatchHub hub_;
+  TorchQueues queues_;
   std::unique_ptr<Persistence> persistence_;
   std::unordered_map<WaiterId, WaiterInfo> waiter_info_;
   std::unordered_map<WatchId, WatchInfo> watch_info_;

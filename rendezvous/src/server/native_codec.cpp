@@ -7,13 +7,15 @@
 
 namespace ddp::store::server {
 
-std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits, bool allow_torch) {
+std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits, bool allow_torch,
+                                  TorchLegacyProtocol legacy) {
   if (first_byte == static_cast<unsigned char>(kPreamble[0])) return std::make_unique<NativeCodec>(limits);
   // PyTorch TCPStore clients start with a query type byte (torch 1.x: 0..8,
   // torch 2.x: VALIDATE = 0); TorchCodec tells the two dialects apart.
   if (allow_torch && torch::sniff(std::string_view(reinterpret_cast<const char*>(&first_byte), 1)) !=
                          torch::Dialect::kUnknown) {
-    return std::make_unique<TorchCodec>(limits);
+    return std::make_unique<TorchCodec>(
+        limits, legacy == TorchLegacyProtocol::kTorch20 ? torch::Dialect::kTorchV2Early : torch::Dialect::kTorchV1);
   }
   return nullptr;
 }

@@ -92,7 +92,8 @@ void Session::on_readable() {
 bool Session::feed(std::string_view bytes) {
   auto log = ddp::log::get("store.server");
   if (!codec_) {
-    codec_ = make_codec(static_cast<unsigned char>(bytes[0]), options_.limits, options_.allow_torch);
+    codec_ = make_codec(static_cast<unsigned char>(bytes[0]), options_.limits, options_.allow_torch,
+                        options_.torch_legacy_protocol);
     if (!codec_) {
       const bool torch_refused = !options_.allow_torch &&
                                  static_cast<unsigned char>(bytes[0]) < 0x0E;

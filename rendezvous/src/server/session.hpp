@@ -39,6 +39,7 @@ struct SessionOptions {
   std::chrono::milliseconds idle_frame_timeout{30000};
   std::size_t max_queued_bytes = 0;
   bool allow_torch = true;  // false when the server requires a token
+  TorchLegacyProtocol torch_legacy_protocol = TorchLegacyProtocol::kTorch1;
 };
 
 // A blocked get/wait or a watch of this session, by request id.

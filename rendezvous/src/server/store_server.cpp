@@ -39,6 +39,7 @@ class StoreServer::Impl {
     session_options_.limits = options_.limits;
     session_options_.idle_frame_timeout = options_.idle_frame_timeout;
     session_options_.allow_torch = options_.token.empty();
+    session_options_.torch_legacy_protocol = options_.torch_legacy_protocol;
     session_options_.max_queued_bytes = options_.max_queued_bytes_per_connection != 0
                                             ? options_.max_queued_bytes_per_connection
                                             : std::size_t{options_.limits.max_frame_bytes} + (8u << 20);

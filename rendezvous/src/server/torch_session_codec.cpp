@@ -2,12 +2,14 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "torch_queues.hpp"
 
 namespace ddp::store::server {
 
 using torch::TorchOp;
 
-TorchCodec::TorchCodec(const Limits& limits) : limits_(limits) {}
+TorchCodec::TorchCodec(const Limits& limits, torch::Dialect unvalidated)
+    : limits_(limits), unvalidated_(unvalidated) {}
 
 const char* TorchCodec::name() const { return torch::dialect_name(dialect_); }
 
@@ -24,6 +26,7 @@ void TorchCodec::feed(std::string_view bytes, const std::function<bool(Request&&
     if (dialect_ != torch::Dialect::kTorchV1 && dialect_ != torch::Dialect::kTorchV2) {
       throw ProtocolError("first bytes are not a PyTorch TCPStore protocol this server speaks");
     }
+    if (dialect_ == torch::Dialect::kTorchV1) dialect_ = unvalidated_;
     torch::TorchLimits tl;
     tl.max_key_bytes = limits_.max_key_bytes;
     tl.max_value_bytes = limits_.max_value_bytes;
@@ -35,12 +38,9 @@ void TorchCodec::feed(std::string_view bytes, const std::function<bool(Request&&
   parser_->feed(bytes);
   head_.clear();
   while (true) {
-    std::optional<torch::TorchCommand> cmd;
-    try {
-      cmd = parser_->next();
-    } catch (const ProtocolError& e) {
-      throw ProtocolError(std::string(torch::dialect_name(dialect_)) + ": " + e.what());
-    }
+    // A ProtocolError (unknown op byte, size over a limit) goes to the session,
+    // which logs it with the peer and the dialect and closes this connection.
+    auto cmd = parser_->next();
     if (!cmd) return;
     ++decoded_;
     if (!translate(std::move(*cmd), on_request)) return;
@@ -104,6 +104,20 @@ bool TorchCodec::translate(torch::TorchCommand&& cmd, const std::function<bool(R
       req.a = last_wait_.value_or(0);
       last_wait_.reset();
       break;
+    case TorchOp::kQueuePush:
+      req.op = kOpQueuePush;
+      break;
+    case TorchOp::kQueuePop:
+      // A blocking pop is the client's WAIT on the queue's name, then this.
+      req.op = kOpQueuePop;
+      break;
+    case TorchOp::kQueueLen:
+      req.op = kOpQueueLen;
+      break;
+    case TorchOp::kList:
+      req.op = Op::kList;
+      cmd.keys.assign(1, std::string());  // every key; the client strips its prefix
+      break;
     case TorchOp::kWatchKey:
       throw ProtocolError("WATCH_KEY (torch 1.x key callbacks) is not supported");
   }
@@ -131,6 +145,7 @@ void TorchCodec::encode(const Response& resp, std::string& out) {
     case TorchOp::kAppend:
     case TorchOp::kMultiSet:
     case TorchOp::kValidate:
+    case TorchOp::kQueuePush:
       return;  // torch expects no reply
     case TorchOp::kPing:
       torch::put_u32(out, expect.word);
@@ -142,7 +157,18 @@ void TorchCodec::encode(const Response& resp, std::string& out) {
     case TorchOp::kAdd:
     case TorchOp::kNumKeys:
     case TorchOp::kDelete:
+    case TorchOp::kQueueLen:
       torch::put_i64(out, resp.num);
+      return;
+    case TorchOp::kQueuePop:
+      // The length before the pop, then the value when there was one; a client
+      // that finds 0 reports an empty queue.
+      torch::put_i64(out, resp.num);
+      if (resp.num > 0 && !resp.items.empty()) torch::put_bytes(out, resp.items[0].value);
+      return;
+    case TorchOp::kList:
+      torch::put_i64(out, static_cast<std::int64_t>(resp.items.size()));
+      for (const auto& item : resp.items) torch::put_bytes(out, item.key);
       return;
     case TorchOp::kCheck:
       torch::put_u8(out, resp.num == 1 ? torch::kCheckReady : torch::kCheckNotReady);

@@ -19,7 +19,9 @@ namespace ddp::store::server {
 
 class TorchCodec final : public Codec {
  public:
-  explicit TorchCodec(const Limits& limits);
+  // `unvalidated`: the dialect of a client that opens without VALIDATE
+  // (kTorchV1 or kTorchV2Early, per the server's configuration).
+  TorchCodec(const Limits& limits, torch::Dialect unvalidated);
 
   void feed(std::string_view bytes, const std::function<bool(Request&&)>& on_request) override;
   bool mid_frame() const override;
@@ -37,6 +39,7 @@ class TorchCodec final : public Codec {
   bool translate(torch::TorchCommand&& cmd, const std::function<bool(Request&&)>& on_request);
 
   Limits limits_;
+  torch::Dialect unvalidated_;
   torch::Dialect dialect_ = torch::Dialect::kNeedMore;
   std::string head_;  // first bytes, until the dialect is known
   std::optional<torch::TorchParser> parser_;

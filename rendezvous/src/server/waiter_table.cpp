@@ -46,6 +46,26 @@ std::vector<WaiterId> WaiterTable::on_put(const std::string& key) {
   return ready;
 }
 
+std::optional<WaiterId> WaiterTable::on_push(const std::string& key) {
+  auto bk = by_key_.find(key);
+  if (bk == by_key_.end()) return std::nullopt;
+  std::vector<WaiterId> ids(bk->second.begin(), bk->second.end());
+  std::sort(ids.begin(), ids.end());
+  for (auto id : ids) {
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) continue;
+    it->second.missing.erase(key);
+    bk->second.erase(id);
+    if (it->second.missing.empty()) {
+      if (bk->second.empty()) by_key_.erase(bk);
+      erase(it);
+      return id;
+    }
+  }
+  if (bk->second.empty()) by_key_.erase(bk);
+  return std::nullopt;
+}
+
 bool WaiterTable::remove(WaiterId id) {
   auto it = waiters_.find(id);
   if (it == waiters_.end()) return false;

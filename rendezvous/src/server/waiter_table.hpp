@@ -28,6 +28,10 @@ class WaiterTable {
   // A key was put: returns the waiters (ascending id) that now have every key
   // they needed; they are removed from the table.
   std::vector<WaiterId> on_put(const std::string& key);
+  // A value was pushed on the queue `key`: at most one waiter is released, the
+  // oldest (lowest id) that needs nothing else. As in torch's server, the
+  // waiters passed over on the way count `key` as arrived.
+  std::optional<WaiterId> on_push(const std::string& key);
   // Cancel/disconnect. Returns false if unknown (already released or expired).
   bool remove(WaiterId id);
   // Removes and returns the waiters whose deadline is <= now, earliest first.

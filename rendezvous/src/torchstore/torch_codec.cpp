@@ -1,6 +1,9 @@
 #include "torch_codec.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstring>
 
 #include "ddp/common/error.hpp"
 #include "ddp/store/protocol.hpp"
@@ -12,55 +15,55 @@ namespace {
 constexpr std::array<TorchOp, 9> kV1Ops = {
     TorchOp::kSet,   TorchOp::kCompareSet, TorchOp::kGet,      TorchOp::kAdd,   TorchOp::kCheck,
     TorchOp::kWait,  TorchOp::kNumKeys,    TorchOp::kWatchKey, TorchOp::kDelete};
-constexpr std::array<TorchOp, 14> kV2Ops = {
-    TorchOp::kValidate, TorchOp::kSet,     TorchOp::kCompareSet, TorchOp::kGet,
-    TorchOp::kAdd,      TorchOp::kCheck,   TorchOp::kWait,       TorchOp::kNumKeys,
-    TorchOp::kDelete,   TorchOp::kAppend,  TorchOp::kMultiGet,   TorchOp::kMultiSet,
-    TorchOp::kCancelWait, TorchOp::kPing};
+constexpr std::array<TorchOp, 12> kV2EarlyOps = {
+    TorchOp::kSet,     TorchOp::kCompareSet, TorchOp::kGet,      TorchOp::kAdd,
+    TorchOp::kCheck,   TorchOp::kWait,       TorchOp::kNumKeys,  TorchOp::kDelete,
+    TorchOp::kAppend,  TorchOp::kMultiGet,   TorchOp::kMultiSet, TorchOp::kCancelWait};
+constexpr std::array<TorchOp, 18> kV2Ops = {
+    TorchOp::kValidate,  TorchOp::kSet,       TorchOp::kCompareSet, TorchOp::kGet,
+    TorchOp::kAdd,       TorchOp::kCheck,     TorchOp::kWait,       TorchOp::kNumKeys,
+    TorchOp::kDelete,    TorchOp::kAppend,    TorchOp::kMultiGet,   TorchOp::kMultiSet,
+    TorchOp::kCancelWait, TorchOp::kPing,     TorchOp::kQueuePush,  TorchOp::kQueuePop,
+    TorchOp::kQueueLen,  TorchOp::kList};
 
-// Signals "the command is not complete yet" inside the parser.
-struct NeedMore {};
-
-class Cursor {
- public:
-  Cursor(const std::string& buf, std::size_t pos) : buf_(buf), pos_(pos) {}
-  std::size_t pos() const { return pos_; }
-
-  template <typename T>
-  T value() {
-    if (buf_.size() - pos_ < sizeof(T)) throw NeedMore{};
-    std::uint64_t u = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i)
-      u |= static_cast<std::uint64_t>(static_cast<unsigned char>(buf_[pos_ + i])) << (8 * i);
-    pos_ += sizeof(T);
-    return static_cast<T>(u);
-  }
-
-  std::string bytes(std::uint64_t max, const char* what) {
-    const auto len = value<std::uint64_t>();
-    if (len > max) {
-      throw ProtocolError(std::string(what) + " of " + std::to_string(len) +
-                          " bytes exceeds the limit of " + std::to_string(max));
-    }
-    if (buf_.size() - pos_ < len) throw NeedMore{};
-    std::string s = buf_.substr(pos_, len);
-    pos_ += len;
-    return s;
-  }
-
-  std::uint64_t count(std::uint64_t max) {
-    const auto n = value<std::uint64_t>();
-    if (n > max) {
-      throw ProtocolError("key count " + std::to_string(n) + " exceeds the limit of " +
-                          std::to_string(max));
-    }
-    return n;
-  }
-
- private:
-  const std::string& buf_;
-  std::size_t pos_;
+// The fields of a request, in wire order: `fixed` first; when it ends with a
+// count, `group` then repeats that many times.
+enum class F : std::uint8_t { kU32, kI64, kKey, kValue, kCount };
+struct Layout {
+  std::array<F, 3> fixed{};
+  std::size_t nfixed = 0;
+  std::array<F, 2> group{};
+  std::size_t ngroup = 0;
 };
+
+Layout layout_of(TorchOp op) {
+  switch (op) {
+    case TorchOp::kValidate:
+    case TorchOp::kPing: return {{F::kU32}, 1, {}, 0};
+    case TorchOp::kSet:
+    case TorchOp::kAppend:
+    case TorchOp::kQueuePush: return {{F::kKey, F::kValue}, 2, {}, 0};
+    case TorchOp::kCompareSet: return {{F::kKey, F::kValue, F::kValue}, 3, {}, 0};
+    case TorchOp::kGet:
+    case TorchOp::kDelete:
+    case TorchOp::kWatchKey:
+    case TorchOp::kQueuePop:
+    case TorchOp::kQueueLen: return {{F::kKey}, 1, {}, 0};
+    case TorchOp::kAdd: return {{F::kKey, F::kI64}, 2, {}, 0};
+    case TorchOp::kCheck:
+    case TorchOp::kWait:
+    case TorchOp::kMultiGet: return {{F::kCount}, 1, {F::kKey}, 1};
+    case TorchOp::kMultiSet: return {{F::kCount}, 1, {F::kKey, F::kValue}, 2};
+    case TorchOp::kNumKeys:
+    case TorchOp::kCancelWait:
+    case TorchOp::kList: return {};
+  }
+  return {};
+}
+
+// A string body is allocated as it arrives, never all at once from the length
+// prefix: a client announcing 64 MiB and sending nothing costs no memory.
+constexpr std::size_t kBodyReserveBytes = 64 * 1024;
 
 }  // namespace
 
@@ -73,8 +76,9 @@ Dialect sniff(std::string_view b) {
     return n == sizeof(kPreamble) ? Dialect::kNative : Dialect::kNeedMore;
   }
   if (first == 0) {
-    // torch 2.x: VALIDATE(0) + magic CE F7 85 3C. torch 1.x: SET(0) + u64 key length,
-    // whose low bytes would have to spell the magic: a 1 GB key, never sent.
+    // torch 2.x: VALIDATE(0) + magic CE F7 85 3C. torch 1.x / early 2.x: SET(0) +
+    // u64 key length, whose low bytes would have to spell the magic: a 1 GB key,
+    // never sent.
     static constexpr unsigned char kMagic[4] = {0xCE, 0xF7, 0x85, 0x3C};
     for (std::size_t i = 1; i < 5; ++i) {
       if (i >= b.size()) return Dialect::kNeedMore;
@@ -82,7 +86,8 @@ Dialect sniff(std::string_view b) {
     }
     return Dialect::kTorchV2;
   }
-  if (first < kV1Ops.size()) return Dialect::kTorchV1;
+  // Without VALIDATE: torch 1.x or early 2.x; the server's configuration says which.
+  if (first < kV2EarlyOps.size()) return Dialect::kTorchV1;
   return Dialect::kUnknown;
 }
 
@@ -92,6 +97,7 @@ const char* dialect_name(Dialect d) {
     case Dialect::kNative: return "ddp";
     case Dialect::kTorchV1: return "torch-tcpstore-v1";
     case Dialect::kTorchV2: return "torch-tcpstore-v2";
+    case Dialect::kTorchV2Early: return "torch-tcpstore-v2-early";
     case Dialect::kUnknown: return "unknown";
   }
   return "unknown";
@@ -114,94 +120,201 @@ const char* torch_op_name(TorchOp op) {
     case TorchOp::kMultiSet: return "MULTI_SET";
     case TorchOp::kCancelWait: return "CANCEL_WAIT";
     case TorchOp::kPing: return "PING";
+    case TorchOp::kQueuePush: return "QUEUE_PUSH";
+    case TorchOp::kQueuePop: return "QUEUE_POP";
+    case TorchOp::kQueueLen: return "QUEUE_LEN";
+    case TorchOp::kList: return "LIST";
   }
   return "UNKNOWN";
 }
 
+std::optional<TorchOp> op_of(Dialect dialect, std::uint8_t type) {
+  switch (dialect) {
+    case Dialect::kTorchV1:
+      if (type < kV1Ops.size()) return kV1Ops[type];
+      return std::nullopt;
+    case Dialect::kTorchV2Early:
+      if (type < kV2EarlyOps.size()) return kV2EarlyOps[type];
+      return std::nullopt;
+    case Dialect::kTorchV2:
+      if (type < kV2Ops.size()) return kV2Ops[type];
+      return std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
 TorchParser::TorchParser(Dialect dialect, TorchLimits limits) : dialect_(dialect), limits_(limits) {
-  DDP_CHECK(dialect == Dialect::kTorchV1 || dialect == Dialect::kTorchV2, "not a torch dialect");
+  DDP_CHECK(dialect == Dialect::kTorchV1 || dialect == Dialect::kTorchV2 || dialect == Dialect::kTorchV2Early,
+            "not a torch dialect");
 }
 
 std::optional<std::uint8_t> TorchParser::pending_type() const {
-  if (pos_ >= buffer_.size()) return std::nullopt;
-  return static_cast<std::uint8_t>(buffer_[pos_]);
+  if (!active_) return std::nullopt;
+  return type_;
+}
+
+void TorchParser::begin(std::uint8_t type) {
+  const auto op = op_of(dialect_, type);
+  if (!op) {
+    char hex[8];
+    std::snprintf(hex, sizeof(hex), "0x%02x", type);
+    throw ProtocolError(std::string("unknown query type ") + std::to_string(type) + " (" + hex + ") for " +
+                        dialect_name(dialect_));
+  }
+  active_ = true;
+  type_ = type;
+  cmd_ = TorchCommand{};
+  cmd_.op = *op;
+  field_ = 0;
+  repeat_left_ = 0;
+  group_field_ = 0;
+  in_command_ = 1;
+  if (layout_of(cmd_.op).nfixed == 0) finish();
+}
+
+int TorchParser::current(std::uint8_t& kind) const {
+  const auto l = layout_of(cmd_.op);
+  if (field_ < l.nfixed) {
+    kind = static_cast<std::uint8_t>(l.fixed[field_]);
+    return 0;
+  }
+  if (repeat_left_ > 0) {
+    kind = static_cast<std::uint8_t>(l.group[group_field_]);
+    return 1;
+  }
+  return -1;
+}
+
+void TorchParser::advance() {
+  std::uint8_t kind = 0;
+  const int where = current(kind);
+  if (where == 0) {
+    ++field_;
+  } else if (where == 1) {
+    if (++group_field_ == layout_of(cmd_.op).ngroup) {
+      group_field_ = 0;
+      --repeat_left_;
+    }
+  }
+  if (current(kind) < 0) finish();
+}
+
+void TorchParser::finish() {
+  ready_.push_back(std::move(cmd_));
+  cmd_ = TorchCommand{};
+  active_ = false;
+  in_command_ = 0;
+}
+
+void TorchParser::integer(std::uint64_t v) {
+  std::uint8_t kind = 0;
+  current(kind);
+  switch (static_cast<F>(kind)) {
+    case F::kU32:
+      cmd_.word = static_cast<std::uint32_t>(v);
+      if (cmd_.op == TorchOp::kValidate && cmd_.word != kValidationMagic) {
+        throw ProtocolError("wrong VALIDATE magic");
+      }
+      break;
+    case F::kI64: cmd_.delta = static_cast<std::int64_t>(v); break;
+    case F::kCount: {
+      if (v > limits_.max_keys_per_request) {
+        throw ProtocolError("key count " + std::to_string(v) + " exceeds the limit of " +
+                            std::to_string(limits_.max_keys_per_request));
+      }
+      cmd_.keys.reserve(std::min<std::uint64_t>(v, 1024));
+      ++field_;  // the count is the last fixed field
+      repeat_left_ = v;
+      group_field_ = 0;
+      std::uint8_t next = 0;
+      if (current(next) < 0) finish();
+      return;
+    }
+    case F::kKey:
+    case F::kValue: break;  // string_length()'s
+  }
+  advance();
+}
+
+void TorchParser::string_length(std::uint64_t len) {
+  std::uint8_t kind = 0;
+  current(kind);
+  const bool key = static_cast<F>(kind) == F::kKey;
+  const auto max = key ? limits_.max_key_bytes : limits_.max_value_bytes;
+  if (len > max) {
+    throw ProtocolError(std::string(key ? "key" : "value") + " of " + std::to_string(len) +
+                        " bytes exceeds the limit of " + std::to_string(max) + " in " + torch_op_name(cmd_.op));
+  }
+  auto& list = key ? cmd_.keys : cmd_.values;
+  list.emplace_back();
+  if (len == 0) return advance();
+  body_ = &list.back();
+  body_->reserve(static_cast<std::size_t>(std::min<std::uint64_t>(len, kBodyReserveBytes)));
+  body_left_ = len;
+  in_body_ = true;
+}
+
+void TorchParser::count(std::size_t n) {
+  in_command_ += n;
+  if (in_command_ > limits_.max_command_bytes) {
+    throw ProtocolError(std::string(torch_op_name(cmd_.op)) + " command exceeds " +
+                        std::to_string(limits_.max_command_bytes) + " bytes");
+  }
+}
+
+void TorchParser::feed(std::string_view data) {
+  if (error_) return;  // the connection is being closed; nothing after the error counts
+  std::size_t i = 0;
+  try {
+    while (i < data.size()) {
+      if (!active_) {
+        begin(static_cast<std::uint8_t>(data[i++]));
+        continue;
+      }
+      if (in_body_) {
+        const auto took = static_cast<std::size_t>(std::min<std::uint64_t>(body_left_, data.size() - i));
+        body_->append(data.data() + i, took);
+        i += took;
+        count(took);
+        body_left_ -= took;
+        if (body_left_ == 0) {
+          in_body_ = false;
+          body_ = nullptr;
+          advance();
+        }
+        continue;
+      }
+      // An integer, a count or a string's length prefix.
+      std::uint8_t kind = 0;
+      current(kind);
+      const auto f = static_cast<F>(kind);
+      const std::size_t width = f == F::kU32 ? 4 : 8;
+      const auto took = std::min(width - scratch_len_, data.size() - i);
+      std::memcpy(scratch_ + scratch_len_, data.data() + i, took);
+      scratch_len_ += took;
+      i += took;
+      count(took);
+      if (scratch_len_ < width) continue;
+      std::uint64_t v = 0;
+      for (std::size_t b = 0; b < width; ++b) v |= static_cast<std::uint64_t>(scratch_[b]) << (8 * b);
+      scratch_len_ = 0;
+      if (f == F::kKey || f == F::kValue) {
+        string_length(v);
+      } else {
+        integer(v);
+      }
+    }
+  } catch (const ProtocolError& e) {
+    error_ = e.what();
+  }
 }
 
 std::optional<TorchCommand> TorchParser::next() {
-  if (pos_ >= buffer_.size()) return std::nullopt;
-  const auto type = static_cast<std::uint8_t>(buffer_[pos_]);
-  TorchCommand cmd;
-  if (dialect_ == Dialect::kTorchV1) {
-    if (type >= kV1Ops.size())
-      throw ProtocolError("unknown torch 1.x query type " + std::to_string(type));
-    cmd.op = kV1Ops[type];
-  } else {
-    if (type >= kV2Ops.size())
-      throw ProtocolError("unknown torch 2.x query type " + std::to_string(type));
-    cmd.op = kV2Ops[type];
-  }
-  Cursor c(buffer_, pos_ + 1);
-  try {
-    switch (cmd.op) {
-      case TorchOp::kValidate:
-        cmd.word = c.value<std::uint32_t>();
-        if (cmd.word != kValidationMagic) throw ProtocolError("wrong VALIDATE magic");
-        break;
-      case TorchOp::kPing:
-        cmd.word = c.value<std::uint32_t>();
-        break;
-      case TorchOp::kSet:
-      case TorchOp::kAppend:
-        cmd.keys.push_back(c.bytes(limits_.max_key_bytes, "key"));
-        cmd.values.push_back(c.bytes(limits_.max_value_bytes, "value"));
-        break;
-      case TorchOp::kCompareSet:
-        cmd.keys.push_back(c.bytes(limits_.max_key_bytes, "key"));
-        cmd.values.push_back(c.bytes(limits_.max_value_bytes, "expected value"));
-        cmd.values.push_back(c.bytes(limits_.max_value_bytes, "desired value"));
-        break;
-      case TorchOp::kGet:
-      case TorchOp::kDelete:
-      case TorchOp::kWatchKey:
-        cmd.keys.push_back(c.bytes(limits_.max_key_bytes, "key"));
-        break;
-      case TorchOp::kAdd:
-        cmd.keys.push_back(c.bytes(limits_.max_key_bytes, "key"));
-        cmd.delta = c.value<std::int64_t>();
-        break;
-      case TorchOp::kCheck:
-      case TorchOp::kWait:
-      case TorchOp::kMultiGet: {
-        const auto n = c.count(limits_.max_keys_per_request);
-        for (std::uint64_t i = 0; i < n; ++i) cmd.keys.push_back(c.bytes(limits_.max_key_bytes, "key"));
-        break;
-      }
-      case TorchOp::kMultiSet: {
-        const auto n = c.count(limits_.max_keys_per_request);
-        for (std::uint64_t i = 0; i < n; ++i) {
-          cmd.keys.push_back(c.bytes(limits_.max_key_bytes, "key"));
-          cmd.values.push_back(c.bytes(limits_.max_value_bytes, "value"));
-        }
-        break;
-      }
-      case TorchOp::kNumKeys:
-      case TorchOp::kCancelWait:
-        break;
-    }
-  } catch (const NeedMore&) {
-    if (buffered() > limits_.max_command_bytes) {
-      throw ProtocolError(std::string("incomplete ") + torch_op_name(cmd.op) + " command exceeds " +
-                          std::to_string(limits_.max_command_bytes) + " bytes");
-    }
-    return std::nullopt;
-  }
-  pos_ = c.pos();
-  // Drop consumed bytes once they dominate the buffer, keeping appends cheap.
-  if (pos_ > 4096 && pos_ * 2 > buffer_.size()) {
-    buffer_.erase(0, pos_);
-    pos_ = 0;
-  }
-  return cmd;
+  if (ready_pos_ < ready_.size()) return std::move(ready_[ready_pos_++]);
+  ready_.clear();
+  ready_pos_ = 0;
+  if (error_) throw ProtocolError(*error_);
+  return std::nullopt;
 }
 
 void put_bytes(std::string& out, std::string_view value) {

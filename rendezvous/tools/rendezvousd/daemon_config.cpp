@@ -62,6 +62,8 @@ DaemonConfig::DaemonConfig() {
       {"data_dir", "keep a snapshot and log here; restarts keep every key", ""},
       {"max_connections", "refuse connections beyond this many", "65536"},
       {"idle_frame_timeout_ms", "close clients that send no HELLO, or stall mid-frame, this long", "30000"},
+      {"torch_legacy_protocol",
+       "TCPStore clients that open without VALIDATE are torch '1' (1.x) or torch '2.0' (2.0-2.1)", "1"},
       {"log_level", "trace, debug, info, warn, error or off", "info"},
       {"metrics_port", "serve /metrics and /healthz on this port; 0 picks one; unset: off", ""},
       {"metrics_port_file", "write the bound metrics port here once listening", ""},
@@ -152,6 +154,15 @@ DaemonSettings DaemonConfig::to_settings() const {
   out.server.max_connections = static_cast<std::uint32_t>(to_int(get("max_connections"), 1, 1 << 24));
   out.server.idle_frame_timeout =
       std::chrono::milliseconds(to_int(get("idle_frame_timeout_ms"), 1, std::int64_t{24} * 3600 * 1000));
+  const auto& legacy = get("torch_legacy_protocol");
+  if (legacy.value == "1") {
+    out.server.torch_legacy_protocol = store::TorchLegacyProtocol::kTorch1;
+  } else if (legacy.value == "2.0") {
+    out.server.torch_legacy_protocol = store::TorchLegacyProtocol::kTorch20;
+  } else {
+    throw ConfigError(where(legacy) + ": '" + legacy.value +
+                      "' is not a TCPStore generation; use 1 (torch 1.x) or 2.0 (torch 2.0-2.1)");
+  }
   out.log_level = get("log_level").value;
   if (!get("metrics_port").value.empty()) out.metrics_port = static_cast<int>(to_int(get("metrics_port"), 0, 65535));
   out.metrics_port_file = get("metrics_port_file").value;

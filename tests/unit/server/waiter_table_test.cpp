@@ -52,3 +52,25 @@ TEST_CASE("a removed waiter is neither released nor expired") {
   CHECK(t.take_expired(t0 + Millis(20)).empty());
   CHECK(t.size() == 0);
 }
+
+TEST_CASE("a queue push releases one waiter, the oldest, and leaves the rest waiting") {
+  WaiterTable t;
+  t.add(3, {"q"}, never);
+  t.add(1, {"q"}, never);
+  t.add(2, {"q"}, never);
+  CHECK(t.on_push("q") == WaiterId{1});
+  CHECK(t.size() == 2);
+  CHECK(t.on_push("q") == WaiterId{2});
+  CHECK(t.on_push("q") == WaiterId{3});
+  CHECK_FALSE(t.on_push("q"));
+  CHECK(t.size() == 0);
+}
+
+TEST_CASE("a queue push passes over a waiter that still needs another key, as torch's server does") {
+  WaiterTable t;
+  t.add(1, {"q", "other"}, never);
+  t.add(2, {"q"}, never);
+  CHECK(t.on_push("q") == WaiterId{2});
+  CHECK(t.size() == 1);
+  CHECK(t.on_put("other") == std::vector<WaiterId>{1});  // "q" counted as arrived for it
+}

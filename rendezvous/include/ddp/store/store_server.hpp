@@ -14,6 +14,12 @@
 
 namespace ddp::store {
 
+// How a server reads PyTorch TCPStore clients that open without VALIDATE. torch
+// 1.x and torch 2.0–2.1 both do, with different op numbering and the same first
+// bytes, so the server cannot tell them apart and is told (docs/store-protocol.md).
+// torch 2.2+ opens with VALIDATE and is recognised whatever this says.
+enum class TorchLegacyProtocol : std::uint8_t { kTorch1, kTorch20 };
+
 struct StoreServerOptions {
   std::string host = "0.0.0.0";
   std::uint16_t port = 0;  // 0: the kernel picks a free port; see StoreServer::port()
@@ -27,6 +33,7 @@ struct StoreServerOptions {
   // Responses queued for a client that does not read them; past this the
   // client is dropped. 0: max_frame_bytes + 8 MiB (one largest reply plus slack).
   std::size_t max_queued_bytes_per_connection = 0;
+  TorchLegacyProtocol torch_legacy_protocol = TorchLegacyProtocol::kTorch1;
 };
 
 // Owns one event-loop thread that owns all state; no locks on the request path.

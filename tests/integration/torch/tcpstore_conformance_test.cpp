@@ -1,0 +1,250 @@
+// Byte-level conformance of the TCPStore dialect against the real
+// ddp-rendezvousd: every op of each generation as its client writes it, and
+// the exact reply bytes its client reads. Raw sockets, no torch needed (the
+// torch-labelled tests drive a real torch 1.13 client).
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "test_support.hpp"
+
+using namespace ddp::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Conn {
+  explicit Conn(int port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  ~Conn() { ::close(fd); }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+  void send(const std::string& b) { REQUIRE(::send(fd, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size())); }
+  std::string recv_exact(std::size_t n) {
+    std::string s(n, '\0');
+    std::size_t got = 0;
+    while (got < n) {
+      auto r = ::recv(fd, s.data() + got, n - got, 0);
+      if (r <= 0) break;
+      got += static_cast<std::size_t>(r);
+    }
+    s.resize(got);
+    return s;
+  }
+  // True when nothing has arrived (without waiting).
+  bool nothing_pending() {
+    char c;
+    return ::recv(fd, &c, 1, MSG_DONTWAIT) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+  bool closed_by_peer() {
+    char c;
+    return ::recv(fd, &c, 1, 0) <= 0;
+  }
+  int fd;
+};
+
+std::string u64(std::uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+  return s;
+}
+std::string u32(std::uint32_t v) { return u64(v).substr(0, 4); }
+std::string str(const std::string& s) { return u64(s.size()) + s; }
+std::string op(int b) { return std::string(1, static_cast<char>(b)); }
+
+const std::string kValidate("\x00\xCE\xF7\x85\x3C", 5);
+
+struct Daemon {
+  explicit Daemon(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {bin("ddp-rendezvousd").string(), "--port", "0", "--port-file",
+                                     (dir / "port").string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proc = std::make_unique<Process>(argv, dir.path(), std::map<std::string, std::optional<std::string>>{}, "daemon");
+    port = wait_for_port_file(dir / "port");
+    REQUIRE(port > 0);
+  }
+  TempDir dir;
+  std::unique_ptr<Process> proc;
+  int port = 0;
+};
+
+}  // namespace
+
+TEST_CASE("torch 2.x: every op answers the bytes its client reads") {
+  Daemon d;
+  Conn c(d.port);
+  c.send(kValidate + op(13) + u32(0xBEEF));  // VALIDATE (no reply), PING
+  CHECK(c.recv_exact(4) == u32(0xBEEF));
+  c.send(op(1) + str("/k") + str("v1"));  // SET: no reply
+  c.send(op(6) + u64(1) + str("/k"));     // WAIT: STOP_WAITING
+  CHECK(c.recv_exact(1) == op(0));
+  c.send(op(3) + str("/k"));  // GET
+  CHECK(c.recv_exact(10) == str("v1"));
+  c.send(op(2) + str("/k") + str("v1") + str("v2"));  // COMPARE_SET swaps
+  CHECK(c.recv_exact(10) == str("v2"));
+  c.send(op(2) + str("/missing") + str("x") + str("y"));  // missing key, non-empty expected: returns expected
+  CHECK(c.recv_exact(9) == str("x"));
+  c.send(op(2) + str("/new") + str("") + str("z"));  // missing key, empty expected: creates
+  CHECK(c.recv_exact(9) == str("z"));
+  c.send(op(4) + str("/n") + u64(5));  // ADD
+  CHECK(c.recv_exact(8) == u64(5));
+  c.send(op(4) + str("/n") + u64(static_cast<std::uint64_t>(-2)));
+  CHECK(c.recv_exact(8) == u64(3));
+  c.send(op(5) + u64(2) + str("/k") + str("/nope"));  // CHECK: NOT_READY
+  CHECK(c.recv_exact(1) == op(1));
+  c.send(op(5) + u64(2) + str("/k") + str("/n"));  // CHECK: READY
+  CHECK(c.recv_exact(1) == op(0));
+  c.send(op(7));  // GETNUMKEYS: /k /new /n
+  CHECK(c.recv_exact(8) == u64(3));
+  c.send(op(9) + str("/k") + str("+tail"));  // APPEND: no reply
+  c.send(op(11) + u64(2) + str("/a") + str("1") + str("/b") + str("22"));  // MULTI_SET: no reply
+  c.send(op(10) + u64(3) + str("/k") + str("/a") + str("/b"));             // MULTI_GET
+  CHECK(c.recv_exact(8 + 7 + 8 + 1 + 8 + 2) == str("v2+tail") + str("1") + str("22"));
+  c.send(op(8) + str("/a"));  // DELETE_KEY: number deleted
+  CHECK(c.recv_exact(8) == u64(1));
+  c.send(op(8) + str("/a"));
+  CHECK(c.recv_exact(8) == u64(0));
+  c.send(op(17));  // LIST: count, then every key (sorted here)
+  CHECK(c.recv_exact(8 + 10 + 10 + 10 + 12) == u64(4) + str("/b") + str("/k") + str("/n") + str("/new"));
+  c.send(op(6) + u64(1) + str("/never") + op(12));  // a WAIT, then CANCEL_WAIT: only WAIT_CANCELED
+  CHECK(c.recv_exact(1) == op(1));
+  c.send(op(13) + u32(7));  // and the connection goes on
+  CHECK(c.recv_exact(4) == u32(7));
+}
+
+TEST_CASE("torch 2.x queues: push, length, pop in order, and an empty pop") {
+  Daemon d;
+  Conn c(d.port);
+  c.send(kValidate);
+  c.send(op(14) + str("/q") + str("first") + op(14) + str("/q") + str("second"));  // QUEUE_PUSH: no reply
+  c.send(op(16) + str("/q"));                                                       // QUEUE_LEN
+  CHECK(c.recv_exact(8) == u64(2));
+  c.send(op(5) + u64(1) + str("/q"));  // CHECK counts a non-empty queue as present
+  CHECK(c.recv_exact(1) == op(0));
+  c.send(op(15) + str("/q"));  // QUEUE_POP: the length before the pop, then the value
+  CHECK(c.recv_exact(8 + 8 + 5) == u64(2) + str("first"));
+  c.send(op(15) + str("/q"));
+  CHECK(c.recv_exact(8 + 8 + 6) == u64(1) + str("second"));
+  c.send(op(15) + str("/q"));  // empty: just 0
+  CHECK(c.recv_exact(8) == u64(0));
+  c.send(op(16) + str("/q"));
+  CHECK(c.recv_exact(8) == u64(0));
+  c.send(op(7));  // queues are not keys
+  CHECK(c.recv_exact(8) == u64(0));
+}
+
+TEST_CASE("torch 2.x blocking pop: each push wakes one waiter, the longest waiting first") {
+  Daemon d;
+  Conn first(d.port);
+  Conn second(d.port);
+  Conn pusher(d.port);
+  for (Conn* c : {&first, &second, &pusher}) c->send(kValidate);
+  // A blocking pop is WAIT on the queue's name. The PING after it comes back
+  // once the server has parked the WAIT, which orders the two waiters.
+  first.send(op(6) + u64(1) + str("/jobs") + op(13) + u32(1));
+  CHECK(first.recv_exact(4) == u32(1));
+  second.send(op(6) + u64(1) + str("/jobs") + op(13) + u32(2));
+  CHECK(second.recv_exact(4) == u32(2));
+
+  pusher.send(op(14) + str("/jobs") + str("a") + op(16) + str("/jobs"));
+  CHECK(pusher.recv_exact(8) == u64(1));
+  CHECK(first.recv_exact(1) == op(0));  // STOP_WAITING for the first only
+  pusher.send(op(13) + u32(3));         // a round trip: the server is past the push
+  CHECK(pusher.recv_exact(4) == u32(3));
+  CHECK(second.nothing_pending());
+
+  first.send(op(15) + str("/jobs"));
+  CHECK(first.recv_exact(8 + 8 + 1) == u64(1) + str("a"));
+  pusher.send(op(14) + str("/jobs") + str("b"));
+  CHECK(second.recv_exact(1) == op(0));
+  second.send(op(15) + str("/jobs"));
+  CHECK(second.recv_exact(8 + 8 + 1) == u64(1) + str("b"));
+}
+
+TEST_CASE("torch 1.x: every op answers the bytes its client reads") {
+  Daemon d;
+  Conn c(d.port);
+  c.send(op(0) + str("/k") + str("v"));  // SET: no reply
+  c.send(op(5) + u64(1) + str("/k"));    // WAIT
+  CHECK(c.recv_exact(1) == op(0));
+  c.send(op(2) + str("/k"));  // GET
+  CHECK(c.recv_exact(9) == str("v"));
+  c.send(op(1) + str("/k") + str("v") + str("w"));  // COMPARE_SET
+  CHECK(c.recv_exact(9) == str("w"));
+  c.send(op(3) + str("/n") + u64(2));  // ADD
+  CHECK(c.recv_exact(8) == u64(2));
+  c.send(op(4) + u64(1) + str("/x"));  // CHECK: NOT_READY
+  CHECK(c.recv_exact(1) == op(1));
+  c.send(op(6));  // GETNUMKEYS
+  CHECK(c.recv_exact(8) == u64(2));
+  c.send(op(8) + str("/k"));  // DELETE_KEY
+  CHECK(c.recv_exact(8) == u64(1));
+}
+
+TEST_CASE("early torch 2.x numbering is served when the daemon is told so, and refused otherwise") {
+  {
+    Daemon d({"--torch-legacy-protocol", "2.0"});
+    Conn c(d.port);
+    c.send(op(0) + str("/k") + str("v"));  // SET
+    c.send(op(8) + str("/k") + str("++"));  // APPEND (8 in 2.0-2.1)
+    c.send(op(9) + u64(1) + str("/k"));     // MULTI_GET
+    CHECK(c.recv_exact(8 + 3) == str("v++"));
+    c.send(op(10) + u64(1) + str("/m") + str("1"));  // MULTI_SET
+    c.send(op(6));                                   // GETNUMKEYS
+    CHECK(c.recv_exact(8) == u64(2));
+    c.send(op(7) + str("/k"));  // DELETE_KEY at 7
+    CHECK(c.recv_exact(8) == u64(1));
+    c.send(op(5) + u64(1) + str("/never") + op(11));  // WAIT, CANCEL_WAIT
+    CHECK(c.recv_exact(1) == op(1));
+  }
+  {
+    Daemon d;  // default: 1.x numbering, where 7 is WATCH_KEY
+    Conn c(d.port);
+    c.send(op(7) + str("/k"));
+    CHECK(c.closed_by_peer());
+    CHECK(wait_until([&] { return d.proc->err().find("WATCH_KEY") != std::string::npos; }, 5s));
+  }
+}
+
+TEST_CASE("an op the configured dialect does not know closes that connection with one log line naming the byte and the peer") {
+  Daemon d({"--torch-legacy-protocol", "2.0"});
+  Conn other(d.port);
+  other.send(op(3) + str("/n") + u64(1));  // ADD in 2.0 numbering
+  CHECK(other.recv_exact(8) == u64(1));
+
+  Conn bad(d.port);
+  bad.send(op(6));  // GETNUMKEYS: a 2.0-2.1 client, so far
+  CHECK(bad.recv_exact(8) == u64(1));
+  bad.send(op(12) + str("/x"));  // 12: past 2.0-2.1's CANCEL_WAIT (11)
+  CHECK(bad.closed_by_peer());
+  CHECK(wait_until([&] { return d.proc->err().find("query type 12 (0x0c)") != std::string::npos; }, 5s));
+  const auto log = d.proc->err();
+  const auto at = log.find("query type 12 (0x0c)");
+  const auto line_start = log.rfind('\n', at) + 1;
+  const auto line = log.substr(line_start, log.find('\n', at) - line_start);
+  CHECK_THAT(line, Catch::Contains("peer=127.0.0.1:") && Catch::Contains("torch-tcpstore-v2-early"));
+
+  other.send(op(3) + str("/n") + u64(1));  // the other connection is unaffected
+  CHECK(other.recv_exact(8) == u64(2));
+  Conn v2(d.port);  // and 2.2+ clients are recognised whatever the setting
+  v2.send(kValidate + op(16) + str("/q"));
+  CHECK(v2.recv_exact(8) == u64(0));
+}
+
+TEST_CASE("a bad --torch-legacy-protocol is a usage error naming the flag") {
+  TempDir dir;
+  auto r = run({bin("ddp-rendezvousd").string(), "--port", "0", "--torch-legacy-protocol", "3"}, dir.path());
+  CHECK(r.code == 2);
+  CHECK_THAT(r.out + r.err, Catch::Contains("--torch-legacy-protocol") && Catch::Contains("use 1 (torch 1.x) or 2.0"));
+}
