@@ -101,6 +101,51 @@ int init_timeout() {
   return g_failures ? 1 : 0;
 }
 
+// Rank 1 of 2 whose rank 0 joined but never published the ncclUniqueId: the
+// store wait and NCCL's init share one deadline, so the whole bring-up fails
+// within about one timeout, not two.
+int id_never_published() {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  store->set("t/pg/default/0/join/0", "1");
+  store->set("t/pg/default/0/nccl/gpu/0", "other-host|0000:99:00.0");
+  const auto start = Clock::now();
+  try {
+    ddp::ProcessGroup pg(store, "t/", 1, 2, nccl_options(std::chrono::seconds(3)));
+    expect(false, "init without rank 0's unique id should time out");
+  } catch (const ddp::TimeoutError& e) {
+    std::printf("message: %s\n", e.what());
+    expect(contains(e.what(), "nccl/unique_id"), "the timeout names the unique id key");
+  }
+  expect(Clock::now() - start < std::chrono::seconds(5), "one deadline for the whole init");
+  return g_failures ? 1 : 0;
+}
+
+// DDP_NCCL_RANKS_PER_ROOT=1 on a world of 3: with NCCL >= 2.23 rank 0 creates
+// id 0 of 3 under .../unique_id/0 and waits for the other two (which never
+// come) until the deadline; older NCCL keeps the single id.
+int scalable_ids() {
+  setenv("DDP_NCCL_RANKS_PER_ROOT", "1", 1);
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  for (int r = 1; r < 3; ++r) {
+    store->set("t/pg/default/0/join/" + std::to_string(r), "1");
+    store->set("t/pg/default/0/nccl/gpu/" + std::to_string(r), "other-host|0000:9" + std::to_string(r) + ":00.0");
+  }
+  int version = 0;
+  ncclGetVersion(&version);
+  try {
+    ddp::ProcessGroup pg(store, "t/", 0, 3, nccl_options(std::chrono::seconds(2)));
+    expect(false, "init without peers should time out");
+  } catch (const ddp::TimeoutError& e) {
+    std::printf("message: %s\n", e.what());
+  }
+  const bool scalable = NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0) && version >= NCCL_VERSION(2, 23, 0);
+  expect(store->try_get("t/pg/default/0/nccl/unique_id/0").has_value() == scalable,
+         scalable ? "rank 0 published id 0 of 3 for ncclCommInitRankScalable" : "one id below NCCL 2.23");
+  expect(store->try_get("t/pg/default/0/nccl/unique_id").has_value() == !scalable, "the single-id key only without it");
+  unsetenv("DDP_NCCL_RANKS_PER_ROOT");
+  return g_failures ? 1 : 0;
+}
+
 // Two ranks (threads) on GPU 0: both must refuse with the fix in the message.
 int duplicate_gpu() {
   auto store = std::make_shared<ddp::store::MemoryStore>();
@@ -188,11 +233,13 @@ int main(int argc, char** argv) {
     if (mode == "world-of-one") return world_of_one();
     if (mode == "init-timeout") return init_timeout();
     if (mode == "duplicate-gpu") return duplicate_gpu();
+    if (mode == "id-never-published") return id_never_published();
+    if (mode == "scalable-ids") return scalable_ids();
     if (mode == "bench") return bench();
   } catch (const std::exception& e) {
     std::printf("FAILED: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: ddp_gpu_nccl_test world-of-one|init-timeout|duplicate-gpu|bench\n");
+  std::fprintf(stderr, "usage: ddp_gpu_nccl_test world-of-one|init-timeout|duplicate-gpu|id-never-published|scalable-ids|bench\n");
   return 2;
 }

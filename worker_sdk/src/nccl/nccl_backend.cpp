@@ -1,7 +1,10 @@
 // NCCL backend: GPU collectives on one stream per group, completed by a
 // watchdog thread that also enforces per-operation deadlines and aborts the
 // communicator on timeout or asynchronous error (like torch's NCCL watchdog).
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -58,9 +61,26 @@ class NcclBackend final : public Backend {
  public:
   explicit NcclBackend(const BackendConfig& config)
       : rank_(config.rank), size_(config.size), group_(config.options.name) {
+    // One deadline for the whole bring-up: the store exchanges and NCCL's own
+    // init share the group's timeout instead of each getting all of it.
+    const auto started = std::chrono::steady_clock::now();
+    const Deadline deadline = Deadline::after(config.options.timeout);
+    const int version = check_nccl_version(config);
     device_ = select_device(config);
-    check_one_rank_per_gpu(config, device_);
-    comm_ = init_communicator(config, config.options.timeout);
+    check_one_rank_per_gpu(config, device_, deadline);
+    const auto checked = std::chrono::steady_clock::now();
+    InitPlan plan;
+    plan.ids = unique_id_count(size_, version, ranks_per_root());
+    plan.timeout = config.options.timeout;
+    InitTimings timings;
+    comm_ = init_communicator(config, deadline, plan, timings);
+    log::get("sdk")->debug(
+        "nccl communicator ready group={} rank={} size={} device={} nccl={} unique_ids={} gpu_check_ms={} "
+        "id_exchange_ms={} nccl_init_ms={} total_ms={}",
+        group_, rank_, size_, device_, nccl_version_text(version), plan.ids,
+        std::chrono::duration_cast<Millis>(checked - started).count(), timings.id_exchange.count(),
+        timings.nccl_init.count(),
+        std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - started).count());
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaMalloc(&barrier_buffer_, sizeof(float)), "cudaMalloc");
     watchdog_ = std::thread([this] { watch(); });
@@ -116,6 +136,14 @@ class NcclBackend final : public Backend {
     Deadline deadline;
     Millis timeout;
   };
+
+  // DDP_NCCL_RANKS_PER_ROOT: ranks per ncclUniqueId with NCCL >= 2.23 (0: always
+  // one id). 128 is torch's default (TORCH_NCCL_RANKS_PER_ROOT).
+  static int ranks_per_root() {
+    const char* v = std::getenv("DDP_NCCL_RANKS_PER_ROOT");
+    if (v == nullptr || *v == '\0') return 128;
+    return std::max(0, std::atoi(v));
+  }
 
   std::string who() const {
     return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " (group '" + group_ + "')";

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -63,7 +65,7 @@ int select_device(const BackendConfig& config) {
   return device;
 }
 
-void check_one_rank_per_gpu(const BackendConfig& config, int device) {
+void check_one_rank_per_gpu(const BackendConfig& config, int device, const Deadline& deadline) {
   char bus_id[64] = {};
   const cudaError_t err = cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device);
   if (err != cudaSuccess) {
@@ -75,7 +77,9 @@ void check_one_rank_per_gpu(const BackendConfig& config, int device) {
   std::map<std::string, int> owner;
   for (int r = 0; r < config.size; ++r) {
     const std::string theirs =
-        r == config.rank ? mine : config.store->get(config.key_prefix + "nccl/gpu/" + std::to_string(r), config.options.timeout);
+        r == config.rank ? mine
+                         : config.store->get(config.key_prefix + "nccl/gpu/" + std::to_string(r),
+                                             std::max(deadline.remaining(), Millis(1)));
     auto [it, inserted] = owner.emplace(theirs, r);
     if (!inserted) {
       const auto bar = theirs.find('|');
@@ -87,44 +91,115 @@ void check_one_rank_per_gpu(const BackendConfig& config, int device) {
   }
 }
 
-ncclComm_t init_communicator(const BackendConfig& config, std::chrono::milliseconds timeout) {
-  ncclUniqueId id;
-  const std::string key = config.key_prefix + "nccl/unique_id";
-  if (config.rank == 0) {
-    const ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess) throw BackendError(who(config) + ": ncclGetUniqueId failed: " + nccl_error_text(r));
-    config.store->set(key, std::string_view(reinterpret_cast<const char*>(&id), sizeof(id)));
-  } else {
-    const std::string value = config.store->get(key, timeout);
-    if (value.size() != sizeof(id)) {
-      throw BackendError(who(config) + ": the NCCL unique id under '" + key + "' has " + std::to_string(value.size()) +
-                         " bytes, expected " + std::to_string(sizeof(id)) + " (an SDK version mismatch between ranks?)");
-    }
-    std::memcpy(&id, value.data(), sizeof(id));
+std::string nccl_version_text(int code) {
+  // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before).
+  const int major = code >= 10000 ? code / 10000 : code / 1000;
+  const int minor = code >= 10000 ? (code % 10000) / 100 : (code % 1000) / 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
+
+int check_nccl_version(const BackendConfig& config) {
+  int version = 0;
+  const ncclResult_t r = ncclGetVersion(&version);
+  if (r != ncclSuccess) {
+    throw BackendError(who(config) + ": ncclGetVersion failed: " + nccl_error_text(r) +
+                       "; the NCCL library loaded at run time is unusable, use backend 'gloo' or reinstall NCCL");
   }
+  if (version < kMinNcclVersion) {
+    throw BackendError(who(config) + ": NCCL " + nccl_version_text(version) +
+                       " was loaded at run time, but backend 'nccl' needs NCCL >= " +
+                       nccl_version_text(kMinNcclVersion) + " (built against " + nccl_version_text(NCCL_VERSION_CODE) +
+                       "); put a newer libnccl.so.2 on LD_LIBRARY_PATH or use backend 'gloo'");
+  }
+  return version;
+}
+
+int unique_id_count(int size, int runtime_version, int ranks_per_root) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
+  if (runtime_version >= NCCL_VERSION(2, 23, 0) && ranks_per_root > 0 && size > ranks_per_root) {
+    return (size + ranks_per_root - 1) / ranks_per_root;
+  }
+#else
+  (void)size;
+  (void)runtime_version;
+  (void)ranks_per_root;
+#endif
+  return 1;
+}
+
+int unique_id_root(int rank, int size, int ids) {
+  // Ids spread evenly: the first size % ids roots serve one rank more. The same
+  // split NCCL's documentation and torch's ProcessGroupNCCL use.
+  const int per = size / ids;
+  const int extra = size % ids;
+  const int split = extra * (per + 1);
+  if (rank < split) return rank % (per + 1) == 0 ? rank / (per + 1) : -1;
+  return (rank - split) % per == 0 ? (rank - split) / per + extra : -1;
+}
+
+ncclComm_t init_communicator(const BackendConfig& config, const Deadline& deadline, const InitPlan& plan,
+                             InitTimings& timings) {
+  using SteadyClock = std::chrono::steady_clock;
+  const auto exchange_started = SteadyClock::now();
+  std::vector<ncclUniqueId> ids(static_cast<std::size_t>(plan.ids));
+  const std::string base = config.key_prefix + "nccl/unique_id";
+  auto key_of = [&](int i) { return plan.ids == 1 ? base : base + "/" + std::to_string(i); };
+  const int mine = plan.ids == 1 ? (config.rank == 0 ? 0 : -1) : unique_id_root(config.rank, config.size, plan.ids);
+  if (mine >= 0) {
+    const ncclResult_t r = ncclGetUniqueId(&ids[static_cast<std::size_t>(mine)]);
+    if (r != ncclSuccess) throw BackendError(who(config) + ": ncclGetUniqueId failed: " + nccl_error_text(r));
+    config.store->set(key_of(mine), std::string_view(reinterpret_cast<const char*>(&ids[static_cast<std::size_t>(mine)]),
+                                                     sizeof(ncclUniqueId)));
+  }
+  for (int i = 0; i < plan.ids; ++i) {
+    if (i == mine) continue;
+    const std::string value = config.store->get(key_of(i), std::max(deadline.remaining(), Millis(1)));
+    if (value.size() != sizeof(ncclUniqueId)) {
+      throw BackendError(who(config) + ": the NCCL unique id under '" + key_of(i) + "' has " +
+                         std::to_string(value.size()) + " bytes, expected " + std::to_string(sizeof(ncclUniqueId)) +
+                         " (an SDK version mismatch between ranks?)");
+    }
+    std::memcpy(&ids[static_cast<std::size_t>(i)], value.data(), sizeof(ncclUniqueId));
+  }
+  const auto init_started = SteadyClock::now();
+  timings.id_exchange = std::chrono::duration_cast<Millis>(init_started - exchange_started);
 
   ncclConfig_t nccl_config = NCCL_CONFIG_INITIALIZER;
   nccl_config.blocking = 0;  // lets us enforce the deadline and abort
   ncclComm_t comm = nullptr;
-  ncclResult_t r = ncclCommInitRankConfig(&comm, config.size, id, config.rank, &nccl_config);
-  const Deadline deadline = Deadline::after(timeout);
+  ncclResult_t r = ncclSuccess;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
+  if (plan.ids > 1) {
+    r = ncclCommInitRankScalable(&comm, config.size, config.rank, plan.ids, ids.data(), &nccl_config);
+  } else {
+    r = ncclCommInitRankConfig(&comm, config.size, ids[0], config.rank, &nccl_config);
+  }
+#else
+  r = ncclCommInitRankConfig(&comm, config.size, ids[0], config.rank, &nccl_config);
+#endif
+  auto done = [&] { timings.nccl_init = std::chrono::duration_cast<Millis>(SteadyClock::now() - init_started); };
   while (r == ncclInProgress || r == ncclSuccess) {
     ncclResult_t state = ncclSuccess;
     if (comm != nullptr) ncclCommGetAsyncError(comm, &state);
-    if (state == ncclSuccess) return comm;
+    if (state == ncclSuccess) {
+      done();
+      return comm;
+    }
     if (state != ncclInProgress) {
-      r = state;
+      r = state;  // a failed peer surfaces here (ncclRemoteError / ncclSystemError)
       break;
     }
     if (deadline.expired()) {
       ncclCommAbort(comm);
-      throw TimeoutError("NCCL communicator init timed out after " + std::to_string(timeout.count()) + " ms on " +
-                         who(config) + ": a peer joined the store but never initialised NCCL (crashed, stuck, or "
-                         "unreachable over the network; NCCL_SOCKET_IFNAME selects the interface)");
+      done();
+      throw TimeoutError("NCCL communicator init timed out after " + std::to_string(plan.timeout.count()) +
+                         " ms on " + who(config) + ": a peer joined the store but never initialised NCCL (crashed, "
+                         "stuck, or unreachable over the network; NCCL_SOCKET_IFNAME selects the interface)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (comm != nullptr) ncclCommAbort(comm);
+  done();
   throw BackendError("NCCL communicator init failed on " + who(config) + ": " + nccl_error_text(r) +
                      "; NCCL_DEBUG=INFO shows why");
 }
