@@ -92,6 +92,17 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
         throw ConfigError("--rdzv_conf: protocol='" + value + "' is not http or https");
       }
       rc.etcd.https = value == "https";
+    } else if (key == "torch_legacy_protocol") {
+      // TCPStore clients without VALIDATE: torch 1.x, or 2.0-2.1 (same first bytes,
+      // different op numbers; docs/store-protocol.md).
+      if (value == "1") {
+        rc.torch_legacy_protocol = store::TorchLegacyProtocol::kTorch1;
+      } else if (value == "2.0") {
+        rc.torch_legacy_protocol = store::TorchLegacyProtocol::kTorch20;
+      } else {
+        throw ConfigError("--rdzv_conf: torch_legacy_protocol='" + value +
+                          "' is not 1 (torch 1.x) or 2.0 (torch 2.0-2.1)");
+      }
     } else if (key == "etcd_cacert" || key == "cacert" || key == "ca_cert") {
       rc.etcd.cacert = value;
     } else if (key == "etcd_cert" || key == "cert" || key == "ssl_cert") {
@@ -102,7 +113,8 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
       throw ConfigError("--rdzv_conf: unknown key '" + key +
                         "'; known keys: join_timeout, last_call_timeout, close_timeout, "
                         "keep_alive_interval, keep_alive_max_attempt, timeout, read_timeout, "
-                        "is_host, etcd_prefix, protocol, etcd_cacert, etcd_cert, etcd_key");
+                        "is_host, etcd_prefix, protocol, etcd_cacert, etcd_cert, etcd_key, "
+                        "torch_legacy_protocol");
     }
   }
 }

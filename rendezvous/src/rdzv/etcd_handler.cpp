@@ -57,6 +57,7 @@ RendezvousResult EtcdHandler::next_rendezvous() {
     if (!worker_store_) {
       store::StoreServerOptions so;
       so.token = config_.token;
+      so.torch_legacy_protocol = config_.torch_legacy_protocol;
       worker_store_ = std::make_unique<store::StoreServer>(so);
       worker_store_->start();
     }

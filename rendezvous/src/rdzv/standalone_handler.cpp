@@ -19,6 +19,7 @@ StandaloneHandler::StandaloneHandler(const RendezvousConfig& config, const NodeS
   opts.host = kLoopback;
   opts.port = 0;
   opts.token = config_.token;
+  opts.torch_legacy_protocol = config_.torch_legacy_protocol;
   server_ = std::make_unique<store::StoreServer>(opts);
   server_->start();
   log::get("rdzv")->info("standalone store started endpoint={}:{} run_id={}", kLoopback,

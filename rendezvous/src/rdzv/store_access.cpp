@@ -46,6 +46,7 @@ std::unique_ptr<store::StoreServer> start_server(const RendezvousConfig& config)
   opts.host = "0.0.0.0";
   opts.port = config.endpoint.port;
   opts.token = config.token;
+  opts.torch_legacy_protocol = config.torch_legacy_protocol;
   auto server = std::make_unique<store::StoreServer>(opts);
   server->start();
   return server;

@@ -228,3 +228,12 @@ TEST_CASE("PYTHON_EXEC picks the interpreter as under torchrun, and --python ove
   CHECK(flag.options.python == "/usr/bin/python3");
   CHECK(parse_command_line({"ddprun", "train.py"}, {}).options.python == "python3");
 }
+
+TEST_CASE("rdzv_conf torch_legacy_protocol picks how the hosted store reads TCPStore clients without VALIDATE") {
+  CHECK(translate({"--standalone", "/bin/true"}).rendezvous.torch_legacy_protocol ==
+        ddp::store::TorchLegacyProtocol::kTorch1);
+  CHECK(translate({"--standalone", "--rdzv_conf=torch_legacy_protocol=2.0", "/bin/true"})
+            .rendezvous.torch_legacy_protocol == ddp::store::TorchLegacyProtocol::kTorch20);
+  CHECK_THAT(error_of({"--rdzv_conf=torch_legacy_protocol=2.1", "/bin/true"}),
+             Catch::StartsWith("--rdzv_conf: torch_legacy_protocol='2.1'"));
+}

@@ -16,6 +16,7 @@
 
 #include "ddp/common/endpoint.hpp"
 #include "ddp/store/store.hpp"
+#include "ddp/store/store_server.hpp"
 
 namespace ddp::rdzv {
 
@@ -57,6 +58,9 @@ struct RendezvousConfig {
   // c10d: read every node's record into RendezvousResult::nodes (one list request,
   // O(N) bytes per agent). false: `nodes` holds only this node, O(1) bytes.
   bool list_nodes = true;
+  // --rdzv_conf torch_legacy_protocol: how a store this agent hosts reads
+  // TCPStore clients that open without VALIDATE (torch 1.x or 2.0-2.1).
+  store::TorchLegacyProtocol torch_legacy_protocol = store::TorchLegacyProtocol::kTorch1;
 };
 
 // The outcome of one round: this node's place in the world.
