@@ -227,9 +227,11 @@ void RoundMonitor::keepalive_loop(std::shared_ptr<Keepalive> k, std::chrono::mil
     std::string lost;
     bool answered = false;
     try {
-      // Bounded by the client's request timeout (at most one keep-alive
-      // interval, store_access.cpp / etcd_handler.cpp), so a frozen server
-      // that keeps the connection open costs one miss, not a hung thread.
+      // Bounded: the TcpStore client gives up after its request timeout (one
+      // keep-alive interval, at least 1 s: store_access.cpp), the etcd client
+      // within the keep-alive window (etcd_handler.cpp). A frozen server that
+      // keeps the connection open costs misses, never a hung thread, and
+      // check_store_silence() judges by the clock even while this call waits.
       k->store->lease_keepalive(id);
       answered = true;
     } catch (const StoreError& e) {
