@@ -85,6 +85,7 @@ void Agent::Impl::spawn_workers() {
                        "--local_rank=" + std::to_string(lr));
     }
     spec.env = to_env_strings(build_worker_env(base_env, round, in));
+    spec.stop_timeout = cfg.stop_timeout;
 
     ChildHandlers handlers;
     handlers.on_output = [this, lr, att = attempt](StdStream s, std::string_view bytes) {
@@ -121,7 +122,7 @@ void Agent::Impl::on_spawned(int local_rank, pid_t pid, const std::string& error
   w.pid = pid;
   w.spawned = true;
   if (phase == Phase::kStopping) {
-    ProcessRunner::signal_group(pid, stop_signal);
+    runner->signal_group(pid, stop_signal);
   } else if (phase == Phase::kRunning && pending_spawns == 0) {
     std::string pids;
     for (const auto& x : workers) pids += (pids.empty() ? "" : ",") + std::to_string(x.pid);
@@ -177,7 +178,7 @@ void Agent::Impl::begin_stop(StopReason reason, int sig) {
 
 void Agent::Impl::kill_all(int sig) {
   for (const auto& w : workers) {
-    if (w.spawned && !w.done) ProcessRunner::signal_group(w.pid, sig);
+    if (w.spawned && !w.done) runner->signal_group(w.pid, sig);
   }
 }
 

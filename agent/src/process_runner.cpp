@@ -31,7 +31,9 @@
 #include <boost/process/v2/impl/process_handle.ipp>
 #include <boost/process/v2/posix/detail/close_handles.ipp>
 
+#include "containment.hpp"
 #include "ddp/common/error.hpp"
+#include "guard_protocol.hpp"
 
 namespace ddp::agent {
 
@@ -44,16 +46,20 @@ namespace {
 // Once a worker has exited, how long its pipes may stay open (a grandchild that
 // inherited them): past this its remaining output is dropped and the exit reported.
 constexpr std::chrono::milliseconds kDrainTimeout{1000};
+// How long a guard may take to fork and exec its worker before the spawn fails.
+constexpr std::chrono::milliseconds kGuardReportTimeout{30000};
 
 // Runs in the child between fork and exec: only async-signal-safe calls.
 struct WorkerSetup {
   const char* const* envp;
   pid_t agent_pid;
+  int keep_fd = -1;  // the guard's info fd, inherited past exec
 
   error_code on_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
                       const char* const*) {
     // Replaces the whole environment: the agent built it from its own plus the contract.
     launcher.env = envp;
+    if (keep_fd >= 0) launcher.fd_whitelist.push_back(keep_fd);
     return {};
   }
 
@@ -78,6 +84,7 @@ struct WorkerSetup {
                               ? static_cast<long>(lim.rlim_cur) : 65536;
       for (int fd = 3; fd < max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
+    if (keep_fd >= 0) ::fcntl(keep_fd, F_SETFD, 0);
     return {};
   }
 
@@ -116,6 +123,9 @@ struct Child : std::enable_shared_from_this<Child> {
   bool exited = false;
   bool reported = false;
   int status = 0;
+  pid_t group = -1;    // the guard's pid, which leads the worker's process group
+  bool guarded = false;
+  std::string cgroup;  // the worker's cgroup v2, if its guard made one
   std::function<void()> on_done;  // unregisters from the runner
 
   void start() {
@@ -128,6 +138,8 @@ struct Child : std::enable_shared_from_this<Child> {
       // Reaped: the pid may be reused from now on (pid_max can be 32768), and
       // basic_process's destructor would otherwise waitpid/SIGKILL that pid.
       self->proc.detach();
+      // Empty and removed unless the guard itself was killed.
+      if (!self->cgroup.empty()) release_cgroup(self->cgroup);
       if (self->out_open || self->err_open) {
         self->drain.expires_after(kDrainTimeout);
         self->drain.async_wait([self](error_code tec) {
@@ -214,6 +226,19 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
       err.write = fds[1];
     }
     if (out.read < 0 || err.read < 0) error = "pipe: " + errno_text(errno);
+    Pipe info;
+    const std::string& guard = guard_executable();
+    const std::string worker_exe = spec.executable;
+    if (!guard.empty() && error.empty()) {
+      if (::pipe2(fds, O_CLOEXEC) != 0) {
+        error = "pipe: " + errno_text(errno);
+      } else {
+        info.read = fds[0];
+        info.write = fds[1];
+        spec.args = guard_args(spec.executable, spec.args, spec.stop_timeout, info.write);
+        spec.executable = guard;
+      }
+    }
     std::vector<const char*> envp;
     for (const auto& e : spec.env) envp.push_back(e.c_str());
     envp.push_back(nullptr);
@@ -224,7 +249,7 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
       bp::posix::default_launcher launcher;
       auto p = launcher(io.get_executor(), ec, spec.executable, spec.args,
                         bp::process_stdio{{}, out.write, err.write},
-                        WorkerSetup{envp.data(), ::getpid()});
+                        WorkerSetup{envp.data(), ::getpid(), info.write});
       if (ec) {
         error = "cannot start " + spec.executable + ": " + ec.message();
       } else {
@@ -236,15 +261,29 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
     if (out.write >= 0) ::close(out.write);
     if (err.write >= 0) ::close(err.write);
     out.write = err.write = -1;
+    if (info.write >= 0) ::close(info.write);
+    info.write = -1;
+    GuardReport report;
+    if (proc && info.read >= 0) {
+      report = read_guard_report(info.read, worker_exe, kGuardReportTimeout);
+      if (!report.error.empty()) {
+        error = report.error;
+        proc.reset();  // kills (if needed) and reaps the guard
+      }
+    }
 
     auto self = weak_from_this();
     if (!proc) {
       asio::post(io, [on_spawned = std::move(on_spawned), error] { on_spawned(-1, error); });
       return;
     }
-    const pid_t pid = proc->id();
+    const pid_t group = proc->id();
+    const pid_t pid = report.worker_pid > 0 ? report.worker_pid : group;
     auto child = std::make_shared<Child>(io, std::move(*proc), out.read, err.read,
                                          std::move(handlers));
+    child->group = group;
+    child->guarded = report.worker_pid > 0;
+    child->cgroup = report.cgroup;
     out.read = err.read = -1;  // owned by the child's descriptors now
     asio::post(io, [self, child, pid, on_spawned = std::move(on_spawned)] {
       auto impl = self.lock();
@@ -272,7 +311,9 @@ ProcessRunner::~ProcessRunner() {
   impl_->cv.notify_all();
   impl_->spawner.join();
   for (auto& [pid, child] : impl_->children) {
-    signal_group(pid, SIGKILL);
+    signal_group(pid, SIGKILL);  // a guard kills the tree and exits on its own
+    // basic_process's destructor would SIGKILL the guard before it is done.
+    if (child->guarded && !child->exited) child->proc.detach();
     child->handlers = {};
     child->close_pipes();
   }
@@ -294,10 +335,18 @@ void ProcessRunner::spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_s
 }
 
 void ProcessRunner::signal_group(pid_t pid, int sig) {
-  if (pid <= 0) return;
-  // The worker leads its group (setpgid ran before exec, and spawn() reports
-  // only after exec), so this also reaches whatever the worker forked.
-  ::kill(-pid, sig);
+  const auto it = impl_->children.find(pid);
+  if (it == impl_->children.end() || it->second->exited) return;  // reaped: the pid may be reused
+  const Child& c = *it->second;
+  if (c.guarded && sig == SIGKILL) {
+    // A SIGKILL would kill the guard first and orphan what left the group.
+    ::kill(c.group, guard::kKillNowSignal);
+    return;
+  }
+  // The guard (or unguarded worker) leads the group (setpgid ran before exec,
+  // and spawn() reports only after exec), so this also reaches whatever the
+  // worker forked in its group; the guard forwards it to the rest.
+  ::kill(-c.group, sig);
 }
 
 }  // namespace ddp::agent

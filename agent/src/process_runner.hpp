@@ -1,6 +1,8 @@
 // Spawns and watches worker processes. The only place that uses Boost.Process.
 //
-// Every worker is forked from one long-lived spawner thread, because
+// Every worker runs under its own ddp-guard (containment.hpp), which contains
+// the worker's whole process tree; the pid reported is the worker's own.
+// Every guard is forked from one long-lived spawner thread, because
 // PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: a
 // short-lived thread would kill its workers with it. Each worker gets its own
 // process group (so a stop reaches its children too), SIGKILL as parent-death
@@ -13,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +32,8 @@ struct SpawnSpec {
   std::string executable;          // absolute path
   std::vector<std::string> args;   // argv[1..]
   std::vector<std::string> env;    // the complete environment, "KEY=VALUE"
+  // Grace between SIGTERM and SIGKILL for what a worker leaves running when it exits.
+  std::chrono::milliseconds stop_timeout{30000};
 };
 
 struct ChildHandlers {
@@ -51,8 +56,9 @@ class ProcessRunner {
 
   void spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned);
 
-  // Sends `sig` to the worker's process group (its pid: each worker leads one).
-  static void signal_group(pid_t pid, int sig);
+  // Sends `sig` to the process group of the worker `pid` (its guard leads it);
+  // SIGKILL asks the guard to kill the worker's whole tree instead.
+  void signal_group(pid_t pid, int sig);
 
  private:
   struct Impl;

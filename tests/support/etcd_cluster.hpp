@@ -51,6 +51,8 @@ class EtcdCluster {
   // SIGKILLs member i and reaps it.
   void kill(int i);
   bool running(int i);
+  // Member i's pid (to SIGSTOP it: an etcd that stops answering).
+  pid_t pid(int i) const { return members_.at(static_cast<std::size_t>(i)).pid; }
   // Compacts the history up to `revision` (to test watches that fall behind).
   void compact(std::int64_t revision);
   // Each member's stderr tail, for failure messages.

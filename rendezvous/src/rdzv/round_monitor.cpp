@@ -225,24 +225,33 @@ void RoundMonitor::keepalive_loop(std::shared_ptr<Keepalive> k, std::chrono::mil
     if (id == 0) continue;
     lock.unlock();
     std::string lost;
+    bool answered = false;
     try {
+      // Bounded: the TcpStore client gives up after its request timeout (one
+      // keep-alive interval, at least 1 s: store_access.cpp), the etcd client
+      // within the keep-alive window (etcd_handler.cpp). A frozen server that
+      // keeps the connection open costs misses, never a hung thread, and
+      // check_store_silence() judges by the clock even while this call waits.
       k->store->lease_keepalive(id);
+      answered = true;
     } catch (const StoreError& e) {
       // The store answered and the lease is gone: this node stalled past its TTL
       // or the store lost its state. Everyone else already saw this node leave.
       lost = e.what();
     } catch (const Error& e) {
-      // Judged by check_store_silence(); the client keeps reconnecting meanwhile.
-      // Once stopped (detached, maybe at process exit) it stays silent.
+      // A miss: last_ok stays where it was, and check_store_silence() declares
+      // the store lost once the misses fill the keep-alive window. The client
+      // keeps reconnecting meanwhile. Once stopped (detached, maybe at process
+      // exit) it stays silent.
       std::lock_guard<std::mutex> relock(k->mu);
       if (k->stop) return;
       log::get("rdzv")->warn("lease keepalive failed lease={} error={}", id, e.what());
     }
     lock.lock();
     if (k->stop) return;
-    if (lost.empty()) {
+    if (answered) {
       k->last_ok = Clock::now();
-    } else if (k->lease == id) {
+    } else if (!lost.empty() && k->lease == id) {
       k->lease = 0;
       // Called under k->mu: the destructor clears it under the same lock, so it
       // never runs on a destroyed monitor.

@@ -60,6 +60,7 @@ struct Service {
   ddp::test::EtcdCluster etcd;
   std::string backend() const { return "etcd"; }
   std::string endpoint() const { return etcd.endpoints_text(); }
+  void signal(int sig) { ::kill(etcd.pid(0), sig); }
   static constexpr bool kIsDaemon = false;
   // etcd grants leases in whole seconds, at least ~2 s: the window is 2 s.
   static std::string conf() {
@@ -73,6 +74,7 @@ struct Service {
   Daemon d;
   std::string backend() const { return "c10d"; }
   std::string endpoint() const { return d.endpoint(); }
+  void signal(int sig) { d.proc.signal(sig); }
   static constexpr bool kIsDaemon = true;
   // Keep-alive window 0.6 s.
   static std::string conf() {

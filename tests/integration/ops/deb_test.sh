@@ -11,7 +11,7 @@ info=$(dpkg-deb -I "$deb")
 files=$(dpkg-deb -c "$deb")
 grep -q '^ Package: ddprun$' <<<"$info" || { echo "FAIL: package name"; echo "$info"; exit 1; }
 grep -q '^ Depends: .*libspdlog' <<<"$info" || { echo "FAIL: no runtime dependencies"; echo "$info"; exit 1; }
-for f in bin/ddprun bin/ddp-rendezvousd bin/ddp-store bin/ddp-bench lib/systemd/system/ddp-rendezvousd.service \
+for f in bin/ddprun bin/ddp-guard bin/ddp-rendezvousd bin/ddp-store bin/ddp-bench lib/systemd/system/ddp-rendezvousd.service \
          'lib/systemd/system/ddprun@.service' include/ddp/sdk.hpp lib/cmake/ddp/ddpConfig.cmake; do
   grep -q "/$f\$" <<<"$files" || { echo "FAIL: $f missing from $deb"; exit 1; }
 done

@@ -8,7 +8,7 @@ trap 'rm -rf "$stage"' EXIT
 prefix=$stage/usr
 
 "$cmake" --install "$build" --prefix "$prefix" > "$stage/install.log" || { cat "$stage/install.log"; exit 1; }
-for f in bin/ddprun bin/ddp-rendezvousd bin/ddp-store bin/ddp-bench \
+for f in bin/ddprun bin/ddp-guard bin/ddp-rendezvousd bin/ddp-store bin/ddp-bench \
          lib/systemd/system/ddp-rendezvousd.service "lib/systemd/system/ddprun@.service" \
          include/ddp/sdk.hpp lib/cmake/ddp/ddpConfig.cmake; do
   if [ ! -e "$prefix/$f" ]; then

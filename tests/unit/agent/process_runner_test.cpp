@@ -81,11 +81,15 @@ TEST_CASE("a child sees exactly the environment it was given and only fds 0, 1 a
   CHECK(std::count(dump.begin(), dump.end(), '\n') == 4);  // 2 env vars + FDS + ARGS
 }
 
-TEST_CASE("a child leads its own process group") {
+TEST_CASE("a child runs in its own process group, led by its guard, and the pid reported is the child's") {
+  TempDir dir;
   pid_t pgid = -1;
-  auto o = run_child({"/bin/sh", {"-c", "exit 0"}, {}}, [&](pid_t pid) { pgid = ::getpgid(pid); });
+  const auto pidfile = (dir / "pid").string();
+  auto o = run_child({"/bin/sh", {"-c", "echo $$ > " + pidfile}, {}}, [&](pid_t pid) { pgid = ::getpgid(pid); });
   REQUIRE(o.exited);
-  CHECK(pgid == o.pid);
+  CHECK(std::to_string(o.pid) + "\n" == read_file(pidfile));
+  CHECK(pgid > 0);
+  CHECK(pgid != ::getpgrp());
 }
 
 TEST_CASE("signal_group reaches the child and what it forked") {
@@ -102,12 +106,38 @@ TEST_CASE("signal_group reaches the child and what it forked") {
   runner.spawn({"/bin/sh", {"-c", "sleep 100 & echo $! > " + pidfile + "; wait"}, {"PATH=/usr/bin:/bin"}},
                std::move(h), [&](pid_t pid, const std::string&) {
                  REQUIRE(ddp::test::wait_until([&] { return !read_file(pidfile).empty(); }));
-                 ProcessRunner::signal_group(pid, SIGTERM);
+                 runner.signal_group(pid, SIGTERM);
                });
   io.run_for(std::chrono::seconds(20));
   REQUIRE(WIFSIGNALED(status));
   const pid_t grandchild = std::stoi(read_file(pidfile));
   CHECK(ddp::test::wait_until([&] { return !ddp::test::pid_alive(grandchild); }));
+}
+
+TEST_CASE("a SIGKILL through signal_group also reaches a grandchild that called setsid") {
+  TempDir dir;
+  boost::asio::io_context io;
+  ProcessRunner runner(io);
+  int status = -1;
+  ChildHandlers h;
+  h.on_exit = [&](int st) {
+    status = st;
+    io.stop();
+  };
+  const auto pidfile = (dir / "grandchild").string();
+  // The grandchild leaves the group and ignores SIGTERM: only a SIGKILL aimed
+  // at it by pid (from the guard) ends it.
+  runner.spawn({"/bin/sh", {"-c", "setsid sh -c 'trap \"\" TERM; echo $$ > " + pidfile + "; exec sleep 100' & wait"},
+                {"PATH=/usr/bin:/bin"}},
+               std::move(h), [&](pid_t pid, const std::string&) {
+                 REQUIRE(ddp::test::wait_until([&] { return !read_file(pidfile).empty(); }));
+                 runner.signal_group(pid, SIGKILL);
+               });
+  io.run_for(std::chrono::seconds(20));
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  const pid_t grandchild = std::stoi(read_file(pidfile));
+  CHECK(ddp::test::wait_until([&] { return !ddp::test::pid_alive(grandchild); }, std::chrono::seconds(5)));
 }
 
 TEST_CASE("a program that cannot be executed is reported, not run") {

@@ -1,0 +1,97 @@
+#include "cgroup_scope.hpp"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace ddp::guard {
+
+namespace {
+
+bool is_cgroup2(const std::string& dir) {
+  struct statfs fs {};
+  return ::statfs(dir.c_str(), &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC;
+}
+
+// The unified hierarchy: /sys/fs/cgroup on a pure v2 system, .../unified on a
+// hybrid one (systemd's layout, also what this machine has).
+std::string unified_root() {
+  for (const char* dir : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    if (is_cgroup2(dir)) return dir;
+  }
+  return "";
+}
+
+// This process's cgroup in the unified hierarchy ("0::/path" in /proc/self/cgroup).
+std::string own_cgroup() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  }
+  return "";
+}
+
+bool write_text(const std::string& file, const char* text, std::size_t len) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text, len) == static_cast<ssize_t>(len);
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+std::unique_ptr<CgroupScope> CgroupScope::create(pid_t guard_pid) {
+  const std::string root = unified_root();
+  if (root.empty()) return nullptr;
+  std::string parent = own_cgroup();
+  if (parent.empty() || parent.find("..") != std::string::npos) return nullptr;
+  if (parent == "/") parent.clear();
+  const std::string path = root + parent + "/ddp-guard." + std::to_string(guard_pid);
+  if (::mkdir(path.c_str(), 0755) != 0) return nullptr;
+  return std::unique_ptr<CgroupScope>(new CgroupScope(path));
+}
+
+CgroupScope::CgroupScope(std::string path) : path_(std::move(path)), procs_file_(path_ + "/cgroup.procs") {}
+
+CgroupScope::~CgroupScope() { ::rmdir(path_.c_str()); }
+
+bool CgroupScope::join_self() const { return write_text(procs_file_, "0\n", 2); }
+
+bool CgroupScope::kill_all() const { return write_text(path_ + "/cgroup.kill", "1\n", 2); }
+
+bool CgroupScope::populated() const {
+  std::ifstream in(path_ + "/cgroup.events");
+  std::string key;
+  int value = 0;
+  while (in >> key >> value) {
+    if (key == "populated") return value != 0;
+  }
+  return false;
+}
+
+void kill_and_remove_cgroup(const std::string& path) {
+  if (path.empty() || ::access(path.c_str(), F_OK) != 0) return;
+  if (!write_text(path + "/cgroup.kill", "1\n", 2)) {
+    // No cgroup.kill (before Linux 5.14): signal each member.
+    std::ifstream in(path + "/cgroup.procs");
+    pid_t pid = 0;
+    while (in >> pid) ::kill(pid, SIGKILL);
+  }
+  // rmdir succeeds once the last member is gone; bounded, never blocks the agent long.
+  for (int i = 0; i < 100 && ::rmdir(path.c_str()) != 0 && errno == EBUSY; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace ddp::guard

@@ -1,0 +1,250 @@
+#include "guard.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "cgroup_scope.hpp"
+#include "guard_protocol.hpp"
+#include "proc_tree.hpp"
+
+namespace ddp::guard {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// How often the tree is re-read while waiting for it to empty: descendants'
+// deaths are not reported to the guard (only its own children's are).
+constexpr milliseconds kPollPeriod{20};
+
+bool write_all(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+void say(const std::string& line) { write_all(2, "ddprun: " + line + "\n"); }
+
+std::string seconds(milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
+
+class Guard {
+ public:
+  explicit Guard(const GuardOptions& o) : o_(o), self_(::getpid()), pgid_(::getpgrp()) {}
+
+  [[noreturn]] void run() {
+    sigset_t set;
+    ::sigemptyset(&set);
+    for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, kKillNowSignal}) ::sigaddset(&set, s);
+    ::sigprocmask(SIG_BLOCK, &set, nullptr);
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    // The agent spawned us with SIGKILL as parent-death signal; ours must be
+    // catchable so that the tree is killed before the guard goes.
+    ::prctl(PR_SET_PDEATHSIG, kKillNowSignal);
+    const bool agent_gone = o_.agent_pid > 0 && ::getppid() != o_.agent_pid;
+    if (!agent_gone) cgroup_ = CgroupScope::create(self_);
+    spawn_worker();
+    if (agent_gone) start_killing();
+    while (true) {
+      const auto wait = next_wakeup();
+      siginfo_t info{};
+      int sig = -1;
+      if (wait.count() < 0) {
+        sig = ::sigwaitinfo(&set, &info);
+      } else {
+        timespec ts{static_cast<time_t>(wait.count() / 1000), static_cast<long>(wait.count() % 1000) * 1000000L};
+        sig = ::sigtimedwait(&set, &info, &ts);
+      }
+      if (sig == SIGCHLD) reap();
+      if (sig == kKillNowSignal) start_killing();
+      if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) forward(sig);
+      step();
+    }
+  }
+
+ private:
+  enum class Phase { kRunning, kDraining, kKilling };
+
+  void spawn_worker() {
+    int err_pipe[2];
+    if (::pipe2(err_pipe, O_CLOEXEC) != 0) report_and_exit_127(errno);
+    std::vector<char*> argv;
+    for (const auto& a : o_.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) report_and_exit_127(errno);
+    if (pid == 0) {
+      // The worker: async-signal-safe calls only until exec.
+      ::close(err_pipe[0]);
+      sigset_t none;
+      ::sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != self_) ::_exit(128 + SIGKILL);
+      if (cgroup_) cgroup_->join_self();
+      if (o_.info_fd >= 0) ::close(o_.info_fd);
+      ::execv(argv[0], argv.data());
+      const int e = errno;
+      ssize_t ignored = ::write(err_pipe[1], &e, sizeof(e));
+      (void)ignored;
+      ::_exit(127);
+    }
+    worker_ = pid;
+    ::close(err_pipe[1]);
+    int exec_errno = 0;
+    ssize_t n = 0;
+    do {
+      n = ::read(err_pipe[0], &exec_errno, sizeof(exec_errno));
+    } while (n < 0 && errno == EINTR);
+    ::close(err_pipe[0]);
+    if (n == static_cast<ssize_t>(sizeof(exec_errno))) {
+      ::waitpid(pid, nullptr, 0);
+      report_and_exit_127(exec_errno);
+    }
+    std::string text = std::string(kInfoPid) + " " + std::to_string(pid) + "\n";
+    if (cgroup_) text += std::string(kInfoCgroup) + " " + cgroup_->path() + "\n";
+    if (o_.info_fd >= 0) {
+      write_all(o_.info_fd, text);
+      ::close(o_.info_fd);
+    }
+  }
+
+  [[noreturn]] void report_and_exit_127(int err) {
+    if (o_.info_fd >= 0) write_all(o_.info_fd, std::string(kInfoError) + " " + std::to_string(err) + "\n");
+    cgroup_.reset();
+    ::_exit(127);
+  }
+
+  // Reaps every child: the worker, and orphans adopted as subreaper.
+  void reap() {
+    while (true) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) return;
+      if (pid == worker_) {
+        worker_done_ = true;
+        worker_status_ = status;
+      }
+    }
+  }
+
+  // A stop signal reached the worker's process group (the agent signals the
+  // group); the processes that left the group get it from here.
+  void forward(int sig) {
+    if (phase_ == Phase::kKilling) return;
+    for (const auto& p : descendants(self_)) {
+      if (p.pgid != pgid_) ::kill(p.pid, sig);
+    }
+    stop_forwarded_ = true;
+  }
+
+  void start_killing() {
+    if (phase_ == Phase::kKilling) return;
+    phase_ = Phase::kKilling;
+    deadline_ = Clock::now() + o_.kill_wait;
+    kill_tree();
+  }
+
+  void kill_tree() {
+    if (cgroup_) cgroup_->kill_all();
+    for (const auto& p : descendants(self_)) ::kill(p.pid, SIGKILL);
+  }
+
+  milliseconds next_wakeup() const {
+    if (phase_ == Phase::kRunning && !worker_done_) return milliseconds(-1);
+    return kPollPeriod;
+  }
+
+  void step() {
+    reap();
+    if (phase_ == Phase::kRunning) {
+      if (!worker_done_) return;
+      const auto left = descendants(self_);
+      if (left.empty()) finish();
+      say("worker pid=" + std::to_string(worker_) + " exited; stopping " + std::to_string(left.size()) +
+          " process(es) it left running (SIGTERM, SIGKILL after " + seconds(o_.stop_timeout) + ")");
+      if (!stop_forwarded_) {
+        for (const auto& p : left) ::kill(p.pid, SIGTERM);
+      }
+      phase_ = Phase::kDraining;
+      deadline_ = Clock::now() + o_.stop_timeout;
+      return;
+    }
+    const auto left = descendants(self_);
+    if (left.empty() && worker_done_) finish();
+    if (Clock::now() < deadline_) {
+      if (phase_ == Phase::kKilling) kill_tree();  // whatever forked meanwhile
+      return;
+    }
+    if (phase_ == Phase::kDraining) {
+      start_killing();
+      return;
+    }
+    // Only processes in uninterruptible sleep survive SIGKILL this long: the
+    // agent must not wait on them forever.
+    for (const auto& p : left) {
+      say("process pid=" + std::to_string(p.pid) + " (" + p.comm + ") still in state " + state_text(p.state) +
+          " " + seconds(o_.kill_wait) + " after SIGKILL; leaving it");
+    }
+    finish();
+  }
+
+  // Exits the way the worker did, so the agent reports the worker's outcome.
+  [[noreturn]] void finish() {
+    if (cgroup_ && cgroup_->populated()) cgroup_->kill_all();
+    cgroup_.reset();
+    if (!worker_done_) mirror_signal(SIGKILL);
+    if (WIFEXITED(worker_status_)) ::_exit(WEXITSTATUS(worker_status_));
+    mirror_signal(WIFSIGNALED(worker_status_) ? WTERMSIG(worker_status_) : SIGKILL);
+  }
+
+  [[noreturn]] static void mirror_signal(int sig) {
+    struct rlimit no_core {};
+    ::setrlimit(RLIMIT_CORE, &no_core);  // the worker dumped its own core, if any
+    ::signal(sig, SIG_DFL);
+    sigset_t only;
+    ::sigemptyset(&only);
+    ::sigaddset(&only, sig);
+    ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+    ::raise(sig);
+    ::_exit(128 + sig);  // a signal whose default is to continue or stop
+  }
+
+  const GuardOptions& o_;
+  const pid_t self_;
+  const pid_t pgid_;
+  std::unique_ptr<CgroupScope> cgroup_;
+  pid_t worker_ = -1;
+  bool worker_done_ = false;
+  int worker_status_ = 0;
+  bool stop_forwarded_ = false;
+  Phase phase_ = Phase::kRunning;
+  Clock::time_point deadline_{};
+};
+
+}  // namespace
+
+void run_guard(const GuardOptions& options) {
+  Guard g(options);
+  g.run();
+}
+
+}  // namespace ddp::guard

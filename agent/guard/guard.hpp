@@ -1,0 +1,31 @@
+// ddp-guard: one per worker, between the agent and the worker. A child
+// subreaper, so every process the worker starts stays in the guard's subtree
+// whatever it does (setsid, double fork); the guard stops that subtree when
+// the worker exits, when the agent asks, and when the agent dies.
+//
+// Single-threaded: signals are blocked and taken with sigtimedwait.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace ddp::guard {
+
+struct GuardOptions {
+  std::chrono::milliseconds stop_timeout{30000};  // SIGTERM → SIGKILL grace for leftovers
+  // After SIGKILL, how long to wait for processes to vanish. Only a process in
+  // uninterruptible sleep (D) outlives it; it is then reported and left.
+  std::chrono::milliseconds kill_wait{5000};
+  int info_fd = -1;
+  pid_t agent_pid = 0;
+  std::vector<std::string> argv;  // the worker's; argv[0] is an absolute path
+};
+
+// Runs the worker and returns only by exiting the process: with the worker's
+// exit code, or by the worker's terminating signal.
+[[noreturn]] void run_guard(const GuardOptions& options);
+
+}  // namespace ddp::guard

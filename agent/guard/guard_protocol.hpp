@@ -1,0 +1,29 @@
+// What the agent and ddp-guard agree on. ddp-guard sits between the agent and
+// one worker: the agent spawns `ddp-guard [options] -- WORKER ARGS...`, the
+// guard forks and execs the worker and watches its whole process tree
+// (docs/agent.md, "Process containment").
+#pragma once
+
+#include <signal.h>
+
+namespace ddp::guard {
+
+// Sent by the agent to the guard alone (never to the group) instead of SIGKILL,
+// and set as the guard's parent-death signal: "SIGKILL the whole tree now, wait
+// a bounded time, exit". A real SIGKILL would kill the guard first and orphan
+// whatever left the worker's process group.
+inline constexpr int kKillNowSignal = SIGUSR2;
+
+// Options on the guard's command line, before "--".
+inline constexpr const char* kStopTimeoutFlag = "--stop-timeout-ms=";  // grace after SIGTERM
+inline constexpr const char* kInfoFdFlag = "--info-fd=";      // where the guard reports
+inline constexpr const char* kAgentPidFlag = "--agent-pid=";  // died before the guard started?
+
+// On the info fd the guard writes one of these, then closes it:
+//   "pid <worker pid>\n" [+ "cgroup <path>\n"]   the worker was exec'd
+//   "error <errno>\n"                            exec of the worker failed (guard exits 127)
+inline constexpr const char* kInfoPid = "pid";
+inline constexpr const char* kInfoCgroup = "cgroup";
+inline constexpr const char* kInfoError = "error";
+
+}  // namespace ddp::guard

@@ -1,0 +1,54 @@
+// ddp-guard: started by ddprun's agent, never by hand. Wiring only: parse the
+// command line the agent built (guard_protocol.hpp), run the guard.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "guard.hpp"
+#include "guard_protocol.hpp"
+
+namespace {
+
+bool take(const char* arg, const char* flag, long* value) {
+  const std::size_t n = std::strlen(flag);
+  if (std::strncmp(arg, flag, n) != 0) return false;
+  char* end = nullptr;
+  *value = std::strtol(arg + n, &end, 10);
+  return end != arg + n && *end == '\0';
+}
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "ddp-guard: %s\nusage: ddp-guard [--stop-timeout-ms=N] [--info-fd=N] [--agent-pid=N] -- "
+               "/abs/path/to/worker [args...]\n(started by ddprun for each worker; see docs/agent.md)\n",
+               why);
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ddp::guard::GuardOptions o;
+  int i = 1;
+  for (; i < argc; ++i) {
+    long v = 0;
+    if (std::strcmp(argv[i], "--") == 0) {
+      ++i;
+      break;
+    }
+    if (take(argv[i], ddp::guard::kStopTimeoutFlag, &v) && v >= 0) {
+      o.stop_timeout = std::chrono::milliseconds(v);
+    } else if (take(argv[i], ddp::guard::kInfoFdFlag, &v) && v >= 0) {
+      o.info_fd = static_cast<int>(v);
+    } else if (take(argv[i], ddp::guard::kAgentPidFlag, &v) && v > 0) {
+      o.agent_pid = static_cast<pid_t>(v);
+    } else {
+      usage((std::string("unknown or malformed option '") + argv[i] + "'").c_str());
+    }
+  }
+  if (i >= argc) usage("no worker command after '--'");
+  if (argv[i][0] != '/') usage("the worker's path must be absolute");
+  o.argv.assign(argv + i, argv + argc);
+  ddp::guard::run_guard(o);
+}

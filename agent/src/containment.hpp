@@ -1,0 +1,37 @@
+// The agent's side of process containment: every worker is started under
+// ddp-guard (agent/guard/), which keeps the worker's whole process tree
+// contained while the agent runs and after it dies (docs/agent.md).
+//
+// Thread-safety: free functions; guard_executable() is computed once.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace ddp::agent {
+
+// ddp-guard beside the running executable, else in the install prefix; empty
+// when neither exists (the agent then warns once and spawns workers directly).
+const std::string& guard_executable();
+
+// The guard's argv (after its own path) for running `executable args...`.
+std::vector<std::string> guard_args(const std::string& executable, const std::vector<std::string>& args,
+                                    std::chrono::milliseconds stop_timeout, int info_fd);
+
+// What the guard wrote on its info fd.
+struct GuardReport {
+  pid_t worker_pid = -1;
+  std::string cgroup;  // the worker's cgroup v2, empty when none
+  std::string error;   // set when the worker could not be started
+};
+
+// Reads the guard's report, waiting at most `timeout` (then `error` says so).
+GuardReport read_guard_report(int fd, const std::string& executable, std::chrono::milliseconds timeout);
+
+// Kills and removes a worker cgroup its guard left behind (the guard was killed).
+void release_cgroup(const std::string& path);
+
+}  // namespace ddp::agent

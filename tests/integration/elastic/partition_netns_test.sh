@@ -1,0 +1,95 @@
+#!/bin/sh
+# A network partition, for real: the daemon, agent A and agent B each in their
+# own network namespace, joined by veth pairs (addresses only inside them).
+# Cutting A's link leaves A with a silent store: A must stop its workers and
+# exit 3 naming the store, while B re-forms alone and keeps running.
+#   partition_netns_test.sh BIN_DIR
+# Needs root (ip netns); exits 77 (skipped) with the reason otherwise.
+set -u
+BIN=$1
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root for ip netns"
+command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installed"
+
+P=ddp$$  # short: interface names have at most 15 characters
+NS_D=${P}d NS_A=${P}a NS_B=${P}b
+TMP=$(mktemp -d)
+PIDS=""
+cleanup() {
+  for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+  for ns in $NS_D $NS_A $NS_B; do ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null; done
+  for ns in $NS_D $NS_A $NS_B; do ip netns del "$ns" 2>/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
+ip netns add $NS_D 2>/dev/null || skip "ip netns add is not allowed here"
+ip netns add $NS_A && ip netns add $NS_B || exit 1
+
+# D has 10.77.1.1 towards A (10.77.1.2) and 10.77.2.1 towards B (10.77.2.2).
+ip link add ${P}da netns $NS_D type veth peer name ${P}ad netns $NS_A || skip "cannot create veth pairs"
+ip link add ${P}db netns $NS_D type veth peer name ${P}bd netns $NS_B || exit 1
+ip -n $NS_D addr add 10.77.1.1/24 dev ${P}da && ip -n $NS_A addr add 10.77.1.2/24 dev ${P}ad &&
+ip -n $NS_D addr add 10.77.2.1/24 dev ${P}db && ip -n $NS_B addr add 10.77.2.2/24 dev ${P}bd || exit 1
+for ns in $NS_D $NS_A $NS_B; do ip -n "$ns" link set lo up; done
+ip -n $NS_D link set ${P}da up && ip -n $NS_D link set ${P}db up &&
+ip -n $NS_A link set ${P}ad up && ip -n $NS_B link set ${P}bd up || exit 1
+
+# Polls a condition for up to $1 tenths of a second.
+wait_for() {
+  n=$1; shift
+  while [ "$n" -gt 0 ]; do
+    if eval "$@"; then return 0; fi
+    sleep 0.1; n=$((n - 1))
+  done
+  return 1
+}
+fail() { echo "FAIL: $*"; for f in "$TMP"/*.log; do echo "--- $f"; cat "$f"; done; exit 1; }
+
+ip netns exec $NS_D "$BIN/ddp-rendezvousd" --host 0.0.0.0 --port 0 --port-file "$TMP/port" \
+  --log-level warn >"$TMP/daemon.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_for 100 '[ -s "$TMP/port" ]' || fail "the daemon did not start"
+PORT=$(cat "$TMP/port")
+
+# Keep-alive window 1 s x 3 = 3 s. (An interval of at least 1 s matters: each
+# keepalive request may wait one interval, at least 1 s, for its answer.)
+CONF=keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=1,join_timeout=30
+agent() {  # agent NAME NETNS DAEMON_ADDR
+  mkdir -p "$TMP/$1"
+  ip netns exec "$2" env -u PET_NNODES -u PET_NPROC_PER_NODE -u PET_STANDALONE FAKE_HANG=1 FAKE_PID_FILE="$TMP/$1/pids" \
+    "$BIN/ddprun" --nnodes=1:2 --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint="$3:$PORT" \
+    --rdzv_id=partition --rdzv_conf=$CONF --max_restarts=3 --stop_timeout=2 --log_level=info \
+    "$BIN/fake_worker" >"$TMP/$1.log" 2>&1 &
+  PIDS="$PIDS $!"
+}
+starts() { grep -c " start " "$TMP/$1/pids" 2>/dev/null || echo 0; }
+agent a $NS_A 10.77.1.1
+A_PID=$!
+agent b $NS_B 10.77.2.1
+B_PID=$!
+wait_for 300 '[ "$(starts a)" -ge 2 ] && [ "$(starts b)" -ge 2 ]' || fail "the two nodes did not start their workers"
+grep -q "group_rank=./2" "$TMP/b.log" || fail "B did not join a world of two nodes"
+A_WORKERS=$(awk '/ start / {print $1}' "$TMP/a/pids")
+
+# The partition: the daemon's end of A's link goes down. A keeps its address and
+# route, its packets are dropped without an error: no FIN, no RST, no ICMP.
+ip -n $NS_D link set ${P}da down
+
+wait_for 200 '! kill -0 $A_PID 2>/dev/null' || fail "agent A still runs 20 s after losing its link"
+wait $A_PID
+A_CODE=$?
+[ "$A_CODE" = 3 ] || fail "agent A exited $A_CODE, expected 3"
+grep -q "rendezvous store lost.*no answer from the rendezvous store at 10.77.1.1:$PORT" "$TMP/a.log" ||
+  fail "agent A's error does not name the silent store"
+for p in $A_WORKERS; do
+  if [ -d /proc/$p ] && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; then
+    fail "worker $p of agent A still runs"
+  fi
+done
+
+# B re-forms alone: a second start of its workers, in a world of one node.
+wait_for 300 '[ "$(starts b)" -ge 4 ]' || fail "agent B did not re-form after A was cut off"
+grep -q "group_rank=0/1" "$TMP/b.log" || fail "B's new round is not a world of one node"
+kill -0 $B_PID 2>/dev/null || fail "agent B exited"
+echo "PASS: A exited 3 after the cut, B re-formed alone"

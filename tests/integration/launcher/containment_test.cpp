@@ -1,0 +1,135 @@
+// Process containment: whatever a worker starts (a shell's background job, a
+// child that calls setsid, a double fork) is gone when ddprun is done with the
+// worker — after kill -9 of ddprun, after SIGTERM/SIGHUP/double SIGINT, when
+// the worker exits 0 and when it is killed from outside. Every process carries
+// the test's own DDP_TEST_TAG; a test fails if any tagged process survives.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+
+#include "containment_util.hpp"
+
+using namespace ddp::test;
+using namespace ddp::test::launcher;
+
+namespace {
+
+// SHAPE picks what the worker leaves behind: a background job of the shell, a
+// child in its own session, an orphan of a double fork, or all three. The
+// setsid and double-fork children ignore SIGTERM, SIGHUP and SIGINT, so only
+// a SIGKILL aimed at them (not at the worker's process group) ends them.
+constexpr const char* kWorker = R"(#!/bin/sh
+[ -n "$IGNORE_INT" ] && trap "" INT
+echo $$ > "$MARKS/pid_$RANK"
+case "$SHAPE" in
+  shell|all) sleep 1234 & ;;
+esac
+case "$SHAPE" in
+  setsid|all) setsid sh -c 'trap "" TERM HUP INT; exec sleep 1234' & ;;
+esac
+case "$SHAPE" in
+  double_fork|all) ( trap "" TERM HUP INT; sleep 1234 & ) ;;
+esac
+touch "$MARKS/ready_$RANK"
+[ -n "$EXIT_NOW" ] && exit "$EXIT_NOW"
+wait
+exec sleep 1234
+)";
+
+struct Job {
+  TempDir dir;
+  ProcessTag tag;
+  std::string script;
+
+  Job() {
+    script = (dir / "worker.sh").string();
+    write_file(script, kWorker);
+    ::chmod(script.c_str(), 0755);
+  }
+
+  std::unique_ptr<Process> start(const std::string& shape, std::vector<std::string> flags, EnvOverrides extra = {}) {
+    std::vector<std::string> args = {"--nproc_per_node=2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--no_python", "/bin/sh", script});
+    EnvOverrides env = {tag.env(), {"SHAPE", shape}, {"MARKS", dir.path().string()}};
+    for (auto& [k, v] : extra) env[k] = v;
+    return std::make_unique<Process>(ddprun_argv(args), dir.path(), clean_env(env));
+  }
+
+  bool ready() const {
+    return wait_until([&] { return fs::exists(dir / "ready_0") && fs::exists(dir / "ready_1"); });
+  }
+};
+
+}  // namespace
+
+TEST_CASE("kill -9 of ddprun leaves no process of any worker's tree") {
+  const auto shape = GENERATE(as<std::string>{}, "shell", "setsid", "double_fork");
+  INFO("shape=" << shape);
+  Job job;
+  auto agent = job.start(shape, {});
+  REQUIRE(job.ready());
+  agent->signal(SIGKILL);
+  REQUIRE(agent->wait(std::chrono::seconds(5)));
+  INFO("survivors:\n" << job.tag.describe());
+  CHECK(job.tag.all_gone());
+}
+
+TEST_CASE("SIGTERM and SIGHUP stop children that called setsid or double-forked") {
+  const auto sig = GENERATE(SIGTERM, SIGHUP);
+  INFO("signal=" << sig);
+  Job job;
+  auto agent = job.start("all", {"--stop_timeout=1"});
+  REQUIRE(job.ready());
+  agent->signal(sig);
+  const auto code = agent->wait(std::chrono::seconds(20));
+  INFO(agent->err());
+  REQUIRE(code);
+  CHECK(*code == 128 + sig);
+  INFO("survivors:\n" << job.tag.describe());
+  CHECK(job.tag.all_gone(std::chrono::seconds(2)));
+}
+
+TEST_CASE("a second SIGINT kills children that called setsid or double-forked at once") {
+  Job job;
+  auto agent = job.start("all", {"--stop_timeout=60"}, {{"IGNORE_INT", "1"}});
+  REQUIRE(job.ready());
+  agent->signal(SIGINT);
+  REQUIRE(wait_until([&] { return agent->err().find("received SIGINT") != std::string::npos; }));
+  agent->signal(SIGINT);
+  const auto code = agent->wait(std::chrono::seconds(20));
+  INFO(agent->err());
+  REQUIRE(code);
+  CHECK(*code == 130);
+  INFO("survivors:\n" << job.tag.describe());
+  CHECK(job.tag.all_gone(std::chrono::seconds(2)));
+}
+
+TEST_CASE("a worker that exits 0 while its child runs: ddprun exits 0 and the child is stopped") {
+  Job job;
+  auto agent = job.start("setsid", {"--stop_timeout=1"}, {{"EXIT_NOW", "0"}});
+  const auto code = agent->wait(std::chrono::seconds(30));
+  INFO(agent->err());
+  REQUIRE(code);
+  CHECK(*code == 0);
+  CHECK_THAT(agent->err(), Catch::Contains("exited; stopping 1 process(es) it left running"));
+  INFO("survivors:\n" << job.tag.describe());
+  CHECK(job.tag.all_gone(std::chrono::seconds(2)));
+}
+
+TEST_CASE("a worker SIGKILLed from outside: ddprun exits 1 and the worker's children are stopped") {
+  Job job;
+  auto agent = job.start("all", {"--stop_timeout=1"});
+  REQUIRE(job.ready());
+  const pid_t worker = std::stoi(read_file(job.dir / "pid_0"));
+  ::kill(worker, SIGKILL);
+  const auto code = agent->wait(std::chrono::seconds(30));
+  INFO(agent->err());
+  REQUIRE(code);
+  CHECK(*code == 1);
+  CHECK_THAT(agent->err(), Catch::Contains("pid=" + std::to_string(worker)));
+  CHECK_THAT(agent->err(), Catch::Contains("SIGKILL"));
+  INFO("survivors:\n" << job.tag.describe());
+  CHECK(job.tag.all_gone(std::chrono::seconds(2)));
+}
