@@ -112,7 +112,7 @@ void run_concurrent_jobs(int jobs, int reps) {
   }
   // Each job's torch keys sit under its own run id and round.
   auto keys = run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/job0-rep0/worker/"}, dir.path());
-  CHECK_THAT(keys.out, Catch::Contains("/job0-rep0/worker/round_0/worker/attempt_0/"));
+  CHECK_THAT(keys.out, Catch::Contains("/job0-rep0/worker/round_0//worker/attempt_0/"));
 }
 
 }  // namespace
