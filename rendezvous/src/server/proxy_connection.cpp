@@ -88,6 +88,21 @@ void ProxyConnection::connect_up() {
 void ProxyConnection::on_connected() {
   error_code ec;
   up_.set_option(tcp::no_delay(true), ec);
+  read_down();
+  read_up();
+}
+
+void ProxyConnection::choose_mode(char first_byte) {
+  if (first_byte == kPreamble[0]) {
+    // A native client (ddp-store, the C++ SDK) names its own keys and
+    // presents its own token: its bytes pass unchanged.
+    relay_ = true;
+    ddp::log::get("store.proxy")->debug("relaying a native-protocol client peer={}", peer_);
+    return;
+  }
+  // A TCPStore client: the proxy speaks for it. Its requests follow the HELLO
+  // on the same stream and the store answers in order, so nothing waits for
+  // the HELLO's reply.
   Request hello;
   hello.op = Op::kHello;
   hello.id = kHelloId;
@@ -95,16 +110,6 @@ void ProxyConnection::on_connected() {
   hello.values.push_back(target_->token);
   up_out_.assign(kPreamble, sizeof kPreamble);
   encode_request(hello, up_out_);
-  auto self = shared_from_this();
-  // Requests the client sends meanwhile follow the HELLO on the same stream;
-  // the store answers in order, so nothing waits for the HELLO's reply.
-  asio::async_write(up_, asio::buffer(up_out_), [this, self](error_code wec, std::size_t) {
-    if (closed_) return;
-    if (wec) return close("write to store: " + wec.message());
-    up_out_.clear();
-    read_down();
-  });
-  read_up();
 }
 
 void ProxyConnection::read_down() {
@@ -112,16 +117,24 @@ void ProxyConnection::read_down() {
   down_.async_read_some(asio::buffer(down_in_), [this, self](error_code ec, std::size_t n) {
     if (closed_) return;
     if (ec) return close(ec == asio::error::eof ? "client closed" : "client: " + ec.message());
-    try {
-      codec_.feed(std::string_view(down_in_.data(), n), [this](Request&& req) {
-        ++counters_.requests;
-        ns_.to_store(req);
-        encode_request(req, up_out_);
-        return true;
-      });
-    } catch (const Error& e) {
-      ddp::log::get("store.proxy")->warn("closing torch client peer={} error=\"{}\"", peer_, e.what());
-      return close("bad request");
+    if (!mode_chosen_) {
+      mode_chosen_ = true;
+      choose_mode(down_in_[0]);
+    }
+    if (relay_) {
+      up_out_.append(down_in_.data(), n);
+    } else {
+      try {
+        codec_.feed(std::string_view(down_in_.data(), n), [this](Request&& req) {
+          ++counters_.requests;
+          ns_.to_store(req);
+          encode_request(req, up_out_);
+          return true;
+        });
+      } catch (const Error& e) {
+        ddp::log::get("store.proxy")->warn("closing torch client peer={} error=\"{}\"", peer_, e.what());
+        return close("bad request");
+      }
     }
     if (up_out_.empty()) return read_down();
     asio::async_write(up_, asio::buffer(up_out_), [this, self](error_code wec, std::size_t) {
@@ -143,8 +156,12 @@ void ProxyConnection::read_up() {
                  target_->store.to_string(), ec.message(), peer_);
       return close("store closed");
     }
-    up_in_.append(up_read_.data(), n);
-    if (!drain_up_frames()) return;
+    if (relay_) {
+      down_out_.append(up_read_.data(), n);
+    } else {
+      up_in_.append(up_read_.data(), n);
+      if (!drain_up_frames()) return;
+    }
     if (down_out_.empty()) return read_up();
     asio::async_write(down_, asio::buffer(down_out_), [this, self](error_code wec, std::size_t) {
       if (closed_) return;

@@ -1,5 +1,6 @@
 // One client of a TorchStoreProxy: the torch client's socket ("down"), its own
-// connection to the job's store ("up"), and the translation between them.
+// connection to the job's store ("up"), and the translation between them. A
+// client whose first byte starts the native protocol is relayed byte for byte.
 //
 // Lives on the proxy's loop thread only. Each direction alternates one read
 // and one write, so a side that stops reading holds up only its own
@@ -49,6 +50,8 @@ class ProxyConnection : public std::enable_shared_from_this<ProxyConnection> {
  private:
   void connect_up();
   void on_connected();
+  // From the client's first byte: a TCPStore client (translated) or a native one (relayed).
+  void choose_mode(char first_byte);
   void read_down();
   void read_up();
   // Decodes the complete frames in up_in_ into down_out_; false after close().
@@ -72,6 +75,8 @@ class ProxyConnection : public std::enable_shared_from_this<ProxyConnection> {
   std::string up_in_;     // bytes from the store, until a whole frame is there
   std::string up_read_;   // read buffer
   std::string down_out_;  // torch replies being written to the client
+  bool mode_chosen_ = false;
+  bool relay_ = false;
   bool hello_answered_ = false;
   bool closed_ = false;
 };

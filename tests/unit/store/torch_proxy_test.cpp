@@ -223,3 +223,16 @@ TEST_CASE("a prefix without a trailing slash is refused", "[proxy]") {
   target.key_prefix = "/j/worker/round_0";
   CHECK_THROWS_AS(p.set_target(target), ddp::ConfigError);
 }
+
+TEST_CASE("a native-protocol client reaching the proxy is relayed unchanged", "[proxy]") {
+  Setup s("secret");
+  auto p = s.proxy("/j/worker/round_0/", "secret");
+  auto opts = client_options(p->port());
+  opts.token = "secret";
+  TcpStore native(opts);  // e.g. `ddp-store --endpoint $MASTER_ADDR:$MASTER_PORT` in a worker
+  native.set("/j/worker/round_0/rank_0", "ok");
+  CHECK(s.store->try_get("/j/worker/round_0/rank_0") == std::optional<std::string>("ok"));
+  CHECK(native.get("/j/worker/round_0/rank_0", 1s) == "ok");
+  opts.token = "wrong";
+  CHECK_THROWS_AS(TcpStore(opts), ddp::store::AuthError);
+}
