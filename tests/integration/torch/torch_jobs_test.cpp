@@ -38,12 +38,15 @@ bool have_torch() {
 }
 
 struct Daemon {
-  explicit Daemon(const TempDir& dir)
-      : proc({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
-              (dir / "port").string(), "--log-level", "warn"},
-             dir.path(), {}, "daemon"),
-        port(wait_for_port_file(dir / "port")) {
+  explicit Daemon(const TempDir& dir, const std::vector<std::string>& extra = {})
+      : proc(argv(dir, extra), dir.path(), {}, "daemon"), port(wait_for_port_file(dir / "port")) {
     REQUIRE(port > 0);
+  }
+  static std::vector<std::string> argv(const TempDir& dir, const std::vector<std::string>& extra) {
+    std::vector<std::string> a{bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0",
+                               "--port-file", (dir / "port").string(), "--log-level", "warn"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
   }
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port); }
   Process proc;
@@ -54,7 +57,7 @@ struct Daemon {
 // daemon at `endpoint` (or etcd members with backend "etcd").
 std::unique_ptr<Process> node(const TempDir& dir, const std::string& endpoint, const std::string& id,
                               const std::string& nnodes, int value, const std::string& name, Env extra = {},
-                              const std::string& backend = "c10d") {
+                              const std::string& backend = "c10d", const std::vector<std::string>& flags = {}) {
   Env env = {{"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt},
              {"PET_NNODES", std::nullopt},      {"PET_STANDALONE", std::nullopt},
              {"PYTHONUNBUFFERED", "1"},         {"JOB_VALUE", std::to_string(value)}};
@@ -62,8 +65,9 @@ std::unique_ptr<Process> node(const TempDir& dir, const std::string& endpoint, c
   std::vector<std::string> argv{bin("ddprun").string(), "--python", python(), "--nnodes=" + nnodes,
                                 "--nproc_per_node=1", "--rdzv_backend=" + backend, "--rdzv_endpoint=" + endpoint,
                                 "--rdzv_id=" + id, "--max_restarts=0",
-                                "--rdzv_conf=last_call_timeout=0.5,keep_alive_interval=1,join_timeout=60",
-                                (source_dir() / "tests/integration/torch/job_allreduce.py").string()};
+                                "--rdzv_conf=last_call_timeout=0.5,keep_alive_interval=1,join_timeout=60"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.push_back((source_dir() / "tests/integration/torch/job_allreduce.py").string());
   return std::make_unique<Process>(argv, dir.path(), env, name);
 }
 
@@ -196,4 +200,22 @@ TEST_CASE("torch workers of a job on etcd all_reduce through group rank 0's stor
   const auto got = results(a->out() + b->out(), "etcdjob");
   CHECK(count(got, "2/0/15/0") == 1);
   CHECK(count(got, "2/1/15/0") == 1);
+}
+
+TEST_CASE("torch workers reach a daemon that requires a token, which TCPStore clients cannot present") {
+  if (!have_torch()) return;
+  TempDir dir;
+  write_file(dir / "token", "s3cret\n");
+  Daemon d(dir, {"--token-file", (dir / "token").string()});
+  const std::vector<std::string> token = {"--token_file=" + (dir / "token").string()};
+  auto a = node(dir, d.endpoint(), "tokenjob", "2", 4, "nodeA", {}, "c10d", token);
+  auto b = node(dir, d.endpoint(), "tokenjob", "2", 4, "nodeB", {}, "c10d", token);
+  const auto ca = a->wait(150s);
+  const auto cb = b->wait(150s);
+  INFO(a->out() << a->err() << b->out() << b->err());
+  CHECK(ca == 0);
+  CHECK(cb == 0);
+  const auto got = results(a->out() + b->out(), "tokenjob");
+  CHECK(count(got, "2/0/12/0") == 1);
+  CHECK(count(got, "2/1/12/0") == 1);
 }
