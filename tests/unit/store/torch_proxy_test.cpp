@@ -94,6 +94,7 @@ class TorchClient {
     char c;
     return ::recv(fd_, &c, 1, 0) <= 0;
   }
+  void raw(const std::string& bytes) { send(bytes); }
   std::string recv(std::size_t n) {
     std::string s(n, '\0');
     std::size_t got = 0;
@@ -235,4 +236,22 @@ TEST_CASE("a native-protocol client reaching the proxy is relayed unchanged", "[
   CHECK(native.get("/j/worker/round_0/rank_0", 1s) == "ok");
   opts.token = "wrong";
   CHECK_THROWS_AS(TcpStore(opts), ddp::store::AuthError);
+}
+
+TEST_CASE("a torch 2.x client's CANCEL_WAIT reaches the WAIT it cancels through the proxy", "[proxy]") {
+  Setup s;
+  auto p = s.proxy("/j/worker/round_0/");
+  TorchClient c(p->port());
+  // VALIDATE with torch's magic, PING (echoed), then WAIT on a missing key and CANCEL_WAIT.
+  const std::string validate = std::string(1, '\x00') + std::string("\xCE\xF7\x85\x3C", 4);
+  const std::string ping = std::string(1, '\x0D') + std::string("\x2A\x00\x00\x00", 4);
+  c.raw(validate + ping);
+  CHECK(c.recv(4) == std::string("\x2A\x00\x00\x00", 4));
+  c.raw(std::string(1, '\x06') + u64(1) + str("/never"));
+  CHECK_FALSE(c.replied_within(200));
+  c.raw(std::string(1, '\x0C'));
+  CHECK(c.recv(1) == std::string(1, '\x01'));  // WAIT_CANCELED
+  c.raw(std::string(1, '\x04') + str("/n") + u64(2));  // v2 ADD
+  CHECK(i64(c.recv(8)) == 2);
+  CHECK(s.store->try_get("/j/worker/round_0/n") == std::optional<std::string>("2"));
 }
