@@ -28,6 +28,7 @@
 #include "ddp/store/protocol.hpp"
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
+#include "ddp/store/torch_proxy.hpp"
 
 namespace ddp::bench {
 namespace {
@@ -46,6 +47,7 @@ struct Options {
   int idle_connections = 0;
   int server_pid = 0;
   double hold_s = 0;
+  bool torch_proxy = false;
 };
 
 std::string read_token(const std::string& path) {
@@ -219,6 +221,9 @@ int store_main(int argc, char** argv) {
                  "instead: open this many connections (preamble + HELLO), then report server RSS");
   app.add_option("--server-pid", o.server_pid, "pid whose VmRSS to report (default: this process)");
   app.add_option("--hold", o.hold_s, "seconds to keep idle connections open after measuring");
+  app.add_flag("--torch-proxy", o.torch_proxy,
+               "with --protocol tcpstore: go through a TorchStoreProxy (what ddprun gives torch workers as "
+               "MASTER_ADDR/MASTER_PORT) in front of the store");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -253,13 +258,21 @@ int store_main(int argc, char** argv) {
       std::fprintf(stderr, "ddp-bench store: --protocol tcpstore runs --op get, set or add, not mixed\n");
       return 2;
     }
-    if (!base.token.empty()) {
+    if (!base.token.empty() && !o.torch_proxy) {
       std::fprintf(stderr, "ddp-bench store: --protocol tcpstore cannot present --token-file (TCPStore has no "
-                           "handshake; token-protected servers refuse it)\n");
+                           "handshake; token-protected servers refuse it) unless through --torch-proxy\n");
       return 2;
     }
+    Endpoint target = base.endpoint;
+    std::unique_ptr<store::TorchStoreProxy> proxy;
+    if (o.torch_proxy) {
+      proxy = std::make_unique<store::TorchStoreProxy>(store::TorchProxyOptions{});
+      proxy->start();
+      proxy->set_target({base.endpoint, base.token, "/bench/worker/round_0/"});
+      target = Endpoint{"127.0.0.1", proxy->port()};
+    }
     for (int clients : o.client_counts) {
-      run_tcpstore(TcpstoreRun{base.endpoint, clients, o.ops, o.op, o.value_size});
+      run_tcpstore(TcpstoreRun{target, clients, o.ops, o.op, o.value_size});
     }
     return 0;
   }

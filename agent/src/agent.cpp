@@ -67,6 +67,7 @@ AgentResult Agent::Impl::run() {
   signals.async_wait(on_sig);
   runner = std::make_unique<ProcessRunner>(io);
   rdzv = std::make_unique<BlockingCaller>();
+  start_torch_store();
 
   start_rendezvous();
   io.run();
@@ -108,6 +109,7 @@ void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
   log->info("rendezvous complete round={} group_rank={}/{} world_size={} rank_offset={} store={}",
             r.round, r.group_rank, r.group_world_size, r.world_size, r.rank_offset,
             r.store_endpoint.to_string());
+  point_torch_store(r);
   spawn_workers();
 }
 

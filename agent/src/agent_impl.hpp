@@ -23,6 +23,7 @@
 #include "ddp/agent/agent.hpp"
 #include "ddp/agent/failure_report.hpp"
 #include "ddp/agent/worker_env.hpp"
+#include "ddp/store/torch_proxy.hpp"
 #include "process_runner.hpp"
 #include "run_dir.hpp"
 #include "worker_output.hpp"
@@ -99,6 +100,11 @@ struct Agent::Impl {
   void publish_status(const std::string& final_state = "");
   void flush_status();
 
+  // torch_store.cpp: the loopback TCPStore endpoint torch workers get.
+  void start_torch_store();
+  void point_torch_store(const rdzv::RendezvousResult& r);
+  Endpoint torch_store_endpoint() const;
+
   // agent_workers.cpp
   void spawn_workers();
   void on_spawned(int local_rank, pid_t pid, const std::string& error);
@@ -144,6 +150,7 @@ struct Agent::Impl {
   int restarts_announced = 0;
   std::string last_event_detail;  // of the latest round event, for restart/scale reasons
   std::string final_reason;       // why fail_for_good ended the run
+  std::unique_ptr<store::TorchStoreProxy> torch_store;  // bound before any worker exists
 };
 
 }  // namespace ddp::agent

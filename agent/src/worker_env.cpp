@@ -34,8 +34,9 @@ EnvMap build_worker_env(const EnvMap& base, const rdzv::RendezvousResult& round,
   put("WORLD_SIZE", std::to_string(round.world_size));
   put("GROUP_WORLD_SIZE", std::to_string(round.group_world_size));
   put("ROLE_WORLD_SIZE", std::to_string(round.world_size));
-  put("MASTER_ADDR", round.store_endpoint.host);
-  put("MASTER_PORT", std::to_string(round.store_endpoint.port));
+  const Endpoint& master = in.torch_store.port != 0 ? in.torch_store : round.store_endpoint;
+  put("MASTER_ADDR", master.host);
+  put("MASTER_PORT", std::to_string(master.port));
   put("TORCHELASTIC_RESTART_COUNT", std::to_string(in.restart_count));
   put("TORCHELASTIC_MAX_RESTARTS", std::to_string(in.max_restarts));
   put("TORCHELASTIC_RUN_ID", in.run_id);

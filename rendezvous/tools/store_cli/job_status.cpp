@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +37,24 @@ std::string workers_cell(const nlohmann::json& workers) {
   std::string out;
   for (const auto& [state, pids] : by_state) out += (out.empty() ? "" : "; ") + state + " " + pids;
   return out.empty() ? "-" : out;
+}
+
+// Keys under /<id>/worker/ by round ("round_<k>/..."): the torch workers'
+// keys (through each agent's torch store proxy) and the C++ SDK's.
+std::map<std::int64_t, std::size_t, std::greater<>> worker_keys_by_round(store::Store& store,
+                                                                          const std::string& prefix) {
+  std::map<std::int64_t, std::size_t, std::greater<>> out;
+  for (const auto& kv : store.list(prefix).kvs) {
+    const std::string_view rest = std::string_view(kv.key).substr(prefix.size());
+    if (rest.rfind("round_", 0) != 0) continue;
+    const auto slash = rest.find('/');
+    try {
+      ++out[std::stoll(std::string(rest.substr(6, slash == std::string_view::npos ? slash : slash - 6)))];
+    } catch (const std::exception&) {
+      // Not a round written by ddprun: `ddp-store list` still shows it.
+    }
+  }
+  return out;
 }
 
 std::string age(double updated) {
@@ -96,6 +116,16 @@ int print_job_status(store::Store& store, const std::string& rdzv_id) {
   };
   print(header);
   for (const auto& r : rows) print(r.cells);
+
+  const std::string worker_prefix = "/" + rdzv_id + "/worker/";
+  const auto rounds = worker_keys_by_round(store, worker_prefix);
+  if (!rounds.empty()) {
+    std::printf("\nROUND  WORKER_KEYS  PREFIX\n");
+    for (const auto& [round, keys] : rounds) {
+      const std::string round_prefix = worker_prefix + "round_" + std::to_string(round) + "/";
+      std::printf("%-5lld  %-11zu  %s\n", static_cast<long long>(round), keys, round_prefix.c_str());
+    }
+  }
   return 0;
 }
 

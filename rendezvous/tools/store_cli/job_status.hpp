@@ -1,5 +1,6 @@
 // `ddp-store status --rdzv_id ID`: the table of a ddprun job's nodes, read live
-// from the status records the agents publish under /<ID>/agent/status/.
+// from the status records the agents publish under /<ID>/agent/status/, then
+// how many worker keys each round holds under /<ID>/worker/round_<k>/.
 #pragma once
 
 #include <string>

@@ -147,7 +147,7 @@ TEST_CASE("two static nodes form one world of 2 x nproc with distinct ranks") {
     CHECK(env["GROUP_WORLD_SIZE"] == "2");
     CHECK(env["GROUP_RANK"] == std::to_string(rank / 2));
     CHECK(env["LOCAL_RANK"] == std::to_string(rank % 2));
-    CHECK(env["MASTER_PORT"] == std::to_string(port));
+    CHECK(env["DDP_STORE_ENDPOINT"] == "127.0.0.1:" + std::to_string(port));
     ranks.insert(env["RANK"]);
   }
   CHECK(ranks == std::set<std::string>{"0", "1", "2", "3"});

@@ -40,7 +40,8 @@ TEST_CASE("every worker gets the torchrun env contract, for 1, 4 and 8 workers")
       CHECK(env["ROLE_WORLD_SIZE"] == std::to_string(n));
       CHECK(env["MASTER_ADDR"] == "127.0.0.1");
       CHECK(std::stoi(env["MASTER_PORT"]) > 0);
-      CHECK(env["DDP_STORE_ENDPOINT"] == "127.0.0.1:" + env["MASTER_PORT"]);
+      // MASTER_PORT: the agent's torch store proxy, in front of the store itself.
+      CHECK(env["DDP_STORE_ENDPOINT"].rfind("127.0.0.1:", 0) == 0);
       CHECK_FALSE(env["DDP_STORE_PREFIX"].empty());
       CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
       CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "3");

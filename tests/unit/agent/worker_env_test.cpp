@@ -87,3 +87,13 @@ TEST_CASE("env strings are KEY=VALUE") {
   CHECK(strings[0] == "A=1");
   CHECK(strings[1] == "B=x=y");
 }
+
+TEST_CASE("MASTER_ADDR/MASTER_PORT name the agent's torch store proxy, DDP_STORE_ENDPOINT the round's store") {
+  auto in = input(0);
+  in.torch_store = {"127.0.0.1", 40001};
+  const auto env = build_worker_env({}, two_node_round(), in);
+  CHECK(env.at("MASTER_ADDR") == "127.0.0.1");
+  CHECK(env.at("MASTER_PORT") == "40001");
+  CHECK(env.at("DDP_STORE_ENDPOINT") == "10.0.0.7:41234");
+  CHECK(env.at("DDP_STORE_PREFIX") == "/job/workers/round_3/");
+}

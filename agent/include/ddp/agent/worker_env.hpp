@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/endpoint.hpp"
+
 #include "ddp/rdzv/rendezvous.hpp"
 
 namespace ddp::agent {
@@ -20,6 +22,9 @@ struct WorkerEnvInput {
   std::string error_file;      // TORCHELASTIC_ERROR_FILE
   std::string token_file;      // DDP_TOKEN_FILE; empty: not set
   bool default_omp_threads = true;
+  // MASTER_ADDR/MASTER_PORT: the agent's torch store proxy, which puts torch's
+  // keys under the round's worker_prefix. Port 0: the round's store itself.
+  Endpoint torch_store;
 };
 
 using EnvMap = std::map<std::string, std::string>;

@@ -1,0 +1,257 @@
+// TorchStoreProxy between raw torch 1.x TCPStore clients and an in-process
+// StoreServer on 127.0.0.1: namespacing, blocking ops, retargeting, tokens.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ddp/common/error.hpp"
+#include "ddp/store/store_server.hpp"
+#include "ddp/store/tcp_store.hpp"
+#include "ddp/store/torch_proxy.hpp"
+#include "store_backends.hpp"
+
+using namespace std::chrono_literals;
+using ddp::store::StoreServer;
+using ddp::store::TcpStore;
+using ddp::store::TorchProxyTarget;
+using ddp::store::TorchStoreProxy;
+using ddp::test::client_options;
+using ddp::test::loopback_server_options;
+
+namespace {
+
+std::string u64(std::uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+  return s;
+}
+std::string str(const std::string& s) { return u64(s.size()) + s; }
+std::int64_t i64(const std::string& b) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[static_cast<std::size_t>(i)]);
+  return static_cast<std::int64_t>(v);
+}
+
+// A torch 1.13 TCPStore client, byte for byte (query types 0..8, keys with "/").
+class TorchClient {
+ public:
+  explicit TorchClient(std::uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  ~TorchClient() { ::close(fd_); }
+  TorchClient(const TorchClient&) = delete;
+  TorchClient& operator=(const TorchClient&) = delete;
+
+  void set(const std::string& k, const std::string& v) { send('\x00' + str(k) + str(v)); }
+  std::string get(const std::string& k) {
+    wait({k});
+    send('\x02' + str(k));
+    return bytes();
+  }
+  std::int64_t add(const std::string& k, std::int64_t d) {
+    send('\x03' + str(k) + u64(static_cast<std::uint64_t>(d)));
+    return i64(recv(8));
+  }
+  std::string compare_set(const std::string& k, const std::string& e, const std::string& d) {
+    send('\x01' + str(k) + str(e) + str(d));
+    return bytes();
+  }
+  bool check(const std::vector<std::string>& keys) { return send_keys('\x04', keys), recv(1) == std::string(1, '\0'); }
+  void start_wait(const std::vector<std::string>& keys) { send_keys('\x05', keys); }
+  void wait(const std::vector<std::string>& keys) {
+    start_wait(keys);
+    REQUIRE(recv(1) == std::string(1, '\0'));
+  }
+  // True when a reply byte arrives within `ms` (a parked WAIT answers none).
+  bool replied_within(int ms) {
+    timeval tv{0, ms * 1000};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char c;
+    const bool got = ::recv(fd_, &c, 1, MSG_PEEK) == 1;
+    timeval back{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &back, sizeof(back));
+    return got;
+  }
+  std::int64_t num_keys() {
+    send(std::string(1, '\x06'));
+    return i64(recv(8));
+  }
+  std::int64_t remove(const std::string& k) {
+    send('\x08' + str(k));
+    return i64(recv(8));
+  }
+  // True when the proxy closed this connection.
+  bool closed_by_peer() {
+    char c;
+    return ::recv(fd_, &c, 1, 0) <= 0;
+  }
+  void raw(const std::string& bytes) { send(bytes); }
+  std::string recv(std::size_t n) {
+    std::string s(n, '\0');
+    std::size_t got = 0;
+    while (got < n) {
+      auto r = ::recv(fd_, s.data() + got, n - got, 0);
+      if (r <= 0) break;
+      got += static_cast<std::size_t>(r);
+    }
+    s.resize(got);
+    return s;
+  }
+
+ private:
+  void send(const std::string& b) { REQUIRE(::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size())); }
+  void send_keys(char type, const std::vector<std::string>& keys) {
+    std::string b(1, type);
+    b += u64(keys.size());
+    for (const auto& k : keys) b += str(k);
+    send(b);
+  }
+  std::string bytes() { return recv(static_cast<std::size_t>(i64(recv(8)))); }
+  int fd_ = -1;
+};
+
+struct Setup {
+  explicit Setup(std::string token = "") {
+    auto opts = loopback_server_options();
+    opts.token = token;
+    server = std::make_unique<StoreServer>(opts);
+    server->start();
+    auto copts = client_options(server->port());
+    copts.token = token;
+    store = std::make_unique<TcpStore>(copts);
+  }
+  std::unique_ptr<TorchStoreProxy> proxy(const std::string& prefix, const std::string& token = "") {
+    auto p = std::make_unique<TorchStoreProxy>(ddp::store::TorchProxyOptions{});
+    p->start();
+    p->set_target({{"127.0.0.1", server->port()}, token, prefix});
+    return p;
+  }
+  std::unique_ptr<StoreServer> server;
+  std::unique_ptr<TcpStore> store;
+};
+
+}  // namespace
+
+TEST_CASE("two proxies on one store keep the same torch keys of two jobs apart", "[proxy]") {
+  Setup s;
+  auto job1 = s.proxy("/job1/worker/round_0/");
+  auto job2 = s.proxy("/job2/worker/round_0/");
+  TorchClient a(job1->port());
+  TorchClient b(job2->port());
+  a.set("/worker/attempt_0/addr", "job1-rank0");
+  b.set("/worker/attempt_0/addr", "job2-rank0");
+  CHECK(a.get("/worker/attempt_0/addr") == "job1-rank0");
+  CHECK(b.get("/worker/attempt_0/addr") == "job2-rank0");
+  CHECK(a.add("/init/", 1) == 1);
+  CHECK(b.add("/init/", 1) == 1);
+  CHECK(s.store->try_get("/job1/worker/round_0/worker/attempt_0/addr") == std::optional<std::string>("job1-rank0"));
+  CHECK(s.store->try_get("/job2/worker/round_0/init/") == std::optional<std::string>("1"));
+  CHECK(s.store->num_keys() == 4);
+  CHECK(a.num_keys() == 2);  // only job 1's round
+}
+
+TEST_CASE("a WAIT through the proxy is released by a set in its namespace only", "[proxy]") {
+  Setup s;
+  auto job1 = s.proxy("/job1/worker/round_0/");
+  auto job2 = s.proxy("/job2/worker/round_0/");
+  TorchClient waiter(job1->port());
+  TorchClient other_job(job2->port());
+  TorchClient same_job(job1->port());
+  waiter.start_wait({"/later"});
+  other_job.set("/later", "x");
+  CHECK_FALSE(waiter.replied_within(200));
+  CHECK_FALSE(same_job.check({"/later"}));
+  same_job.set("/later", "y");
+  CHECK(waiter.recv(1) == std::string(1, '\0'));
+  CHECK(waiter.get("/later") == "y");
+}
+
+TEST_CASE("compare_set, delete and check keep torch semantics through the proxy", "[proxy]") {
+  Setup s;
+  auto p = s.proxy("/j/worker/round_2/");
+  TorchClient c(p->port());
+  CHECK(c.compare_set("/k", "", "v1") == "v1");
+  CHECK(c.compare_set("/k", "nope", "v2") == "v1");
+  CHECK(c.compare_set("/absent", "x", "y") == "x");
+  CHECK(c.check({"/k"}));
+  CHECK_FALSE(c.check({"/k", "/absent"}));
+  CHECK(c.remove("/k") == 1);
+  CHECK(c.remove("/k") == 0);
+  CHECK(c.num_keys() == 0);
+  CHECK_FALSE(s.store->try_get("/k"));
+}
+
+TEST_CASE("a new target closes the old round's connections and hides its keys", "[proxy]") {
+  Setup s;
+  auto p = s.proxy("/j/worker/round_0/");
+  TorchClient old_round(p->port());
+  old_round.set("/worker/attempt_0/rank0", "old");
+  CHECK(old_round.check({"/worker/attempt_0/rank0"}));
+  p->set_target({{"127.0.0.1", s.server->port()}, "", "/j/worker/round_1/"});
+  CHECK(old_round.closed_by_peer());
+  TorchClient new_round(p->port());
+  CHECK_FALSE(new_round.check({"/worker/attempt_0/rank0"}));
+  new_round.set("/worker/attempt_0/rank0", "new");
+  CHECK(new_round.check({"/worker/attempt_0/rank0"}));  // SET has no reply: this orders it
+  CHECK(s.store->try_get("/j/worker/round_0/worker/attempt_0/rank0") == std::optional<std::string>("old"));
+  CHECK(s.store->try_get("/j/worker/round_1/worker/attempt_0/rank0") == std::optional<std::string>("new"));
+}
+
+TEST_CASE("the proxy presents the job's token, which torch clients cannot", "[proxy]") {
+  Setup s("secret");
+  auto good = s.proxy("/j/worker/round_0/", "secret");
+  TorchClient c(good->port());
+  CHECK(c.add("/n", 5) == 5);
+  auto bad = s.proxy("/j/worker/round_0/", "wrong");
+  TorchClient refused(bad->port());
+  CHECK(refused.closed_by_peer());
+}
+
+TEST_CASE("a prefix without a trailing slash is refused", "[proxy]") {
+  TorchStoreProxy p(ddp::store::TorchProxyOptions{});
+  p.start();
+  TorchProxyTarget target;
+  target.store = ddp::Endpoint{"127.0.0.1", 1};
+  target.key_prefix = "/j/worker/round_0";
+  CHECK_THROWS_AS(p.set_target(target), ddp::ConfigError);
+}
+
+TEST_CASE("a native-protocol client reaching the proxy is relayed unchanged", "[proxy]") {
+  Setup s("secret");
+  auto p = s.proxy("/j/worker/round_0/", "secret");
+  auto opts = client_options(p->port());
+  opts.token = "secret";
+  TcpStore native(opts);  // e.g. `ddp-store --endpoint $MASTER_ADDR:$MASTER_PORT` in a worker
+  native.set("/j/worker/round_0/rank_0", "ok");
+  CHECK(s.store->try_get("/j/worker/round_0/rank_0") == std::optional<std::string>("ok"));
+  CHECK(native.get("/j/worker/round_0/rank_0", 1s) == "ok");
+  opts.token = "wrong";
+  CHECK_THROWS_AS(TcpStore(opts), ddp::store::AuthError);
+}
+
+TEST_CASE("a torch 2.x client's CANCEL_WAIT reaches the WAIT it cancels through the proxy", "[proxy]") {
+  Setup s;
+  auto p = s.proxy("/j/worker/round_0/");
+  TorchClient c(p->port());
+  // VALIDATE with torch's magic, PING (echoed), then WAIT on a missing key and CANCEL_WAIT.
+  const std::string validate = std::string(1, '\x00') + std::string("\xCE\xF7\x85\x3C", 4);
+  const std::string ping = std::string(1, '\x0D') + std::string("\x2A\x00\x00\x00", 4);
+  c.raw(validate + ping);
+  CHECK(c.recv(4) == std::string("\x2A\x00\x00\x00", 4));
+  c.raw(std::string(1, '\x06') + u64(1) + str("/never"));
+  CHECK_FALSE(c.replied_within(200));
+  c.raw(std::string(1, '\x0C'));
+  CHECK(c.recv(1) == std::string(1, '\x01'));  // WAIT_CANCELED
+  c.raw(std::string(1, '\x04') + str("/n") + u64(2));  // v2 ADD
+  CHECK(i64(c.recv(8)) == 2);
+  CHECK(s.store->try_get("/j/worker/round_0/n") == std::optional<std::string>("2"));
+}
