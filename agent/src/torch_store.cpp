@@ -24,6 +24,7 @@ constexpr const char* kLoopback = "127.0.0.1";
 void Agent::Impl::start_torch_store() {
   store::TorchProxyOptions options;
   options.host = kLoopback;
+  options.torch_legacy_protocol = cfg.rendezvous.torch_legacy_protocol;
   // A store restarting under systemd comes back within the keep-alive window.
   options.connect_timeout = cfg.rendezvous.keep_alive_interval * cfg.rendezvous.keep_alive_max_attempt;
   torch_store = std::make_unique<store::TorchStoreProxy>(options);

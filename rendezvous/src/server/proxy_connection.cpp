@@ -36,7 +36,9 @@ ProxyConnection::ProxyConnection(asio::io_context& io, tcp::socket down,
       options_(options),
       counters_(counters),
       on_closed_(std::move(on_closed)),
-      codec_(options.limits),
+      codec_(options.limits, options.torch_legacy_protocol == TorchLegacyProtocol::kTorch20
+                                 ? torch::Dialect::kTorchV2Early
+                                 : torch::Dialect::kTorchV1),
       ns_(target_->key_prefix),
       down_in_(kReadBytes, '\0'),
       up_read_(kReadBytes, '\0') {}
