@@ -33,10 +33,10 @@ constexpr bool kHaveNccl = true;
 constexpr bool kHaveNccl = false;
 #endif
 
-#define SKIP_WITHOUT_NCCL()                                                            \
-  if (!kHaveNccl) {                                                                    \
+#define SKIP_WITHOUT_NCCL()                                                           \
+  if (!kHaveNccl) {                                                                   \
     WARN("SKIP: this build has no NCCL backend (configure with -DDDP_WITH_NCCL=ON)"); \
-    return;                                                                            \
+    return;                                                                           \
   }
 
 }  // namespace
@@ -56,8 +56,8 @@ TEST_CASE("programs linked with the SDK need neither libnccl nor libcudart to lo
 TEST_CASE("a Gloo job runs without loading NCCL or the CUDA runtime") {
   TempDir empty;
   SdkJob job;
-  const auto results =
-      job.run({worker(), "gloo"}, 2, {{"LD_LIBRARY_PATH", empty.path().string()}, {"CUDA_VISIBLE_DEVICES", ""}});
+  const auto results = job.run({worker(), "gloo"}, 2,
+                               {{"LD_LIBRARY_PATH", empty.path().string()}, {"CUDA_VISIBLE_DEVICES", ""}});
   INFO(describe(results));
   for (const auto& r : results) {
     CHECK(r.code == 0);
@@ -87,10 +87,11 @@ TEST_CASE("backend nccl with the libraries found but no GPU fails with one line 
   CHECK(count_lines(r.err) == 1);
   const bool no_device = r.err.find("needs a CUDA device") != std::string::npos;
   if (no_device) {
-    CHECK_THAT(r.err, Catch::Contains("rank 0 of 1 (group 'default'): backend 'nccl' needs a CUDA device, but the "
-                                      "CUDA runtime ") &&
-                          Catch::Contains("libcudart.so") && Catch::Contains("sees none (") &&
-                          Catch::Contains("use backend 'gloo' or check CUDA_VISIBLE_DEVICES"));
+    CHECK_THAT(r.err,
+               Catch::Contains("rank 0 of 1 (group 'default'): backend 'nccl' needs a CUDA device, but the "
+                               "CUDA runtime ") &&
+                   Catch::Contains("libcudart.so") && Catch::Contains("sees none (") &&
+                   Catch::Contains("use backend 'gloo' or check CUDA_VISIBLE_DEVICES"));
   } else {
     CHECK_THAT(r.err, Catch::Contains("cannot load NCCL (libnccl.so.2: cannot open shared object file") &&
                           Catch::Contains("LD_LIBRARY_PATH") && Catch::Contains("use backend 'gloo'"));
@@ -105,11 +106,12 @@ TEST_CASE("backend nccl without libnccl fails with one line naming the loader's 
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   CHECK(r.code == 1);
   CHECK(count_lines(r.err) == 1);
-  CHECK_THAT(r.err, Catch::Contains("rank 0 of 1 (group 'default'): backend 'nccl' cannot load NCCL (" + missing +
-                                    ": cannot open shared object file: No such file or directory); install NCCL "
-                                    ">= 2.14.0 (built against ") &&
-                        Catch::Contains("put its libnccl.so.2 on LD_LIBRARY_PATH or name it in DDP_NCCL_LIBRARY, or "
-                                        "use backend 'gloo'"));
+  CHECK_THAT(r.err,
+             Catch::Contains("rank 0 of 1 (group 'default'): backend 'nccl' cannot load NCCL (" + missing +
+                             ": cannot open shared object file: No such file or directory); install NCCL "
+                             ">= 2.14.0 (built against ") &&
+                 Catch::Contains("put its libnccl.so.2 on LD_LIBRARY_PATH or name it in DDP_NCCL_LIBRARY, or "
+                                 "use backend 'gloo'"));
 }
 
 TEST_CASE("backend nccl with an NCCL older than 2.14 fails with one line naming both versions") {
@@ -119,11 +121,12 @@ TEST_CASE("backend nccl with an NCCL older than 2.14 fails with one line naming 
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   CHECK(r.code == 1);
   CHECK(count_lines(r.err) == 1);
-  CHECK_THAT(r.err, Catch::Contains("rank 0 of 1 (group 'default'): NCCL 2.11.4 (" + fake +
-                                    ") was loaded at run time, but backend 'nccl' needs NCCL >= 2.14.0 (built "
-                                    "against ") &&
-                        Catch::Contains("put a newer libnccl.so.2 on LD_LIBRARY_PATH or name it in "
-                                        "DDP_NCCL_LIBRARY, or use backend 'gloo'"));
+  CHECK_THAT(r.err,
+             Catch::Contains("rank 0 of 1 (group 'default'): NCCL 2.11.4 (" + fake +
+                             ") was loaded at run time, but backend 'nccl' needs NCCL >= 2.14.0 (built "
+                             "against ") &&
+                 Catch::Contains("put a newer libnccl.so.2 on LD_LIBRARY_PATH or name it in "
+                                 "DDP_NCCL_LIBRARY, or use backend 'gloo'"));
 }
 
 TEST_CASE("backend nccl with a library lacking an NCCL function fails with one line naming it") {
@@ -145,7 +148,9 @@ TEST_CASE("backend nccl without the CUDA runtime fails with one line naming the 
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   CHECK(r.code == 1);
   CHECK(count_lines(r.err) == 1);
-  CHECK_THAT(r.err, Catch::Contains("rank 0 of 1 (group 'default'): backend 'nccl' cannot load the CUDA runtime (" +
-                                    missing + ": cannot open shared object file") &&
-                        Catch::Contains("on LD_LIBRARY_PATH or name it in DDP_CUDART_LIBRARY, or use backend 'gloo'"));
+  CHECK_THAT(
+      r.err,
+      Catch::Contains("rank 0 of 1 (group 'default'): backend 'nccl' cannot load the CUDA runtime (" +
+                      missing + ": cannot open shared object file") &&
+          Catch::Contains("on LD_LIBRARY_PATH or name it in DDP_CUDART_LIBRARY, or use backend 'gloo'"));
 }

@@ -19,7 +19,8 @@ std::string gpu_libraries_mapped() {
     const auto slash = line.find('/');
     if (slash == std::string::npos) continue;
     const std::string path = line.substr(slash);
-    if (path.find("libnccl") != std::string::npos || path.find("libcudart") != std::string::npos) found.insert(path);
+    if (path.find("libnccl") != std::string::npos || path.find("libcudart") != std::string::npos)
+      found.insert(path);
   }
   std::string out;
   for (const auto& p : found) out += (out.empty() ? "" : " ") + p;

@@ -34,7 +34,8 @@ void* open_first(const std::vector<std::string>& names, std::string& error) {
 // The file behind a handle, as the loader resolved it.
 std::string path_of(void* handle, const std::string& fallback) {
   link_map* map = nullptr;
-  return dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr && *map->l_name != '\0'
+  return dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr &&
+                 *map->l_name != '\0'
              ? map->l_name
              : fallback;
 }
@@ -52,8 +53,9 @@ std::string env_or_empty(const char* name) {
 
 std::string nccl_fix() {
   return std::string("install NCCL >= ") + nccl_version_text(kMinNcclVersion) + " (built against " +
-         nccl_version_text(NCCL_VERSION_CODE) + ") and put its libnccl.so.2 on LD_LIBRARY_PATH or name it in " +
-         kNcclLibraryEnv + ", or use backend 'gloo'";
+         nccl_version_text(NCCL_VERSION_CODE) +
+         ") and put its libnccl.so.2 on LD_LIBRARY_PATH or name it in " + kNcclLibraryEnv +
+         ", or use backend 'gloo'";
 }
 
 std::unique_ptr<NcclApi> open_nccl(const std::string& who) {
@@ -67,30 +69,33 @@ std::unique_ptr<NcclApi> open_nccl(const std::string& who) {
   auto api = std::make_unique<NcclApi>();
   api->library = path_of(handle, name);
   if (!resolve(handle, "ncclGetVersion", api->ncclGetVersion)) {
-    throw BackendError(who + ": " + api->library + " is not an NCCL library (" + dl_error() + "); " + nccl_fix());
+    throw BackendError(who + ": " + api->library + " is not an NCCL library (" + dl_error() + "); " +
+                       nccl_fix());
   }
   const ncclResult_t r = api->ncclGetVersion(&api->version);
   if (r != ncclSuccess) {
-    throw BackendError(who + ": ncclGetVersion of " + api->library + " failed (" + std::to_string(static_cast<int>(r)) +
-                       "); " + nccl_fix());
+    throw BackendError(who + ": ncclGetVersion of " + api->library + " failed (" +
+                       std::to_string(static_cast<int>(r)) + "); " + nccl_fix());
   }
   // The version first: an old NCCL lacks symbols, and its version says more.
   if (api->version < kMinNcclVersion) {
-    throw BackendError(who + ": NCCL " + nccl_version_text(api->version) + " (" + api->library +
-                       ") was loaded at run time, but backend 'nccl' needs NCCL >= " +
-                       nccl_version_text(kMinNcclVersion) + " (built against " + nccl_version_text(NCCL_VERSION_CODE) +
-                       "); put a newer libnccl.so.2 on LD_LIBRARY_PATH or name it in " + kNcclLibraryEnv +
-                       ", or use backend 'gloo'");
+    throw BackendError(
+        who + ": NCCL " + nccl_version_text(api->version) + " (" + api->library +
+        ") was loaded at run time, but backend 'nccl' needs NCCL >= " + nccl_version_text(kMinNcclVersion) +
+        " (built against " + nccl_version_text(NCCL_VERSION_CODE) +
+        "); put a newer libnccl.so.2 on LD_LIBRARY_PATH or name it in " + kNcclLibraryEnv +
+        ", or use backend 'gloo'");
   }
-#define DDP_RESOLVE(fn)                                                                                          \
-  if (!resolve(handle, #fn, api->fn)) {                                                                          \
-    throw BackendError(who + ": NCCL " + nccl_version_text(api->version) + " (" + api->library + ") lacks " #fn \
-                       " (" + dl_error() + "); " + nccl_fix());                                                  \
+#define DDP_RESOLVE(fn)                                                                          \
+  if (!resolve(handle, #fn, api->fn)) {                                                          \
+    throw BackendError(who + ": NCCL " + nccl_version_text(api->version) + " (" + api->library + \
+                       ") lacks " #fn " (" + dl_error() + "); " + nccl_fix());                   \
   }
   DDP_NCCL_FUNCTIONS(DDP_RESOLVE)
 #undef DDP_RESOLVE
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
-  if (api->version >= kScalableInitNcclVersion) resolve(handle, "ncclCommInitRankScalable", api->ncclCommInitRankScalable);
+  if (api->version >= kScalableInitNcclVersion)
+    resolve(handle, "ncclCommInitRankScalable", api->ncclCommInitRankScalable);
 #endif
   return api;  // the handle stays open for the life of the process
 }
@@ -101,7 +106,8 @@ std::unique_ptr<CudaApi> open_cuda(const std::string& who) {
   const std::vector<std::string> names =
       chosen.empty() ? std::vector<std::string>{soname, "libcudart.so"} : std::vector<std::string>{chosen};
   const std::string fix = "install the CUDA " + std::to_string(kCudartMajor) + " runtime and put " + soname +
-                          " on LD_LIBRARY_PATH or name it in " + kCudartLibraryEnv + ", or use backend 'gloo'";
+                          " on LD_LIBRARY_PATH or name it in " + kCudartLibraryEnv +
+                          ", or use backend 'gloo'";
   std::string error;
   void* handle = open_first(names, error);
   if (handle == nullptr) {
@@ -109,9 +115,10 @@ std::unique_ptr<CudaApi> open_cuda(const std::string& who) {
   }
   auto api = std::make_unique<CudaApi>();
   api->library = path_of(handle, names.front());
-#define DDP_RESOLVE(fn)                                                                                             \
-  if (!resolve(handle, #fn, api->fn)) {                                                                             \
-    throw BackendError(who + ": the CUDA runtime " + api->library + " lacks " #fn " (" + dl_error() + "); " + fix); \
+#define DDP_RESOLVE(fn)                                                                               \
+  if (!resolve(handle, #fn, api->fn)) {                                                               \
+    throw BackendError(who + ": the CUDA runtime " + api->library + " lacks " #fn " (" + dl_error() + \
+                       "); " + fix);                                                                  \
   }
   DDP_CUDA_FUNCTIONS(DDP_RESOLVE)
   DDP_RESOLVE(cudaMalloc)

@@ -5,10 +5,10 @@
 // NCCL/CUDA call of the backend goes through these tables.
 #pragma once
 
-#include <string>
-
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+
+#include <string>
 
 // The NCCL functions the backend calls (all present since 2.14).
 #define DDP_NCCL_FUNCTIONS(X) \

@@ -36,23 +36,34 @@ namespace {
 
 ncclDataType_t to_nccl(DataType type) {
   switch (type) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-    case DataType::kUInt8: break;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kUInt8:
+      break;
   }
   return ncclUint8;
 }
 
 ncclRedOp_t to_nccl(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
   }
   return ncclSum;
 }
@@ -120,10 +131,10 @@ class NcclBackend final : public Backend {
       return nccl_.ncclBroadcast(data, data, count, to_nccl(type), root, comm_, stream_);
     });
   }
-  Work all_gather(const void* input, void* output, std::size_t count, DataType type, Millis timeout, bool) override {
-    return enqueue("all_gather", timeout, [&] {
-      return nccl_.ncclAllGather(input, output, count, to_nccl(type), comm_, stream_);
-    });
+  Work all_gather(const void* input, void* output, std::size_t count, DataType type, Millis timeout,
+                  bool) override {
+    return enqueue("all_gather", timeout,
+                   [&] { return nccl_.ncclAllGather(input, output, count, to_nccl(type), comm_, stream_); });
   }
   Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
                       Millis timeout, bool) override {
@@ -171,9 +182,9 @@ class NcclBackend final : public Backend {
     state->rank = rank_;
     std::unique_lock lock(mu_);
     if (!failure_.empty()) {
-      state->complete(std::make_exception_ptr(BackendError(std::string(op) + " on " + who() +
-                                                           ": the NCCL communicator was aborted after an earlier failure: " +
-                                                           failure_)));
+      state->complete(std::make_exception_ptr(
+          BackendError(std::string(op) + " on " + who() +
+                       ": the NCCL communicator was aborted after an earlier failure: " + failure_)));
       return Work(state);
     }
     cuda_.cudaSetDevice(device_);
@@ -217,14 +228,16 @@ class NcclBackend final : public Backend {
       std::exception_ptr error;
       if (q == cudaSuccess) {
       } else if (async != ncclSuccess && async != ncclInProgress) {
-        fail_locked(std::string(head.state->op) + " failed on " + who() + ": " + nccl_error_text(nccl_, async));
+        fail_locked(std::string(head.state->op) + " failed on " + who() + ": " +
+                    nccl_error_text(nccl_, async));
         error = std::make_exception_ptr(BackendError(failure_));
       } else if (aborted_) {
         error = std::make_exception_ptr(BackendError(std::string(head.state->op) + " on " + who() +
                                                      ": the NCCL communicator was aborted: " + failure_));
       } else if (head.deadline.expired()) {
         fail_locked(std::string(head.state->op) + " timed out after " + std::to_string(head.timeout.count()) +
-                    " ms on " + who() + ": a peer did not arrive or is stuck; the NCCL communicator was aborted");
+                    " ms on " + who() +
+                    ": a peer did not arrive or is stuck; the NCCL communicator was aborted");
         error = std::make_exception_ptr(TimeoutError(failure_));
       } else {
         lock.unlock();

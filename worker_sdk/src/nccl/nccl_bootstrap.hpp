@@ -23,7 +23,8 @@ int select_device(const CudaApi& cuda, const BackendConfig& config);
 // ConfigError when two ranks of the group share one GPU, which NCCL refuses
 // ("Duplicate GPU detected"): the message says to fix --nproc_per_node or
 // CUDA_VISIBLE_DEVICES.
-void check_one_rank_per_gpu(const CudaApi& cuda, const BackendConfig& config, int device, const Deadline& deadline);
+void check_one_rank_per_gpu(const CudaApi& cuda, const BackendConfig& config, int device,
+                            const Deadline& deadline);
 
 // How many ncclUniqueIds a communicator of `size` ranks bootstraps from: one,
 // or, when `scalable` (NCCL >= 2.23 both in the headers built against and in
@@ -47,8 +48,8 @@ struct InitTimings {
 // ncclCommInitRankScalable (several) with blocking = 0 and polls
 // ncclCommGetAsyncError until `deadline`, aborting the half-built communicator
 // (ncclCommAbort) on timeout or when an error — a failed peer — surfaces.
-ncclComm_t init_communicator(const NcclApi& nccl, const BackendConfig& config, const Deadline& deadline, const InitPlan& plan,
-                             InitTimings& timings);
+ncclComm_t init_communicator(const NcclApi& nccl, const BackendConfig& config, const Deadline& deadline,
+                             const InitPlan& plan, InitTimings& timings);
 
 // "NCCL error 'unhandled system error' (2)".
 std::string nccl_error_text(const NcclApi& nccl, ncclResult_t result);
