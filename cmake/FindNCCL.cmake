@@ -1,5 +1,8 @@
 # FindNCCL: NCCL and the CUDA runtime from the CUDA toolkit directories.
-# Defines NCCL_FOUND and the imported target NCCL::nccl (which also carries CUDA::cudart).
+# Defines NCCL_FOUND, NCCL_INCLUDE_DIR (with CUDAToolkit_INCLUDE_DIRS all the SDK
+# uses: it loads the libraries at run time) and the imported target NCCL::nccl
+# (which also carries CUDA::cudart) for programs that call NCCL directly, such as
+# the GPU tests.
 find_package(CUDAToolkit QUIET)
 set(_nccl_hints $ENV{NCCL_HOME} $ENV{CUDA_HOME} /usr/local/cuda)
 if(CUDAToolkit_FOUND)

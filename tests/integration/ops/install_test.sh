@@ -23,6 +23,12 @@ grep -q '^Type=notify' "$prefix/lib/systemd/system/ddp-rendezvousd.service"
   -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF > "$stage/configure.log" 2>&1 \
   || { cat "$stage/configure.log"; exit 1; }
 "$cmake" --build "$stage/consumer-build" > "$stage/build.log" 2>&1 || { cat "$stage/build.log"; exit 1; }
+# The SDK loads NCCL and the CUDA runtime at run time (NCCL groups only): the
+# consumer must not be linked against them, whatever the SDK was built with.
+if ldd "$stage/consumer-build/ddp_consumer" | grep -E 'libnccl|libcudart'; then
+  echo "FAIL: the find_package(ddp) consumer links NCCL or the CUDA runtime"
+  exit 1
+fi
 
 cd "$stage"
 out=$("$prefix/bin/ddprun" --standalone --nnodes=1 --nproc_per_node=2 \

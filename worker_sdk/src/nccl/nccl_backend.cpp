@@ -1,6 +1,8 @@
 // NCCL backend: GPU collectives on one stream per group, completed by a
 // watchdog thread that also enforces per-operation deadlines and aborts the
 // communicator on timeout or asynchronous error (like torch's NCCL watchdog).
+// NCCL and the CUDA runtime are loaded when the first group is created
+// (nccl_api.hpp); every call goes through their tables.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -9,13 +11,11 @@
 #include <mutex>
 #include <thread>
 
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
 #include "backend.hpp"
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "nccl/nccl_api.hpp"
 #include "nccl/nccl_bootstrap.hpp"
 #include "work_state.hpp"
 
@@ -25,32 +25,45 @@ bool nccl_available() { return true; }
 
 namespace detail {
 
+// For backend "auto": loads the CUDA runtime if it can (never NCCL).
 bool cuda_device_present() {
+  const CudaApi* cuda = try_load_cuda();
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  return cuda != nullptr && cuda->cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
 namespace {
 
 ncclDataType_t to_nccl(DataType type) {
   switch (type) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-    case DataType::kUInt8: break;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kUInt8:
+      break;
   }
   return ncclUint8;
 }
 
 ncclRedOp_t to_nccl(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
   }
   return ncclSum;
 }
@@ -59,30 +72,37 @@ ncclRedOp_t to_nccl(ReduceOp op) {
 // completion. After an abort every call fails with the first error.
 class NcclBackend final : public Backend {
  public:
+  // The libraries load first: NCCL (missing or older than 2.14 fails here,
+  // GPU or not), then the CUDA runtime, then the device check — so with both
+  // libraries present and no GPU the error names the device.
   explicit NcclBackend(const BackendConfig& config)
-      : rank_(config.rank), size_(config.size), group_(config.options.name) {
+      : nccl_(load_nccl(rank_text(config))),
+        cuda_(load_cuda(rank_text(config))),
+        rank_(config.rank),
+        size_(config.size),
+        group_(config.options.name) {
     // One deadline for the whole bring-up: the store exchanges and NCCL's own
     // init share the group's timeout instead of each getting all of it.
     const auto started = std::chrono::steady_clock::now();
     const Deadline deadline = Deadline::after(config.options.timeout);
-    const int version = check_nccl_version(config);
-    device_ = select_device(config);
-    check_one_rank_per_gpu(config, device_, deadline);
+    device_ = select_device(cuda_, config);
+    check_one_rank_per_gpu(cuda_, config, device_, deadline);
     const auto checked = std::chrono::steady_clock::now();
     InitPlan plan;
-    plan.ids = unique_id_count(size_, version, ranks_per_root());
+    plan.ids = unique_id_count(size_, nccl_.scalable_init(), ranks_per_root());
     plan.timeout = config.options.timeout;
     InitTimings timings;
-    comm_ = init_communicator(config, deadline, plan, timings);
+    comm_ = init_communicator(nccl_, config, deadline, plan, timings);
     log::get("sdk")->debug(
-        "nccl communicator ready group={} rank={} size={} device={} nccl={} unique_ids={} gpu_check_ms={} "
-        "id_exchange_ms={} nccl_init_ms={} total_ms={}",
-        group_, rank_, size_, device_, nccl_version_text(version), plan.ids,
+        "nccl communicator ready group={} rank={} size={} device={} nccl={} nccl_library={} cuda_runtime={} "
+        "unique_ids={} gpu_check_ms={} id_exchange_ms={} nccl_init_ms={} total_ms={}",
+        group_, rank_, size_, device_, nccl_version_text(nccl_.version), nccl_.library,
+        cuda_version_text(cuda_.runtime_version), plan.ids,
         std::chrono::duration_cast<Millis>(checked - started).count(), timings.id_exchange.count(),
         timings.nccl_init.count(),
         std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - started).count());
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check_cuda(cudaMalloc(&barrier_buffer_, sizeof(float)), "cudaMalloc");
+    check_cuda(cuda_.cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cuda_.cudaMalloc(&barrier_buffer_, sizeof(float)), "cudaMalloc");
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -94,38 +114,38 @@ class NcclBackend final : public Backend {
     }
     cv_.notify_all();
     watchdog_.join();
-    if (!aborted_) ncclCommDestroy(comm_);
-    cudaFree(barrier_buffer_);
-    cudaStreamDestroy(stream_);
+    if (!aborted_) nccl_.ncclCommDestroy(comm_);
+    cuda_.cudaFree(barrier_buffer_);
+    cuda_.cudaStreamDestroy(stream_);
   }
 
   std::string_view name() const override { return "nccl"; }
 
   Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout, bool) override {
     return enqueue("all_reduce", timeout, [&] {
-      return ncclAllReduce(data, data, count, to_nccl(type), to_nccl(op), comm_, stream_);
+      return nccl_.ncclAllReduce(data, data, count, to_nccl(type), to_nccl(op), comm_, stream_);
     });
   }
   Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout, bool) override {
     return enqueue("broadcast", timeout, [&] {
-      return ncclBroadcast(data, data, count, to_nccl(type), root, comm_, stream_);
+      return nccl_.ncclBroadcast(data, data, count, to_nccl(type), root, comm_, stream_);
     });
   }
-  Work all_gather(const void* input, void* output, std::size_t count, DataType type, Millis timeout, bool) override {
-    return enqueue("all_gather", timeout, [&] {
-      return ncclAllGather(input, output, count, to_nccl(type), comm_, stream_);
-    });
+  Work all_gather(const void* input, void* output, std::size_t count, DataType type, Millis timeout,
+                  bool) override {
+    return enqueue("all_gather", timeout,
+                   [&] { return nccl_.ncclAllGather(input, output, count, to_nccl(type), comm_, stream_); });
   }
   Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
                       Millis timeout, bool) override {
     return enqueue("reduce_scatter", timeout, [&] {
-      return ncclReduceScatter(input, output, count, to_nccl(type), to_nccl(op), comm_, stream_);
+      return nccl_.ncclReduceScatter(input, output, count, to_nccl(type), to_nccl(op), comm_, stream_);
     });
   }
   // NCCL has no barrier: a one-element all-reduce is one (what torch does).
   Work barrier(Millis timeout, bool) override {
     return enqueue("barrier", timeout, [&] {
-      return ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, stream_);
+      return nccl_.ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, stream_);
     });
   }
 
@@ -150,7 +170,9 @@ class NcclBackend final : public Backend {
   }
 
   void check_cuda(cudaError_t err, const char* what) const {
-    if (err != cudaSuccess) throw BackendError(std::string(what) + " failed on " + who() + ": " + cudaGetErrorString(err));
+    if (err != cudaSuccess) {
+      throw BackendError(std::string(what) + " failed on " + who() + ": " + cuda_.cudaGetErrorString(err));
+    }
   }
 
   template <typename F>
@@ -160,23 +182,23 @@ class NcclBackend final : public Backend {
     state->rank = rank_;
     std::unique_lock lock(mu_);
     if (!failure_.empty()) {
-      state->complete(std::make_exception_ptr(BackendError(std::string(op) + " on " + who() +
-                                                           ": the NCCL communicator was aborted after an earlier failure: " +
-                                                           failure_)));
+      state->complete(std::make_exception_ptr(
+          BackendError(std::string(op) + " on " + who() +
+                       ": the NCCL communicator was aborted after an earlier failure: " + failure_)));
       return Work(state);
     }
-    cudaSetDevice(device_);
+    cuda_.cudaSetDevice(device_);
     // A non-blocking communicator may answer ncclInProgress while it enqueues.
     ncclResult_t r = launch();
-    while (r == ncclInProgress) ncclCommGetAsyncError(comm_, &r);
+    while (r == ncclInProgress) nccl_.ncclCommGetAsyncError(comm_, &r);
     if (r != ncclSuccess) {
-      fail_locked(std::string(op) + " failed on " + who() + ": " + nccl_error_text(r));
+      fail_locked(std::string(op) + " failed on " + who() + ": " + nccl_error_text(nccl_, r));
       state->complete(std::make_exception_ptr(BackendError(failure_)));
       return Work(state);
     }
     cudaEvent_t event;
-    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
-    check_cuda(cudaEventRecord(event, stream_), "cudaEventRecord");
+    check_cuda(cuda_.cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cuda_.cudaEventRecord(event, stream_), "cudaEventRecord");
     pending_.push_back(Pending{event, state, Deadline::after(timeout), timeout});
     lock.unlock();
     cv_.notify_all();
@@ -186,7 +208,7 @@ class NcclBackend final : public Backend {
   void fail_locked(const std::string& reason) {
     if (failure_.empty()) failure_ = reason;
     if (!aborted_) {
-      ncclCommAbort(comm_);
+      nccl_.ncclCommAbort(comm_);
       aborted_ = true;
     }
   }
@@ -194,26 +216,28 @@ class NcclBackend final : public Backend {
   // Completes operations in order; spins with yields while work is pending so
   // completion latency stays in microseconds, sleeps on the condvar otherwise.
   void watch() {
-    cudaSetDevice(device_);
+    cuda_.cudaSetDevice(device_);
     std::unique_lock lock(mu_);
     for (;;) {
       cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
       if (pending_.empty()) return;
       Pending& head = pending_.front();
-      const cudaError_t q = cudaEventQuery(head.event);
+      const cudaError_t q = cuda_.cudaEventQuery(head.event);
       ncclResult_t async = ncclSuccess;
-      if (!aborted_) ncclCommGetAsyncError(comm_, &async);
+      if (!aborted_) nccl_.ncclCommGetAsyncError(comm_, &async);
       std::exception_ptr error;
       if (q == cudaSuccess) {
       } else if (async != ncclSuccess && async != ncclInProgress) {
-        fail_locked(std::string(head.state->op) + " failed on " + who() + ": " + nccl_error_text(async));
+        fail_locked(std::string(head.state->op) + " failed on " + who() + ": " +
+                    nccl_error_text(nccl_, async));
         error = std::make_exception_ptr(BackendError(failure_));
       } else if (aborted_) {
         error = std::make_exception_ptr(BackendError(std::string(head.state->op) + " on " + who() +
                                                      ": the NCCL communicator was aborted: " + failure_));
       } else if (head.deadline.expired()) {
         fail_locked(std::string(head.state->op) + " timed out after " + std::to_string(head.timeout.count()) +
-                    " ms on " + who() + ": a peer did not arrive or is stuck; the NCCL communicator was aborted");
+                    " ms on " + who() +
+                    ": a peer did not arrive or is stuck; the NCCL communicator was aborted");
         error = std::make_exception_ptr(TimeoutError(failure_));
       } else {
         lock.unlock();
@@ -221,7 +245,7 @@ class NcclBackend final : public Backend {
         lock.lock();
         continue;
       }
-      cudaEventDestroy(head.event);
+      cuda_.cudaEventDestroy(head.event);
       auto state = head.state;
       pending_.pop_front();
       state->complete(error);
@@ -229,6 +253,8 @@ class NcclBackend final : public Backend {
     }
   }
 
+  const NcclApi& nccl_;
+  const CudaApi& cuda_;
   const int rank_;
   const int size_;
   const std::string group_;

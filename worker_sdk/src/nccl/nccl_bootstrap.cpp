@@ -10,8 +10,6 @@
 #include <thread>
 #include <vector>
 
-#include <cuda_runtime_api.h>
-
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/store/store.hpp"
@@ -19,12 +17,7 @@
 namespace ddp::detail {
 namespace {
 
-std::string who(const BackendConfig& config) {
-  return "rank " + std::to_string(config.rank) + " of " + std::to_string(config.size) + " (group '" +
-         config.options.name + "')";
-}
-
-std::string cuda_text(cudaError_t err) { return std::string(cudaGetErrorString(err)); }
+std::string who(const BackendConfig& config) { return rank_text(config); }
 
 std::string hostname() {
   char name[256] = {};
@@ -34,17 +27,25 @@ std::string hostname() {
 
 }  // namespace
 
-std::string nccl_error_text(ncclResult_t result) {
-  return std::string("NCCL error '") + ncclGetErrorString(result) + "' (" + std::to_string(static_cast<int>(result)) + ")";
+std::string rank_text(const BackendConfig& config) {
+  return "rank " + std::to_string(config.rank) + " of " + std::to_string(config.size) + " (group '" +
+         config.options.name + "')";
 }
 
-int select_device(const BackendConfig& config) {
+std::string nccl_error_text(const NcclApi& nccl, ncclResult_t result) {
+  return std::string("NCCL error '") + nccl.ncclGetErrorString(result) + "' (" +
+         std::to_string(static_cast<int>(result)) + ")";
+}
+
+int select_device(const CudaApi& cuda, const BackendConfig& config) {
   int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
+  const cudaError_t err = cuda.cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    throw BackendError(who(config) + ": backend 'nccl' needs a CUDA device, but none is visible (" +
-                       (err != cudaSuccess ? cuda_text(err) : std::string("0 devices")) +
-                       "); use backend 'gloo' or check CUDA_VISIBLE_DEVICES");
+    throw BackendError(
+        who(config) + ": backend 'nccl' needs a CUDA device, but the CUDA runtime " +
+        cuda_version_text(cuda.runtime_version) + " (" + cuda.library + ") sees none (" +
+        (err != cudaSuccess ? std::string(cuda.cudaGetErrorString(err)) : std::string("0 devices")) +
+        "); use backend 'gloo' or check CUDA_VISIBLE_DEVICES and the NVIDIA driver");
   }
   int device = config.options.device;
   std::string source = "ProcessGroupOptions::device";
@@ -54,76 +55,50 @@ int select_device(const BackendConfig& config) {
     source = "LOCAL_RANK";
   }
   if (device >= count) {
-    throw ConfigError(who(config) + ": " + source + "=" + std::to_string(device) + " has no GPU of its own: only " +
-                      std::to_string(count) + " CUDA device(s) are visible on this host; fix --nproc_per_node (at most " +
+    throw ConfigError(who(config) + ": " + source + "=" + std::to_string(device) +
+                      " has no GPU of its own: only " + std::to_string(count) +
+                      " CUDA device(s) are visible on this host; fix --nproc_per_node (at most " +
                       std::to_string(count) + ") or CUDA_VISIBLE_DEVICES");
   }
-  const cudaError_t set = cudaSetDevice(device);
+  const cudaError_t set = cuda.cudaSetDevice(device);
   if (set != cudaSuccess) {
-    throw BackendError(who(config) + ": cudaSetDevice(" + std::to_string(device) + ") failed: " + cuda_text(set));
+    throw BackendError(who(config) + ": cudaSetDevice(" + std::to_string(device) +
+                       ") failed: " + cuda.cudaGetErrorString(set));
   }
   return device;
 }
 
-void check_one_rank_per_gpu(const BackendConfig& config, int device, const Deadline& deadline) {
+void check_one_rank_per_gpu(const CudaApi& cuda, const BackendConfig& config, int device,
+                            const Deadline& deadline) {
   char bus_id[64] = {};
-  const cudaError_t err = cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device);
+  const cudaError_t err = cuda.cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device);
   if (err != cudaSuccess) {
-    throw BackendError(who(config) + ": cannot read the PCI bus id of CUDA device " + std::to_string(device) + ": " +
-                       cuda_text(err));
+    throw BackendError(who(config) + ": cannot read the PCI bus id of CUDA device " + std::to_string(device) +
+                       ": " + cuda.cudaGetErrorString(err));
   }
   const std::string mine = hostname() + "|" + bus_id;
   config.store->set(config.key_prefix + "nccl/gpu/" + std::to_string(config.rank), mine);
   std::map<std::string, int> owner;
   for (int r = 0; r < config.size; ++r) {
-    const std::string theirs =
-        r == config.rank ? mine
-                         : config.store->get(config.key_prefix + "nccl/gpu/" + std::to_string(r),
-                                             std::max(deadline.remaining(), Millis(1)));
+    const std::string theirs = r == config.rank
+                                   ? mine
+                                   : config.store->get(config.key_prefix + "nccl/gpu/" + std::to_string(r),
+                                                       std::max(deadline.remaining(), Millis(1)));
     auto [it, inserted] = owner.emplace(theirs, r);
     if (!inserted) {
       const auto bar = theirs.find('|');
-      throw ConfigError("ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " both use GPU " +
-                        theirs.substr(bar + 1) + " on host " + theirs.substr(0, bar) +
-                        ", but NCCL needs one GPU per rank: fix --nproc_per_node (at most the number of GPUs per "
-                        "host) or CUDA_VISIBLE_DEVICES");
+      throw ConfigError(
+          "ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " both use GPU " +
+          theirs.substr(bar + 1) + " on host " + theirs.substr(0, bar) +
+          ", but NCCL needs one GPU per rank: fix --nproc_per_node (at most the number of GPUs per "
+          "host) or CUDA_VISIBLE_DEVICES");
     }
   }
 }
 
-std::string nccl_version_text(int code) {
-  // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before).
-  const int major = code >= 10000 ? code / 10000 : code / 1000;
-  const int minor = code >= 10000 ? (code % 10000) / 100 : (code % 1000) / 100;
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
-}
-
-int check_nccl_version(const BackendConfig& config) {
-  int version = 0;
-  const ncclResult_t r = ncclGetVersion(&version);
-  if (r != ncclSuccess) {
-    throw BackendError(who(config) + ": ncclGetVersion failed: " + nccl_error_text(r) +
-                       "; the NCCL library loaded at run time is unusable, use backend 'gloo' or reinstall NCCL");
-  }
-  if (version < kMinNcclVersion) {
-    throw BackendError(who(config) + ": NCCL " + nccl_version_text(version) +
-                       " was loaded at run time, but backend 'nccl' needs NCCL >= " +
-                       nccl_version_text(kMinNcclVersion) + " (built against " + nccl_version_text(NCCL_VERSION_CODE) +
-                       "); put a newer libnccl.so.2 on LD_LIBRARY_PATH or use backend 'gloo'");
-  }
-  return version;
-}
-
-int unique_id_count(int size, int runtime_version, int ranks_per_root) {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
-  if (runtime_version >= NCCL_VERSION(2, 23, 0) && ranks_per_root > 0 && size > ranks_per_root) {
+int unique_id_count(int size, bool scalable, int ranks_per_root) {
+  if (scalable && ranks_per_root > 0 && size > ranks_per_root)
     return (size + ranks_per_root - 1) / ranks_per_root;
-  }
-#else
-  (void)size;
-  (void)runtime_version;
-  (void)ranks_per_root;
-#endif
   return 1;
 }
 
@@ -137,27 +112,31 @@ int unique_id_root(int rank, int size, int ids) {
   return (rank - split) % per == 0 ? (rank - split) / per + extra : -1;
 }
 
-ncclComm_t init_communicator(const BackendConfig& config, const Deadline& deadline, const InitPlan& plan,
-                             InitTimings& timings) {
+ncclComm_t init_communicator(const NcclApi& nccl, const BackendConfig& config, const Deadline& deadline,
+                             const InitPlan& plan, InitTimings& timings) {
   using SteadyClock = std::chrono::steady_clock;
   const auto exchange_started = SteadyClock::now();
   std::vector<ncclUniqueId> ids(static_cast<std::size_t>(plan.ids));
   const std::string base = config.key_prefix + "nccl/unique_id";
   auto key_of = [&](int i) { return plan.ids == 1 ? base : base + "/" + std::to_string(i); };
-  const int mine = plan.ids == 1 ? (config.rank == 0 ? 0 : -1) : unique_id_root(config.rank, config.size, plan.ids);
+  const int mine =
+      plan.ids == 1 ? (config.rank == 0 ? 0 : -1) : unique_id_root(config.rank, config.size, plan.ids);
   if (mine >= 0) {
-    const ncclResult_t r = ncclGetUniqueId(&ids[static_cast<std::size_t>(mine)]);
-    if (r != ncclSuccess) throw BackendError(who(config) + ": ncclGetUniqueId failed: " + nccl_error_text(r));
-    config.store->set(key_of(mine), std::string_view(reinterpret_cast<const char*>(&ids[static_cast<std::size_t>(mine)]),
-                                                     sizeof(ncclUniqueId)));
+    const ncclResult_t r = nccl.ncclGetUniqueId(&ids[static_cast<std::size_t>(mine)]);
+    if (r != ncclSuccess) {
+      throw BackendError(who(config) + ": ncclGetUniqueId failed: " + nccl_error_text(nccl, r));
+    }
+    config.store->set(key_of(mine),
+                      std::string_view(reinterpret_cast<const char*>(&ids[static_cast<std::size_t>(mine)]),
+                                       sizeof(ncclUniqueId)));
   }
   for (int i = 0; i < plan.ids; ++i) {
     if (i == mine) continue;
     const std::string value = config.store->get(key_of(i), std::max(deadline.remaining(), Millis(1)));
     if (value.size() != sizeof(ncclUniqueId)) {
       throw BackendError(who(config) + ": the NCCL unique id under '" + key_of(i) + "' has " +
-                         std::to_string(value.size()) + " bytes, expected " + std::to_string(sizeof(ncclUniqueId)) +
-                         " (an SDK version mismatch between ranks?)");
+                         std::to_string(value.size()) + " bytes, expected " +
+                         std::to_string(sizeof(ncclUniqueId)) + " (an SDK version mismatch between ranks?)");
     }
     std::memcpy(&ids[static_cast<std::size_t>(i)], value.data(), sizeof(ncclUniqueId));
   }
@@ -170,17 +149,19 @@ ncclComm_t init_communicator(const BackendConfig& config, const Deadline& deadli
   ncclResult_t r = ncclSuccess;
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
   if (plan.ids > 1) {
-    r = ncclCommInitRankScalable(&comm, config.size, config.rank, plan.ids, ids.data(), &nccl_config);
+    r = nccl.ncclCommInitRankScalable(&comm, config.size, config.rank, plan.ids, ids.data(), &nccl_config);
   } else {
-    r = ncclCommInitRankConfig(&comm, config.size, ids[0], config.rank, &nccl_config);
+    r = nccl.ncclCommInitRankConfig(&comm, config.size, ids[0], config.rank, &nccl_config);
   }
 #else
-  r = ncclCommInitRankConfig(&comm, config.size, ids[0], config.rank, &nccl_config);
+  r = nccl.ncclCommInitRankConfig(&comm, config.size, ids[0], config.rank, &nccl_config);
 #endif
-  auto done = [&] { timings.nccl_init = std::chrono::duration_cast<Millis>(SteadyClock::now() - init_started); };
+  auto done = [&] {
+    timings.nccl_init = std::chrono::duration_cast<Millis>(SteadyClock::now() - init_started);
+  };
   while (r == ncclInProgress || r == ncclSuccess) {
     ncclResult_t state = ncclSuccess;
-    if (comm != nullptr) ncclCommGetAsyncError(comm, &state);
+    if (comm != nullptr) nccl.ncclCommGetAsyncError(comm, &state);
     if (state == ncclSuccess) {
       done();
       return comm;
@@ -190,17 +171,18 @@ ncclComm_t init_communicator(const BackendConfig& config, const Deadline& deadli
       break;
     }
     if (deadline.expired()) {
-      ncclCommAbort(comm);
+      nccl.ncclCommAbort(comm);
       done();
       throw TimeoutError("NCCL communicator init timed out after " + std::to_string(plan.timeout.count()) +
-                         " ms on " + who(config) + ": a peer joined the store but never initialised NCCL (crashed, "
+                         " ms on " + who(config) +
+                         ": a peer joined the store but never initialised NCCL (crashed, "
                          "stuck, or unreachable over the network; NCCL_SOCKET_IFNAME selects the interface)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (comm != nullptr) ncclCommAbort(comm);
+  if (comm != nullptr) nccl.ncclCommAbort(comm);
   done();
-  throw BackendError("NCCL communicator init failed on " + who(config) + ": " + nccl_error_text(r) +
+  throw BackendError("NCCL communicator init failed on " + who(config) + ": " + nccl_error_text(nccl, r) +
                      "; NCCL_DEBUG=INFO shows why");
 }
 

@@ -5,37 +5,32 @@
 #include <chrono>
 #include <string>
 
-#include <nccl.h>
-
 #include "backend.hpp"
 #include "ddp/common/deadline.hpp"
+#include "nccl/nccl_api.hpp"
 
 namespace ddp::detail {
 
+// "rank 0 of 2 (group 'default')", the start of every message.
+std::string rank_text(const BackendConfig& config);
+
 // Picks and sets the CUDA device of this rank (options.device, else LOCAL_RANK).
+// BackendError naming the CUDA runtime loaded when no device is visible;
 // ConfigError when LOCAL_RANK has no device of its own.
-int select_device(const BackendConfig& config);
+int select_device(const CudaApi& cuda, const BackendConfig& config);
 
 // Exchanges "host|PCI bus id" of every rank through the store and throws
 // ConfigError when two ranks of the group share one GPU, which NCCL refuses
 // ("Duplicate GPU detected"): the message says to fix --nproc_per_node or
 // CUDA_VISIBLE_DEVICES.
-void check_one_rank_per_gpu(const BackendConfig& config, int device, const Deadline& deadline);
-
-// The oldest NCCL the backend runs with: ncclConfig_t, non-blocking init and
-// ncclCommGetAsyncError polling arrived in 2.14.
-inline constexpr int kMinNcclVersion = NCCL_VERSION(2, 14, 0);
-
-// ncclGetVersion of the library loaded at run time; BackendError naming the
-// version found and the one needed when it is older than kMinNcclVersion.
-int check_nccl_version(const BackendConfig& config);
-// "2.23.4" from an NCCL version code.
-std::string nccl_version_text(int code);
+void check_one_rank_per_gpu(const CudaApi& cuda, const BackendConfig& config, int device,
+                            const Deadline& deadline);
 
 // How many ncclUniqueIds a communicator of `size` ranks bootstraps from: one,
-// or (NCCL >= 2.23, both the headers built against and the library loaded) one
-// per `ranks_per_root` ranks, for ncclCommInitRankScalable.
-int unique_id_count(int size, int runtime_version, int ranks_per_root);
+// or, when `scalable` (NCCL >= 2.23 both in the headers built against and in
+// the library loaded: NcclApi::scalable_init), one per `ranks_per_root` ranks,
+// for ncclCommInitRankScalable.
+int unique_id_count(int size, bool scalable, int ranks_per_root);
 // The index of the unique id `rank` creates, or -1 when it creates none.
 int unique_id_root(int rank, int size, int ids);
 
@@ -53,10 +48,10 @@ struct InitTimings {
 // ncclCommInitRankScalable (several) with blocking = 0 and polls
 // ncclCommGetAsyncError until `deadline`, aborting the half-built communicator
 // (ncclCommAbort) on timeout or when an error — a failed peer — surfaces.
-ncclComm_t init_communicator(const BackendConfig& config, const Deadline& deadline, const InitPlan& plan,
-                             InitTimings& timings);
+ncclComm_t init_communicator(const NcclApi& nccl, const BackendConfig& config, const Deadline& deadline,
+                             const InitPlan& plan, InitTimings& timings);
 
 // "NCCL error 'unhandled system error' (2)".
-std::string nccl_error_text(ncclResult_t result);
+std::string nccl_error_text(const NcclApi& nccl, ncclResult_t result);
 
 }  // namespace ddp::detail
