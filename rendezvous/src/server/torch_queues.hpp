@@ -18,11 +18,11 @@
 
 namespace ddp::store::server {
 
-// Server-internal ops, past the native protocol's kMaxOp so its decoders never
-// produce them: only the TCPStore dialect's codec builds these Requests.
-inline constexpr Op kOpQueuePush = static_cast<Op>(kMaxOp + 1);  // keys[0], values[0]. num=length after
-inline constexpr Op kOpQueuePop = static_cast<Op>(kMaxOp + 2);   // keys[0]. num=length before; items[0]=value
-inline constexpr Op kOpQueueLen = static_cast<Op>(kMaxOp + 3);   // keys[0]. num=length
+// The queue ops are native ops too (protocol.hpp), so the agent's torch store
+// proxy forwards a worker's queue ops like any other, under its namespace.
+inline constexpr Op kOpQueuePush = Op::kQueuePush;
+inline constexpr Op kOpQueuePop = Op::kQueuePop;
+inline constexpr Op kOpQueueLen = Op::kQueueLen;
 inline bool is_queue_op(Op op) { return op == kOpQueuePush || op == kOpQueuePop || op == kOpQueueLen; }
 // op_name() for logs, knowing the queue ops.
 const char* server_op_name(Op op);

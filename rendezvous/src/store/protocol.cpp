@@ -106,6 +106,9 @@ const char* op_name(Op op) {
     case Op::kCancel: return "cancel";
     case Op::kStat: return "stat";
     case Op::kPing: return "ping";
+    case Op::kQueuePush: return "queue_push";
+    case Op::kQueuePop: return "queue_pop";
+    case Op::kQueueLen: return "queue_len";
   }
   return "unknown";
 }

@@ -255,3 +255,31 @@ TEST_CASE("a torch 2.x client's CANCEL_WAIT reaches the WAIT it cancels through 
   CHECK(i64(c.recv(8)) == 2);
   CHECK(s.store->try_get("/j/worker/round_0/n") == std::optional<std::string>("2"));
 }
+
+TEST_CASE("a torch 2.x client's queues and LIST stay in its job's namespace through the proxy", "[proxy]") {
+  Setup s;
+  auto job1 = s.proxy("/job1/worker/round_0/");
+  auto job2 = s.proxy("/job2/worker/round_0/");
+  TorchClient a(job1->port());
+  TorchClient b(job2->port());
+  const std::string validate = std::string(1, '\x00') + std::string("\xCE\xF7\x85\x3C", 4);
+  a.raw(validate);
+  b.raw(validate);
+  // QUEUE_PUSH (14) has no reply; QUEUE_LEN (16) orders it and answers an i64.
+  a.raw(std::string(1, '\x0E') + str("/q") + str("first"));
+  a.raw(std::string(1, '\x0E') + str("/q") + str("second"));
+  a.raw(std::string(1, '\x10') + str("/q"));
+  CHECK(i64(a.recv(8)) == 2);
+  b.raw(std::string(1, '\x10') + str("/q"));
+  CHECK(i64(b.recv(8)) == 0);  // job 2's queue of the same name is empty
+  // QUEUE_POP (15): the length before, then the front value.
+  a.raw(std::string(1, '\x0F') + str("/q"));
+  CHECK(i64(a.recv(8)) == 2);
+  CHECK(a.recv(static_cast<std::size_t>(i64(a.recv(8)))) == "first");
+  // LIST (17) answers only this round's keys, as the client named them.
+  a.raw(std::string(1, '\x01') + str("/k1") + str("x"));  // v2 SET
+  b.raw(std::string(1, '\x01') + str("/k2") + str("y"));
+  a.raw(std::string(1, '\x11'));
+  REQUIRE(i64(a.recv(8)) == 1);
+  CHECK(a.recv(static_cast<std::size_t>(i64(a.recv(8)))) == "/k1");
+}

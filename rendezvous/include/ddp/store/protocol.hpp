@@ -55,8 +55,13 @@ enum class Op : std::uint8_t {
   kCancel = 19,         // a=id of a pending get/wait/watch on this connection
   kStat = 20,           // items: key=name, value=decimal text
   kPing = 21,           // no fields
+  // PyTorch TCPStore's queues (torch 2.8+), a namespace of their own beside the
+  // keys; native so that a proxy can carry a torch client's queue ops.
+  kQueuePush = 22,      // keys[0]=queue, values[0]. num=length after
+  kQueuePop = 23,       // keys[0]=queue. num=length before; items[0]=value when there was one
+  kQueueLen = 24,       // keys[0]=queue. num=length
 };
-inline constexpr std::uint8_t kMaxOp = 21;
+inline constexpr std::uint8_t kMaxOp = 24;
 
 // kLeaseGrant flag: the lease is also revoked when the connection that granted
 // it closes (the peer's kernel closed it: the process died or let go), so a
