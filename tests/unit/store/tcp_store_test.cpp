@@ -41,6 +41,23 @@ TEST_CASE("a wrong token fails with an error that says to check --token-file", "
   CHECK(ok.try_get("k") == std::optional<std::string>("v"));
 }
 
+TEST_CASE("after a few wrong tokens an address must wait before its next token is even checked", "[tcp]") {
+  auto opts = loopback_server_options();
+  opts.token = "secret";
+  opts.auth_backoff_base = std::chrono::hours(1);  // no wall clock in the test: the wait outlasts it
+  opts.auth_backoff_max = std::chrono::hours(1);
+  auto server = start_server(opts);
+  auto client = client_options(server->port());
+  client.token = "wrong";
+  for (int i = 0; i < opts.auth_free_failures + 1; ++i) {
+    CHECK_THROWS_WITH(TcpStore(client), Contains("wrong token"));
+  }
+  client.token = "secret";  // even the right token waits now
+  CHECK_THROWS_AS(TcpStore(client), ddp::store::AuthError);
+  CHECK_THROWS_WITH(TcpStore(client), Contains("too many failed authentication attempts from 127.0.0.1") &&
+                                          Contains("retry in"));
+}
+
 TEST_CASE("connecting to a closed port fails after connect_timeout naming the endpoint", "[tcp]") {
   std::uint16_t port = 0;
   {
