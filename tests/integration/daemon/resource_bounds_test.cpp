@@ -85,7 +85,7 @@ TEST_CASE("1000 overwrites of a 1 MiB key and a full-history watch keep the daem
 #endif
 }
 
-TEST_CASE("--history-max-bytes bounds the history: older watches answer COMPACTED, newer ones replay") {
+TEST_CASE("a history capped by --history-max-bytes answers COMPACTED to older watches and replays newer ones") {
   TempDir dir;
   Daemon d(dir.path(), {"--history-max-bytes", "4096"});
   auto c = d.client();
