@@ -86,6 +86,8 @@ std::map<std::string, std::int64_t> Dispatcher::stats() const {
 
 std::map<std::string, std::int64_t> Dispatcher::metrics() const {
   auto out = stats();
+  out["history_bytes"] = static_cast<std::int64_t>(core_.history().bytes());
+  out["auth_failures"] = auth_failures_;
   request_metrics_.append_to(out);
   append_rendezvous_rounds(core_.kv(), out);
   return out;
@@ -191,6 +193,7 @@ void Dispatcher::handle_hello(const std::shared_ptr<Session>& s, const Request& 
 }
 
 void Dispatcher::log_auth_failure(const Session& s, const char* what) {
+  ++auth_failures_;
   if (auth_period_open_) return;  // counted; the period's summary line reports it
   auth_period_open_ = true;
   auth_.take_summary();  // this one is logged here, not in the summary

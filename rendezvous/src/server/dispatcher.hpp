@@ -106,6 +106,7 @@ class Dispatcher final : public SessionHost {
   boost::asio::steady_timer auth_log_timer_;
   AuthLimiter auth_;
   bool auth_period_open_ = false;
+  std::int64_t auth_failures_ = 0;  // for /metrics
   std::optional<Clock::time_point> waiter_armed_;
   std::optional<Clock::time_point> lease_armed_;
   std::uint64_t next_handle_ = 1;

@@ -58,6 +58,20 @@ TEST_CASE("after a few wrong tokens an address must wait before its next token i
                                           Contains("retry in"));
 }
 
+TEST_CASE("a watch from before the retained history fails with CompactedError", "[tcp]") {
+  auto opts = loopback_server_options();
+  opts.history_max_bytes = 1024;
+  auto server = start_server(opts);
+  TcpStore store(client_options(server->port()));
+  for (int i = 0; i < 20; ++i) store.set("c/k", std::string(100, 'x'));
+  CHECK_THROWS_AS(store.watch("c/", 1, [](const ddp::store::WatchEvent&) {}), ddp::store::CompactedError);
+  CHECK_THROWS_WITH(store.watch("c/", 1, [](const ddp::store::WatchEvent&) {}),
+                    Contains("compacted") && Contains("list() again"));
+  std::atomic<int> seen{0};
+  auto w = store.watch("c/", 20, [&](const ddp::store::WatchEvent&) { ++seen; });
+  CHECK(ddp::test::wait_until([&] { return seen.load() == 1; }, 10s));
+}
+
 TEST_CASE("connecting to a closed port fails after connect_timeout naming the endpoint", "[tcp]") {
   std::uint16_t port = 0;
   {
