@@ -41,7 +41,7 @@ long rss_kib(pid_t pid) {
 #endif
 
 // The bound docs/operations.md states for this workload with default flags.
-constexpr long kDocumentedRssBoundMiB = 256;
+[[maybe_unused]] constexpr long kDocumentedRssBoundMiB = 256;
 
 }  // namespace
 
