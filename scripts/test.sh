@@ -38,5 +38,5 @@ stage "sanitized build"
 export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 (cd build-san && ctest --output-on-failure --parallel "$(nproc)" --timeout 300 \
-  -R '^(ddp_unit_(protocol|server|store|torch_codec)|ddp_integration_(daemon|store)): |^fuzz_')
+  -R '^(ddp_unit_(protocol|server|store|torch_codec)|ddp_integration_(daemon|store)):|^fuzz_')
 stage "sanitized ctest (unit, daemon/store integration, fuzz)"
