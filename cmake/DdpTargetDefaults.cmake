@@ -5,7 +5,14 @@ function(ddp_target_defaults target)
   set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF POSITION_INDEPENDENT_CODE ON)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
   if(DDP_SANITIZE)
-    target_compile_options(${target} PRIVATE -fsanitize=${DDP_SANITIZE} -fno-omit-frame-pointer)
+    # No recovery: a sanitizer report aborts the process, so a test cannot pass over it.
+    target_compile_options(${target} PRIVATE -fsanitize=${DDP_SANITIZE} -fno-sanitize-recover=all
+                                             -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=${DDP_SANITIZE})
+  endif()
+  if(DDP_FUZZ)
+    # Coverage feedback for libFuzzer in every library a fuzz target links.
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
+    target_link_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
   endif()
 endfunction()

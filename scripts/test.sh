@@ -1,10 +1,42 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs every test but the gpu ones.
-# Exit status is ctest's: non-zero on any failure.
+# Installs dependencies, builds, and runs every test but the gpu ones; then a
+# second, smaller build with clang, ASan+UBSan and libFuzzer (build-san/) of
+# the store and server only, running their unit tests, the daemon and store
+# integration tests and a bounded fuzz run of each target. Any sanitizer
+# report aborts its process and fails the run. Exit status: non-zero on any
+# failure. DDP_SKIP_SANITIZE=1 skips the second stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stage_start=$SECONDS
+stage() {  # prints how long the previous stage took
+  echo "test.sh: $1 took $((SECONDS - stage_start)) s"
+  stage_start=$SECONDS
+}
 scripts/setup.sh
 scripts/build.sh
-cd build
+stage "setup + build"
 # --timeout guards tests that forgot their own TIMEOUT property.
-ctest --output-on-failure --label-exclude gpu --parallel "$(nproc)" --timeout 300 "$@"
+(cd build && ctest --output-on-failure --label-exclude gpu --parallel "$(nproc)" --timeout 300 "$@")
+stage "ctest"
+
+if [[ ${DDP_SKIP_SANITIZE:-0} == 1 ]]; then exit 0; fi
+generator=()
+if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+# RelWithDebInfo: -O2 keeps it quick, -g gives reports file:line.
+cmake -S . -B build-san "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DDDP_SANITIZE=address,undefined -DDDP_FUZZ=ON -DDDP_WITH_NCCL=OFF -DDDP_WITH_GLOO=OFF >/dev/null
+san_targets=(ddp_unit_protocol ddp_unit_server ddp_unit_store ddp_unit_torch_codec
+             ddp_integration_daemon ddp_integration_store ddp-rendezvousd ddp-store
+             fuzz_native_codec fuzz_torch_codec fuzz_dispatcher)
+cmake --build build-san --parallel "$(nproc)" --target "${san_targets[@]}"
+stage "sanitized build"
+export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+(cd build-san && ctest --output-on-failure --parallel "$(nproc)" --timeout 300 \
+  -R '^(ddp_unit_(protocol|server|store|torch_codec)|ddp_integration_(daemon|store)):|^fuzz_')
+stage "sanitized ctest (unit, daemon/store integration, fuzz)"

@@ -29,6 +29,11 @@ class Codec {
   virtual std::uint64_t requests_decoded() const = 0;
   // Appends the wire form of `resp` to `out`.
   virtual void encode(const Response& resp, std::string& out) = 0;
+  // Bytes held for incomplete requests (counted against the server's global cap).
+  virtual std::size_t buffered_bytes() const = 0;
+  // Lowers or restores the largest frame accepted (before HELLO, only a HELLO's
+  // worth may be buffered); protocols without a handshake ignore it.
+  virtual void limit_frame_bytes(std::uint32_t /*max*/) {}
   // Whether this protocol needs a HELLO before anything else (the native one does).
   virtual bool requires_hello() const = 0;
   virtual const char* name() const = 0;

@@ -46,7 +46,17 @@ std::size_t encoded_size(const Response& r) {
 }  // namespace
 
 Dispatcher::Dispatcher(asio::io_context& io, const StoreServerOptions& options)
-    : io_(io), options_(options), waiter_timer_(io), lease_timer_(io), grace_timer_(io) {
+    : io_(io),
+      options_(options),
+      core_(HistoryLimits{options.history_max_events != 0 ? options.history_max_events
+                                                          : HistoryLimits::kDefaultMaxEvents,
+                          options.history_max_bytes != 0 ? options.history_max_bytes
+                                                         : HistoryLimits::kDefaultMaxBytes}),
+      waiter_timer_(io),
+      lease_timer_(io),
+      grace_timer_(io),
+      auth_log_timer_(io),
+      auth_(AuthBackoff{options.auth_free_failures, options.auth_backoff_base, options.auth_backoff_max}) {
   core_.set_sink([this](const Mutation& m) {
     // Before the response exists: an acknowledged write is in the log.
     if (persistence_) persistence_->append(m);
@@ -76,6 +86,8 @@ std::map<std::string, std::int64_t> Dispatcher::stats() const {
 
 std::map<std::string, std::int64_t> Dispatcher::metrics() const {
   auto out = stats();
+  out["history_bytes"] = static_cast<std::int64_t>(core_.history().bytes());
+  out["auth_failures"] = auth_failures_;
   request_metrics_.append_to(out);
   append_rendezvous_rounds(core_.kv(), out);
   return out;
@@ -155,13 +167,25 @@ void Dispatcher::handle_hello(const std::shared_ptr<Session>& s, const Request& 
     return;
   }
   if (!options_.token.empty()) {
+    const auto now = Clock::now();
+    if (const auto wait = auth_.wait_for(s->peer_address(), now); wait > Millis::zero()) {
+      // Not even compared: guessing from one address goes no faster than the delay.
+      auth_.record_refused(s->peer_address());
+      resp.status = Status::kAuthFailed;
+      resp.message = "too many failed authentication attempts from " + s->peer_address() + "; retry in " +
+                     std::to_string(wait.count()) + " ms";
+      log_auth_failure(*s, "refused, too many failures");
+      s->send(resp);
+      s->close_after_flush();
+      return;
+    }
     const std::string_view given = req.values.empty() ? std::string_view() : std::string_view(req.values[0]);
     if (!same_token(given, options_.token)) {
+      auth_.record_failure(s->peer_address(), now);
       resp.status = Status::kAuthFailed;
       resp.message = given.empty() ? "this server requires a token; pass --token-file"
                                    : "wrong token; check --token-file";
-      log->warn("closing connection: authentication failed peer={} token={}", s->peer(),
-                given.empty() ? "missing" : "wrong");
+      log_auth_failure(*s, given.empty() ? "token=missing" : "token=wrong");
       s->send(resp);
       s->close_after_flush();
       return;
@@ -169,6 +193,35 @@ void Dispatcher::handle_hello(const std::shared_ptr<Session>& s, const Request& 
   }
   s->set_hello_done();
   s->send(resp);
+}
+
+void Dispatcher::log_auth_failure(const Session& s, const char* what) {
+  ++auth_failures_;
+  if (auth_period_open_) return;  // counted; the period's summary line reports it
+  auth_period_open_ = true;
+  auth_.take_summary();  // this one is logged here, not in the summary
+  ddp::log::get("store.server")
+      ->warn("closing connection: authentication failed peer={} {}; further failures are summarised every {} ms",
+             s.peer(), what, options_.auth_log_period.count());
+  auth_log_timer_.expires_after(options_.auth_log_period);
+  auth_log_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) on_auth_log_timer();
+  });
+}
+
+void Dispatcher::on_auth_log_timer() {
+  const auto sum = auth_.take_summary();
+  if (sum.failed + sum.refused == 0) {
+    auth_period_open_ = false;  // quiet: the next failure is logged at once
+    return;
+  }
+  ddp::log::get("store.server")
+      ->warn("authentication failures in the last {} ms: failed={} refused={} peers={} top_peer={} top_peer_count={}",
+             options_.auth_log_period.count(), sum.failed, sum.refused, sum.peers, sum.top_peer, sum.top_count);
+  auth_log_timer_.expires_after(options_.auth_log_period);
+  auth_log_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) on_auth_log_timer();
+  });
 }
 
 bool Dispatcher::refuse_pending(const std::shared_ptr<Session>& s, const Request& req) {
@@ -222,50 +275,6 @@ void Dispatcher::release_waiter(WaiterId id) {
   info.session->send(resp);
 }
 
-void Dispatcher::handle_watch(const std::shared_ptr<Session>& s, const Request& req) {
-  if (req.keys.size() != 1) return s->send(reply(req.id, Status::kBadRequest, "watch takes one key: the prefix"));
-  if (req.b < 0) return s->send(reply(req.id, Status::kBadRequest, "watch from a negative revision"));
-  if (refuse_pending(s, req)) return;
-  drain();  // nothing committed may be both replayed and routed
-  std::vector<WatchEvent> past;
-  if (req.b > 0) {
-    auto got = core_.history_since(req.keys[0], req.b);
-    if (!got) {
-      auto r = reply(req.id, Status::kCompacted,
-                     "revision " + std::to_string(req.b) + " is compacted; the oldest available is " +
-                         std::to_string(core_.history().compacted_revision() + 1) +
-                         "; list again and watch from its revision + 1");
-      r.revision = core_.revision();
-      return s->send(r);
-    }
-    past = std::move(*got);
-  }
-  const WatchId id = next_handle_++;
-  hub_.add(id, req.keys[0]);
-  watch_info_[id] = {s, req.id};
-  s->pending()[req.id] = {Pending::Kind::kWatch, id};
-  auto ack = reply(req.id, Status::kOk);
-  ack.revision = core_.revision();
-  s->send(ack);
-  send_events(*s, req.id, past);
-}
-
-void Dispatcher::send_events(Session& s, std::uint32_t id, const std::vector<WatchEvent>& events) {
-  // One kEvent frame per revision: a multi-key mutation arrives as one unit.
-  std::size_t i = 0;
-  while (i < events.size()) {
-    auto frame = reply(id, Status::kEvent);
-    frame.revision = events[i].revision;
-    for (; i < events.size() && events[i].revision == frame.revision; ++i) {
-      const auto& e = events[i];
-      frame.items.push_back({e.type == EventType::kPut ? ItemKind::kPut : ItemKind::kDelete, e.key, e.value,
-                             e.revision});
-    }
-    s.send(frame);
-    if (s.closed()) return;
-  }
-}
-
 void Dispatcher::handle_cancel(const std::shared_ptr<Session>& s, const Request& req) {
   auto resp = reply(req.id, Status::kOk);
   const auto target = static_cast<std::uint32_t>(req.a);
@@ -297,7 +306,7 @@ void Dispatcher::drain() {
     if (hub_.size() == 0) continue;
     for (const auto& [watch, events] : hub_.route(events_of(mutation))) {
       auto it = watch_info_.find(watch);
-      if (it == watch_info_.end()) continue;
+      if (it == watch_info_.end() || it->second.replay_from != 0) continue;  // replay reads it from history
       auto session = it->second.session;
       send_events(*session, it->second.request_id, events);
     }
@@ -425,6 +434,7 @@ void Dispatcher::shutdown(std::function<void()> done) {
   stopping_ = true;
   waiter_timer_.cancel();
   lease_timer_.cancel();
+  auth_log_timer_.cancel();
   // Moved out first: a send can close its session, which edits these maps.
   auto waiting = std::move(waiter_info_);
   waiter_info_.clear();

@@ -17,6 +17,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "auth_limiter.hpp"
 #include "ddp/store/store_server.hpp"
 #include "persistence.hpp"
 #include "request_metrics.hpp"
@@ -48,6 +49,7 @@ class Dispatcher final : public SessionHost {
 
   void on_request(const std::shared_ptr<Session>& s, Request&& req) override;
   void on_closed(Session& s) override;
+  void on_drained(const std::shared_ptr<Session>& s) override;
 
  private:
   struct WaiterInfo {
@@ -58,6 +60,10 @@ class Dispatcher final : public SessionHost {
   struct WatchInfo {
     std::shared_ptr<Session> session;
     std::uint32_t request_id = 0;
+    std::string prefix;
+    // While past events are still being sent: the next revision to replay from
+    // the history (live events wait there meanwhile); 0 once the watch is live.
+    Revision replay_from = 0;
   };
 
   void dispatch(const std::shared_ptr<Session>& s, Request& req);
@@ -72,6 +78,9 @@ class Dispatcher final : public SessionHost {
   // Refuses a new pending request (duplicate id, per-connection limit).
   bool refuse_pending(const std::shared_ptr<Session>& s, const Request& req);
   void send_events(Session& s, std::uint32_t id, const std::vector<WatchEvent>& events);
+  // Sends a replaying watch's next past events, about kReplayChunkBytes at a
+  // time, so a watch from far back never queues the whole history at once.
+  void pump_replay(WatchId id);
   // Hands committed mutations to waiters and watchers, in commit order.
   void drain();
   void release_waiter(WaiterId id);
@@ -79,6 +88,10 @@ class Dispatcher final : public SessionHost {
   void rearm_timers();
   void on_waiter_timer();
   void on_lease_timer();
+  // Logs a failed or refused hello: the first of a quiet period at once, the
+  // rest summarised once per auth_log_period.
+  void log_auth_failure(const Session& s, const char* what);
+  void on_auth_log_timer();
 
   boost::asio::io_context& io_;
   StoreServerOptions options_;
@@ -96,6 +109,10 @@ class Dispatcher final : public SessionHost {
   boost::asio::steady_timer waiter_timer_;
   boost::asio::steady_timer lease_timer_;
   boost::asio::steady_timer grace_timer_;
+  boost::asio::steady_timer auth_log_timer_;
+  AuthLimiter auth_;
+  bool auth_period_open_ = false;
+  std::int64_t auth_failures_ = 0;  // for /metrics
   std::optional<Clock::time_point> waiter_armed_;
   std::optional<Clock::time_point> lease_armed_;
   std::uint64_t next_handle_ = 1;

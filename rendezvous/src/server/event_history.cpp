@@ -5,6 +5,15 @@
 #include "mutation.hpp"
 
 namespace ddp::store::server {
+namespace {
+
+std::size_t weight(const WatchEvent& e) { return e.key.size() + e.value.size(); }
+
+bool under(const WatchEvent& e, std::string_view prefix) {
+  return std::string_view(e.key).substr(0, prefix.size()) == prefix;
+}
+
+}  // namespace
 
 std::vector<WatchEvent> events_of(const Mutation& m) {
   std::vector<WatchEvent> out;
@@ -16,13 +25,22 @@ std::vector<WatchEvent> events_of(const Mutation& m) {
 }
 
 void EventHistory::append(const std::vector<WatchEvent>& events) {
-  for (const auto& e : events) events_.push_back(e);
+  for (const auto& e : events) {
+    events_.push_back(e);
+    bytes_ += weight(e);
+  }
   // Drop whole revisions only, so that "every event after compacted_" stays true.
-  while (events_.size() > capacity_) {
+  while (!events_.empty() && (events_.size() > limits_.max_events || bytes_ > limits_.max_bytes)) {
     const auto rev = events_.front().revision;
-    while (!events_.empty() && events_.front().revision == rev) events_.pop_front();
+    while (!events_.empty() && events_.front().revision == rev) {
+      bytes_ -= weight(events_.front());
+      events_.pop_front();
+    }
     compacted_ = std::max(compacted_, rev);
   }
+  // A deque keeps its blocks; give them back once the ring has emptied (a huge
+  // value dropped at once), so the memory follows the bound.
+  if (events_.empty()) events_.shrink_to_fit();
 }
 
 std::optional<std::vector<WatchEvent>> EventHistory::since(std::string_view prefix,
@@ -33,9 +51,28 @@ std::optional<std::vector<WatchEvent>> EventHistory::since(std::string_view pref
   auto it = std::lower_bound(events_.begin(), events_.end(), from,
                              [](const WatchEvent& e, Revision r) { return e.revision < r; });
   for (; it != events_.end(); ++it) {
-    if (std::string_view(it->key).substr(0, prefix.size()) == prefix) out.push_back(*it);
+    if (under(*it, prefix)) out.push_back(*it);
   }
   return out;
+}
+
+std::optional<Revision> EventHistory::visit(std::string_view prefix, Revision from,
+                                            const FrameVisitor& frame) const {
+  if (from <= compacted_) return std::nullopt;
+  auto it = std::lower_bound(events_.begin(), events_.end(), from,
+                             [](const WatchEvent& e, Revision r) { return e.revision < r; });
+  Revision next = from;
+  std::vector<const WatchEvent*> group;
+  while (it != events_.end()) {
+    const auto rev = it->revision;
+    group.clear();
+    for (; it != events_.end() && it->revision == rev; ++it) {
+      if (under(*it, prefix)) group.push_back(&*it);
+    }
+    next = rev + 1;
+    if (!group.empty() && !frame(rev, group)) break;
+  }
+  return next;
 }
 
 }  // namespace ddp::store::server

@@ -3,11 +3,16 @@
 // Events older than the ring are compacted: a watch from before them fails with
 // kCompacted rather than silently skipping changes.
 //
+// The ring is bounded twice: by event count and by the bytes of its keys and
+// values, whichever is reached first. Whole revisions are dropped, oldest
+// first, so "every event after compacted_revision()" always holds.
+//
 // Thread-safety: none; owned by StoreCore.
 #pragma once
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -16,32 +21,53 @@
 
 namespace ddp::store::server {
 
-class EventHistory {
- public:
+struct HistoryLimits {
   // Why 100k: a rendezvous round of 10,000 agents writes a few events each; the
   // ring must outlive one round so a slow agent's watch can still catch up.
-  static constexpr std::size_t kDefaultCapacity = 100'000;
+  static constexpr std::size_t kDefaultMaxEvents = 100'000;
+  // Why 64 MiB: 100k rendezvous events of a few hundred bytes fit with room to
+  // spare, while large values (checkpoint metadata, 1 MiB each) cannot make the
+  // daemon hold more than this in past values. One value larger than the cap is
+  // not retained at all: a watch from its revision answers COMPACTED.
+  static constexpr std::size_t kDefaultMaxBytes = 64u << 20;
 
-  explicit EventHistory(std::size_t capacity = kDefaultCapacity) : capacity_(capacity) {}
+  std::size_t max_events = kDefaultMaxEvents;
+  std::size_t max_bytes = kDefaultMaxBytes;
+};
+
+class EventHistory {
+ public:
+  explicit EventHistory(HistoryLimits limits = {}) : limits_(limits) {}
 
   // Appends events (all of one revision, newer than anything held).
   void append(const std::vector<WatchEvent>& events);
   // Events under `prefix` with revision >= from, in order; nullopt when some of
   // them were already dropped (from <= compacted_revision()).
   std::optional<std::vector<WatchEvent>> since(std::string_view prefix, Revision from) const;
+  // Streams instead of copying: calls `frame` with the events under `prefix` of
+  // each revision >= from, one revision at a time, in order, until `frame`
+  // returns false or the ring ends. Returns the revision to continue from (one
+  // past the last revision visited), or nullopt when `from` is compacted.
+  using FrameVisitor = std::function<bool(Revision, const std::vector<const WatchEvent*>&)>;
+  std::optional<Revision> visit(std::string_view prefix, Revision from, const FrameVisitor& frame) const;
   // Every event with revision <= this is gone.
   Revision compacted_revision() const { return compacted_; }
   // After a restart from a snapshot, history before the snapshot is unknown.
   void reset(Revision compacted) {
     events_.clear();
+    bytes_ = 0;
     compacted_ = compacted;
   }
   std::size_t size() const { return events_.size(); }
+  // Key and value bytes held (what max_bytes bounds).
+  std::size_t bytes() const { return bytes_; }
+  const HistoryLimits& limits() const { return limits_; }
   const std::deque<WatchEvent>& events() const { return events_; }
 
  private:
-  std::size_t capacity_;
+  HistoryLimits limits_;
   std::deque<WatchEvent> events_;
+  std::size_t bytes_ = 0;
   Revision compacted_ = 0;
 };
 

@@ -1,6 +1,17 @@
 #include "lease_table.hpp"
 
 namespace ddp::store::server {
+namespace {
+
+// now + ttl without signed overflow: a TTL past the clock's range never expires.
+Clock::time_point expiry_after(Clock::time_point now, Millis ttl) {
+  if (ttl <= Millis::zero()) return now;
+  const auto room = Clock::time_point::max() - now;
+  if (ttl >= std::chrono::duration_cast<Millis>(room)) return Clock::time_point::max();
+  return now + ttl;
+}
+
+}  // namespace
 
 LeaseId LeaseTable::grant(Millis ttl, Clock::time_point now) {
   const auto id = next_id_++;
@@ -13,7 +24,7 @@ void LeaseTable::restore(LeaseId id, Millis ttl, Clock::time_point now) {
   if (l.id != 0) by_expiry_.erase({l.expiry, id});
   l.id = id;
   l.ttl = ttl;
-  l.expiry = now + ttl;
+  l.expiry = expiry_after(now, ttl);
   by_expiry_.insert({l.expiry, id});
   if (id >= next_id_) next_id_ = id + 1;
 }
@@ -23,7 +34,7 @@ std::optional<Millis> LeaseTable::keepalive(LeaseId id, Clock::time_point now) {
   if (it == leases_.end() || it->second.expiry <= now) return std::nullopt;
   auto& l = it->second;
   by_expiry_.erase({l.expiry, id});
-  l.expiry = now + l.ttl;
+  l.expiry = expiry_after(now, l.ttl);
   by_expiry_.insert({l.expiry, id});
   return l.ttl;
 }

@@ -29,9 +29,15 @@ struct Lease {
 
 class LeaseTable {
  public:
+  // Why one year: leases stand for a live agent or worker and are kept alive
+  // every few seconds; a TTL beyond a year is a unit mistake (seconds given as
+  // ms twice over, or a sentinel such as INT64_MAX), refused as BAD_REQUEST.
+  static constexpr Millis kMaxTtl{365LL * 24 * 3600 * 1000};
+
   LeaseId grant(Millis ttl, Clock::time_point now);
   // Re-creates a persisted lease after a restart, with its full TTL counted from
-  // `now` (like etcd), so agents whose daemon restarts keep their keys.
+  // `now` (like etcd), so agents whose daemon restarts keep their keys. A TTL
+  // that does not fit the clock (an old log) saturates instead of overflowing.
   void restore(LeaseId id, Millis ttl, Clock::time_point now);
   // Extends the lease to now + ttl; nullopt when it does not exist or is past due.
   std::optional<Millis> keepalive(LeaseId id, Clock::time_point now);

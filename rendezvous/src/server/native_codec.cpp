@@ -6,6 +6,13 @@
 #include "torch_session_codec.hpp"
 
 namespace ddp::store::server {
+namespace {
+
+// Buffer capacity a connection keeps between frames; what a large frame grew
+// beyond this is given back once the frame is decoded.
+constexpr std::size_t kKeptBufferBytes = 256 * 1024;
+
+}  // namespace
 
 std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits, bool allow_torch,
                                   TorchLegacyProtocol legacy) {
@@ -61,7 +68,7 @@ void NativeCodec::feed(std::string_view bytes, const std::function<bool(Request&
     go_on = on_request(std::move(req));
   }
   if (!go_on) {
-    buf_.clear();
+    std::string().swap(buf_);
     return;
   }
   if (data.data() == buf_.data()) {
@@ -69,6 +76,8 @@ void NativeCodec::feed(std::string_view bytes, const std::function<bool(Request&
   } else {
     buf_.assign(data.substr(pos));
   }
+  // A large frame must not pin its buffer to the connection once it is done.
+  if (buf_.capacity() > kKeptBufferBytes && buf_.size() <= kKeptBufferBytes) std::string(buf_).swap(buf_);
 }
 
 }  // namespace ddp::store::server

@@ -16,6 +16,8 @@ class NativeCodec final : public Codec {
   bool mid_frame() const override { return !buf_.empty() && preamble_done_; }
   std::uint64_t requests_decoded() const override { return decoded_; }
   void encode(const Response& resp, std::string& out) override { encode_response(resp, out); }
+  std::size_t buffered_bytes() const override { return buf_.capacity(); }
+  void limit_frame_bytes(std::uint32_t max) override { limits_.max_frame_bytes = max; }
   bool requires_hello() const override { return true; }
   const char* name() const override { return "native"; }
 

@@ -16,13 +16,20 @@ namespace {
 // streaming bytes cannot starve the rest of the loop.
 constexpr int kReadsPerTurn = 64;
 
-std::string describe(const asio::ip::tcp::socket& s) {
+std::string address_of(const asio::ip::tcp::socket& s) {
   error_code ec;
   auto ep = s.remote_endpoint(ec);
   if (ec) return "unknown";
   auto addr = ep.address().to_string();
   if (ep.address().is_v6()) addr = "[" + addr + "]";
-  return addr + ":" + std::to_string(ep.port());
+  return addr;
+}
+
+std::string describe(const asio::ip::tcp::socket& s) {
+  error_code ec;
+  auto ep = s.remote_endpoint(ec);
+  if (ec) return "unknown";
+  return address_of(s) + ":" + std::to_string(ep.port());
 }
 
 }  // namespace
@@ -34,7 +41,34 @@ Session::Session(asio::ip::tcp::socket socket, SessionHost& host, const SessionO
       host_(host),
       options_(options),
       read_buffer_(shared_read_buffer),
-      peer_(describe(socket_)) {}
+      peer_(describe(socket_)),
+      peer_address_(address_of(socket_)) {}
+
+void Session::set_hello_done() {
+  hello_done_ = true;
+  if (codec_) codec_->limit_frame_bytes(options_.limits.max_frame_bytes);
+}
+
+void Session::notify_when_drained() {
+  drain_wanted_ = true;
+  if (!in_read_handler_) flush();  // nothing queued: flush() posts the call at once
+}
+
+bool Session::account_buffered() {
+  if (options_.buffered_total == nullptr) return true;
+  const auto now = codec_ ? codec_->buffered_bytes() : 0;
+  *options_.buffered_total += now;
+  *options_.buffered_total -= buffered_;
+  buffered_ = now;
+  if (options_.max_buffered_request_bytes == 0 || *options_.buffered_total <= options_.max_buffered_request_bytes)
+    return true;
+  ddp::log::get("store.server")
+      ->warn("closing connection: buffered request bytes over the server's cap peer={} buffered_bytes={} "
+             "total_bytes={} max_buffered_request_bytes={}",
+             peer_, buffered_, *options_.buffered_total, options_.max_buffered_request_bytes);
+  close("buffered request bytes over the cap");
+  return false;
+}
 
 void Session::start() {
   error_code ec;
@@ -104,6 +138,7 @@ bool Session::feed(std::string_view bytes) {
       close("unknown protocol");
       return false;
     }
+    if (codec_->requires_hello() && !hello_done_) codec_->limit_frame_bytes(kMaxHelloFrameBytes);
   }
   const auto before = codec_->requests_decoded();
   try {
@@ -118,6 +153,7 @@ bool Session::feed(std::string_view bytes) {
     return false;
   }
   if (closed_) return false;
+  if (!account_buffered()) return false;
   update_idle_timer(codec_->requests_decoded() != before);
   return !closing_;
 }
@@ -175,7 +211,14 @@ void Session::send(const Response& resp) {
 void Session::flush() {
   while (!closed_ && !write_in_flight_) {
     if (out_.empty()) {
-      if (closing_) close("closed after reply");
+      if (closing_) {
+        close("closed after reply");
+      } else if (drain_wanted_) {
+        drain_wanted_ = false;
+        asio::post(socket_.get_executor(), [self = shared_from_this()] {
+          if (!self->closed_) self->host_.on_drained(self);
+        });
+      }
       return;
     }
     writing_.swap(out_);
@@ -223,6 +266,8 @@ void Session::close(const std::string& reason) {
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   socket_.close(ec);
   out_.clear();
+  if (options_.buffered_total != nullptr) *options_.buffered_total -= buffered_;
+  buffered_ = 0;
   host_.on_closed(*this);
 }
 

@@ -5,7 +5,9 @@
 // Defences, each closing only this connection: unknown first byte; malformed
 // frame (ProtocolError from the codec, logged with the peer); no complete
 // HELLO, or a frame stalled mid-way, for idle_frame_timeout; more than
-// max_queued_bytes of responses the client does not read.
+// max_queued_bytes of responses the client does not read; before HELLO, a
+// frame larger than a HELLO can be; buffered request bytes that would take all
+// connections together past max_buffered_request_bytes.
 //
 // Thread-safety: loop thread only. Lifetime: shared_ptr held by pending async
 // operations and by the host until on_closed().
@@ -32,7 +34,14 @@ class SessionHost {
   virtual void on_request(const std::shared_ptr<Session>& session, Request&& req) = 0;
   // Called once, when the connection closes for any reason.
   virtual void on_closed(Session& session) = 0;
+  // Called (posted, never from inside send()) once the output asked for by
+  // notify_when_drained() has been written out.
+  virtual void on_drained(const std::shared_ptr<Session>& /*session*/) {}
 };
+
+// Why 64 KiB: a HELLO is 33 bytes plus its token; no token needs more, and it
+// is all an unauthenticated client may make the server buffer.
+inline constexpr std::uint32_t kMaxHelloFrameBytes = 64 * 1024;
 
 struct SessionOptions {
   Limits limits;
@@ -40,6 +49,10 @@ struct SessionOptions {
   std::size_t max_queued_bytes = 0;
   bool allow_torch = true;  // false when the server requires a token
   TorchLegacyProtocol torch_legacy_protocol = TorchLegacyProtocol::kTorch1;
+  // Global cap on bytes of incomplete requests held by all sessions together
+  // (0: none); `buffered_total` is the loop's shared counter.
+  std::size_t max_buffered_request_bytes = 0;
+  std::size_t* buffered_total = nullptr;
 };
 
 // A blocked get/wait or a watch of this session, by request id.
@@ -65,8 +78,14 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed() const { return closed_; }
 
   const std::string& peer() const { return peer_; }
+  // The peer's address without the port (what authentication limits key on).
+  const std::string& peer_address() const { return peer_address_; }
   bool hello_done() const { return hello_done_ || (codec_ && !codec_->requires_hello()); }
-  void set_hello_done() { hello_done_ = true; }
+  void set_hello_done();
+  // Response bytes queued or being written.
+  std::size_t queued_bytes() const { return out_.size() + writing_.size(); }
+  // Asks for one host on_drained() call once all queued output is written.
+  void notify_when_drained();
   std::unordered_map<std::uint32_t, Pending>& pending() { return pending_; }
 
  private:
@@ -74,6 +93,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_readable();
   bool feed(std::string_view bytes);
   void update_idle_timer(bool frame_completed);
+  // Re-counts this session's buffered request bytes; false when that takes
+  // the server past its global cap (the session is then closed).
+  bool account_buffered();
   void flush();
 
   boost::asio::ip::tcp::socket socket_;
@@ -84,6 +106,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // 10,000 idle connections do not each hold a buffer.
   std::string* read_buffer_;
   std::string peer_;
+  std::string peer_address_;
+  std::size_t buffered_ = 0;  // this session's share of *options_.buffered_total
   std::unique_ptr<Codec> codec_;
   std::unordered_map<std::uint32_t, Pending> pending_;
 
@@ -94,6 +118,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool idle_armed_ = false;
   bool hello_done_ = false;
   bool closing_ = false;
+  bool drain_wanted_ = false;
   bool closed_ = false;
 };
 

@@ -161,7 +161,10 @@ Response StoreCore::execute(const Request& req, Clock::time_point now) {
         resp.items.push_back({ItemKind::kPresent, std::move(kv.key), std::move(kv.value), kv.revision});
       break;
     case Op::kLeaseGrant: {
-      if (req.b <= 0) return bad(std::move(resp), "lease_grant needs a ttl > 0 ms, got " + std::to_string(req.b));
+      if (req.b <= 0 || req.b > LeaseTable::kMaxTtl.count()) {
+        return bad(std::move(resp), "lease_grant needs a ttl in 1.." + std::to_string(LeaseTable::kMaxTtl.count()) +
+                                        " ms (one year), got " + std::to_string(req.b));
+      }
       const auto id = leases_.grant(Millis(req.b), now);
       Change c;
       c.kind = Change::Kind::kLeaseGrant;

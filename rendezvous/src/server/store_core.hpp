@@ -26,8 +26,7 @@ class StoreCore {
  public:
   using Sink = std::function<void(const Mutation&)>;
 
-  explicit StoreCore(std::size_t history_capacity = EventHistory::kDefaultCapacity)
-      : history_(history_capacity) {}
+  explicit StoreCore(HistoryLimits history_limits = {}) : history_(history_limits) {}
 
   // Called for every committed mutation, after the state changed and before the
   // request's response exists (so a log append precedes the acknowledgement).

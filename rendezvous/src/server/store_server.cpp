@@ -40,6 +40,8 @@ class StoreServer::Impl {
     session_options_.idle_frame_timeout = options_.idle_frame_timeout;
     session_options_.allow_torch = options_.token.empty();
     session_options_.torch_legacy_protocol = options_.torch_legacy_protocol;
+    session_options_.max_buffered_request_bytes = options_.max_buffered_request_bytes;
+    session_options_.buffered_total = &buffered_request_bytes_;
     session_options_.max_queued_bytes = options_.max_queued_bytes_per_connection != 0
                                             ? options_.max_queued_bytes_per_connection
                                             : std::size_t{options_.limits.max_frame_bytes} + (8u << 20);
@@ -162,6 +164,7 @@ class StoreServer::Impl {
   tcp::acceptor acceptor_;
   asio::steady_timer accept_retry_;
   std::string read_buffer_;
+  std::size_t buffered_request_bytes_ = 0;  // all sessions' incomplete requests (loop thread)
   std::unique_ptr<server::Dispatcher> dispatcher_;
   std::atomic<std::uint16_t> port_{0};
   std::mutex mu_;

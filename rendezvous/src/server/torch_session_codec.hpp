@@ -27,6 +27,7 @@ class TorchCodec final : public Codec {
   bool mid_frame() const override;
   std::uint64_t requests_decoded() const override { return decoded_; }
   void encode(const Response& resp, std::string& out) override;
+  std::size_t buffered_bytes() const override { return head_.size() + (parser_ ? parser_->buffered() : 0); }
   bool requires_hello() const override { return false; }
   const char* name() const override;
 

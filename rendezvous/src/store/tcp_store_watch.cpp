@@ -108,7 +108,8 @@ void TcpStore::Impl::on_watch_reply(const std::shared_ptr<WatchState>& w, Respon
     why += "; list() again and watch from its revision + 1";
   }
   if (auto ack = std::exchange(w->ack, nullptr)) {
-    ack->fail(std::make_exception_ptr(StoreError(why)));
+    ack->fail(resp.status == Status::kCompacted ? std::make_exception_ptr(CompactedError(why))
+                                                : std::make_exception_ptr(StoreError(why)));
     return;
   }
   std::lock_guard<std::mutex> lk(w->cb_mu);

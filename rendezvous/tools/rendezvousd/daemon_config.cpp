@@ -64,6 +64,9 @@ DaemonConfig::DaemonConfig() {
       {"idle_frame_timeout_ms", "close clients that send no HELLO, or stall mid-frame, this long", "30000"},
       {"torch_legacy_protocol",
        "TCPStore clients that open without VALIDATE are torch '1' (1.x) or torch '2.0' (2.0-2.1)", "1"},
+      {"history_max_bytes", "keep at most this many key+value bytes of past events for watches", "67108864"},
+      {"max_buffered_request_bytes", "drop a client that takes all clients' incomplete requests past this",
+       "268435456"},
       {"log_level", "trace, debug, info, warn, error or off", "info"},
       {"metrics_port", "serve /metrics and /healthz on this port; 0 picks one; unset: off", ""},
       {"metrics_port_file", "write the bound metrics port here once listening", ""},
@@ -163,6 +166,9 @@ DaemonSettings DaemonConfig::to_settings() const {
     throw ConfigError(where(legacy) + ": '" + legacy.value +
                       "' is not a TCPStore generation; use 1 (torch 1.x) or 2.0 (torch 2.0-2.1)");
   }
+  out.server.history_max_bytes = static_cast<std::size_t>(to_int(get("history_max_bytes"), 1, std::int64_t{1} << 40));
+  out.server.max_buffered_request_bytes = static_cast<std::size_t>(
+      to_int(get("max_buffered_request_bytes"), out.server.limits.max_frame_bytes, std::int64_t{1} << 40));
   out.log_level = get("log_level").value;
   if (!get("metrics_port").value.empty()) out.metrics_port = static_cast<int>(to_int(get("metrics_port"), 0, 65535));
   out.metrics_port_file = get("metrics_port_file").value;

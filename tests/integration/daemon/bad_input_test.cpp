@@ -109,6 +109,32 @@ TEST_CASE("wrong or missing token fails auth and closes, the right one is served
   CHECK_THAT(d.proc->err(), Catch::Contains("authentication failed"));
 }
 
+TEST_CASE("a burst of wrong tokens is logged once, then summarised, and the address is slowed down") {
+  TempDir dir;
+  write_file(dir / "token", "s3cret\n");
+  Daemon d(dir.path(), {"--token-file", (dir / "token").string()});
+  auto good = d.client("s3cret");  // connected before the burst: unaffected
+  int refused = 0;
+  for (int i = 0; i < 20; ++i) {
+    RawClient guess(d.port);
+    guess.send_preamble();
+    guess.send(make_request(Op::kHello, {}, {"guess" + std::to_string(i)}, kProtocolVersion, 0, 1));
+    auto r = guess.recv();
+    REQUIRE(r);
+    CHECK(r->status == Status::kAuthFailed);
+    if (r->message.find("too many failed authentication attempts") != std::string::npos) ++refused;
+  }
+  CHECK(refused > 0);
+  check_served(*good, "burst");
+  const auto err = d.proc->err();
+  std::size_t lines = 0;
+  for (auto p = err.find("authentication failed peer="); p != std::string::npos;
+       p = err.find("authentication failed peer=", p + 1))
+    ++lines;
+  CHECK(lines == 1);
+  CHECK_THAT(err, Catch::Contains("further failures are summarised"));
+}
+
 TEST_CASE("a protocol version mismatch is answered and closed") {
   TempDir dir;
   Daemon d(dir.path());

@@ -80,6 +80,13 @@ TEST_CASE("config file errors name the file, line and key and exit 2", "[ops][co
     r = run(daemon({"--print-config"}), dir.path(), {{"DDP_RENDEZVOUSD_MAX_CONNECTIONS", "lots"}});
     CHECK(r.code == 2);
     CHECK_THAT(r.err, Catch::Contains("DDP_RENDEZVOUSD_MAX_CONNECTIONS: 'lots'"));
+    // The global request buffer cap cannot be below one largest frame (80 MiB).
+    r = run(daemon({"--max-buffered-request-bytes", "1000", "--print-config"}), dir.path());
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--max-buffered-request-bytes: '1000' is not an integer in 83886080.."));
+    r = run(daemon({"--history-max-bytes", "0", "--print-config"}), dir.path());
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--history-max-bytes: '0' is not an integer in 1.."));
   }
   SECTION("missing file, and --config-if-exists skips it") {
     auto r = run(daemon({"--config", (dir / "nope.json").string()}), dir.path());

@@ -58,6 +58,8 @@ TEST_CASE("metrics endpoint reports requests by op, keys, leases, rounds and lat
   CHECK(sample(after.body, "ddp_store_requests_total{op=\"set\"}") == 4);
   CHECK(sample(after.body, "ddp_store_requests_total{op=\"add\"}") == 1);
   CHECK(sample(after.body, "ddp_store_requests_total{op=\"lease_grant\"}") == 1);
+  CHECK(sample(after.body, "ddp_store_history_bytes") > 0);
+  CHECK(sample(after.body, "ddp_store_auth_failures_total") == 0);
   CHECK(sample(after.body, "ddp_rendezvous_round{run_id=\"job7\"}") == 3);
   CHECK(sample(after.body, "ddp_rendezvous_round{run_id=\"job8\"}") == 1);
   CHECK(sample(after.body, "ddp_rendezvous_round{run_id=\"other\"}") == -1);

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "lease_table.hpp"
 #include "store_core.hpp"
 
@@ -84,4 +86,29 @@ TEST_CASE("revoking a lease deletes its keys at once") {
   CHECK(core.kv().size() == 0);
   CHECK(core.execute({Op::kLeaseRevoke, 4, lease, 0, {}, {}}, t0).status == Status::kLeaseNotFound);
   CHECK(core.execute({Op::kLeaseGrant, 5, 0, 0, {}, {}}, t0).status == Status::kBadRequest);
+}
+
+TEST_CASE("a lease ttl beyond one year or below 1 ms is a bad request") {
+  StoreCore core;
+  for (std::int64_t ttl : {std::int64_t{0}, std::int64_t{-5}, LeaseTable::kMaxTtl.count() + 1,
+                           std::int64_t{9'300'000'000'000}, std::numeric_limits<std::int64_t>::max()}) {
+    INFO("ttl " << ttl);
+    auto r = core.execute({Op::kLeaseGrant, 1, 0, ttl, {}, {}}, t0);
+    CHECK(r.status == Status::kBadRequest);
+    CHECK_THAT(r.message, Catch::Contains("ttl in 1.."));
+  }
+  CHECK(core.leases().size() == 0);
+  auto ok = core.execute({Op::kLeaseGrant, 2, 0, LeaseTable::kMaxTtl.count(), {}, {}}, t0);
+  CHECK(ok.status == Status::kOk);
+  CHECK(core.execute({Op::kLeaseKeepAlive, 3, ok.num, 0, {}, {}}, t0 + Millis(1000)).status == Status::kOk);
+}
+
+TEST_CASE("restoring a lease whose ttl overflows the clock keeps it alive instead of wrapping") {
+  LeaseTable t;
+  const Millis huge{std::numeric_limits<std::int64_t>::max()};
+  t.restore(7, huge, t0);
+  CHECK(t.next_expiry() == Clock::time_point::max());
+  CHECK(t.take_expired(t0 + std::chrono::hours(24 * 365 * 100)).empty());
+  CHECK(t.keepalive(7, t0 + Millis(1)) == huge);
+  CHECK(t.exists(7));
 }

@@ -10,7 +10,7 @@ namespace {
 
 // A store core whose commits are routed through a hub, as the server does.
 struct Harness {
-  StoreCore core{64};
+  StoreCore core{HistoryLimits{64, HistoryLimits::kDefaultMaxBytes}};
   WatchHub hub;
   std::map<WatchId, std::vector<WatchEvent>> delivered;
   ddp::Clock::time_point now = ddp::Clock::now();
@@ -101,4 +101,61 @@ TEST_CASE("a watch from a revision older than the history is refused as compacte
   REQUIRE(h.watch(3, "", compacted + 1));
   CHECK(h.delivered[3].size() == static_cast<std::size_t>(200 - compacted));
   CHECK(h.delivered[3].back().revision == 200);
+}
+
+TEST_CASE("the history is capped in key and value bytes, dropping whole revisions") {
+  StoreCore core{HistoryLimits{1000, 10 * 1024}};
+  const auto now = ddp::Clock::now();
+  const std::string kib(1024, 'v');
+  for (int i = 0; i < 50; ++i) core.execute({Op::kSet, 1, 0, 0, {"big"}, {kib}}, now);
+  const auto& h = core.history();
+  CHECK(h.bytes() <= 10 * 1024);
+  CHECK(h.size() == 9);  // 9 x (3 + 1024) bytes fit in 10 KiB, 10 do not
+  CHECK(h.compacted_revision() == 41);
+  CHECK_FALSE(core.history_since("", 1));
+  CHECK_FALSE(core.history_since("", 41));
+  REQUIRE(core.history_since("", 42));
+  CHECK(core.history_since("", 42)->size() == 9);
+  // A multi-key revision goes as a whole.
+  core.execute({Op::kMultiSet, 2, 0, 0, {"m1", "m2"}, {kib, kib}}, now);
+  CHECK(h.bytes() <= 10 * 1024);
+  CHECK(h.events().front().revision == h.compacted_revision() + 1);
+}
+
+TEST_CASE("a value larger than the whole history cap is not retained and its revision is compacted") {
+  StoreCore core{HistoryLimits{1000, 4096}};
+  const auto now = ddp::Clock::now();
+  core.execute({Op::kSet, 1, 0, 0, {"small"}, {"x"}}, now);
+  core.execute({Op::kSet, 2, 0, 0, {"huge"}, {std::string(8192, 'h')}}, now);
+  CHECK(core.history().size() == 0);
+  CHECK(core.history().bytes() == 0);
+  CHECK(core.history().compacted_revision() == 2);
+  CHECK_FALSE(core.history_since("", 2));
+  REQUIRE(core.history_since("", 3));  // from now on: nothing lost
+  CHECK(core.history_since("", 3)->empty());
+}
+
+TEST_CASE("visiting the history streams one revision at a time and can stop and resume") {
+  StoreCore core;
+  const auto now = ddp::Clock::now();
+  core.execute({Op::kSet, 1, 0, 0, {"a/1"}, {"1"}}, now);
+  core.execute({Op::kMultiSet, 2, 0, 0, {"a/2", "b/2", "a/3"}, {"2", "x", "3"}}, now);
+  core.execute({Op::kSet, 3, 0, 0, {"b/4"}, {"4"}}, now);
+  core.execute({Op::kSet, 4, 0, 0, {"a/5"}, {"5"}}, now);
+  std::vector<std::pair<Revision, std::size_t>> frames;
+  auto next = core.history().visit("a/", 1, [&](Revision rev, const std::vector<const WatchEvent*>& evs) {
+    frames.emplace_back(rev, evs.size());
+    return frames.size() < 2;
+  });
+  REQUIRE(next);
+  CHECK(*next == 3);
+  CHECK(frames == std::vector<std::pair<Revision, std::size_t>>{{1, 1}, {2, 2}});
+  frames.clear();
+  next = core.history().visit("a/", *next, [&](Revision rev, const std::vector<const WatchEvent*>& evs) {
+    frames.emplace_back(rev, evs.size());
+    return true;
+  });
+  REQUIRE(next);
+  CHECK(*next == 5);  // past the end: a live watch takes over from here
+  CHECK(frames == std::vector<std::pair<Revision, std::size_t>>{{4, 1}});
 }

@@ -41,6 +41,37 @@ TEST_CASE("a wrong token fails with an error that says to check --token-file", "
   CHECK(ok.try_get("k") == std::optional<std::string>("v"));
 }
 
+TEST_CASE("after a few wrong tokens an address must wait before its next token is even checked", "[tcp]") {
+  auto opts = loopback_server_options();
+  opts.token = "secret";
+  opts.auth_backoff_base = std::chrono::hours(1);  // no wall clock in the test: the wait outlasts it
+  opts.auth_backoff_max = std::chrono::hours(1);
+  auto server = start_server(opts);
+  auto client = client_options(server->port());
+  client.token = "wrong";
+  for (int i = 0; i < opts.auth_free_failures + 1; ++i) {
+    CHECK_THROWS_WITH(TcpStore(client), Contains("wrong token"));
+  }
+  client.token = "secret";  // even the right token waits now
+  CHECK_THROWS_AS(TcpStore(client), ddp::store::AuthError);
+  CHECK_THROWS_WITH(TcpStore(client), Contains("too many failed authentication attempts from 127.0.0.1") &&
+                                          Contains("retry in"));
+}
+
+TEST_CASE("a watch from before the retained history fails with CompactedError", "[tcp]") {
+  auto opts = loopback_server_options();
+  opts.history_max_bytes = 1024;
+  auto server = start_server(opts);
+  TcpStore store(client_options(server->port()));
+  for (int i = 0; i < 20; ++i) store.set("c/k", std::string(100, 'x'));
+  CHECK_THROWS_AS(store.watch("c/", 1, [](const ddp::store::WatchEvent&) {}), ddp::store::CompactedError);
+  CHECK_THROWS_WITH(store.watch("c/", 1, [](const ddp::store::WatchEvent&) {}),
+                    Contains("compacted") && Contains("list() again"));
+  std::atomic<int> seen{0};
+  auto w = store.watch("c/", 20, [&](const ddp::store::WatchEvent&) { ++seen; });
+  CHECK(ddp::test::wait_until([&] { return seen.load() == 1; }, 10s));
+}
+
 TEST_CASE("connecting to a closed port fails after connect_timeout naming the endpoint", "[tcp]") {
   std::uint16_t port = 0;
   {

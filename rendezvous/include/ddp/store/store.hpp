@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/common/error.hpp"
+
 namespace ddp::store {
 
 using LeaseId = std::int64_t;  // 0 means "no lease"
@@ -52,6 +54,14 @@ using WatchCallback = std::function<void(const WatchEvent&)>;
 // Called once if the watch ends abnormally (connection lost for good, history
 // compacted); no events follow.
 using WatchErrorCallback = std::function<void(const std::string& reason)>;
+
+// A watch asked for a revision older than the history the store retains
+// (COMPACTED on the wire). Not retryable as is: list() again and watch from
+// the listing's revision + 1.
+class CompactedError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
 
 // Owns a watch: destroying it (or cancel()) stops events.
 class WatchHandle {
@@ -95,7 +105,8 @@ class Store {
 
   // Streams put/delete events of keys under `prefix` with revision >= from_revision
   // (0: only changes after the watch starts). Events are never lost between a list()
-  // and a watch from its revision + 1.
+  // and a watch from its revision + 1. A from_revision older than the retained
+  // history is refused: TcpStore throws CompactedError.
   virtual std::unique_ptr<WatchHandle> watch(const std::string& prefix, Revision from_revision,
                                              WatchCallback on_event,
                                              WatchErrorCallback on_error = {}) = 0;

@@ -34,6 +34,22 @@ struct StoreServerOptions {
   // client is dropped. 0: max_frame_bytes + 8 MiB (one largest reply plus slack).
   std::size_t max_queued_bytes_per_connection = 0;
   TorchLegacyProtocol torch_legacy_protocol = TorchLegacyProtocol::kTorch1;
+  // Incomplete requests buffered by all connections together; a connection
+  // that takes the total past this is dropped. 0: no cap. Why 256 MiB: three
+  // largest frames (max_frame_bytes) arriving at once still fit.
+  std::size_t max_buffered_request_bytes = 256u << 20;
+  // Watch history kept for watches from a past revision, capped in events and
+  // in key + value bytes (0: the defaults, 100,000 events and 64 MiB).
+  std::size_t history_max_events = 0;
+  std::size_t history_max_bytes = 0;
+  // Failed authentication, per peer address: the first auth_free_failures are
+  // answered at once; after that the address must wait auth_backoff_base,
+  // doubling per failure up to auth_backoff_max, before a token is checked
+  // again. Failures are logged once, then summarised every auth_log_period.
+  int auth_free_failures = 3;
+  std::chrono::milliseconds auth_backoff_base{100};
+  std::chrono::milliseconds auth_backoff_max{std::chrono::seconds(10)};
+  std::chrono::milliseconds auth_log_period{std::chrono::seconds(10)};
 };
 
 // Owns one event-loop thread that owns all state; no locks on the request path.

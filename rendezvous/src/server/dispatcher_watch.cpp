@@ -1,0 +1,124 @@
+// Dispatcher: watches. A watch from a past revision replays the retained
+// history in chunks, paced by the client reading them, then goes live; its live
+// events wait in the history meanwhile, so the order stays the revision order.
+#include <boost/asio/post.hpp>
+
+#include "ddp/common/logging.hpp"
+#include "dispatcher.hpp"
+
+namespace ddp::store::server {
+namespace {
+
+// Why 1 MiB: big enough that a replay costs few loop turns, small enough that
+// a thousand watches catching up at once stay well under the memory bound.
+constexpr std::size_t kReplayChunkBytes = 1u << 20;
+
+Response watch_reply(std::uint32_t id, Status status, std::string message = {}) {
+  Response r;
+  r.id = id;
+  r.status = status;
+  r.message = std::move(message);
+  return r;
+}
+
+std::string compacted_message(Revision from, Revision compacted) {
+  return "revision " + std::to_string(from) + " is compacted; the oldest available is " +
+         std::to_string(compacted + 1) + "; list again and watch from its revision + 1";
+}
+
+}  // namespace
+
+void Dispatcher::handle_watch(const std::shared_ptr<Session>& s, const Request& req) {
+  if (req.keys.size() != 1) return s->send(watch_reply(req.id, Status::kBadRequest, "watch takes one key: the prefix"));
+  if (req.b < 0) return s->send(watch_reply(req.id, Status::kBadRequest, "watch from a negative revision"));
+  if (refuse_pending(s, req)) return;
+  drain();  // nothing committed may be both replayed and routed
+  if (req.b > 0 && req.b <= core_.history().compacted_revision()) {
+    auto r = watch_reply(req.id, Status::kCompacted, compacted_message(req.b, core_.history().compacted_revision()));
+    r.revision = core_.revision();
+    return s->send(r);
+  }
+  const WatchId id = next_handle_++;
+  hub_.add(id, req.keys[0]);
+  watch_info_[id] = {s, req.id, req.keys[0], req.b};
+  s->pending()[req.id] = {Pending::Kind::kWatch, id};
+  auto ack = watch_reply(req.id, Status::kOk);
+  ack.revision = core_.revision();
+  s->send(ack);
+  if (req.b > 0) pump_replay(id);
+}
+
+void Dispatcher::pump_replay(WatchId id) {
+  auto it = watch_info_.find(id);
+  if (it == watch_info_.end() || it->second.replay_from == 0) return;
+  const auto session = it->second.session;  // a send can close it, which erases `it`
+  const auto request_id = it->second.request_id;
+  bool paused = false;
+  auto next = core_.history().visit(
+      it->second.prefix, it->second.replay_from, [&](Revision rev, const std::vector<const WatchEvent*>& evs) {
+        auto frame = watch_reply(request_id, Status::kEvent);
+        frame.revision = rev;
+        for (const auto* e : evs) {
+          frame.items.push_back(
+              {e->type == EventType::kPut ? ItemKind::kPut : ItemKind::kDelete, e->key, e->value, e->revision});
+        }
+        session->send(frame);
+        paused = session->closed() || session->queued_bytes() >= kReplayChunkBytes;
+        return !paused;
+      });
+  if (session->closed()) return;
+  it = watch_info_.find(id);
+  if (it == watch_info_.end()) return;
+  if (!next) {
+    // The history moved past the replay while the client was reading slowly.
+    const auto from = it->second.replay_from;
+    hub_.remove(id);
+    watch_info_.erase(it);
+    session->pending().erase(request_id);
+    auto r = watch_reply(request_id, Status::kCompacted, compacted_message(from, core_.history().compacted_revision()));
+    r.revision = core_.revision();
+    session->send(r);
+    return;
+  }
+  if (!paused) {
+    it->second.replay_from = 0;  // caught up: live from here
+    return;
+  }
+  it->second.replay_from = *next;
+  session->notify_when_drained();
+}
+
+void Dispatcher::on_drained(const std::shared_ptr<Session>& s) {
+  if (stopping_ || s->closed()) return;
+  try {
+    drain();  // what is committed is in the history: route it before replaying
+    std::vector<WatchId> replaying;
+    for (const auto& [request_id, p] : s->pending()) {
+      if (p.kind != Pending::Kind::kWatch) continue;
+      auto it = watch_info_.find(p.handle);
+      if (it != watch_info_.end() && it->second.replay_from != 0) replaying.push_back(p.handle);
+    }
+    for (auto id : replaying) pump_replay(id);
+    after_work();
+  } catch (const std::exception& e) {
+    ddp::log::get("store.server")->error("watch replay failed peer={} error=\"{}\"", s->peer(), e.what());
+  }
+}
+
+void Dispatcher::send_events(Session& s, std::uint32_t id, const std::vector<WatchEvent>& events) {
+  // One kEvent frame per revision: a multi-key mutation arrives as one unit.
+  std::size_t i = 0;
+  while (i < events.size()) {
+    auto frame = watch_reply(id, Status::kEvent);
+    frame.revision = events[i].revision;
+    for (; i < events.size() && events[i].revision == frame.revision; ++i) {
+      const auto& e = events[i];
+      frame.items.push_back({e.type == EventType::kPut ? ItemKind::kPut : ItemKind::kDelete, e.key, e.value,
+                             e.revision});
+    }
+    s.send(frame);
+    if (s.closed()) return;
+  }
+}
+
+}  // namespace ddp::store::server
