@@ -42,7 +42,10 @@ void replace_file(const std::string& dir, const std::string& name, std::string_v
   } else if (::rename(tmp.c_str(), path.c_str()) != 0) {
     err = errno;
   }
-  if (err != 0) throw fail("rename to " + path, err, false);
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    throw PersistError("cannot rename " + tmp + " to " + path + ": " + errno_text(err));
+  }
   format::fsync_dir(dir);
 }
 
