@@ -3,6 +3,8 @@
 // refused, not silently cut). Faults come from ddp-rendezvousd-failpoints, the
 // test build of the daemon that honours $DDP_FAILPOINTS.
 #include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -231,4 +233,45 @@ TEST_CASE("full disk and a lease-bound connection closing: the daemon keeps answ
   CHECK(degraded);
   r.proc->signal(SIGTERM);
   CHECK(r.proc->wait(20s).has_value());
+}
+
+TEST_CASE("a real tmpfs that fills up: writes refused, reads served, back once space returns, acked writes kept") {
+  TempDir dir;
+  const auto mnt = dir / "tmpfs";
+  fs::create_directory(mnt);
+  if (::geteuid() != 0 || ::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=512k") != 0) {
+    WARN("not root or tmpfs cannot be mounted here: skipped");
+    return;
+  }
+  struct Unmount {
+    fs::path p;
+    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  write_file(mnt / "filler", std::string(256 * 1024, 'f'));
+  const auto data = mnt / "data";
+  std::set<std::string> acked;
+  {
+    Run r(dir.path(), data);
+    const std::string value(16 * 1024, 'v');
+    int refused = 0;
+    for (int i = 0; i < 40 && refused == 0; ++i) {
+      const auto key = "k" + std::to_string(i);
+      const auto resp = r.client->call(make_request(Op::kSet, {key}, {value}));
+      if (resp.status == Status::kOk) acked.insert(key);
+      else refused = 1;
+    }
+    REQUIRE(refused == 1);
+    CHECK(present(*r.client) == acked);  // the refused write is not visible
+    CHECK_THAT(r.proc->err(), Catch::Contains("data dir degraded"));
+    fs::remove(mnt / "filler");  // space returns
+    REQUIRE(wait_until([&] { return r.proc->err().find("data dir writable again") != std::string::npos; }));
+    REQUIRE(r.client->call(make_request(Op::kSet, {"after"}, {"a"})).status == Status::kOk);
+    acked.insert("after");
+    r.proc->signal(SIGKILL);
+    r.proc->wait(10s);
+  }
+  Run r(dir.path(), data);
+  std::set<std::string> all;
+  for (const auto& it : r.client->call(make_request(Op::kList, {""})).items) all.insert(it.key);
+  CHECK(all == acked);
 }
