@@ -17,3 +17,8 @@ option(DDP_BUILD_TESTS "Build the test suite" ON)
 if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
   set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
 endif()
+# ddp-rendezvousd-failpoints: a test-only copy of the daemon whose persistence
+# faults (short writes, ENOSPC, failing fsync/rename, crashes) are switched by
+# $DDP_FAILPOINTS, for the recovery tests. Never installed; the shipped daemon
+# has no way to arm them.
+option(DDP_FAILPOINTS "Build the fault-injection daemon for the tests (with DDP_BUILD_TESTS)" ON)

@@ -16,6 +16,12 @@ namespace {
 constexpr std::int64_t kMaxTimeoutMs = 10LL * 365 * 24 * 3600 * 1000;
 // How long a graceful stop waits for sessions to take their last replies.
 constexpr std::chrono::seconds kShutdownGrace{2};
+// Compaction retries after a failure: 1 s, doubling up to 60 s.
+constexpr std::chrono::milliseconds kCompactBackoffFirst{1000};
+constexpr std::chrono::milliseconds kCompactBackoffMax{60000};
+// While degraded: how often the data dir is probed, and how long lease expiry
+// waits before writing its deletion again.
+constexpr std::chrono::milliseconds kDiskProbeInterval{1000};
 
 bool same_token(std::string_view a, std::string_view b) {
   // Constant time in the token's length, so response timing does not leak a prefix.
@@ -56,7 +62,8 @@ Dispatcher::Dispatcher(asio::io_context& io, const StoreServerOptions& options)
       lease_timer_(io),
       grace_timer_(io),
       auth_log_timer_(io),
-      auth_(AuthBackoff{options.auth_free_failures, options.auth_backoff_base, options.auth_backoff_max}) {
+      auth_(AuthBackoff{options.auth_free_failures, options.auth_backoff_base, options.auth_backoff_max}),
+      disk_timer_(io) {
   core_.set_sink([this](const Mutation& m) {
     // Before the response exists: an acknowledged write is in the log.
     if (persistence_) persistence_->append(m);
@@ -68,7 +75,8 @@ Dispatcher::~Dispatcher() = default;
 
 void Dispatcher::open_persistence() {
   if (options_.data_dir.empty()) return;
-  persistence_ = std::make_unique<Persistence>(options_.data_dir);
+  persistence_ = std::make_unique<Persistence>(options_.data_dir, Persistence::kDefaultCompactBytes,
+                                               options_.recover_corrupt_log);
   persistence_->open(core_, Clock::now());
 }
 
@@ -81,7 +89,10 @@ std::map<std::string, std::int64_t> Dispatcher::stats() const {
           {"watches", static_cast<std::int64_t>(hub_.size())},
           {"waiters", static_cast<std::int64_t>(waiters_.size())},
           {"revision", core_.revision()},
-          {"requests", requests_}};
+          {"requests", requests_},
+          {"degraded", persistence_ && persistence_->degraded() ? 1 : 0},
+          {"persist_failures", persistence_ ? static_cast<std::int64_t>(persistence_->write_failures()) : 0},
+          {"compaction_failures", compaction_failures_}};
 }
 
 std::map<std::string, std::int64_t> Dispatcher::metrics() const {
@@ -106,11 +117,20 @@ void Dispatcher::on_request(const std::shared_ptr<Session>& s, Request&& req) {
   try {
     dispatch(s, req);
     after_work();
+  } catch (const PersistError& e) {
+    // Not in the log, so not applied either (StoreCore undid it): the client may retry.
+    ddp::log::get("store.server")
+        ->warn("write refused: data dir degraded op={} peer={} error=\"{}\"", op_name(req.op), s->peer(), e.what());
+    s->send(reply(req.id, Status::kInternal,
+                  std::string("not saved, nothing changed: ") + e.what() + "; the server refuses writes until its "
+                  "data dir takes them again"));
+    after_work();
   } catch (const std::exception& e) {
-    // A failed log write (disk full) or a bug: this request fails, the server goes on.
+    // A bug: this request fails, the server goes on.
     ddp::log::get("store.server")
         ->error("request failed op={} peer={} error=\"{}\"", server_op_name(req.op), s->peer(), e.what());
     s->send(reply(req.id, Status::kInternal, e.what()));
+    after_work();
   }
 }
 
@@ -315,9 +335,53 @@ void Dispatcher::drain() {
 }
 
 void Dispatcher::after_work() {
-  drain();
-  if (persistence_ && persistence_->wants_compaction()) persistence_->compact(core_);
-  rearm_timers();
+  auto log = ddp::log::get("store.server");
+  try {
+    drain();
+  } catch (const std::exception& e) {
+    log->error("delivering changes to waiters and watchers failed error=\"{}\"", e.what());
+    committed_.clear();
+  }
+  maybe_compact();
+  if (persistence_ && persistence_->degraded()) arm_disk_probe();
+  try {
+    rearm_timers();
+  } catch (const std::exception& e) {
+    log->error("rearming timers failed error=\"{}\"", e.what());
+  }
+}
+
+void Dispatcher::maybe_compact() {
+  if (!persistence_ || stopping_ || !persistence_->wants_compaction()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < compact_retry_at_) return;
+  try {
+    persistence_->compact(core_);
+    compact_backoff_ = std::chrono::milliseconds(0);
+  } catch (const std::exception& e) {
+    ++compaction_failures_;
+    compact_backoff_ = compact_backoff_.count() == 0 ? kCompactBackoffFirst
+                                                     : std::min(compact_backoff_ * 2, kCompactBackoffMax);
+    compact_retry_at_ = now + compact_backoff_;
+    ddp::log::get("store.server")
+        ->error("compaction failed; the log keeps growing, next try in {} ms error=\"{}\"",
+                compact_backoff_.count(), e.what());
+  }
+}
+
+void Dispatcher::arm_disk_probe() {
+  if (disk_probe_armed_ || stopping_) return;
+  disk_probe_armed_ = true;
+  disk_timer_.expires_after(kDiskProbeInterval);
+  disk_timer_.async_wait([this](boost::system::error_code ec) {
+    disk_probe_armed_ = false;
+    if (ec || stopping_ || !persistence_) return;
+    if (persistence_->probe()) {
+      lease_retry_at_.reset();
+      compact_retry_at_ = {};
+    }
+    after_work();
+  });
 }
 
 void Dispatcher::rearm_timers() {
@@ -335,6 +399,7 @@ void Dispatcher::rearm_timers() {
     }
   }
   auto next_lease = core_.next_lease_expiry();
+  if (next_lease && lease_retry_at_ && *next_lease < *lease_retry_at_) next_lease = lease_retry_at_;
   if (next_lease != lease_armed_) {
     lease_armed_ = next_lease;
     if (next_lease) {
@@ -363,22 +428,22 @@ void Dispatcher::on_waiter_timer() {
     if (missing.size() > 5) msg += " and " + std::to_string(missing.size() - 5) + " more";
     info.session->send(reply(info.req.id, Status::kTimeout, msg));
   }
-  try {
-    after_work();
-  } catch (const std::exception& e) {
-    ddp::log::get("store.server")->error("waiter timer failed error=\"{}\"", e.what());
-  }
+  after_work();
 }
 
 void Dispatcher::on_lease_timer() {
   lease_armed_.reset();
   try {
     const auto n = core_.expire_leases(Clock::now());
+    lease_retry_at_.reset();
     if (n > 0) ddp::log::get("store.server")->debug("leases expired count={}", n);
-    after_work();
   } catch (const std::exception& e) {
-    ddp::log::get("store.server")->error("lease expiry failed error=\"{}\"", e.what());
+    // The lease stays (its keys too) until its deletion is in the log.
+    lease_retry_at_ = Clock::now() + kDiskProbeInterval;
+    ddp::log::get("store.server")
+        ->error("lease expiry not saved; retrying in {} ms error=\"{}\"", kDiskProbeInterval.count(), e.what());
   }
+  after_work();
 }
 
 void Dispatcher::on_closed(Session& s) {
@@ -389,12 +454,18 @@ void Dispatcher::on_closed(Session& s) {
     if (!stopping_) {
       asio::post(io_, [this, leases = std::move(leases), peer = s.peer()] {
         if (stopping_) return;
+        auto log = ddp::log::get("store.server");
         for (auto id : leases) {
           Request revoke;
           revoke.op = Op::kLeaseRevoke;
           revoke.a = id;
-          if (core_.execute(revoke, Clock::now()).status == Status::kOk) {
-            ddp::log::get("store.server")->info("lease revoked: its connection closed lease={} peer={}", id, peer);
+          try {
+            if (core_.execute(revoke, Clock::now()).status == Status::kOk)
+              log->info("lease revoked: its connection closed lease={} peer={}", id, peer);
+          } catch (const std::exception& e) {
+            // Not saved, so not done: the lease lives on until its TTL runs out.
+            log->error("revoking lease of a closed connection failed; it expires by its TTL instead lease={} "
+                       "peer={} error=\"{}\"", id, peer, e.what());
           }
         }
         after_work();
@@ -435,6 +506,7 @@ void Dispatcher::shutdown(std::function<void()> done) {
   waiter_timer_.cancel();
   lease_timer_.cancel();
   auth_log_timer_.cancel();
+  disk_timer_.cancel();
   // Moved out first: a send can close its session, which edits these maps.
   auto waiting = std::move(waiter_info_);
   waiter_info_.clear();
@@ -456,6 +528,7 @@ void Dispatcher::shutdown(std::function<void()> done) {
       log->info("state saved data_dir={} keys={} revision={}", persistence_->dir(), core_.kv().size(),
                 core_.revision());
     } catch (const std::exception& e) {
+      saved_ = false;
       log->error("saving state failed data_dir={} error=\"{}\"", persistence_->dir(), e.what());
     }
   }

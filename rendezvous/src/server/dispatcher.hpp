@@ -46,6 +46,8 @@ class Dispatcher final : public SessionHost {
   // flushed, sessions close after writing; `done` runs once all have closed (or
   // after a grace period).
   void shutdown(std::function<void()> done);
+  // False when shutdown() could not save the data dir.
+  bool saved() const { return saved_; }
 
   void on_request(const std::shared_ptr<Session>& s, Request&& req) override;
   void on_closed(Session& s) override;
@@ -84,7 +86,12 @@ class Dispatcher final : public SessionHost {
   // Hands committed mutations to waiters and watchers, in commit order.
   void drain();
   void release_waiter(WaiterId id);
+  // Delivers, compacts (with back-off after a failure) and rearms the timers;
+  // never throws: a failure here belongs to no request.
   void after_work();
+  void maybe_compact();
+  // While the data dir is degraded: probes it every second until it takes writes.
+  void arm_disk_probe();
   void rearm_timers();
   void on_waiter_timer();
   void on_lease_timer();
@@ -113,6 +120,15 @@ class Dispatcher final : public SessionHost {
   AuthLimiter auth_;
   bool auth_period_open_ = false;
   std::int64_t auth_failures_ = 0;  // for /metrics
+  boost::asio::steady_timer disk_timer_;
+  bool disk_probe_armed_ = false;
+  // Compaction back-off after a failure: no retry before this time.
+  std::chrono::steady_clock::time_point compact_retry_at_{};
+  std::chrono::milliseconds compact_backoff_{0};
+  std::int64_t compaction_failures_ = 0;
+  // Lease expiry is not retried before this time after its log write failed.
+  std::optional<Clock::time_point> lease_retry_at_;
+  bool saved_ = true;
   std::optional<Clock::time_point> waiter_armed_;
   std::optional<Clock::time_point> lease_armed_;
   std::uint64_t next_handle_ = 1;

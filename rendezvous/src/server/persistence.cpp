@@ -5,270 +5,250 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
+#include <ctime>
+#include <filesystem>
 
-#include <boost/crc.hpp>
-
-#include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "persistence_format.hpp"
 
 namespace ddp::store::server {
 namespace {
 
-constexpr char kSnapMagic[8] = {'D', 'D', 'P', 'S', 'N', 'A', 'P', '1'};
-constexpr char kLogMagic[8] = {'D', 'D', 'P', 'L', 'O', 'G', '0', '1'};
-
-std::uint32_t crc32(std::string_view data) {
-  boost::crc_32_type crc;
-  crc.process_bytes(data.data(), data.size());
-  return crc.checksum();
-}
-
-template <typename T>
-void put(std::string& out, T v) {
-  auto u = static_cast<std::make_unsigned_t<T>>(v);
-  for (std::size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xFF));
-}
-void put_str(std::string& out, std::string_view s) {
-  put<std::uint32_t>(out, static_cast<std::uint32_t>(s.size()));
-  out.append(s);
-}
-
-// Bounds-checked reader; `ok` turns false on the first overrun and stays false.
-struct Reader {
-  std::string_view data;
-  std::size_t pos = 0;
-  bool ok = true;
-  template <typename T>
-  T get() {
-    if (!ok || data.size() - pos < sizeof(T)) {
-      ok = false;
-      return T{};
-    }
-    std::make_unsigned_t<T> u = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i)
-      u |= static_cast<std::make_unsigned_t<T>>(static_cast<unsigned char>(data[pos + i])) << (8 * i);
-    pos += sizeof(T);
-    return static_cast<T>(u);
-  }
-  std::string str() {
-    const auto n = get<std::uint32_t>();
-    if (!ok || data.size() - pos < n) {
-      ok = false;
-      return {};
-    }
-    std::string s(data.substr(pos, n));
-    pos += n;
-    return s;
-  }
-};
-
-std::string read_whole(const std::string& path, bool& exists) {
-  exists = false;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return {};
-    throw ConfigError("cannot read " + path + ": " + errno_text(errno));
-  }
-  exists = true;
-  std::string out;
-  char buf[1 << 16];
-  while (true) {
-    const auto n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      throw ConfigError("cannot read " + path + ": " + errno_text(err));
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
-void write_all(int fd, std::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    const auto n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error("cannot write " + path + ": " + errno_text(errno));
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
-
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// Writes `data` to path.tmp, fsyncs and renames over `path`: readers see the old
-// file or the new one, never a half-written one.
-void write_atomically(const std::string& dir, const std::string& name, std::string_view data) {
-  const auto path = dir + "/" + name;
-  const auto tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error("cannot create " + tmp + ": " + errno_text(errno));
-  try {
-    write_all(fd, data, tmp);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::fsync(fd);
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot rename " + tmp + ": " + errno_text(errno));
-  fsync_dir(dir);
-}
-
-std::string encode_record(std::uint64_t seq, const Mutation& m) {
-  std::string body;
-  put<std::uint64_t>(body, seq);
-  put<std::int64_t>(body, m.revision);
-  put<std::uint32_t>(body, static_cast<std::uint32_t>(m.changes.size()));
-  for (const auto& c : m.changes) {
-    put<std::uint8_t>(body, static_cast<std::uint8_t>(c.kind));
-    put_str(body, c.key);
-    put_str(body, c.value);
-    put<std::int64_t>(body, c.lease);
-    put<std::int64_t>(body, c.ttl_ms);
-  }
-  std::string rec;
-  rec.reserve(body.size() + 8);
-  put<std::uint32_t>(rec, static_cast<std::uint32_t>(body.size()));
-  put<std::uint32_t>(rec, crc32(body));
-  rec.append(body);
-  return rec;
+namespace fs = std::filesystem;
+std::string recover_hint() {
+  return "the file is left as it is; restore the data dir from a backup, or restart once with "
+         "--recover-corrupt-log to keep every intact record and drop the damaged ones";
 }
 
 }  // namespace
 
-Persistence::Persistence(std::string dir, std::uint64_t compact_bytes)
-    : dir_(std::move(dir)), compact_bytes_(compact_bytes) {}
+Persistence::Persistence(std::string dir, std::uint64_t compact_bytes, bool recover_corrupt)
+    : dir_(std::move(dir)), compact_bytes_(compact_bytes), recover_corrupt_(recover_corrupt) {}
 
 Persistence::~Persistence() {
   if (log_fd_ >= 0) ::close(log_fd_);
 }
 
 void Persistence::open(StoreCore& core, Clock::time_point now) {
-  struct stat st {};
-  if (::stat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw ConfigError("data dir " + dir_ + " does not exist or is not a directory; create it or fix --data-dir");
+  auto log = ddp::log::get("store.server");
+  std::error_code ec;
+  if (!fs::exists(dir_, ec)) {
+    // Like etcd: a data dir that does not exist yet is created, private to us.
+    fs::create_directories(dir_, ec);
+    if (ec) throw ConfigError("cannot create data dir " + dir_ + ": " + ec.message() + "; fix --data-dir");
+    ::chmod(dir_.c_str(), 0700);
+    log->info("created data dir {} (mode 0700)", dir_);
   }
-  if (::access(dir_.c_str(), W_OK | X_OK) != 0) {
+  struct stat st {};
+  if (::stat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw ConfigError("data dir " + dir_ + " is not a directory; fix --data-dir");
+  if (::access(dir_.c_str(), W_OK | X_OK) != 0)
     throw ConfigError("data dir " + dir_ + " is not writable: " + errno_text(errno) + "; fix its permissions or --data-dir");
+  for (const char* tmp : {"snapshot.tmp", "log.tmp"}) {
+    if (::unlink((dir_ + "/" + tmp).c_str()) == 0)
+      log->info("removed {}/{} left by an interrupted write", dir_, tmp);
   }
   load_snapshot(core, now);
   replay_log(core, now);
+  if (compact_after_open_) {
+    try {
+      compact(core);
+    } catch (const PersistError& e) {
+      throw ConfigError(std::string("cannot rewrite the data dir after loading it: ") + e.what());
+    }
+    compact_after_open_ = false;
+  }
 }
 
 void Persistence::load_snapshot(StoreCore& core, Clock::time_point now) {
   const auto path = dir_ + "/snapshot";
   bool exists = false;
-  const auto data = read_whole(path, exists);
+  const auto data = format::read_whole(path, exists);
   if (!exists) return;
-  auto corrupt = [&](const char* what) {
-    return ConfigError("snapshot " + path + " is corrupt (" + what +
-                       "); restore it from a backup or move the data dir away");
+  snapshot_found_ = true;
+  auto corrupt = [&](std::size_t offset, const std::string& what) {
+    return ConfigError("snapshot " + path + " is corrupt at byte " + std::to_string(offset) + " (" + what +
+                       "); " + recover_hint());
   };
-  if (data.size() < 20 || std::memcmp(data.data(), kSnapMagic, 8) != 0) throw corrupt("bad header");
-  Reader h{std::string_view(data).substr(8)};
+  const auto magic = std::string_view(data).substr(0, 8);
+  const bool v1 = magic == format::kSnapMagicV1;
+  if (!v1 && magic != format::kSnapMagicV2) {
+    if (data.size() < 8) throw corrupt(0, "shorter than its header");
+    throw corrupt(0, "not a ddp snapshot, or a newer format than this daemon reads");
+  }
+  if (data.size() < format::kSnapHeader) throw corrupt(0, "shorter than its header");
+  format::Reader h{std::string_view(data).substr(8)};
   const auto crc = h.get<std::uint32_t>();
   const auto len = h.get<std::uint64_t>();
-  if (len != data.size() - 20) throw corrupt("wrong length");
-  const auto body = std::string_view(data).substr(20);
-  if (crc32(body) != crc) throw corrupt("checksum mismatch");
+  const auto body = std::string_view(data).substr(format::kSnapHeader);
+  bool salvage = false;
+  if (len != body.size() || (v1 ? format::crc32_v1(body) : format::crc32c(body)) != crc) {
+    const auto why = len != body.size() ? "wrong length" : "checksum mismatch";
+    if (!recover_corrupt_) throw corrupt(len != body.size() ? 12 : format::kSnapHeader, why);
+    salvage = true;
+  }
 
-  Reader r{body};
-  const auto revision = r.get<std::int64_t>();
+  // A salvage keeps every entry whose own checksum holds (v2) or that parses (v1).
+  format::Reader r{body};
+  auto revision = r.get<std::int64_t>();
   snapshot_seq_ = r.get<std::uint64_t>();
   const auto next_lease = r.get<std::int64_t>();
   const auto nleases = r.get<std::uint32_t>();
+  std::uint64_t dropped = 0, kept = 0;
+  auto entry_ok = [&](std::size_t start) {
+    if (v1) return r.ok;
+    const auto bytes = body.substr(start, r.pos - start);
+    return format::crc32c(bytes) == r.get<std::uint32_t>() && r.ok;
+  };
   for (std::uint32_t i = 0; i < nleases && r.ok; ++i) {
+    const auto start = r.pos;
     const auto id = r.get<std::int64_t>();
     const auto ttl = r.get<std::int64_t>();
-    core.leases().restore(id, Millis(ttl), now);
+    if (entry_ok(start) && id > 0 && ttl > 0) core.leases().restore(id, Millis(ttl), now);
+    else if (salvage) ++dropped;
+    else throw corrupt(format::kSnapHeader + start, "bad lease entry");
   }
   const auto nkeys = r.get<std::uint64_t>();
   for (std::uint64_t i = 0; i < nkeys && r.ok; ++i) {
+    const auto start = r.pos;
     auto key = r.str();
     auto value = r.str();
     const auto rev = r.get<std::int64_t>();
     const auto lease = r.get<std::int64_t>();
+    if (!entry_ok(start)) {
+      if (!salvage) throw corrupt(format::kSnapHeader + start, "bad key entry");
+      ++dropped;
+      continue;
+    }
+    ++kept;
+    revision = std::max(revision, rev);
     core.kv().restore_put(key, std::move(value), rev, lease);
     if (lease != 0) core.leases().attach(lease, key);
   }
-  // The event ring too, so watches resume across a restart instead of failing
-  // as compacted.
-  const auto compacted = r.get<std::int64_t>();
-  const auto nevents = r.get<std::uint64_t>();
-  core.history().reset(compacted);
-  for (std::uint64_t i = 0; i < nevents && r.ok; ++i) {
-    WatchEvent e;
-    e.type = static_cast<EventType>(r.get<std::uint8_t>());
-    e.key = r.str();
-    e.value = r.str();
-    e.revision = r.get<std::int64_t>();
-    if (r.ok) core.history().append({std::move(e)});
+  if (v1) {  // v1 carried the watch history; it is no longer kept across restarts
+    r.get<std::int64_t>();
+    const auto nevents = r.get<std::uint64_t>();
+    for (std::uint64_t i = 0; i < nevents && r.ok; ++i) {
+      r.get<std::uint8_t>();
+      r.str();
+      r.str();
+      r.get<std::int64_t>();
+    }
+    compact_after_open_ = true;  // rewrite in the current format
   }
-  if (!r.ok || r.pos != body.size()) throw corrupt("truncated body");
+  if (!salvage && (!r.ok || r.pos != body.size())) throw corrupt(format::kSnapHeader + r.pos, "truncated body");
+  if (salvage) {
+    if (nkeys > kept + dropped) dropped += nkeys - kept - dropped;
+    ddp::log::get("store.server")
+        ->warn("recovered corrupt snapshot path={} kept_keys={} dropped_entries={} (a copy of the damaged file is kept)",
+               path, kept, dropped);
+    keep_corrupt_copy("snapshot");
+    compact_after_open_ = true;
+  }
   core.kv().restore_revision(revision);
+  core.history().reset(revision);
   core.leases().restore_next_id(next_lease);
   next_seq_ = snapshot_seq_ + 1;
 }
 
 void Persistence::replay_log(StoreCore& core, Clock::time_point now) {
+  auto log = ddp::log::get("store.server");
   const auto path = dir_ + "/log";
   bool exists = false;
-  const auto data = read_whole(path, exists);
-  auto log = ddp::log::get("store.server");
-  if (!exists || data.size() < sizeof(kLogMagic)) {
+  const auto data = format::read_whole(path, exists);
+  auto corrupt = [&](std::size_t offset, const std::string& what) {
+    return ConfigError("log " + path + " is corrupt at byte " + std::to_string(offset) + " (" + what + "); " +
+                       recover_hint());
+  };
+  if (!exists) {
+    if (snapshot_found_ && !recover_corrupt_)
+      throw ConfigError("log " + path + " is missing beside " + dir_ +
+                        "/snapshot; the writes since that snapshot are gone. Restore it from a backup, or restart "
+                        "once with --recover-corrupt-log to start from the snapshot alone");
     start_new_log();
     return;
   }
-  if (std::memcmp(data.data(), kLogMagic, sizeof(kLogMagic)) != 0)
-    throw ConfigError("log " + path + " has a bad header; move it away to start from the snapshot alone");
-  std::size_t pos = sizeof(kLogMagic);
-  std::size_t applied = 0;
-  while (pos < data.size()) {
-    Reader h{std::string_view(data).substr(pos)};
-    const auto len = h.get<std::uint32_t>();
-    const auto crc = h.get<std::uint32_t>();
-    if (!h.ok || data.size() - pos - 8 < len) break;
-    const auto body = std::string_view(data).substr(pos + 8, len);
-    if (crc32(body) != crc) break;
-    Reader r{body};
-    Mutation m;
-    const auto seq = r.get<std::uint64_t>();
-    m.revision = r.get<std::int64_t>();
-    const auto n = r.get<std::uint32_t>();
-    for (std::uint32_t i = 0; i < n && r.ok; ++i) {
-      Change c;
-      c.kind = static_cast<Change::Kind>(r.get<std::uint8_t>());
-      c.key = r.str();
-      c.value = r.str();
-      c.lease = r.get<std::int64_t>();
-      c.ttl_ms = r.get<std::int64_t>();
-      m.changes.push_back(std::move(c));
+  const auto magic = std::string_view(data).substr(0, 8);
+  const bool v1 = magic == format::kLogMagicV1;
+  std::size_t pos = 0;
+  std::uint64_t base_seq = 0;
+  if (v1) {
+    pos = 8;
+    compact_after_open_ = true;  // never append v2 records to a v1 file
+  } else if (magic == format::kLogMagicV2 && data.size() >= format::kLogHeaderV2) {
+    format::Reader h{std::string_view(data).substr(8)};
+    base_seq = h.get<std::uint64_t>();
+    if (format::crc32c(std::string_view(data).substr(8, 8)) != h.get<std::uint32_t>()) {
+      if (!recover_corrupt_) throw corrupt(8, "header checksum mismatch");
+      base_seq = snapshot_seq_;
     }
-    if (!r.ok) break;
-    pos += 8 + len;
-    if (seq <= snapshot_seq_) continue;  // already in the snapshot (crash during compaction)
-    core.replay(m, now);
-    next_seq_ = seq + 1;
+    pos = format::kLogHeaderV2;
+  } else if (!recover_corrupt_) {
+    throw corrupt(0, data.size() < format::kLogHeaderV2 ? "shorter than its header" : "not a ddp log");
+  } else {
+    log->warn("recovered corrupt log path={}: its header is damaged; dropped_bytes={}", path, data.size());
+    keep_corrupt_copy("log");
+    compact_after_open_ = true;
+    return;
+  }
+  if (base_seq > 0 && !snapshot_found_ && !recover_corrupt_)
+    throw ConfigError("log " + path + " continues a snapshot (up to record " + std::to_string(base_seq) +
+                      ") but " + dir_ + "/snapshot is missing; restore it from a backup, or restart once with "
+                      "--recover-corrupt-log to keep the log's records alone");
+  if (base_seq > snapshot_seq_ && !recover_corrupt_)
+    throw ConfigError("log " + path + " starts after record " + std::to_string(base_seq) + " but " + dir_ +
+                      "/snapshot holds records up to " + std::to_string(snapshot_seq_) +
+                      "; restore the matching snapshot, or restart once with --recover-corrupt-log");
+
+  std::size_t applied = 0, dropped_bytes = 0, damaged = 0;
+  std::uint64_t last_seq = base_seq;
+  while (true) {
+    auto step = v1 ? format::read_record_v1(data, pos) : format::read_record_v2(data, pos);
+    if (step.kind == format::Step::kRecord && !v1 && damaged == 0 && step.seq != last_seq + 1) {
+      step.kind = format::Step::kCorrupt;
+      step.why = "record " + std::to_string(step.seq) + " follows record " + std::to_string(last_seq);
+    }
+    if (step.kind == format::Step::kEnd) break;
+    if (step.kind == format::Step::kTornTail) {
+      log->warn("log has a torn tail (an interrupted write); cutting it path={} offset={} dropped_bytes={} why=\"{}\"",
+                path, pos, data.size() - pos, step.why);
+      if (::truncate(path.c_str(), static_cast<off_t>(pos)) != 0)
+        throw ConfigError("cannot truncate " + path + ": " + errno_text(errno));
+      break;
+    }
+    if (step.kind == format::Step::kCorrupt) {
+      if (!recover_corrupt_) throw corrupt(pos, step.why);
+      const auto next = v1 ? std::string_view::npos : format::resync_v2(data, pos, last_seq);
+      const auto skip_to = next == std::string_view::npos ? data.size() : next;
+      log->warn("recovering corrupt log path={} offset={} dropped_bytes={} why=\"{}\"", path, pos, skip_to - pos,
+                step.why);
+      dropped_bytes += skip_to - pos;
+      ++damaged;
+      pos = skip_to;
+      if (!compact_after_open_) keep_corrupt_copy("log");
+      compact_after_open_ = true;
+      if (next == std::string_view::npos) break;
+      continue;
+    }
+    pos = step.next;
+    if (step.seq <= snapshot_seq_) {  // already in the snapshot (crash during compaction)
+      last_seq = step.seq;
+      continue;
+    }
+    if (step.seq != last_seq + 1 && damaged > 0)
+      log->warn("recovering corrupt log path={}: records {}..{} are lost", path, last_seq + 1, step.seq - 1);
+    core.replay(step.mutation, now);
+    last_seq = step.seq;
+    next_seq_ = step.seq + 1;
     ++applied;
   }
-  if (pos < data.size()) {
-    log->warn("log has a torn or corrupt tail; truncating path={} offset={} dropped_bytes={}", path, pos,
-              data.size() - pos);
-    if (::truncate(path.c_str(), static_cast<off_t>(pos)) != 0)
-      throw ConfigError("cannot truncate " + path + ": " + errno_text(errno));
-  }
+  if (damaged > 0)
+    log->warn("recovered corrupt log path={} kept_records={} damaged_regions={} dropped_bytes={} "
+              "(a copy of the damaged file is kept)",
+              path, applied, damaged, dropped_bytes);
   log->debug("replayed log path={} records={} revision={}", path, applied, core.revision());
   log_bytes_ = pos;
-  open_log_for_append();
+  if (!compact_after_open_) open_log_for_append();
 }
 
 void Persistence::open_log_for_append() {
@@ -277,65 +257,13 @@ void Persistence::open_log_for_append() {
   if (log_fd_ < 0) throw ConfigError("cannot open " + path + " for writing: " + errno_text(errno));
 }
 
-void Persistence::start_new_log() {
-  if (log_fd_ >= 0) {
-    ::close(log_fd_);
-    log_fd_ = -1;
-  }
-  write_atomically(dir_, "log", std::string_view(kLogMagic, sizeof(kLogMagic)));
-  log_bytes_ = sizeof(kLogMagic);
-  open_log_for_append();
-}
-
-void Persistence::append(const Mutation& m) {
-  if (log_fd_ < 0) return;
-  const auto rec = encode_record(next_seq_++, m);
-  write_all(log_fd_, rec, dir_ + "/log");
-  log_bytes_ += rec.size();
-}
-
-void Persistence::compact(const StoreCore& core) {
-  std::string body;
-  put<std::int64_t>(body, core.revision());
-  put<std::uint64_t>(body, next_seq_ - 1);
-  put<std::int64_t>(body, core.leases().next_id());
-  put<std::uint32_t>(body, static_cast<std::uint32_t>(core.leases().size()));
-  for (const auto& [id, lease] : core.leases().leases()) {
-    put<std::int64_t>(body, id);
-    put<std::int64_t>(body, lease.ttl.count());
-  }
-  put<std::uint64_t>(body, core.kv().size());
-  for (const auto& [key, e] : core.kv().entries()) {
-    put_str(body, key);
-    put_str(body, e.value);
-    put<std::int64_t>(body, e.mod_revision);
-    put<std::int64_t>(body, e.lease);
-  }
-  put<std::int64_t>(body, core.history().compacted_revision());
-  put<std::uint64_t>(body, core.history().events().size());
-  for (const auto& e : core.history().events()) {
-    put<std::uint8_t>(body, static_cast<std::uint8_t>(e.type));
-    put_str(body, e.key);
-    put_str(body, e.value);
-    put<std::int64_t>(body, e.revision);
-  }
-  std::string file(kSnapMagic, sizeof(kSnapMagic));
-  put<std::uint32_t>(file, crc32(body));
-  put<std::uint64_t>(file, body.size());
-  file.append(body);
-  write_atomically(dir_, "snapshot", file);
-  snapshot_seq_ = next_seq_ - 1;
-  start_new_log();
-  ddp::log::get("store.server")
-      ->debug("wrote snapshot dir={} keys={} revision={}", dir_, core.kv().size(), core.revision());
-}
-
-void Persistence::close(const StoreCore& core) {
-  if (log_fd_ < 0) return;
-  ::fsync(log_fd_);
-  compact(core);
-  ::close(log_fd_);
-  log_fd_ = -1;
+void Persistence::keep_corrupt_copy(const std::string& name) {
+  const auto from = dir_ + "/" + name;
+  const auto to = from + ".corrupt." + std::to_string(std::time(nullptr));
+  std::error_code ec;
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (ec) throw ConfigError("cannot keep a copy of " + from + " as " + to + ": " + ec.message());
+  ddp::log::get("store.server")->warn("kept the damaged {} as {}", from, to);
 }
 
 }  // namespace ddp::store::server

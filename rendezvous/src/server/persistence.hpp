@@ -1,15 +1,22 @@
-// Durability for --data-dir: a snapshot of the whole state plus an append-only
-// log of every mutation since. Each acknowledged mutation is written (write(2))
-// to the log before its response is queued, so it survives a crash of the
-// daemon; fsync happens on snapshot and on graceful stop, so a power loss can
-// lose the last writes (the trade-off etcd makes configurable; we chose speed).
+// Durability for --data-dir: a snapshot of the keys and leases plus an
+// append-only log of every mutation since (the format: persistence_format.hpp).
 //
-// Files in the data dir:
-//   snapshot   "DDPSNAP1" | u32 crc32(body) | u64 body length | body
-//   log        "DDPLOG01" | records: u32 body length | u32 crc32(body) | body
-// A torn or corrupt record at the log's end (a crash mid-write) is cut off with
-// a warning. The snapshot also holds the recent-event ring, so a watch can resume
-// across a restart. docs/store-protocol.md describes the bodies.
+// Promises (docs/operations.md, "Durability"):
+// - An acknowledged mutation is in the log: append() write(2)s the record before
+//   the response exists, and a failed append throws after cutting the file back
+//   to its last whole record, so nothing is ever appended after a torn one.
+//   fsync happens on snapshot and on graceful stop, so a power loss can still
+//   lose the last writes (the trade-off etcd makes configurable; we chose speed).
+// - open() cuts a torn tail (an incomplete last record, as a crash mid-write
+//   leaves) with a warning, but refuses to start (ConfigError naming the file
+//   and byte offset, file untouched) on damage anywhere else, unless the
+//   operator asked for recovery: then every intact record is kept, what was
+//   dropped is reported, and the damaged files are kept as *.corrupt.<time>.
+// - A failed append or compaction puts the store in degraded mode (writes fail,
+//   reads work) until a write or probe() succeeds again.
+//
+// Snapshots hold no watch history: after a restart, a watch from before the
+// snapshot's revision gets kCompacted.
 //
 // Thread-safety: none; used from the server's loop thread only.
 #pragma once
@@ -18,10 +25,17 @@
 #include <string>
 
 #include "ddp/common/deadline.hpp"
+#include "ddp/common/error.hpp"
 #include "mutation.hpp"
 #include "store_core.hpp"
 
 namespace ddp::store::server {
+
+// A write to the data dir failed; the store state is unchanged by it.
+class PersistError : public Error {
+ public:
+  using Error::Error;
+};
 
 class Persistence {
  public:
@@ -29,22 +43,32 @@ class Persistence {
   // the snapshot more often would cost more than it saves.
   static constexpr std::uint64_t kDefaultCompactBytes = 64ull << 20;
 
-  explicit Persistence(std::string dir, std::uint64_t compact_bytes = kDefaultCompactBytes);
+  explicit Persistence(std::string dir, std::uint64_t compact_bytes = kDefaultCompactBytes,
+                       bool recover_corrupt = false);
   ~Persistence();
   Persistence(const Persistence&) = delete;
   Persistence& operator=(const Persistence&) = delete;
 
-  // Loads snapshot then log into `core` (leases get their full TTL from `now`)
-  // and opens the log for appending. ConfigError naming the path when the dir
-  // is missing, unwritable or holds a corrupt snapshot.
+  // Creates the dir (0700) when missing, loads snapshot then log into `core`
+  // (leases get their full TTL from `now`) and opens the log for appending.
+  // ConfigError naming the file (and byte offset) when it cannot.
   void open(StoreCore& core, Clock::time_point now);
-  // Appends one record; throws ddp::Error when the write fails (disk full).
+  // Appends one record; PersistError when the write fails (the log is then as
+  // it was before the call, or the next append cuts it back first).
   void append(const Mutation& m);
   bool wants_compaction() const { return log_bytes_ > compact_bytes_; }
-  // Writes a new snapshot of `core` and starts an empty log.
+  // Writes a new snapshot of `core` and starts an empty log; PersistError on
+  // failure, leaving no snapshot.tmp and the old snapshot and log in use.
   void compact(const StoreCore& core);
-  // Graceful stop: compact and close.
+  // Graceful stop: compact and close; PersistError when that failed.
   void close(const StoreCore& core);
+  // While degraded: cuts a pending torn tail and leaves degraded mode when that
+  // worked and the file system has room again. True when no longer degraded.
+  bool probe();
+
+  bool degraded() const { return degraded_; }
+  const std::string& degraded_reason() const { return degraded_reason_; }
+  std::uint64_t write_failures() const { return write_failures_; }
   const std::string& dir() const { return dir_; }
 
  private:
@@ -52,13 +76,27 @@ class Persistence {
   void replay_log(StoreCore& core, Clock::time_point now);
   void open_log_for_append();
   void start_new_log();
+  // Cuts the log back to log_bytes_ after a failed append; false when it could not.
+  bool cut_back();
+  void enter_degraded(const std::string& why);
+  void leave_degraded();
+  // Keeps a damaged file as <name>.corrupt.<unix time> for --recover-corrupt-log.
+  void keep_corrupt_copy(const std::string& name);
 
   std::string dir_;
   std::uint64_t compact_bytes_;
+  bool recover_corrupt_;
   int log_fd_ = -1;
   std::uint64_t log_bytes_ = 0;
   std::uint64_t next_seq_ = 1;
   std::uint64_t snapshot_seq_ = 0;
+  bool snapshot_found_ = false;
+  bool compact_after_open_ = false;
+  bool needs_cut_ = false;
+  bool degraded_ = false;
+  std::string degraded_reason_;
+  std::uint64_t write_failures_ = 0;
+  std::uint64_t last_failed_bytes_ = 0;
 };
 
 }  // namespace ddp::store::server

@@ -32,6 +32,22 @@ std::optional<std::string> check_shape(const Request& req) {
   }
 }
 
+// Ops that never change state: they keep working while the log refuses writes.
+bool is_read_only(Op op) {
+  switch (op) {
+    case Op::kGet:
+    case Op::kTryGet:
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+    case Op::kNumKeys:
+    case Op::kList:
+    case Op::kStat:
+    case Op::kPing: return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 void StoreCore::track_leases(const Mutation& m) {
@@ -43,13 +59,46 @@ void StoreCore::track_leases(const Mutation& m) {
   }
 }
 
-void StoreCore::commit(Mutation& m) {
+template <typename Keys>
+StoreCore::Undo StoreCore::capture(const Keys& keys) const {
+  Undo u;
+  u.revision = kv_.revision();
+  if (!sink_) return u;  // nothing can refuse the mutation
+  for (const auto& k : keys) {
+    const auto* e = kv_.find(k);
+    u.keys.emplace_back(k, e == nullptr ? std::nullopt : std::optional<KvEntry>(*e));
+  }
+  return u;
+}
+
+void StoreCore::undo(const Undo& u) {
+  for (const auto& [key, entry] : u.keys) {
+    if (entry) kv_.restore_put(key, entry->value, entry->mod_revision, entry->lease);
+    else kv_.restore_erase(key);
+  }
+  kv_.restore_revision(u.revision);
+  if (u.granted != 0) leases_.revoke(u.granted);
+  if (u.lease) {
+    // restore() counts the TTL from its `now`: this `now` gives back the old expiry.
+    leases_.restore(u.lease->id, u.lease->ttl, u.lease->expiry - u.lease->ttl);
+    for (const auto& k : u.lease->keys) leases_.attach(u.lease->id, k);
+  }
+}
+
+void StoreCore::commit(Mutation& m, const Undo& u) {
   if (m.empty()) return;
   if (m.revision == 0) m.revision = kv_.revision();
+  if (sink_) {
+    try {
+      sink_(m);
+    } catch (...) {
+      undo(u);
+      throw;
+    }
+  }
   track_leases(m);
   auto events = events_of(m);
   if (!events.empty()) history_.append(events);
-  if (sink_) sink_(m);
 }
 
 std::vector<std::string> StoreCore::missing(const std::vector<std::string>& keys) const {
@@ -67,13 +116,15 @@ Response StoreCore::revoke(LeaseId id, Response resp) {
     resp.message = "lease " + std::to_string(id) + " not found (expired or revoked)";
     return resp;
   }
+  auto u = capture(lease->keys);
+  if (sink_) u.lease = *lease;
   Mutation m;
   kv_.erase({lease->keys.begin(), lease->keys.end()}, m);
   Change c;
   c.kind = Change::Kind::kLeaseRevoke;
   c.lease = id;
   m.changes.push_back(std::move(c));
-  commit(m);
+  commit(m, u);
   resp.num = static_cast<std::int64_t>(lease->keys.size());
   resp.revision = kv_.revision();
   return resp;
@@ -81,14 +132,27 @@ Response StoreCore::revoke(LeaseId id, Response resp) {
 
 std::size_t StoreCore::expire_leases(Clock::time_point now) {
   auto due = leases_.take_expired(now);
-  for (auto& lease : due) {
+  for (std::size_t i = 0; i < due.size(); ++i) {
+    auto& lease = due[i];
+    auto u = capture(lease.keys);
+    if (sink_) u.lease = lease;
     Mutation m;
     kv_.erase({lease.keys.begin(), lease.keys.end()}, m);
     Change c;
     c.kind = Change::Kind::kLeaseRevoke;
     c.lease = lease.id;
     m.changes.push_back(std::move(c));
-    commit(m);
+    try {
+      commit(m, u);
+    } catch (...) {
+      for (std::size_t j = i + 1; j < due.size(); ++j) {  // not expired after all: put them back
+        Undo later;
+        later.revision = kv_.revision();
+        later.lease = std::move(due[j]);
+        undo(later);
+      }
+      throw;
+    }
   }
   return due.size();
 }
@@ -97,7 +161,11 @@ Response StoreCore::execute(const Request& req, Clock::time_point now) {
   Response resp;
   resp.id = req.id;
   if (auto why = check_shape(req)) return bad(std::move(resp), *why);
-  expire_leases(now);  // a lease past due must not accept new keys or keepalives
+  try {
+    expire_leases(now);  // a lease past due must not accept new keys or keepalives
+  } catch (...) {
+    if (!is_read_only(req.op)) throw;  // reads go on while the log refuses writes
+  }
 
   auto lease_ok = [&](LeaseId lease) { return lease == 0 || leases_.exists(lease); };
   auto no_lease = [&](LeaseId lease) {
@@ -107,6 +175,8 @@ Response StoreCore::execute(const Request& req, Clock::time_point now) {
     return resp;
   };
 
+  Undo u;
+  if (!is_read_only(req.op)) u = capture(req.keys);
   Mutation m;
   switch (req.op) {
     case Op::kSet:
@@ -166,6 +236,7 @@ Response StoreCore::execute(const Request& req, Clock::time_point now) {
                                         " ms (one year), got " + std::to_string(req.b));
       }
       const auto id = leases_.grant(Millis(req.b), now);
+      u.granted = id;
       Change c;
       c.kind = Change::Kind::kLeaseGrant;
       c.lease = id;
@@ -190,9 +261,12 @@ Response StoreCore::execute(const Request& req, Clock::time_point now) {
     case Op::kHello:
     case Op::kWatch:
     case Op::kCancel:
+    case Op::kQueuePush:  // the dispatcher's TorchQueues, in memory only
+    case Op::kQueuePop:
+    case Op::kQueueLen:
       return bad(std::move(resp), std::string(op_name(req.op)) + " is handled by the session");
   }
-  commit(m);
+  commit(m, u);
   resp.revision = kv_.revision();
   return resp;
 }

@@ -28,8 +28,11 @@ class StoreCore {
 
   explicit StoreCore(HistoryLimits history_limits = {}) : history_(history_limits) {}
 
-  // Called for every committed mutation, after the state changed and before the
-  // request's response exists (so a log append precedes the acknowledgement).
+  // Called for every committed mutation, before the request's response exists
+  // and before watchers or lease bookkeeping see it (so a log append precedes
+  // the acknowledgement). When the sink throws, the mutation is undone (keys,
+  // revision, leases as they were) and the exception goes to the caller: what
+  // failed to persist is never visible.
   void set_sink(Sink sink) { sink_ = std::move(sink); }
 
   // Answers a request. kGet answers like kTryGet (kNotFound = caller blocks);
@@ -40,7 +43,8 @@ class StoreCore {
   // Keys of `keys` that do not exist, in order.
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
 
-  // Deletes the keys of leases due at `now`; one mutation per lease.
+  // Deletes the keys of leases due at `now`; one mutation per lease. A sink
+  // failure leaves the failing lease (and later ones) in place and is rethrown.
   std::size_t expire_leases(Clock::time_point now);
   std::optional<Clock::time_point> next_lease_expiry() const { return leases_.next_expiry(); }
 
@@ -61,7 +65,17 @@ class StoreCore {
   Revision revision() const { return kv_.revision(); }
 
  private:
-  void commit(Mutation& m);
+  // What a mutation overwrote, to put back when the sink refuses it.
+  struct Undo {
+    Revision revision = 0;
+    std::vector<std::pair<std::string, std::optional<KvEntry>>> keys;
+    std::optional<Lease> lease;  // a revoked or expired lease to reinstate
+    LeaseId granted = 0;         // a granted lease to remove
+  };
+  template <typename Keys>
+  Undo capture(const Keys& keys) const;
+  void undo(const Undo& u);
+  void commit(Mutation& m, const Undo& u);
   // Updates lease attachments for the key changes of `m`.
   void track_leases(const Mutation& m);
   Response revoke(LeaseId id, Response resp);

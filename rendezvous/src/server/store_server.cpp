@@ -78,6 +78,7 @@ class StoreServer::Impl {
   }
 
   std::uint16_t port() const { return port_.load(); }
+  bool saved() const { return dispatcher_ == nullptr || dispatcher_->saved(); }
 
   std::map<std::string, std::int64_t> stats() {
     return on_loop([this] { return dispatcher_->stats(); });
@@ -93,10 +94,20 @@ class StoreServer::Impl {
     std::unique_lock<std::mutex> lk(mu_);
     if (!started_) return {};
     if (stopped_) return read();  // loop joined: safe to read here
-    std::promise<std::map<std::string, std::int64_t>> p;
-    auto f = p.get_future();
-    asio::post(io_, [&] { p.set_value(read()); });
+    // Shared: a caller that gave up must not leave the loop a dangling promise.
+    auto p = std::make_shared<std::promise<std::map<std::string, std::int64_t>>>();
+    auto f = p->get_future();
+    asio::post(io_, [p, read] {
+      try {
+        p->set_value(read());
+      } catch (...) {
+        p->set_exception(std::current_exception());
+      }
+    });
     lk.unlock();
+    if (f.wait_for(StoreServer::kLoopAnswerTimeout) != std::future_status::ready)
+      throw TimeoutError("the store's loop thread did not answer within " +
+                         std::to_string(StoreServer::kLoopAnswerTimeout.count()) + " ms");
     return f.get();
   }
 
@@ -150,11 +161,17 @@ class StoreServer::Impl {
   }
 
   void run() {
-    try {
-      io_.run();
-    } catch (const std::exception& e) {
-      // Handlers report through error codes; reaching here is a bug.
-      ddp::log::get("store.server")->error("server loop failed error=\"{}\"", e.what());
+    // Handlers contain their own failures; an exception reaching here is a bug,
+    // and the loop goes on serving rather than leave a daemon that answers nothing.
+    while (true) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {
+        ddp::log::get("store.server")->error("server loop handler failed; loop goes on error=\"{}\"", e.what());
+      } catch (...) {
+        ddp::log::get("store.server")->error("server loop handler failed with a non-standard exception; loop goes on");
+      }
     }
   }
 
@@ -177,6 +194,7 @@ StoreServer::StoreServer(StoreServerOptions options) : impl_(std::make_unique<Im
 StoreServer::~StoreServer() = default;
 void StoreServer::start() { impl_->start(); }
 void StoreServer::stop() { impl_->stop(); }
+bool StoreServer::saved() const { return impl_->saved(); }
 std::uint16_t StoreServer::port() const { return impl_->port(); }
 std::map<std::string, std::int64_t> StoreServer::stats() const { return impl_->stats(); }
 std::map<std::string, std::int64_t> StoreServer::metrics() const { return impl_->metrics(); }

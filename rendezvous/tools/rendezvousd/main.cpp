@@ -1,12 +1,18 @@
 // ddp-rendezvousd: load settings (flags > --config file > DDP_RENDEZVOUSD_* env),
 // set up logging, run a StoreServer (and the metrics endpoint) until SIGTERM or
 // SIGINT, tell systemd about it, map the outcome to an exit code (0 ok,
-// 1 failure, 2 usage/config).
+// 1 failure, including a stop that could not save the data dir, 2 usage/config,
+// including a damaged data dir). A stop that takes longer than kStopTimeout
+// ends the process anyway (exit 1).
 #include <signal.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -22,10 +28,43 @@
 #include "ddp/store/store_server.hpp"
 #include "metrics_http.hpp"
 #include "systemd_notifier.hpp"
+#ifdef DDP_FAILPOINTS
+#include "failpoints.hpp"
+#endif
 
 namespace {
 
 constexpr const char* kProgram = "ddp-rendezvousd";
+// SIGTERM ends the process within this time, even when the loop is wedged:
+// a graceful stop takes at most the 2 s session grace period plus a snapshot.
+constexpr std::chrono::seconds kStopTimeout{10};
+
+// Ends the process if the graceful stop has not finished in time.
+class StopDeadline {
+ public:
+  StopDeadline()
+      : thread_([this] {
+          std::unique_lock<std::mutex> lk(mu_);
+          if (cv_.wait_for(lk, kStopTimeout, [this] { return done_; })) return;
+          std::fprintf(stderr, "%s: graceful stop did not finish within %lld s; exiting\n", kProgram,
+                       static_cast<long long>(kStopTimeout.count()));
+          std::_Exit(1);
+        }) {}
+  ~StopDeadline() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 std::string read_token(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -86,11 +125,16 @@ int main(int argc, char** argv) {
   }
   std::string config_file, optional_config_file;
   bool print_config = false;
+  bool recover_corrupt_log = false;
   app.add_option("--config", config_file, "JSON settings file; a missing file is an error")->type_name("PATH");
   app.add_option("--config-if-exists", optional_config_file,
                  "like --config, but a missing file is skipped (for the systemd unit)")
       ->type_name("PATH");
   app.add_flag("--print-config", print_config, "print the effective settings and their sources, then exit 0");
+  app.add_flag("--recover-corrupt-log", recover_corrupt_log,
+               "start from a damaged --data-dir by keeping every intact record and dropping the damaged ones "
+               "(reported in the log; the damaged files are kept as *.corrupt.<time>). Without it a damaged "
+               "data dir is refused (exit 2)");
   app.set_version_flag("--version", std::string(kProgram) + " " + DDP_VERSION);
 
   try {
@@ -126,6 +170,13 @@ int main(int argc, char** argv) {
 
   try {
     ddp::log::setup(settings.log_level, kProgram);
+#ifdef DDP_FAILPOINTS
+    if (const char* spec = std::getenv("DDP_FAILPOINTS"); spec != nullptr && *spec != '\0') {
+      ddp::store::server::failpoints::arm(spec);
+      ddp::log::get("store.server")->warn("failpoints armed (test build) spec=\"{}\"", spec);
+    }
+#endif
+    settings.server.recover_corrupt_log = recover_corrupt_log;
     if (!settings.token_file.empty()) settings.server.token = read_token(settings.token_file);
 
     // Blocked before any thread exists so that all inherit the mask and only
@@ -142,7 +193,15 @@ int main(int argc, char** argv) {
     if (settings.metrics_port >= 0) {
       metrics = std::make_unique<ddp::rendezvousd::MetricsHttp>(
           settings.server.host, static_cast<std::uint16_t>(settings.metrics_port),
-          [&server] { return server.metrics(); });
+          [&server] { return server.metrics(); },
+          [&server]() -> std::string {
+            // stats() goes through the loop with a deadline: a wedged loop is a 503.
+            const auto s = server.stats();
+            const auto degraded = s.find("degraded");
+            if (degraded != s.end() && degraded->second != 0)
+              return "ok, degraded: the data dir refuses writes (disk full?); reads are served\n";
+            return "ok\n";
+          });
       metrics->start();
     }
     PortFiles files;
@@ -162,10 +221,16 @@ int main(int argc, char** argv) {
     int sig = 0;
     sigwait(&signals, &sig);
     ddp::log::get("store.server")->info("received {}; stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    StopDeadline deadline;
     notifier.stopping();
     if (metrics) metrics->stop();
     server.stop();
     spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
+    if (!server.saved()) {
+      std::cerr << kProgram << ": stopped, but the data dir " << settings.server.data_dir
+                << " could not be saved (see the log); the last writes may be lost\n";
+      return 1;
+    }
     return 0;
   } catch (const ddp::ConfigError& e) {
     std::cerr << kProgram << ": " << e.what() << "\n";

@@ -29,7 +29,8 @@ constexpr std::uint32_t kMaxRequestBytes = 16 * 1024;
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, const MetricsSource& source) : stream_(std::move(socket)), source_(source) {}
+  Connection(tcp::socket socket, const MetricsSource& source, const HealthSource& health)
+      : stream_(std::move(socket)), source_(source), health_(health) {}
 
   void start() {
     parser_.emplace();
@@ -59,7 +60,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       reply(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", std::move(body));
     } else if (path == "/healthz") {
-      reply(http::status::ok, "text/plain", "ok\n");
+      std::string body = "ok\n";
+      try {
+        if (health_) body = health_();
+      } catch (const std::exception& e) {
+        return reply(http::status::service_unavailable, "text/plain", std::string(e.what()) + "\n");
+      }
+      reply(http::status::ok, "text/plain", std::move(body));
     } else {
       reply(http::status::not_found, "text/plain", "try /metrics or /healthz\n");
     }
@@ -79,6 +86,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   beast::tcp_stream stream_;
   const MetricsSource& source_;
+  const HealthSource& health_;
   beast::flat_buffer buffer_{kMaxRequestBytes};
   std::optional<http::request_parser<http::empty_body>> parser_;
   http::response<http::string_body> response_;
@@ -88,8 +96,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 class MetricsHttp::Impl {
  public:
-  Impl(std::string host, std::uint16_t port, MetricsSource source)
-      : host_(std::move(host)), requested_port_(port), source_(std::move(source)), acceptor_(io_), retry_(io_) {}
+  Impl(std::string host, std::uint16_t port, MetricsSource source, HealthSource health)
+      : host_(std::move(host)),
+        requested_port_(port),
+        source_(std::move(source)),
+        health_(std::move(health)),
+        acceptor_(io_),
+        retry_(io_) {}
   ~Impl() { stop(); }
 
   void start() {
@@ -127,7 +140,7 @@ class MetricsHttp::Impl {
     acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (!acceptor_.is_open()) return;
       if (!ec) {
-        std::make_shared<Connection>(std::move(socket), source_)->start();
+        std::make_shared<Connection>(std::move(socket), source_, health_)->start();
         return accept();
       }
       // EMFILE and friends: back off instead of spinning on the metrics thread.
@@ -141,6 +154,7 @@ class MetricsHttp::Impl {
   std::string host_;
   std::uint16_t requested_port_;
   MetricsSource source_;
+  HealthSource health_;
   asio::io_context io_{1};
   tcp::acceptor acceptor_;
   asio::steady_timer retry_;
@@ -148,8 +162,8 @@ class MetricsHttp::Impl {
   std::thread thread_;
 };
 
-MetricsHttp::MetricsHttp(std::string host, std::uint16_t port, MetricsSource source)
-    : impl_(std::make_unique<Impl>(std::move(host), port, std::move(source))) {}
+MetricsHttp::MetricsHttp(std::string host, std::uint16_t port, MetricsSource source, HealthSource health)
+    : impl_(std::make_unique<Impl>(std::move(host), port, std::move(source), std::move(health))) {}
 MetricsHttp::~MetricsHttp() = default;
 void MetricsHttp::start() { impl_->start(); }
 void MetricsHttp::stop() { impl_->stop(); }

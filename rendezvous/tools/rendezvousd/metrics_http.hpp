@@ -1,5 +1,7 @@
 // A tiny HTTP/1.1 endpoint for monitoring: GET /metrics (Prometheus text
-// format 0.0.4) and GET /healthz ("ok"). It runs on its own thread and
+// format 0.0.4) and GET /healthz (the health callback's text, 503 when it
+// throws: the daemon's probes go through the store's loop with a deadline, so
+// a wedged loop reads as unhealthy and /metrics never blocks for good). It runs on its own thread and
 // io_context so a slow scraper never delays store requests; numbers come from
 // StoreServer::metrics(), a snapshot taken on the store's loop thread.
 //
@@ -15,13 +17,15 @@
 namespace ddp::rendezvousd {
 
 using MetricsSource = std::function<std::map<std::string, std::int64_t>()>;
+// The /healthz body ("ok\n"); throws when unhealthy (the message becomes a 503).
+using HealthSource = std::function<std::string()>;
 
 // Renders a metrics() snapshot as Prometheus text (exposed for tests of the format).
 std::string render_prometheus(const std::map<std::string, std::int64_t>& m);
 
 class MetricsHttp {
  public:
-  MetricsHttp(std::string host, std::uint16_t port, MetricsSource source);
+  MetricsHttp(std::string host, std::uint16_t port, MetricsSource source, HealthSource health = {});
   ~MetricsHttp();
   MetricsHttp(const MetricsHttp&) = delete;
   MetricsHttp& operator=(const MetricsHttp&) = delete;

@@ -38,6 +38,9 @@ std::string render_prometheus(const std::map<std::string, std::int64_t>& m) {
   gauge("ddp_store_leases", "live leases", "leases");
   gauge("ddp_store_watches", "active watches", "watches");
   gauge("ddp_store_waiters", "blocked get/wait requests", "waiters");
+  gauge("ddp_store_degraded", "1 while the data dir refuses writes (disk full); reads are served", "degraded");
+  gauge("ddp_store_persist_failures", "log appends and snapshots that failed since start", "persist_failures");
+  gauge("ddp_store_compaction_failures", "snapshots (compactions) that failed since start", "compaction_failures");
   gauge("ddp_store_revision", "store revision (bumped by every change)", "revision");
   gauge("ddp_store_history_bytes", "key and value bytes of the watch history (capped by history_max_bytes)",
         "history_bytes");

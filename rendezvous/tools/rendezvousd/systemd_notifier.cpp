@@ -33,10 +33,16 @@ void SystemdNotifier::send(const std::string& state) {
 }
 
 std::string SystemdNotifier::status_line() {
-  auto s = stats_();
+  std::map<std::string, std::int64_t> s;
+  try {
+    s = stats_();
+  } catch (const std::exception& e) {
+    return "STATUS=listening on " + listening_ + "; not answering: " + e.what();
+  }
   return "STATUS=listening on " + listening_ + "; connections=" + std::to_string(s["connections"]) +
          " keys=" + std::to_string(s["keys"]) + " leases=" + std::to_string(s["leases"]) +
-         " watches=" + std::to_string(s["watches"]);
+         " watches=" + std::to_string(s["watches"]) +
+         (s["degraded"] != 0 ? "; DEGRADED: data dir refuses writes (disk full?), reads still served" : "");
 }
 
 void SystemdNotifier::ready(const std::string& listening) {
@@ -62,14 +68,20 @@ void SystemdNotifier::loop() {
     // the pings and systemd restarts us: the watchdog watches the server, not
     // just this thread.
     std::string state;
+    bool answered = true;
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_status) {
       state = status_line();
+      answered = state.find("; not answering: ") == std::string::npos;
       next_status = now + kStatusInterval;
     } else if (watchdog_.count() > 0) {
-      stats_();
+      try {
+        stats_();
+      } catch (const std::exception&) {
+        answered = false;
+      }
     }
-    if (watchdog_.count() > 0) {
+    if (watchdog_.count() > 0 && answered) {
       if (!state.empty()) state.push_back('\n');
       state.append("WATCHDOG=1");
     }

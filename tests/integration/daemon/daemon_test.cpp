@@ -122,15 +122,10 @@ TEST_CASE("a restart with --data-dir keeps keys, leases and the revision") {
   CHECK(c->call(make_request(Op::kLeaseKeepAlive, {}, {}, lease)).status == Status::kOk);
   CHECK(c->call(make_request(Op::kTryGet, {"leased"})).status == Status::kOk);
   CHECK(c->call(make_request(Op::kPing)).revision == before + 1);
-  // Watches resume across the restart: history before it is still there.
+  // Snapshots hold no watch history: a watch from before the restart is told
+  // to list again instead of silently missing events.
   auto ack = c->call(make_request(Op::kWatch, {"k"}, {}, 0, 1, 77));
-  CHECK(ack.status == Status::kOk);
-  auto first = c->recv();
-  REQUIRE(first);
-  CHECK(first->status == Status::kEvent);
-  CHECK(first->revision == 1);
-  REQUIRE(first->items.size() == 1);
-  CHECK(first->items[0].key == "k1");
+  CHECK(ack.status == Status::kCompacted);
 }
 
 TEST_CASE("a killed daemon loses no acknowledged write and cuts a torn log tail") {
@@ -153,7 +148,7 @@ TEST_CASE("a killed daemon loses no acknowledged write and cuts a torn log tail"
   auto c = d.client();
   CHECK(c->call(make_request(Op::kNumKeys)).num == 50);
   CHECK(c->call(make_request(Op::kPing)).revision == 50);
-  CHECK_THAT(d.proc->err(), Catch::Contains("torn or corrupt tail"));
+  CHECK_THAT(d.proc->err(), Catch::Contains("torn tail"));
 }
 
 TEST_CASE("SIGTERM while waiters are pending answers them shutting-down and exits 0") {

@@ -125,13 +125,14 @@ TEST_CASE("bad runtime input gives one line, a non-zero exit and no port file", 
     CHECK_THAT(r.err, Catch::Contains("--metrics-port") && Catch::Contains(std::to_string(held.port)));
     CHECK_FALSE(fs::exists(dir / "mport"));
   }
-  SECTION("missing state directory") {
+  SECTION("state directory that is a file") {  // a missing one is created (0700)
+    write_file(dir / "a-file", "x");
     auto r = run(daemon({"--host", "127.0.0.1", "--port", "0", "--port-file", port_file, "--data-dir",
-                         (dir / "no-such-dir").string()}),
+                         (dir / "a-file").string()}),
                  dir.path());
     CHECK(r.code == 2);
     CHECK(lines(r.err) == 1);
-    CHECK_THAT(r.err, Catch::Contains((dir / "no-such-dir").string()));
+    CHECK_THAT(r.err, Catch::Contains((dir / "a-file").string()));
   }
   CHECK_FALSE(fs::exists(port_file));
 }

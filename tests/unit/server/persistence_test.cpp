@@ -65,7 +65,7 @@ TEST_CASE("persistence compacts the log into a snapshot once it grows past the t
   REQUIRE(p.wants_compaction());
   p.compact(core);
   CHECK_FALSE(p.wants_compaction());
-  CHECK(ddp::test::fs::file_size(dir / "log") == 8);
+  CHECK(ddp::test::fs::file_size(dir / "log") == 20);  // the v2 header alone
   StoreCore again;
   Persistence p2(dir.path().string());
   p2.open(again, now);
@@ -73,11 +73,13 @@ TEST_CASE("persistence compacts the log into a snapshot once it grows past the t
   CHECK(again.revision() == core.revision());
 }
 
-TEST_CASE("persistence refuses a missing data dir and a corrupt snapshot, naming the path") {
+TEST_CASE("persistence creates a missing data dir 0700 and refuses a corrupt snapshot, naming the path") {
   ddp::test::TempDir dir;
   StoreCore core;
-  Persistence missing((dir / "nope").string());
-  CHECK_THROWS_WITH(missing.open(core, Clock::now()), Catch::Contains((dir / "nope").string()));
+  Persistence missing((dir / "nope" / "deeper").string());
+  missing.open(core, Clock::now());
+  CHECK((ddp::test::fs::status(dir / "nope" / "deeper").permissions() & ddp::test::fs::perms::all) ==
+        ddp::test::fs::perms::owner_all);
   ddp::test::write_file(dir / "snapshot", "DDPSNAP1 but then garbage follows");
   Persistence corrupt(dir.path().string());
   CHECK_THROWS_AS(corrupt.open(core, Clock::now()), ddp::ConfigError);

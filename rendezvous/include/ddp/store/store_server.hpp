@@ -25,6 +25,9 @@ struct StoreServerOptions {
   std::uint16_t port = 0;  // 0: the kernel picks a free port; see StoreServer::port()
   std::string token;       // empty: no auth
   std::string data_dir;    // empty: in memory only; else snapshot + append-only log
+  // Start from a damaged data dir by keeping every intact record (and reporting
+  // what was dropped) instead of refusing to start. An operator's decision.
+  bool recover_corrupt_log = false;
   std::uint32_t max_connections = 65536;
   Limits limits;
   // Connections that send no complete frame within this time after connecting
@@ -67,9 +70,16 @@ class StoreServer {
   // Graceful stop: pending gets/waits/watches receive kShuttingDown, the log is
   // flushed, the loop thread joins. Idempotent.
   void stop();
+  // After stop(): false when the data dir could not be saved (exit non-zero).
+  bool saved() const;
   // Bound port (valid after start()).
   std::uint16_t port() const;
-  // connections, keys, leases, watches, revision, requests: a snapshot taken on the loop.
+  // How long stats()/metrics() wait for the loop thread before they give up.
+  static constexpr std::chrono::milliseconds kLoopAnswerTimeout{2000};
+  // connections, keys, leases, watches, revision, requests, degraded (1 while
+  // the data dir refuses writes), persist_failures, compaction_failures: a
+  // snapshot taken on the loop. TimeoutError when the loop does not answer
+  // within kLoopAnswerTimeout (it is wedged): a health probe of the loop.
   std::map<std::string, std::int64_t> stats() const;
   // stats() plus "requests.<op>", "latency_le_us.<bound>" (cumulative),
   // "latency_sum_ns", "latency_count" and "rdzv_round.<run_id>"; for monitoring.
