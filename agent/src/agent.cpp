@@ -66,6 +66,7 @@ AgentResult Agent::Impl::run() {
       };
   signals.async_wait(on_sig);
   runner = std::make_unique<ProcessRunner>(io);
+  open_terminal();
   rdzv = std::make_unique<BlockingCaller>();
 
   start_rendezvous();

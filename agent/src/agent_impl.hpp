@@ -25,6 +25,7 @@
 #include "ddp/agent/worker_env.hpp"
 #include "process_runner.hpp"
 #include "run_dir.hpp"
+#include "terminal_relay.hpp"
 #include "worker_output.hpp"
 #include "event_log.hpp"
 
@@ -57,6 +58,7 @@ struct Worker {
   std::string error_file;
   std::string stderr_log;
   std::unique_ptr<WorkerOutput> output;
+  WorkerTerminal terminal;
 };
 
 // Lets the handler's event thread post to the io_context only while it exists.
@@ -98,6 +100,12 @@ struct Agent::Impl {
   void emit_finish(int code, const std::string& error);
   void publish_status(const std::string& final_state = "");
   void flush_status();
+
+  // agent_terminal.cpp: what workers get of the agent's terminal.
+  void open_terminal();
+  WorkerTerminal plan_terminal(int local_rank, WorkerOutputOptions& out);
+  WorkerStdio open_stdio(Worker& w);
+  void on_window_change();
 
   // agent_workers.cpp
   void spawn_workers();
@@ -144,6 +152,10 @@ struct Agent::Impl {
   int restarts_announced = 0;
   std::string last_event_detail;  // of the latest round event, for restart/scale reasons
   std::string final_reason;       // why fail_for_good ended the run
+  std::unique_ptr<TerminalRelay> relay;
+  std::unique_ptr<boost::asio::signal_set> winch;  // SIGWINCH, when workers have ptys
+  std::shared_ptr<ConsoleLine> console_line = std::make_shared<ConsoleLine>();
+  bool pty_warned = false;
 };
 
 }  // namespace ddp::agent

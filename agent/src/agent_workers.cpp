@@ -50,6 +50,7 @@ void Agent::Impl::spawn_workers() {
     if (has(redirect, Std::kOut) || has(tee, Std::kOut)) out.out_file = dir / "stdout.log";
     if (has(redirect, Std::kErr) || has(tee, Std::kErr)) out.err_file = dir / "stderr.log";
     w.stderr_log = out.err_file.string();
+    w.terminal = plan_terminal(lr, out);
     try {
       w.output = std::make_unique<WorkerOutput>(out);
     } catch (const ConfigError& e) {
@@ -97,7 +98,8 @@ void Agent::Impl::spawn_workers() {
     runner->spawn(std::move(spec), std::move(handlers),
                   [this, lr, att = attempt](pid_t pid, const std::string& error) {
                     if (att == attempt) on_spawned(lr, pid, error);
-                  });
+                  },
+                  open_stdio(w));
   }
 }
 
@@ -156,6 +158,7 @@ void Agent::Impl::begin_stop(StopReason reason, int sig) {
   phase = Phase::kStopping;
   stop_reason = reason;
   stop_signal = sig;
+  if (relay) relay->close_pipe();  // a worker waiting at a prompt reads EOF
   if (live_workers() > 0) {
     log->info("stopping {} workers with {} (SIGKILL after {} ms)", live_workers(),
               signal_name(sig), cfg.stop_timeout.count());

@@ -21,9 +21,9 @@
 
 #include <boost/asio/io_context.hpp>
 
-namespace ddp::agent {
+#include "worker_stdio.hpp"
 
-enum class StdStream : int { kOut = 1, kErr = 2 };
+namespace ddp::agent {
 
 struct SpawnSpec {
   std::string executable;          // absolute path
@@ -49,7 +49,9 @@ class ProcessRunner {
   ProcessRunner(const ProcessRunner&) = delete;
   ProcessRunner& operator=(const ProcessRunner&) = delete;
 
-  void spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned);
+  // `stdio`: see worker_stdio.hpp; the default is pipes for stdout and stderr
+  // and the agent's own stdin.
+  void spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio = {});
 
   // Sends `sig` to the worker's process group (its pid: each worker leads one).
   static void signal_group(pid_t pid, int sig);
