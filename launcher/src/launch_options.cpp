@@ -164,7 +164,11 @@ struct App {
         "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, as torchrun)",
         ours);
     flag("legacy_local_rank", o.legacy_local_rank,
-         "Pass --local_rank=N to the program, the torch.distributed.launch way", ours);
+         "Pass --local_rank=N to the program, the torch.distributed.launch way (default: only "
+         "to a .py script that defines a --local_rank argument)",
+         ours);
+    flag("no_legacy_local_rank", o.no_legacy_local_rank,
+         "Never pass --local_rank=N, even to a script that defines the argument", ours);
     flag("use_env", o.use_env,
          "Accepted for torch.distributed.launch compatibility: the env always carries LOCAL_RANK",
          ours);
@@ -195,8 +199,56 @@ struct App {
 }
 
 
+const CLI::Option* find_long(const CLI::App& app, const std::string& name, bool prefix) {
+  const CLI::Option* found = nullptr;
+  std::string all;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const auto& l : o->get_lnames()) {
+      if (prefix ? l.rfind(name, 0) != 0 : l != name) continue;
+      if (found != o) all += (all.empty() ? "--" : ", --") + o->get_lnames().front();
+      if (found != nullptr && found != o) {
+        throw ConfigError("--" + name + ": ambiguous option, could be " + all);
+      }
+      found = o;
+    }
+  }
+  return found;
+}
+
+// argparse (torchrun's parser) takes any unambiguous prefix of a long option:
+// --nproc for --nproc_per_node, --nnode=1. Rewrites those to the full name, up
+// to the program, whose arguments are left alone.
+std::vector<std::string> expand_prefixes(const CLI::App& app, std::vector<std::string> argv) {
+  for (std::size_t i = 1; i < argv.size(); ++i) {
+    std::string& a = argv[i];
+    if (a == "--" || a.size() < 2 || a[0] != '-') break;  // the program starts here
+    const CLI::Option* opt = nullptr;
+    bool inline_value = false;
+    if (a.rfind("--", 0) == 0) {
+      const auto eq = a.find('=');
+      const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      inline_value = eq != std::string::npos;
+      opt = find_long(app, name, false);
+      if (opt == nullptr && !name.empty() && (opt = find_long(app, name, true)) != nullptr) {
+        a = "--" + opt->get_lnames().front() + (inline_value ? a.substr(eq) : "");
+      }
+    } else {
+      for (const CLI::Option* o : app.get_options()) {
+        for (const auto& sn : o->get_snames()) {
+          if (a.size() >= 2 && a.substr(1, 1) == sn) opt = o;
+        }
+      }
+      inline_value = a.size() > 2;
+    }
+    // An option's value in the next argument is not the program.
+    if (opt != nullptr && opt->get_type_size() > 0 && !inline_value) ++i;
+  }
+  return argv;
+}
+
 // Parses argv with CLI11 into `o`; help/version end the parse early.
-std::optional<ParseOutcome> parse_into(App& cli, const std::vector<std::string>& argv) {
+std::optional<ParseOutcome> parse_into(App& cli, const std::vector<std::string>& given) {
+  const std::vector<std::string> argv = expand_prefixes(cli.app, given);
   // CLI11 wants the arguments reversed, without argv[0].
   std::vector<std::string> rev(argv.rbegin(), argv.rend());
   if (!rev.empty()) rev.pop_back();

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "ddp/common/error.hpp"
@@ -27,6 +29,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 }  // namespace
+
+bool script_defines_local_rank(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  // '--local_rank' or "--local-rank" as a literal: add_argument's spelling.
+  static const std::regex kArg(R"(["']--local[_-]rank["'])");
+  return std::regex_search(text.str(), kArg);
+}
 
 std::optional<std::string> find_executable(const std::string& name,
                                            const std::map<std::string, std::string>& env) {

@@ -21,6 +21,11 @@ struct ProgramCommand {
 ProgramCommand resolve_program(const LaunchOptions& options,
                                const std::map<std::string, std::string>& env);
 
+// True when the Python script at `path` defines a --local_rank or --local-rank
+// argument (a string literal naming it): a torch.distributed.launch script,
+// which expects --local_rank=N on its command line.
+bool script_defines_local_rank(const std::string& path);
+
 // `name` with a '/' is taken as a path; otherwise searched in PATH. Returns the
 // absolute path of an executable regular file, or nullopt.
 std::optional<std::string> find_executable(const std::string& name,

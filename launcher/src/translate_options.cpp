@@ -9,6 +9,7 @@
 
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
 #include "ddp/launcher/launch_options.hpp"
 #include "ddp/store/etcd_store.hpp"
 #include "program.hpp"
@@ -268,7 +269,23 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
 
   const auto cmd = resolve_program(o, host.env);
   cfg.argv = cmd.argv;
-  cfg.local_rank_arg_index = o.legacy_local_rank ? cmd.user_args_index : -1;
+  if (o.legacy_local_rank && o.no_legacy_local_rank) {
+    throw ConfigError("--legacy_local_rank and --no_legacy_local_rank: give one of them");
+  }
+  bool legacy = o.legacy_local_rank;
+  // A script run by python (not -m, not an executable) that parses
+  // --local_rank would otherwise run as separate non-distributed copies.
+  const bool python_script =
+      !o.module && cmd.user_args_index >= 1 &&
+      cmd.argv[static_cast<std::size_t>(cmd.user_args_index)] == o.program.front();
+  if (!legacy && !o.no_legacy_local_rank && python_script &&
+      script_defines_local_rank(o.program.front())) {
+    legacy = true;
+    log::get("ddprun")->info("passing --local_rank=N to {}: it defines a --local_rank argument "
+                             "(torch.distributed.launch style); --no_legacy_local_rank to stop",
+                             o.program.front());
+  }
+  cfg.local_rank_arg_index = legacy ? cmd.user_args_index : -1;
 
   cfg.node.node_id = host.hostname + "_" + std::to_string(host.pid);
   cfg.node.host = o.local_addr.empty() ? host.hostname : o.local_addr;

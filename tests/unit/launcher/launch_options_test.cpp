@@ -128,6 +128,40 @@ TEST_CASE("the legacy option passes --local_rank right after the program") {
   CHECK(translate({"--standalone", "/bin/true"}).local_rank_arg_index == -1);
 }
 
+TEST_CASE("a script that defines --local_rank gets it unless --no_legacy_local_rank") {
+  TempDir dir;
+  ddp::test::write_file(dir / "launch_style.py",
+                        "p.add_argument(\"--local_rank\", type=int, default=-1)\n");
+  ddp::test::write_file(dir / "dashed.py", "p.add_argument('--local-rank', type=int)\n");
+  ddp::test::write_file(dir / "env_style.py", "rank = int(os.environ['LOCAL_RANK'])\n");
+  const auto script = [&](const char* name) { return (dir / name).string(); };
+  CHECK(translate({"--standalone", script("launch_style.py"), "--x"}).local_rank_arg_index == 2);
+  CHECK(translate({"--standalone", script("dashed.py")}).local_rank_arg_index == 2);
+  CHECK(translate({"--standalone", script("env_style.py")}).local_rank_arg_index == -1);
+  CHECK(translate({"--standalone", "--no_legacy_local_rank", script("launch_style.py")})
+            .local_rank_arg_index == -1);
+  CHECK(translate({"--standalone", "--legacy_local_rank", script("env_style.py")})
+            .local_rank_arg_index == 2);
+  CHECK_THAT(error_of({"--legacy_local_rank", "--no_legacy_local_rank", script("dashed.py")}),
+             Catch::StartsWith("--legacy_local_rank and --no_legacy_local_rank"));
+}
+
+TEST_CASE("unambiguous prefixes of long flags are accepted, as argparse does") {
+  auto o = parse({"--nnode=1", "--nproc", "2", "--max_r=3", "/bin/true", "--nproc", "7"});
+  CHECK(o.nnodes == "1");
+  CHECK(o.nproc_per_node == "2");
+  CHECK(o.max_restarts == 3);
+  // The program's own arguments are untouched.
+  CHECK(o.program == std::vector<std::string>{"/bin/true", "--nproc", "7"});
+  CHECK(parse({"--master-addr", "h", "--rdzv-b=c10d", "/bin/true"}).rdzv_backend == "c10d");
+  try {
+    parse({"--no=1", "/bin/true"});
+    FAIL("an ambiguous prefix was accepted");
+  } catch (const ddp::ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::StartsWith("--no: ambiguous option, could be --no_python, --node_rank"));
+  }
+}
+
 TEST_CASE("nproc_per_node takes a number, gpu, cpu or auto") {
   CHECK(translate({"--nproc_per_node=3", "/bin/true"}).nproc_per_node == 3);
   CHECK(translate({"--nproc_per_node=cpu", "/bin/true"}).nproc_per_node == 6);

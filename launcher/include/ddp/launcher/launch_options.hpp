@@ -39,7 +39,10 @@ struct LaunchOptions {
   std::string local_addr;
   // Ours.
   double stop_timeout_s = 30.0;
-  bool legacy_local_rank = false;  // pass --local_rank=N, the torch.distributed.launch way
+  // Pass --local_rank=N, the torch.distributed.launch way. Neither switch: only
+  // to a .py script that defines a --local_rank (or --local-rank) argument.
+  bool legacy_local_rank = false;
+  bool no_legacy_local_rank = false;
   bool use_env = false;            // torch.distributed.launch's flag: accepted, the default here
   std::string token_file;
   std::string log_level = "info";
