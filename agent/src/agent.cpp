@@ -57,7 +57,7 @@ AgentResult Agent::Impl::run() {
   handler->set_event_callback([s = sink, this](rdzv::RoundEvent e, const std::string& detail) {
     post_to(s, [this, e, detail] { on_round_event(e, detail); });
   });
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signals.add(sig);
+  for (int sig : cfg.signals_to_handle) signals.add(sig);
   std::function<void(boost::system::error_code, int)> on_sig =
       [this, &on_sig](boost::system::error_code ec, int sig) {
         if (ec) return;
@@ -158,20 +158,36 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
 
 void Agent::Impl::on_signal(int sig) {
   if (phase == Phase::kDone) return;
+  if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP && sig != SIGQUIT) {
+    // A notice for the workers (preemption), not a request to stop.
+    log->info("received {}: forwarding to workers", signal_name(sig));
+    kill_all(sig);
+    return;
+  }
   if (signal_received != 0) {
-    log->warn("received {} again: killing workers now", signal_name(sig));
-    kill_all(SIGKILL);
+    // Only a second Ctrl-C is someone impatient at the terminal; a scheduler
+    // or `timeout` may send SIGTERM twice, and the workers' SIGTERM handlers
+    // (checkpoints) must get their full --stop_timeout.
+    if (sig == SIGINT && signal_received == SIGINT) {
+      log->warn("received SIGINT again: killing workers now");
+      kill_all(SIGKILL);
+    } else {
+      log->info("received {} again: workers are already stopping (SIGKILL after the stop "
+                "timeout; Ctrl-C twice to kill at once)",
+                signal_name(sig));
+    }
     return;
   }
   signal_received = sig;
   switch (phase) {
     case Phase::kRunning:
-      log->info("received {}: forwarding to workers, then stopping them (again to kill at once)",
-                signal_name(sig));
+      log->info("received {}: forwarding to workers, then stopping them{}", signal_name(sig),
+                sig == SIGINT ? " (Ctrl-C again to kill at once)" : "");
       begin_stop(StopReason::kSignal, sig);
       break;
     case Phase::kStopping:
-      log->info("received {}: forwarding to workers (again to kill at once)", signal_name(sig));
+      log->info("received {}: forwarding to workers{}", signal_name(sig),
+                sig == SIGINT ? " (Ctrl-C again to kill at once)" : "");
       stop_reason = StopReason::kSignal;
       kill_all(sig);
       break;

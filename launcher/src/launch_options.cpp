@@ -138,6 +138,10 @@ struct App {
          "Execute the program directly instead of prepending `python3 -u`", launch);
     flag("run_path", o.run_path,
          "Run the program as a Python script path even without a .py suffix", launch);
+    opt("signals_to_handle", o.signals_to_handle,
+        "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP, SIGQUIT stop the workers with that "
+        "signal; others (SIGUSR1, SIGUSR2) are forwarded to the workers, which keep running",
+        launch);
     opt("local_addr", o.local_addr,
         "Address of this node as other nodes reach it (default: the hostname)", launch);
 

@@ -1,10 +1,12 @@
 // LaunchOptions -> AgentConfig: every check a user can trip, each failing
 // with one line that names the flag.
+#include <signal.h>
 #include <unistd.h>
 
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "ddp/common/endpoint.hpp"
@@ -176,6 +178,30 @@ std::vector<int> parse_filter(const std::string& text, int nproc) {
   return out;
 }
 
+std::vector<int> parse_signals(const std::string& text) {
+  static const std::map<std::string, int> kSignals = {
+      {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT}, {"SIGTERM", SIGTERM},
+      {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGALRM", SIGALRM}, {"SIGCONT", SIGCONT},
+      {"SIGXCPU", SIGXCPU}};
+  std::vector<int> out;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    std::string name = item;
+    for (auto& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
+    const auto it = kSignals.find(name);
+    if (it == kSignals.end()) {
+      throw ConfigError("--signals_to_handle: '" + item +
+                        "' is not a signal ddprun can handle; use names like SIGTERM,SIGUSR1 "
+                        "(SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGCONT, "
+                        "SIGXCPU)");
+    }
+    out.push_back(it->second);
+  }
+  return out;
+}
+
 }  // namespace
 
 agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& host) {
@@ -251,6 +277,7 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
                       "'; use static, c10d (alias ddp) or etcd");
   }
 
+  cfg.signals_to_handle = parse_signals(o.signals_to_handle);
   cfg.redirects = agent::parse_std_spec(o.redirects, "--redirects");
   cfg.tee = agent::parse_std_spec(o.tee, "--tee");
   cfg.local_ranks_filter = parse_filter(o.local_ranks_filter, cfg.nproc_per_node);

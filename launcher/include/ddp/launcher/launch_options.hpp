@@ -37,6 +37,7 @@ struct LaunchOptions {
   bool module = false;
   bool run_path = false;
   std::string local_addr;
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   // Ours.
   double stop_timeout_s = 30.0;
   // Pass --local_rank=N, the torch.distributed.launch way. Neither switch: only
