@@ -348,7 +348,8 @@ void Agent::Impl::write_failure_report(bool final_report) {
   }
   if (!final_report) return;
   run_dir->keep();
-  write_fully(2, render_text(report) + "failure report: " + path.string() + "\n");
+  write_fully(2, render_text(report) + interpreter_hint(report, cfg.argv.front()) +
+                    "failure report: " + path.string() + "\n");
 }
 
 void Agent::Impl::finish(int code, const std::string& error) {

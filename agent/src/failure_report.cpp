@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -76,6 +77,22 @@ std::size_t FailureReport::root_cause() const {
   const auto it = std::min_element(failures.begin(), failures.end(),
                                    [](const auto& a, const auto& b) { return a.time < b.time; });
   return static_cast<std::size_t>(it - failures.begin());
+}
+
+std::string interpreter_hint(const FailureReport& r, const std::string& program) {
+  const auto name = std::filesystem::path(program).filename().string();
+  if (name.rfind("python", 0) != 0) return "";
+  for (const auto& f : r.failures) {
+    for (const auto& line : f.stderr_tail) {
+      if (line.find("ModuleNotFoundError") != std::string::npos ||
+          line.find("ImportError") != std::string::npos) {
+        return "the workers ran " + program +
+               ", which could not import a module; choose the interpreter with --python PATH "
+               "(or PYTHON_EXEC), e.g. the python of your venv or the one torch is installed in\n";
+      }
+    }
+  }
+  return "";
 }
 
 std::string render_text(const FailureReport& r) {

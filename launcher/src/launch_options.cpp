@@ -180,7 +180,10 @@ struct App {
         "File holding the store's auth token; workers get it as DDP_TOKEN_FILE", ours);
     opt("log_level", o.log_level, "ddprun's own log level: trace, debug, info, warn, error, off",
         ours);
-    opt("python", o.python, "Interpreter for scripts and -m (default $PYTHON_EXEC, else python3)", ours);
+    opt("python", o.python,
+        "Interpreter for scripts and -m (default $PYTHON_EXEC, else the interpreter of the "
+        "torchrun on PATH, else python3 on PATH)",
+        ours);
     opt("event_log", o.event_log,
         "Append one JSON line per lifecycle event (rendezvous, worker_start, worker_exit, "
         "restart, scale, failure, success, shutdown) to this file",

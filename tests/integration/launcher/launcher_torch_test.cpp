@@ -1,5 +1,9 @@
 // An unmodified PyTorch DDP-style script under ddprun (Debian's python3-torch,
 // gloo on CPU): init_process_group("gloo") from the env contract, all_reduce.
+#include <sys/stat.h>
+
+#include <cstdlib>
+
 #include <catch2/catch.hpp>
 
 #include "launcher_test_util.hpp"
@@ -71,4 +75,37 @@ TEST_CASE("a torch.distributed.launch script that parses --local_rank runs distr
                     dir);
   REQUIRE(off.code == 0);
   CHECK(count_lines(off.out, "not distributed") == 2);
+}
+
+TEST_CASE("without --python a torch script runs under torchrun's interpreter, whatever python3 is first on PATH") {
+  TempDir dir;
+  if (!have_torch(dir)) {
+    WARN("python3-torch not installed: skipped");
+    return;
+  }
+  // A python3 first on PATH that cannot import torch, as a pyenv shim can be.
+  write_file(dir / "shims/python3", "#!/bin/sh\necho 'No module named torch' >&2\nexit 1\n");
+  ::chmod((dir / "shims/python3").c_str(), 0755);
+  write_file(dir / "train.py",
+             "import sys, torch\n"
+             "print('torch', torch.__version__.split('.')[0], 'under', sys.executable)\n");
+  const std::string path = (dir / "shims").string() + ":" + std::getenv("PATH");
+  auto r = ddprun({(dir / "train.py").string()}, dir, {{"PATH", path}, {"PYTHON_EXEC", std::nullopt}});
+  INFO(r.err);
+  if (r.code != 0 && r.err.find("shims/python3") != std::string::npos) {
+    WARN("no torchrun on PATH to take the interpreter from: skipped");
+    return;
+  }
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0]:torch "));
+}
+
+TEST_CASE("a worker failing on an import names the interpreter and how to choose another") {
+  TempDir dir;
+  write_file(dir / "train.py", "import no_such_module_for_ddprun\n");
+  auto r = ddprun({"--python", kTorchPython, (dir / "train.py").string()}, dir);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains(std::string("the workers ran ") + kTorchPython +
+                                    ", which could not import a module; choose the interpreter "
+                                    "with --python PATH (or PYTHON_EXEC)"));
 }

@@ -109,15 +109,45 @@ TEST_CASE("an unknown option before the program is an error naming it") {
 TEST_CASE("a .py script runs under python3 -u, a module under -m, an executable directly") {
   TempDir dir;
   ddp::test::write_file(dir / "train.py", "print(1)\n");
-  auto py = translate({"--standalone", (dir / "train.py").string(), "--epochs", "2"});
+  auto py = translate({"--standalone", "--python=python3", (dir / "train.py").string(), "--epochs", "2"});
   CHECK(py.argv == std::vector<std::string>{"/usr/bin/python3", "-u", (dir / "train.py").string(),
                                             "--epochs", "2"});
-  auto mod = translate({"--standalone", "-m", "pkg.train", "x"});
+  auto mod = translate({"--standalone", "--python=python3", "-m", "pkg.train", "x"});
   CHECK(mod.argv == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.train", "x"});
   auto exe = translate({"--standalone", "true", "x"});
   CHECK(exe.argv == std::vector<std::string>{"/usr/bin/true", "x"});
   auto no_python = translate({"--standalone", "--no_python", "/bin/echo"});
   CHECK(no_python.argv == std::vector<std::string>{"/bin/echo"});
+  // --no_python runs even a .py directly (its shebang), as torchrun does.
+  ddp::test::write_file(dir / "tool.py", "#!/bin/sh\necho hi\n");
+  ::chmod((dir / "tool.py").c_str(), 0755);
+  auto shebang = translate({"--standalone", "--no_python", (dir / "tool.py").string(), "a"});
+  CHECK(shebang.argv == std::vector<std::string>{(dir / "tool.py").string(), "a"});
+}
+
+TEST_CASE("the default interpreter is torchrun's, not a python3 shim first on PATH") {
+  TempDir dir;
+  const auto exe = [&](const std::string& rel, const std::string& text) {
+    std::filesystem::create_directories((dir / rel).parent_path());
+    ddp::test::write_file(dir / rel, text);
+    ::chmod((dir / rel).c_str(), 0755);
+  };
+  // A pyenv-like shim first on PATH, torchrun (and torch) with another python.
+  exe("shims/python3", "#!/usr/bin/env bash\n");
+  exe("torch/bin/python3.11", "");
+  exe("torch/bin/torchrun", "#!" + (dir / "torch/bin/python3.11").string() + "\nimport sys\n");
+  ddp::test::write_file(dir / "train.py", "");
+  HostInfo h = host();
+  h.env["PATH"] = (dir / "shims").string() + ":" + (dir / "torch/bin").string();
+  CHECK(translate({"--standalone", (dir / "train.py").string()}, h).argv.front() ==
+        (dir / "torch/bin/python3.11").string());
+  // --python (or PYTHON_EXEC) still decides.
+  CHECK(translate({"--standalone", "--python=python3", (dir / "train.py").string()}, h).argv.front() ==
+        (dir / "shims/python3").string());
+  // A torchrun that is itself a shim (a shell script): python3 on PATH.
+  exe("torch/bin/torchrun", "#!/usr/bin/env bash\nexec foo\n");
+  CHECK(translate({"--standalone", (dir / "train.py").string()}, h).argv.front() ==
+        (dir / "shims/python3").string());
 }
 
 TEST_CASE("the legacy option passes --local_rank right after the program") {
@@ -260,5 +290,5 @@ TEST_CASE("PYTHON_EXEC picks the interpreter as under torchrun, and --python ove
   auto flag = parse_command_line({"ddprun", "--python=/usr/bin/python3", "train.py"},
                                  {{"PYTHON_EXEC", "/opt/py/bin/python3"}});
   CHECK(flag.options.python == "/usr/bin/python3");
-  CHECK(parse_command_line({"ddprun", "train.py"}, {}).options.python == "python3");
+  CHECK(parse_command_line({"ddprun", "train.py"}, {}).options.python.empty());  // torchrun's, or python3
 }

@@ -47,7 +47,9 @@ struct LaunchOptions {
   bool use_env = false;            // torch.distributed.launch's flag: accepted, the default here
   std::string token_file;
   std::string log_level = "info";
-  std::string python = "python3";  // interpreter for scripts and -m
+  // Interpreter for scripts and -m; empty: torchrun's (the python in the
+  // shebang of the torchrun on PATH), else python3 on PATH.
+  std::string python;
   std::string event_log;           // JSON line per lifecycle event; empty: none
   std::string config;              // --config FILE (JSON), already merged in
   bool print_config = false;
