@@ -45,6 +45,7 @@ void Agent::Impl::spawn_workers() {
     const Std tee = cfg.tee.for_rank(lr);
     WorkerOutputOptions out;
     out.rank = w.rank;
+    out.prefix = expand_prefix(cfg.line_prefix_template, w.rank, lr, cfg.role);
     out.console_out = !has(redirect, Std::kOut) && console_ok(lr);
     out.console_err = !has(redirect, Std::kErr) && console_ok(lr);
     if (has(redirect, Std::kOut) || has(tee, Std::kOut)) out.out_file = dir / "stdout.log";

@@ -11,10 +11,6 @@
 namespace ddp::agent {
 namespace {
 
-// A "line" longer than this is emitted in pieces so a worker printing without
-// newlines cannot grow the agent's memory without bound.
-constexpr std::size_t kMaxLineBytes = 64 * 1024;
-
 int open_log(const std::filesystem::path& path) {
   if (path.empty()) return -1;
   std::error_code ec;
@@ -27,6 +23,27 @@ int open_log(const std::filesystem::path& path) {
 }
 
 }  // namespace
+
+std::string expand_prefix(const std::string& templ, int rank, int local_rank,
+                          const std::string& role) {
+  const std::pair<std::string, std::string> vars[] = {{"${rank}", std::to_string(rank)},
+                                                      {"${local_rank}", std::to_string(local_rank)},
+                                                      {"${role_name}", role}};
+  std::string out;
+  for (std::size_t i = 0; i < templ.size();) {
+    bool replaced = false;
+    for (const auto& [name, value] : vars) {
+      if (templ.compare(i, name.size(), name) == 0) {
+        out += value;
+        i += name.size();
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += templ[i++];
+  }
+  return out;
+}
 
 void write_fully(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
@@ -46,7 +63,8 @@ void write_fully(int fd, std::string_view bytes) {
 }
 
 WorkerOutput::WorkerOutput(WorkerOutputOptions options)
-    : options_(std::move(options)), prefix_("[rank " + std::to_string(options_.rank) + "]:") {
+    : options_(std::move(options)),
+      prefix_(options_.prefix.value_or("[rank " + std::to_string(options_.rank) + "]:")) {
   if (!options_.console_line) options_.console_line = std::make_shared<ConsoleLine>();
   out_.console = options_.console_out;
   out_.console_fd = options_.console_out_fd;
@@ -84,10 +102,6 @@ void WorkerOutput::feed(StdStream stream, std::string_view bytes) {
       if (ch.stream) {
         // Kept for the stderr tail only: what a '\r' redraws is gone from the screen too.
         if (const auto cr = ch.partial.rfind('\r'); cr != std::string::npos) ch.partial.erase(0, cr + 1);
-      }
-      if (ch.partial.size() >= kMaxLineBytes) {
-        emit_line(ch, stream, ch.partial);
-        ch.partial.clear();
       }
       return;
     }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <memory>
+#include <optional>
 
 #include "worker_stdio.hpp"
 
@@ -32,6 +33,7 @@ struct ConsoleLine {
 
 struct WorkerOutputOptions {
   int rank = 0;
+  std::optional<std::string> prefix;  // console line prefix; nullopt: "[rank N]:"
   bool console_out = true;           // stdout lines reach the agent's stdout
   bool console_err = true;           // stderr lines reach the agent's stderr
   std::filesystem::path out_file;    // empty: stdout not logged to a file
@@ -78,6 +80,11 @@ class WorkerOutput {
   Channel err_;
   std::deque<std::string> tail_;
 };
+
+// A console line prefix from torchrun's template syntax: ${rank},
+// ${local_rank} and ${role_name} replaced, anything else kept as written.
+std::string expand_prefix(const std::string& templ, int rank, int local_rank,
+                          const std::string& role);
 
 // Writes all of `bytes` to `fd`, retrying on EINTR and short writes.
 void write_fully(int fd, std::string_view bytes);

@@ -153,6 +153,12 @@ struct App {
         logs, "-r");
     opt("tee", o.tee, "Tee std streams into log files and also to the console (format as -r)",
         logs, "-t");
+    opt("log_line_prefix_template", o.log_line_prefix_template,
+        "Console line prefix with ${rank}, ${local_rank}, ${role_name} (default "
+        "\"[rank ${rank}]:\"; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)",
+        logs);
+    flag("no_prefix", o.no_prefix, "Console lines exactly as the workers wrote them, no prefix",
+         logs);
     opt("local_ranks_filter", o.local_ranks_filter,
         "Only show the console output of these local ranks (e.g. 0,2)", logs);
 
@@ -207,19 +213,19 @@ struct App {
 
 
 const CLI::Option* find_long(const CLI::App& app, const std::string& name, bool prefix) {
-  const CLI::Option* found = nullptr;
+  std::vector<const CLI::Option*> found;
   std::string all;
   for (const CLI::Option* o : app.get_options()) {
     for (const auto& l : o->get_lnames()) {
-      if (prefix ? l.rfind(name, 0) != 0 : l != name) continue;
-      if (found != o) all += (all.empty() ? "--" : ", --") + o->get_lnames().front();
-      if (found != nullptr && found != o) {
-        throw ConfigError("--" + name + ": ambiguous option, could be " + all);
+      if ((prefix ? l.rfind(name, 0) != 0 : l != name) || (!found.empty() && found.back() == o)) {
+        continue;
       }
-      found = o;
+      all += (all.empty() ? "--" : ", --") + o->get_lnames().front();
+      found.push_back(o);
     }
   }
-  return found;
+  if (found.size() > 1) throw ConfigError("--" + name + ": ambiguous option, could be " + all);
+  return found.empty() ? nullptr : found.front();
 }
 
 // argparse (torchrun's parser) takes any unambiguous prefix of a long option:
@@ -369,6 +375,10 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   auto env = process_env;
   if (auto exec = env.find("PYTHON_EXEC"); exec != env.end() && !exec->second.empty()) {
     env.emplace("DDP_PYTHON", exec->second);
+  }
+  // torchrun's env spelling of --log_line_prefix_template.
+  if (auto t = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); t != env.end()) {
+    env.emplace("PET_LOG_LINE_PREFIX_TEMPLATE", t->second);
   }
   // First the command line alone: it says which flags are set there and names
   // the config file.

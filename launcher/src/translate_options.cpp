@@ -278,6 +278,11 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   }
 
   cfg.signals_to_handle = parse_signals(o.signals_to_handle);
+  if (o.no_prefix) {
+    cfg.line_prefix_template.clear();
+  } else if (!o.log_line_prefix_template.empty()) {
+    cfg.line_prefix_template = o.log_line_prefix_template;
+  }
   cfg.redirects = agent::parse_std_spec(o.redirects, "--redirects");
   cfg.tee = agent::parse_std_spec(o.tee, "--tee");
   cfg.local_ranks_filter = parse_filter(o.local_ranks_filter, cfg.nproc_per_node);

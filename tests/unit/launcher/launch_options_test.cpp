@@ -188,7 +188,8 @@ TEST_CASE("unambiguous prefixes of long flags are accepted, as argparse does") {
     parse({"--no=1", "/bin/true"});
     FAIL("an ambiguous prefix was accepted");
   } catch (const ddp::ConfigError& e) {
-    CHECK_THAT(e.what(), Catch::StartsWith("--no: ambiguous option, could be --no_python, --node_rank"));
+    CHECK_THAT(e.what(), Catch::StartsWith("--no: ambiguous option, could be --no_python, "));
+    CHECK_THAT(e.what(), Catch::Contains("--node_rank"));
   }
 }
 

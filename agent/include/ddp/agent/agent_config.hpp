@@ -37,6 +37,9 @@ struct AgentConfig {
   std::filesystem::path log_dir;
   StdSpec redirects;
   StdSpec tee;
+  // Console line prefix; ${rank}, ${local_rank} and ${role_name} are replaced
+  // (torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE). Empty: no prefix.
+  std::string line_prefix_template = "[rank ${rank}]:";
   // Local ranks whose lines reach the console; empty: all.
   std::vector<int> local_ranks_filter;
 

@@ -37,6 +37,9 @@ struct LaunchOptions {
   bool module = false;
   bool run_path = false;
   std::string local_addr;
+  // Empty: "[rank ${rank}]:". Also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.
+  std::string log_line_prefix_template;
+  bool no_prefix = false;  // console lines exactly as the workers wrote them
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   // Ours.
   double stop_timeout_s = 30.0;
