@@ -53,6 +53,7 @@ AgentResult Agent::Impl::run() {
   open_observers();  // a bad --event_log fails before anything connects
   if (!handler) handler = rdzv::create_handler(cfg.rendezvous, cfg.node);
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id);
+  if (!cfg.log_dir.empty()) log->info("worker logs in {}", run_dir->path().string());
   base_env = current_environment();
   handler->set_event_callback([s = sink, this](rdzv::RoundEvent e, const std::string& detail) {
     post_to(s, [this, e, detail] { on_round_event(e, detail); });

@@ -1,4 +1,6 @@
 // Console line prefixes as torchrun users set them, and lines of any length.
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 #include "launcher_test_util.hpp"
@@ -42,4 +44,24 @@ TEST_CASE("a line of a megabyte reaches the console in one piece") {
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out == "[rank 0]:" + std::string(1 << 20, 'x') + "\n");
+}
+
+TEST_CASE("--log_dir without --rdzv_id gives each run its own directory, as torchrun") {
+  TempDir dir;
+  const auto logs = dir / "logs";
+  for (const char* word : {"first", "second"}) {
+    write_file(dir / "say.py", std::string("print('") + word + "')\n");
+    auto r = ddprun({"--python", kPython, "--log_dir", logs.string(), "--tee=3",
+                     (dir / "say.py").string()},
+                    dir);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+  }
+  std::vector<std::string> found;
+  for (const auto& run : fs::directory_iterator(logs)) {
+    CHECK_THAT(run.path().filename().string(), Catch::StartsWith("none_"));
+    found.push_back(read_file(run.path() / "attempt_0" / "0" / "stdout.log"));
+  }
+  std::sort(found.begin(), found.end());
+  CHECK(found == std::vector<std::string>{"first\n", "second\n"});
 }
