@@ -37,6 +37,19 @@ const char* event_name(rdzv::RoundEvent e) {
   return "unknown";
 }
 
+// What the other nodes learn of a local failure, on one line: rank, host,
+// how it ended and, when known, why (the error file's message, else the
+// last stderr line).
+std::string describe_failure(const WorkerFailure& f) {
+  std::string why = f.error && !f.error->message.empty() ? f.error->message
+                    : f.stderr_tail.empty()               ? ""
+                                                          : f.stderr_tail.back();
+  if (const auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+  if (why.size() > 200) why = why.substr(0, 200) + "...";
+  return "rank " + std::to_string(f.rank) + " on " + f.host + ": " + f.how() +
+         (why.empty() ? "" : " (" + why + ")");
+}
+
 }  // namespace
 
 Agent::Impl::Impl(AgentConfig c, std::unique_ptr<rdzv::RendezvousHandler> h)
@@ -120,7 +133,11 @@ void Agent::Impl::on_rendezvous_error(int code, const std::string& message) {
 
 void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& detail) {
   log->info("round event: {}{}{}", event_name(event), detail.empty() ? "" : ": ", detail);
-  last_event_detail = std::string(event_name(event)) + (detail.empty() ? "" : ": ") + detail;
+  // The event that decides a stop names its cause; later ones (the failed
+  // node leaving) must not replace it.
+  if (phase == Phase::kRunning || phase == Phase::kSucceeded) {
+    last_event_detail = std::string(event_name(event)) + (detail.empty() ? "" : ": ") + detail;
+  }
   if (phase == Phase::kRunning) {
     switch (event) {
       case rdzv::RoundEvent::kRestartRequested:
@@ -206,14 +223,22 @@ void Agent::Impl::on_all_stopped() {
       const bool final_report = restart_count >= cfg.max_restarts;
       write_failure_report(final_report);
       if (final_report) {
+        // The other nodes' only news of what failed: report it before closing.
+        const auto& first = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
+        rdzv->call([h = handler, reason = describe_failure(first)] {
+          try {
+            h->report_failure(reason);
+          } catch (const std::exception&) {
+            // Closing follows; the other nodes then see the job end without a cause.
+          }
+        });
         fail_for_good("workers failed and max_restarts=" + std::to_string(cfg.max_restarts) +
                       " is spent");
         return;
       }
       ++restart_count;
       const auto& root = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
-      const std::string reason = "rank " + std::to_string(root.rank) + " on " + root.host + ": " +
-                                 root.how();
+      const std::string reason = describe_failure(root);
       log->warn("restarting workers ({}/{}) after failure of {}", restart_count, cfg.max_restarts,
                 reason);
       rdzv->call([h = handler, s = sink, this, reason] {
@@ -321,21 +346,24 @@ void Agent::Impl::restart_after_remote_failure() {
     log->warn("restarting workers ({}/{}) after another node's failure", restart_count, cfg.max_restarts);
     start_rendezvous();
   } else {
+    // The only line on this node saying what went wrong: name the node,
+    // rank and cause the failing node reported through the store.
     fail_for_good("another node's workers failed and max_restarts=" + std::to_string(cfg.max_restarts) +
-                  " is spent");
+                      " is spent (" + last_event_detail + ")",
+                  /*print=*/true);
   }
 }
 
-void Agent::Impl::fail_for_good(const std::string& reason) {
+void Agent::Impl::fail_for_good(const std::string& reason, bool print) {
   final_reason = reason;
   phase = Phase::kClosing;
-  rdzv->call([h = handler, s = sink, this, reason] {
+  rdzv->call([h = handler, s = sink, this, reason, print] {
     try {
       h->close(reason);
     } catch (const std::exception&) {
       // The job failed either way; the exit code says so.
     }
-    post_to(s, [this] { finish(1); });
+    post_to(s, [this, reason, print] { finish(1, print ? reason : ""); });
   });
 }
 

@@ -87,7 +87,7 @@ struct Agent::Impl {
   void poll_all_succeeded();
   void succeed_unconfirmed(const std::string& why);
   void restart_after_remote_failure();
-  void fail_for_good(const std::string& reason);
+  void fail_for_good(const std::string& reason, bool print = false);
   void finish(int code, const std::string& error = "");
   void write_failure_report(bool final_report);
 
