@@ -152,6 +152,13 @@ void Agent::Impl::on_worker_exit(int local_rank, int wait_status) {
     }
     return;
   }
+  // Workers that failed on their own while the group was being stopped for a
+  // failure count too; those our stop signal ended do not.
+  if (phase == Phase::kStopping && stop_reason == StopReason::kLocalFailure && !ok &&
+      !(WIFSIGNALED(wait_status) &&
+        (WTERMSIG(wait_status) == stop_signal || WTERMSIG(wait_status) == SIGKILL))) {
+    failures.push_back(make_failure(w));
+  }
   if (phase == Phase::kStopping && live_workers() == 0 && pending_spawns == 0) on_all_stopped();
 }
 

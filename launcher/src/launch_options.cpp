@@ -153,6 +153,13 @@ struct App {
         logs, "-r");
     opt("tee", o.tee, "Tee std streams into log files and also to the console (format as -r)",
         logs, "-t");
+    opt("logs_specs", o.logs_specs,
+        "Accepted for torchrun compatibility; ddprun's log layout is torchrun's default one",
+        logs);
+    opt("event_log_handler", o.event_log_handler,
+        "Accepted for torchrun compatibility (null, console); ddprun writes events with "
+        "--event_log",
+        logs);
     opt("log_line_prefix_template", o.log_line_prefix_template,
         "Console line prefix with ${rank}, ${local_rank}, ${role_name} (default "
         "\"[rank ${rank}]:\"; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)",

@@ -101,11 +101,17 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
       rc.etcd.cert = value;
     } else if (key == "etcd_key" || key == "key" || key == "ssl_cert_key") {
       rc.etcd.key = value;
+    } else if (key == "use_libuv") {
+      // torchrun's TCPStore server flavour; ddprun's store is its own.
+      parse_bool(key, value);
     } else {
-      throw ConfigError("--rdzv_conf: unknown key '" + key +
-                        "'; known keys: join_timeout, last_call_timeout, close_timeout, "
-                        "keep_alive_interval, keep_alive_max_attempt, timeout, read_timeout, "
-                        "is_host, etcd_prefix, protocol, etcd_cacert, etcd_cert, etcd_key");
+      // torchrun hands unknown keys to the backend, which ignores what it does
+      // not read: accepted too, with a warning in case of a typo.
+      log::get("ddprun")->warn(
+          "--rdzv_conf: key '{}' is not used by ddprun, ignored; known keys: join_timeout, "
+          "last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt, timeout, "
+          "read_timeout, is_host, use_libuv, etcd_prefix, protocol, etcd_cacert, etcd_cert, etcd_key",
+          key);
     }
   }
 }

@@ -33,3 +33,23 @@ TEST_CASE("on a multi-node failure the healthy node names the failed node, rank 
   const auto line = err.substr(at, err.find('\n', at) - at);
   CHECK_THAT(line, Catch::Contains("reported a failure: rank 3 on node1: exit code 3 (CUDA out of memory)"));
 }
+
+TEST_CASE("when every worker fails the report counts them all") {
+  TempDir dir;
+  // Each worker fails on its own once all four run (a bad batch everywhere);
+  // SIGTERM from the first failure does not end the others first.
+  write_file(dir / "bad.py",
+             "import os, signal, sys, time\n"
+             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "d = sys.argv[1]\n"
+             "open(os.path.join(d, 'up' + os.environ['RANK']), 'w').close()\n"
+             "while len([f for f in os.listdir(d) if f.startswith('up')]) < 4:\n"
+             "    time.sleep(0.01)\n"
+             "sys.exit('bad batch')\n");
+  auto r = ddprun({"--nproc_per_node=4", "--python", "/usr/bin/python3", (dir / "bad.py").string(),
+                   dir.path().string()},
+                  dir);
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("ddprun: 4 worker(s) failed"));
+}

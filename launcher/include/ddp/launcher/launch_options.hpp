@@ -40,6 +40,8 @@ struct LaunchOptions {
   // Empty: "[rank ${rank}]:". Also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.
   std::string log_line_prefix_template;
   bool no_prefix = false;  // console lines exactly as the workers wrote them
+  std::string logs_specs;          // torchrun's LogsSpecs plugin: accepted, the default only
+  std::string event_log_handler = "null";  // torchrun's events handler: accepted, see --event_log
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   // Ours.
   double stop_timeout_s = 30.0;
