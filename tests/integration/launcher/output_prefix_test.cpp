@@ -28,7 +28,7 @@ TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE sets the console prefix as unde
   CHECK_THAT(flag.out, Catch::Contains("<0> hello\n"));
 }
 
-TEST_CASE("--no_prefix prints the workers' lines exactly as written") {
+TEST_CASE("no_prefix prints the workers' lines exactly as written") {
   TempDir dir;
   write_file(dir / "hello.py", "print('{\"step\": 1}')\n");
   auto r = ddprun({"--python", kPython, "--no_prefix", (dir / "hello.py").string()}, dir);
@@ -46,7 +46,7 @@ TEST_CASE("a line of a megabyte reaches the console in one piece") {
   CHECK(r.out == "[rank 0]:" + std::string(1 << 20, 'x') + "\n");
 }
 
-TEST_CASE("--log_dir without --rdzv_id gives each run its own directory, as torchrun") {
+TEST_CASE("log_dir without rdzv_id gives each run its own directory, as torchrun") {
   TempDir dir;
   const auto logs = dir / "logs";
   for (const char* word : {"first", "second"}) {

@@ -46,7 +46,7 @@ TEST_CASE("a second SIGTERM does not cut short the workers' checkpoint handlers"
   CHECK(count_lines(agent.out(), "saved") == 2);
 }
 
-TEST_CASE("--signals_to_handle=SIGUSR1 forwards a preemption notice and the run goes on") {
+TEST_CASE("signals_to_handle with SIGUSR1 forwards a preemption notice and the run goes on") {
   TempDir dir;
   write_file(dir / "preempt.py",
              "import signal, sys, time\n"
@@ -69,7 +69,7 @@ TEST_CASE("--signals_to_handle=SIGUSR1 forwards a preemption notice and the run 
   CHECK(count_lines(agent.out(), "preempted: saving and exiting") == 2);
 }
 
-TEST_CASE("--signals_to_handle rejects what it cannot handle, naming the flag") {
+TEST_CASE("signals_to_handle rejects what it cannot handle, naming the flag") {
   TempDir dir;
   auto r = ddprun({"--signals_to_handle=SIGTERM,SIGKILL", "/bin/true"}, dir);
   CHECK(r.code == 2);
