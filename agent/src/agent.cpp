@@ -37,6 +37,19 @@ const char* event_name(rdzv::RoundEvent e) {
   return "unknown";
 }
 
+// What the other nodes learn of a local failure, on one line: rank, host,
+// how it ended and, when known, why (the error file's message, else the
+// last stderr line).
+std::string describe_failure(const WorkerFailure& f) {
+  std::string why = f.error && !f.error->message.empty() ? f.error->message
+                    : f.stderr_tail.empty()               ? ""
+                                                          : f.stderr_tail.back();
+  if (const auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+  if (why.size() > 200) why = why.substr(0, 200) + "...";
+  return "rank " + std::to_string(f.rank) + " on " + f.host + ": " + f.how() +
+         (why.empty() ? "" : " (" + why + ")");
+}
+
 }  // namespace
 
 Agent::Impl::Impl(AgentConfig c, std::unique_ptr<rdzv::RendezvousHandler> h)
@@ -53,11 +66,12 @@ AgentResult Agent::Impl::run() {
   open_observers();  // a bad --event_log fails before anything connects
   if (!handler) handler = rdzv::create_handler(cfg.rendezvous, cfg.node);
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id);
+  if (!cfg.log_dir.empty()) log->info("worker logs in {}", run_dir->path().string());
   base_env = current_environment();
   handler->set_event_callback([s = sink, this](rdzv::RoundEvent e, const std::string& detail) {
     post_to(s, [this, e, detail] { on_round_event(e, detail); });
   });
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signals.add(sig);
+  for (int sig : cfg.signals_to_handle) signals.add(sig);
   std::function<void(boost::system::error_code, int)> on_sig =
       [this, &on_sig](boost::system::error_code ec, int sig) {
         if (ec) return;
@@ -66,6 +80,7 @@ AgentResult Agent::Impl::run() {
       };
   signals.async_wait(on_sig);
   runner = std::make_unique<ProcessRunner>(io);
+  open_terminal();
   rdzv = std::make_unique<BlockingCaller>();
   start_torch_store();
 
@@ -120,7 +135,11 @@ void Agent::Impl::on_rendezvous_error(int code, const std::string& message) {
 
 void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& detail) {
   log->info("round event: {}{}{}", event_name(event), detail.empty() ? "" : ": ", detail);
-  last_event_detail = std::string(event_name(event)) + (detail.empty() ? "" : ": ") + detail;
+  // The event that decides a stop names its cause; later ones (the failed
+  // node leaving) must not replace it.
+  if (phase == Phase::kRunning || phase == Phase::kSucceeded) {
+    last_event_detail = std::string(event_name(event)) + (detail.empty() ? "" : ": ") + detail;
+  }
   if (phase == Phase::kRunning) {
     switch (event) {
       case rdzv::RoundEvent::kRestartRequested:
@@ -159,20 +178,36 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
 
 void Agent::Impl::on_signal(int sig) {
   if (phase == Phase::kDone) return;
+  if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP && sig != SIGQUIT) {
+    // A notice for the workers (preemption), not a request to stop.
+    log->info("received {}: forwarding to workers", signal_name(sig));
+    kill_all(sig);
+    return;
+  }
   if (signal_received != 0) {
-    log->warn("received {} again: killing workers now", signal_name(sig));
-    kill_all(SIGKILL);
+    // Only a second Ctrl-C is someone impatient at the terminal; a scheduler
+    // or `timeout` may send SIGTERM twice, and the workers' SIGTERM handlers
+    // (checkpoints) must get their full --stop_timeout.
+    if (sig == SIGINT && signal_received == SIGINT) {
+      log->warn("received SIGINT again: killing workers now");
+      kill_all(SIGKILL);
+    } else {
+      log->info("received {} again: workers are already stopping (SIGKILL after the stop "
+                "timeout; Ctrl-C twice to kill at once)",
+                signal_name(sig));
+    }
     return;
   }
   signal_received = sig;
   switch (phase) {
     case Phase::kRunning:
-      log->info("received {}: forwarding to workers, then stopping them (again to kill at once)",
-                signal_name(sig));
+      log->info("received {}: forwarding to workers, then stopping them{}", signal_name(sig),
+                sig == SIGINT ? " (Ctrl-C again to kill at once)" : "");
       begin_stop(StopReason::kSignal, sig);
       break;
     case Phase::kStopping:
-      log->info("received {}: forwarding to workers (again to kill at once)", signal_name(sig));
+      log->info("received {}: forwarding to workers{}", signal_name(sig),
+                sig == SIGINT ? " (Ctrl-C again to kill at once)" : "");
       stop_reason = StopReason::kSignal;
       kill_all(sig);
       break;
@@ -190,14 +225,22 @@ void Agent::Impl::on_all_stopped() {
       const bool final_report = restart_count >= cfg.max_restarts;
       write_failure_report(final_report);
       if (final_report) {
+        // The other nodes' only news of what failed: report it before closing.
+        const auto& first = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
+        rdzv->call([h = handler, reason = describe_failure(first)] {
+          try {
+            h->report_failure(reason);
+          } catch (const std::exception&) {
+            // Closing follows; the other nodes then see the job end without a cause.
+          }
+        });
         fail_for_good("workers failed and max_restarts=" + std::to_string(cfg.max_restarts) +
                       " is spent");
         return;
       }
       ++restart_count;
       const auto& root = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
-      const std::string reason = "rank " + std::to_string(root.rank) + " on " + root.host + ": " +
-                                 root.how();
+      const std::string reason = describe_failure(root);
       log->warn("restarting workers ({}/{}) after failure of {}", restart_count, cfg.max_restarts,
                 reason);
       rdzv->call([h = handler, s = sink, this, reason] {
@@ -305,21 +348,24 @@ void Agent::Impl::restart_after_remote_failure() {
     log->warn("restarting workers ({}/{}) after another node's failure", restart_count, cfg.max_restarts);
     start_rendezvous();
   } else {
+    // The only line on this node saying what went wrong: name the node,
+    // rank and cause the failing node reported through the store.
     fail_for_good("another node's workers failed and max_restarts=" + std::to_string(cfg.max_restarts) +
-                  " is spent");
+                      " is spent (" + last_event_detail + ")",
+                  /*print=*/true);
   }
 }
 
-void Agent::Impl::fail_for_good(const std::string& reason) {
+void Agent::Impl::fail_for_good(const std::string& reason, bool print) {
   final_reason = reason;
   phase = Phase::kClosing;
-  rdzv->call([h = handler, s = sink, this, reason] {
+  rdzv->call([h = handler, s = sink, this, reason, print] {
     try {
       h->close(reason);
     } catch (const std::exception&) {
       // The job failed either way; the exit code says so.
     }
-    post_to(s, [this] { finish(1); });
+    post_to(s, [this, reason, print] { finish(1, print ? reason : ""); });
   });
 }
 
@@ -333,7 +379,8 @@ void Agent::Impl::write_failure_report(bool final_report) {
   }
   if (!final_report) return;
   run_dir->keep();
-  write_fully(2, render_text(report) + "failure report: " + path.string() + "\n");
+  write_fully(2, render_text(report) + interpreter_hint(report, cfg.argv.front()) +
+                    "failure report: " + path.string() + "\n");
 }
 
 void Agent::Impl::finish(int code, const std::string& error) {

@@ -26,6 +26,7 @@
 #include "ddp/store/torch_proxy.hpp"
 #include "process_runner.hpp"
 #include "run_dir.hpp"
+#include "terminal_relay.hpp"
 #include "worker_output.hpp"
 #include "event_log.hpp"
 
@@ -58,6 +59,7 @@ struct Worker {
   std::string error_file;
   std::string stderr_log;
   std::unique_ptr<WorkerOutput> output;
+  WorkerTerminal terminal;
 };
 
 // Lets the handler's event thread post to the io_context only while it exists.
@@ -86,7 +88,7 @@ struct Agent::Impl {
   void poll_all_succeeded();
   void succeed_unconfirmed(const std::string& why);
   void restart_after_remote_failure();
-  void fail_for_good(const std::string& reason);
+  void fail_for_good(const std::string& reason, bool print = false);
   void finish(int code, const std::string& error = "");
   void write_failure_report(bool final_report);
 
@@ -104,6 +106,11 @@ struct Agent::Impl {
   void start_torch_store();
   void point_torch_store(const rdzv::RendezvousResult& r);
   Endpoint torch_store_endpoint() const;
+  // agent_terminal.cpp: what workers get of the agent's terminal.
+  void open_terminal();
+  WorkerTerminal plan_terminal(int local_rank, WorkerOutputOptions& out);
+  WorkerStdio open_stdio(Worker& w);
+  void on_window_change();
 
   // agent_workers.cpp
   void spawn_workers();
@@ -151,6 +158,10 @@ struct Agent::Impl {
   std::string last_event_detail;  // of the latest round event, for restart/scale reasons
   std::string final_reason;       // why fail_for_good ended the run
   std::unique_ptr<store::TorchStoreProxy> torch_store;  // bound before any worker exists
+  std::unique_ptr<TerminalRelay> relay;
+  std::unique_ptr<boost::asio::signal_set> winch;  // SIGWINCH, when workers have ptys
+  std::shared_ptr<ConsoleLine> console_line = std::make_shared<ConsoleLine>();
+  bool pty_warned = false;
 };
 
 }  // namespace ddp::agent

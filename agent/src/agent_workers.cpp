@@ -45,11 +45,13 @@ void Agent::Impl::spawn_workers() {
     const Std tee = cfg.tee.for_rank(lr);
     WorkerOutputOptions out;
     out.rank = w.rank;
+    out.prefix = expand_prefix(cfg.line_prefix_template, w.rank, lr, cfg.role);
     out.console_out = !has(redirect, Std::kOut) && console_ok(lr);
     out.console_err = !has(redirect, Std::kErr) && console_ok(lr);
     if (has(redirect, Std::kOut) || has(tee, Std::kOut)) out.out_file = dir / "stdout.log";
     if (has(redirect, Std::kErr) || has(tee, Std::kErr)) out.err_file = dir / "stderr.log";
     w.stderr_log = out.err_file.string();
+    w.terminal = plan_terminal(lr, out);
     try {
       w.output = std::make_unique<WorkerOutput>(out);
     } catch (const ConfigError& e) {
@@ -99,7 +101,8 @@ void Agent::Impl::spawn_workers() {
     runner->spawn(std::move(spec), std::move(handlers),
                   [this, lr, att = attempt](pid_t pid, const std::string& error) {
                     if (att == attempt) on_spawned(lr, pid, error);
-                  });
+                  },
+                  open_stdio(w));
   }
 }
 
@@ -151,6 +154,13 @@ void Agent::Impl::on_worker_exit(int local_rank, int wait_status) {
     }
     return;
   }
+  // Workers that failed on their own while the group was being stopped for a
+  // failure count too; those our stop signal ended do not.
+  if (phase == Phase::kStopping && stop_reason == StopReason::kLocalFailure && !ok &&
+      !(WIFSIGNALED(wait_status) &&
+        (WTERMSIG(wait_status) == stop_signal || WTERMSIG(wait_status) == SIGKILL))) {
+    failures.push_back(make_failure(w));
+  }
   if (phase == Phase::kStopping && live_workers() == 0 && pending_spawns == 0) on_all_stopped();
 }
 
@@ -158,6 +168,7 @@ void Agent::Impl::begin_stop(StopReason reason, int sig) {
   phase = Phase::kStopping;
   stop_reason = reason;
   stop_signal = sig;
+  if (relay) relay->close_pipe();  // a worker waiting at a prompt reads EOF
   if (live_workers() > 0) {
     log->info("stopping {} workers with {} (SIGKILL after {} ms)", live_workers(),
               signal_name(sig), cfg.stop_timeout.count());

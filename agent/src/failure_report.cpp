@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -78,6 +79,22 @@ std::size_t FailureReport::root_cause() const {
   return static_cast<std::size_t>(it - failures.begin());
 }
 
+std::string interpreter_hint(const FailureReport& r, const std::string& program) {
+  const auto name = std::filesystem::path(program).filename().string();
+  if (name.rfind("python", 0) != 0) return "";
+  for (const auto& f : r.failures) {
+    for (const auto& line : f.stderr_tail) {
+      if (line.find("ModuleNotFoundError") != std::string::npos ||
+          line.find("ImportError") != std::string::npos) {
+        return "the workers ran " + program +
+               ", which could not import a module; choose the interpreter with --python PATH "
+               "(or PYTHON_EXEC), e.g. the python of your venv or the one torch is installed in\n";
+      }
+    }
+  }
+  return "";
+}
+
 std::string render_text(const FailureReport& r) {
   std::ostringstream os;
   const std::string rule(72, '=');
@@ -101,10 +118,28 @@ std::string render_text(const FailureReport& r) {
       os << "  traceback  :\n";
       indent_block(os, f.error->traceback, "    ");
     }
-  } else {
-    os << "  error file : <none written> (use ddp::run or torch's @record to fill it)\n";
   }
-  if (!f.stderr_tail.empty()) {
+  // A Python worker's traceback in its stderr (the tail may start mid-way).
+  const bool python = std::any_of(f.stderr_tail.begin(), f.stderr_tail.end(), [](const auto& l) {
+    return l.rfind("Traceback (most recent call last)", 0) == 0 || l.rfind("  File \"", 0) == 0;
+  });
+  if (!f.error) {
+    // Point it at torch's @record.
+    os << "  error file : <none written> ("
+       << (python ? "decorate main with torch.distributed.elastic.multiprocessing.errors.record"
+                  : "wrap main with torch's @record, or ddp::run in C++")
+       << " to fill it)\n";
+  }
+  // The error file's traceback is the one stderr shows too: print it once.
+  const std::string message = f.error ? f.error->message.substr(0, f.error->message.find('\n')) : "";
+  const bool traceback_shown =
+      f.error && !f.error->traceback.empty() && python && !message.empty() &&
+      std::any_of(f.stderr_tail.begin(), f.stderr_tail.end(),
+                  [&](const auto& l) { return l.find(message) != std::string::npos; });
+  if (traceback_shown && !f.stderr_log.empty()) {
+    os << "  stderr     : " << f.stderr_log << '\n';
+  }
+  if (!f.stderr_tail.empty() && !traceback_shown) {
     os << "  last stderr lines" << (f.stderr_log.empty() ? "" : " (" + f.stderr_log + ")") << ":\n";
     for (const auto& line : f.stderr_tail) os << "    " << line << '\n';
   }

@@ -213,15 +213,18 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
   }
 
   // On the spawner thread.
-  void launch(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned) {
-    Pipe out, err;
+  void launch(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio) {
+    // Every fd in stdio is ours now: closed on return unless handed on.
+    Pipe out{stdio.out_read, stdio.out_write};
+    Pipe err{stdio.err_read, stdio.err_write};
+    Pipe in{stdio.in >= 0 ? stdio.in : -1, -1};
     std::string error;
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) == 0) {
+    if (out.read < 0 && ::pipe2(fds, O_CLOEXEC) == 0) {
       out.read = fds[0];
       out.write = fds[1];
     }
-    if (::pipe2(fds, O_CLOEXEC) == 0) {
+    if (err.read < 0 && ::pipe2(fds, O_CLOEXEC) == 0) {
       err.read = fds[0];
       err.write = fds[1];
     }
@@ -247,8 +250,10 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
     if (error.empty()) {
       error_code ec;
       bp::posix::default_launcher launcher;
-      auto p = launcher(io.get_executor(), ec, spec.executable, spec.args,
-                        bp::process_stdio{{}, out.write, err.write},
+      bp::process_stdio child_stdio{{}, out.write, err.write};
+      if (stdio.in == WorkerStdio::kNull) in.read = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (in.read >= 0) child_stdio.in = in.read;
+      auto p = launcher(io.get_executor(), ec, spec.executable, spec.args, child_stdio,
                         WorkerSetup{envp.data(), ::getpid(), info.write});
       if (ec) {
         error = "cannot start " + spec.executable + ": " + ec.message();
@@ -320,15 +325,16 @@ ProcessRunner::~ProcessRunner() {
   impl_->children.clear();
 }
 
-void ProcessRunner::spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned) {
+void ProcessRunner::spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned,
+                          WorkerStdio stdio) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     // The work guard keeps io.run() from returning before the spawn is reported.
     impl_->jobs.emplace_back([impl = impl_.get(), work = asio::make_work_guard(impl_->io),
                               spec = std::move(spec),
                               handlers = std::move(handlers),
-                              on_spawned = std::move(on_spawned)]() mutable {
-      impl->launch(std::move(spec), std::move(handlers), std::move(on_spawned));
+                              on_spawned = std::move(on_spawned), stdio]() mutable {
+      impl->launch(std::move(spec), std::move(handlers), std::move(on_spawned), stdio);
     });
   }
   impl_->cv.notify_one();

@@ -24,9 +24,9 @@
 
 #include <boost/asio/io_context.hpp>
 
-namespace ddp::agent {
+#include "worker_stdio.hpp"
 
-enum class StdStream : int { kOut = 1, kErr = 2 };
+namespace ddp::agent {
 
 struct SpawnSpec {
   std::string executable;          // absolute path
@@ -54,7 +54,9 @@ class ProcessRunner {
   ProcessRunner(const ProcessRunner&) = delete;
   ProcessRunner& operator=(const ProcessRunner&) = delete;
 
-  void spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned);
+  // `stdio`: see worker_stdio.hpp; the default is pipes for stdout and stderr
+  // and the agent's own stdin.
+  void spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio = {});
 
   // Sends `sig` to the process group of the worker `pid` (its guard leads it);
   // SIGKILL asks the guard to kill the worker's whole tree instead.

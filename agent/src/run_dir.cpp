@@ -12,6 +12,19 @@ namespace ddp::agent {
 namespace fs = std::filesystem;
 
 RunDir::RunDir(const fs::path& log_dir, const std::string& run_id) {
+  if (!log_dir.empty() && run_id == kNoRunId) {
+    // No --rdzv_id: every run would share <log_dir>/none and overwrite the
+    // last one's logs. As torchrun, each run gets a directory of its own.
+    std::error_code ec;
+    fs::create_directories(log_dir, ec);
+    std::string tmpl = (log_dir / (run_id + "_XXXXXX")).string();
+    if (ec || ::mkdtemp(tmpl.data()) == nullptr) {
+      throw ConfigError("--log_dir: cannot create a directory in " + log_dir.string() + ": " +
+                        (ec ? ec.message() : errno_text(errno)));
+    }
+    path_ = tmpl;
+    return;
+  }
   if (!log_dir.empty()) {
     path_ = log_dir / run_id;
     std::error_code ec;

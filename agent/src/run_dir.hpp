@@ -1,4 +1,5 @@
-// The per-run directory: <log_dir>/<run_id>, or a temp dir when no --log_dir
+// The per-run directory: <log_dir>/<run_id>, <log_dir>/none_XXXXXX (a new
+// one per run) when there is no --rdzv_id, or a temp dir when no --log_dir
 // was given. Holds attempt_<k>/<local_rank>/{stdout,stderr}.log, error.json
 // and attempt_<k>/failure.json.
 #pragma once
@@ -10,6 +11,9 @@ namespace ddp::agent {
 
 class RunDir {
  public:
+  // The run id when none was given (torchrun's default --rdzv_id).
+  static constexpr const char* kNoRunId = "none";
+
   // Creates the directory. Throws ConfigError naming --log_dir when it cannot.
   RunDir(const std::filesystem::path& log_dir, const std::string& run_id);
   ~RunDir();  // removes a temp dir unless keep() was called

@@ -11,10 +11,6 @@
 namespace ddp::agent {
 namespace {
 
-// A "line" longer than this is emitted in pieces so a worker printing without
-// newlines cannot grow the agent's memory without bound.
-constexpr std::size_t kMaxLineBytes = 64 * 1024;
-
 int open_log(const std::filesystem::path& path) {
   if (path.empty()) return -1;
   std::error_code ec;
@@ -27,6 +23,27 @@ int open_log(const std::filesystem::path& path) {
 }
 
 }  // namespace
+
+std::string expand_prefix(const std::string& templ, int rank, int local_rank,
+                          const std::string& role) {
+  const std::pair<std::string, std::string> vars[] = {{"${rank}", std::to_string(rank)},
+                                                      {"${local_rank}", std::to_string(local_rank)},
+                                                      {"${role_name}", role}};
+  std::string out;
+  for (std::size_t i = 0; i < templ.size();) {
+    bool replaced = false;
+    for (const auto& [name, value] : vars) {
+      if (templ.compare(i, name.size(), name) == 0) {
+        out += value;
+        i += name.size();
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += templ[i++];
+  }
+  return out;
+}
 
 void write_fully(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
@@ -46,9 +63,13 @@ void write_fully(int fd, std::string_view bytes) {
 }
 
 WorkerOutput::WorkerOutput(WorkerOutputOptions options)
-    : options_(std::move(options)), prefix_("[rank " + std::to_string(options_.rank) + "]:") {
+    : options_(std::move(options)),
+      prefix_(options_.prefix.value_or("[rank " + std::to_string(options_.rank) + "]:")) {
+  if (!options_.console_line) options_.console_line = std::make_shared<ConsoleLine>();
   out_.console = options_.console_out;
   out_.console_fd = options_.console_out_fd;
+  out_.stream = options_.stream_out;
+  err_.stream = options_.stream_err;
   err_.console = options_.console_err;
   err_.console_fd = options_.console_err_fd;
   out_.file_fd = open_log(options_.out_file);
@@ -61,6 +82,11 @@ WorkerOutput::WorkerOutput(WorkerOutputOptions options)
 }
 
 WorkerOutput::~WorkerOutput() {
+  // The shared line must not point into a destroyed writer.
+  auto& line = *options_.console_line;
+  if (line.at_line_start == &out_.at_line_start || line.at_line_start == &err_.at_line_start) {
+    line = {};
+  }
   if (out_.file_fd >= 0) ::close(out_.file_fd);
   if (err_.file_fd >= 0) ::close(err_.file_fd);
 }
@@ -68,13 +94,14 @@ WorkerOutput::~WorkerOutput() {
 void WorkerOutput::feed(StdStream stream, std::string_view bytes) {
   Channel& ch = channel(stream);
   if (ch.file_fd >= 0) write_fully(ch.file_fd, bytes);
+  if (ch.stream && ch.console) stream_console(ch, bytes);
   while (!bytes.empty()) {
     const auto nl = bytes.find('\n');
     if (nl == std::string_view::npos) {
       ch.partial.append(bytes);
-      if (ch.partial.size() >= kMaxLineBytes) {
-        emit_line(ch, stream, ch.partial);
-        ch.partial.clear();
+      if (ch.stream) {
+        // Kept for the stderr tail only: what a '\r' redraws is gone from the screen too.
+        if (const auto cr = ch.partial.rfind('\r'); cr != std::string::npos) ch.partial.erase(0, cr + 1);
       }
       return;
     }
@@ -96,6 +123,12 @@ void WorkerOutput::finish() {
       emit_line(ch, stream, ch.partial);
       ch.partial.clear();
     }
+    if (ch.stream && ch.console && !ch.at_line_start) {
+      // A last line without newline: end it, so what follows starts a line.
+      write_fully(ch.console_fd, "\n");
+      ch.at_line_start = true;
+      if (options_.console_line->at_line_start == &ch.at_line_start) *options_.console_line = {};
+    }
   }
 }
 
@@ -104,11 +137,46 @@ void WorkerOutput::emit_line(Channel& ch, StdStream stream, std::string_view lin
     tail_.emplace_back(line);
     if (tail_.size() > options_.tail_lines) tail_.pop_front();
   }
-  if (!ch.console) return;
+  if (!ch.console || ch.stream) return;
+  end_foreign_line(ch);
   std::string text;
   text.reserve(prefix_.size() + line.size() + 1);
   text.append(prefix_).append(line).push_back('\n');
   write_fully(ch.console_fd, text);
+}
+
+void WorkerOutput::end_foreign_line(Channel& ch) {
+  auto& line = *options_.console_line;
+  if (line.at_line_start == nullptr || line.at_line_start == &ch.at_line_start) return;
+  write_fully(line.fd, "\n");
+  *line.at_line_start = true;
+  line = {};
+}
+
+void WorkerOutput::stream_console(Channel& ch, std::string_view bytes) {
+  if (bytes.empty()) return;
+  end_foreign_line(ch);
+  std::string text;
+  text.reserve(bytes.size() + prefix_.size() * 2);
+  while (!bytes.empty()) {
+    if (ch.at_line_start) text.append(prefix_);
+    ch.at_line_start = false;
+    const auto end = bytes.find_first_of("\r\n");
+    if (end == std::string_view::npos) {
+      text.append(bytes);
+      break;
+    }
+    text.append(bytes.substr(0, end + 1));
+    ch.at_line_start = true;
+    bytes.remove_prefix(end + 1);
+  }
+  write_fully(ch.console_fd, text);
+  auto& line = *options_.console_line;
+  if (!ch.at_line_start) {
+    line = {ch.console_fd, &ch.at_line_start};
+  } else if (line.at_line_start == &ch.at_line_start) {
+    line = {};
+  }
 }
 
 }  // namespace ddp::agent

@@ -1,6 +1,11 @@
-// Where one worker's output goes: whole lines to the console prefixed
-// "[rank N]:" (unless redirected or filtered out), raw bytes to its log files,
-// and the last lines of stderr kept for the failure report.
+// Where one worker's output goes: to the console prefixed "[rank N]:" (unless
+// redirected or filtered out), raw bytes to its log files, and the last lines
+// of stderr kept for the failure report.
+//
+// The console gets whole lines, or, in streaming mode (the console is a
+// terminal, or the worker answers a prompt), bytes as they arrive: the prefix
+// starts each line and follows each '\r', so a progress bar redrawn with '\r'
+// keeps its prefix, and a prompt without a newline shows at once.
 //
 // Thread-safety: used from the agent's io thread only.
 #pragma once
@@ -12,12 +17,23 @@
 #include <string_view>
 #include <vector>
 
-#include "process_runner.hpp"
+#include <memory>
+#include <optional>
+
+#include "worker_stdio.hpp"
 
 namespace ddp::agent {
 
+// The console line a streaming writer left unfinished, shared by all workers'
+// outputs: another writer first ends it with '\n', so lines never merge.
+struct ConsoleLine {
+  int fd = -1;
+  bool* at_line_start = nullptr;  // the unfinished line's writer; null: none
+};
+
 struct WorkerOutputOptions {
   int rank = 0;
+  std::optional<std::string> prefix;  // console line prefix; nullopt: "[rank N]:"
   bool console_out = true;           // stdout lines reach the agent's stdout
   bool console_err = true;           // stderr lines reach the agent's stderr
   std::filesystem::path out_file;    // empty: stdout not logged to a file
@@ -25,6 +41,9 @@ struct WorkerOutputOptions {
   std::size_t tail_lines = 10;       // stderr lines kept for the failure report
   int console_out_fd = 1;
   int console_err_fd = 2;
+  bool stream_out = false;                    // stdout's console gets bytes as they come
+  bool stream_err = false;                    // stderr's likewise
+  std::shared_ptr<ConsoleLine> console_line;  // null: this output's own
 };
 
 class WorkerOutput {
@@ -47,8 +66,12 @@ class WorkerOutput {
     int file_fd = -1;
     bool console = true;
     int console_fd = 1;
+    bool stream = false;
+    bool at_line_start = true;  // streaming: the next byte starts a line
   };
   void emit_line(Channel& ch, StdStream stream, std::string_view line);
+  void stream_console(Channel& ch, std::string_view bytes);
+  void end_foreign_line(Channel& ch);
   Channel& channel(StdStream s) { return s == StdStream::kOut ? out_ : err_; }
 
   WorkerOutputOptions options_;
@@ -57,6 +80,11 @@ class WorkerOutput {
   Channel err_;
   std::deque<std::string> tail_;
 };
+
+// A console line prefix from torchrun's template syntax: ${rank},
+// ${local_rank} and ${role_name} replaced, anything else kept as written.
+std::string expand_prefix(const std::string& templ, int rank, int local_rank,
+                          const std::string& role);
 
 // Writes all of `bytes` to `fd`, retrying on EINTR and short writes.
 void write_fully(int fd, std::string_view bytes);

@@ -138,6 +138,10 @@ struct App {
          "Execute the program directly instead of prepending `python3 -u`", launch);
     flag("run_path", o.run_path,
          "Run the program as a Python script path even without a .py suffix", launch);
+    opt("signals_to_handle", o.signals_to_handle,
+        "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP, SIGQUIT stop the workers with that "
+        "signal; others (SIGUSR1, SIGUSR2) are forwarded to the workers, which keep running",
+        launch);
     opt("local_addr", o.local_addr,
         "Address of this node as other nodes reach it (default: the hostname)", launch);
 
@@ -149,6 +153,19 @@ struct App {
         logs, "-r");
     opt("tee", o.tee, "Tee std streams into log files and also to the console (format as -r)",
         logs, "-t");
+    opt("logs_specs", o.logs_specs,
+        "Accepted for torchrun compatibility; ddprun's log layout is torchrun's default one",
+        logs);
+    opt("event_log_handler", o.event_log_handler,
+        "Accepted for torchrun compatibility (null, console); ddprun writes events with "
+        "--event_log",
+        logs);
+    opt("log_line_prefix_template", o.log_line_prefix_template,
+        "Console line prefix with ${rank}, ${local_rank}, ${role_name} (default "
+        "\"[rank ${rank}]:\"; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)",
+        logs);
+    flag("no_prefix", o.no_prefix, "Console lines exactly as the workers wrote them, no prefix",
+         logs);
     opt("local_ranks_filter", o.local_ranks_filter,
         "Only show the console output of these local ranks (e.g. 0,2)", logs);
 
@@ -164,7 +181,11 @@ struct App {
         "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, as torchrun)",
         ours);
     flag("legacy_local_rank", o.legacy_local_rank,
-         "Pass --local_rank=N to the program, the torch.distributed.launch way", ours);
+         "Pass --local_rank=N to the program, the torch.distributed.launch way (default: only "
+         "to a .py script that defines a --local_rank argument)",
+         ours);
+    flag("no_legacy_local_rank", o.no_legacy_local_rank,
+         "Never pass --local_rank=N, even to a script that defines the argument", ours);
     flag("use_env", o.use_env,
          "Accepted for torch.distributed.launch compatibility: the env always carries LOCAL_RANK",
          ours);
@@ -172,7 +193,10 @@ struct App {
         "File holding the store's auth token; workers get it as DDP_TOKEN_FILE", ours);
     opt("log_level", o.log_level, "ddprun's own log level: trace, debug, info, warn, error, off",
         ours);
-    opt("python", o.python, "Interpreter for scripts and -m (default $PYTHON_EXEC, else python3)", ours);
+    opt("python", o.python,
+        "Interpreter for scripts and -m (default $PYTHON_EXEC, else the interpreter of the "
+        "torchrun on PATH, else python3 on PATH)",
+        ours);
     opt("event_log", o.event_log,
         "Append one JSON line per lifecycle event (rendezvous, worker_start, worker_exit, "
         "restart, scale, failure, success, shutdown) to this file",
@@ -195,8 +219,56 @@ struct App {
 }
 
 
+const CLI::Option* find_long(const CLI::App& app, const std::string& name, bool prefix) {
+  std::vector<const CLI::Option*> found;
+  std::string all;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const auto& l : o->get_lnames()) {
+      if ((prefix ? l.rfind(name, 0) != 0 : l != name) || (!found.empty() && found.back() == o)) {
+        continue;
+      }
+      all += (all.empty() ? "--" : ", --") + o->get_lnames().front();
+      found.push_back(o);
+    }
+  }
+  if (found.size() > 1) throw ConfigError("--" + name + ": ambiguous option, could be " + all);
+  return found.empty() ? nullptr : found.front();
+}
+
+// argparse (torchrun's parser) takes any unambiguous prefix of a long option:
+// --nproc for --nproc_per_node, --nnode=1. Rewrites those to the full name, up
+// to the program, whose arguments are left alone.
+std::vector<std::string> expand_prefixes(const CLI::App& app, std::vector<std::string> argv) {
+  for (std::size_t i = 1; i < argv.size(); ++i) {
+    std::string& a = argv[i];
+    if (a == "--" || a.size() < 2 || a[0] != '-') break;  // the program starts here
+    const CLI::Option* opt = nullptr;
+    bool inline_value = false;
+    if (a.rfind("--", 0) == 0) {
+      const auto eq = a.find('=');
+      const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      inline_value = eq != std::string::npos;
+      opt = find_long(app, name, false);
+      if (opt == nullptr && !name.empty() && (opt = find_long(app, name, true)) != nullptr) {
+        a = "--" + opt->get_lnames().front() + (inline_value ? a.substr(eq) : "");
+      }
+    } else {
+      for (const CLI::Option* o : app.get_options()) {
+        for (const auto& sn : o->get_snames()) {
+          if (a.size() >= 2 && a.substr(1, 1) == sn) opt = o;
+        }
+      }
+      inline_value = a.size() > 2;
+    }
+    // An option's value in the next argument is not the program.
+    if (opt != nullptr && opt->get_type_size() > 0 && !inline_value) ++i;
+  }
+  return argv;
+}
+
 // Parses argv with CLI11 into `o`; help/version end the parse early.
-std::optional<ParseOutcome> parse_into(App& cli, const std::vector<std::string>& argv) {
+std::optional<ParseOutcome> parse_into(App& cli, const std::vector<std::string>& given) {
+  const std::vector<std::string> argv = expand_prefixes(cli.app, given);
   // CLI11 wants the arguments reversed, without argv[0].
   std::vector<std::string> rev(argv.rbegin(), argv.rend());
   if (!rev.empty()) rev.pop_back();
@@ -310,6 +382,10 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   auto env = process_env;
   if (auto exec = env.find("PYTHON_EXEC"); exec != env.end() && !exec->second.empty()) {
     env.emplace("DDP_PYTHON", exec->second);
+  }
+  // torchrun's env spelling of --log_line_prefix_template.
+  if (auto t = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); t != env.end()) {
+    env.emplace("PET_LOG_LINE_PREFIX_TEMPLATE", t->second);
   }
   // First the command line alone: it says which flags are set there and names
   // the config file.

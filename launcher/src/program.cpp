@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "ddp/common/error.hpp"
@@ -27,6 +29,36 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 }  // namespace
+
+std::optional<std::string> resolve_python(const std::string& requested,
+                                          const std::map<std::string, std::string>& env) {
+  if (!requested.empty()) return find_executable(requested, env);
+  if (const auto torchrun = find_executable("torchrun", env)) {
+    std::ifstream in(*torchrun);
+    std::string first;
+    std::getline(in, first);
+    // "#!/usr/bin/python3.11" or "#!/venv/bin/python": an interpreter by path
+    // (a shell-script shim or "#!/usr/bin/env python3" falls through to PATH).
+    if (first.rfind("#!/", 0) == 0) {
+      std::string interp = first.substr(2);
+      if (const auto sp = interp.find_first_of(" \t\r"); sp != std::string::npos) interp.resize(sp);
+      if (fs::path(interp).filename().string().rfind("python", 0) == 0 &&
+          is_executable_file(interp)) {
+        return interp;
+      }
+    }
+  }
+  return find_executable("python3", env);
+}
+
+bool script_defines_local_rank(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  // '--local_rank' or "--local-rank" as a literal: add_argument's spelling.
+  static const std::regex kArg(R"(["']--local[_-]rank["'])");
+  return std::regex_search(text.str(), kArg);
+}
 
 std::optional<std::string> find_executable(const std::string& name,
                                            const std::map<std::string, std::string>& env) {
@@ -57,9 +89,9 @@ ProgramCommand resolve_program(const LaunchOptions& o,
   ProgramCommand cmd;
 
   const auto python = [&]() {
-    auto py = find_executable(o.python, env);
+    auto py = resolve_python(o.python, env);
     if (!py) {
-      throw ConfigError("--python: '" + o.python +
+      throw ConfigError("--python: '" + (o.python.empty() ? std::string("python3") : o.python) +
                         "' not found or not executable (needed to run '" + program +
                         "'); install python3 or pass --no_python for an executable");
     }
@@ -70,9 +102,13 @@ ProgramCommand resolve_program(const LaunchOptions& o,
   // executable that is not a .py directly, since python could not run it anyway.
   // --run_path wins over --no_python, as in torchrun.
   bool direct = false;
-  if (o.module || o.run_path || ends_with(program, ".py")) {
+  if (o.module || o.run_path) {
     direct = false;
-  } else if (o.no_python || is_executable_file(program)) {
+  } else if (o.no_python) {
+    direct = true;  // a .py too: the user asked for its shebang
+  } else if (ends_with(program, ".py")) {
+    direct = false;
+  } else if (is_executable_file(program)) {
     direct = true;
   } else if (program.find('/') == std::string::npos && !is_regular(program)) {
     direct = find_executable(program, env).has_value();

@@ -1,14 +1,17 @@
 // LaunchOptions -> AgentConfig: every check a user can trip, each failing
 // with one line that names the flag.
+#include <signal.h>
 #include <unistd.h>
 
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
 #include "ddp/launcher/launch_options.hpp"
 #include "ddp/store/etcd_store.hpp"
 #include "program.hpp"
@@ -109,12 +112,17 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
       rc.etcd.cert = value;
     } else if (key == "etcd_key" || key == "key" || key == "ssl_cert_key") {
       rc.etcd.key = value;
+    } else if (key == "use_libuv") {
+      // torchrun's TCPStore server flavour; ddprun's store is its own.
+      parse_bool(key, value);
     } else {
-      throw ConfigError("--rdzv_conf: unknown key '" + key +
-                        "'; known keys: join_timeout, last_call_timeout, close_timeout, "
-                        "keep_alive_interval, keep_alive_max_attempt, timeout, read_timeout, "
-                        "is_host, etcd_prefix, protocol, etcd_cacert, etcd_cert, etcd_key, "
-                        "torch_legacy_protocol");
+      // torchrun hands unknown keys to the backend, which ignores what it does
+      // not read: accepted too, with a warning in case of a typo.
+      log::get("ddprun")->warn(
+          "--rdzv_conf: key '{}' is not used by ddprun, ignored; known keys: join_timeout, "
+          "last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt, timeout, "
+          "read_timeout, is_host, use_libuv, etcd_prefix, protocol, etcd_cacert, etcd_cert, etcd_key, torch_legacy_protocol",
+          key);
     }
   }
 }
@@ -183,6 +191,30 @@ std::vector<int> parse_filter(const std::string& text, int nproc) {
                         std::to_string(nproc) + " workers per node");
     }
     out.push_back(lr);
+  }
+  return out;
+}
+
+std::vector<int> parse_signals(const std::string& text) {
+  static const std::map<std::string, int> kSignals = {
+      {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT}, {"SIGTERM", SIGTERM},
+      {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGALRM", SIGALRM}, {"SIGCONT", SIGCONT},
+      {"SIGXCPU", SIGXCPU}};
+  std::vector<int> out;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    std::string name = item;
+    for (auto& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
+    const auto it = kSignals.find(name);
+    if (it == kSignals.end()) {
+      throw ConfigError("--signals_to_handle: '" + item +
+                        "' is not a signal ddprun can handle; use names like SIGTERM,SIGUSR1 "
+                        "(SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGCONT, "
+                        "SIGXCPU)");
+    }
+    out.push_back(it->second);
   }
   return out;
 }
@@ -262,6 +294,12 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
                       "'; use static, c10d (alias ddp) or etcd");
   }
 
+  cfg.signals_to_handle = parse_signals(o.signals_to_handle);
+  if (o.no_prefix) {
+    cfg.line_prefix_template.clear();
+  } else if (!o.log_line_prefix_template.empty()) {
+    cfg.line_prefix_template = o.log_line_prefix_template;
+  }
   cfg.redirects = agent::parse_std_spec(o.redirects, "--redirects");
   cfg.tee = agent::parse_std_spec(o.tee, "--tee");
   cfg.local_ranks_filter = parse_filter(o.local_ranks_filter, cfg.nproc_per_node);
@@ -280,7 +318,23 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
 
   const auto cmd = resolve_program(o, host.env);
   cfg.argv = cmd.argv;
-  cfg.local_rank_arg_index = o.legacy_local_rank ? cmd.user_args_index : -1;
+  if (o.legacy_local_rank && o.no_legacy_local_rank) {
+    throw ConfigError("--legacy_local_rank and --no_legacy_local_rank: give one of them");
+  }
+  bool legacy = o.legacy_local_rank;
+  // A script run by python (not -m, not an executable) that parses
+  // --local_rank would otherwise run as separate non-distributed copies.
+  const bool python_script =
+      !o.module && cmd.user_args_index >= 1 &&
+      cmd.argv[static_cast<std::size_t>(cmd.user_args_index)] == o.program.front();
+  if (!legacy && !o.no_legacy_local_rank && python_script &&
+      script_defines_local_rank(o.program.front())) {
+    legacy = true;
+    log::get("ddprun")->info("passing --local_rank=N to {}: it defines a --local_rank argument "
+                             "(torch.distributed.launch style); --no_legacy_local_rank to stop",
+                             o.program.front());
+  }
+  cfg.local_rank_arg_index = legacy ? cmd.user_args_index : -1;
 
   cfg.node.node_id = host.hostname + "_" + std::to_string(host.pid);
   cfg.node.host = o.local_addr.empty() ? host.hostname : o.local_addr;

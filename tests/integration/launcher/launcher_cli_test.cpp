@@ -97,7 +97,7 @@ TEST_CASE("every bad input exits 2 with one line naming the flag, and starts not
       {{"--master_port=70000", worker}, "--master_port"},
       {{"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:70000", worker}, "--rdzv_endpoint"},
       {{"--nnodes=2", "--node_rank=2", worker}, "--node_rank"},
-      {{"--rdzv_conf=join_timeout=5,bogus=1", worker}, "--rdzv_conf"},
+      {{"--rdzv_conf=join_timeout=5,is_host=perhaps", worker}, "--rdzv_conf"},
       {{"--nproc_per_node=-3", worker}, "--nproc_per_node"},
       {{"--frobnicate", worker}, "--frobnicate"},
   };

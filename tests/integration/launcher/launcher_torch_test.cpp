@@ -1,5 +1,9 @@
 // An unmodified PyTorch DDP-style script under ddprun (Debian's python3-torch,
 // gloo on CPU): init_process_group("gloo") from the env contract, all_reduce.
+#include <sys/stat.h>
+
+#include <cstdlib>
+
 #include <catch2/catch.hpp>
 
 #include "launcher_test_util.hpp"
@@ -33,4 +37,75 @@ TEST_CASE("a torch script joins a gloo process group from ddprun's env and all-r
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("[rank 0]:rank 0 of 2 sum 3.0"));
   CHECK_THAT(r.out, Catch::Contains("[rank 1]:rank 1 of 2 sum 3.0"));
+}
+
+TEST_CASE("a torch.distributed.launch script that parses --local_rank runs distributed") {
+  TempDir dir;
+  if (!have_torch(dir)) {
+    WARN("python3-torch not installed: skipped");
+    return;
+  }
+  // The tutorials' style: --local_rank from argparse, -1 meaning "not distributed".
+  write_file(dir / "launch_style.py",
+             "import argparse, torch, torch.distributed as dist\n"
+             "p = argparse.ArgumentParser()\n"
+             "p.add_argument('--local_rank', type=int, default=-1)\n"
+             "p.add_argument('--epochs', type=int)\n"
+             "a = p.parse_args()\n"
+             "if a.local_rank == -1:\n"
+             "    print('not distributed')\n"
+             "else:\n"
+             "    dist.init_process_group('gloo')\n"
+             "    print('local_rank', a.local_rank, 'world', dist.get_world_size(), 'epochs', a.epochs)\n"
+             "    dist.destroy_process_group()\n");
+  // The tutorials' own abbreviations, as argparse accepts them.
+  auto r = ddprun({"--python", kTorchPython, "--nnode=1", "--nproc", "2",
+                   (dir / "launch_style.py").string(), "--epochs", "3"},
+                  dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0]:local_rank 0 world 2 epochs 3"));
+  CHECK_THAT(r.out, Catch::Contains("[rank 1]:local_rank 1 world 2 epochs 3"));
+  // One line says what ddprun decided and how to undo it.
+  CHECK(count_lines(r.err, "passing --local_rank=N to") == 1);
+  CHECK_THAT(r.err, Catch::Contains("--no_legacy_local_rank"));
+
+  auto off = ddprun({"--python", kTorchPython, "--no_legacy_local_rank", "--nproc_per_node=2",
+                     (dir / "launch_style.py").string()},
+                    dir);
+  REQUIRE(off.code == 0);
+  CHECK(count_lines(off.out, "not distributed") == 2);
+}
+
+TEST_CASE("without --python a torch script runs under torchrun's interpreter, whatever python3 is first on PATH") {
+  TempDir dir;
+  if (!have_torch(dir)) {
+    WARN("python3-torch not installed: skipped");
+    return;
+  }
+  // A python3 first on PATH that cannot import torch, as a pyenv shim can be.
+  write_file(dir / "shims/python3", "#!/bin/sh\necho 'No module named torch' >&2\nexit 1\n");
+  ::chmod((dir / "shims/python3").c_str(), 0755);
+  write_file(dir / "train.py",
+             "import sys, torch\n"
+             "print('torch', torch.__version__.split('.')[0], 'under', sys.executable)\n");
+  const std::string path = (dir / "shims").string() + ":" + std::getenv("PATH");
+  auto r = ddprun({(dir / "train.py").string()}, dir, {{"PATH", path}, {"PYTHON_EXEC", std::nullopt}});
+  INFO(r.err);
+  if (r.code != 0 && r.err.find("shims/python3") != std::string::npos) {
+    WARN("no torchrun on PATH to take the interpreter from: skipped");
+    return;
+  }
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0]:torch "));
+}
+
+TEST_CASE("a worker failing on an import names the interpreter and how to choose another") {
+  TempDir dir;
+  write_file(dir / "train.py", "import no_such_module_for_ddprun\n");
+  auto r = ddprun({"--python", kTorchPython, (dir / "train.py").string()}, dir);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains(std::string("the workers ran ") + kTorchPython +
+                                    ", which could not import a module; choose the interpreter "
+                                    "with --python PATH (or PYTHON_EXEC)"));
 }

@@ -175,8 +175,10 @@ TEST_CASE("ddp-store status shows both nodes of a running c10d job live from the
   CHECK(count_lines(table.out, " 1/2 ") == 1);
   CHECK(count_lines(table.out, " 0-1 ") == 1);
   CHECK(count_lines(table.out, " 2-3 ") == 1);
+  // "running" is published once every worker has exec'd; each writes its pid
+  // file line a moment later.
+  REQUIRE(wait_until([&] { return started_pids(read_file(dir / "pids")).size() == 4; }));
   const auto pids = started_pids(read_file(dir / "pids"));
-  REQUIRE(pids.size() == 4);
   for (pid_t pid : pids) {
     CHECK_THAT(table.out, Catch::Contains(std::to_string(pid)));
     // The event log is close-on-exec: no worker holds it open.

@@ -110,3 +110,30 @@ TEST_CASE("invalid UTF-8 in worker output does not break the JSON report") {
   r.failures[1].stderr_tail = {std::string("bad \xff\xfe bytes")};
   CHECK_NOTHROW(render_json(r));
 }
+
+TEST_CASE("a Python traceback in both the error file and stderr is printed once") {
+  auto r = sample();
+  auto& f = r.failures[1];
+  f.error = ErrorFileContent{"ValueError: bad batch", "Traceback (most recent call last):\n  File \"t.py\", line 3\nValueError: bad batch", "1"};
+  f.stderr_tail = {"Traceback (most recent call last):", "  File \"t.py\", line 3", "ValueError: bad batch"};
+  f.stderr_log = "/logs/stderr.log";
+  const auto text = render_text(r);
+  size_t n = 0;
+  for (auto at = text.find("ValueError: bad batch\n"); at != std::string::npos;
+       at = text.find("ValueError: bad batch\n", at + 1)) {
+    ++n;
+  }
+  CHECK(n == 2);  // the message line and the traceback's last line, not the stderr copy
+  CHECK_THAT(text, Catch::Contains("stderr     : /logs/stderr.log"));
+  CHECK_THAT(text, !Catch::Contains("ddp::run"));
+}
+
+TEST_CASE("a Python worker without an error file is pointed at torch's record, not ddp::run") {
+  auto r = sample();
+  auto& f = r.failures[1];
+  f.error.reset();
+  f.stderr_tail = {"  File \"t.py\", line 3", "ValueError: bad batch"};
+  const auto text = render_text(r);
+  CHECK_THAT(text, Catch::Contains("torch.distributed.elastic.multiprocessing.errors.record"));
+  CHECK_THAT(text, !Catch::Contains("ddp::run"));
+}

@@ -99,3 +99,39 @@ TEST_CASE("an unwritable log file is a config error naming --log_dir") {
   o.out_file = "/proc/definitely/not/stdout.log";
   CHECK_THROWS_WITH(WorkerOutput(o), Catch::StartsWith("--log_dir: cannot create"));
 }
+
+TEST_CASE("streaming output reaches the console as it comes, the prefix after each \\r") {
+  Console out;
+  WorkerOutputOptions o;
+  o.rank = 3;
+  o.console_out_fd = out.fds[1];
+  o.stream_out = true;
+  WorkerOutput w(o);
+  w.feed(StdStream::kOut, "(Pdb) ");
+  CHECK(out.drain() == "[rank 3]:(Pdb) ");
+  w.feed(StdStream::kOut, "\r 10%");
+  CHECK(out.drain() == "\r[rank 3]: 10%");
+  w.feed(StdStream::kOut, "\r 20%\nnext");
+  CHECK(out.drain() == "\r[rank 3]: 20%\n[rank 3]:next");
+  w.finish();
+  CHECK(out.drain() == "\n");  // a line left open is ended
+}
+
+TEST_CASE("another worker's line first ends a streaming worker's unfinished line") {
+  Console console;
+  auto line = std::make_shared<ConsoleLine>();
+  WorkerOutputOptions a;
+  a.rank = 0;
+  a.console_out_fd = console.fds[1];
+  a.stream_out = true;
+  a.console_line = line;
+  WorkerOutputOptions b = a;
+  b.rank = 1;
+  b.stream_out = false;
+  WorkerOutput wa(a), wb(b);
+  wa.feed(StdStream::kOut, "\rstep 1");
+  wb.feed(StdStream::kOut, "hello\n");
+  wa.feed(StdStream::kOut, "\rstep 2\n");
+  CHECK(console.drain() ==
+        "[rank 0]:\r[rank 0]:step 1\n[rank 1]:hello\n[rank 0]:\r[rank 0]:step 2\n");
+}

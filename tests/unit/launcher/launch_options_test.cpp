@@ -1,6 +1,8 @@
 // ddprun's CLI -> LaunchOptions -> AgentConfig, including every bad input.
 #include <sys/stat.h>
 
+#include <csignal>
+
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.hpp"
@@ -109,15 +111,45 @@ TEST_CASE("an unknown option before the program is an error naming it") {
 TEST_CASE("a .py script runs under python3 -u, a module under -m, an executable directly") {
   TempDir dir;
   ddp::test::write_file(dir / "train.py", "print(1)\n");
-  auto py = translate({"--standalone", (dir / "train.py").string(), "--epochs", "2"});
+  auto py = translate({"--standalone", "--python=python3", (dir / "train.py").string(), "--epochs", "2"});
   CHECK(py.argv == std::vector<std::string>{"/usr/bin/python3", "-u", (dir / "train.py").string(),
                                             "--epochs", "2"});
-  auto mod = translate({"--standalone", "-m", "pkg.train", "x"});
+  auto mod = translate({"--standalone", "--python=python3", "-m", "pkg.train", "x"});
   CHECK(mod.argv == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.train", "x"});
   auto exe = translate({"--standalone", "true", "x"});
   CHECK(exe.argv == std::vector<std::string>{"/usr/bin/true", "x"});
   auto no_python = translate({"--standalone", "--no_python", "/bin/echo"});
   CHECK(no_python.argv == std::vector<std::string>{"/bin/echo"});
+  // --no_python runs even a .py directly (its shebang), as torchrun does.
+  ddp::test::write_file(dir / "tool.py", "#!/bin/sh\necho hi\n");
+  ::chmod((dir / "tool.py").c_str(), 0755);
+  auto shebang = translate({"--standalone", "--no_python", (dir / "tool.py").string(), "a"});
+  CHECK(shebang.argv == std::vector<std::string>{(dir / "tool.py").string(), "a"});
+}
+
+TEST_CASE("the default interpreter is torchrun's, not a python3 shim first on PATH") {
+  TempDir dir;
+  const auto exe = [&](const std::string& rel, const std::string& text) {
+    std::filesystem::create_directories((dir / rel).parent_path());
+    ddp::test::write_file(dir / rel, text);
+    ::chmod((dir / rel).c_str(), 0755);
+  };
+  // A pyenv-like shim first on PATH, torchrun (and torch) with another python.
+  exe("shims/python3", "#!/usr/bin/env bash\n");
+  exe("torch/bin/python3.11", "");
+  exe("torch/bin/torchrun", "#!" + (dir / "torch/bin/python3.11").string() + "\nimport sys\n");
+  ddp::test::write_file(dir / "train.py", "");
+  HostInfo h = host();
+  h.env["PATH"] = (dir / "shims").string() + ":" + (dir / "torch/bin").string();
+  CHECK(translate({"--standalone", (dir / "train.py").string()}, h).argv.front() ==
+        (dir / "torch/bin/python3.11").string());
+  // --python (or PYTHON_EXEC) still decides.
+  CHECK(translate({"--standalone", "--python=python3", (dir / "train.py").string()}, h).argv.front() ==
+        (dir / "shims/python3").string());
+  // A torchrun that is itself a shim (a shell script): python3 on PATH.
+  exe("torch/bin/torchrun", "#!/usr/bin/env bash\nexec foo\n");
+  CHECK(translate({"--standalone", (dir / "train.py").string()}, h).argv.front() ==
+        (dir / "shims/python3").string());
 }
 
 TEST_CASE("the legacy option passes --local_rank right after the program") {
@@ -126,6 +158,49 @@ TEST_CASE("the legacy option passes --local_rank right after the program") {
   auto py = translate({"--standalone", "--legacy_local_rank", (dir / "train.py").string(), "--x"});
   CHECK(py.local_rank_arg_index == 2);  // python3 -u train.py <here> --x
   CHECK(translate({"--standalone", "/bin/true"}).local_rank_arg_index == -1);
+}
+
+TEST_CASE("a script that defines --local_rank gets it unless --no_legacy_local_rank") {
+  TempDir dir;
+  ddp::test::write_file(dir / "launch_style.py",
+                        "p.add_argument(\"--local_rank\", type=int, default=-1)\n");
+  ddp::test::write_file(dir / "dashed.py", "p.add_argument('--local-rank', type=int)\n");
+  ddp::test::write_file(dir / "env_style.py", "rank = int(os.environ['LOCAL_RANK'])\n");
+  const auto script = [&](const char* name) { return (dir / name).string(); };
+  CHECK(translate({"--standalone", script("launch_style.py"), "--x"}).local_rank_arg_index == 2);
+  CHECK(translate({"--standalone", script("dashed.py")}).local_rank_arg_index == 2);
+  CHECK(translate({"--standalone", script("env_style.py")}).local_rank_arg_index == -1);
+  CHECK(translate({"--standalone", "--no_legacy_local_rank", script("launch_style.py")})
+            .local_rank_arg_index == -1);
+  CHECK(translate({"--standalone", "--legacy_local_rank", script("env_style.py")})
+            .local_rank_arg_index == 2);
+  CHECK_THAT(error_of({"--legacy_local_rank", "--no_legacy_local_rank", script("dashed.py")}),
+             Catch::StartsWith("--legacy_local_rank and --no_legacy_local_rank"));
+}
+
+TEST_CASE("unambiguous prefixes of long flags are accepted, as argparse does") {
+  auto o = parse({"--nnode=1", "--nproc", "2", "--max_r=3", "/bin/true", "--nproc", "7"});
+  CHECK(o.nnodes == "1");
+  CHECK(o.nproc_per_node == "2");
+  CHECK(o.max_restarts == 3);
+  // The program's own arguments are untouched.
+  CHECK(o.program == std::vector<std::string>{"/bin/true", "--nproc", "7"});
+  CHECK(parse({"--master-addr", "h", "--rdzv-b=c10d", "/bin/true"}).rdzv_backend == "c10d");
+  try {
+    parse({"--no=1", "/bin/true"});
+    FAIL("an ambiguous prefix was accepted");
+  } catch (const ddp::ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::StartsWith("--no: ambiguous option, could be --no_python, "));
+    CHECK_THAT(e.what(), Catch::Contains("--node_rank"));
+  }
+}
+
+TEST_CASE("torchrun flags and rdzv_conf keys ddprun has no use for are accepted") {
+  auto cfg = translate({"--logs_specs=DefaultLogsSpecs", "--event_log_handler=console",
+                        "--rdzv_conf=use_libuv=0,colour=red,join_timeout=7",
+                        "--signals_to_handle=SIGTERM,SIGINT,SIGUSR1", "/bin/true"});
+  CHECK(cfg.rendezvous.join_timeout == std::chrono::seconds(7));
+  CHECK(cfg.signals_to_handle == std::vector<int>{SIGTERM, SIGINT, SIGUSR1});
 }
 
 TEST_CASE("nproc_per_node takes a number, gpu, cpu or auto") {
@@ -204,8 +279,8 @@ TEST_CASE("every bad input gives one line naming the flag") {
   CHECK_THAT(error_of({"--rdzv_backend=c10d", "--rdzv_endpoint=h:99999", "/bin/true"}),
              Catch::StartsWith("--rdzv_endpoint"));
   CHECK_THAT(error_of({"--nnodes=2", "--node_rank=2", "/bin/true"}), Catch::StartsWith("--node_rank: "));
-  CHECK_THAT(error_of({"--rdzv_conf=join_timeout=1,colour=red", "/bin/true"}),
-             Catch::StartsWith("--rdzv_conf: unknown key 'colour'"));
+  CHECK_THAT(error_of({"--rdzv_conf=use_libuv=maybe", "/bin/true"}),
+             Catch::StartsWith("--rdzv_conf: use_libuv='maybe' is not a boolean"));
   CHECK_THAT(error_of({"--rdzv_conf=join_timeout=soon", "/bin/true"}), Catch::StartsWith("--rdzv_conf: "));
   CHECK_THAT(error_of({"--rdzv_backend=zookeeper", "/bin/true"}), Catch::StartsWith("--rdzv_backend: "));
   CHECK_THAT(error_of({"--rdzv_backend=c10d", "/bin/true"}), Catch::StartsWith("--rdzv_endpoint: "));
@@ -226,7 +301,7 @@ TEST_CASE("PYTHON_EXEC picks the interpreter as under torchrun, and --python ove
   auto flag = parse_command_line({"ddprun", "--python=/usr/bin/python3", "train.py"},
                                  {{"PYTHON_EXEC", "/opt/py/bin/python3"}});
   CHECK(flag.options.python == "/usr/bin/python3");
-  CHECK(parse_command_line({"ddprun", "train.py"}, {}).options.python == "python3");
+  CHECK(parse_command_line({"ddprun", "train.py"}, {}).options.python.empty());  // torchrun's, or python3
 }
 
 TEST_CASE("rdzv_conf torch_legacy_protocol picks how the hosted store reads TCPStore clients without VALIDATE") {

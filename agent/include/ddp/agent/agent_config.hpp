@@ -26,11 +26,20 @@ struct AgentConfig {
   // SIGTERM -> SIGKILL grace when stopping workers; torchrun's default is 30 s.
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(30)};
 
+  // Signals the agent handles (torchrun's --signals_to_handle). SIGINT,
+  // SIGTERM, SIGHUP and SIGQUIT stop the workers with that signal; any other
+  // (SIGUSR1, SIGUSR2: preemption notices) is forwarded to every worker's
+  // process group and the run goes on.
+  std::vector<int> signals_to_handle{2, 15, 1, 3};  // SIGINT, SIGTERM, SIGHUP, SIGQUIT
+
   // Empty: logs, error files and failure reports go to a per-run temp dir
   // (removed after a successful run, kept and named after a failed one).
   std::filesystem::path log_dir;
   StdSpec redirects;
   StdSpec tee;
+  // Console line prefix; ${rank}, ${local_rank} and ${role_name} are replaced
+  // (torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE). Empty: no prefix.
+  std::string line_prefix_template = "[rank ${rank}]:";
   // Local ranks whose lines reach the console; empty: all.
   std::vector<int> local_ranks_filter;
 

@@ -55,6 +55,11 @@ struct FailureReport {
 };
 
 std::string render_text(const FailureReport& report);
+
+// When a worker run by a Python interpreter failed on an import
+// (ModuleNotFoundError/ImportError in its stderr), one line naming the
+// interpreter and how to choose another; otherwise "".
+std::string interpreter_hint(const FailureReport& report, const std::string& program);
 std::string render_json(const FailureReport& report);
 
 }  // namespace ddp::agent

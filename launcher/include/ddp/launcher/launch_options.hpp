@@ -37,13 +37,24 @@ struct LaunchOptions {
   bool module = false;
   bool run_path = false;
   std::string local_addr;
+  // Empty: "[rank ${rank}]:". Also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.
+  std::string log_line_prefix_template;
+  bool no_prefix = false;  // console lines exactly as the workers wrote them
+  std::string logs_specs;          // torchrun's LogsSpecs plugin: accepted, the default only
+  std::string event_log_handler = "null";  // torchrun's events handler: accepted, see --event_log
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   // Ours.
   double stop_timeout_s = 30.0;
-  bool legacy_local_rank = false;  // pass --local_rank=N, the torch.distributed.launch way
+  // Pass --local_rank=N, the torch.distributed.launch way. Neither switch: only
+  // to a .py script that defines a --local_rank (or --local-rank) argument.
+  bool legacy_local_rank = false;
+  bool no_legacy_local_rank = false;
   bool use_env = false;            // torch.distributed.launch's flag: accepted, the default here
   std::string token_file;
   std::string log_level = "info";
-  std::string python = "python3";  // interpreter for scripts and -m
+  // Interpreter for scripts and -m; empty: torchrun's (the python in the
+  // shebang of the torchrun on PATH), else python3 on PATH.
+  std::string python;
   std::string event_log;           // JSON line per lifecycle event; empty: none
   std::string config;              // --config FILE (JSON), already merged in
   bool print_config = false;

@@ -1,0 +1,115 @@
+#include "pty_session.hpp"
+
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace ddp::test {
+
+PtySession::PtySession(std::vector<std::string> argv, const std::string& dir,
+                       std::map<std::string, std::optional<std::string>> env, int cols, int rows) {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (auto& [k, v] : env) {
+    if (v) {
+      merged[k] = *v;
+    } else {
+      merged.erase(k);
+    }
+  }
+  std::vector<std::string> env_strings;
+  for (auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+
+  struct winsize ws {};
+  ws.ws_col = static_cast<unsigned short>(cols);
+  ws.ws_row = static_cast<unsigned short>(rows);
+  pid_ = ::forkpty(&master_, nullptr, nullptr, &ws);
+  if (pid_ < 0) throw std::runtime_error("forkpty failed");
+  if (pid_ == 0) {
+    if (::chdir(dir.c_str()) != 0) ::_exit(126);
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
+}
+
+PtySession::~PtySession() {
+  if (!status_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  if (master_ >= 0) ::close(master_);
+}
+
+void PtySession::pump(std::chrono::milliseconds max_wait) {
+  struct pollfd p {master_, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(max_wait.count())) <= 0) return;
+  char buf[4096];
+  const ssize_t n = ::read(master_, buf, sizeof(buf));
+  if (n > 0) screen_.append(buf, static_cast<std::size_t>(n));
+}
+
+const std::string& PtySession::screen() {
+  pump(std::chrono::milliseconds(0));
+  return screen_;
+}
+
+bool PtySession::wait_for(const std::string& text, std::chrono::milliseconds timeout,
+                          std::size_t from) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (screen_.find(text, from) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    pump(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+void PtySession::type(const std::string& keys) {
+  [[maybe_unused]] const ssize_t n = ::write(master_, keys.data(), keys.size());
+}
+
+void PtySession::resize(int cols, int rows) {
+  struct winsize ws {};
+  ws.ws_col = static_cast<unsigned short>(cols);
+  ws.ws_row = static_cast<unsigned short>(rows);
+  ::ioctl(master_, TIOCSWINSZ, &ws);
+}
+
+std::optional<int> PtySession::wait(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!status_) {
+    int st = 0;
+    const pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    pump(std::chrono::milliseconds(20));  // keep reading: a full terminal blocks the writer
+  }
+  while (true) {  // what is left on the screen
+    const auto before = screen_.size();
+    pump(std::chrono::milliseconds(0));
+    if (screen_.size() == before) break;
+  }
+  return status_;
+}
+
+}  // namespace ddp::test

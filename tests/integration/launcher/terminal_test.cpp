@@ -1,0 +1,128 @@
+// ddprun at a terminal, as a torchrun user meets it: breakpoint()/input() in
+// a worker, Ctrl-C at a prompt, progress bars redrawn with '\r', isatty and
+// the window size in workers. ddprun runs on a real pseudo-terminal; the
+// assertions are on what appears on the screen, and before what.
+#include <catch2/catch.hpp>
+
+#include "launcher_test_util.hpp"
+#include "pty_session.hpp"
+
+using namespace ddp::test;
+using namespace ddp::test::launcher;
+
+namespace {
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+std::vector<std::string> ddprun_on(const TempDir& dir, std::vector<std::string> args) {
+  args.insert(args.begin(), {"--python", kPython, "--log_level=warn"});
+  (void)dir;
+  return ddprun_argv(std::move(args));
+}
+
+}  // namespace
+
+TEST_CASE("breakpoint() in rank 0 prompts on the terminal and reads what the user types") {
+  TempDir dir;
+  write_file(dir / "debug.py",
+             "import os\n"
+             "if os.environ['RANK'] == '0':\n"
+             "    x = 6\n"
+             "    breakpoint()\n"
+             "    print('after', x)\n"
+             "else:\n"
+             "    print('stdin is', os.path.realpath('/proc/self/fd/0'))\n");
+  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", (dir / "debug.py").string()}),
+               dir.path().string(), clean_env({}));
+  REQUIRE(s.wait_for("[rank 0]:(Pdb) "));
+  s.type("p x * 7\n");
+  REQUIRE(s.wait_for("42"));
+  s.type("c\n");
+  REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+  INFO(s.screen());
+  CHECK_THAT(s.screen(), Catch::Contains("[rank 0]:after 6"));
+  // The other rank's stdin is not the terminal.
+  CHECK_THAT(s.screen(), Catch::Contains("[rank 1]:stdin is /dev/null"));
+}
+
+TEST_CASE("input() in the --local_ranks_filter rank reads the terminal") {
+  TempDir dir;
+  write_file(dir / "ask.py",
+             "import os\n"
+             "if os.environ['LOCAL_RANK'] == '1':\n"
+             "    print('hello', input('name? '))\n");
+  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", "--local_ranks_filter=1",
+                               (dir / "ask.py").string()}),
+               dir.path().string(), clean_env({}));
+  REQUIRE(s.wait_for("[rank 1]:name? "));
+  s.type("ada\n");
+  REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+  INFO(s.screen());
+  CHECK_THAT(s.screen(), Catch::Contains("[rank 1]:hello ada"));
+}
+
+TEST_CASE("Ctrl-C at a pdb prompt stops every worker and ddprun exits 130") {
+  TempDir dir;
+  write_file(dir / "stuck.py",
+             "import os, time\n"
+             "if os.environ['RANK'] == '0':\n"
+             "    breakpoint()\n"
+             "else:\n"
+             "    print('sleeping', flush=True)\n"
+             "    time.sleep(600)\n");
+  // A stop timeout far past the wait below: only a prompt that really stops
+  // lets ddprun exit in time.
+  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", "--stop_timeout=600",
+                               (dir / "stuck.py").string()}),
+               dir.path().string(), clean_env({}));
+  REQUIRE(s.wait_for("[rank 0]:(Pdb) "));
+  REQUIRE(s.wait_for("[rank 1]:sleeping"));
+  s.type("\x03");
+  const auto code = s.wait(std::chrono::seconds(60));
+  INFO(s.screen());
+  CHECK(code == std::optional<int>(130));
+}
+
+TEST_CASE("a progress bar redrawn with \\r reaches the screen at each update, prefixed") {
+  TempDir dir;
+  // Each update waits for the test to have seen the previous one on the screen.
+  write_file(dir / "bar.py",
+             "import os, sys, time, signal\n"
+             "go = sys.argv[1]\n"
+             "signal.signal(signal.SIGWINCH, lambda *a: print('resized', *os.get_terminal_size(), flush=True))\n"
+             "print('tty', sys.stdout.isatty(), sys.stderr.isatty(), *os.get_terminal_size(), flush=True)\n"
+             "for i in range(1, 4):\n"
+             "    sys.stderr.write(f'\\rprogress {i}/3')\n"
+             "    sys.stderr.flush()\n"
+             "    while not os.path.exists(f'{go}{i}'):\n"
+             "        time.sleep(0.01)\n"
+             "sys.stderr.write('\\n')\n");
+  const std::string go = (dir / "go").string();
+  PtySession s(ddprun_on(dir, {(dir / "bar.py").string(), go}), dir.path().string(),
+               clean_env({}), 100, 30);
+  REQUIRE(s.wait_for("[rank 0]:tty True True 100 30"));
+  for (int i = 1; i <= 3; ++i) {
+    INFO(s.screen());
+    // The prefix follows the '\r', so the redrawn line keeps it.
+    REQUIRE(s.wait_for("\r[rank 0]:progress " + std::to_string(i) + "/3"));
+    if (i == 2) {
+      s.resize(120, 40);
+      REQUIRE(s.wait_for("resized 120 40"));
+    }
+    write_file(go + std::to_string(i), "");
+  }
+  REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+}
+
+TEST_CASE("with output to a file workers see no terminal and lines arrive whole") {
+  TempDir dir;
+  write_file(dir / "plain.py",
+             "import sys\n"
+             "print('tty', sys.stdout.isatty(), sys.stderr.isatty())\n"
+             "sys.stderr.write('\\rprogress 1/2\\rprogress 2/2\\n')\n");
+  auto r = ddprun({"--python", kPython, (dir / "plain.py").string()}, dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0]:tty False False"));
+  CHECK_THAT(r.err, Catch::Contains("[rank 0]:\rprogress 1/2\rprogress 2/2\n"));
+}
