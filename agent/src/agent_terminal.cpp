@@ -74,7 +74,7 @@ void Agent::Impl::on_window_change() {
       if (!w.spawned || w.done || (w.terminal.out_master < 0 && w.terminal.err_master < 0)) continue;
       resize_ptys(w.terminal.out_master, w.terminal.err_master, *size);
       // The pseudo-terminal is no controlling terminal, so the kernel does not signal.
-      ProcessRunner::signal_group(w.pid, SIGWINCH);
+      runner->signal_group(w.pid, SIGWINCH);
     }
   }
   winch->async_wait([this](boost::system::error_code ec, int) {
