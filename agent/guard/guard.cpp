@@ -51,14 +51,20 @@ class Guard {
   explicit Guard(const GuardOptions& o) : o_(o), self_(::getpid()), pgid_(::getpgrp()) {}
 
   [[noreturn]] void run() {
+    // Every signal but the synchronous faults is taken here: a notice that
+    // reaches the group (SIGUSR1, SIGWINCH, ...) must not end the guard.
     sigset_t set;
-    ::sigemptyset(&set);
-    for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, kKillNowSignal}) ::sigaddset(&set, s);
+    ::sigfillset(&set);
+    for (int s : {SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS, SIGTSTP, SIGTTIN,
+                  SIGTTOU, SIGCONT}) {
+      ::sigdelset(&set, s);
+    }
     ::sigprocmask(SIG_BLOCK, &set, nullptr);
+    const int kill_now = kill_now_signal();
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     // The agent spawned us with SIGKILL as parent-death signal; ours must be
     // catchable so that the tree is killed before the guard goes.
-    ::prctl(PR_SET_PDEATHSIG, kKillNowSignal);
+    ::prctl(PR_SET_PDEATHSIG, kill_now);
     const bool agent_gone = o_.agent_pid > 0 && ::getppid() != o_.agent_pid;
     if (!agent_gone) cgroup_ = CgroupScope::create(self_);
     spawn_worker();
@@ -73,9 +79,15 @@ class Guard {
         timespec ts{static_cast<time_t>(wait.count() / 1000), static_cast<long>(wait.count() % 1000) * 1000000L};
         sig = ::sigtimedwait(&set, &info, &ts);
       }
-      if (sig == SIGCHLD) reap();
-      if (sig == kKillNowSignal) start_killing();
-      if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) forward(sig);
+      if (sig == SIGCHLD) {
+        reap();
+      } else if (sig == kill_now) {
+        start_killing();
+      } else if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
+        forward(sig);
+      } else if (sig > 0) {
+        relay(sig);
+      }
       step();
     }
   }
@@ -154,6 +166,15 @@ class Guard {
       if (p.pgid != pgid_) ::kill(p.pid, sig);
     }
     stop_forwarded_ = true;
+  }
+
+  // Any other signal that reached the group (a forwarded notice): the
+  // processes that left the group get it too; it stops nothing.
+  void relay(int sig) {
+    if (phase_ == Phase::kKilling) return;
+    for (const auto& p : descendants(self_)) {
+      if (p.pgid != pgid_) ::kill(p.pid, sig);
+    }
   }
 
   void start_killing() {

@@ -11,8 +11,11 @@ namespace ddp::guard {
 // Sent by the agent to the guard alone (never to the group) instead of SIGKILL,
 // and set as the guard's parent-death signal: "SIGKILL the whole tree now, wait
 // a bounded time, exit". A real SIGKILL would kill the guard first and orphan
-// whatever left the worker's process group.
-inline constexpr int kKillNowSignal = SIGUSR2;
+// whatever left the worker's process group. A real-time signal, so that no
+// notice a user forwards to workers (--signals_to_handle SIGUSR1,SIGUSR2) is
+// mistaken for it; SIGRTMIN is a run-time value in glibc, the same in the agent
+// and the guard.
+inline int kill_now_signal() { return SIGRTMIN + 3; }
 
 // Options on the guard's command line, before "--".
 inline constexpr const char* kStopTimeoutFlag = "--stop-timeout-ms=";  // grace after SIGTERM

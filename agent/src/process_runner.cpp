@@ -346,7 +346,7 @@ void ProcessRunner::signal_group(pid_t pid, int sig) {
   const Child& c = *it->second;
   if (c.guarded && sig == SIGKILL) {
     // A SIGKILL would kill the guard first and orphan what left the group.
-    ::kill(c.group, guard::kKillNowSignal);
+    ::kill(c.group, guard::kill_now_signal());
     return;
   }
   // The guard (or unguarded worker) leads the group (setpgid ran before exec,

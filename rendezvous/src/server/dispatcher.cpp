@@ -520,7 +520,13 @@ void Dispatcher::shutdown(std::function<void()> done) {
   for (auto& [id, info] : watching) {
     hub_.remove(id);
     info.session->pending().erase(info.request_id);
-    info.session->send(reply(info.request_id, Status::kShuttingDown, "server is shutting down"));
+    auto r = reply(info.request_id, Status::kShuttingDown, "server is shutting down");
+    // A live watch has been sent every event up to now (drain() above), so it
+    // may resume after this revision: the one the saved snapshot is taken at,
+    // which a restarted server can serve watches from without its history.
+    // A watch still replaying says nothing (0): it resumes where it was.
+    if (info.replay_from == 0) r.revision = core_.revision();
+    info.session->send(r);
   }
   if (persistence_) {
     try {

@@ -93,7 +93,11 @@ void TcpStore::Impl::on_watch_reply(const std::shared_ptr<WatchState>& w, Respon
       }
       return;
     case Status::kShuttingDown:
-      return;  // the connection closes next and the watch resumes elsewhere
+      // The connection closes next and the watch resumes elsewhere. A server
+      // stopping gracefully says up to which revision it sent this watch every
+      // event: resuming after it needs no history the restarted server lacks.
+      if (resp.revision > w->resume_after) w->resume_after = resp.revision;
+      return;
     default:
       break;
   }
