@@ -35,14 +35,6 @@ bool same_token(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-Response reply(std::uint32_t id, Status status, std::string message = {}) {
-  Response r;
-  r.id = id;
-  r.status = status;
-  r.message = std::move(message);
-  return r;
-}
-
 std::size_t encoded_size(const Response& r) {
   std::size_t n = 4 + 4 + 1 + 8 + 8 + 4 + r.message.size() + 4;
   for (const auto& it : r.items) n += 1 + 4 + it.key.size() + 4 + it.value.size() + 8;

@@ -29,6 +29,16 @@
 
 namespace ddp::store::server {
 
+// A response with just an id, a status and a message: the start of every reply
+// the dispatcher sends (dispatcher.cpp and its continuations).
+inline Response reply(std::uint32_t id, Status status, std::string message = {}) {
+  Response r;
+  r.id = id;
+  r.status = status;
+  r.message = std::move(message);
+  return r;
+}
+
 class Dispatcher final : public SessionHost {
  public:
   Dispatcher(boost::asio::io_context& io, const StoreServerOptions& options);

@@ -13,14 +13,6 @@ namespace {
 // a thousand watches catching up at once stay well under the memory bound.
 constexpr std::size_t kReplayChunkBytes = 1u << 20;
 
-Response watch_reply(std::uint32_t id, Status status, std::string message = {}) {
-  Response r;
-  r.id = id;
-  r.status = status;
-  r.message = std::move(message);
-  return r;
-}
-
 std::string compacted_message(Revision from, Revision compacted) {
   return "revision " + std::to_string(from) + " is compacted; the oldest available is " +
          std::to_string(compacted + 1) + "; list again and watch from its revision + 1";
@@ -29,12 +21,12 @@ std::string compacted_message(Revision from, Revision compacted) {
 }  // namespace
 
 void Dispatcher::handle_watch(const std::shared_ptr<Session>& s, const Request& req) {
-  if (req.keys.size() != 1) return s->send(watch_reply(req.id, Status::kBadRequest, "watch takes one key: the prefix"));
-  if (req.b < 0) return s->send(watch_reply(req.id, Status::kBadRequest, "watch from a negative revision"));
+  if (req.keys.size() != 1) return s->send(reply(req.id, Status::kBadRequest, "watch takes one key: the prefix"));
+  if (req.b < 0) return s->send(reply(req.id, Status::kBadRequest, "watch from a negative revision"));
   if (refuse_pending(s, req)) return;
   drain();  // nothing committed may be both replayed and routed
   if (req.b > 0 && req.b <= core_.history().compacted_revision()) {
-    auto r = watch_reply(req.id, Status::kCompacted, compacted_message(req.b, core_.history().compacted_revision()));
+    auto r = reply(req.id, Status::kCompacted, compacted_message(req.b, core_.history().compacted_revision()));
     r.revision = core_.revision();
     return s->send(r);
   }
@@ -42,7 +34,7 @@ void Dispatcher::handle_watch(const std::shared_ptr<Session>& s, const Request& 
   hub_.add(id, req.keys[0]);
   watch_info_[id] = {s, req.id, req.keys[0], req.b};
   s->pending()[req.id] = {Pending::Kind::kWatch, id};
-  auto ack = watch_reply(req.id, Status::kOk);
+  auto ack = reply(req.id, Status::kOk);
   ack.revision = core_.revision();
   s->send(ack);
   if (req.b > 0) pump_replay(id);
@@ -56,7 +48,7 @@ void Dispatcher::pump_replay(WatchId id) {
   bool paused = false;
   auto next = core_.history().visit(
       it->second.prefix, it->second.replay_from, [&](Revision rev, const std::vector<const WatchEvent*>& evs) {
-        auto frame = watch_reply(request_id, Status::kEvent);
+        auto frame = reply(request_id, Status::kEvent);
         frame.revision = rev;
         for (const auto* e : evs) {
           frame.items.push_back(
@@ -75,7 +67,7 @@ void Dispatcher::pump_replay(WatchId id) {
     hub_.remove(id);
     watch_info_.erase(it);
     session->pending().erase(request_id);
-    auto r = watch_reply(request_id, Status::kCompacted, compacted_message(from, core_.history().compacted_revision()));
+    auto r = reply(request_id, Status::kCompacted, compacted_message(from, core_.history().compacted_revision()));
     r.revision = core_.revision();
     session->send(r);
     return;
@@ -109,7 +101,7 @@ void Dispatcher::send_events(Session& s, std::uint32_t id, const std::vector<Wat
   // One kEvent frame per revision: a multi-key mutation arrives as one unit.
   std::size_t i = 0;
   while (i < events.size()) {
-    auto frame = watch_reply(id, Status::kEvent);
+    auto frame = reply(id, Status::kEvent);
     frame.revision = events[i].revision;
     for (; i < events.size() && events[i].revision == frame.revision; ++i) {
       const auto& e = events[i];
