@@ -4,11 +4,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iomanip>
 #include <optional>
 #include <sstream>
 
 #include "config_file.hpp"
+#include "slurm_env.hpp"
 #include "ddp/common/error.hpp"
 
 #ifndef DDP_VERSION
@@ -104,7 +106,8 @@ struct App {
         "128+N stopped by signal N.\n\n"
         "--config FILE takes a JSON object of long flag names (either spelling) to values, plus\n"
         "\"program\" and \"args\": the command line overrides the file, which overrides PET_* /\n"
-        "DDP_* env. --print-config shows every effective value and where it came from.");
+        "DDP_* env, which overrides values derived from a Slurm job's env. --print-config shows\n"
+        "every effective value and where it came from.");
 
     opt("nnodes", o.nnodes, "Number of nodes, or the range of nodes in form MIN:MAX", node);
     opt("nproc_per_node", o.nproc_per_node,
@@ -430,6 +433,14 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
       sources[name] = "env " + var;
       break;
     }
+  }
+
+  // Slurm: inside an allocation its env fills what the layers above left unset.
+  const bool standalone = first.app.get_option("--standalone")->count() > 0 ||
+                          std::find(extra.begin(), extra.end(), "--standalone") != extra.end();
+  for (const auto& [name, value] : slurm_option_values(env, sources, standalone)) {
+    extra.push_back("--" + name + "=" + value);
+    sources[name] = "slurm";
   }
 
   ParseOutcome out;

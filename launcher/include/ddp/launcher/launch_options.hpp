@@ -72,7 +72,7 @@ struct ParseOutcome {
 // Parses argv (argv[0] is the program name). `env` supplies PET_* values
 // (tests pass their own; main passes the process environment). Precedence:
 // command line > --config file (or PET_CONFIG/DDP_CONFIG) > PET_<FLAG> (and
-// DDP_<FLAG> for ddprun's own flags) > defaults. Throws ConfigError with a
+// DDP_<FLAG> for ddprun's own flags) > the Slurm job's env > defaults. Throws ConfigError with a
 // one-line message naming the flag, or the file, line and key.
 ParseOutcome parse_command_line(const std::vector<std::string>& args,
                                 const std::map<std::string, std::string>& env);
