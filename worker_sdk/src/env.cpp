@@ -1,16 +1,18 @@
 // parse_env(): the launcher's env contract (docs/worker-sdk.md, "Env contract").
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/hostlist.hpp"
 #include "ddp/init.hpp"
 
 namespace ddp {
 namespace {
 
 constexpr const char* kHowToLaunch =
-    "start this program with ddprun (or torchrun), or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT";
+    "start this program with ddprun (or torchrun, or srun), or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT";
 
 class Env {
  public:
@@ -50,9 +52,59 @@ class Env {
   const EnvLookup& lookup_;
 };
 
+// Tasks started by `srun` directly (one per GPU, no launcher) have no RANK or
+// WORLD_SIZE; Slurm's own variables say the same. Returns the torchrun-style
+// values they imply, for the names the env lacks; empty outside such a task.
+std::map<std::string, std::string> slurm_fallback(const Env& env) {
+  std::map<std::string, std::string> out;
+  const auto procid = env.get("SLURM_PROCID");
+  if (env.get("RANK") || env.get("WORLD_SIZE") || !procid) return out;
+  auto ntasks = env.get("SLURM_STEP_NUM_TASKS");
+  if (!ntasks) ntasks = env.get("SLURM_NTASKS");
+  if (!ntasks) return out;
+  out["RANK"] = *procid;
+  out["WORLD_SIZE"] = *ntasks;
+  const std::string node = env.get("SLURM_NODEID").value_or("0");
+  out["GROUP_RANK"] = node;
+  if (auto local = env.get("SLURM_LOCALID")) out["LOCAL_RANK"] = *local;
+  auto per_node = env.get("SLURM_STEP_TASKS_PER_NODE");
+  const char* per_node_name = "SLURM_STEP_TASKS_PER_NODE";
+  if (!per_node) {
+    per_node = env.get("SLURM_TASKS_PER_NODE");
+    per_node_name = "SLURM_TASKS_PER_NODE";
+  }
+  if (per_node) {
+    const auto counts = expand_count_list(*per_node, per_node_name);
+    const auto index = static_cast<std::size_t>(env.integer("SLURM_NODEID", node, 0, 1 << 30));
+    if (index < counts.size()) out["LOCAL_WORLD_SIZE"] = std::to_string(counts[index]);
+  }
+  const auto job = env.get("SLURM_JOB_ID");
+  const auto step = env.get("SLURM_STEP_ID");
+  if (job) out["TORCHELASTIC_RUN_ID"] = *job + (step ? "." + *step : "");
+  // Rank 0 is on the step's first node; the port is the one ddprun would pick.
+  auto nodes = env.get("SLURM_STEP_NODELIST");
+  const char* nodes_name = "SLURM_STEP_NODELIST";
+  if (!nodes) {
+    nodes = env.get("SLURM_JOB_NODELIST");
+    nodes_name = "SLURM_JOB_NODELIST";
+  }
+  if (nodes && !env.get("MASTER_ADDR")) out["MASTER_ADDR"] = expand_hostlist(*nodes, nodes_name).front();
+  if (job && !env.get("MASTER_PORT")) {
+    const auto job_id = static_cast<std::uint64_t>(env.integer("SLURM_JOB_ID", *job, 0, 1LL << 62));
+    const auto step_id = step ? static_cast<std::uint64_t>(env.integer("SLURM_STEP_ID", *step, 0, 1LL << 62)) : 0;
+    out["MASTER_PORT"] = std::to_string(slurm_store_port(job_id, step_id));
+  }
+  return out;
+}
+
 }  // namespace
 
-Context parse_env(const EnvLookup& lookup) {
+Context parse_env(const EnvLookup& process_lookup) {
+  const auto slurm = slurm_fallback(Env(process_lookup));
+  const EnvLookup lookup = [&](std::string_view name) -> std::optional<std::string> {
+    if (auto it = slurm.find(std::string(name)); it != slurm.end()) return it->second;
+    return process_lookup(name);
+  };
   const Env env(lookup);
   Context ctx;
   const std::string rank_text = env.required("RANK");

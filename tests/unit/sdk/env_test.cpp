@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/hostlist.hpp"
 #include "ddp/init.hpp"
 
 namespace {
@@ -90,4 +91,47 @@ TEST_CASE("LOCAL_RANK must be below LOCAL_WORLD_SIZE") {
   vars["LOCAL_RANK"] = "2";
   vars["LOCAL_WORLD_SIZE"] = "2";
   CHECK_THROWS_WITH(parse(vars), Catch::StartsWith("LOCAL_RANK=2 is out of range"));
+}
+
+// `srun -N2 --ntasks-per-node=4 ./worker`: task 6 is local task 2 on node 1.
+const std::map<std::string, std::string> kSrunTask{
+    {"SLURM_JOB_ID", "4242"},       {"SLURM_STEP_ID", "0"},           {"SLURM_PROCID", "6"},
+    {"SLURM_NTASKS", "8"},          {"SLURM_STEP_NUM_TASKS", "8"},    {"SLURM_LOCALID", "2"},
+    {"SLURM_NODEID", "1"},          {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+    {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}};
+
+TEST_CASE("a task started by srun without a launcher takes its ranks from Slurm") {
+  const auto ctx = parse(kSrunTask);
+  CHECK(ctx.rank == 6);
+  CHECK(ctx.world_size == 8);
+  CHECK(ctx.local_rank == 2);
+  CHECK(ctx.local_world_size == 4);
+  CHECK(ctx.group_rank == 1);
+  CHECK(ctx.run_id == "4242.0");
+  CHECK(ctx.store_endpoint == "gpu07:" + std::to_string(ddp::slurm_store_port(4242, 0)));
+}
+
+TEST_CASE("under srun, MASTER_ADDR and MASTER_PORT still choose the store") {
+  auto vars = kSrunTask;
+  vars["MASTER_ADDR"] = "10.0.0.7";
+  vars["MASTER_PORT"] = "29600";
+  CHECK(parse(vars).store_endpoint == "10.0.0.7:29600");
+}
+
+TEST_CASE("the torchrun variables win over Slurm's") {
+  auto vars = kSrunTask;
+  vars["RANK"] = "1";
+  vars["WORLD_SIZE"] = "2";
+  vars["MASTER_ADDR"] = "10.0.0.5";
+  vars["MASTER_PORT"] = "29500";
+  const auto ctx = parse(vars);
+  CHECK(ctx.rank == 1);
+  CHECK(ctx.world_size == 2);
+  CHECK(ctx.store_endpoint == "10.0.0.5:29500");
+}
+
+TEST_CASE("a broken Slurm node list names the variable") {
+  auto vars = kSrunTask;
+  vars["SLURM_STEP_NODELIST"] = "gpu[07-";
+  CHECK_THROWS_WITH(parse(vars), Catch::StartsWith("SLURM_STEP_NODELIST='gpu[07-' is not a Slurm host list"));
 }
