@@ -193,11 +193,29 @@ int join_timeout() {
   return 0;
 }
 
+// The world this rank joined, checked by an all_reduce of rank + 1; for jobs
+// started by a scheduler.
+int world() {
+  ddp::Context ctx = ddp::init();
+  ddp::ProcessGroupOptions options;
+  options.backend = "gloo";
+  ddp::ProcessGroup pg(ctx, options);
+  std::vector<float> v{static_cast<float>(ctx.rank + 1)};
+  pg.all_reduce(v, ReduceOp::kSum);
+  const int want = ctx.world_size * (ctx.world_size + 1) / 2;
+  std::printf("world rank=%d world_size=%d local_rank=%d local_world_size=%d group_rank=%d sum=%d %s\n", ctx.rank,
+              ctx.world_size, ctx.local_rank, ctx.local_world_size, ctx.group_rank, static_cast<int>(v[0]),
+              static_cast<int>(v[0]) == want ? "ok" : "WRONG");
+  pg.barrier();
+  return static_cast<int>(v[0]) == want ? 0 : 1;
+}
+
 int scenario(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "collectives") return collectives(argc > 2 && std::strcmp(argv[2], "--large") == 0);
   if (mode == "missing-peer") return missing_peer();
   if (mode == "join-timeout") return join_timeout();
+  if (mode == "world") return world();
   if (mode == "throw") throw std::runtime_error("boom from the test worker");
   if (mode == "config") throw ddp::ConfigError("--flag is wrong");
   if (mode == "segv") {
@@ -205,7 +223,7 @@ int scenario(int argc, char** argv) {
     *p = 1;
   }
   if (mode == "abort") std::abort();
-  std::fprintf(stderr, "usage: ddp_sdk_test_worker collectives [--large]|missing-peer|join-timeout|throw|config|segv|abort\n");
+  std::fprintf(stderr, "usage: ddp_sdk_test_worker collectives [--large]|missing-peer|join-timeout|world|throw|config|segv|abort\n");
   return 2;
 }
 
