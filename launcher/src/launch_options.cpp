@@ -204,6 +204,13 @@ struct App {
         "Append one JSON line per lifecycle event (rendezvous, worker_start, worker_exit, "
         "restart, scale, failure, success, shutdown) to this file",
         ours);
+    // Clusters without a scheduler (docs/deploy.md).
+    opt("hosts", o.hosts,
+        "Start one agent per host over ssh (BatchMode, your ssh config): h1,h2 or h1:SLOTS,h2:SLOTS; "
+        "the store runs here, reached at --local_addr (default: this hostname)",
+        ours);
+    opt("hostfile", o.hostfile, "As --hosts, from a file of `HOST slots=N` lines (DeepSpeed/MPI format)",
+        ours);
     app.add_option(names("config"), o.config,
                    "JSON config file of flag values (also PET_CONFIG / DDP_CONFIG)")
         ->group(ours);

@@ -9,6 +9,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/launcher/launch_options.hpp"
+#include "ssh_launch.hpp"
 
 int main(int argc, char** argv) {
   // A closed console (`ddprun ... | head`) must not kill the agent and, through
@@ -23,6 +24,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     ddp::log::setup(parsed.options.log_level, "ddprun");
+    const auto env = ddp::agent::current_environment();
+    if ((!parsed.options.hosts.empty() || !parsed.options.hostfile.empty()) &&
+        env.count(std::string(ddp::launcher::kRemoteAgentVar)) == 0) {
+      return ddp::launcher::run_over_ssh(parsed.options, args, env);
+    }
     auto config = ddp::launcher::translate_options(parsed.options, ddp::launcher::current_host());
     ddp::agent::Agent agent(std::move(config));
     const auto result = agent.run();

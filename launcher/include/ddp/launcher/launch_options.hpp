@@ -56,6 +56,10 @@ struct LaunchOptions {
   // shebang of the torchrun on PATH), else python3 on PATH.
   std::string python;
   std::string event_log;           // JSON line per lifecycle event; empty: none
+  // One agent per host over ssh (ssh_launch.cpp): "h1,h2" or "h1:4,h2:4", or a
+  // hostfile of `HOST slots=N` lines. Both empty: run here.
+  std::string hosts;
+  std::string hostfile;
   std::string config;              // --config FILE (JSON), already merged in
   bool print_config = false;
   // The program and its arguments, untouched.

@@ -1,0 +1,284 @@
+// One ddprun agent per host over ssh. Each ssh runs with -tt, so the remote
+// ddprun has a pseudo-terminal and gets SIGHUP from sshd when the connection
+// ends for any reason (this ddprun stopped, killed, or the network gone): it
+// then stops its workers, and nothing is left on that host. Each ssh gets
+// SIGTERM if this process dies (PR_SET_PDEATHSIG), which closes its connection.
+#include "ssh_launch.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "ddp/store/store_server.hpp"
+
+namespace ddp::launcher {
+namespace {
+
+// Env that follows the job to every host (besides the names in DDP_SSH_ENV):
+// what changes how training and its libraries behave.
+bool forwarded_by_default(const std::string& name) {
+  for (const char* prefix : {"NCCL_", "GLOO_", "TORCH_", "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::string random_id() {
+  std::random_device rd;
+  std::ostringstream out;
+  out << std::hex << rd() << rd();
+  return out.str();
+}
+
+struct Host {
+  RemoteHost spec;
+  pid_t pid = -1;
+  int out_fd = -1;
+  std::thread reader;
+};
+
+// Copies a host's output to ours line by line, prefixed "HOST: ", without the
+// carriage returns of the remote pseudo-terminal.
+void relay(int fd, const std::string& prefix, std::mutex& mu) {
+  std::string pending;
+  char buf[8192];
+  const auto emit = [&](const std::string& line) {
+    std::lock_guard lock(mu);
+    std::cout << prefix << line << '\n' << std::flush;
+  };
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] == '\r') continue;
+      if (buf[i] == '\n') {
+        emit(pending);
+        pending.clear();
+      } else {
+        pending += buf[i];
+      }
+    }
+  }
+  if (!pending.empty()) emit(pending);
+  ::close(fd);
+}
+
+pid_t spawn(const std::vector<std::string>& argv, int out_fd, const sigset_t& old_mask) {
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  ::setpgid(0, 0);  // a Ctrl-C on our terminal reaches us, and we decide
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != parent) ::_exit(255);
+  const int null_fd = ::open("/dev/null", O_RDONLY);
+  ::dup2(null_fd, 0);
+  ::dup2(out_fd, 1);
+  ::dup2(out_fd, 2);
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  ::execvp(cargv[0], cargv.data());
+  std::fprintf(stderr, "cannot run %s: %s\n", cargv[0], std::strerror(errno));
+  ::_exit(255);
+}
+
+}  // namespace
+
+std::string shell_quote(const std::string& word) {
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string remote_command(const std::string& cwd, const std::map<std::string, std::string>& forwarded_env,
+                           const std::vector<std::string>& argv) {
+  // append(), not operator+: GCC 12 warns on the latter here (-Wrestrict, a false positive).
+  std::string cmd = "cd ";
+  cmd.append(shell_quote(cwd)).append(" && exec env");
+  for (const auto& [k, v] : forwarded_env) cmd.append(" ").append(shell_quote(k + "=" + v));
+  for (const auto& a : argv) cmd.append(" ").append(shell_quote(a));
+  return cmd;
+}
+
+std::vector<std::string> forwarded_args(const std::vector<std::string>& args,
+                                        const std::vector<std::string>& program) {
+  // The program and its arguments are the tail of the command line (unless
+  // they came from --config, which every host reads the same way).
+  std::size_t end = args.size();
+  if (!program.empty() && program.size() < args.size() &&
+      std::equal(program.rbegin(), program.rend(), args.rbegin())) {
+    end -= program.size();
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 1; i < end; ++i) {
+    const std::string& a = args[i];
+    bool dropped = false;
+    for (const char* name : {"--hosts", "--hostfile", "--local_addr", "--local-addr"}) {
+      if (a == name) {
+        ++i;  // and its value
+        dropped = true;
+      } else if (a.rfind(std::string(name) + "=", 0) == 0) {
+        dropped = true;
+      }
+    }
+    if (!dropped) out.push_back(a);
+  }
+  out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(std::min(end, args.size())), args.end());
+  return out;
+}
+
+int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
+                 const std::map<std::string, std::string>& env) {
+  if (!o.hosts.empty() && !o.hostfile.empty()) throw ConfigError("--hosts and --hostfile: give one of them");
+  const std::vector<RemoteHost> specs = o.hosts.empty() ? load_hostfile(o.hostfile) : parse_hosts(o.hosts);
+  const std::string flag = o.hosts.empty() ? "--hostfile" : "--hosts";
+  if (o.standalone || o.rdzv_backend != "static" || !o.rdzv_endpoint.empty() || o.nnodes != "1:1" ||
+      o.node_rank != 0) {
+    throw ConfigError(flag + " sets the rendezvous itself: drop --nnodes, --node_rank, --standalone, "
+                             "--rdzv_backend and --rdzv_endpoint");
+  }
+  if (o.program.empty()) throw ConfigError("TRAINING_PROGRAM: missing; see ddprun --help");
+  auto log = log::get("ddprun");
+
+  store::StoreServerOptions server_options;
+  server_options.host = "0.0.0.0";
+  server_options.port = o.master_port_given ? static_cast<std::uint16_t>(o.master_port) : 0;
+  if (!o.token_file.empty()) {
+    std::ifstream in(o.token_file);
+    if (!in || !std::getline(in, server_options.token) || server_options.token.empty()) {
+      throw ConfigError("--token_file: cannot read a token from '" + o.token_file + "'");
+    }
+  }
+  store::StoreServer server(server_options);
+  server.start();
+  char hostname[256] = {};
+  ::gethostname(hostname, sizeof(hostname) - 1);
+  const std::string addr = o.local_addr.empty() ? hostname : o.local_addr;
+  const std::string endpoint = addr + ":" + std::to_string(server.port());
+  const std::string run_id = o.rdzv_id == "none" ? random_id() : o.rdzv_id;
+
+  std::map<std::string, std::string> forwarded;
+  std::vector<std::string> extra_names;
+  if (auto it = env.find("DDP_SSH_ENV"); it != env.end()) extra_names = split(it->second, ',');
+  for (const auto& [k, v] : env) {
+    if (forwarded_by_default(k) || std::find(extra_names.begin(), extra_names.end(), k) != extra_names.end()) {
+      forwarded[k] = v;
+    }
+  }
+  // Marks the remote ddprun as one agent of this job: a --hosts it reads from
+  // a --config file does not start another round of ssh.
+  forwarded[std::string(kRemoteAgentVar)] = addr;
+  std::vector<std::string> ssh = {"ssh"};
+  if (auto it = env.find("DDP_SSH_COMMAND"); it != env.end() && !it->second.empty()) ssh = split(it->second, ' ');
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::vector<std::string> user = forwarded_args(args, o.program);
+  bool user_nproc = false;
+  for (const auto& a : user) user_nproc = user_nproc || a.rfind("--nproc", 0) == 0;
+  const std::string cwd = std::filesystem::current_path().string();
+  log->info("starting {} host(s) over ssh store={} run_id={}", specs.size(), endpoint, run_id);
+
+  // SIGINT/SIGTERM/SIGHUP/SIGQUIT are taken by a thread; children get the old mask back.
+  sigset_t stop_set;
+  sigset_t old_mask;
+  sigemptyset(&stop_set);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop_set, s);
+  pthread_sigmask(SIG_BLOCK, &stop_set, &old_mask);
+
+  std::mutex out_mu;
+  std::vector<Host> hosts(specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    Host& h = hosts[i];
+    h.spec = specs[i];
+    std::vector<std::string> remote = {self, "--nnodes=" + std::to_string(specs.size()), "--rdzv_backend=c10d",
+                                       "--rdzv_endpoint=" + endpoint, "--rdzv_id=" + run_id,
+                                       "--local_addr=" + h.spec.name};
+    if (h.spec.slots > 0 && !user_nproc) remote.push_back("--nproc_per_node=" + std::to_string(h.spec.slots));
+    remote.insert(remote.end(), user.begin(), user.end());
+    std::vector<std::string> argv = ssh;
+    argv.insert(argv.end(), {"-tt", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", h.spec.name, "--",
+                             remote_command(cwd, forwarded, remote)});
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
+    h.pid = spawn(argv, fds[1], old_mask);
+    ::close(fds[1]);
+    h.reader = std::thread(relay, fds[0], h.spec.name + ": ", std::ref(out_mu));
+  }
+
+  std::atomic<int> stop_signal{0};
+  std::atomic<bool> done{false};
+  const auto stop_all = [&hosts] {
+    for (auto& h : hosts) {
+      if (h.pid > 0) ::kill(h.pid, SIGTERM);
+    }
+  };
+  std::thread signals([&] {
+    const timespec tick{0, 100'000'000};
+    while (!done) {
+      const int s = sigtimedwait(&stop_set, nullptr, &tick);
+      if (s > 0 && stop_signal.exchange(s) == 0) stop_all();
+    }
+  });
+
+  int code = 0;
+  std::size_t running = hosts.size();
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (auto& h : hosts) {
+      if (h.pid != pid) continue;
+      h.pid = -1;
+      --running;
+      const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (rc != 0 && code == 0 && stop_signal == 0) {
+        // ssh's own failures exit 255: the host was not reachable (requeue-able, like a lost node).
+        code = rc == 255 ? 3 : rc;
+        std::lock_guard lock(out_mu);
+        std::cerr << "ddprun: error: host " << h.spec.name << " "
+                  << (rc == 255 ? "cannot be reached over ssh (see its lines above)"
+                                : "exited with code " + std::to_string(rc))
+                  << "; stopping the other hosts" << std::endl;
+        stop_all();
+      }
+    }
+  }
+  done = true;
+  signals.join();
+  for (auto& h : hosts) h.reader.join();
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  server.stop();
+  if (stop_signal != 0) return 128 + stop_signal;
+  return code;
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,139 @@
+#!/bin/bash
+# ddprun --hostfile / --hosts over real OpenSSH: two sshd started here on
+# 127.0.0.2 and 127.0.0.3 with a key generated for the test; a two-host job,
+# a failure on one host stopping the other, killing the launcher leaving no
+# worker on either host, and an unreachable host.
+#   ssh_test.sh BIN_DIR
+# Exits 77 (skipped) with the reason where sshd cannot run (not root).
+set -u
+BIN=$(cd "$1" && pwd)
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root to run sshd"
+SSHD=/usr/sbin/sshd
+[ -x $SSHD ] || skip "openssh-server is not installed (scripts/setup.sh installs it)"
+for c in ssh ssh-keygen ss; do command -v $c >/dev/null 2>&1 || skip "$c is not installed"; done
+
+TMP=$(mktemp -d /tmp/ddp-ssh.XXXXXX)
+chmod 755 "$TMP"
+# Every process started here, and (through DDP_SSH_ENV) every remote ddprun and
+# worker, carries this mark: the EXIT trap kills what is left by it.
+export DDP_SSH_TEST=$TMP
+PIDS=""
+marked() {
+  for d in /proc/[0-9]*; do
+    [ "${d#/proc/}" = "$$" ] && continue
+    { tr "\0" "\n" <"$d/environ"; } 2>/dev/null | grep -qx "DDP_SSH_TEST=$TMP" && echo "${d#/proc/}"
+  done
+}
+cleanup() {
+  for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
+  for p in $PIDS $(marked); do kill -KILL "$p" 2>/dev/null; done
+  for p in $PIDS; do wait "$p" 2>/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
+wait_for() {
+  n=$1; shift
+  while [ "$n" -gt 0 ]; do
+    if eval "$@"; then return 0; fi
+    sleep 0.1; n=$((n - 1))
+  done
+  return 1
+}
+fail() { echo "FAIL: $*"; for f in "$TMP"/*.log "$TMP"/*.out; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done; exit 1; }
+free_port() {
+  while :; do
+    p=$(( 10000 + $(od -An -N2 -tu2 /dev/urandom) % 9000 ))
+    ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+  done
+}
+
+mkdir -p /run/sshd  # sshd's privilege separation directory (made by its service otherwise)
+ssh-keygen -q -t ed25519 -N '' -f "$TMP/host_key" || fail "ssh-keygen"
+ssh-keygen -q -t ed25519 -N '' -f "$TMP/user_key" || fail "ssh-keygen"
+cp "$TMP/user_key.pub" "$TMP/authorized_keys"
+cat >"$TMP/sshd_config" <<CONF
+HostKey $TMP/host_key
+AuthorizedKeysFile $TMP/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile none
+CONF
+: >"$TMP/ssh_config"
+i=1
+for addr in 127.0.0.2 127.0.0.3; do
+  port=$(free_port)
+  $SSHD -D -e -f "$TMP/sshd_config" -o ListenAddress=$addr -o Port=$port >"$TMP/sshd$i.log" 2>&1 &
+  PIDS="$PIDS $!"
+  wait_for 100 "ss -Htln 'sport = :$port' | grep -q ." || skip "sshd did not start on $addr:$port: $(cat "$TMP/sshd$i.log")"
+  cat >>"$TMP/ssh_config" <<CONF
+Host h$i
+  HostName $addr
+  Port $port
+CONF
+  i=$((i + 1))
+done
+cat >>"$TMP/ssh_config" <<CONF
+Host *
+  User root
+  IdentityFile $TMP/user_key
+  IdentitiesOnly yes
+  StrictHostKeyChecking no
+  UserKnownHostsFile /dev/null
+  GlobalKnownHostsFile /dev/null
+CONF
+ssh -F "$TMP/ssh_config" -o BatchMode=yes h1 true >"$TMP/probe.out" 2>&1 || skip "ssh to a test sshd failed: $(cat "$TMP/probe.out")"
+
+# The user's ssh config is ~/.ssh/config; the test brings its own.
+export DDP_SSH_COMMAND="ssh -F $TMP/ssh_config"
+export DDP_SSH_ENV=DDP_SSH_TEST,FAKE_ENV_DUMP,FAKE_PID_FILE,FAKE_HANG,FAKE_PRINT,FAKE_ONLY_RANK,FAKE_EXIT,FAKE_OTHERS_HANG
+unset PET_NNODES PET_NPROC_PER_NODE PET_STANDALONE SLURM_JOB_ID SLURM_JOBID
+cd "$TMP" || exit 1
+printf '# two hosts\nh1 slots=2\nh2 slots=2  # the second\n' >hostfile
+
+echo "== a two-host --hostfile job"
+mkdir -p env
+FAKE_ENV_DUMP=$TMP/env FAKE_PRINT=1 timeout 60 "$BIN/ddprun" --hostfile hostfile --local_addr=127.0.0.1 \
+  --no_python "$BIN/fake_worker" >job.out 2>job.log || fail "the hostfile job failed"
+for r in 0 1 2 3; do
+  grep -qx "WORLD_SIZE=4" env/rank_$r.env || fail "rank $r did not see a world of 4"
+done
+[ "$(grep -h '^GROUP_RANK=' env/*.env | sort | uniq -c | awk '{print $1}' | tr '\n' ' ')" = "2 2 " ] ||
+  fail "the ranks are not 2 per host"
+grep -q "^h1: \[rank [0-3]\]:" job.out && grep -q "^h2: \[rank [0-3]\]:" job.out || fail "lines are not prefixed with their host"
+grep -q $'\r' job.out && fail "the remote terminal's carriage returns reached the output"
+
+echo "== a failure on one host stops the other"
+FAKE_ONLY_RANK=3 FAKE_EXIT=3 FAKE_OTHERS_HANG=1 FAKE_PID_FILE=$TMP/fail.pids timeout 60 "$BIN/ddprun" \
+  --hosts h1,h2 --nproc_per_node=2 --local_addr=127.0.0.1 --stop_timeout=5 --no_python "$BIN/fake_worker" \
+  >fail.out 2>fail.log
+rc=$?
+[ "$rc" = 1 ] || fail "a failed worker gave exit $rc, not 1"
+grep -q "ddprun: error: host h[12] exited with code 1; stopping the other hosts" fail.log || fail "no error line names the failed host"
+for p in $(awk '/ start / {print $1}' fail.pids); do
+  wait_for 100 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived the failed job"
+done
+
+echo "== killing the launcher stops the workers on both hosts"
+FAKE_HANG=1 FAKE_PID_FILE=$TMP/hang.pids "$BIN/ddprun" --hosts h1,h2 --nproc_per_node=2 --local_addr=127.0.0.1 \
+  --stop_timeout=5 --no_python "$BIN/fake_worker" >hang.out 2>hang.log &
+LAUNCHER=$!
+wait_for 300 '[ "$(grep -c " start " hang.pids 2>/dev/null)" = 4 ]' || fail "the 4 workers did not start"
+kill -KILL $LAUNCHER
+wait $LAUNCHER 2>/dev/null
+for p in $(awk '/ start / {print $1}' hang.pids); do
+  wait_for 150 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived the killed launcher"
+done
+wait_for 150 '[ -z "$(marked | xargs -r ps -o comm= -p | grep -E "ddprun|fake_worker|ddp-guard")" ]' ||
+  fail "processes outlived the killed launcher: $(marked | xargs -r ps -o pid,args -p)"
+
+echo "== an unreachable host is exit 3 naming it"
+timeout 60 "$BIN/ddprun" --hosts h1,127.0.0.1:1 --local_addr=127.0.0.1 --no_python /bin/true >down.out 2>down.log
+rc=$?
+[ "$rc" = 3 ] || fail "an unreachable host gave exit $rc, not 3"
+grep -q "ddprun: error: host 127.0.0.1 cannot be reached over ssh" down.log || fail "no error line names the unreachable host"
+echo PASS
