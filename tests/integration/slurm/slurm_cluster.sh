@@ -32,12 +32,14 @@ sc_wait_for() {
   return 1
 }
 
-# Pids of the processes carrying this cluster's mark (not the caller's shell).
+# Pids of the processes carrying this cluster's mark (not the caller's shell),
+# or its SLURM_CONF (slurmstepd gets a clean env with only that).
 sc_marked_pids() {
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
-    [ "$p" = "$$" ] && continue
-    { tr "\0" "\n" <"$d/environ"; } 2>/dev/null | grep -qx "DDP_SLURM_CLUSTER=$SC_DIR" && echo "$p"
+    [ "$p" = "$$" ] || [ "$p" = "${BASHPID:-}" ] && continue
+    { tr "\0" "\n" <"$d/environ"; } 2>/dev/null |
+      grep -qx -e "DDP_SLURM_CLUSTER=$SC_DIR" -e "SLURM_CONF=$SC_DIR/slurm.conf" && echo "$p"
   done
 }
 
@@ -115,11 +117,14 @@ CONF
 # mark and removes the temp dir.
 slurm_cluster_stop() {
   [ -n "$SC_DIR" ] || return 0
+  # Jobs first, while slurmd can still stop their steps.
   scancel --full --quiet --user=root >/dev/null 2>&1
+  sc_wait_for 100 '[ -z "$(squeue -h 2>/dev/null)" ]'
   for p in $SC_PIDS; do kill -TERM "$p" 2>/dev/null; done
   sc_wait_for 50 '! { for p in $SC_PIDS; do kill -0 $p 2>/dev/null && echo x; done; } | grep -q x'
   for p in $SC_PIDS $(sc_marked_pids); do kill -KILL "$p" 2>/dev/null; done
   for p in $SC_PIDS; do wait "$p" 2>/dev/null; done
+  sc_wait_for 50 '[ -z "$(sc_marked_pids)" ]'  # SIGKILL is asynchronous
   rm -rf "$SC_DIR"
   SC_DIR=""
 }

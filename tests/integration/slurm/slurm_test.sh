@@ -2,7 +2,8 @@
 # ddprun on a real Slurm cluster (slurm_cluster.sh: two nodes on this machine):
 # sbatch + srun with no rendezvous flags, a C++ SDK worker and a torch worker,
 # SDK workers started by srun without ddprun, the misuse that exits 2, and
-# scancel of a running job leaving no process behind.
+# scancel --signal=USR1 reaching the workers, and scancel of a running job
+# leaving no process behind.
 #   slurm_test.sh BIN_DIR SOURCE_DIR
 # Exits 77 (skipped) with the reason where the daemons cannot start (not root).
 set -u
@@ -69,15 +70,28 @@ rc=$?
 grep -q "ddprun: error: SLURM_STEP_TASKS_PER_NODE=2(x2): ddprun starts the workers of a node itself" misuse.out ||
   fail "the misuse error line is missing"
 
-echo "== scancel of a running job stops every worker on both nodes"
+echo "== scancel --signal=USR1 reaches every worker, which keep running; scancel stops them on both nodes"
+cat >worker.sh <<'WORKER'
+#!/bin/bash
+trap 'echo "$$ $RANK usr1" >>"$PIDS"' USR1
+echo "$$ $RANK start" >>"$PIDS"
+while :; do sleep 0.2 & wait $!; done
+WORKER
+chmod +x worker.sh
 cat >hang.sbatch <<JOB
 #!/bin/bash
-srun --ntasks-per-node=1 "$BIN/ddprun" --nproc_per_node=2 --stop_timeout=5 --no_python "$BIN/fake_worker"
+srun --ntasks-per-node=1 "$BIN/ddprun" --nproc_per_node=2 --stop_timeout=5 --no_python "$W/worker.sh"
 JOB
-FAKE_HANG=1 FAKE_PID_FILE=$W/hang.pids sbatch --parsable -N2 -o hang.out hang.sbatch >job.id || fail "sbatch failed"
+PIDS=$W/hang.pids sbatch --parsable -N2 -o hang.out hang.sbatch >job.id || fail "sbatch failed"
 JOB=$(cut -d';' -f1 job.id)
-sc_wait_for 600 '[ "$(count hang.pids " start ")" = 4 ]' || fail "the 4 workers of job $JOB did not start"
-WORKERS=$(awk '/ start / {print $1}' hang.pids)
+sc_wait_for 600 '[ "$(count hang.pids " start")" = 4 ]' || fail "the 4 workers of job $JOB did not start"
+WORKERS=$(awk '/ start/ {print $1}' hang.pids)
+scancel --signal=USR1 "$JOB" || fail "scancel --signal=USR1 failed"
+# Each worker gets the notice at least once: from ddprun, and with Slurm's
+# process tracking signalling the whole step, from slurmstepd directly too.
+notified() { awk '$3 == "usr1" {print $1}' hang.pids | sort -u | wc -l; }
+sc_wait_for 300 '[ "$(notified)" = 4 ]' || fail "SIGUSR1 did not reach the 4 workers: $(cat hang.pids)"
+for p in $WORKERS; do kill -0 "$p" 2>/dev/null || fail "worker $p died of SIGUSR1"; done
 scancel "$JOB" || fail "scancel failed"
 sc_wait_for 300 '[ -z "$(sc_pids_with_env "SLURM_JOB_ID=$JOB")" ]' ||
   fail "processes of job $JOB outlived scancel: $(sc_pids_with_env "SLURM_JOB_ID=$JOB" | xargs -r ps -o pid,args -p)"
