@@ -29,7 +29,7 @@ TEST_CASE("hostfile mistakes name the file and line") {
   CHECK_THROWS_WITH(load_hostfile("/nonexistent/hostfile"), "--hostfile: cannot read '/nonexistent/hostfile'");
 }
 
-TEST_CASE("--hosts takes names with optional slots") {
+TEST_CASE("the hosts flag takes names with optional slots") {
   const auto hosts = parse_hosts("h1,h2:4");
   REQUIRE(hosts.size() == 2);
   CHECK(hosts[0].name == "h1");

@@ -188,7 +188,7 @@ TEST_CASE("DDP_SLURM=0 ignores the Slurm env, and outside Slurm nothing is deriv
   CHECK(slurm_option_values({{"PATH", "/bin"}}, {}, false).empty());
 }
 
-TEST_CASE("--standalone inside an allocation takes only the workers per node from Slurm") {
+TEST_CASE("a standalone job inside an allocation takes only the workers per node from Slurm") {
   const auto o = parse({"--standalone", "x.py"}, srun_env({{"SLURM_GPUS_ON_NODE", "2"}, {"SLURM_NODEID", "9"}}));
   CHECK(o.nproc_per_node == "2");
   CHECK(o.nnodes == "1:1");
