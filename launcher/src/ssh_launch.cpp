@@ -259,14 +259,18 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
       if (h.pid != pid) continue;
       h.pid = -1;
       --running;
-      const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      const bool killed = WIFSIGNALED(status);
+      const int rc = killed ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
       if (rc != 0 && code == 0 && stop_signal == 0) {
-        // ssh's own failures exit 255: the host was not reachable (requeue-able, like a lost node).
-        code = rc == 255 ? 3 : rc;
+        // ssh's own failures exit 255, and a killed ssh closed its connection:
+        // the host is lost to this job (requeue-able, like a lost node).
+        const bool lost = killed || rc == 255;
+        code = lost ? 3 : rc;
         std::lock_guard lock(out_mu);
-        std::cerr << "ddprun: error: host " << h.spec.name << " "
-                  << (rc == 255 ? "cannot be reached over ssh (see its lines above)"
-                                : "exited with code " + std::to_string(rc))
+        std::cerr << "ddprun: error: host " << h.spec.name << ": "
+                  << (killed ? "its ssh was killed by signal " + std::to_string(WTERMSIG(status))
+                      : rc == 255 ? std::string("ssh failed or lost the connection (see its lines above)")
+                                  : "ddprun exited with code " + std::to_string(rc))
                   << "; stopping the other hosts" << std::endl;
         stop_all();
       }

@@ -2,7 +2,7 @@
 # ddprun --hostfile / --hosts over real OpenSSH: two sshd started here on
 # 127.0.0.2 and 127.0.0.3 with a key generated for the test; a two-host job,
 # a failure on one host stopping the other, killing the launcher leaving no
-# worker on either host, and an unreachable host.
+# worker on either host, a host's ssh connection dying, and an unreachable host.
 #   ssh_test.sh BIN_DIR
 # Exits 77 (skipped) with the reason where sshd cannot run (not root).
 set -u
@@ -113,7 +113,7 @@ FAKE_ONLY_RANK=3 FAKE_EXIT=3 FAKE_OTHERS_HANG=1 FAKE_PID_FILE=$TMP/fail.pids tim
   >fail.out 2>fail.log
 rc=$?
 [ "$rc" = 1 ] || fail "a failed worker gave exit $rc, not 1"
-grep -q "ddprun: error: host h[12] exited with code 1; stopping the other hosts" fail.log || fail "no error line names the failed host"
+grep -q "ddprun: error: host h[12]: ddprun exited with code 1; stopping the other hosts" fail.log || fail "no error line names the failed host"
 for p in $(awk '/ start / {print $1}' fail.pids); do
   wait_for 100 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived the failed job"
 done
@@ -131,9 +131,25 @@ done
 wait_for 150 '[ -z "$(marked | xargs -r ps -o comm= -p | grep -E "ddprun|fake_worker|ddp-guard")" ]' ||
   fail "processes outlived the killed launcher: $(marked | xargs -r ps -o pid,args -p)"
 
+echo "== a host whose ssh connection dies stops its workers, and the job stops everywhere"
+FAKE_HANG=1 FAKE_PID_FILE=$TMP/cut.pids "$BIN/ddprun" --hosts h1,h2 --nproc_per_node=2 --local_addr=127.0.0.1 \
+  --stop_timeout=5 --no_python "$BIN/fake_worker" >cut.out 2>cut.log &
+LAUNCHER=$!
+wait_for 300 '[ "$(grep -c " start " cut.pids 2>/dev/null)" = 4 ]' || fail "the 4 workers did not start"
+SSH_H1=$(ps -o pid=,args= --ppid $LAUNCHER | awk '/ h1 -- / {print $1}')
+[ -n "$SSH_H1" ] || fail "no ssh child for h1"
+kill -KILL $SSH_H1
+wait $LAUNCHER
+rc=$?
+[ "$rc" = 3 ] || fail "a lost connection gave exit $rc, not 3"
+grep -q "ddprun: error: host h1: its ssh was killed by signal 9; stopping the other hosts" cut.log || fail "no error line names the host whose connection died"
+for p in $(awk '/ start / {print $1}' cut.pids); do
+  wait_for 150 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived its host's ssh connection"
+done
+
 echo "== an unreachable host is exit 3 naming it"
 timeout 60 "$BIN/ddprun" --hosts h1,127.0.0.1:1 --local_addr=127.0.0.1 --no_python /bin/true >down.out 2>down.log
 rc=$?
 [ "$rc" = 3 ] || fail "an unreachable host gave exit $rc, not 3"
-grep -q "ddprun: error: host 127.0.0.1 cannot be reached over ssh" down.log || fail "no error line names the unreachable host"
+grep -q "ddprun: error: host 127.0.0.1: ssh failed or lost the connection" down.log || fail "no error line names the unreachable host"
 echo PASS
