@@ -9,8 +9,7 @@ namespace ddp {
 namespace {
 
 [[noreturn]] void bad(std::string_view what, std::string_view text, const std::string& why) {
-  throw ConfigError(std::string(what) + "='" + std::string(text) + "' is not a Slurm host list: " +
-                    why);
+  throw ConfigError(std::string(what) + "='" + std::string(text) + "' is not a Slurm host list: " + why);
 }
 
 bool all_digits(std::string_view s) {

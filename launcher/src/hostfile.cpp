@@ -26,7 +26,8 @@ void check_name(const std::string& name, const std::string& where) {
   }
 }
 
-void add(std::vector<RemoteHost>& hosts, std::set<std::string>& seen, RemoteHost host, const std::string& where) {
+void add(std::vector<RemoteHost>& hosts, std::set<std::string>& seen, RemoteHost host,
+         const std::string& where) {
   if (!seen.insert(host.name).second) {
     throw ConfigError(where + ": host '" + host.name + "' is listed twice; give it once with all its slots");
   }
@@ -45,7 +46,8 @@ std::vector<RemoteHost> parse_hosts(const std::string& text) {
     const auto colon = item.find(':');
     h.name = item.substr(0, colon);
     check_name(h.name, "--hosts");
-    if (colon != std::string::npos) h.slots = parse_slots(std::string_view(item).substr(colon + 1), "--hosts");
+    if (colon != std::string::npos)
+      h.slots = parse_slots(std::string_view(item).substr(colon + 1), "--hosts");
     add(hosts, seen, std::move(h), "--hosts");
   }
   if (hosts.empty()) throw ConfigError("--hosts: no host given; use --hosts h1,h2");

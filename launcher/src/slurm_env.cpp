@@ -52,8 +52,8 @@ int count_devices(const std::string& list) {
 
 bool name_is_safe(const std::string& s) {
   for (char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '.' || c == '_';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '.' || c == '_';
     if (!ok) return false;
   }
   return !s.empty();
@@ -84,13 +84,14 @@ std::string slurm_node_addr(const std::string& node) {
   return addr.empty() ? node : addr;
 }
 
-std::map<std::string, std::string> slurm_option_values(const Env& env, const Env& set_above,
-                                                       bool standalone, const NodeAddrLookup& lookup) {
+std::map<std::string, std::string> slurm_option_values(const Env& env, const Env& set_above, bool standalone,
+                                                       const NodeAddrLookup& lookup) {
   std::map<std::string, std::string> out;
   const auto* job_text = get(env, "SLURM_JOB_ID");
   if (job_text == nullptr) job_text = get(env, "SLURM_JOBID");
   if (job_text == nullptr) return out;
-  if (const auto* opt = get(env, "DDP_SLURM"); opt != nullptr && (*opt == "0" || *opt == "false" || *opt == "no")) {
+  if (const auto* opt = get(env, "DDP_SLURM");
+      opt != nullptr && (*opt == "0" || *opt == "false" || *opt == "no")) {
     return out;
   }
   const auto above = [&set_above](const char* name) { return set_above.count(name) != 0; };
@@ -99,7 +100,8 @@ std::map<std::string, std::string> slurm_option_values(const Env& env, const Env
   };
 
   // Workers: the GPUs Slurm gave this node's step, else one.
-  if (const auto* gpus = get(env, "SLURM_GPUS_ON_NODE"); gpus != nullptr && number("SLURM_GPUS_ON_NODE", *gpus) > 0) {
+  if (const auto* gpus = get(env, "SLURM_GPUS_ON_NODE");
+      gpus != nullptr && number("SLURM_GPUS_ON_NODE", *gpus) > 0) {
     set("nproc_per_node", std::to_string(number("SLURM_GPUS_ON_NODE", *gpus)));
   } else if (const auto* cvd = get(env, "CUDA_VISIBLE_DEVICES"); cvd != nullptr && count_devices(*cvd) > 0) {
     set("nproc_per_node", std::to_string(count_devices(*cvd)));
@@ -120,8 +122,9 @@ std::map<std::string, std::string> slurm_option_values(const Env& env, const Env
       in_step ? first_of(env, {"SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"})
               : first_of(env, {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"});
   if (nnodes_var.empty()) {
-    throw ConfigError("SLURM_JOB_ID is set but SLURM_JOB_NUM_NODES is not: the Slurm env is incomplete; give --nnodes" +
-                      std::string(kOptOut));
+    throw ConfigError(
+        "SLURM_JOB_ID is set but SLURM_JOB_NUM_NODES is not: the Slurm env is incomplete; give --nnodes" +
+        std::string(kOptOut));
   }
   const std::uint64_t nnodes = number(nnodes_var, nnodes_text);
   const std::string node_text = get(env, "SLURM_NODEID") ? env.at("SLURM_NODEID") : "0";
@@ -131,31 +134,38 @@ std::map<std::string, std::string> slurm_option_values(const Env& env, const Env
                       ": the Slurm env is inconsistent; give --node_rank and --nnodes" + kOptOut);
   }
   if (!in_step && nnodes > 1 && !above("nnodes")) {
-    throw ConfigError("ddprun runs once in the batch script, on the first of the job's " + nnodes_text +
-                      " nodes (" + nnodes_var + "): start one per node with `srun --ntasks-per-node=1 ddprun ...`" +
-                      kOptOut);
+    throw ConfigError(
+        "outside an srun step (a batch script, an salloc shell) ddprun runs once, on the first of the "
+        "job's " +
+        nnodes_text + " nodes (" + nnodes_var +
+        "): start one per node with `srun --ntasks-per-node=1 ddprun ...`" + kOptOut);
   }
-  if (const auto* tpn = get(env, "SLURM_STEP_TASKS_PER_NODE"); in_step && tpn != nullptr && !above("rdzv_backend")) {
+  if (const auto* tpn = get(env, "SLURM_STEP_TASKS_PER_NODE");
+      in_step && tpn != nullptr && !above("rdzv_backend")) {
     const auto counts = expand_count_list(*tpn, "SLURM_STEP_TASKS_PER_NODE");
     if (node_rank < counts.size() && counts[node_rank] > 1) {
-      throw ConfigError("SLURM_STEP_TASKS_PER_NODE=" + *tpn + ": ddprun starts the workers of a node itself, "
+      throw ConfigError("SLURM_STEP_TASKS_PER_NODE=" + *tpn +
+                        ": ddprun starts the workers of a node itself, "
                         "so run one ddprun per node (srun --ntasks-per-node=1) and give the workers per node "
-                        "with --nproc_per_node" + kOptOut);
+                        "with --nproc_per_node" +
+                        kOptOut);
     }
   }
 
-  const auto [list_var, list_text] = in_step ? first_of(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})
-                                             : first_of(env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+  const auto [list_var, list_text] =
+      in_step ? first_of(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})
+              : first_of(env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"});
   // One node: no fixed port, the store takes a free one (no collision at all).
   if (nnodes > 1 && !above("master_addr")) {
     if (list_var.empty()) {
-      throw ConfigError("SLURM_JOB_ID is set but SLURM_JOB_NODELIST is not: give --master_addr" + std::string(kOptOut));
+      throw ConfigError("SLURM_JOB_ID is set but SLURM_JOB_NODELIST is not: give --master_addr" +
+                        std::string(kOptOut));
     }
     const auto hosts = expand_hostlist(list_text, list_var);
     if (hosts.size() != nnodes) {
-      throw ConfigError(list_var + "='" + list_text + "' names " + std::to_string(hosts.size()) + " hosts but " +
-                        nnodes_var + "=" + nnodes_text + ": the Slurm env is inconsistent; give --master_addr" +
-                        kOptOut);
+      throw ConfigError(list_var + "='" + list_text + "' names " + std::to_string(hosts.size()) +
+                        " hosts but " + nnodes_var + "=" + nnodes_text +
+                        ": the Slurm env is inconsistent; give --master_addr" + kOptOut);
     }
     set("master_addr", lookup(hosts.front()));
   }

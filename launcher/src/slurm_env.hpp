@@ -23,8 +23,9 @@ std::string slurm_node_addr(const std::string& node);
 // host list of the wrong length), or when ddprun is started in a way that
 // cannot form the job (in the batch script of a multi-node job, or as several
 // tasks per node).
-std::map<std::string, std::string> slurm_option_values(
-    const std::map<std::string, std::string>& env, const std::map<std::string, std::string>& set_above,
-    bool standalone, const NodeAddrLookup& lookup = slurm_node_addr);
+std::map<std::string, std::string> slurm_option_values(const std::map<std::string, std::string>& env,
+                                                       const std::map<std::string, std::string>& set_above,
+                                                       bool standalone,
+                                                       const NodeAddrLookup& lookup = slurm_node_addr);
 
 }  // namespace ddp::launcher

@@ -32,7 +32,8 @@ namespace {
 // Env that follows the job to every host (besides the names in DDP_SSH_ENV):
 // what changes how training and its libraries behave.
 bool forwarded_by_default(const std::string& name) {
-  for (const char* prefix : {"NCCL_", "GLOO_", "TORCH_", "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"}) {
+  for (const char* prefix :
+       {"NCCL_", "GLOO_", "TORCH_", "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"}) {
     if (name.rfind(prefix, 0) == 0) return true;
   }
   return false;
@@ -161,8 +162,9 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
   const std::string flag = o.hosts.empty() ? "--hostfile" : "--hosts";
   if (o.standalone || o.rdzv_backend != "static" || !o.rdzv_endpoint.empty() || o.nnodes != "1:1" ||
       o.node_rank != 0) {
-    throw ConfigError(flag + " sets the rendezvous itself: drop --nnodes, --node_rank, --standalone, "
-                             "--rdzv_backend and --rdzv_endpoint");
+    throw ConfigError(flag +
+                      " sets the rendezvous itself: drop --nnodes, --node_rank, --standalone, "
+                      "--rdzv_backend and --rdzv_endpoint");
   }
   if (o.program.empty()) throw ConfigError("TRAINING_PROGRAM: missing; see ddprun --help");
   auto log = log::get("ddprun");
@@ -188,7 +190,8 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
   std::vector<std::string> extra_names;
   if (auto it = env.find("DDP_SSH_ENV"); it != env.end()) extra_names = split(it->second, ',');
   for (const auto& [k, v] : env) {
-    if (forwarded_by_default(k) || std::find(extra_names.begin(), extra_names.end(), k) != extra_names.end()) {
+    if (forwarded_by_default(k) ||
+        std::find(extra_names.begin(), extra_names.end(), k) != extra_names.end()) {
       forwarded[k] = v;
     }
   }
@@ -196,7 +199,8 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
   // a --config file does not start another round of ssh.
   forwarded[std::string(kRemoteAgentVar)] = addr;
   std::vector<std::string> ssh = {"ssh"};
-  if (auto it = env.find("DDP_SSH_COMMAND"); it != env.end() && !it->second.empty()) ssh = split(it->second, ' ');
+  if (auto it = env.find("DDP_SSH_COMMAND"); it != env.end() && !it->second.empty())
+    ssh = split(it->second, ' ');
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::vector<std::string> user = forwarded_args(args, o.program);
   bool user_nproc = false;
@@ -216,8 +220,11 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
   for (std::size_t i = 0; i < specs.size(); ++i) {
     Host& h = hosts[i];
     h.spec = specs[i];
-    std::vector<std::string> remote = {self, "--nnodes=" + std::to_string(specs.size()), "--rdzv_backend=c10d",
-                                       "--rdzv_endpoint=" + endpoint, "--rdzv_id=" + run_id,
+    std::vector<std::string> remote = {self,
+                                       "--nnodes=" + std::to_string(specs.size()),
+                                       "--rdzv_backend=c10d",
+                                       "--rdzv_endpoint=" + endpoint,
+                                       "--rdzv_id=" + run_id,
                                        "--local_addr=" + h.spec.name};
     if (h.spec.slots > 0 && !user_nproc) remote.push_back("--nproc_per_node=" + std::to_string(h.spec.slots));
     remote.insert(remote.end(), user.begin(), user.end());
@@ -268,7 +275,7 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
         code = lost ? 3 : rc;
         std::lock_guard lock(out_mu);
         std::cerr << "ddprun: error: host " << h.spec.name << ": "
-                  << (killed ? "its ssh was killed by signal " + std::to_string(WTERMSIG(status))
+                  << (killed      ? "its ssh was killed by signal " + std::to_string(WTERMSIG(status))
                       : rc == 255 ? std::string("ssh failed or lost the connection (see its lines above)")
                                   : "ddprun exited with code " + std::to_string(rc))
                   << "; stopping the other hosts" << std::endl;

@@ -23,8 +23,10 @@ TEST_CASE("two pods with only Kubeflow's PET_* env and `ddprun PROGRAM` form one
   fs::create_directories(dir / "env");
   auto pod = [&](int rank) {
     // Exactly what the Trainer sets; the cpu count stands in for `auto` on a GPU-less pod.
-    EnvOverrides env = clean_env({{"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "2"},
-                                  {"PET_NODE_RANK", std::to_string(rank)}, {"PET_MASTER_ADDR", "127.0.0.1"},
+    EnvOverrides env = clean_env({{"PET_NNODES", "2"},
+                                  {"PET_NPROC_PER_NODE", "2"},
+                                  {"PET_NODE_RANK", std::to_string(rank)},
+                                  {"PET_MASTER_ADDR", "127.0.0.1"},
                                   {"PET_MASTER_PORT", std::to_string(port)},
                                   {"FAKE_ENV_DUMP", (dir / "env").string()}});
     env.erase("DDP_SLURM");
@@ -52,8 +54,11 @@ TEST_CASE("two nodes of a Slurm step with only Slurm's env form one job") {
   fs::create_directories(dir / "env");
   // The store takes the port derived from job 777, step 0 (23108), as on a cluster.
   auto node = [&](int rank) {
-    EnvOverrides env = clean_env({{"SLURM_JOB_ID", "777"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_NODES", "2"},
-                                  {"SLURM_JOB_NUM_NODES", "2"}, {"SLURM_NODEID", std::to_string(rank)},
+    EnvOverrides env = clean_env({{"SLURM_JOB_ID", "777"},
+                                  {"SLURM_STEP_ID", "0"},
+                                  {"SLURM_STEP_NUM_NODES", "2"},
+                                  {"SLURM_JOB_NUM_NODES", "2"},
+                                  {"SLURM_NODEID", std::to_string(rank)},
                                   {"SLURM_STEP_NODELIST", "localhost,localhost"},
                                   {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
                                   {"FAKE_ENV_DUMP", (dir / "env").string()}});

@@ -1,9 +1,10 @@
 // Slurm host lists and count lists, as SLURM_JOB_NODELIST and
 // SLURM_STEP_TASKS_PER_NODE carry them.
+#include "ddp/common/hostlist.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.hpp"
-#include "ddp/common/hostlist.hpp"
 
 using ddp::expand_count_list;
 using ddp::expand_hostlist;
@@ -63,14 +64,11 @@ TEST_CASE("several bracketed names separated by commas") {
   CHECK(expand("a[1-2],b[10-11],c") == Hosts{"a1", "a2", "b10", "b11", "c"});
 }
 
-TEST_CASE("a name that is only a bracket is digits") {
-  CHECK(expand("[1-2]") == Hosts{"1", "2"});
-}
+TEST_CASE("a name that is only a bracket is digits") { CHECK(expand("[1-2]") == Hosts{"1", "2"}); }
 
 TEST_CASE("malformed host lists are one-line errors naming the variable") {
-  for (const std::string bad : {"n[1-3", "n1-3]", "n[[1-2]]", "n[3-1]", "n[a-b]", "n[]",
-                                "n[1-]", "n[-2]", "n[1,,2]", "a,,b", ",a", "a,", "", "a b",
-                                "n[1-2]]", "n[1-2000000]"}) {
+  for (const std::string bad : {"n[1-3", "n1-3]", "n[[1-2]]", "n[3-1]", "n[a-b]", "n[]", "n[1-]", "n[-2]",
+                                "n[1,,2]", "a,,b", ",a", "a,", "", "a b", "n[1-2]]", "n[1-2000000]"}) {
     INFO(bad);
     const std::string e = error_of(bad);
     CHECK_THAT(e, Catch::StartsWith("SLURM_JOB_NODELIST='" + bad + "' is not a Slurm host list"));

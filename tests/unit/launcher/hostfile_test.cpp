@@ -1,15 +1,17 @@
 // --hosts / --hostfile parsing and the command each host runs over ssh.
+#include "hostfile.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.hpp"
-#include "hostfile.hpp"
 #include "ssh_launch.hpp"
 
 using namespace ddp::launcher;
 using Args = std::vector<std::string>;
 
 TEST_CASE("a hostfile lists hosts with their slots, comments and blank lines ignored") {
-  const auto hosts = parse_hostfile("# cluster\nworker-1 slots=4\n\n  worker-2   slots=8  # big\nworker-3\n", "hf");
+  const auto hosts =
+      parse_hostfile("# cluster\nworker-1 slots=4\n\n  worker-2   slots=8  # big\nworker-3\n", "hf");
   REQUIRE(hosts.size() == 3);
   CHECK(hosts[0].name == "worker-1");
   CHECK(hosts[0].slots == 4);
@@ -19,14 +21,18 @@ TEST_CASE("a hostfile lists hosts with their slots, comments and blank lines ign
 }
 
 TEST_CASE("hostfile mistakes name the file and line") {
-  CHECK_THROWS_WITH(parse_hostfile("a slots=2\nb slots=x\n", "hf"), "hf:2: slots 'x' is not a positive integer");
+  CHECK_THROWS_WITH(parse_hostfile("a slots=2\nb slots=x\n", "hf"),
+                    "hf:2: slots 'x' is not a positive integer");
   CHECK_THROWS_WITH(parse_hostfile("a slots=0\n", "hf"), "hf:1: slots '0' is not a positive integer");
-  CHECK_THROWS_WITH(parse_hostfile("a gpus=2\n", "hf"), "hf:1: 'gpus=2' is not understood; lines are `HOST slots=N`");
+  CHECK_THROWS_WITH(parse_hostfile("a gpus=2\n", "hf"),
+                    "hf:1: 'gpus=2' is not understood; lines are `HOST slots=N`");
   CHECK_THROWS_WITH(parse_hostfile("a\na slots=2\n", "hf"),
                     "hf:2: host 'a' is listed twice; give it once with all its slots");
-  CHECK_THROWS_WITH(parse_hostfile("# none\n", "hf"), "--hostfile: hf lists no host; lines are `HOST slots=N`");
+  CHECK_THROWS_WITH(parse_hostfile("# none\n", "hf"),
+                    "--hostfile: hf lists no host; lines are `HOST slots=N`");
   CHECK_THROWS_WITH(parse_hostfile("a;rm slots=1\n", "hf"), "hf:1: 'a;rm' is not a host name");
-  CHECK_THROWS_WITH(load_hostfile("/nonexistent/hostfile"), "--hostfile: cannot read '/nonexistent/hostfile'");
+  CHECK_THROWS_WITH(load_hostfile("/nonexistent/hostfile"),
+                    "--hostfile: cannot read '/nonexistent/hostfile'");
 }
 
 TEST_CASE("the hosts flag takes names with optional slots") {
@@ -47,8 +53,8 @@ TEST_CASE("the remote command quotes every word for the remote shell") {
 }
 
 TEST_CASE("each host gets the user's flags and program without the ones --hosts replaces") {
-  const Args args = {"ddprun",  "--hosts", "h1,h2",      "--max_restarts=2", "--hostfile=x",
-                     "--local_addr", "10.0.0.1", "train.py", "--hosts", "passed-to-the-program"};
+  const Args args = {"ddprun",       "--hosts",  "h1,h2",    "--max_restarts=2", "--hostfile=x",
+                     "--local_addr", "10.0.0.1", "train.py", "--hosts",          "passed-to-the-program"};
   CHECK(forwarded_args(args, {"train.py", "--hosts", "passed-to-the-program"}) ==
         Args{"--max_restarts=2", "train.py", "--hosts", "passed-to-the-program"});
   CHECK(forwarded_args({"ddprun", "--hosts=a,b", "-m", "pkg.mod"}, {"pkg.mod"}) == Args{"-m", "pkg.mod"});

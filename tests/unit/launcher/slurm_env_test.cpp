@@ -1,14 +1,14 @@
 // The Slurm layer of ddprun's options, and Kubeflow's PET_* env: what a job
 // started by a scheduler with no rendezvous flags turns into.
-#include <csignal>
-#include <sstream>
+#include "slurm_env.hpp"
 
 #include <catch2/catch.hpp>
+#include <csignal>
+#include <sstream>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/hostlist.hpp"
 #include "ddp/launcher/launch_options.hpp"
-#include "slurm_env.hpp"
 
 using namespace ddp::launcher;
 
@@ -17,14 +17,20 @@ using Env = std::map<std::string, std::string>;
 
 // What `srun -N2 --ntasks-per-node=1 ddprun ...` gives the task on the second node.
 Env srun_env(Env extra = {}) {
-  Env env = {{"SLURM_JOB_ID", "4242"},          {"SLURM_JOBID", "4242"},
-             {"SLURM_STEP_ID", "3"},            {"SLURM_STEPID", "3"},
-             {"SLURM_JOB_NUM_NODES", "3"},      {"SLURM_NNODES", "3"},
-             {"SLURM_STEP_NUM_NODES", "2"},     {"SLURM_NODEID", "1"},
+  Env env = {{"SLURM_JOB_ID", "4242"},
+             {"SLURM_JOBID", "4242"},
+             {"SLURM_STEP_ID", "3"},
+             {"SLURM_STEPID", "3"},
+             {"SLURM_JOB_NUM_NODES", "3"},
+             {"SLURM_NNODES", "3"},
+             {"SLURM_STEP_NUM_NODES", "2"},
+             {"SLURM_NODEID", "1"},
              {"SLURM_JOB_NODELIST", "localhost,gpu-a[001-002]"},
              {"SLURM_STEP_NODELIST", "localhost,gpu-a001"},
-             {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}, {"SLURM_PROCID", "1"},
-             {"SLURM_NTASKS", "2"},             {"SLURM_LOCALID", "0"}};
+             {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+             {"SLURM_PROCID", "1"},
+             {"SLURM_NTASKS", "2"},
+             {"SLURM_LOCALID", "0"}};
   for (auto& [k, v] : extra) env[k] = v;
   return env;
 }
@@ -97,7 +103,8 @@ TEST_CASE("the Slurm step becomes a static rendezvous with the first node hostin
   CHECK(cfg.rendezvous.max_nodes == 2);
   CHECK(cfg.rendezvous.endpoint.host == "localhost");
   CHECK(cfg.rendezvous.endpoint.port == ddp::slurm_store_port(4242, 3));
-  const auto first = translate_options(parse({"--no_python", "/bin/true"}, srun_env({{"SLURM_NODEID", "0"}})), host());
+  const auto first =
+      translate_options(parse({"--no_python", "/bin/true"}, srun_env({{"SLURM_NODEID", "0"}})), host());
   CHECK(first.rendezvous.is_host);
 }
 
@@ -133,20 +140,25 @@ TEST_CASE("flags, the config file and PET_* env win over Slurm") {
   CHECK(o.node_rank == 0);
   CHECK(o.nnodes == "2");
   CHECK(o.rdzv_id == "4242.3");  // what nothing above set still comes from Slurm
-  const auto printed = parse_full({"--print-config", "--nproc_per_node=8", "x.py"}, srun_env({{"PET_NODE_RANK", "0"}}));
+  const auto printed =
+      parse_full({"--print-config", "--nproc_per_node=8", "x.py"}, srun_env({{"PET_NODE_RANK", "0"}}));
   CHECK(row(printed.text, "nproc_per_node").second == "flag");
   CHECK(row(printed.text, "node_rank").second == "env PET_NODE_RANK");
 }
 
 TEST_CASE("a single-node job gets a store on a free port, not a derived one") {
-  Env env = srun_env({{"SLURM_STEP_NUM_NODES", "1"}, {"SLURM_NODEID", "0"}, {"SLURM_STEP_NODELIST", "gpu-a001"},
+  Env env = srun_env({{"SLURM_STEP_NUM_NODES", "1"},
+                      {"SLURM_NODEID", "0"},
+                      {"SLURM_STEP_NODELIST", "gpu-a001"},
                       {"SLURM_STEP_TASKS_PER_NODE", "1"}});
   const auto cfg = translate_options(parse({"--no_python", "/bin/true"}, env), host());
   CHECK(cfg.rendezvous.backend == "standalone");
 }
 
 TEST_CASE("ddprun in the batch script of a one-node job runs it") {
-  Env env = {{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NUM_NODES", "1"}, {"SLURM_NODEID", "0"},
+  Env env = {{"SLURM_JOB_ID", "77"},
+             {"SLURM_JOB_NUM_NODES", "1"},
+             {"SLURM_NODEID", "0"},
              {"SLURM_JOB_NODELIST", "n1"}};
   const auto o = parse({"x.py"}, env);
   CHECK(o.nnodes == "1");
@@ -154,7 +166,9 @@ TEST_CASE("ddprun in the batch script of a one-node job runs it") {
 }
 
 TEST_CASE("ddprun in the batch script of a multi-node job says to start it with srun") {
-  Env env = {{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NUM_NODES", "2"}, {"SLURM_NODEID", "0"},
+  Env env = {{"SLURM_JOB_ID", "77"},
+             {"SLURM_JOB_NUM_NODES", "2"},
+             {"SLURM_NODEID", "0"},
              {"SLURM_JOB_NODELIST", "n[1-2]"}};
   const auto e = error_of(env);
   CHECK_THAT(e, Catch::Contains("srun --ntasks-per-node=1 ddprun"));
@@ -163,20 +177,23 @@ TEST_CASE("ddprun in the batch script of a multi-node job says to start it with 
 }
 
 TEST_CASE("an inconsistent Slurm env is a one-line error naming the variables") {
-  CHECK_THAT(error_of(srun_env({{"SLURM_NODEID", "2"}})),
-             Catch::StartsWith("SLURM_NODEID=2 is not below SLURM_STEP_NUM_NODES=2: the Slurm env is inconsistent"));
+  CHECK_THAT(
+      error_of(srun_env({{"SLURM_NODEID", "2"}})),
+      Catch::StartsWith("SLURM_NODEID=2 is not below SLURM_STEP_NUM_NODES=2: the Slurm env is inconsistent"));
   CHECK_THAT(error_of(srun_env({{"SLURM_STEP_NODELIST", "n[1-3]"}})),
              Catch::StartsWith("SLURM_STEP_NODELIST='n[1-3]' names 3 hosts but SLURM_STEP_NUM_NODES=2"));
   CHECK_THAT(error_of(srun_env({{"SLURM_STEP_NODELIST", "n[1-"}})),
              Catch::StartsWith("SLURM_STEP_NODELIST='n[1-' is not a Slurm host list"));
-  CHECK_THAT(error_of(srun_env({{"SLURM_JOB_ID", "abc"}})), Catch::StartsWith("SLURM_JOB_ID='abc' is not a number"));
+  CHECK_THAT(error_of(srun_env({{"SLURM_JOB_ID", "abc"}})),
+             Catch::StartsWith("SLURM_JOB_ID='abc' is not a number"));
   CHECK_THAT(error_of(srun_env({{"SLURM_STEP_NUM_NODES", "0"}, {"SLURM_NODEID", "0"}})),
              Catch::Contains("is not below SLURM_STEP_NUM_NODES=0"));
 }
 
 TEST_CASE("several ddprun tasks per node are refused with the srun option that fixes it") {
   const auto e = error_of(srun_env({{"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}}));
-  CHECK_THAT(e, Catch::StartsWith("SLURM_STEP_TASKS_PER_NODE=4(x2): ddprun starts the workers of a node itself"));
+  CHECK_THAT(
+      e, Catch::StartsWith("SLURM_STEP_TASKS_PER_NODE=4(x2): ddprun starts the workers of a node itself"));
   CHECK_THAT(e, Catch::Contains("--ntasks-per-node=1"));
 }
 
@@ -189,7 +206,8 @@ TEST_CASE("DDP_SLURM=0 ignores the Slurm env, and outside Slurm nothing is deriv
 }
 
 TEST_CASE("a standalone job inside an allocation takes only the workers per node from Slurm") {
-  const auto o = parse({"--standalone", "x.py"}, srun_env({{"SLURM_GPUS_ON_NODE", "2"}, {"SLURM_NODEID", "9"}}));
+  const auto o =
+      parse({"--standalone", "x.py"}, srun_env({{"SLURM_GPUS_ON_NODE", "2"}, {"SLURM_NODEID", "9"}}));
   CHECK(o.nproc_per_node == "2");
   CHECK(o.nnodes == "1:1");
   CHECK(o.rdzv_id == "none");
@@ -208,8 +226,11 @@ TEST_CASE("a first node whose name does not resolve is reached at the address th
 
 // Kubeflow Trainer v2 sets exactly these on each pod.
 TEST_CASE("Kubeflow's PET_* env alone forms a static multi-node job") {
-  const Env env = {{"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "auto"}, {"PET_NODE_RANK", "1"},
-                   {"PET_MASTER_ADDR", "train-node-0-0.train"}, {"PET_MASTER_PORT", "29400"}};
+  const Env env = {{"PET_NNODES", "2"},
+                   {"PET_NPROC_PER_NODE", "auto"},
+                   {"PET_NODE_RANK", "1"},
+                   {"PET_MASTER_ADDR", "train-node-0-0.train"},
+                   {"PET_MASTER_PORT", "29400"}};
   const auto o = parse({"--no_python", "/bin/true"}, env);
   const auto cfg = translate_options(o, host(/*gpus=*/4));
   CHECK(cfg.nproc_per_node == 4);
