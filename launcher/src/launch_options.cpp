@@ -442,10 +442,12 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     }
   }
 
-  // Slurm: inside an allocation its env fills what the layers above left unset.
-  const bool standalone = first.app.get_option("--standalone")->count() > 0 ||
-                          std::find(extra.begin(), extra.end(), "--standalone") != extra.end();
-  for (const auto& [name, value] : slurm_option_values(env, sources, standalone)) {
+  // Slurm: inside an allocation its env fills what the layers above left unset
+  // (only the workers per node when --standalone or --hosts sets the rendezvous).
+  const bool own_rendezvous = first.app.get_option("--standalone")->count() > 0 ||
+                              std::find(extra.begin(), extra.end(), "--standalone") != extra.end() ||
+                              sources.count("hosts") != 0 || sources.count("hostfile") != 0;
+  for (const auto& [name, value] : slurm_option_values(env, sources, own_rendezvous)) {
     extra.push_back("--" + name + "=" + value);
     sources[name] = "slurm";
   }

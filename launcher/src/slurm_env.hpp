@@ -17,8 +17,9 @@ std::string slurm_node_addr(const std::string& node);
 
 // Option values (long flag name -> value) that the Slurm env of this process
 // implies, leaving out the names in `set_above` (set by a higher layer). Empty
-// outside Slurm (no SLURM_JOB_ID) or with DDP_SLURM=0. With `standalone` only
-// nproc_per_node and signals_to_handle are derived. Throws ConfigError naming
+// outside Slurm (no SLURM_JOB_ID) or with DDP_SLURM=0. With `standalone` (the
+// rendezvous is set otherwise: --standalone, --hosts) only nproc_per_node and
+// signals_to_handle are derived. Throws ConfigError naming
 // the variables when the env is inconsistent (a node id >= the node count, a
 // host list of the wrong length), or when ddprun is started in a way that
 // cannot form the job (in the batch script of a multi-node job, or as several

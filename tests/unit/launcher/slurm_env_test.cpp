@@ -244,3 +244,10 @@ TEST_CASE("Kubeflow's PET_* env alone forms a static multi-node job") {
   CHECK(row(printed.text, "master_addr").second == "env PET_MASTER_ADDR");
   CHECK(row(printed.text, "nproc_per_node").second == "env PET_NPROC_PER_NODE");
 }
+
+TEST_CASE("a hosts job started inside an allocation takes no rendezvous value from Slurm") {
+  const auto o = parse({"--hosts=h1,h2", "x.py"}, srun_env());
+  CHECK(o.nnodes == "1:1");
+  CHECK(o.node_rank == 0);
+  CHECK(o.master_port == 29500);
+}
