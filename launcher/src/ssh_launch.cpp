@@ -214,6 +214,9 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
   sigemptyset(&stop_set);
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop_set, s);
   pthread_sigmask(SIG_BLOCK, &stop_set, &old_mask);
+  // An ignored signal is discarded, not queued for sigwait: a shell starts
+  // background jobs with SIGINT ignored, and `kill -INT` must still stop the job.
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(s, SIG_DFL);
 
   std::mutex out_mu;
   std::vector<Host> hosts(specs.size());
@@ -240,7 +243,9 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
 
   std::atomic<int> stop_signal{0};
   std::atomic<bool> done{false};
-  const auto stop_all = [&hosts] {
+  std::mutex pid_mu;  // Host::pid: cleared by this thread when reaped, read by the signal thread
+  const auto stop_all = [&hosts, &pid_mu] {
+    std::lock_guard lock(pid_mu);
     for (auto& h : hosts) {
       if (h.pid > 0) ::kill(h.pid, SIGTERM);
     }
@@ -264,7 +269,10 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
     }
     for (auto& h : hosts) {
       if (h.pid != pid) continue;
-      h.pid = -1;
+      {
+        std::lock_guard lock(pid_mu);
+        h.pid = -1;
+      }
       --running;
       const bool killed = WIFSIGNALED(status);
       const int rc = killed ? 128 + WTERMSIG(status) : WEXITSTATUS(status);

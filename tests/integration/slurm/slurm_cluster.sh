@@ -117,6 +117,7 @@ CONF
 # mark and removes the temp dir.
 slurm_cluster_stop() {
   [ -n "$SC_DIR" ] || return 0
+  trap '' INT TERM HUP  # finish even if `timeout` signals the whole group again
   # Jobs first, while slurmd can still stop their steps.
   scancel --full --quiet --user=root >/dev/null 2>&1
   sc_wait_for 100 '[ -z "$(squeue -h 2>/dev/null)" ]'

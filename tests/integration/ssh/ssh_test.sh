@@ -1,7 +1,7 @@
 #!/bin/bash
 # ddprun --hostfile / --hosts over real OpenSSH: two sshd started here on
 # 127.0.0.2 and 127.0.0.3 with a key generated for the test; a two-host job,
-# a failure on one host stopping the other, killing the launcher leaving no
+# a failure on one host stopping the other, Ctrl-C, killing the launcher leaving no
 # worker on either host, a host's ssh connection dying, and an unreachable host.
 #   ssh_test.sh BIN_DIR
 # Exits 77 (skipped) with the reason where sshd cannot run (not root).
@@ -26,6 +26,7 @@ marked() {
   done
 }
 cleanup() {
+  trap '' INT TERM HUP  # finish even if `timeout` signals the whole group again
   for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
   for p in $PIDS $(marked); do kill -KILL "$p" 2>/dev/null; done
   for p in $PIDS; do wait "$p" 2>/dev/null; done
@@ -116,6 +117,19 @@ rc=$?
 grep -q "ddprun: error: host h[12]: ddprun exited with code 1; stopping the other hosts" fail.log || fail "no error line names the failed host"
 for p in $(awk '/ start / {print $1}' fail.pids); do
   wait_for 100 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived the failed job"
+done
+
+echo "== Ctrl-C stops every host and exits 130"
+FAKE_HANG=1 FAKE_PID_FILE=$TMP/int.pids "$BIN/ddprun" --hosts h1,h2 --nproc_per_node=2 --local_addr=127.0.0.1 \
+  --stop_timeout=5 --no_python "$BIN/fake_worker" >int.out 2>int.log &
+LAUNCHER=$!
+wait_for 300 '[ "$(grep -c " start " int.pids 2>/dev/null)" = 4 ]' || fail "the 4 workers did not start"
+kill -INT $LAUNCHER
+wait $LAUNCHER
+rc=$?
+[ "$rc" = 130 ] || fail "SIGINT gave exit $rc, not 130"
+for p in $(awk '/ start / {print $1}' int.pids); do
+  wait_for 150 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived Ctrl-C"
 done
 
 echo "== killing the launcher stops the workers on both hosts"
