@@ -104,6 +104,7 @@ pid_t spawn(const std::vector<std::string>& argv, int out_fd, const sigset_t& ol
   ::dup2(null_fd, 0);
   ::dup2(out_fd, 1);
   ::dup2(out_fd, 2);
+  ::close_range(3, ~0U, 0);  // the store's sockets stay with this process
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   ::execvp(cargv[0], cargv.data());
   std::fprintf(stderr, "cannot run %s: %s\n", cargv[0], std::strerror(errno));
