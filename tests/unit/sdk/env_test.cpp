@@ -100,6 +100,13 @@ const std::map<std::string, std::string> kSrunTask{
     {"SLURM_NODEID", "1"},          {"SLURM_STEP_NODELIST", "gpu[07-08]"},
     {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}};
 
+// kSrunTask with `changes` applied.
+std::map<std::string, std::string> srun_task(const std::map<std::string, std::string>& changes) {
+  auto vars = kSrunTask;
+  for (const auto& change : changes) vars.insert_or_assign(change.first, change.second);
+  return vars;
+}
+
 TEST_CASE("a task started by srun without a launcher takes its ranks from Slurm") {
   const auto ctx = parse(kSrunTask);
   CHECK(ctx.rank == 6);
@@ -112,26 +119,18 @@ TEST_CASE("a task started by srun without a launcher takes its ranks from Slurm"
 }
 
 TEST_CASE("under srun, MASTER_ADDR and MASTER_PORT still choose the store") {
-  auto vars = kSrunTask;
-  vars["MASTER_ADDR"] = "10.0.0.7";
-  vars["MASTER_PORT"] = "29600";
+  const auto vars = srun_task({{"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29600"}});
   CHECK(parse(vars).store_endpoint == "10.0.0.7:29600");
 }
 
 TEST_CASE("the torchrun variables win over Slurm's") {
-  auto vars = kSrunTask;
-  vars["RANK"] = "1";
-  vars["WORLD_SIZE"] = "2";
-  vars["MASTER_ADDR"] = "10.0.0.5";
-  vars["MASTER_PORT"] = "29500";
-  const auto ctx = parse(vars);
+  const auto ctx = parse(
+      srun_task({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.5"}, {"MASTER_PORT", "29500"}}));
   CHECK(ctx.rank == 1);
   CHECK(ctx.world_size == 2);
   CHECK(ctx.store_endpoint == "10.0.0.5:29500");
 }
 
 TEST_CASE("a broken Slurm node list names the variable") {
-  auto vars = kSrunTask;
-  vars["SLURM_STEP_NODELIST"] = "gpu[07-";
-  CHECK_THROWS_WITH(parse(vars), Catch::StartsWith("SLURM_STEP_NODELIST='gpu[07-' is not a Slurm host list"));
+  CHECK_THROWS_WITH(parse(srun_task({{"SLURM_STEP_NODELIST", "gpu[07-"}})), Catch::StartsWith("SLURM_STEP_NODELIST='gpu[07-' is not a Slurm host list"));
 }
