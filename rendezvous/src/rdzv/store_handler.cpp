@@ -134,6 +134,7 @@ void StoreHandler::start_round(const RendezvousResult& result, store::Revision n
     std::lock_guard<std::mutex> lock(mu_);
     current_ = result;
   }
+  member_of_ = PreviousRound{result.round, result.group_world_size, node_from};
   monitor_->begin(std::move(w));
   log::get("rdzv")->info(
       "round closed run_id={} round={} group_rank={} group_world_size={} rank_offset={} "

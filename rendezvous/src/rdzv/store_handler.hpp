@@ -10,6 +10,7 @@
 
 #include "ddp/rdzv/rendezvous.hpp"
 #include "keys.hpp"
+#include "rejoin_watch.hpp"
 #include "round_monitor.hpp"
 #include "store_access.hpp"
 
@@ -62,6 +63,9 @@ class StoreHandler : public RendezvousHandler {
   bool reported_success_ = false;
   bool joined_once_ = false;
   bool done_seen_ = false;  // all_succeeded() was true for current_
+  // The last round this node was a member of (kept across aborted rounds):
+  // who may rejoin the next one. Only the next_rendezvous() thread uses it.
+  std::optional<PreviousRound> member_of_;
 };
 
 }  // namespace ddp::rdzv::detail
