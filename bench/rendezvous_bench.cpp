@@ -181,9 +181,8 @@ void check(const store::Response& r, const char* what) {
 
 // After a failure report: StoreHandler::round_to_join and DynamicHandler::
 // next_rendezvous for round 1, request for request, with every member of
-// round 0 rejoining (the rejoin watch and the early close of try_close_early).
-awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, long listed0,
-                              std::uint32_t node_watch, std::uint32_t ctl_watch, std::string record) {
+// round 0 rejoining (the last one back closes it: try_close_early).
+awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, std::uint32_t node_watch, std::uint32_t ctl_watch, std::string record) {
   auto exec = co_await asio::this_coro::executor;
   if (id == 0) {
     // The failing node reports once every agent watches round 0.
@@ -205,9 +204,8 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, lo
   } else {
     co_await c.wait_event(ctl_watch);  // the round monitor sees the failure key
   }
-  // round_to_join: the monitor's watches end, the round is marked ended, the
-  // pointer moves to round 1.
-  co_await c.send(Op::kCancel, node_watch, 0, vec(), vec());
+  // round_to_join: the monitor's ctl watch ends (its node watch stays, to tell
+  // round 1 who is gone), the round is marked ended, the pointer moves on.
   co_await c.send(Op::kCancel, ctl_watch, 0, vec(), vec());
   auto r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix + "ctl/ended"),
                            vec("", "0 node sim_0 reported a failure: worker 0 exited with 1"));
@@ -219,10 +217,6 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, lo
   const int index = static_cast<int>(r.num >> 32);
   r = co_await c.call(Op::kSet, lease, 0, vec(s.prefix1 + "node/" + std::to_string(index - 1)), vec(record));
   check(r, "set record");
-  // MIN is 1 here, so every rejoiner watches round 0's records for departures.
-  r = co_await c.call(Op::kWatch, 0, listed0 + 1, vec(s.prefix + "node/"), vec());
-  check(r, "rejoin watch");
-  const auto rejoin_watch = c.last_id();
   if (index == s.n) {
     // try_close_early: no newcomer waited, the n arrivals' records, both
     // listings, the decision.
@@ -250,7 +244,7 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, lo
   std::istringstream in(r.items.at(0).value);
   long count = 0, workers = 0, listed = 0;
   in >> count >> workers >> listed;
-  co_await c.send(Op::kCancel, rejoin_watch, 0, vec(), vec());
+  co_await c.send(Op::kCancel, node_watch, 0, vec(), vec());  // start_round: stop_departures
   r = co_await c.call(Op::kList, 0, 0, vec(s.prefix1 + "ctl/"), vec());
   check(r, "list ctl");
   const auto ctl_rev = r.revision;
@@ -342,7 +336,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     s.max_bytes = std::max(s.max_bytes, bytes);
     ++s.done;
     if (s.restart && s.failed == 0) {
-      co_await restart_round(c, s, id, lease, listed, node_watch, ctl_watch, record);
+      co_await restart_round(c, s, id, lease, node_watch, ctl_watch, record);
       ++s.restarted;
       if (s.restarted + s.failed == s.n) io.stop();
     } else if (s.done + s.failed == s.n) {

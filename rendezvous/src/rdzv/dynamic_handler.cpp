@@ -117,19 +117,18 @@ RendezvousResult DynamicHandler::next_rendezvous() {
       } else {
         // Rejoining after a round this node was a member of: the round may close
         // as soon as every member still alive is back (no last call for them).
-        std::unique_ptr<detail::RejoinWatch> rejoin;
-        if (member_of_ && index >= config_.min_nodes) {
-          const detail::PreviousRound prev = *member_of_;
-          rejoin = std::make_unique<detail::RejoinWatch>(
-              store_, prefix_of(prev.round), prev, [this, round, index, prev](int live) {
-                // Only the latest arrival can be the last one back.
-                if (index == live && detail::packed_count(arrivals_->arrived(prefix_of(round))) == index) {
-                  try_close_early(round, prev);
-                }
-              });
-          if (index == rejoin->live()) try_close_early(round, prev);
+        if (rejoin_ && index >= config_.min_nodes) {
+          const detail::PreviousRound prev = rejoin_->previous();
+          rejoin_->arm([this, round, index, prev](int live) {
+            // Only the latest arrival can be the last one back.
+            if (index == live && detail::packed_count(arrivals_->arrived(prefix_of(round))) == index) {
+              try_close_early(round, prev);
+            }
+          });
+          if (index == rejoin_->live()) try_close_early(round, prev);
         }
         closed = wait_closed(round, index, deadline);
+        if (rejoin_) rejoin_->arm(nullptr);
       }
       if (closed.kind == Closed::Kind::kJobClosed) throw_closed(closed.why);
       if (closed.kind == Closed::Kind::kAbort) {

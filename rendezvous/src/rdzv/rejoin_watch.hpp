@@ -3,14 +3,18 @@
 // vanished), so the next round can close as soon as every member still alive
 // is back instead of waiting for the last call. docs/rendezvous.md, "Restart
 // rounds close at once", has the rule. Private to ddp_rdzv.
+//
+// The departures come from the round monitor's own watch of the old round's
+// records, kept past the round's end (RoundMonitor::end with a departure
+// sink): no new watch, so nothing is replayed from the store's history and a
+// long round whose history was compacted loses nothing either.
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
-#include <memory>
 #include <mutex>
 #include <set>
-#include <string>
 #include <thread>
 
 #include "ddp/store/store.hpp"
@@ -20,40 +24,40 @@ namespace ddp::rdzv::detail {
 // The round a node was last a member of: enough to tell who may still rejoin.
 struct PreviousRound {
   std::int64_t round = -1;
-  int members = 0;                // group_world_size of that round
-  store::Revision node_from = 0;  // first revision after its close listing
+  int members = 0;  // group_world_size of that round
 };
 
-// Thread-safety: live() may be called from any thread. `on_departure(live)`
+// Thread-safety: all methods may be called from any thread. The armed callback
 // runs on an internal thread, one call at a time, and may use the store; the
-// destructor cancels the watch and waits for a running call to return.
+// destructor waits for a running call to return.
 class RejoinWatch {
  public:
-  // Watches `prefix`node/ (the previous round's records) from prev.node_from,
-  // which replays every departure since that round closed: none is missed
-  // however late this watch starts.
-  RejoinWatch(std::shared_ptr<store::Store> store, std::string prefix, const PreviousRound& prev,
-              std::function<void(int live)> on_departure);
+  // `gone`: group ranks already seen leaving while the round ran.
+  RejoinWatch(const PreviousRound& prev, std::set<std::int64_t> gone);
   ~RejoinWatch();
   RejoinWatch(const RejoinWatch&) = delete;
   RejoinWatch& operator=(const RejoinWatch&) = delete;
 
-  // Members of the previous round whose records this node has not seen vanish:
-  // an upper bound on how many can still rejoin.
+  const PreviousRound& previous() const { return prev_; }
+  // The member of group rank `rank` left (its record vanished).
+  void departed(std::int64_t rank);
+  // From now on each departure calls `on_departure(live)` (and one call comes
+  // at once for departures not yet passed on); nullptr disarms.
+  void arm(std::function<void(int live)> on_departure);
+  // Members of the previous round not seen leaving: an upper bound on how many
+  // can still rejoin.
   int live() const;
 
  private:
   void loop();
 
-  const std::string prefix_;
-  const int members_;
-  std::function<void(int live)> on_departure_;
+  const PreviousRound prev_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::set<std::int64_t> gone_;  // group ranks whose records vanished
-  int pending_ = 0;              // departures not yet passed to on_departure_
+  std::set<std::int64_t> gone_;
+  bool pending_ = false;  // a departure not yet passed to the armed callback
   bool stop_ = false;
-  std::unique_ptr<store::WatchHandle> watch_;
+  std::function<void(int live)> on_departure_;
   std::thread thread_;
 };
 

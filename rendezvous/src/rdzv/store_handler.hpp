@@ -63,9 +63,10 @@ class StoreHandler : public RendezvousHandler {
   bool reported_success_ = false;
   bool joined_once_ = false;
   bool done_seen_ = false;  // all_succeeded() was true for current_
-  // The last round this node was a member of (kept across aborted rounds):
-  // who may rejoin the next one. Only the next_rendezvous() thread uses it.
-  std::optional<PreviousRound> member_of_;
+  // While this node rejoins: the members of the last round it was a member of
+  // that are gone (kept across aborted rounds, until a round closes). Only the
+  // next_rendezvous() thread sets it.
+  std::shared_ptr<RejoinWatch> rejoin_;
 };
 
 }  // namespace ddp::rdzv::detail

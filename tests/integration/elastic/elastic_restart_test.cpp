@@ -46,7 +46,7 @@ TEST_CASE("elastic " ELASTIC_NAME ": after a worker failure the restarted round 
   // b's worker fails in restart 0; both rejoin and round 1 closes at once.
   REQUIRE(wait_until([&] { return a.started().size() == 2 && b.started().size() == 2; }, 30s));
   const auto all = logs(a, b);
-  CHECK(count(all, "every live member of round 0 rejoined: round 1 closed at once") == 1);
+  CHECK(count(all, "every live member of round 0 rejoined: round 1 closed at once") >= 1);
   CHECK(count(all, "last call over, closing the round run_id=job round=1") == 0);
   CHECK(count(all, "last call over, closing the round run_id=job round=0") >= 1);
   for (const auto* ag : {&a, &b}) {
@@ -73,7 +73,7 @@ TEST_CASE("elastic " ELASTIC_NAME ": kill -9 of one of three nodes re-forms a wo
   c.proc->signal(SIGKILL);
   REQUIRE(wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
   const auto all = logs(a, b);
-  CHECK(count(all, "every live member of round 0 rejoined: round 1 closed at once run_id=job nodes=2") == 1);
+  CHECK(count(all, "every live member of round 0 rejoined: round 1 closed at once run_id=job nodes=2") >= 1);
   CHECK(count(all, "round=1 nodes=2 last_call_timeout") == 0);
   std::set<int> ranks{*a.ranks_in_world(2).begin(), *b.ranks_in_world(2).begin()};
   CHECK(ranks == std::set<int>{0, 1});
@@ -98,7 +98,7 @@ TEST_CASE("elastic " ELASTIC_NAME ": a member frozen during a restart is waited 
   ::kill(a.started().at(0), SIGKILL);
   REQUIRE(wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
   const auto all = logs(a, b);
-  CHECK(count(all, "round 1 closed at once run_id=job nodes=2") == 1);
+  CHECK(count(all, "round 1 closed at once run_id=job nodes=2") >= 1);
   CHECK(count(all, "round=1 nodes=2 last_call_timeout") == 0);
   c.proc->signal(SIGKILL);
   a.proc->signal(SIGTERM);
