@@ -284,7 +284,9 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     check(r, "multi_get");
     r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.rdzv + "nnodes"), vec("", nn));
     check(r, "compare_set nnodes");
-    r = co_await c.call(Op::kLeaseGrant, 0, 15000, vec(), vec());
+    // Simulated agents send no keepalives: a TTL far past any run keeps their
+    // records (10,000 expiring at once would each be sent to 10,000 watches).
+    r = co_await c.call(Op::kLeaseGrant, 0, 600000, vec(), vec());
     check(r, "lease_grant");
     const std::int64_t lease = r.num;
     r = co_await c.call(Op::kAdd, 0, (std::int64_t{1} << 32) | 1, vec(s.prefix + "seq"), vec());
