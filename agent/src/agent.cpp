@@ -85,6 +85,7 @@ AgentResult Agent::Impl::run() {
   };
   group = std::make_unique<WorkerGroup>(io, cfg, *runner, *run_dir, *terminal, log, std::move(events));
   observers.attach(handler, *group);
+  observers.attach_startup(startup);
   terminal->open([this](const winsize& size) { group->resize_ptys(size); });
   start_torch_store();
 
@@ -107,6 +108,7 @@ AgentResult Agent::Impl::run() {
 
 void Agent::Impl::start_rendezvous() {
   announce_rendezvous_start();
+  startup.rendezvous_started();
   life.enter(Phase::kRendezvous);
   log->info("rendezvous backend={} run_id={} restart_count={}/{}", rdzv->handler()->backend(),
             cfg.rendezvous.run_id, life.restart_count(), cfg.max_restarts);
@@ -148,6 +150,13 @@ void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
             r.round, r.group_rank, r.group_world_size, r.world_size, r.rank_offset,
             r.store_endpoint.to_string());
   point_torch_store(r);
+  // On etcd the workers' store is group rank 0's, not the handler's: no
+  // first-step times there (docs/agent.md, "Startup times").
+  const bool same_store = cfg.rendezvous.backend != "etcd" && cfg.rendezvous.backend != "etcd-v2";
+  startup.rendezvous_done(r, cfg.nproc_per_node, same_store ? rdzv->handler()->store() : nullptr, [this] {
+    observers.emit_startup("first_step");
+    observers.publish_status();
+  });
   spawn_workers();
 }
 

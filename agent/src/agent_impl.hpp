@@ -30,6 +30,7 @@
 #include "process_runner.hpp"
 #include "rendezvous_calls.hpp"
 #include "run_dir.hpp"
+#include "startup_times.hpp"
 #include "worker_group.hpp"
 
 namespace spdlog {
@@ -76,6 +77,7 @@ struct Agent::Impl {
   std::unique_ptr<rdzv::RendezvousHandler> initial_handler;  // until run() hands it on
 
   Lifecycle life;
+  StartupTimes startup{io};  // rendezvous, spawn and first-step times of the attempt
   Observers observers;
   std::unique_ptr<ProcessRunner> runner;
   std::optional<RunDir> run_dir;

@@ -53,9 +53,20 @@ void Observers::spawn_reported(int local_rank, pid_t pid) {
     pids.push_back(w.local_rank == local_rank ? pid : w.pid);  // -1: could not start
   }
   emit("worker_start", {{"attempt", group_->attempt()}, {"ranks", ranks}, {"pids", pids}});
+  if (startup_) {
+    startup_->spawned();
+    emit_startup("startup");
+  }
   for (int lr : deferred_exits_) worker_exited(group_->workers()[static_cast<std::size_t>(lr)]);
   deferred_exits_.clear();
   publish_status();
+}
+
+void Observers::emit_startup(const std::string& event) {
+  if (!startup_) return;
+  auto f = startup_->fields();
+  f["attempt"] = group_ ? group_->attempt() : 0;
+  emit(event, std::move(f));
 }
 
 void Observers::worker_exited(const Worker& w) {
@@ -117,6 +128,7 @@ void Observers::publish_status(const std::string& final_state) {
       {"max_restarts", cfg_.max_restarts},
       {"state", final_state.empty() ? phase_name(life_.phase()) : final_state},
       {"workers", ws},
+      {"startup", startup_ ? startup_->fields() : nlohmann::json(nullptr)},
       {"updated", std::chrono::duration<double>(
                       std::chrono::system_clock::now().time_since_epoch()).count()},
   };

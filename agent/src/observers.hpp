@@ -16,6 +16,7 @@
 #include "ddp/rdzv/rendezvous.hpp"
 #include "event_log.hpp"
 #include "lifecycle.hpp"
+#include "startup_times.hpp"
 #include "worker_group.hpp"
 
 namespace ddp::agent {
@@ -34,6 +35,10 @@ class Observers {
   // Where the status record goes, and the workers it lists.
   void attach(std::shared_ptr<rdzv::RendezvousHandler> handler, const WorkerGroup& group);
 
+  // The attempt's startup times: in "startup"/"first_step" lines and the status record.
+  void attach_startup(StartupTimes& startup) { startup_ = &startup; }
+  // A "startup" or "first_step" line with the attempt's times.
+  void emit_startup(const std::string& event);
   // One --event_log line with the run's common fields added.
   void emit(const std::string& event, nlohmann::json fields);
   // A spawn reported back: worker_start once every spawn of the group has.
@@ -51,6 +56,7 @@ class Observers {
   const AgentConfig& cfg_;
   const Lifecycle& life_;
   const WorkerGroup* group_ = nullptr;
+  StartupTimes* startup_ = nullptr;
   std::shared_ptr<rdzv::RendezvousHandler> handler_;
   std::unique_ptr<EventLog> event_log_;
   std::unique_ptr<BlockingCaller> status_caller_;  // status writes never wait behind a join
