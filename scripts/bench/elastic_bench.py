@@ -18,6 +18,7 @@ Agents and workers are real: ddprun, ddp-rendezvousd, fake_worker from
 $BUILD_DIR/bin. Needs Debian's python3-torch for e2e's worker and torchrun.
 """
 import argparse
+import json
 import os
 import signal
 import socket
@@ -83,12 +84,24 @@ class Job:
                     "--max_restarts=%d" % max_restarts, "--log_level=warn"]
             if conf:
                 argv.append("--rdzv_conf=" + conf)
+            argv += ["--event_log", os.path.join(work, name + ".events")]
             argv.append(os.path.join(BIN, "fake_worker"))
             self.agents.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
                                                 stderr=open(os.path.join(work, name + ".err"), "w")))
             self.pidfiles.append(pidfile)
         if not wait_for(lambda: all(len(started_pids(p)) == nproc for p in self.pidfiles), 60, 0.005):
             raise RuntimeError("workers did not start; see " + work)
+
+    def startup_after(self, i, t0_wall):
+        """The `startup` event log lines (docs/agent.md, "Startup times") of agent i written after t0_wall."""
+        out = []
+        path = os.path.join(self.work, "%s.events" % "abc"[i])
+        if os.path.exists(path):
+            for line in open(path):
+                e = json.loads(line)
+                if e["event"] == "startup" and e["ts"] >= t0_wall:
+                    out.append(e)
+        return out
 
     def workers(self, i):
         return started_pids(self.pidfiles[i])
@@ -139,17 +152,24 @@ LONG_LAST_CALL = "last_call_timeout=5,keep_alive_interval=0.2,keep_alive_max_att
 
 
 def restart(reps):
-    out = []
+    out, rdzv, spawn = [], [], []
     for _ in range(reps):
         with tempfile.TemporaryDirectory() as work:
             job = Job(work, LONG_LAST_CALL, nproc=2, max_restarts=3, nnodes="2:3")
             victim = job.workers(0)[0]
+            t0_wall = time.time()
             t0 = time.monotonic()
             os.kill(victim, signal.SIGKILL)
             ok = wait_for(lambda: all(len(job.workers(i)) >= 4 for i in (0, 1)), 30)
             out.append((time.monotonic() - t0) * 1000 if ok else float("inf"))
+            # The agents' own account of the restarted attempt.
+            wait_for(lambda: all(job.startup_after(i, t0_wall) for i in (0, 1)), 5, 0.01)
+            for i in (0, 1):
+                for e in job.startup_after(i, t0_wall):
+                    rdzv.append(e["rendezvous_s"] * 1000)
+                    spawn.append(e["spawn_s"] * 1000)
             job.close()
-    return out
+    return out, rdzv, spawn
 
 
 def reform(reps):
@@ -254,8 +274,12 @@ def main():
             print("deadnode (default keep-alive 5 s x 3): agent A kill -9 -> B's workers gone:",
                   summary(deadnode(a.default_reps, "last_call_timeout=0.2")), flush=True)
     if "restart" in a.what:
+        total, rdzv, spawn = restart(a.reps)
         print("restart (--nnodes=2:3, last_call_timeout=5): worker killed on A -> A and B run replacements:",
-              summary(restart(a.reps)), flush=True)
+              summary(total), flush=True)
+        if rdzv:
+            print("  of which, per agent (event log 'startup'): rendezvous", summary(rdzv), "; spawn of 2 workers",
+                  summary(spawn), flush=True)
     if "reform" in a.what:
         print("reform (--nnodes=2:4, 3 agents, last_call_timeout=5): agent C kill -9 -> A and B run the world of 2:",
               summary(reform(a.reps)), flush=True)
