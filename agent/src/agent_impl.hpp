@@ -4,6 +4,7 @@
 //   WorkerGroup      worker_group.hpp     spawn, output, exit, stop of the local workers
 //   Observers        observers.hpp        --event_log and the status record
 //   AgentTerminal    agent_terminal.hpp   ptys and the terminal relay for workers
+//   StartupTimes     startup_times.hpp    rendezvous, spawn and first-step times per attempt
 // agent.cpp decides what each event means for the run (restart, re-form,
 // succeed, fail, exit); the parts only report and act.
 //

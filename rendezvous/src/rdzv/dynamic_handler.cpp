@@ -12,6 +12,10 @@ namespace {
 
 constexpr std::chrono::milliseconds kProgressPeriod{1000};  // live feedback, at most once a second
 constexpr int kNamesShown = 16;  // progress lines list names only for small rounds
+// A departure-triggered early close waits at most this long for the counted
+// arrivals' records (written right after their add, so normally at once): the
+// joining thread waits for that check to return once its round closed.
+constexpr std::chrono::milliseconds kDepartureCheckWait{1000};
 
 const RendezvousConfig& checked(const RendezvousConfig& c) {
   detail::validate_run_id(c.run_id);
@@ -122,10 +126,11 @@ RendezvousResult DynamicHandler::next_rendezvous() {
           rejoin_->arm([this, round, index, prev](int live) {
             // Only the latest arrival can be the last one back.
             if (index == live && detail::packed_count(arrivals_->arrived(prefix_of(round))) == index) {
-              try_close_early(round, prev);
+              // Short: the joining thread waits for this call once its round closed.
+              try_close_early(round, prev, std::min(config_.close_timeout, kDepartureCheckWait));
             }
           });
-          if (index == rejoin_->live()) try_close_early(round, prev);
+          if (index == rejoin_->live()) try_close_early(round, prev, config_.close_timeout);
         }
         closed = wait_closed(round, index, deadline);
         if (rejoin_) rejoin_->arm(nullptr);
@@ -207,7 +212,8 @@ DynamicHandler::Closed DynamicHandler::close_round(std::int64_t round, std::int6
   return parse_closed(store_->compare_set(prefix + "closed", "", value));
 }
 
-bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousRound& prev) {
+bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousRound& prev,
+                                     std::chrono::milliseconds records_wait) {
   auto logger = log::get("rdzv");
   const std::string prefix = prefix_of(round);
   const std::string old = prefix_of(prev.round);
@@ -225,7 +231,7 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
   keys.reserve(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) keys.push_back(prefix + "node/" + std::to_string(r));
   try {
-    store_->wait(keys, config_.close_timeout);  // each counted arrival writes its record next
+    store_->wait(keys, records_wait);  // each counted arrival writes its record next
   } catch (const TimeoutError&) {
     return false;  // the last call's close_round aborts the round
   }
