@@ -132,7 +132,12 @@ RendezvousResult DynamicHandler::next_rendezvous() {
           });
           if (index == rejoin_->live()) try_close_early(round, prev, config_.close_timeout);
         }
-        closed = wait_closed(round, index, deadline);
+        try {
+          closed = wait_closed(round, index, deadline);
+        } catch (...) {
+          if (rejoin_) rejoin_->arm(nullptr);  // no check of this round after we gave up on it
+          throw;
+        }
         if (rejoin_) rejoin_->arm(nullptr);
       }
       if (closed.kind == Closed::Kind::kJobClosed) throw_closed(closed.why);
