@@ -1,5 +1,7 @@
 // ddp-bench rendezvous: N simulated agents run the c10d rendezvous algorithm's
-// requests (docs/rendezvous.md) against one store and form one round of N nodes.
+// requests (docs/rendezvous.md) against one store and form one round of N nodes;
+// with --restart, one agent then reports a failure and all N re-form round 1,
+// which closes as soon as the last of them is back (no last call).
 //
 // An agent here is one TCP connection driven by a coroutine on a single
 // io_context thread, speaking the native protocol directly: 10,000 TcpStore
@@ -25,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -49,6 +52,7 @@ struct Options {
   std::string endpoint;
   std::string backend = "c10d";
   bool list_nodes = false;
+  bool restart = false;
   int max_connecting = 256;  // connects in flight: past the listen backlog SYNs are dropped (1 s retry)
 };
 
@@ -57,8 +61,21 @@ class Conn {
  public:
   explicit Conn(tcp::socket s) : sock_(std::move(s)) {}
 
+  // One request and its answer. Frames for other ids (watch events, a
+  // cancelled request's last word) are noted and skipped.
   awaitable<store::Response> call(Op op, std::int64_t a, std::int64_t b, std::vector<std::string> keys,
                                   std::vector<std::string> values) {
+    const auto id = co_await send(op, a, b, std::move(keys), std::move(values));
+    while (true) {
+      auto r = co_await read_response();
+      if (r.id == id && r.status != store::Status::kEvent) co_return r;
+      if (r.status == store::Status::kEvent) events_.insert(r.id);
+    }
+  }
+
+  // Sends without waiting for the answer (as TcpStore cancels a watch).
+  awaitable<std::uint32_t> send(Op op, std::int64_t a, std::int64_t b, std::vector<std::string> keys,
+                                std::vector<std::string> values) {
     store::Request req;
     req.op = op;
     req.id = ++next_id_;
@@ -71,8 +88,18 @@ class Conn {
     co_await asio::async_write(sock_, asio::buffer(out_), use_awaitable);
     sent += static_cast<long>(out_.size());
     ++requests;
-    co_return co_await read_response();
+    co_return req.id;
   }
+
+  // Until the watch of request `id` delivered an event.
+  awaitable<void> wait_event(std::uint32_t id) {
+    while (!events_.count(id)) {
+      auto r = co_await read_response();
+      if (r.status == store::Status::kEvent) events_.insert(r.id);
+    }
+  }
+
+  std::uint32_t last_id() const { return next_id_; }
 
   awaitable<store::Response> read_response() {
     co_await asio::async_read(sock_, asio::buffer(header_), use_awaitable);
@@ -108,6 +135,7 @@ class Conn {
   std::string in_;
   std::array<char, 4> header_{};  // a member: GCC 12 cannot keep arrays in a coroutine frame
   store::Limits limits_;
+  std::set<std::uint32_t> events_;  // watch ids that delivered an event
 };
 
 struct Shared {
@@ -121,6 +149,15 @@ struct Shared {
   Clock::time_point last_done;
   int done = 0;
   int failed = 0;
+  bool restart = false;
+  asio::io_context* io = nullptr;
+  std::string prefix1;  // round 1's prefix (--restart)
+  Clock::time_point restart_start;
+  Clock::time_point restart_closed;
+  Clock::time_point restart_done;
+  int restarted = 0;
+  long r_requests = 0, r_bytes = 0, r_max_requests = 0, r_max_bytes = 0;
+  std::string early_closer;  // which arrival closed round 1 at once
   int connecting = 0;
   int max_connecting = 0;
   long requests = 0, bytes = 0, max_requests = 0, max_bytes = 0;
@@ -142,6 +179,88 @@ void check(const store::Response& r, const char* what) {
   }
 }
 
+// After a failure report: StoreHandler::round_to_join and DynamicHandler::
+// next_rendezvous for round 1, request for request, with every member of
+// round 0 rejoining (the last one back closes it: try_close_early).
+awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, std::uint32_t node_watch, std::uint32_t ctl_watch, std::string record) {
+  auto exec = co_await asio::this_coro::executor;
+  if (id == 0) {
+    // The failing node reports once every agent watches round 0.
+    while (s.done + s.failed < s.n) {
+      asio::steady_timer t(exec, std::chrono::milliseconds(1));
+      co_await t.async_wait(use_awaitable);
+    }
+    if (s.failed > 0) {
+      s.io->stop();  // the others would wait for the failure report forever
+      co_return;
+    }
+    s.restart_start = Clock::now();
+  }
+  const long requests0 = c.requests;
+  const long bytes0 = c.sent + c.received;
+  if (id == 0) {
+    auto r = co_await c.call(Op::kSet, 0, 0, vec(s.prefix + "ctl/failed/sim_0"), vec("worker 0 exited with 1"));
+    check(r, "report failure");
+  } else {
+    co_await c.wait_event(ctl_watch);  // the round monitor sees the failure key
+  }
+  // round_to_join: the monitor's ctl watch ends (its node watch stays, to tell
+  // round 1 who is gone), the round is marked ended, the pointer moves on.
+  co_await c.send(Op::kCancel, ctl_watch, 0, vec(), vec());
+  auto r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix + "ctl/ended"),
+                           vec("", "0 node sim_0 reported a failure: worker 0 exited with 1"));
+  check(r, "compare_set ended");
+  r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.rdzv + "round"), vec("", "1"));
+  check(r, "compare_set round");
+  r = co_await c.call(Op::kAdd, 0, (std::int64_t{1} << 32) | 1, vec(s.prefix1 + "seq"), vec());
+  check(r, "add");
+  const int index = static_cast<int>(r.num >> 32);
+  r = co_await c.call(Op::kSet, lease, 0, vec(s.prefix1 + "node/" + std::to_string(index - 1)), vec(record));
+  check(r, "set record");
+  if (index == s.n) {
+    // try_close_early: no newcomer waited, the n arrivals' records, both
+    // listings, the decision.
+    r = co_await c.call(Op::kTryGet, 0, 0, vec(s.prefix + "ctl/waiting"), vec());
+    r = co_await c.call(Op::kAdd, 0, 0, vec(s.prefix1 + "seq"), vec());
+    check(r, "add 0");
+    std::vector<std::string> keys;
+    for (int i = 0; i < s.n; ++i) keys.push_back(s.prefix1 + "node/" + std::to_string(i));
+    r = co_await c.call(Op::kWait, 0, 30000, std::move(keys), vec());
+    check(r, "early close wait");
+    r = co_await c.call(Op::kList, 0, 0, vec(s.prefix1 + "node/"), vec());
+    check(r, "list round 1");
+    const auto rev = r.revision;
+    r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
+    check(r, "list round 0");
+    if (static_cast<int>(r.items.size()) != s.n) throw StoreError("round 0 lost records");
+    const std::string value = std::to_string(s.n) + " " + std::to_string(s.n) + " " + std::to_string(rev);
+    r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix1 + "closed"), vec("", value));
+    check(r, "close early");
+    s.early_closer = "arrival " + std::to_string(index);
+  }
+  r = co_await c.call(Op::kGet, 0, 60000, vec(s.prefix1 + "closed"), vec());
+  check(r, "get closed");
+  s.restart_closed = std::max(s.restart_closed, Clock::now());
+  std::istringstream in(r.items.at(0).value);
+  long count = 0, workers = 0, listed = 0;
+  in >> count >> workers >> listed;
+  co_await c.send(Op::kCancel, node_watch, 0, vec(), vec());  // start_round: stop_departures
+  r = co_await c.call(Op::kList, 0, 0, vec(s.prefix1 + "ctl/"), vec());
+  check(r, "list ctl");
+  const auto ctl_rev = r.revision;
+  r = co_await c.call(Op::kWatch, 0, listed + 1, vec(s.prefix1 + "node/"), vec());
+  check(r, "watch nodes");
+  r = co_await c.call(Op::kWatch, 0, ctl_rev + 1, vec(s.prefix1 + "ctl/"), vec());
+  check(r, "watch ctl");
+  s.restart_done = std::max(s.restart_done, Clock::now());
+  const long requests = c.requests - requests0;
+  const long bytes = c.sent + c.received - bytes0;
+  s.r_requests += requests;
+  s.r_bytes += bytes;
+  s.r_max_requests = std::max(s.r_max_requests, requests);
+  s.r_max_bytes = std::max(s.r_max_bytes, bytes);
+}
+
 // DynamicHandler::next_rendezvous for a first round, request for request.
 awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id) {
   auto exec = co_await asio::this_coro::executor;
@@ -159,12 +278,15 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     --s.connecting;
     s.last_connected = std::max(s.last_connected, Clock::now());
 
-    const std::string nn = std::to_string(s.n) + ":" + std::to_string(s.n);
+    // --restart: an elastic job below MAX, where round 1 would wait the last call.
+    const std::string nn = s.restart ? "1:" + std::to_string(2 * s.n) : std::to_string(s.n) + ":" + std::to_string(s.n);
     auto r = co_await c.call(Op::kMultiGet, 0, 0, vec(s.rdzv + "round", s.rdzv + "closed"), vec());
     check(r, "multi_get");
     r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.rdzv + "nnodes"), vec("", nn));
     check(r, "compare_set nnodes");
-    r = co_await c.call(Op::kLeaseGrant, 0, 15000, vec(), vec());
+    // Simulated agents send no keepalives: a TTL far past any run keeps their
+    // records (10,000 expiring at once would each be sent to 10,000 watches).
+    r = co_await c.call(Op::kLeaseGrant, 0, 600000, vec(), vec());
     check(r, "lease_grant");
     const std::int64_t lease = r.num;
     r = co_await c.call(Op::kAdd, 0, (std::int64_t{1} << 32) | 1, vec(s.prefix + "seq"), vec());
@@ -204,8 +326,10 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     const auto ctl_rev = r.revision;
     r = co_await c.call(Op::kWatch, 0, listed + 1, vec(s.prefix + "node/"), vec());
     check(r, "watch nodes");
+    const auto node_watch = c.last_id();
     r = co_await c.call(Op::kWatch, 0, ctl_rev + 1, vec(s.prefix + "ctl/"), vec());
     check(r, "watch ctl");
+    const auto ctl_watch = c.last_id();
     s.last_done = std::max(s.last_done, Clock::now());
     const long bytes = c.sent + c.received;
     s.requests += c.requests;
@@ -213,11 +337,17 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     s.max_requests = std::max(s.max_requests, c.requests);
     s.max_bytes = std::max(s.max_bytes, bytes);
     ++s.done;
-    if (s.done + s.failed == s.n) io.stop();  // the connections close with the io_context
+    if (s.restart && s.failed == 0) {
+      co_await restart_round(c, s, id, lease, node_watch, ctl_watch, record);
+      ++s.restarted;
+      if (s.restarted + s.failed == s.n) io.stop();
+    } else if (s.done + s.failed == s.n) {
+      io.stop();  // the connections close with the io_context
+    }
   } catch (const std::exception& e) {
     if (s.first_error.empty()) s.first_error = e.what();
     ++s.failed;
-    if (s.done + s.failed == s.n) io.stop();
+    if ((s.restart ? s.restarted : s.done) + s.failed == s.n) io.stop();
   }
 }
 
@@ -233,6 +363,9 @@ void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   s.rdzv = "/" + run + "/rdzv/";
   s.prefix = s.rdzv + "round_0/";
   s.list_nodes = o.list_nodes;
+  s.restart = o.restart;
+  s.io = &io;
+  s.prefix1 = s.rdzv + "round_1/";
   s.max_connecting = o.max_connecting;
   s.start = Clock::now();
   for (int i = 0; i < n; ++i) asio::co_spawn(io, agent(io, ep.endpoint(), s, i), asio::detached);
@@ -244,6 +377,13 @@ void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   std::printf("%8d  %10.3f  %10.3f  %10.3f  %9.1f  %8ld  %10.0f  %9ld\n", n, secs(s.last_connected - s.start),
               secs(s.last_closed - s.start), secs(s.last_done - s.start),
               static_cast<double>(s.requests) / n, s.max_requests, static_cast<double>(s.bytes) / n, s.max_bytes);
+  if (s.restart) {
+    std::printf("%8s  restart: failure -> all closed %.3f s, all watching %.3f s, %.1f req/agent (max %ld), "
+                "%.0f bytes/agent (max %ld), closed at once by %s\n",
+                "", secs(s.restart_closed - s.restart_start), secs(s.restart_done - s.restart_start),
+                static_cast<double>(s.r_requests) / n, s.r_max_requests, static_cast<double>(s.r_bytes) / n,
+                s.r_max_bytes, s.early_closer.c_str());
+  }
   std::fflush(stdout);
 }
 
@@ -273,6 +413,9 @@ int rendezvous_main(int argc, char** argv) {
   app.add_option("--backend", o.backend, "rendezvous algorithm (c10d)")->check(CLI::IsMember({"c10d"}));
   app.add_flag("--list-nodes", o.list_nodes, "each agent also lists every node record (O(N) bytes per agent)");
   app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")->capture_default_str();
+  app.add_flag("--restart", o.restart,
+               "then one agent reports a failure and all re-form round 1 (--nnodes=1:2N, so only the early "
+               "close of a restart round avoids the last call)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,7 +4,7 @@
 # from launch to a finished store barrier beside torchrun's c10d backend.
 # Needs ddprun, ddp-rendezvousd and fake_worker in $BUILD_DIR/bin and Debian's
 # python3-torch; ddp-store for the native e2e worker. Usage:
-#   BUILD_DIR=build scripts/bench/elastic.sh [fanout] [deadnode] [e2e] [--reps N] [--torch-reps N]
+#   BUILD_DIR=build scripts/bench/elastic.sh [fanout] [deadnode] [restart] [reform] [e2e] [--reps N] [--torch-reps N]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export BUILD_DIR=${BUILD_DIR:-build}

@@ -5,6 +5,11 @@
             is gone (/proc polled every 0.2 ms)
   deadnode  kill -9 agent A; time until node B's workers are gone, with the
             default rdzv_conf (keep-alive 5 s x 3) and a short one (0.2 s x 3)
+  restart   --nnodes=2:3 with last_call_timeout=5: kill -9 one worker on A;
+            time until both A and B run replacement workers (the restart
+            round closes without the last call)
+  reform    --nnodes=2:4, three agents, last_call_timeout=5: kill -9 agent C;
+            time until A and B both run workers of the world of two
   e2e       2 agents x 2 workers, launch -> every worker started, and launch ->
             every worker through a torch TCPStore barrier (MASTER_ADDR/PORT),
             ddprun --rdzv_backend=c10d beside torchrun's c10d backend
@@ -13,6 +18,7 @@ Agents and workers are real: ddprun, ddp-rendezvousd, fake_worker from
 $BUILD_DIR/bin. Needs Debian's python3-torch for e2e's worker and torchrun.
 """
 import argparse
+import json
 import os
 import signal
 import socket
@@ -62,7 +68,7 @@ def started_pids(path):
 class Job:
     """A ddp-rendezvousd and two ddprun agents of fake_workers that hang."""
 
-    def __init__(self, work, conf, nproc=2, max_restarts=0):
+    def __init__(self, work, conf, nproc=2, max_restarts=0, nnodes="2:2", names=("a", "b")):
         self.work = work
         portfile = os.path.join(work, "port")
         self.daemon = subprocess.Popen([os.path.join(BIN, "ddp-rendezvousd"), "--host", "127.0.0.1", "--port", "0",
@@ -70,20 +76,32 @@ class Job:
         wait_for(lambda: os.path.exists(portfile) and open(portfile).read().strip(), 10, 0.001)
         endpoint = "127.0.0.1:" + open(portfile).read().strip()
         self.agents, self.pidfiles = [], []
-        for name in ("a", "b"):
+        for name in names:
             pidfile = os.path.join(work, name + ".pids")
             env = dict(os.environ, FAKE_HANG="1", FAKE_PID_FILE=pidfile)
-            argv = [os.path.join(BIN, "ddprun"), "--nnodes=2:2", "--nproc_per_node=%d" % nproc,
+            argv = [os.path.join(BIN, "ddprun"), "--nnodes=" + nnodes, "--nproc_per_node=%d" % nproc,
                     "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint, "--rdzv_id=bench",
                     "--max_restarts=%d" % max_restarts, "--log_level=warn"]
             if conf:
                 argv.append("--rdzv_conf=" + conf)
+            argv += ["--event_log", os.path.join(work, name + ".events")]
             argv.append(os.path.join(BIN, "fake_worker"))
             self.agents.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
                                                 stderr=open(os.path.join(work, name + ".err"), "w")))
             self.pidfiles.append(pidfile)
         if not wait_for(lambda: all(len(started_pids(p)) == nproc for p in self.pidfiles), 60, 0.005):
             raise RuntimeError("workers did not start; see " + work)
+
+    def startup_after(self, i, t0_wall):
+        """The `startup` event log lines (docs/agent.md, "Startup times") of agent i written after t0_wall."""
+        out = []
+        path = os.path.join(self.work, "%s.events" % "abc"[i])
+        if os.path.exists(path):
+            for line in open(path):
+                e = json.loads(line)
+                if e["event"] == "startup" and e["ts"] >= t0_wall:
+                    out.append(e)
+        return out
 
     def workers(self, i):
         return started_pids(self.pidfiles[i])
@@ -125,6 +143,43 @@ def deadnode(reps, conf):
             t0 = time.monotonic()
             job.agents[0].kill()
             ok = wait_for(lambda: all(gone(p) for p in others), 60, 0.001)
+            out.append((time.monotonic() - t0) * 1000 if ok else float("inf"))
+            job.close()
+    return out
+
+
+LONG_LAST_CALL = "last_call_timeout=5,keep_alive_interval=0.2,keep_alive_max_attempt=3"
+
+
+def restart(reps):
+    out, rdzv, spawn = [], [], []
+    for _ in range(reps):
+        with tempfile.TemporaryDirectory() as work:
+            job = Job(work, LONG_LAST_CALL, nproc=2, max_restarts=3, nnodes="2:3")
+            victim = job.workers(0)[0]
+            t0_wall = time.time()
+            t0 = time.monotonic()
+            os.kill(victim, signal.SIGKILL)
+            ok = wait_for(lambda: all(len(job.workers(i)) >= 4 for i in (0, 1)), 30)
+            out.append((time.monotonic() - t0) * 1000 if ok else float("inf"))
+            # The agents' own account of the restarted attempt.
+            wait_for(lambda: all(job.startup_after(i, t0_wall) for i in (0, 1)), 5, 0.01)
+            for i in (0, 1):
+                for e in job.startup_after(i, t0_wall):
+                    rdzv.append(e["rendezvous_s"] * 1000)
+                    spawn.append(e["spawn_s"] * 1000)
+            job.close()
+    return out, rdzv, spawn
+
+
+def reform(reps):
+    out = []
+    for _ in range(reps):
+        with tempfile.TemporaryDirectory() as work:
+            job = Job(work, LONG_LAST_CALL, nproc=1, max_restarts=3, nnodes="2:4", names=("a", "b", "c"))
+            t0 = time.monotonic()
+            job.agents[2].kill()
+            ok = wait_for(lambda: all(len(job.workers(i)) >= 2 for i in (0, 1)), 30)
             out.append((time.monotonic() - t0) * 1000 if ok else float("inf"))
             job.close()
     return out
@@ -218,6 +273,16 @@ def main():
         if a.default_reps > 0:
             print("deadnode (default keep-alive 5 s x 3): agent A kill -9 -> B's workers gone:",
                   summary(deadnode(a.default_reps, "last_call_timeout=0.2")), flush=True)
+    if "restart" in a.what:
+        total, rdzv, spawn = restart(a.reps)
+        print("restart (--nnodes=2:3, last_call_timeout=5): worker killed on A -> A and B run replacements:",
+              summary(total), flush=True)
+        if rdzv:
+            print("  of which, per agent (event log 'startup'): rendezvous", summary(rdzv), "; spawn of 2 workers",
+                  summary(spawn), flush=True)
+    if "reform" in a.what:
+        print("reform (--nnodes=2:4, 3 agents, last_call_timeout=5): agent C kill -9 -> A and B run the world of 2:",
+              summary(reform(a.reps)), flush=True)
     if "e2e" in a.what:
         started, done = e2e(a.reps, "ddprun", [], native=True)
         print("e2e ddprun c10d, sh + ddp-store worker: launch -> 4 workers started: %s; launch -> barrier done: %s"

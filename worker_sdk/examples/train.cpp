@@ -130,6 +130,7 @@ int train(const Options& opt) {
       }
       reducer.finalize();  // with no_overlap: every bucket is reduced here, after backward
       model.sgd_step(opt.lr / static_cast<float>(opt.grad_accum));
+      if (steps == 0) ddp::report_first_step(ctx);  // ddprun times the attempt's startup
       ++steps;
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

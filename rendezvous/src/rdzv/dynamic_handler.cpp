@@ -1,5 +1,6 @@
 #include "dynamic_handler.hpp"
 
+#include <set>
 #include <sstream>
 
 #include "ddp/common/error.hpp"
@@ -11,6 +12,10 @@ namespace {
 
 constexpr std::chrono::milliseconds kProgressPeriod{1000};  // live feedback, at most once a second
 constexpr int kNamesShown = 16;  // progress lines list names only for small rounds
+// A departure-triggered early close waits at most this long for the counted
+// arrivals' records (written right after their add, so normally at once): the
+// joining thread waits for that check to return once its round closed.
+constexpr std::chrono::milliseconds kDepartureCheckWait{1000};
 
 const RendezvousConfig& checked(const RendezvousConfig& c) {
   detail::validate_run_id(c.run_id);
@@ -40,6 +45,21 @@ std::string name_list(const std::vector<store::KeyValue>& kvs, std::size_t prefi
     }
   }
   return out.empty() ? "none" : out;
+}
+
+void logger_info_last_call(const RendezvousConfig& c, std::int64_t round, int count) {
+  log::get("rdzv")->info("last call over, closing the round run_id={} round={} nodes={} last_call_timeout={}",
+                         c.run_id, round, count, detail::seconds_text(c.last_call_timeout));
+}
+
+// Node ids of the records of group ranks [0, n) under `prefix`node/.
+std::set<std::string> member_ids(const std::vector<store::KeyValue>& kvs, std::size_t prefix_len, int n) {
+  std::set<std::string> out;
+  for (const auto& kv : kvs) {
+    auto r = detail::parse_int(std::string_view(kv.key).substr(prefix_len));
+    if (r >= 0 && r < n) out.insert(detail::decode_node(kv.value, kv.key).node_id);
+  }
+  return out;
 }
 
 }  // namespace
@@ -96,7 +116,30 @@ RendezvousResult DynamicHandler::next_rendezvous() {
       store_->set(my_key, record, lease);
       logger->info("joined round run_id={} round={} arrival={} node_id={}", config_.run_id, round,
                    index, self_.node_id);
-      closed = index == config_.max_nodes ? close_round(round, mine) : wait_closed(round, index, deadline);
+      if (index == config_.max_nodes) {
+        closed = close_round(round, mine);
+      } else {
+        // Rejoining after a round this node was a member of: the round may close
+        // as soon as every member still alive is back (no last call for them).
+        if (rejoin_ && index >= config_.min_nodes) {
+          const detail::PreviousRound prev = rejoin_->previous();
+          rejoin_->arm([this, round, index, prev](int live) {
+            // Only the latest arrival can be the last one back.
+            if (index == live && detail::packed_count(arrivals_->arrived(prefix_of(round))) == index) {
+              // Short: the joining thread waits for this call once its round closed.
+              try_close_early(round, prev, std::min(config_.close_timeout, kDepartureCheckWait));
+            }
+          });
+          if (index == rejoin_->live()) try_close_early(round, prev, config_.close_timeout);
+        }
+        try {
+          closed = wait_closed(round, index, deadline);
+        } catch (...) {
+          if (rejoin_) rejoin_->arm(nullptr);  // no check of this round after we gave up on it
+          throw;
+        }
+        if (rejoin_) rejoin_->arm(nullptr);
+      }
       if (closed.kind == Closed::Kind::kJobClosed) throw_closed(closed.why);
       if (closed.kind == Closed::Kind::kAbort) {
         // Nobody of this round starts workers; meet again in the next one.
@@ -174,6 +217,53 @@ DynamicHandler::Closed DynamicHandler::close_round(std::int64_t round, std::int6
   return parse_closed(store_->compare_set(prefix + "closed", "", value));
 }
 
+bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousRound& prev,
+                                     std::chrono::milliseconds records_wait) {
+  auto logger = log::get("rdzv");
+  const std::string prefix = prefix_of(round);
+  const std::string old = prefix_of(prev.round);
+  // Nodes that waited while the previous round ran are newcomers: the last
+  // call exists for them (and for any others about to come).
+  if (auto waiting = store_->try_get(old + "ctl/waiting"); waiting && detail::parse_int(*waiting) > 0) {
+    logger->info("newcomers waited in round {}: round {} closes after the last call run_id={} newcomers={}",
+                 prev.round, round, config_.run_id, *waiting);
+    return false;
+  }
+  const std::int64_t seen = arrivals_->arrived(prefix);
+  const int n = detail::packed_count(seen);
+  if (n < config_.min_nodes || n >= config_.max_nodes) return false;  // the MAX-th arrival closes it
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) keys.push_back(prefix + "node/" + std::to_string(r));
+  try {
+    store_->wait(keys, records_wait);  // each counted arrival writes its record next
+  } catch (const TimeoutError&) {
+    return false;  // the last call's close_round aborts the round
+  }
+  const auto now = store_->list(prefix + "node/");
+  const auto ids = member_ids(now.kvs, prefix.size() + 5, n);
+  // The previous round's records share their nodes' leases: those present are
+  // the members still alive, whether or not they are back yet.
+  const auto alive = member_ids(store_->list(old + "node/").kvs, old.size() + 5, prev.members);
+  if (static_cast<int>(ids.size()) != n || ids != alive) {
+    for (const auto& id : ids) {
+      if (!alive.count(id)) {
+        logger->info("node {} is new since round {}: round {} closes after the last call run_id={}", id, prev.round,
+                     round, config_.run_id);
+        break;
+      }
+    }
+    return false;  // a member still on its way arrives and checks again
+  }
+  const std::string value = std::to_string(n) + " " + std::to_string(detail::packed_workers(seen)) + " " +
+                            std::to_string(now.revision);
+  if (store_->compare_set(prefix + "closed", "", value) == value) {
+    logger->info("every live member of round {} rejoined: round {} closed at once run_id={} nodes={}", prev.round,
+                 round, config_.run_id, n);
+  }
+  return true;
+}
+
 DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index,
                                                    const Deadline& deadline) {
   const std::string key = prefix_of(round) + "closed";
@@ -200,6 +290,7 @@ DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index
         seen = count;
         last_call = Clock::now() + config_.last_call_timeout;
       } else {
+        logger_info_last_call(config_, round, count);
         return close_round(round, now_seen);
       }
     }

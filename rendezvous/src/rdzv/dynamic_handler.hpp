@@ -35,6 +35,12 @@ class DynamicHandler final : public detail::StoreHandler {
   // Waits for P/closed as arrival `index`; the last arrival past MIN closes the
   // round once no one else arrived for last_call_timeout.
   Closed wait_closed(std::int64_t round, int index, const Deadline& deadline);
+  // A restart round: closes it now if its arrivals are exactly the members of
+  // `prev` that are still alive and no newcomer waits (docs/rendezvous.md,
+  // "Restart rounds close at once"). Safe to call from the rejoin watch's
+  // thread while the joining thread waits; false leaves the last call to decide.
+  // `records_wait` bounds the wait for the counted arrivals' records.
+  bool try_close_early(std::int64_t round, const detail::PreviousRound& prev, std::chrono::milliseconds records_wait);
   // A late joiner: counted in P/ctl/waiting (the members see kNodesWaiting),
   // then waits for the round to end.
   void wait_ended(std::int64_t round, const Deadline& deadline);

@@ -50,6 +50,7 @@ RoundMonitor::RoundMonitor(std::shared_ptr<store::Store> store,
 }
 
 RoundMonitor::~RoundMonitor() {
+  stop_departures();
   end();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -137,6 +138,7 @@ void RoundMonitor::begin(WatchedRound r) {
     active_ = true;
     fired_mask_ = 0;
     first_event_.reset();
+    departed_.clear();
     for (const auto& kv : r.ctl.kvs) {
       queue_.push_back(Pending{epoch, store::WatchEvent{store::EventType::kPut, kv.key, kv.value,
                                                         kv.revision}});
@@ -179,6 +181,46 @@ std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end() {
   // Cancelling waits out a running watch callback, which takes mu_: not under it.
   for (auto& h : handles) h->cancel();
   return first;
+}
+
+std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end(
+    std::function<void(std::int64_t)> on_departure, std::set<std::int64_t>& departed) {
+  stop_departures();
+  std::vector<std::unique_ptr<store::WatchHandle>> handles;
+  std::optional<std::pair<RoundEvent, std::string>> first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (active_ && !watches_.empty()) {
+      // Events of the old epoch still queued or yet to come reach the sink.
+      departure_epoch_ = epoch_;
+      departure_prefix_ = round_.prefix + "node/";
+      departure_sink_ = std::move(on_departure);
+      departure_watch_ = std::move(watches_.front());
+      departed = departed_;
+    }
+    active_ = false;
+    ++epoch_;
+    handles.swap(watches_);
+    first = first_event_;
+  }
+  { std::lock_guard<std::mutex> wait_out_callback(callback_mu_); }
+  for (auto& h : handles) {
+    if (h) h->cancel();
+  }
+  return first;
+}
+
+void RoundMonitor::stop_departures() {
+  std::unique_ptr<store::WatchHandle> handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handle = std::move(departure_watch_);
+    departure_sink_ = nullptr;
+    departure_epoch_ = 0;
+  }
+  // A sink call running now holds callback_mu_.
+  { std::lock_guard<std::mutex> wait_out_callback(callback_mu_); }
+  if (handle) handle->cancel();
 }
 
 void RoundMonitor::suppress(RoundEvent e) {
@@ -291,8 +333,23 @@ void RoundMonitor::check_store_silence() {
 void RoundMonitor::handle(const Pending& p) {
   WatchedRound r;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (p.epoch != epoch_ || !active_) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (p.epoch != epoch_ || !active_) {
+      if (p.epoch == 0 || p.epoch != departure_epoch_ || p.error || p.ev.type != store::EventType::kDelete ||
+          !starts_with(p.ev.key, departure_prefix_)) {
+        return;
+      }
+      const auto rank = parse_int(std::string_view(p.ev.key).substr(departure_prefix_.size()));
+      lock.unlock();
+      std::lock_guard<std::mutex> callback_lock(callback_mu_);
+      std::function<void(std::int64_t)> sink;
+      {
+        std::lock_guard<std::mutex> relock(mu_);
+        if (p.epoch == departure_epoch_) sink = departure_sink_;
+      }
+      if (sink && rank >= 0) sink(rank);
+      return;
+    }
     r.prefix = round_.prefix;
     r.self_rank = round_.self_rank;
     r.self_id = round_.self_id;
@@ -309,6 +366,10 @@ void RoundMonitor::handle(const Pending& p) {
   if (starts_with(rel, "node/")) {
     const auto rank = parse_int(std::string_view(rel).substr(5));
     if (put || rank < 0 || rank == r.self_rank || rank >= r.group_world_size) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (p.epoch == epoch_) departed_.insert(rank);
+    }
     // A node that succeeded and left is not a failure: its success key was written
     // before its lease went away. A store that cannot answer cannot tell us who
     // left either; losing it is reported by the watch or the keep-alive instead.

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +65,15 @@ class RoundMonitor {
   // Stops watching the current round. Returns the first event seen in it, if any,
   // so the next round's "ended" marker can pass the reason on.
   std::optional<std::pair<RoundEvent, std::string>> end();
+  // As end(), but keeps following the ended round's node records: each one
+  // deleted later is passed to `on_departure(group rank)` on the event thread
+  // until stop_departures(). `departed` receives the ranks already seen leaving.
+  // This is how a rejoining node learns, without a new watch, which members of
+  // its previous round are gone (rejoin_watch.hpp).
+  std::optional<std::pair<RoundEvent, std::string>> end(std::function<void(std::int64_t)> on_departure,
+                                                        std::set<std::int64_t>& departed);
+  // Ends what end(on_departure, …) kept; no departure is passed on after it returns.
+  void stop_departures();
   // This node already knows about its own kind of event (it reported the failure):
   // do not echo it back to the agent.
   void suppress(RoundEvent e);
@@ -117,7 +127,13 @@ class RoundMonitor {
   std::uint8_t fired_mask_ = 0;  // event kinds already delivered this round
   std::optional<std::pair<RoundEvent, std::string>> first_event_;
   std::deque<Pending> queue_;
-  std::vector<std::unique_ptr<store::WatchHandle>> watches_;
+  std::vector<std::unique_ptr<store::WatchHandle>> watches_;  // node/ first, then ctl/
+  std::set<std::int64_t> departed_;  // group ranks of this round whose records vanished
+  // Kept by end(on_departure, …): the ended round's node watch and where its deletions go.
+  std::unique_ptr<store::WatchHandle> departure_watch_;
+  std::uint64_t departure_epoch_ = 0;
+  std::string departure_prefix_;
+  std::function<void(std::int64_t)> departure_sink_;
   std::thread thread_;
   // Keepalives block while the client reconnects (up to its connect timeout), so
   // they get their own thread and the event thread judges silence by the clock.

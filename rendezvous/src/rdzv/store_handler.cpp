@@ -32,6 +32,8 @@ StoreHandler::StoreHandler(const RendezvousConfig& config, const NodeSpec& self,
       rdzv_prefix_(rdzv_prefix(config.run_id)) {}
 
 StoreHandler::~StoreHandler() {
+  monitor_->stop_departures();
+  rejoin_.reset();
   monitor_->end();
   monitor_->revoke();
   if (access_.server) wait_for_members_to_leave();
@@ -99,7 +101,12 @@ std::int64_t StoreHandler::round_to_join() {
   }
   // Pass on why we leave (the first event we saw), so every member restarts
   // for the same reason; with no event, this node itself chose to restart.
-  auto first = monitor_->end();
+  // The round's node watch stays: it tells the next round who is gone.
+  std::set<std::int64_t> gone;
+  auto rejoin = std::make_shared<RejoinWatch>(PreviousRound{prev->round, prev->group_world_size}, gone);
+  auto first = monitor_->end([rejoin](std::int64_t rank) { rejoin->departed(rank); }, gone);
+  for (auto rank : gone) rejoin->departed(rank);
+  rejoin_ = rejoin;
   auto why = first ? *first
                    : std::make_pair(RoundEvent::kRestartRequested,
                                     "node " + self_.node_id + " started round " +
@@ -134,6 +141,8 @@ void StoreHandler::start_round(const RendezvousResult& result, store::Revision n
     std::lock_guard<std::mutex> lock(mu_);
     current_ = result;
   }
+  monitor_->stop_departures();
+  rejoin_.reset();
   monitor_->begin(std::move(w));
   log::get("rdzv")->info(
       "round closed run_id={} round={} group_rank={} group_world_size={} rank_offset={} "

@@ -10,6 +10,7 @@
 
 #include "ddp/rdzv/rendezvous.hpp"
 #include "keys.hpp"
+#include "rejoin_watch.hpp"
 #include "round_monitor.hpp"
 #include "store_access.hpp"
 
@@ -62,6 +63,10 @@ class StoreHandler : public RendezvousHandler {
   bool reported_success_ = false;
   bool joined_once_ = false;
   bool done_seen_ = false;  // all_succeeded() was true for current_
+  // While this node rejoins: the members of the last round it was a member of
+  // that are gone (kept across aborted rounds, until a round closes). Only the
+  // next_rendezvous() thread sets it.
+  std::shared_ptr<RejoinWatch> rejoin_;
 };
 
 }  // namespace ddp::rdzv::detail

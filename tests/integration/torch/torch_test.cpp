@@ -244,3 +244,20 @@ TEST_CASE("torchrun uses ddp-rendezvousd as its c10d rendezvous store") {
                   dir.path());
   CHECK_THAT(keys.out, Catch::Contains("/torch.rendezvous.torchrun-job"));
 }
+
+TEST_CASE("a torch worker reports its first step through torch's TCPStore and ddprun logs the attempt's time") {
+  if (!have_torch()) return;
+  TempDir dir;
+  const auto log = dir / "events.jsonl";
+  auto r = run(ddprun({"--standalone", "--nproc_per_node=2", "--event_log", log.string(), script("first_step.py")}),
+               dir.path(), worker_env(), 120s);
+  INFO(r.out << r.err << read_file(log));
+  REQUIRE(r.code == 0);
+  const auto events = read_file(log);
+  std::smatch m;
+  REQUIRE(std::regex_search(events, m, std::regex(R"(\{[^\n]*"event":"first_step"[^\n]*)")));
+  const std::string line = m[0].str();
+  CHECK_THAT(line, Catch::Contains("\"first_step_ranks\":2"));
+  CHECK(std::regex_search(line, std::regex(R"("first_step_s":[0-9])")));
+  CHECK(std::regex_search(events, std::regex(R"("event":"startup")")));
+}

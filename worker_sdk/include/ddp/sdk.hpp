@@ -8,5 +8,6 @@
 #include "ddp/reducer.hpp"
 #include "ddp/run.hpp"
 #include "ddp/sampler.hpp"
+#include "ddp/telemetry.hpp"
 #include "ddp/types.hpp"
 #include "ddp/work.hpp"

@@ -1,0 +1,103 @@
+// Restart rounds close as soon as every live member of the previous round is
+// back (docs/rendezvous.md, "Restart rounds close at once"). The last call is
+// set far past the join timeout, so a round that waited for it fails the test
+// with a RendezvousError instead of passing slowly.
+#include <catch2/catch.hpp>
+
+#include <future>
+
+#include "ddp/store/memory_store.hpp"
+#include "rdzv_harness.hpp"
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using ddp::rdzv::RoundEvent;
+using ddp::test::make_node;
+using ddp::test::SimNode;
+
+namespace {
+
+ddp::rdzv::RendezvousConfig long_last_call(int min_nodes, int max_nodes) {
+  auto cfg = ddp::test::dynamic_config(min_nodes, max_nodes);
+  cfg.last_call_timeout = 60s;
+  cfg.join_timeout = 10s;
+  return cfg;
+}
+
+std::vector<std::unique_ptr<SimNode>> nodes_of(const std::shared_ptr<ddp::store::Store>& store,
+                                               const ddp::rdzv::RendezvousConfig& cfg, int n) {
+  std::vector<std::unique_ptr<SimNode>> nodes;
+  for (int i = 0; i < n; ++i) nodes.push_back(make_node(store, cfg, "node" + std::to_string(i)));
+  return nodes;
+}
+
+}  // namespace
+
+TEST_CASE("c10d restart: survivors of a departed node, then of a failure, re-form without the last call") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto nodes = nodes_of(store, long_last_call(2, 4), 4);
+  REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 4);  // MAX closes round 0 at once
+  nodes[3]->handler.reset();  // leaves: its lease is revoked
+  nodes.pop_back();
+  REQUIRE(ddp::test::wait_until([&] {
+    for (const auto& n : nodes) {
+      if (!n->has_event(RoundEvent::kMembershipChanged)) return false;
+    }
+    return true;
+  }));
+  auto second = ddp::test::rendezvous_all(nodes);
+  CHECK(second[0].round == 1);
+  CHECK(second[0].group_world_size == 3);
+
+  nodes[0]->handler->report_failure("worker 0 exited with code 1");
+  REQUIRE(ddp::test::wait_until([&] { return nodes[1]->has_event(RoundEvent::kRestartRequested); }));
+  auto third = ddp::test::rendezvous_all(nodes);
+  CHECK(third[0].round == 2);
+  CHECK(third[0].group_world_size == 3);
+}
+
+TEST_CASE("c10d restart: a member that stops answering is waited for only until its lease expires") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto cfg = long_last_call(2, 4);
+  cfg.keep_alive_interval = 100ms;
+  cfg.keep_alive_max_attempt = 2;
+  auto nodes = nodes_of(store, cfg, 4);
+  REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 4);
+  // node3 stalls (never rejoins, its lease runs out) while node0 reports a failure:
+  // the others are back long before node3's record vanishes.
+  nodes[3]->store->drop_keepalives = true;
+  nodes[0]->handler->report_failure("worker 0 exited with code 1");
+  std::vector<std::future<ddp::rdzv::RendezvousResult>> fs;
+  for (int i = 0; i < 3; ++i) {
+    fs.push_back(std::async(std::launch::async, [h = nodes[static_cast<std::size_t>(i)]->handler.get()] {
+      return h->next_rendezvous();
+    }));
+  }
+  for (auto& f : fs) {
+    auto r = f.get();
+    CHECK(r.round == 1);
+    CHECK(r.group_world_size == 3);
+  }
+}
+
+TEST_CASE("c10d restart: a round re-formed for a newcomer still waits the last call") {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto cfg = ddp::test::dynamic_config(2, 5);
+  cfg.last_call_timeout = 300ms;
+  auto nodes = nodes_of(store, cfg, 3);
+  REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 3);
+  nodes.push_back(make_node(store, cfg, "newcomer"));
+  auto late = std::async(std::launch::async, [h = nodes[3]->handler.get()] { return h->next_rendezvous(); });
+  REQUIRE(ddp::test::wait_until([&] { return nodes[0]->has_event(RoundEvent::kNodesWaiting); }));
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::future<ddp::rdzv::RendezvousResult>> fs;
+  for (int i = 0; i < 3; ++i) {
+    fs.push_back(std::async(std::launch::async, [h = nodes[static_cast<std::size_t>(i)]->handler.get()] {
+      return h->next_rendezvous();
+    }));
+  }
+  for (auto& f : fs) CHECK(f.get().group_world_size == 4);
+  CHECK(late.get().group_world_size == 4);
+  // A lower bound only: the round cannot have closed before its last call.
+  CHECK(std::chrono::steady_clock::now() - start >= 300ms);
+}
