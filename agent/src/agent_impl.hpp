@@ -105,7 +105,7 @@ struct Agent::Impl {
   // torch_store.cpp: the loopback TCPStore endpoint torch workers get.
   void start_torch_store();
   void point_torch_store(const rdzv::RendezvousResult& r);
-  Endpoint torch_store_endpoint() const;
+  Endpoint torch_store_endpoint(int local_rank) const;
   // agent_terminal.cpp: what workers get of the agent's terminal.
   void open_terminal();
   WorkerTerminal plan_terminal(int local_rank, WorkerOutputOptions& out);

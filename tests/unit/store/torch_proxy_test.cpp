@@ -129,8 +129,11 @@ struct Setup {
     copts.token = token;
     store = std::make_unique<TcpStore>(copts);
   }
-  std::unique_ptr<TorchStoreProxy> proxy(const std::string& prefix, const std::string& token = "") {
-    auto p = std::make_unique<TorchStoreProxy>(ddp::store::TorchProxyOptions{});
+  std::unique_ptr<TorchStoreProxy> proxy(const std::string& prefix, const std::string& token = "",
+                                         std::size_t lanes = 1) {
+    ddp::store::TorchProxyOptions options;
+    options.lanes = lanes;
+    auto p = std::make_unique<TorchStoreProxy>(options);
     p->start();
     p->set_target({{"127.0.0.1", server->port()}, token, prefix});
     return p;
@@ -282,4 +285,62 @@ TEST_CASE("a torch 2.x client's queues and LIST stay in its job's namespace thro
   a.raw(std::string(1, '\x11'));
   REQUIRE(i64(a.recv(8)) == 1);
   CHECK(a.recv(static_cast<std::size_t>(i64(a.recv(8)))) == "/k1");
+}
+
+TEST_CASE("a rank that closes its store and connects again, as a re-init does, meets fresh keys", "[proxy]") {
+  Setup s;
+  auto p = s.proxy("/j/worker/round_0/", "", 2);
+  REQUIRE(p->port(0) != p->port(1));
+  {
+    TorchClient rank0(p->port(0));
+    TorchClient rank1(p->port(1));
+    TorchClient rank0_second(p->port(0));  // a second connection of the same init shares its keys
+    CHECK(rank0.add("/default_pg/store_based_barrier_key:1", 1) == 1);
+    CHECK(rank1.add("/default_pg/store_based_barrier_key:1", 1) == 2);
+    CHECK(rank0_second.add("/default_pg/store_based_barrier_key:1", 0) == 2);
+  }
+  // Both ranks let their process group go and init again: the barrier counts from zero.
+  TorchClient rank0(p->port(0));
+  CHECK(rank0.add("/default_pg/store_based_barrier_key:1", 1) == 1);
+  CHECK_FALSE(rank0.check({"/default_pg/store_based_barrier_key:1", "/only_in_first"}));
+  TorchClient rank1(p->port(1));
+  CHECK(rank1.add("/default_pg/store_based_barrier_key:1", 1) == 2);
+  CHECK(s.store->try_get("/j/worker/round_0/default_pg/store_based_barrier_key:1") ==
+        std::optional<std::string>("2"));
+  CHECK(s.store->try_get("/j/worker/round_0/gen_1/default_pg/store_based_barrier_key:1") ==
+        std::optional<std::string>("2"));
+  CHECK(p->stats().at("generations") == 2);
+}
+
+TEST_CASE("a rank that re-inits before the others have closed waits for them in the new generation", "[proxy]") {
+  Setup s;
+  auto p = s.proxy("/j/worker/round_0/", "", 2);
+  auto slow = std::make_unique<TorchClient>(p->port(1));
+  slow->set("/rank_1", "first-address");
+  {
+    TorchClient fast(p->port(0));
+    fast.set("/rank_0", "first-address");
+  }
+  TorchClient fast(p->port(0));
+  fast.start_wait({"/rank_1"});
+  CHECK_FALSE(fast.replied_within(200));  // the slow rank's old key is not this init's
+  slow.reset();
+  TorchClient slow_again(p->port(1));
+  slow_again.set("/rank_1", "second-address");
+  CHECK(fast.recv(1) == std::string(1, '\0'));
+  CHECK(fast.get("/rank_1") == "second-address");
+}
+
+TEST_CASE("a new round starts every lane at its first generation again", "[proxy]") {
+  Setup s;
+  auto p = s.proxy("/j/worker/round_0/", "", 1);
+  // A reply after each set: requests on one connection are answered in order.
+  { TorchClient first(p->port()); first.set("/k", "round0-gen0"); CHECK(first.check({"/k"})); }
+  { TorchClient second(p->port()); second.set("/k", "round0-gen1"); CHECK(second.check({"/k"})); }
+  p->set_target({{"127.0.0.1", s.server->port()}, "", "/j/worker/round_1/"});
+  TorchClient next_round(p->port());
+  next_round.set("/k", "round1-gen0");
+  CHECK(next_round.check({"/k"}));
+  CHECK(s.store->try_get("/j/worker/round_1/k") == std::optional<std::string>("round1-gen0"));
+  CHECK(s.store->try_get("/j/worker/round_0/gen_1/k") == std::optional<std::string>("round0-gen1"));
 }

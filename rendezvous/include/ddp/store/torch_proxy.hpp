@@ -9,6 +9,14 @@
 // protocol, with the job's token) and every request keeps its place: blocking
 // WAIT/GET are parked by the store, not here, and CANCEL_WAIT reaches the WAIT
 // it cancels. The proxy owns no key and no timer of its clients.
+//
+// Lanes: the proxy listens on one port per lane, and ddprun gives each local
+// rank a lane of its own. A lane whose connections have all closed starts a
+// new generation when it connects again, and a generation past the first puts
+// its keys under "gen_<g>/" of the round's prefix. A script that destroys its
+// process group and calls init_process_group again (torch writes the same
+// keys every time) so meets fresh keys, as under a new torch-hosted store,
+// while the ranks of one init, which connect in the same generation, share them.
 #pragma once
 
 #include <chrono>
@@ -28,6 +36,7 @@ struct TorchProxyOptions {
   // behalf, so only processes on this host may reach it.
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;  // 0: the kernel picks a free one; see port()
+  std::size_t lanes = 1;   // listening ports, one per client process (local rank)
   Limits limits;
   // How long a connection's first connect to the store keeps retrying (the
   // store may be restarting) before the client's connection is closed.
@@ -57,14 +66,15 @@ class TorchStoreProxy {
   // starts the loop. Connections accepted before the first set_target() are
   // closed.
   void start();
-  std::uint16_t port() const;  // valid after start()
+  std::uint16_t port(std::size_t lane = 0) const;  // valid after start(); lane < options.lanes
   // Connections accepted after this call forward to `target`; open ones of an
   // earlier target are closed (their round is over). Throws ConfigError for a
   // prefix that does not end with "/".
   void set_target(TorchProxyTarget target);
   // Closes every connection and joins the loop. Idempotent.
   void stop();
-  // connections (open), accepted, requests (forwarded), failed_connects.
+  // connections (open), accepted, requests (forwarded), failed_connects,
+  // generations (started past a lane's first, this round).
   std::map<std::string, std::int64_t> stats() const;
 
  private:
