@@ -33,6 +33,7 @@ const char* event_name(rdzv::RoundEvent e) {
     case rdzv::RoundEvent::kMembershipChanged: return "membership changed";
     case rdzv::RoundEvent::kNodesWaiting: return "nodes waiting";
     case rdzv::RoundEvent::kStoreLost: return "store lost";
+    case rdzv::RoundEvent::kJobClosed: return "job closed";
   }
   return "unknown";
 }
@@ -153,6 +154,9 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
         store_lost = detail;
         begin_stop(StopReason::kStoreLost, SIGTERM);
         break;
+      case rdzv::RoundEvent::kJobClosed:
+        begin_stop(StopReason::kJobClosed, SIGTERM);
+        break;
     }
   } else if (phase == Phase::kSucceeded) {
     // Our workers are done, but a group's attempt succeeds together: when
@@ -170,6 +174,7 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
       case rdzv::RoundEvent::kNodesWaiting:
         break;  // a finished job takes no new nodes
       case rdzv::RoundEvent::kStoreLost:
+      case rdzv::RoundEvent::kJobClosed:
         succeed_unconfirmed(detail);
         break;
     }
@@ -264,6 +269,9 @@ void Agent::Impl::on_all_stopped() {
       return;
     case StopReason::kStoreLost:
       finish(3, "rendezvous store lost (" + store_lost + "); workers stopped");
+      return;
+    case StopReason::kJobClosed:
+      finish(3, "rendezvous of run_id=" + cfg.rendezvous.run_id + " was closed by another node: " + last_event_detail.substr(last_event_detail.find(": ") + 2) + "; workers stopped");
       return;
     case StopReason::kSignal: {
       phase = Phase::kClosing;

@@ -45,6 +45,7 @@ enum class StopReason {
                      // every node's TORCHELASTIC_RESTART_COUNT stays equal
   kMembership,       // nodes joined or left: re-form without spending a restart
   kStoreLost,        // exit 3
+  kJobClosed,        // a joining node found a mistake (e.g. --nnodes): exit 3
   kSignal,           // exit 128+N
 };
 
@@ -105,7 +106,7 @@ struct Agent::Impl {
   // torch_store.cpp: the loopback TCPStore endpoint torch workers get.
   void start_torch_store();
   void point_torch_store(const rdzv::RendezvousResult& r);
-  Endpoint torch_store_endpoint(int local_rank) const;
+  Endpoint torch_store_endpoint() const;
   // agent_terminal.cpp: what workers get of the agent's terminal.
   void open_terminal();
   WorkerTerminal plan_terminal(int local_rank, WorkerOutputOptions& out);

@@ -72,7 +72,7 @@ void Agent::Impl::spawn_workers() {
     in.error_file = w.error_file;
     in.token_file = cfg.token_file.string();
     in.default_omp_threads = cfg.default_omp_threads;
-    in.torch_store = torch_store_endpoint(lr);
+    in.torch_store = torch_store_endpoint();
     if (!omp_notice_logged && sets_default_omp_threads(base_env, in)) {
       omp_notice_logged = true;
       log->info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "

@@ -9,11 +9,10 @@
 // "/<run_id>/worker/round_<k>/": jobs sharing a daemon never meet, and a new
 // round (restart or scale change) never reads an old round's keys. Each node
 // serves only its own workers, so no node depends on another's agent for this.
-// Each local rank has its own port (a lane), so that a rank which destroys
-// and re-creates its process group is seen to start again (torch_proxy.hpp).
+// Each local rank is a lane of its own (found by its LOCAL_RANK), so that a
+// rank which destroys and re-creates its process group is seen to start
+// again (torch_proxy.hpp).
 // docs/rendezvous.md, "Torch workers' store", has the why and the cost.
-#include <algorithm>
-
 #include "agent_impl.hpp"
 #include "ddp/common/logging.hpp"
 
@@ -29,7 +28,7 @@ void Agent::Impl::start_torch_store() {
   store::TorchProxyOptions options;
   options.host = kLoopback;
   // A lane per local rank: a rank that re-inits its process group gets fresh keys.
-  options.lanes = static_cast<std::size_t>(std::max(1, cfg.nproc_per_node));
+  options.lane_env = "LOCAL_RANK";
   options.torch_legacy_protocol = cfg.rendezvous.torch_legacy_protocol;
   // A store restarting under systemd comes back within the keep-alive window.
   options.connect_timeout = cfg.rendezvous.keep_alive_interval * cfg.rendezvous.keep_alive_max_attempt;
@@ -40,13 +39,13 @@ void Agent::Impl::start_torch_store() {
 void Agent::Impl::point_torch_store(const rdzv::RendezvousResult& r) {
   if (!torch_store) return;
   torch_store->set_target({r.store_endpoint, cfg.rendezvous.token, r.worker_prefix});
-  log->debug("torch workers' store port={} forwards to store={} prefix={}", torch_store->port(0),
+  log->debug("torch workers' store port={} forwards to store={} prefix={}", torch_store->port(),
              r.store_endpoint.to_string(), r.worker_prefix);
 }
 
-Endpoint Agent::Impl::torch_store_endpoint(int local_rank) const {
+Endpoint Agent::Impl::torch_store_endpoint() const {
   if (!torch_store) return {};
-  return {kLoopback, torch_store->port(static_cast<std::size_t>(local_rank))};
+  return {kLoopback, torch_store->port()};
 }
 
 }  // namespace ddp::agent

@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <unistd.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -14,6 +16,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "loopback_peer.hpp"
 #include "proxy_connection.hpp"
 
 namespace ddp::store {
@@ -29,12 +32,8 @@ constexpr std::chrono::milliseconds kAcceptRetry{100};
 
 }  // namespace
 
-// One listening port and the connections accepted on it.
+// The connections of one client process (a local rank) and its generation.
 struct Lane {
-  explicit Lane(asio::io_context& io) : acceptor(io), accept_retry(io) {}
-  tcp::acceptor acceptor;
-  asio::steady_timer accept_retry;
-  std::uint16_t port = 0;
   std::unordered_map<ProxyConnection*, std::shared_ptr<ProxyConnection>> open;
   std::shared_ptr<const TorchProxyTarget> target;  // the target of its last connection
   std::int64_t generation = 0;
@@ -42,9 +41,13 @@ struct Lane {
 
 class TorchStoreProxy::Impl {
  public:
-  explicit Impl(TorchProxyOptions options) : options_(std::move(options)) {
-    if (options_.lanes == 0) options_.lanes = 1;
-    for (std::size_t i = 0; i < options_.lanes; ++i) lanes_.push_back(std::make_unique<Lane>(io_));
+  explicit Impl(TorchProxyOptions options) : options_(std::move(options)), acceptor_(io_), accept_retry_(io_) {
+    if (!options_.lane_of && !options_.lane_env.empty()) {
+      options_.lane_of = [env = options_.lane_env, self = ::getpid(), this](std::uint16_t client_port) {
+        const auto pid = server::loopback_peer_pid(port_.load(), client_port, self);
+        return pid ? server::process_env(*pid, env, self) : std::nullopt;
+      };
+    }
   }
   ~Impl() { stop(); }
 
@@ -53,24 +56,18 @@ class TorchStoreProxy::Impl {
     if (started_) return;
     error_code ec;
     const auto address = asio::ip::make_address(options_.host, ec);
+    const std::string where = Endpoint{options_.host, options_.port}.to_string();
     if (ec) throw NetworkError("torch store proxy: '" + options_.host + "' is not an IP address");
-    for (std::size_t i = 0; i < lanes_.size(); ++i) {
-      // A fixed port can serve one lane only; the others take free ones.
-      const std::uint16_t want = i == 0 ? options_.port : 0;
-      const std::string where = Endpoint{options_.host, want}.to_string();
-      const tcp::endpoint ep(address, want);
-      auto& acceptor = lanes_[i]->acceptor;
-      acceptor.open(ep.protocol(), ec);
-      if (!ec) acceptor.bind(ep, ec);
-      if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-      if (ec) throw NetworkError("torch store proxy: cannot listen on " + where + ": " + ec.message());
-      lanes_[i]->port = acceptor.local_endpoint().port();
-      accept(*lanes_[i]);
-    }
+    const tcp::endpoint ep(address, options_.port);
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) throw NetworkError("torch store proxy: cannot listen on " + where + ": " + ec.message());
+    port_ = acceptor_.local_endpoint().port();
+    accept();
     started_ = true;
     thread_ = std::thread([this] { run(); });
-    ddp::log::get("store.proxy")->debug("listening host={} port={} lanes={}", options_.host, lanes_[0]->port,
-                                        lanes_.size());
+    ddp::log::get("store.proxy")->debug("listening host={} port={}", options_.host, port_.load());
   }
 
   void set_target(TorchProxyTarget target) {
@@ -84,13 +81,11 @@ class TorchStoreProxy::Impl {
     }
     // Connections of the old round, if any are left, go: their workers are gone.
     asio::post(io_, [this, next] {
-      for (auto& lane : lanes_) {
-        std::vector<std::shared_ptr<ProxyConnection>> old;
-        for (auto& [ptr, conn] : lane->open) {
-          if (conn->target() != next) old.push_back(conn);
-        }
-        for (auto& conn : old) conn->close("round over");
+      std::vector<std::shared_ptr<ProxyConnection>> old;
+      for (auto& [ptr, conn] : connections_) {
+        if (conn->target() != next) old.push_back(conn);
       }
+      for (auto& conn : old) conn->close("round over");
     });
   }
 
@@ -99,19 +94,17 @@ class TorchStoreProxy::Impl {
     if (!started_ || stopped_) return;
     stopped_ = true;
     asio::post(io_, [this] {
-      for (auto& lane : lanes_) {
-        error_code ec;
-        lane->acceptor.close(ec);
-        lane->accept_retry.cancel();
-        auto all = lane->open;
-        for (auto& [ptr, conn] : all) conn->close("proxy stopping");
-      }
+      error_code ec;
+      acceptor_.close(ec);
+      accept_retry_.cancel();
+      auto all = connections_;
+      for (auto& [ptr, conn] : all) conn->close("proxy stopping");
       io_.stop();
     });
     thread_.join();
   }
 
-  std::uint16_t port(std::size_t lane) const { return lane < lanes_.size() ? lanes_[lane]->port : 0; }
+  std::uint16_t port() const { return port_.load(); }
 
   std::map<std::string, std::int64_t> stats() const {
     return {{"connections", open_.load()},
@@ -122,15 +115,15 @@ class TorchStoreProxy::Impl {
   }
 
  private:
-  void accept(Lane& lane) {
-    lane.acceptor.async_accept([this, &lane](error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted || !lane.acceptor.is_open()) return;
+  void accept() {
+    acceptor_.async_accept([this](error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
       if (ec) {
         ddp::log::get("store.proxy")
             ->warn("accept failed error=\"{}\"; retrying in {} ms", ec.message(), kAcceptRetry.count());
-        lane.accept_retry.expires_after(kAcceptRetry);
-        lane.accept_retry.async_wait([this, &lane](error_code wec) {
-          if (!wec) accept(lane);
+        accept_retry_.expires_after(kAcceptRetry);
+        accept_retry_.async_wait([this](error_code wec) {
+          if (!wec) accept();
         });
         return;
       }
@@ -146,34 +139,51 @@ class TorchStoreProxy::Impl {
         error_code ignored;
         socket.close(ignored);
       } else {
-        admit(lane, std::move(socket), std::move(target));
+        admit(std::move(socket), std::move(target));
       }
-      accept(lane);
+      accept();
     });
   }
 
-  void admit(Lane& lane, tcp::socket socket, std::shared_ptr<const TorchProxyTarget> target) {
-    // A client that closed its last connection and connects again has let
-    // its process group go. The loop may not have read that end yet (nor the
-    // requests before it, which still go through), so ask the socket.
-    const bool still_open = std::any_of(lane.open.begin(), lane.open.end(),
+  // The key prefix of a new connection: the round's, plus "gen_<g>/" once its
+  // lane has let go of every earlier connection and come back.
+  std::string prefix_for(Lane* lane, const std::shared_ptr<const TorchProxyTarget>& target) {
+    if (!lane) return target->key_prefix;
+    // The loop may not have read the end of an old connection yet (nor the
+    // requests before it, which still go through), so ask the sockets.
+    const bool still_open = std::any_of(lane->open.begin(), lane->open.end(),
                                         [](const auto& entry) { return !entry.second->client_gone(); });
-    if (lane.target != target) {
-      lane.target = target;
-      lane.generation = 0;
+    if (lane->target != target) {
+      lane->target = target;
+      lane->generation = 0;
     } else if (!still_open) {
-      ++lane.generation;
+      ++lane->generation;
       ++generations_;
     }
-    std::string prefix = target->key_prefix;
-    if (lane.generation > 0) prefix += "gen_" + std::to_string(lane.generation) + "/";
+    if (lane->generation == 0) return target->key_prefix;
+    return target->key_prefix + "gen_" + std::to_string(lane->generation) + "/";
+  }
+
+  void admit(tcp::socket socket, std::shared_ptr<const TorchProxyTarget> target) {
+    Lane* lane = nullptr;
+    std::optional<std::string> name;
+    if (options_.lane_of) {
+      error_code ec;
+      const auto peer = socket.remote_endpoint(ec);
+      if (!ec) name = options_.lane_of(peer.port());
+      if (name) lane = &lanes_[*name];
+    }
+    std::string prefix = prefix_for(lane, target);
+    ddp::log::get("store.proxy")->debug("torch client admitted lane={} prefix={}", name.value_or("unknown"), prefix);
     auto conn = std::make_shared<ProxyConnection>(io_, std::move(socket), std::move(target), std::move(prefix),
-                                                  options_, counters_, [this, &lane](ProxyConnection* c) {
-                                                    lane.open.erase(c);
-                                                    --open_;
+                                                  options_, counters_, [this, lane](ProxyConnection* c) {
+                                                    connections_.erase(c);
+                                                    if (lane) lane->open.erase(c);
+                                                    open_ = static_cast<std::int64_t>(connections_.size());
                                                   });
-    lane.open[conn.get()] = conn;
-    ++open_;
+    connections_[conn.get()] = conn;
+    if (lane) lane->open[conn.get()] = conn;
+    open_ = static_cast<std::int64_t>(connections_.size());
     conn->start();
   }
 
@@ -187,10 +197,14 @@ class TorchStoreProxy::Impl {
 
   TorchProxyOptions options_;
   asio::io_context io_{1};
-  std::vector<std::unique_ptr<Lane>> lanes_;  // loop only, after start()
+  tcp::acceptor acceptor_;
+  asio::steady_timer accept_retry_;
+  std::unordered_map<ProxyConnection*, std::shared_ptr<ProxyConnection>> connections_;  // loop only
+  std::unordered_map<std::string, Lane> lanes_;                                        // loop only
   server::ProxyCounters counters_;
   std::atomic<std::int64_t> open_{0};
   std::atomic<std::int64_t> generations_{0};
+  std::atomic<std::uint16_t> port_{0};
   std::mutex target_mu_;
   std::shared_ptr<const TorchProxyTarget> target_;
   std::mutex mu_;
@@ -203,7 +217,7 @@ TorchStoreProxy::TorchStoreProxy(TorchProxyOptions options) : impl_(std::make_un
 TorchStoreProxy::~TorchStoreProxy() = default;
 void TorchStoreProxy::start() { impl_->start(); }
 void TorchStoreProxy::stop() { impl_->stop(); }
-std::uint16_t TorchStoreProxy::port(std::size_t lane) const { return impl_->port(lane); }
+std::uint16_t TorchStoreProxy::port() const { return impl_->port(); }
 void TorchStoreProxy::set_target(TorchProxyTarget target) { impl_->set_target(std::move(target)); }
 std::map<std::string, std::int64_t> TorchStoreProxy::stats() const { return impl_->stats(); }
 
