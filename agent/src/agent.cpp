@@ -1,5 +1,5 @@
 // The agent's control flow: rendezvous, round events, signals, restarts and
-// the final outcome. Worker handling is in agent_workers.cpp.
+// the final outcome. The parts it coordinates are listed in agent_impl.hpp.
 #include <signal.h>
 
 #include <fstream>
@@ -21,11 +21,6 @@ namespace {
 constexpr std::chrono::milliseconds kCloseOnSignalTimeout{2000};
 // Backoff cap while waiting for the other nodes to report success.
 constexpr std::chrono::milliseconds kMaxPollDelay{1000};
-
-void post_to(const std::shared_ptr<EventSink>& sink, std::function<void()> fn) {
-  std::lock_guard<std::mutex> lock(sink->mu);
-  if (sink->io != nullptr) asio::post(*sink->io, std::move(fn));
-}
 
 const char* event_name(rdzv::RoundEvent e) {
   switch (e) {
@@ -54,43 +49,55 @@ std::string describe_failure(const WorkerFailure& f) {
 }  // namespace
 
 Agent::Impl::Impl(AgentConfig c, std::unique_ptr<rdzv::RendezvousHandler> h)
-    : cfg(std::move(c)), log(log::get("agent")), handler(std::move(h)) {
-  sink->io = &io;
-}
+    : cfg(std::move(c)),
+      log(log::get("agent")),
+      initial_handler(std::move(h)),
+      life(cfg.max_restarts),
+      observers(cfg, life) {}
 
-Agent::Impl::~Impl() {
-  std::lock_guard<std::mutex> lock(sink->mu);
-  sink->io = nullptr;
-}
+Agent::Impl::~Impl() { rdzv.reset(); }
 
 AgentResult Agent::Impl::run() {
-  open_observers();  // a bad --event_log fails before anything connects
-  if (!handler) handler = rdzv::create_handler(cfg.rendezvous, cfg.node);
+  observers.open();  // a bad --event_log fails before anything connects
+  std::shared_ptr<rdzv::RendezvousHandler> handler =
+      initial_handler ? std::move(initial_handler) : rdzv::create_handler(cfg.rendezvous, cfg.node);
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id);
   if (!cfg.log_dir.empty()) log->info("worker logs in {}", run_dir->path().string());
   base_env = current_environment();
-  handler->set_event_callback([s = sink, this](rdzv::RoundEvent e, const std::string& detail) {
-    post_to(s, [this, e, detail] { on_round_event(e, detail); });
-  });
+  rdzv = std::make_unique<RendezvousCalls>(io, handler);
+  rdzv->on_event([this](rdzv::RoundEvent e, const std::string& detail) { on_round_event(e, detail); });
   for (int sig : cfg.signals_to_handle) signals.add(sig);
   std::function<void(boost::system::error_code, int)> on_sig =
       [this, &on_sig](boost::system::error_code ec, int sig) {
         if (ec) return;
         on_signal(sig);
-        if (phase != Phase::kDone) signals.async_wait(on_sig);
+        if (!life.done()) signals.async_wait(on_sig);
       };
   signals.async_wait(on_sig);
   runner = std::make_unique<ProcessRunner>(io);
-  open_terminal();
-  rdzv = std::make_unique<BlockingCaller>();
+  terminal = std::make_unique<AgentTerminal>(io, cfg, log);
+  WorkerGroupEvents events;
+  events.spawn_reported = [this](int lr, pid_t pid) { observers.spawn_reported(lr, pid); };
+  events.exited = [this](const Worker& w) { observers.worker_exited(w); };
+  events.failed = [this] { begin_stop(StopReason::kLocalFailure, SIGTERM); };
+  events.succeeded = [this] { after_local_success(); };
+  events.stopped = [this] {
+    if (life.is(Phase::kStopping)) on_all_stopped();
+  };
+  group = std::make_unique<WorkerGroup>(io, cfg, *runner, *run_dir, *terminal, log, std::move(events));
+  observers.attach(handler, *group);
+  terminal->open([this](const winsize& size) { group->resize_ptys(size); });
   start_torch_store();
 
   start_rendezvous();
   io.run();
-  flush_status();
+  if (!observers.flush(result.exit_code == to_int(ExitCode::kRendezvous))) {
+    result.abandon_process = true;
+  }
 
   // Workers are all reaped before finish(); this only matters on an
   // unexpected exit from run(), and then it SIGKILLs what is left.
+  group.reset();
   runner.reset();
   boost::system::error_code ignored;
   signals.cancel(ignored);
@@ -101,27 +108,43 @@ AgentResult Agent::Impl::run() {
 
 void Agent::Impl::start_rendezvous() {
   announce_rendezvous_start();
-  phase = Phase::kRendezvous;
-  log->info("rendezvous backend={} run_id={} restart_count={}/{}", handler->backend(),
-            cfg.rendezvous.run_id, restart_count, cfg.max_restarts);
-  rdzv->call([h = handler, s = sink, this] {
-    try {
-      auto r = h->next_rendezvous();
-      post_to(s, [this, r] { on_round(r); });
-    } catch (const ConfigError& e) {
-      post_to(s, [this, m = std::string(e.what())] { on_rendezvous_error(2, m); });
-    } catch (const std::exception& e) {
-      post_to(s, [this, m = std::string(e.what())] { on_rendezvous_error(3, m); });
+  life.enter(Phase::kRendezvous);
+  log->info("rendezvous backend={} run_id={} restart_count={}/{}", rdzv->handler()->backend(),
+            cfg.rendezvous.run_id, life.restart_count(), cfg.max_restarts);
+  rdzv->next_round([this](const rdzv::RendezvousResult& r) { on_round(r); },
+                   [this](ExitCode code, const std::string& m) {
+                     if (!life.done()) finish(code, m);
+                   });
+}
+
+void Agent::Impl::announce_rendezvous_start() {
+  // Called as a new rendezvous begins: the phase still says why the last
+  // round ended (the first round has none).
+  if (!life.have_round()) return;
+  if (life.restart_count() != restarts_announced) {
+    restarts_announced = life.restart_count();
+    std::string reason = "another node's workers failed";
+    const auto& failures = group->failures();
+    if (life.is(Phase::kStopping) && life.stop_reason() == StopReason::kLocalFailure &&
+        !failures.empty()) {
+      const auto& root = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
+      reason = "rank " + std::to_string(root.rank) + " on " + root.host + ": " + root.how();
+    } else if (!last_event_detail.empty()) {
+      reason += " (" + last_event_detail + ")";
     }
-  });
+    observers.emit("restart", {{"reason", reason}});
+  } else {
+    observers.emit("scale",
+                   {{"reason", last_event_detail.empty() ? "membership changed" : last_event_detail}});
+  }
+  observers.publish_status();
 }
 
 void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
-  if (phase != Phase::kRendezvous) return;  // a signal ended the run meanwhile
-  round = r;
-  have_round = true;
-  emit("rendezvous", {{"group_rank", r.group_rank}, {"group_world_size", r.group_world_size},
-                      {"world_size", r.world_size}, {"rank_offset", r.rank_offset}});
+  if (!life.is(Phase::kRendezvous)) return;  // a signal ended the run meanwhile
+  life.set_round(r);
+  observers.emit("rendezvous", {{"group_rank", r.group_rank}, {"group_world_size", r.group_world_size},
+                                {"world_size", r.world_size}, {"rank_offset", r.rank_offset}});
   log->info("rendezvous complete round={} group_rank={}/{} world_size={} rank_offset={} store={}",
             r.round, r.group_rank, r.group_world_size, r.world_size, r.rank_offset,
             r.store_endpoint.to_string());
@@ -129,19 +152,33 @@ void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
   spawn_workers();
 }
 
-void Agent::Impl::on_rendezvous_error(int code, const std::string& message) {
-  if (phase == Phase::kDone) return;
-  finish(code, message);
+void Agent::Impl::spawn_workers() {
+  GroupLaunch launch;
+  launch.round = &life.round();
+  launch.restart_count = life.restart_count();
+  launch.torch_store = torch_store_endpoint();
+  launch.base_env = &base_env;
+  life.enter(Phase::kRunning);
+  try {
+    group->start(launch);
+  } catch (const ConfigError& e) {
+    finish(ExitCode::kConfig, e.what());
+  }
+}
+
+void Agent::Impl::begin_stop(StopReason reason, int sig) {
+  life.begin_stop(reason);
+  group->stop(sig, reason == StopReason::kLocalFailure);
 }
 
 void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& detail) {
   log->info("round event: {}{}{}", event_name(event), detail.empty() ? "" : ": ", detail);
   // The event that decides a stop names its cause; later ones (the failed
   // node leaving) must not replace it.
-  if (phase == Phase::kRunning || phase == Phase::kSucceeded) {
+  if (life.is(Phase::kRunning) || life.is(Phase::kSucceeded)) {
     last_event_detail = std::string(event_name(event)) + (detail.empty() ? "" : ": ") + detail;
   }
-  if (phase == Phase::kRunning) {
+  if (life.is(Phase::kRunning)) {
     switch (event) {
       case rdzv::RoundEvent::kRestartRequested:
         begin_stop(StopReason::kRemoteFailure, SIGTERM);
@@ -158,7 +195,7 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
         begin_stop(StopReason::kJobClosed, SIGTERM);
         break;
     }
-  } else if (phase == Phase::kSucceeded) {
+  } else if (life.is(Phase::kSucceeded)) {
     // Our workers are done, but a group's attempt succeeds together: when
     // another node's workers fail, this node rejoins and reruns with them.
     switch (event) {
@@ -182,11 +219,11 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
 }
 
 void Agent::Impl::on_signal(int sig) {
-  if (phase == Phase::kDone) return;
+  if (life.done()) return;
   if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP && sig != SIGQUIT) {
     // A notice for the workers (preemption), not a request to stop.
     log->info("received {}: forwarding to workers", signal_name(sig));
-    kill_all(sig);
+    group->signal_all(sig);
     return;
   }
   if (signal_received != 0) {
@@ -195,7 +232,7 @@ void Agent::Impl::on_signal(int sig) {
     // (checkpoints) must get their full --stop_timeout.
     if (sig == SIGINT && signal_received == SIGINT) {
       log->warn("received SIGINT again: killing workers now");
-      kill_all(SIGKILL);
+      group->signal_all(SIGKILL);
     } else {
       log->info("received {} again: workers are already stopping (SIGKILL after the stop "
                 "timeout; Ctrl-C twice to kill at once)",
@@ -204,7 +241,7 @@ void Agent::Impl::on_signal(int sig) {
     return;
   }
   signal_received = sig;
-  switch (phase) {
+  switch (life.phase()) {
     case Phase::kRunning:
       log->info("received {}: forwarding to workers, then stopping them{}", signal_name(sig),
                 sig == SIGINT ? " (Ctrl-C again to kill at once)" : "");
@@ -213,49 +250,39 @@ void Agent::Impl::on_signal(int sig) {
     case Phase::kStopping:
       log->info("received {}: forwarding to workers{}", signal_name(sig),
                 sig == SIGINT ? " (Ctrl-C again to kill at once)" : "");
-      stop_reason = StopReason::kSignal;
-      kill_all(sig);
+      life.restop(StopReason::kSignal);
+      group->stop_counting_failures();
+      group->signal_all(sig);
       break;
     default:
       log->info("received {}: exiting", signal_name(sig));
-      finish(128 + sig);
+      finish(signal_exit_code(sig));
       break;
   }
 }
 
 void Agent::Impl::on_all_stopped() {
-  stop_timer.cancel();
-  switch (stop_reason) {
+  switch (life.stop_reason()) {
     case StopReason::kLocalFailure: {
-      const bool final_report = restart_count >= cfg.max_restarts;
+      const auto& failures = group->failures();
+      const bool final_report = life.restarts_spent();
       write_failure_report(final_report);
+      const auto& root = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
+      const std::string reason = describe_failure(root);
       if (final_report) {
         // The other nodes' only news of what failed: report it before closing.
-        const auto& first = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
-        rdzv->call([h = handler, reason = describe_failure(first)] {
-          try {
-            h->report_failure(reason);
-          } catch (const std::exception&) {
-            // Closing follows; the other nodes then see the job end without a cause.
-          }
-        });
+        // Closing follows; if the report fails the other nodes see the job end
+        // without a cause.
+        rdzv->report_failure(reason);
         fail_for_good("workers failed and max_restarts=" + std::to_string(cfg.max_restarts) +
                       " is spent");
         return;
       }
-      ++restart_count;
-      const auto& root = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
-      const std::string reason = describe_failure(root);
-      log->warn("restarting workers ({}/{}) after failure of {}", restart_count, cfg.max_restarts,
-                reason);
-      rdzv->call([h = handler, s = sink, this, reason] {
-        try {
-          h->report_failure(reason);
-        } catch (const std::exception& e) {
-          post_to(s, [this, m = std::string(e.what())] {
-            log->warn("could not report the failure to the other nodes: {}", m);
-          });
-        }
+      life.spend_restart();
+      log->warn("restarting workers ({}/{}) after failure of {}", life.restart_count(),
+                cfg.max_restarts, reason);
+      rdzv->report_failure(reason, [this](const std::string& m) {
+        log->warn("could not report the failure to the other nodes: {}", m);
       });
       start_rendezvous();
       return;
@@ -268,23 +295,18 @@ void Agent::Impl::on_all_stopped() {
       start_rendezvous();
       return;
     case StopReason::kStoreLost:
-      finish(3, "rendezvous store lost (" + store_lost + "); workers stopped");
+      finish(ExitCode::kRendezvous, "rendezvous store lost (" + store_lost + "); workers stopped");
       return;
     case StopReason::kJobClosed:
-      finish(3, "rendezvous of run_id=" + cfg.rendezvous.run_id + " was closed by another node: " + last_event_detail.substr(last_event_detail.find(": ") + 2) + "; workers stopped");
+      // last_event_detail is "job closed: <why>".
+      finish(ExitCode::kRendezvous, "rendezvous of run_id=" + cfg.rendezvous.run_id + " was closed by another node: " +
+                                        last_event_detail.substr(last_event_detail.find(": ") + 2) + "; workers stopped");
       return;
     case StopReason::kSignal: {
-      phase = Phase::kClosing;
-      const int code = 128 + signal_received;
-      rdzv->call([h = handler, s = sink, this, code, sig = signal_received,
-                  host = cfg.node.host] {
-        try {
-          h->close("agent on " + host + " stopped by " + signal_name(sig));
-        } catch (const std::exception&) {
-          // Exiting anyway: the other nodes notice through the lease.
-        }
-        post_to(s, [this, code] { finish(code); });
-      });
+      life.enter(Phase::kClosing);
+      const int code = signal_exit_code(signal_received);
+      rdzv->close("agent on " + cfg.node.host + " stopped by " + signal_name(signal_received),
+                  [this, code] { finish(code); });
       poll_timer.expires_after(kCloseOnSignalTimeout);
       poll_timer.async_wait([this, code](boost::system::error_code ec) {
         if (!ec) finish(code);
@@ -295,31 +317,25 @@ void Agent::Impl::on_all_stopped() {
 }
 
 void Agent::Impl::after_local_success() {
-  phase = Phase::kSucceeded;
-  log->info("all {} local workers succeeded", workers.size());
-  rdzv->call([h = handler, s = sink, this] {
-    try {
-      h->report_success();
-      post_to(s, [this] { poll_all_succeeded(); });
-    } catch (const std::exception& e) {
-      post_to(s, [this, m = std::string(e.what())] {
-        if (phase == Phase::kSucceeded) succeed_unconfirmed("cannot report success: " + m);
-      });
-    }
-  });
+  life.enter(Phase::kSucceeded);
+  log->info("all {} local workers succeeded", group->workers().size());
+  rdzv->report_success([this] { poll_all_succeeded(); },
+                       [this](const std::string& m) {
+                         if (life.is(Phase::kSucceeded)) {
+                           succeed_unconfirmed("cannot report success: " + m);
+                         }
+                       });
 }
 
 void Agent::Impl::poll_all_succeeded() {
-  if (phase != Phase::kSucceeded) return;
-  rdzv->call([h = handler, s = sink, this] {
-    try {
-      const bool all = h->all_succeeded();
-      post_to(s, [this, all] {
-        if (phase != Phase::kSucceeded) return;
+  if (!life.is(Phase::kSucceeded)) return;
+  rdzv->all_succeeded(
+      [this](bool all) {
+        if (!life.is(Phase::kSucceeded)) return;
         if (all) {
           // The handler is the exit barrier: the node hosting the store keeps
           // it up until the other nodes have seen this and left.
-          finish(0);
+          finish(ExitCode::kSucceeded);
           return;
         }
         // No "all done" event exists; the other nodes' workers may run for hours,
@@ -329,13 +345,10 @@ void Agent::Impl::poll_all_succeeded() {
         poll_timer.async_wait([this](boost::system::error_code ec) {
           if (!ec) poll_all_succeeded();
         });
+      },
+      [this](const std::string& m) {
+        if (life.is(Phase::kSucceeded)) succeed_unconfirmed(m);
       });
-    } catch (const std::exception& e) {
-      post_to(s, [this, m = std::string(e.what())] {
-        if (phase == Phase::kSucceeded) succeed_unconfirmed(m);
-      });
-    }
-  });
 }
 
 void Agent::Impl::succeed_unconfirmed(const std::string& why) {
@@ -345,15 +358,16 @@ void Agent::Impl::succeed_unconfirmed(const std::string& why) {
   log->warn("this node's workers succeeded, but the other nodes' success could not be "
             "confirmed: {}",
             why);
-  finish(0);
+  finish(ExitCode::kSucceeded);
 }
 
 void Agent::Impl::restart_after_remote_failure() {
   // Every node spends a restart on a failure anywhere, so all nodes agree on
   // TORCHELASTIC_RESTART_COUNT.
-  if (restart_count < cfg.max_restarts) {
-    ++restart_count;
-    log->warn("restarting workers ({}/{}) after another node's failure", restart_count, cfg.max_restarts);
+  if (!life.restarts_spent()) {
+    life.spend_restart();
+    log->warn("restarting workers ({}/{}) after another node's failure", life.restart_count(),
+              cfg.max_restarts);
     start_rendezvous();
   } else {
     // The only line on this node saying what went wrong: name the node,
@@ -366,21 +380,15 @@ void Agent::Impl::restart_after_remote_failure() {
 
 void Agent::Impl::fail_for_good(const std::string& reason, bool print) {
   final_reason = reason;
-  phase = Phase::kClosing;
-  rdzv->call([h = handler, s = sink, this, reason, print] {
-    try {
-      h->close(reason);
-    } catch (const std::exception&) {
-      // The job failed either way; the exit code says so.
-    }
-    post_to(s, [this, reason, print] { finish(1, print ? reason : ""); });
-  });
+  life.enter(Phase::kClosing);
+  // The job failed either way; the exit code says so.
+  rdzv->close(reason, [this, reason, print] { finish(ExitCode::kWorkersFailed, print ? reason : ""); });
 }
 
 void Agent::Impl::write_failure_report(bool final_report) {
-  FailureReport report{cfg.rendezvous.run_id, cfg.role, attempt, restart_count, cfg.max_restarts,
-                       failures};
-  const auto path = run_dir->attempt(attempt) / "failure.json";
+  FailureReport report{cfg.rendezvous.run_id, cfg.role, group->attempt(), life.restart_count(),
+                       cfg.max_restarts, group->failures()};
+  const auto path = run_dir->attempt(group->attempt()) / "failure.json";
   {
     std::ofstream out(path, std::ios::trunc);
     out << render_json(report);
@@ -392,14 +400,14 @@ void Agent::Impl::write_failure_report(bool final_report) {
 }
 
 void Agent::Impl::finish(int code, const std::string& error) {
-  if (phase == Phase::kDone) return;
-  phase = Phase::kDone;
+  if (life.done()) return;
+  life.enter(Phase::kDone);
   result.exit_code = code;
   result.error = error;
-  emit_finish(code, error);
+  observers.finished(code, error.empty() ? final_reason : error);
   if (code != 0 && run_dir && run_dir->is_temp()) run_dir->keep();
   if (code == 0) log->info("run succeeded");
-  stop_timer.cancel();
+  if (group) group->cancel_timers();
   poll_timer.cancel();
   io.stop();
 }

@@ -1,0 +1,147 @@
+#include "observers.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+
+#include "ddp/common/logging.hpp"
+
+namespace ddp::agent {
+
+namespace {
+
+// How long run() waits at the end for the last status write to land.
+constexpr std::chrono::milliseconds kStatusFlushTimeout{2000};
+
+}  // namespace
+
+std::string status_key(const std::string& run_id, const std::string& node_id) {
+  return "/" + run_id + "/agent/status/" + node_id;
+}
+
+Observers::Observers(const AgentConfig& cfg, const Lifecycle& life) : cfg_(cfg), life_(life) {}
+
+void Observers::open() {
+  if (!cfg_.event_log.empty()) event_log_ = std::make_unique<EventLog>(cfg_.event_log);
+  status_caller_ = std::make_unique<BlockingCaller>();
+}
+
+void Observers::attach(std::shared_ptr<rdzv::RendezvousHandler> handler, const WorkerGroup& group) {
+  handler_ = std::move(handler);
+  group_ = &group;
+}
+
+void Observers::emit(const std::string& event, nlohmann::json fields) {
+  if (!event_log_) return;
+  fields["run_id"] = cfg_.rendezvous.run_id;
+  fields["node"] = cfg_.node.node_id;
+  fields["round"] = life_.have_round() ? nlohmann::json(life_.round().round) : nlohmann::json(nullptr);
+  fields["restart_count"] = life_.restart_count();
+  event_log_->write(event, fields);
+}
+
+void Observers::spawn_reported(int local_rank, pid_t pid) {
+  // worker_start is one line for the group, once every spawn has reported;
+  // a fast worker may already have exited by then, so its exit line waits.
+  if (group_->pending_spawns() > 0) return;
+  nlohmann::json ranks = nlohmann::json::array();
+  nlohmann::json pids = nlohmann::json::array();
+  for (const auto& w : group_->workers()) {
+    ranks.push_back(w.rank);
+    pids.push_back(w.local_rank == local_rank ? pid : w.pid);  // -1: could not start
+  }
+  emit("worker_start", {{"attempt", group_->attempt()}, {"ranks", ranks}, {"pids", pids}});
+  for (int lr : deferred_exits_) worker_exited(group_->workers()[static_cast<std::size_t>(lr)]);
+  deferred_exits_.clear();
+  publish_status();
+}
+
+void Observers::worker_exited(const Worker& w) {
+  if (group_->pending_spawns() > 0) {
+    deferred_exits_.push_back(w.local_rank);
+    return;
+  }
+  nlohmann::json f = {{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid},
+                      {"exit_code", nullptr}, {"signal", nullptr}};
+  if (WIFSIGNALED(w.wait_status)) {
+    f["signal"] = WTERMSIG(w.wait_status);
+  } else {
+    f["exit_code"] = WEXITSTATUS(w.wait_status);
+  }
+  emit("worker_exit", f);
+  publish_status();
+}
+
+void Observers::finished(int code, const std::string& error) {
+  std::string reason = error;
+  if (code == to_int(ExitCode::kSucceeded)) {
+    emit("success", {{"exit_code", 0}});
+    if (reason.empty()) reason = "all workers succeeded";
+  } else if (code == to_int(ExitCode::kWorkersFailed) || code == to_int(ExitCode::kConfig) ||
+             code == to_int(ExitCode::kRendezvous)) {
+    emit("failure", {{"exit_code", code}, {"reason", reason}});
+  } else if (reason.empty() && code > 128) {
+    reason = "stopped by " + signal_name(code - 128);
+  }
+  emit("shutdown", {{"exit_code", code}, {"reason", reason}});
+  publish_status(code == 0 ? "succeeded" : "failed");
+}
+
+void Observers::publish_status(const std::string& final_state) {
+  if (!life_.have_round() || !status_caller_ || !handler_ || !group_) return;
+  const auto& round = life_.round();
+  nlohmann::json ws = nlohmann::json::array();
+  for (const auto& w : group_->workers()) {
+    std::string state = "starting";
+    if (w.done) {
+      state = WIFEXITED(w.wait_status) && WEXITSTATUS(w.wait_status) == 0 ? "succeeded" : "failed";
+    } else if (w.spawned) {
+      state = "running";
+    }
+    ws.push_back({{"local_rank", w.local_rank}, {"rank", w.rank}, {"pid", w.pid}, {"state", state}});
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const nlohmann::json record = {
+      {"node", cfg_.node.node_id},
+      {"host", cfg_.node.host},
+      {"hostname", host},
+      {"group_rank", round.group_rank},
+      {"group_world_size", round.group_world_size},
+      {"rank_first", round.rank_offset},
+      {"rank_last", round.rank_offset + cfg_.nproc_per_node - 1},
+      {"round", round.round},
+      {"restart_count", life_.restart_count()},
+      {"max_restarts", cfg_.max_restarts},
+      {"state", final_state.empty() ? phase_name(life_.phase()) : final_state},
+      {"workers", ws},
+      {"updated", std::chrono::duration<double>(
+                      std::chrono::system_clock::now().time_since_epoch()).count()},
+  };
+  status_caller_->call([h = handler_, key = status_key(cfg_.rendezvous.run_id, cfg_.node.node_id),
+                        value = record.dump(-1, ' ', false,
+                                            nlohmann::json::error_handler_t::replace)] {
+    try {
+      h->store()->set(key, value);
+    } catch (const std::exception&) {
+      // Status is advisory; the rendezvous path reports a lost store itself.
+    }
+  });
+}
+
+bool Observers::flush(bool store_lost) {
+  if (!status_caller_) return true;
+  if (store_lost) {
+    // The store is gone: waiting for writes to it would only delay the exit.
+    return !status_caller_->busy();
+  }
+  auto done = std::make_shared<std::promise<void>>();
+  auto f = done->get_future();
+  status_caller_->call([done] { done->set_value(); });
+  // A store write is stuck: the caller must not run static destructors under it.
+  return f.wait_for(kStatusFlushTimeout) == std::future_status::ready;
+}
+
+}  // namespace ddp::agent

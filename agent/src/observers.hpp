@@ -1,0 +1,60 @@
+// What the agent tells the outside world about its lifecycle: --event_log
+// lines and the status record other tools (`ddp-store status`) read from the
+// store. Both are written on lifecycle events only, never on a timer.
+//
+// Thread-safety: the io thread only; status writes go to the store on their
+// own thread so they never wait behind a rendezvous join.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "blocking_caller.hpp"
+#include "ddp/agent/agent_config.hpp"
+#include "ddp/rdzv/rendezvous.hpp"
+#include "event_log.hpp"
+#include "lifecycle.hpp"
+#include "worker_group.hpp"
+
+namespace ddp::agent {
+
+// The store key of a node's status record: "/<run_id>/agent/status/<node_id>".
+std::string status_key(const std::string& run_id, const std::string& node_id);
+
+class Observers {
+ public:
+  Observers(const AgentConfig& cfg, const Lifecycle& life);
+  Observers(const Observers&) = delete;
+  Observers& operator=(const Observers&) = delete;
+
+  // Opens --event_log (throws ConfigError naming it) before anything connects.
+  void open();
+  // Where the status record goes, and the workers it lists.
+  void attach(std::shared_ptr<rdzv::RendezvousHandler> handler, const WorkerGroup& group);
+
+  // One --event_log line with the run's common fields added.
+  void emit(const std::string& event, nlohmann::json fields);
+  // A spawn reported back: worker_start once every spawn of the group has.
+  void spawn_reported(int local_rank, pid_t pid);
+  void worker_exited(const Worker& w);
+  // success/failure and shutdown lines, the final status record.
+  void finished(int code, const std::string& reason);
+  // Writes this node's status record (`final_state` overrides the phase).
+  void publish_status(const std::string& final_state = "");
+  // Waits (bounded) for the last status write; false when it is stuck and the
+  // process must be abandoned. `store_lost`: do not wait at all.
+  bool flush(bool store_lost);
+
+ private:
+  const AgentConfig& cfg_;
+  const Lifecycle& life_;
+  const WorkerGroup* group_ = nullptr;
+  std::shared_ptr<rdzv::RendezvousHandler> handler_;
+  std::unique_ptr<EventLog> event_log_;
+  std::unique_ptr<BlockingCaller> status_caller_;  // status writes never wait behind a join
+  std::vector<int> deferred_exits_;  // local ranks that exited before worker_start was logged
+};
+
+}  // namespace ddp::agent

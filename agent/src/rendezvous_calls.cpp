@@ -1,0 +1,92 @@
+#include "rendezvous_calls.hpp"
+
+#include <boost/asio/post.hpp>
+
+#include "ddp/common/error.hpp"
+
+namespace ddp::agent {
+
+RendezvousCalls::RendezvousCalls(boost::asio::io_context& io,
+                                 std::shared_ptr<rdzv::RendezvousHandler> handler)
+    : handler_(std::move(handler)), caller_(std::make_unique<BlockingCaller>()) {
+  sink_->io = &io;
+}
+
+RendezvousCalls::~RendezvousCalls() {
+  {
+    std::lock_guard<std::mutex> lock(sink_->mu);
+    sink_->io = nullptr;
+  }
+  caller_.reset();
+}
+
+void RendezvousCalls::post(const std::shared_ptr<Sink>& sink, std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(sink->mu);
+  if (sink->io != nullptr) boost::asio::post(*sink->io, std::move(fn));
+}
+
+void RendezvousCalls::on_event(std::function<void(rdzv::RoundEvent, const std::string&)> fn) {
+  handler_->set_event_callback(
+      [s = sink_, fn = std::move(fn)](rdzv::RoundEvent e, const std::string& detail) {
+        post(s, [fn, e, detail] { fn(e, detail); });
+      });
+}
+
+void RendezvousCalls::next_round(std::function<void(const rdzv::RendezvousResult&)> done,
+                                 std::function<void(ExitCode, const std::string&)> failed) {
+  caller_->call([h = handler_, s = sink_, done = std::move(done), failed = std::move(failed)] {
+    try {
+      auto r = h->next_rendezvous();
+      post(s, [done, r] { done(r); });
+    } catch (const ConfigError& e) {
+      post(s, [failed, m = std::string(e.what())] { failed(ExitCode::kConfig, m); });
+    } catch (const std::exception& e) {
+      post(s, [failed, m = std::string(e.what())] { failed(ExitCode::kRendezvous, m); });
+    }
+  });
+}
+
+void RendezvousCalls::report_failure(const std::string& reason, ErrorFn failed) {
+  caller_->call([h = handler_, s = sink_, reason, failed = std::move(failed)] {
+    try {
+      h->report_failure(reason);
+    } catch (const std::exception& e) {
+      if (failed) post(s, [failed, m = std::string(e.what())] { failed(m); });
+    }
+  });
+}
+
+void RendezvousCalls::report_success(std::function<void()> done, ErrorFn failed) {
+  caller_->call([h = handler_, s = sink_, done = std::move(done), failed = std::move(failed)] {
+    try {
+      h->report_success();
+      post(s, done);
+    } catch (const std::exception& e) {
+      post(s, [failed, m = std::string(e.what())] { failed(m); });
+    }
+  });
+}
+
+void RendezvousCalls::all_succeeded(std::function<void(bool)> done, ErrorFn failed) {
+  caller_->call([h = handler_, s = sink_, done = std::move(done), failed = std::move(failed)] {
+    try {
+      const bool all = h->all_succeeded();
+      post(s, [done, all] { done(all); });
+    } catch (const std::exception& e) {
+      post(s, [failed, m = std::string(e.what())] { failed(m); });
+    }
+  });
+}
+
+void RendezvousCalls::close(const std::string& reason, std::function<void()> done) {
+  caller_->call([h = handler_, s = sink_, reason, done = std::move(done)] {
+    try {
+      h->close(reason);
+    } catch (const std::exception&) {
+      // The caller exits either way: the other nodes notice through the lease.
+    }
+    if (done) post(s, done);
+  });
+}
+
+}  // namespace ddp::agent

@@ -1,0 +1,65 @@
+// The part of the agent that owns the blocking rendezvous calls: the handler,
+// the thread they run on, and the way their results come back to the io
+// thread. Every callback runs on the io thread, and only while the
+// io_context exists (a call still blocked at destruction is abandoned, see
+// BlockingCaller).
+//
+// Thread-safety: construct, call and destroy on the io thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "blocking_caller.hpp"
+#include "ddp/rdzv/rendezvous.hpp"
+#include "lifecycle.hpp"
+
+namespace ddp::agent {
+
+class RendezvousCalls {
+ public:
+  using ErrorFn = std::function<void(const std::string& message)>;
+
+  RendezvousCalls(boost::asio::io_context& io, std::shared_ptr<rdzv::RendezvousHandler> handler);
+  ~RendezvousCalls();
+  RendezvousCalls(const RendezvousCalls&) = delete;
+  RendezvousCalls& operator=(const RendezvousCalls&) = delete;
+
+  const std::shared_ptr<rdzv::RendezvousHandler>& handler() const { return handler_; }
+
+  // Round events the handler raises on its own thread, delivered on the io thread.
+  void on_event(std::function<void(rdzv::RoundEvent, const std::string&)> fn);
+
+  // next_rendezvous(); a failure comes with the exit code it means
+  // (kConfig for a ConfigError, else kRendezvous).
+  void next_round(std::function<void(const rdzv::RendezvousResult&)> done,
+                  std::function<void(ExitCode, const std::string&)> failed);
+  // report_failure(reason); `failed` may be empty (the error is then ignored).
+  void report_failure(const std::string& reason, ErrorFn failed = {});
+  void report_success(std::function<void()> done, ErrorFn failed);
+  void all_succeeded(std::function<void(bool)> done, ErrorFn failed);
+  // close(reason), then `done` whether it worked or not; `done` may be empty.
+  void close(const std::string& reason, std::function<void()> done = {});
+
+  // True while a call runs or waits to run.
+  bool busy() const { return caller_->busy(); }
+
+ private:
+  // Lets the calling thread post to the io_context only while it exists.
+  struct Sink {
+    std::mutex mu;
+    boost::asio::io_context* io = nullptr;
+  };
+  static void post(const std::shared_ptr<Sink>& sink, std::function<void()> fn);
+
+  std::shared_ptr<Sink> sink_ = std::make_shared<Sink>();
+  // Shared with closures on the blocking thread, which may outlive us (abandon).
+  std::shared_ptr<rdzv::RendezvousHandler> handler_;
+  std::unique_ptr<BlockingCaller> caller_;  // after handler_: destroyed first
+};
+
+}  // namespace ddp::agent

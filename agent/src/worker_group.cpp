@@ -1,0 +1,252 @@
+#include "worker_group.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+
+#include <boost/asio/post.hpp>
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+
+namespace ddp::agent {
+
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, const AgentConfig& cfg, ProcessRunner& runner,
+                         const RunDir& run_dir, AgentTerminal& terminal,
+                         std::shared_ptr<spdlog::logger> log, WorkerGroupEvents events)
+    : io_(io),
+      cfg_(cfg),
+      runner_(runner),
+      run_dir_(run_dir),
+      terminal_(terminal),
+      log_(std::move(log)),
+      events_(std::move(events)),
+      stop_timer_(io) {}
+
+void WorkerGroup::start(const GroupLaunch& launch) {
+  ++attempt_;
+  run_dir_.prepare_attempt(attempt_, cfg_.nproc_per_node);
+  workers_.clear();
+  failures_.clear();
+  succeeded_ = 0;
+  state_ = State::kRunning;
+  const auto& round = *launch.round;
+  rank_offset_ = round.rank_offset;
+  restart_count_ = launch.restart_count;
+
+  const auto console_ok = [&](int lr) {
+    return cfg_.local_ranks_filter.empty() ||
+           std::find(cfg_.local_ranks_filter.begin(), cfg_.local_ranks_filter.end(), lr) !=
+               cfg_.local_ranks_filter.end();
+  };
+  // Build every Worker first: output callbacks index into `workers_`, which must
+  // not reallocate once spawning starts.
+  workers_.resize(static_cast<std::size_t>(cfg_.nproc_per_node));
+  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
+    Worker& w = workers_[static_cast<std::size_t>(lr)];
+    w.local_rank = lr;
+    w.rank = round.rank_offset + lr;
+    const auto dir = run_dir_.worker(attempt_, lr);
+    w.error_file = (dir / "error.json").string();
+    const Std redirect = cfg_.redirects.for_rank(lr);
+    const Std tee = cfg_.tee.for_rank(lr);
+    WorkerOutputOptions out;
+    out.rank = w.rank;
+    out.prefix = expand_prefix(cfg_.line_prefix_template, w.rank, lr, cfg_.role);
+    out.console_out = !has(redirect, Std::kOut) && console_ok(lr);
+    out.console_err = !has(redirect, Std::kErr) && console_ok(lr);
+    if (has(redirect, Std::kOut) || has(tee, Std::kOut)) out.out_file = dir / "stdout.log";
+    if (has(redirect, Std::kErr) || has(tee, Std::kErr)) out.err_file = dir / "stderr.log";
+    w.stderr_log = out.err_file.string();
+    w.terminal = terminal_.plan(lr, out);
+    w.output = std::make_unique<WorkerOutput>(out);  // throws ConfigError
+  }
+
+  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
+    Worker& w = workers_[static_cast<std::size_t>(lr)];
+    WorkerEnvInput in;
+    in.local_rank = lr;
+    in.local_world_size = cfg_.nproc_per_node;
+    in.role = cfg_.role;
+    in.restart_count = launch.restart_count;
+    in.max_restarts = cfg_.max_restarts;
+    in.run_id = cfg_.rendezvous.run_id;
+    in.error_file = w.error_file;
+    in.token_file = cfg_.token_file.string();
+    in.default_omp_threads = cfg_.default_omp_threads;
+    in.torch_store = launch.torch_store;
+    if (!omp_notice_logged_ && sets_default_omp_threads(*launch.base_env, in)) {
+      omp_notice_logged_ = true;
+      log_->info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "
+                 "set it yourself to tune");
+    }
+    SpawnSpec spec;
+    spec.executable = cfg_.argv.at(0);
+    spec.args.assign(cfg_.argv.begin() + 1, cfg_.argv.end());
+    if (cfg_.local_rank_arg_index >= 0) {
+      const auto at = std::min<std::size_t>(static_cast<std::size_t>(cfg_.local_rank_arg_index),
+                                            spec.args.size());
+      spec.args.insert(spec.args.begin() + static_cast<std::ptrdiff_t>(at),
+                       "--local_rank=" + std::to_string(lr));
+    }
+    spec.env = to_env_strings(build_worker_env(*launch.base_env, round, in));
+    spec.stop_timeout = cfg_.stop_timeout;
+
+    ChildHandlers handlers;
+    handlers.on_output = [this, lr, att = attempt_](StdStream s, std::string_view bytes) {
+      if (att == attempt_) workers_[static_cast<std::size_t>(lr)].output->feed(s, bytes);
+    };
+    handlers.on_exit = [this, lr, att = attempt_](int status) {
+      if (att == attempt_) on_exit(lr, status);
+    };
+    ++pending_spawns_;
+    runner_.spawn(std::move(spec), std::move(handlers),
+                  [this, lr, att = attempt_](pid_t pid, const std::string& error) {
+                    if (att == attempt_) on_spawned(lr, pid, error);
+                  },
+                  terminal_.open_stdio(lr, w.terminal));
+  }
+}
+
+void WorkerGroup::on_spawned(int local_rank, pid_t pid, const std::string& error) {
+  --pending_spawns_;
+  Worker& w = workers_[static_cast<std::size_t>(local_rank)];
+  if (pid >= 0) {
+    w.pid = pid;
+    w.spawned = true;
+  }
+  events_.spawn_reported(local_rank, pid);
+  if (pid < 0) {
+    w.done = true;
+    w.spawn_error = error;
+    w.wait_status = 127 << 8;  // what a shell reports for a command it could not run
+    log_->error("cannot start worker local_rank={}: {}", local_rank, error);
+    if (state_ == State::kRunning) {
+      failures_.push_back(make_failure(w));
+      events_.failed();
+    } else if (state_ == State::kStopping) {
+      check_stopped();
+    }
+    return;
+  }
+  if (state_ == State::kStopping) {
+    runner_.signal_group(pid, stop_signal_);
+  } else if (state_ == State::kRunning && pending_spawns_ == 0) {
+    std::string pids;
+    for (const auto& x : workers_) {
+      if (!pids.empty()) pids += ',';
+      pids += std::to_string(x.pid);
+    }
+    log_->info("started {} workers attempt={} restart_count={}/{} ranks={}..{} pids={}",
+               workers_.size(), attempt_, restart_count_, cfg_.max_restarts, rank_offset_,
+               rank_offset_ + cfg_.nproc_per_node - 1, pids);
+  }
+}
+
+void WorkerGroup::on_exit(int local_rank, int wait_status) {
+  Worker& w = workers_[static_cast<std::size_t>(local_rank)];
+  w.done = true;
+  w.wait_status = wait_status;
+  w.output->finish();
+  events_.exited(w);
+  const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+  if (state_ == State::kRunning) {
+    if (!ok) {
+      failures_.push_back(make_failure(w));
+      log_->warn("worker failed rank={} local_rank={} pid={}: {}", w.rank, w.local_rank, w.pid,
+                 failures_.back().how());
+      events_.failed();
+    } else if (++succeeded_ == cfg_.nproc_per_node) {
+      state_ = State::kSucceeded;
+      events_.succeeded();
+    }
+    return;
+  }
+  // Workers that failed on their own while the group was being stopped for a
+  // failure count too; those our stop signal ended do not.
+  if (state_ == State::kStopping && count_failures_ && !ok &&
+      !(WIFSIGNALED(wait_status) &&
+        (WTERMSIG(wait_status) == stop_signal_ || WTERMSIG(wait_status) == SIGKILL))) {
+    failures_.push_back(make_failure(w));
+  }
+  if (state_ == State::kStopping) check_stopped();
+}
+
+void WorkerGroup::check_stopped() {
+  if (live() > 0 || pending_spawns_ > 0) return;
+  stop_timer_.cancel();
+  state_ = State::kIdle;
+  events_.stopped();
+}
+
+void WorkerGroup::stop(int sig, bool count_failures) {
+  state_ = State::kStopping;
+  count_failures_ = count_failures;
+  stop_signal_ = sig;
+  terminal_.close_input();  // a worker waiting at a prompt reads EOF
+  if (live() > 0) {
+    log_->info("stopping {} workers with {} (SIGKILL after {} ms)", live(), signal_name(sig),
+               cfg_.stop_timeout.count());
+  }
+  signal_all(sig);
+  stop_timer_.expires_after(cfg_.stop_timeout);
+  stop_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || state_ != State::kStopping) return;
+    log_->warn("{} workers still running after {} ms: sending SIGKILL", live(),
+               cfg_.stop_timeout.count());
+    signal_all(SIGKILL);
+  });
+  if (live() == 0 && pending_spawns_ == 0) {
+    boost::asio::post(io_, [this, att = attempt_] {
+      if (att == attempt_ && state_ == State::kStopping) check_stopped();
+    });
+  }
+}
+
+void WorkerGroup::signal_all(int sig) {
+  for (const auto& w : workers_) {
+    if (w.spawned && !w.done) runner_.signal_group(w.pid, sig);
+  }
+}
+
+void WorkerGroup::resize_ptys(const winsize& size) {
+  for (const auto& w : workers_) {
+    if (!w.spawned || w.done || (w.terminal.out_master < 0 && w.terminal.err_master < 0)) continue;
+    ::ddp::agent::resize_ptys(w.terminal.out_master, w.terminal.err_master, size);
+    // The pseudo-terminal is no controlling terminal, so the kernel does not signal.
+    runner_.signal_group(w.pid, SIGWINCH);
+  }
+}
+
+void WorkerGroup::cancel_timers() { stop_timer_.cancel(); }
+
+int WorkerGroup::live() const {
+  return static_cast<int>(std::count_if(workers_.begin(), workers_.end(),
+                                        [](const Worker& w) { return w.spawned && !w.done; }));
+}
+
+WorkerFailure WorkerGroup::make_failure(const Worker& w) const {
+  WorkerFailure f;
+  f.host = cfg_.node.host;
+  f.rank = w.rank;
+  f.local_rank = w.local_rank;
+  f.pid = w.pid;
+  if (WIFSIGNALED(w.wait_status)) {
+    f.signal = WTERMSIG(w.wait_status);
+  } else {
+    f.exit_code = WEXITSTATUS(w.wait_status);
+  }
+  f.time = std::chrono::system_clock::now();
+  f.error_file = w.error_file;
+  if (!w.spawn_error.empty()) {
+    f.error = ErrorFileContent{w.spawn_error, "", ""};
+  } else {
+    f.error = read_error_file(w.error_file);
+  }
+  if (w.output) f.stderr_tail.assign(w.output->stderr_tail().begin(), w.output->stderr_tail().end());
+  f.stderr_log = w.stderr_log;
+  return f;
+}
+
+}  // namespace ddp::agent

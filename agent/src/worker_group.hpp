@@ -1,0 +1,129 @@
+// The local worker group: spawns one attempt's workers with the env contract,
+// routes their output, observes their exits, and stops them (signal, grace,
+// SIGKILL). It decides nothing about restarts: what it sees goes to the
+// agent through WorkerGroupEvents.
+//
+// Thread-safety: the io thread only; every event runs on it.
+#pragma once
+
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "agent_terminal.hpp"
+#include "ddp/agent/agent_config.hpp"
+#include "ddp/agent/failure_report.hpp"
+#include "ddp/agent/worker_env.hpp"
+#include "process_runner.hpp"
+#include "run_dir.hpp"
+#include "worker_output.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace ddp::agent {
+
+struct Worker {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;
+  bool spawned = false;
+  bool done = false;
+  int wait_status = 0;
+  std::string spawn_error;
+  std::string error_file;
+  std::string stderr_log;
+  std::unique_ptr<WorkerOutput> output;
+  WorkerTerminal terminal;
+};
+
+struct WorkerGroupEvents {
+  // A spawn reported back (pid < 0: it failed); the worker's pid is set.
+  std::function<void(int local_rank, pid_t pid)> spawn_reported;
+  // A worker exited (or could not start), after its last output line.
+  std::function<void(const Worker&)> exited;
+  // A worker failed while the group was running; failures() has it.
+  std::function<void()> failed;
+  // Every worker exited 0.
+  std::function<void()> succeeded;
+  // After stop(): no worker is left and no spawn is pending.
+  std::function<void()> stopped;
+};
+
+// What one attempt's workers are started with besides the config.
+struct GroupLaunch {
+  const rdzv::RendezvousResult* round = nullptr;
+  int restart_count = 0;
+  Endpoint torch_store;
+  const EnvMap* base_env = nullptr;
+};
+
+class WorkerGroup {
+ public:
+  WorkerGroup(boost::asio::io_context& io, const AgentConfig& cfg, ProcessRunner& runner,
+              const RunDir& run_dir, AgentTerminal& terminal, std::shared_ptr<spdlog::logger> log,
+              WorkerGroupEvents events);
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  // Starts the next attempt. Throws ConfigError (a log file that cannot be
+  // opened) before any worker of it is spawned.
+  void start(const GroupLaunch& launch);
+  // Sends `sig` to every live worker (and to those still spawning, once they
+  // are), SIGKILL after --stop_timeout, then `stopped`. `count_failures`:
+  // workers failing on their own meanwhile join failures().
+  void stop(int sig, bool count_failures);
+  // A signal while stopping decides the outcome: later failures do not count.
+  void stop_counting_failures() { count_failures_ = false; }
+  // Sends `sig` to every live worker's process group.
+  void signal_all(int sig);
+  // Window size of the agent's terminal changed: workers' ptys follow.
+  void resize_ptys(const winsize& size);
+  void cancel_timers();
+
+  int attempt() const { return attempt_; }
+  int live() const;
+  int pending_spawns() const { return pending_spawns_; }
+  const std::vector<Worker>& workers() const { return workers_; }
+  const std::vector<WorkerFailure>& failures() const { return failures_; }
+
+ private:
+  enum class State { kIdle, kRunning, kStopping, kSucceeded };
+
+  void on_spawned(int local_rank, pid_t pid, const std::string& error);
+  void on_exit(int local_rank, int wait_status);
+  void check_stopped();
+  WorkerFailure make_failure(const Worker& w) const;
+
+  boost::asio::io_context& io_;
+  const AgentConfig& cfg_;
+  ProcessRunner& runner_;
+  const RunDir& run_dir_;
+  AgentTerminal& terminal_;
+  std::shared_ptr<spdlog::logger> log_;
+  WorkerGroupEvents events_;
+  boost::asio::steady_timer stop_timer_;
+
+  State state_ = State::kIdle;
+  int attempt_ = -1;  // index of the current spawn of the worker group
+  int rank_offset_ = 0;
+  int restart_count_ = 0;
+  std::vector<Worker> workers_;
+  int pending_spawns_ = 0;
+  int succeeded_ = 0;
+  std::vector<WorkerFailure> failures_;  // of the current attempt
+  int stop_signal_ = SIGTERM;  // what stop() sent; late spawns get it too
+  bool count_failures_ = false;
+  bool omp_notice_logged_ = false;
+};
+
+}  // namespace ddp::agent
