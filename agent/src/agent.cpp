@@ -28,6 +28,7 @@ const char* event_name(rdzv::RoundEvent e) {
     case rdzv::RoundEvent::kMembershipChanged: return "membership changed";
     case rdzv::RoundEvent::kNodesWaiting: return "nodes waiting";
     case rdzv::RoundEvent::kStoreLost: return "store lost";
+    case rdzv::RoundEvent::kJobClosed: return "job closed";
   }
   return "unknown";
 }
@@ -199,6 +200,9 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
         store_lost = detail;
         begin_stop(StopReason::kStoreLost, SIGTERM);
         break;
+      case rdzv::RoundEvent::kJobClosed:
+        begin_stop(StopReason::kJobClosed, SIGTERM);
+        break;
     }
   } else if (life.is(Phase::kSucceeded)) {
     // Our workers are done, but a group's attempt succeeds together: when
@@ -216,6 +220,7 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
       case rdzv::RoundEvent::kNodesWaiting:
         break;  // a finished job takes no new nodes
       case rdzv::RoundEvent::kStoreLost:
+      case rdzv::RoundEvent::kJobClosed:
         succeed_unconfirmed(detail);
         break;
     }
@@ -300,6 +305,11 @@ void Agent::Impl::on_all_stopped() {
       return;
     case StopReason::kStoreLost:
       finish(ExitCode::kRendezvous, "rendezvous store lost (" + store_lost + "); workers stopped");
+      return;
+    case StopReason::kJobClosed:
+      // last_event_detail is "job closed: <why>".
+      finish(ExitCode::kRendezvous, "rendezvous of run_id=" + cfg.rendezvous.run_id + " was closed by another node: " +
+                                        last_event_detail.substr(last_event_detail.find(": ") + 2) + "; workers stopped");
       return;
     case StopReason::kSignal: {
       life.enter(Phase::kClosing);

@@ -23,6 +23,7 @@ enum class StopReason {
                      // every node's TORCHELASTIC_RESTART_COUNT stays equal
   kMembership,       // nodes joined or left: re-form without spending a restart
   kStoreLost,        // exit 3
+  kJobClosed,        // a joining node found a mistake (e.g. --nnodes): exit 3
   kSignal,           // exit 128+N
 };
 

@@ -9,6 +9,9 @@
 // "/<run_id>/worker/round_<k>/": jobs sharing a daemon never meet, and a new
 // round (restart or scale change) never reads an old round's keys. Each node
 // serves only its own workers, so no node depends on another's agent for this.
+// Each local rank is a lane of its own (found by its LOCAL_RANK), so that a
+// rank which destroys and re-creates its process group is seen to start
+// again (torch_proxy.hpp).
 // docs/rendezvous.md, "Torch workers' store", has the why and the cost.
 #include "agent_impl.hpp"
 #include "ddp/common/logging.hpp"
@@ -24,6 +27,8 @@ constexpr const char* kLoopback = "127.0.0.1";
 void Agent::Impl::start_torch_store() {
   store::TorchProxyOptions options;
   options.host = kLoopback;
+  // A lane per local rank: a rank that re-inits its process group gets fresh keys.
+  options.lane_env = "LOCAL_RANK";
   options.torch_legacy_protocol = cfg.rendezvous.torch_legacy_protocol;
   // A store restarting under systemd comes back within the keep-alive window.
   options.connect_timeout = cfg.rendezvous.keep_alive_interval * cfg.rendezvous.keep_alive_max_attempt;

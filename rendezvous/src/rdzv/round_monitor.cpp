@@ -16,6 +16,7 @@ const char* event_name(RoundEvent e) {
     case RoundEvent::kMembershipChanged: return "membership_changed";
     case RoundEvent::kNodesWaiting: return "nodes_waiting";
     case RoundEvent::kStoreLost: return "store_lost";
+    case RoundEvent::kJobClosed: return "job_closed";
   }
   return "unknown";
 }
@@ -28,7 +29,7 @@ std::pair<RoundEvent, std::string> decode_event(const std::string& text) {
   auto sp = text.find(' ');
   auto code = parse_int(std::string_view(text).substr(0, sp));
   std::string detail = sp == std::string::npos ? "" : text.substr(sp + 1);
-  if (code < 0 || code > static_cast<int>(RoundEvent::kStoreLost)) {
+  if (code < 0 || code > static_cast<int>(RoundEvent::kJobClosed)) {
     return {RoundEvent::kRestartRequested, text};
   }
   return {static_cast<RoundEvent>(code), detail};

@@ -48,6 +48,7 @@ RendezvousResult StaticHandler::next_rendezvous() {
   const int n = config_.max_nodes;
   const std::int64_t round = round_to_join();
   const std::string prefix = prefix_of(round);
+  check_same_node_count(round);
   store_->set(prefix + "node/" + std::to_string(config_.node_rank), detail::encode_node(self_),
               monitor_->lease());
 
@@ -97,6 +98,25 @@ RendezvousResult StaticHandler::next_rendezvous() {
     start_round(res, listed.revision + 1, /*can_grow=*/false);
     return res;
   }
+}
+
+void StaticHandler::check_same_node_count(std::int64_t round) {
+  // The first node to arrive records its --nnodes; every other compares. With
+  // different counts one side would start a world the other never joins.
+  const std::string mine = std::to_string(config_.max_nodes) + " " + std::to_string(config_.node_rank) + " " +
+                           self_.node_id;
+  const std::string agreed = store_->compare_set(prefix_of(round) + "nnodes", "", mine);
+  const auto space = agreed.find(' ');
+  const std::string theirs = agreed.substr(0, space);
+  if (theirs == std::to_string(config_.max_nodes)) return;
+  const auto second = agreed.find(' ', space + 1);
+  const std::string their_rank = agreed.substr(space + 1, second - space - 1);
+  const std::string their_id = second == std::string::npos ? std::string("?") : agreed.substr(second + 1);
+  const std::string why = "--nnodes differs between nodes: node_rank " + std::to_string(config_.node_rank) + " (" +
+                          self_.node_id + ") has --nnodes=" + std::to_string(config_.max_nodes) + ", node_rank " +
+                          their_rank + " (" + their_id + ") has --nnodes=" + theirs;
+  close_while_joining(round, why);
+  throw ConfigError(why + "; give every node the same --nnodes");
 }
 
 void StaticHandler::throw_timeout(std::int64_t round,

@@ -18,6 +18,9 @@ class StaticHandler final : public detail::StoreHandler {
   RendezvousResult next_rendezvous() override;
 
  private:
+  // ConfigError (after closing the job for the others) when an earlier node of
+  // `round` was started with another --nnodes.
+  void check_same_node_count(std::int64_t round);
   [[noreturn]] void throw_timeout(std::int64_t round, const std::vector<std::optional<std::string>>& recs);
 };
 

@@ -133,6 +133,11 @@ StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std:
   } catch (const NetworkError& e) {
     throw RendezvousError("cannot reach the rendezvous store at " + where + " (" + flag +
                           ") after waiting " + seconds_text(config.join_timeout) + ": " + e.what());
+  } catch (const ProtocolError& e) {
+    // Something else listens there: say what, at once, instead of waiting out join_timeout.
+    throw ConfigError(flag + " " + e.what() +
+                      "; check it (an etcd endpoint needs --rdzv_backend=etcd; a torchrun master port serves "
+                      "torch's own store, not this one)");
   } catch (const StoreError& e) {
     throw ConfigError("the rendezvous store at " + where + " (" + flag +
                       ") refused this agent: " + e.what() + "; check the store token");

@@ -216,6 +216,14 @@ void StoreHandler::close(const std::string& reason) {
   log::get("rdzv")->info("rendezvous closed run_id={} reason={}", config_.run_id, why);
 }
 
+void StoreHandler::close_while_joining(std::int64_t round, const std::string& why) {
+  store_->set(rdzv_key("closed"), why);
+  store_->compare_set(prefix_of(round) + "ctl/ended", "", encode_event(RoundEvent::kJobClosed, why));
+  store_->compare_set(prefix_of(round) + "closed", "", "closed " + why);
+  store_->compare_set(prefix_of(round + 1) + "closed", "", "closed " + why);
+  log::get("rdzv")->info("rendezvous closed run_id={} reason={}", config_.run_id, why);
+}
+
 void StoreHandler::set_event_callback(RoundEventCallback cb) { monitor_->set_callback(std::move(cb)); }
 
 std::shared_ptr<store::Store> StoreHandler::store() { return store_; }

@@ -44,6 +44,10 @@ class StoreHandler : public RendezvousHandler {
   void start_round(const RendezvousResult& result, store::Revision node_from, bool can_grow);
   // Moves the job's round pointer from `round` to `round + 1` (idempotent).
   void advance_pointer(std::int64_t round);
+  // Closes the job from a node that has no round of its own yet (it found a
+  // mistake while joining `round`): members already running `round` end it,
+  // and whoever waits to join it or the next one is told `why`.
+  void close_while_joining(std::int64_t round, const std::string& why);
   // A RendezvousError for the job having been closed by some node.
   [[noreturn]] void throw_closed(const std::string& reason) const;
   void wait_for_members_to_leave();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <poll.h>
+
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
@@ -25,7 +27,7 @@ constexpr std::uint32_t kHelloId = 0;
 }  // namespace
 
 ProxyConnection::ProxyConnection(asio::io_context& io, tcp::socket down,
-                                 std::shared_ptr<const TorchProxyTarget> target,
+                                 std::shared_ptr<const TorchProxyTarget> target, std::string key_prefix,
                                  const TorchProxyOptions& options, ProxyCounters& counters,
                                  OnClosed on_closed)
     : down_(std::move(down)),
@@ -39,9 +41,17 @@ ProxyConnection::ProxyConnection(asio::io_context& io, tcp::socket down,
       codec_(options.limits, options.torch_legacy_protocol == TorchLegacyProtocol::kTorch20
                                  ? torch::Dialect::kTorchV2Early
                                  : torch::Dialect::kTorchV1),
-      ns_(target_->key_prefix),
+      ns_(std::move(key_prefix)),
       down_in_(kReadBytes, '\0'),
       up_read_(kReadBytes, '\0') {}
+
+bool ProxyConnection::client_gone() {
+  if (closed_) return true;
+  pollfd p{};
+  p.fd = down_.native_handle();
+  p.events = POLLRDHUP;
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
 
 void ProxyConnection::start() {
   error_code ec;

@@ -36,8 +36,8 @@ class ProxyConnection : public std::enable_shared_from_this<ProxyConnection> {
   using OnClosed = std::function<void(ProxyConnection*)>;
 
   ProxyConnection(boost::asio::io_context& io, boost::asio::ip::tcp::socket down,
-                  std::shared_ptr<const TorchProxyTarget> target, const TorchProxyOptions& options,
-                  ProxyCounters& counters, OnClosed on_closed);
+                  std::shared_ptr<const TorchProxyTarget> target, std::string key_prefix,
+                  const TorchProxyOptions& options, ProxyCounters& counters, OnClosed on_closed);
 
   // Connects to the store (retrying until options.connect_timeout), then
   // starts relaying.
@@ -46,6 +46,10 @@ class ProxyConnection : public std::enable_shared_from_this<ProxyConnection> {
   // as when torch's own server goes away.
   void close(const std::string& why);
   const std::shared_ptr<const TorchProxyTarget>& target() const { return target_; }
+  // True when the client has closed or shut down its side, even if the loop
+  // has not read the end yet (a client that reconnects at once is then known
+  // to have let its old connection go).
+  bool client_gone();
 
  private:
   void connect_up();

@@ -1,9 +1,13 @@
 #include "ddp/store/torch_proxy.hpp"
 
+#include <algorithm>
 #include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <vector>
+
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -12,6 +16,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "loopback_peer.hpp"
 #include "proxy_connection.hpp"
 
 namespace ddp::store {
@@ -27,9 +32,23 @@ constexpr std::chrono::milliseconds kAcceptRetry{100};
 
 }  // namespace
 
+// The connections of one client process (a local rank) and its generation.
+struct Lane {
+  std::unordered_map<ProxyConnection*, std::shared_ptr<ProxyConnection>> open;
+  std::shared_ptr<const TorchProxyTarget> target;  // the target of its last connection
+  std::int64_t generation = 0;
+};
+
 class TorchStoreProxy::Impl {
  public:
-  explicit Impl(TorchProxyOptions options) : options_(std::move(options)), acceptor_(io_), accept_retry_(io_) {}
+  explicit Impl(TorchProxyOptions options) : options_(std::move(options)), acceptor_(io_), accept_retry_(io_) {
+    if (!options_.lane_of && !options_.lane_env.empty()) {
+      options_.lane_of = [env = options_.lane_env, self = ::getpid(), this](std::uint16_t client_port) {
+        const auto pid = server::loopback_peer_pid(port_.load(), client_port, self);
+        return pid ? server::process_env(*pid, env, self) : std::nullopt;
+      };
+    }
+  }
   ~Impl() { stop(); }
 
   void start() {
@@ -91,7 +110,8 @@ class TorchStoreProxy::Impl {
     return {{"connections", open_.load()},
             {"accepted", counters_.accepted.load()},
             {"requests", counters_.requests.load()},
-            {"failed_connects", counters_.failed_connects.load()}};
+            {"failed_connects", counters_.failed_connects.load()},
+            {"generations", generations_.load()}};
   }
 
  private:
@@ -119,17 +139,52 @@ class TorchStoreProxy::Impl {
         error_code ignored;
         socket.close(ignored);
       } else {
-        auto conn = std::make_shared<ProxyConnection>(
-            io_, std::move(socket), std::move(target), options_, counters_, [this](ProxyConnection* c) {
-              connections_.erase(c);
-              open_ = static_cast<std::int64_t>(connections_.size());
-            });
-        connections_[conn.get()] = conn;
-        open_ = static_cast<std::int64_t>(connections_.size());
-        conn->start();
+        admit(std::move(socket), std::move(target));
       }
       accept();
     });
+  }
+
+  // The key prefix of a new connection: the round's, plus "gen_<g>/" once its
+  // lane has let go of every earlier connection and come back.
+  std::string prefix_for(Lane* lane, const std::shared_ptr<const TorchProxyTarget>& target) {
+    if (!lane) return target->key_prefix;
+    // The loop may not have read the end of an old connection yet (nor the
+    // requests before it, which still go through), so ask the sockets.
+    const bool still_open = std::any_of(lane->open.begin(), lane->open.end(),
+                                        [](const auto& entry) { return !entry.second->client_gone(); });
+    if (lane->target != target) {
+      lane->target = target;
+      lane->generation = 0;
+    } else if (!still_open) {
+      ++lane->generation;
+      ++generations_;
+    }
+    if (lane->generation == 0) return target->key_prefix;
+    return target->key_prefix + "gen_" + std::to_string(lane->generation) + "/";
+  }
+
+  void admit(tcp::socket socket, std::shared_ptr<const TorchProxyTarget> target) {
+    Lane* lane = nullptr;
+    std::optional<std::string> name;
+    if (options_.lane_of) {
+      error_code ec;
+      const auto peer = socket.remote_endpoint(ec);
+      if (!ec) name = options_.lane_of(peer.port());
+      if (name) lane = &lanes_[*name];
+    }
+    std::string prefix = prefix_for(lane, target);
+    ddp::log::get("store.proxy")->debug("torch client admitted lane={} prefix={}", name.value_or("unknown"), prefix);
+    auto conn = std::make_shared<ProxyConnection>(io_, std::move(socket), std::move(target), std::move(prefix),
+                                                  options_, counters_, [this, lane](ProxyConnection* c) {
+                                                    connections_.erase(c);
+                                                    if (lane) lane->open.erase(c);
+                                                    open_ = static_cast<std::int64_t>(connections_.size());
+                                                  });
+    connections_[conn.get()] = conn;
+    if (lane) lane->open[conn.get()] = conn;
+    open_ = static_cast<std::int64_t>(connections_.size());
+    conn->start();
   }
 
   void run() {
@@ -145,8 +200,10 @@ class TorchStoreProxy::Impl {
   tcp::acceptor acceptor_;
   asio::steady_timer accept_retry_;
   std::unordered_map<ProxyConnection*, std::shared_ptr<ProxyConnection>> connections_;  // loop only
+  std::unordered_map<std::string, Lane> lanes_;                                        // loop only
   server::ProxyCounters counters_;
   std::atomic<std::int64_t> open_{0};
+  std::atomic<std::int64_t> generations_{0};
   std::atomic<std::uint16_t> port_{0};
   std::mutex target_mu_;
   std::shared_ptr<const TorchProxyTarget> target_;

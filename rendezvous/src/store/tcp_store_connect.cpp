@@ -14,7 +14,37 @@ namespace {
 // to 1 s so a restarted server is not hit by every client at the same instant.
 constexpr std::chrono::milliseconds kBackoffBase{20};
 constexpr std::chrono::milliseconds kBackoffCap{1000};
+// A store answers the HELLO at once; a peer silent for this long is not one
+// (or is stopped).
+constexpr std::chrono::milliseconds kHandshakeTimeout{5000};
+
+// The first bytes a peer sent, for the error that says what answered.
+std::string printable(std::string_view bytes) {
+  std::string out;
+  for (char ch : bytes.substr(0, 48)) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u == '\r' || u == '\n') {
+      if (!out.empty() && out.back() != ' ') out += ' ';
+    } else if (u >= 0x20 && u < 0x7F) {
+      out += ch;
+    } else {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 0xF];
+    }
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
 }  // namespace
+
+std::string TcpStore::Impl::printable_prefix() const { return printable(std::string_view(rbuf_.data(), rlen_)); }
+
+void TcpStore::Impl::not_a_store(const std::string& what_happened) {
+  finish_connect(std::make_exception_ptr(
+      ProtocolError(where() + " " + what_happened + ": it is not a ddp-rendezvousd or ddprun store")));
+}
 
 void TcpStore::Impl::begin_connect() {
   cycle_active_ = true;
@@ -67,6 +97,17 @@ void TcpStore::Impl::attempt_connect() {
                             [this, seq](const boost::system::error_code& wec, std::size_t) {
                               if (seq != attempt_seq_) return;
                               if (wec) return on_attempt_failed(wec.message());
+                              handshake_timer_.expires_after(
+                                  std::min(kHandshakeTimeout, connect_deadline_.remaining()));
+                              handshake_timer_.async_wait([this, seq](const boost::system::error_code& tec) {
+                                if (tec || seq != attempt_seq_ || handshake_done_) return;
+                                if (!ever_connected_ && !connect_deadline_.expired()) {
+                                  return not_a_store("accepted the connection but did not answer the handshake "
+                                                     "within " + std::to_string(kHandshakeTimeout.count() / 1000) +
+                                                     " s (or the store process is stopped)");
+                                }
+                                on_attempt_failed("no answer to the handshake");
+                              });
                               read_more(seq);
                             });
         });
@@ -97,6 +138,7 @@ void TcpStore::Impl::on_handshake_reply(const Response& hello) {
   switch (hello.status) {
     case Status::kOk:
       handshake_done_ = true;
+      ever_connected_ = true;
       finish_connect(nullptr);
       return;
     case Status::kAuthFailed:
@@ -127,6 +169,7 @@ void TcpStore::Impl::finish_connect(std::exception_ptr error) {
   boost::system::error_code ignored;
   connect_timer_.cancel();
   backoff_timer_.cancel();
+  handshake_timer_.cancel();
   if (!error) {
     {
       std::lock_guard<std::mutex> lk(write_mu_);

@@ -44,6 +44,7 @@ TcpStore::Impl::Impl(TcpStoreOptions options)
       resolver_(io_),
       connect_timer_(io_),
       backoff_timer_(io_),
+      handshake_timer_(io_),
       backoff_(std::chrono::milliseconds(20), std::chrono::milliseconds(1000)),
       rbuf_(kReadChunk) {}
 
@@ -189,6 +190,10 @@ void TcpStore::Impl::read_more(std::uint64_t seq) {
         if (ec) {
           const auto why = ec == asio::error::eof ? std::string("the server closed the connection")
                                                   : ec.message();
+          if (!handshake_done_ && !ever_connected_ && ec == asio::error::eof) {
+            return not_a_store(rlen_ == 0 ? "closed the connection without answering the handshake"
+                                          : "answered '" + printable_prefix() + "' and closed the connection");
+          }
           if (!handshake_done_) return on_attempt_failed(why);
           return on_broken(why);
         }
@@ -202,6 +207,7 @@ void TcpStore::Impl::on_bytes(std::uint64_t seq) {
   while (rlen_ - pos >= 4) {
     const auto len = decode_frame_length(std::string_view(rbuf_.data() + pos, 4));
     if (len > limits_.max_frame_bytes) {
+      if (!handshake_done_ && !ever_connected_) return not_a_store("answered '" + printable_prefix() + "'");
       return on_broken("protocol error: reply frame of " + std::to_string(len) +
                        " bytes exceeds the limit");
     }
@@ -213,6 +219,7 @@ void TcpStore::Impl::on_bytes(std::uint64_t seq) {
     try {
       resp = decode_response(std::string_view(rbuf_.data() + pos + 4, len), limits_);
     } catch (const ProtocolError& e) {
+      if (!handshake_done_ && !ever_connected_) return not_a_store("answered '" + printable_prefix() + "'");
       return on_broken(std::string("protocol error: ") + e.what());
     }
     pos += 4u + len;

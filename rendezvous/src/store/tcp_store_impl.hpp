@@ -116,6 +116,7 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   asio::ip::tcp::resolver resolver_;
   asio::steady_timer connect_timer_;   // overall connect_timeout deadline
   asio::steady_timer backoff_timer_;
+  asio::steady_timer handshake_timer_;  // a peer that accepts but never answers
   std::thread thread_;
   std::thread::id io_thread_id_;
 
@@ -147,6 +148,14 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   std::size_t rlen_ = 0;  // bytes of rbuf_ holding unparsed data
   std::string hello_frame_;
   bool handshake_done_ = false;
+  // Until the first handshake succeeds, a peer that answers with something
+  // else, or not at all, is not a store: the connect fails at once instead
+  // of retrying for the whole connect_timeout.
+  bool ever_connected_ = false;
+  // The first connect's ProtocolError for a peer that is not a store.
+  void not_a_store(const std::string& what_happened);
+  // The unparsed bytes received, quoted for a message.
+  std::string printable_prefix() const;
 };
 
 }  // namespace ddp::store

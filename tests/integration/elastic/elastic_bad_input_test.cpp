@@ -3,7 +3,13 @@
 // unreachable endpoint, a wrong token; and run-id isolation on one daemon.
 #include <catch2/catch.hpp>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <fstream>
+#include <thread>
 
 #include "elastic_support.hpp"
 
@@ -20,7 +26,79 @@ std::string error_line(const std::string& err) {
   return err.substr(at, err.find('\n', at) - at);
 }
 
+// Something that is not a store on 0.0.0.0:<port>: for each connection it
+// reads what comes, then answers `reply` (if any) and closes (if asked).
+class NotAStore {
+ public:
+  NotAStore(std::string reply, bool close_after) : reply_(std::move(reply)), close_(close_after) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    REQUIRE(::listen(fd_, 8) == 0);
+    socklen_t len = sizeof(a);
+    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~NotAStore() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+    for (int c : conns_) ::close(c);
+  }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void serve() {
+    while (true) {
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      char buf[256];
+      (void)::recv(c, buf, sizeof buf, 0);
+      if (!reply_.empty()) (void)::send(c, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+      if (close_) {
+        ::close(c);
+      } else {
+        conns_.push_back(c);
+      }
+    }
+  }
+  std::string reply_;
+  bool close_;
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::vector<int> conns_;
+  std::thread thread_;
+};
+
 }  // namespace
+
+TEST_CASE("elastic bad input: an endpoint that is not a store exits 2 within seconds saying what answered") {
+  struct Case {
+    const char* name;
+    std::string reply;
+    bool close;
+    std::string says;
+  };
+  for (const Case& c : {Case{"an HTTP server", "HTTP/1.1 400 Bad Request\r\n\r\n", false,
+                             "answered 'HTTP/1.1 400 Bad Request'"},
+                        Case{"a server that hangs up", "", true, "closed the connection without answering"},
+                        Case{"a silent server", "", false, "did not answer the handshake within 5 s"}}) {
+    INFO(c.name);
+    TempDir dir;
+    NotAStore other(c.reply, c.close);
+    // join_timeout stays long: the answer must come from what the endpoint did.
+    Agent a(dir, "a", AgentOptions{"c10d", other.endpoint(), "1:1", 1, "join_timeout=600"});
+    REQUIRE(a.proc->wait(30s) == std::optional<int>(2));
+    const auto line = error_line(a.proc->err());
+    INFO(a.proc->err());
+    CHECK(contains(line, "--rdzv_endpoint " + other.endpoint()));
+    CHECK(contains(line, c.says));
+    CHECK(contains(line, "not a ddp-rendezvousd or ddprun store"));
+    CHECK(a.started().empty());
+  }
+}
 
 TEST_CASE("elastic bad input: --nnodes=3:2 (MIN > MAX) exits 2 naming the flag") {
   TempDir dir;

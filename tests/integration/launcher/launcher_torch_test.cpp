@@ -39,6 +39,35 @@ TEST_CASE("a torch script joins a gloo process group from ddprun's env and all-r
   CHECK_THAT(r.out, Catch::Contains("[rank 1]:rank 1 of 2 sum 3.0"));
 }
 
+TEST_CASE("a torch script that destroys its process group and inits it again gets a fresh group each time") {
+  TempDir dir;
+  if (!have_torch(dir)) {
+    WARN("python3-torch not installed: skipped");
+    return;
+  }
+  // torch writes the same store keys at every init; rank 2 lags, so the others
+  // are already in their next init while it still holds the last one.
+  write_file(dir / "reinit.py",
+             "import faulthandler, time, torch, torch.distributed as dist\n"
+             "faulthandler.dump_traceback_later(120, exit=True)\n"
+             "for i in range(3):\n"
+             "    dist.init_process_group('gloo')\n"
+             "    t = torch.tensor([dist.get_rank() + 10.0 * i])\n"
+             "    dist.all_reduce(t)\n"
+             "    print('init', i, 'rank', dist.get_rank(), 'sum', t.item(), flush=True)\n"
+             "    if dist.get_rank() == 2:\n"
+             "        time.sleep(0.3)\n"
+             "    dist.destroy_process_group()\n");
+  auto r = ddprun({"--python", kTorchPython, "--nproc_per_node=3", (dir / "reinit.py").string()}, dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  for (int rank = 0; rank < 3; ++rank) {
+    CHECK_THAT(r.out, Catch::Contains("init 0 rank " + std::to_string(rank) + " sum 3.0"));
+    CHECK_THAT(r.out, Catch::Contains("init 1 rank " + std::to_string(rank) + " sum 33.0"));
+    CHECK_THAT(r.out, Catch::Contains("init 2 rank " + std::to_string(rank) + " sum 63.0"));
+  }
+}
+
 TEST_CASE("a torch.distributed.launch script that parses --local_rank runs distributed") {
   TempDir dir;
   if (!have_torch(dir)) {

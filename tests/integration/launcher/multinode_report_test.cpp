@@ -5,6 +5,7 @@
 
 using namespace ddp::test;
 using namespace ddp::test::launcher;
+using namespace std::chrono_literals;
 
 TEST_CASE("on a multi-node failure the healthy node names the failed node, rank and cause") {
   TempDir dir;
@@ -52,4 +53,41 @@ TEST_CASE("when every worker fails the report counts them all") {
   INFO(r.err);
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Catch::Contains("ddprun: 4 worker(s) failed"));
+}
+
+TEST_CASE("static nodes started with different --nnodes both stop at once with one line naming both counts") {
+  // Either order: the first node may already run its workers (--nnodes=1) or
+  // still wait for a node that will never come (--nnodes=3).
+  for (const int first_nnodes : {1, 3}) {
+    INFO("node 0 has --nnodes=" << first_nnodes << ", node 1 has --nnodes=2");
+    TempDir dir;
+    const int port = free_port();
+    auto node = [&](int rank, int nnodes) {
+      return ddprun_argv({"--nnodes=" + std::to_string(nnodes), "--node_rank=" + std::to_string(rank),
+                          "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
+                          "--local_addr=node" + std::to_string(rank), "--no_python", bin("fake_worker").string()});
+    };
+    const EnvOverrides env = {{"FAKE_HANG", "1"}};
+    Process n0(node(0, first_nnodes), dir.path(), clean_env(env), "node0");
+    if (first_nnodes == 1) {
+      REQUIRE(wait_until([&] { return n0.err().find("started 1 workers") != std::string::npos; }, 30s));
+    }
+    Process n1(node(1, 2), dir.path(), clean_env(env), "node1");
+    const auto c1 = n1.wait(30s);
+    const auto c0 = n0.wait(30s);
+    INFO("node 0:\n" << n0.err() << "node 1:\n" << n1.err());
+    // The node that finds the mismatch: a configuration error (2). The other
+    // learns it from the store and stops its workers (3).
+    CHECK(c1 == std::optional<int>(2));
+    CHECK(c0 == std::optional<int>(3));
+    for (const auto* p : {&n0, &n1}) {
+      REQUIRE(count_lines(p->err(), "ddprun: error:") == 1);
+      const auto err = p->err();
+      const auto at = err.find("ddprun: error:");
+      const auto line = err.substr(at, err.find('\n', at) - at);
+      CHECK_THAT(line, Catch::Contains("--nnodes differs between nodes"));
+      CHECK_THAT(line, Catch::Contains("has --nnodes=2"));
+      CHECK_THAT(line, Catch::Contains("has --nnodes=" + std::to_string(first_nnodes)));
+    }
+  }
 }

@@ -13,6 +13,7 @@
 using namespace ddp::agent;
 using ddp::test::bin;
 using ddp::test::read_file;
+using ddp::test::write_file;
 using ddp::test::TempDir;
 
 namespace {
@@ -85,7 +86,14 @@ TEST_CASE("a child runs in its own process group, led by its guard, and the pid 
   TempDir dir;
   pid_t pgid = -1;
   const auto pidfile = (dir / "pid").string();
-  auto o = run_child({"/bin/sh", {"-c", "echo $$ > " + pidfile}, {}}, [&](pid_t pid) { pgid = ::getpgid(pid); });
+  const auto go = (dir / "go").string();
+  // The child waits for the test to have looked at it: an exited child has no group.
+  auto o = run_child({"/bin/sh", {"-c", "echo $$ > " + pidfile + "; while [ ! -e " + go + " ]; do sleep 0.01; done"},
+                      {"PATH=/usr/bin:/bin"}},
+                     [&](pid_t pid) {
+                       pgid = ::getpgid(pid);
+                       write_file(go, "");
+                     });
   REQUIRE(o.exited);
   CHECK(std::to_string(o.pid) + "\n" == read_file(pidfile));
   CHECK(pgid > 0);

@@ -6,6 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <map>
+#include <mutex>
+#include <optional>
+
 #include "ddp/common/error.hpp"
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
@@ -34,11 +38,40 @@ std::int64_t i64(const std::string& b) {
   return static_cast<std::int64_t>(v);
 }
 
+// Which lane each test client's source port belongs to (a real agent reads
+// LOCAL_RANK from the connecting process instead).
+class Lanes {
+ public:
+  void add(std::uint16_t client_port, std::string lane) {
+    std::lock_guard<std::mutex> lk(mu_);
+    lanes_[client_port] = std::move(lane);
+  }
+  std::optional<std::string> find(std::uint16_t client_port) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = lanes_.find(client_port);
+    return it == lanes_.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::uint16_t, std::string> lanes_;
+};
+
 // A torch 1.13 TCPStore client, byte for byte (query types 0..8, keys with "/").
 class TorchClient {
  public:
-  explicit TorchClient(std::uint16_t port) {
+  // With `lanes`, the client's source port is put in `lane` before it connects.
+  explicit TorchClient(std::uint16_t port, Lanes* lanes = nullptr, const std::string& lane = "") {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (lanes) {
+      sockaddr_in self{};
+      self.sin_family = AF_INET;
+      self.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&self), sizeof(self)) == 0);
+      socklen_t len = sizeof(self);
+      REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&self), &len) == 0);
+      lanes->add(ntohs(self.sin_port), lane);
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
@@ -129,8 +162,11 @@ struct Setup {
     copts.token = token;
     store = std::make_unique<TcpStore>(copts);
   }
-  std::unique_ptr<TorchStoreProxy> proxy(const std::string& prefix, const std::string& token = "") {
-    auto p = std::make_unique<TorchStoreProxy>(ddp::store::TorchProxyOptions{});
+  std::unique_ptr<TorchStoreProxy> proxy(const std::string& prefix, const std::string& token = "",
+                                         Lanes* lanes = nullptr) {
+    ddp::store::TorchProxyOptions options;
+    if (lanes) options.lane_of = [lanes](std::uint16_t client_port) { return lanes->find(client_port); };
+    auto p = std::make_unique<TorchStoreProxy>(options);
     p->start();
     p->set_target({{"127.0.0.1", server->port()}, token, prefix});
     return p;
@@ -282,4 +318,74 @@ TEST_CASE("a torch 2.x client's queues and LIST stay in its job's namespace thro
   a.raw(std::string(1, '\x11'));
   REQUIRE(i64(a.recv(8)) == 1);
   CHECK(a.recv(static_cast<std::size_t>(i64(a.recv(8)))) == "/k1");
+}
+
+TEST_CASE("a rank that closes its store and connects again, as a re-init does, meets fresh keys", "[proxy]") {
+  Setup s;
+  Lanes lanes;
+  auto p = s.proxy("/j/worker/round_0/", "", &lanes);
+  {
+    TorchClient rank0(p->port(), &lanes, "0");
+    TorchClient rank1(p->port(), &lanes, "1");
+    TorchClient rank0_second(p->port(), &lanes, "0");  // a second connection of the same init shares its keys
+    CHECK(rank0.add("/default_pg/store_based_barrier_key:1", 1) == 1);
+    CHECK(rank1.add("/default_pg/store_based_barrier_key:1", 1) == 2);
+    CHECK(rank0_second.add("/default_pg/store_based_barrier_key:1", 0) == 2);
+  }
+  // Both ranks let their process group go and init again: the barrier counts from zero.
+  TorchClient rank0(p->port(), &lanes, "0");
+  CHECK(rank0.add("/default_pg/store_based_barrier_key:1", 1) == 1);
+  CHECK_FALSE(rank0.check({"/default_pg/store_based_barrier_key:1", "/only_in_first"}));
+  TorchClient rank1(p->port(), &lanes, "1");
+  CHECK(rank1.add("/default_pg/store_based_barrier_key:1", 1) == 2);
+  CHECK(s.store->try_get("/j/worker/round_0/default_pg/store_based_barrier_key:1") ==
+        std::optional<std::string>("2"));
+  CHECK(s.store->try_get("/j/worker/round_0/gen_1/default_pg/store_based_barrier_key:1") ==
+        std::optional<std::string>("2"));
+  CHECK(p->stats().at("generations") == 2);
+}
+
+TEST_CASE("a rank that re-inits before the others have closed waits for them in the new generation", "[proxy]") {
+  Setup s;
+  Lanes lanes;
+  auto p = s.proxy("/j/worker/round_0/", "", &lanes);
+  auto slow = std::make_unique<TorchClient>(p->port(), &lanes, "1");
+  slow->set("/rank_1", "first-address");
+  {
+    TorchClient fast(p->port(), &lanes, "0");
+    fast.set("/rank_0", "first-address");
+  }
+  TorchClient fast(p->port(), &lanes, "0");
+  fast.start_wait({"/rank_1"});
+  CHECK_FALSE(fast.replied_within(200));  // the slow rank's old key is not this init's
+  slow.reset();
+  TorchClient slow_again(p->port(), &lanes, "1");
+  slow_again.set("/rank_1", "second-address");
+  CHECK(fast.recv(1) == std::string(1, '\0'));
+  CHECK(fast.get("/rank_1") == "second-address");
+}
+
+TEST_CASE("a new round starts every lane at its first generation again", "[proxy]") {
+  Setup s;
+  Lanes lanes;
+  auto p = s.proxy("/j/worker/round_0/", "", &lanes);
+  // A reply after each set: requests on one connection are answered in order.
+  { TorchClient first(p->port(), &lanes, "0"); first.set("/k", "round0-gen0"); CHECK(first.check({"/k"})); }
+  { TorchClient second(p->port(), &lanes, "0"); second.set("/k", "round0-gen1"); CHECK(second.check({"/k"})); }
+  p->set_target({{"127.0.0.1", s.server->port()}, "", "/j/worker/round_1/"});
+  TorchClient next_round(p->port(), &lanes, "0");
+  next_round.set("/k", "round1-gen0");
+  CHECK(next_round.check({"/k"}));
+  CHECK(s.store->try_get("/j/worker/round_1/k") == std::optional<std::string>("round1-gen0"));
+  CHECK(s.store->try_get("/j/worker/round_0/gen_1/k") == std::optional<std::string>("round0-gen1"));
+}
+
+TEST_CASE("a client whose lane is unknown keeps the round's keys however often it reconnects", "[proxy]") {
+  Setup s;
+  Lanes lanes;
+  auto p = s.proxy("/j/worker/round_0/", "", &lanes);
+  { TorchClient first(p->port()); first.set("/k", "a"); CHECK(first.check({"/k"})); }
+  TorchClient again(p->port());
+  CHECK(again.get("/k") == "a");
+  CHECK(p->stats().at("generations") == 0);
 }

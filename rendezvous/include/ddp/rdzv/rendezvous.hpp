@@ -84,6 +84,7 @@ enum class RoundEvent : std::uint8_t {
   kMembershipChanged = 1, // a node's lease expired (dead node): re-form
   kNodesWaiting = 2,      // new agents wait to join: scale up (does not spend a restart)
   kStoreLost = 3,         // the store is gone past the keep-alive window
+  kJobClosed = 4,         // a joining node closed the job for a mistake no restart mends
 };
 using RoundEventCallback = std::function<void(RoundEvent, const std::string& detail)>;
 

@@ -9,11 +9,23 @@
 // protocol, with the job's token) and every request keeps its place: blocking
 // WAIT/GET are parked by the store, not here, and CANCEL_WAIT reaches the WAIT
 // it cancels. The proxy owns no key and no timer of its clients.
+//
+// Lanes: a client process belongs to a lane (ddprun: its LOCAL_RANK, read
+// from the environment of the process at the other end of the loopback
+// connection). A lane whose connections have all closed starts a new
+// generation when it connects again, and a generation past the first puts
+// its keys under "gen_<g>/" of the round's prefix. A script that destroys its
+// process group and calls init_process_group again (torch writes the same
+// keys every time) so meets fresh keys, as under a new torch-hosted store,
+// while the ranks of one init, which connect in the same generation, share
+// them. A client whose lane cannot be found keeps the first generation.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -28,6 +40,11 @@ struct TorchProxyOptions {
   // behalf, so only processes on this host may reach it.
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;  // 0: the kernel picks a free one; see port()
+  // The environment variable naming a client process's lane ("": no lanes).
+  std::string lane_env;
+  // Finds the lane of the client connecting from 127.0.0.1:<port>; unset:
+  // `lane_env` of the connecting process (a descendant of this one).
+  std::function<std::optional<std::string>(std::uint16_t client_port)> lane_of;
   Limits limits;
   // How long a connection's first connect to the store keeps retrying (the
   // store may be restarting) before the client's connection is closed.
@@ -64,7 +81,8 @@ class TorchStoreProxy {
   void set_target(TorchProxyTarget target);
   // Closes every connection and joins the loop. Idempotent.
   void stop();
-  // connections (open), accepted, requests (forwarded), failed_connects.
+  // connections (open), accepted, requests (forwarded), failed_connects,
+  // generations (started past a lane's first, this round).
   std::map<std::string, std::int64_t> stats() const;
 
  private:
