@@ -85,7 +85,13 @@ TEST_CASE("a child runs in its own process group, led by its guard, and the pid 
   TempDir dir;
   pid_t pgid = -1;
   const auto pidfile = (dir / "pid").string();
-  auto o = run_child({"/bin/sh", {"-c", "echo $$ > " + pidfile}, {}}, [&](pid_t pid) { pgid = ::getpgid(pid); });
+  const auto go = dir / "go";
+  // The child stays until the test has looked at it: once reaped, its pid has no group.
+  const auto script = "echo $$ > " + pidfile + "; while [ ! -e " + go.string() + " ]; do sleep 0.01; done";
+  auto o = run_child({"/bin/sh", {"-c", script}, {}}, [&](pid_t pid) {
+    pgid = ::getpgid(pid);
+    ddp::test::write_file(go, "");
+  });
   REQUIRE(o.exited);
   CHECK(std::to_string(o.pid) + "\n" == read_file(pidfile));
   CHECK(pgid > 0);
