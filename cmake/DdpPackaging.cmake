@@ -1,3 +1,15 @@
+# The ddp CMake package (find_package(ddp) -> ddp::sdk): the libraries of the
+# export set ddpTargets install themselves in their own directories.
+set(DDP_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ddp)
+install(EXPORT ddpTargets NAMESPACE ddp:: DESTINATION ${DDP_CMAKE_DIR})
+include(CMakePackageConfigHelpers)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ddpConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/ddpConfig.cmake INSTALL_DESTINATION ${DDP_CMAKE_DIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/ddpConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/ddpConfig.cmake ${PROJECT_BINARY_DIR}/ddpConfigVersion.cmake
+  DESTINATION ${DDP_CMAKE_DIR})
+
 # `cpack -G DEB` from the build dir: one package "ddprun" with the binaries, the
 # systemd units, the SDK headers/libraries and the ddp CMake package. Configure
 # with -DCMAKE_INSTALL_PREFIX=/usr so the units' ExecStart paths match the

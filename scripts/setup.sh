@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   clang libclang-rt-14-dev   # the sanitizer + libFuzzer stage of scripts/test.sh
+  clang-format               # the lint test's format check
   libboost1.81-all-dev libcli11-dev libspdlog-dev nlohmann-json3-dev catch2
   libgloo-dev libsystemd-dev libssl-dev
   python3 python3-torch

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs every test but the gpu ones; then a
-# second, smaller build with clang, ASan+UBSan and libFuzzer (build-san/) of
+# Installs dependencies, builds, and runs every test but the gpu ones; then two
+# smaller sanitized builds with clang: ASan+UBSan and libFuzzer (build-san/) of
 # the store and server only, running their unit tests, the daemon and store
-# integration tests and a bounded fuzz run of each target. Any sanitizer
-# report aborts its process and fails the run. Exit status: non-zero on any
-# failure. DDP_SKIP_SANITIZE=1 skips the second stage.
+# integration tests and a bounded fuzz run of each target; and TSan
+# (build-tsan/) of everything but the SDK's backends, running every unit test
+# and the daemon, store and launcher/agent integration tests. Any sanitizer
+# report aborts its process and fails the run. Prints how long each stage took.
+# Exit status: non-zero on any failure. DDP_SKIP_SANITIZE=1 skips both
+# sanitized stages, DDP_SKIP_TSAN=1 only the TSan one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage_start=$SECONDS
 stage() {  # prints how long the previous stage took
-  echo "test.sh: $1 took $((SECONDS - stage_start)) s"
+  echo "test.sh: $1 took $((SECONDS - stage_start)) s (total $SECONDS s)"
   stage_start=$SECONDS
 }
 scripts/setup.sh
@@ -40,3 +43,23 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 (cd build-san && ctest --output-on-failure --parallel "$(nproc)" --timeout 300 \
   -R '^(ddp_unit_(protocol|server|store|torch_codec)|ddp_integration_(daemon|store)):|^fuzz_')
 stage "sanitized ctest (unit, daemon/store integration, fuzz)"
+
+if [[ ${DDP_SKIP_TSAN:-0} == 1 ]]; then exit 0; fi
+# TSan: the threads of the store server, the TcpStore client, the rendezvous
+# keep-alive and the agent's spawner. No Gloo/NCCL (their own threads are not
+# instrumented). ddprun, ddp-guard, fake_worker and the daemon are built with
+# TSan too, so a race in a child process fails the test that started it.
+cmake -S . -B build-tsan "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DDDP_SANITIZE=thread -DDDP_WITH_NCCL=OFF -DDDP_WITH_GLOO=OFF >/dev/null
+tsan_targets=(ddp_unit_common ddp_unit_protocol ddp_unit_server ddp_unit_store ddp_unit_torch_codec
+              ddp_unit_etcd ddp_unit_rdzv ddp_unit_agent ddp_unit_launcher ddp_unit_sdk
+              ddp_integration_daemon ddp_integration_store ddp_integration_launcher)
+cmake --build build-tsan --parallel "$(nproc)" --target "${tsan_targets[@]}"
+stage "TSan build"
+export TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan-suppressions.txt"
+# The daemon's memory-bound test (1000 writes of 1 MiB) is a load test: under
+# TSan it outlasts its timeout without telling anything about threads.
+(cd build-tsan && ctest --output-on-failure --parallel "$(nproc)" --timeout 300 \
+  -R '^(ddp_unit_[a-z_]+|ddp_integration_(daemon|store|launcher)):' -E 'under its memory bound')
+stage "TSan ctest (unit, daemon/store/launcher integration)"

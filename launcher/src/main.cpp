@@ -7,6 +7,7 @@
 #include "ddp/agent/agent.hpp"
 #include "ddp/agent/worker_env.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/launcher/launch_options.hpp"
 #include "ssh_launch.hpp"
@@ -39,14 +40,8 @@ int main(int argc, char** argv) {
       std::_Exit(result.exit_code);
     }
     return result.exit_code;
-  } catch (const ddp::ConfigError& e) {
-    std::cerr << "ddprun: error: " << e.what() << std::endl;
-    return 2;
-  } catch (const ddp::RendezvousError& e) {
-    std::cerr << "ddprun: error: " << e.what() << std::endl;
-    return 3;
   } catch (const std::exception& e) {
     std::cerr << "ddprun: error: " << e.what() << std::endl;
-    return 1;
+    return ddp::exit_code_of(e);
   }
 }

@@ -44,7 +44,7 @@ std::string resolve_backend(const std::string& requested) {
 }
 
 void require(bool ok, const char* what) {
-  if (!ok) throw std::invalid_argument(what);
+  if (!ok) throw ConfigError(what);
 }
 
 }  // namespace
@@ -118,8 +118,8 @@ Work ProcessGroup::all_reduce_impl(void* data, std::size_t count, DataType type,
 Work ProcessGroup::broadcast_impl(void* data, std::size_t count, DataType type, int root, OpOptions options,
                                   bool sync) {
   if (root < 0 || root >= impl_->size) {
-    throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is out of range for group size " +
-                                std::to_string(impl_->size));
+    throw ConfigError("broadcast: root " + std::to_string(root) + " is out of range for group size " +
+                      std::to_string(impl_->size));
   }
   if (count == 0) return Work();
   require(data != nullptr, "broadcast: null buffer");
@@ -175,9 +175,9 @@ void ProcessGroup::barrier(OpOptions options) { impl_->backend->barrier(impl_->r
 
 void ProcessGroup::check_sizes(std::string_view op, std::size_t small, std::size_t big) const {
   if (big != small * static_cast<std::size_t>(impl_->size)) {
-    throw std::invalid_argument(std::string(op) + ": the larger buffer must hold group size (" +
-                                std::to_string(impl_->size) + ") x " + std::to_string(small) +
-                                " elements, got " + std::to_string(big));
+    throw ConfigError(std::string(op) + ": the larger buffer must hold group size (" +
+                      std::to_string(impl_->size) + ") x " + std::to_string(small) +
+                      " elements, got " + std::to_string(big));
   }
 }
 

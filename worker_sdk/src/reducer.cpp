@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ddp/common/error.hpp"
 #include "ddp/process_group.hpp"
 
 namespace ddp {
@@ -88,12 +89,12 @@ void Reducer::reset_step() {
 void Reducer::mark_ready(std::size_t index) {
   if (!sync_enabled_) return;
   if (index >= grads_.size()) {
-    throw std::logic_error("Reducer::mark_ready: index " + std::to_string(index) + " out of range (" +
-                           std::to_string(grads_.size()) + " parameters registered)");
+    throw ConfigError("Reducer::mark_ready: index " + std::to_string(index) + " out of range (" +
+                      std::to_string(grads_.size()) + " parameters registered)");
   }
   if (ready_[index]) {
-    throw std::logic_error("Reducer::mark_ready: parameter " + std::to_string(index) +
-                           " was marked ready twice in one step; call finalize() between steps");
+    throw ConfigError("Reducer::mark_ready: parameter " + std::to_string(index) +
+                      " was marked ready twice in one step; call finalize() between steps");
   }
   ready_[index] = true;
   --buckets_[bucket_of_[index]].pending;

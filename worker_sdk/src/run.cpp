@@ -16,6 +16,7 @@
 #include <string>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/exit_code.hpp"
 #include "error_file.hpp"
 
 namespace ddp {
@@ -187,7 +188,7 @@ int run(int argc, char** argv, const std::function<int(int, char**)>& fn) {
     const std::string type = demangled_type(typeid(e));
     record_error(type, e.what());
     std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
-    return dynamic_cast<const ConfigError*>(&e) != nullptr ? 2 : 1;
+    return exit_code_of(e);
   } catch (...) {
     record_error("UnknownException", "a non-standard exception was thrown");
     std::fprintf(stderr, "%s: error: a non-standard exception was thrown\n", prog.c_str());

@@ -7,14 +7,16 @@
 #include <string>
 #include <utility>
 
+#include "ddp/common/error.hpp"
+
 namespace ddp {
 
 DistributedSampler::DistributedSampler(std::size_t dataset_size, int world_size, int rank, SamplerOptions options)
     : dataset_size_(dataset_size), world_size_(world_size), rank_(rank), options_(options) {
-  if (world_size < 1) throw std::invalid_argument("DistributedSampler: world_size must be >= 1");
+  if (world_size < 1) throw ConfigError("DistributedSampler: world_size must be >= 1");
   if (rank < 0 || rank >= world_size) {
-    throw std::invalid_argument("DistributedSampler: rank " + std::to_string(rank) + " is out of range 0.." +
-                                std::to_string(world_size - 1));
+    throw ConfigError("DistributedSampler: rank " + std::to_string(rank) + " is out of range 0.." +
+                      std::to_string(world_size - 1));
   }
   const auto world = static_cast<std::size_t>(world_size);
   num_samples_ = options.drop_last ? dataset_size / world : (dataset_size + world - 1) / world;

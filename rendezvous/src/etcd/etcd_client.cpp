@@ -13,6 +13,9 @@ namespace ddp::store::etcd {
 using nlohmann::json;
 
 namespace {
+
+constexpr int kGrpcOutOfRange = 11;
+
 // Idle connections kept per member: enough for the few threads of an agent;
 // more would only hold sockets open on etcd.
 constexpr std::size_t kMaxIdlePerMember = 8;
@@ -86,6 +89,10 @@ std::string EtcdClient::check_reply(std::size_t index, const std::string& path, 
     throw ConfigError("etcd at " + where +
                       " serves https but no TLS option is set: give the cluster's CA file (etcd_cacert)");
   if (!etcd_error) throw ConfigError(where + " is not an etcd v3 endpoint (HTTP " + status + " on " + path + ")");
+  // ErrCompacted is gRPC OUT_OF_RANGE (11), which etcd also uses for a future
+  // revision: the message tells them apart. Callers branch on the type only.
+  if (j.value("code", 0) == kGrpcOutOfRange && message.find("compacted") != std::string::npos)
+    throw CompactedError("etcd at " + where + " rejected " + what + ": " + message);
   throw StoreError("etcd at " + where + " rejected " + what + ": " + message);
 }
 

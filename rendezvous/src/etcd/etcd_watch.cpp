@@ -114,8 +114,9 @@ struct EtcdWatch::State {
       const json& r = *it;
       if (r.value("created", false)) mark_created(get_i64(r.value("header", json::object()), "revision"));
       if (const auto compacted = get_i64(r, "compact_revision"); compacted > 0) {
-        finish(nullptr, describe() + " from revision " + std::to_string(next_start) +
-                            " failed: etcd compacted its history up to revision " + std::to_string(compacted));
+        const auto why = describe() + " from revision " + std::to_string(next_start) +
+                         " failed: etcd compacted its history up to revision " + std::to_string(compacted);
+        finish(std::make_exception_ptr(CompactedError(why)), why);
         return;
       }
       if (r.value("canceled", false)) {

@@ -24,6 +24,7 @@
 
 #include "daemon_config.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/store/store_server.hpp"
 #include "metrics_http.hpp"
@@ -143,7 +144,7 @@ int main(int argc, char** argv) {
     return app.exit(e);  // --help, --version
   } catch (const CLI::ParseError& e) {
     std::cerr << kProgram << ": " << e.what() << "; see --help\n";
-    return 2;
+    return ddp::exit_code(ddp::ExitCode::kConfig);
   }
 
   ddp::rendezvousd::DaemonSettings settings;
@@ -165,7 +166,7 @@ int main(int argc, char** argv) {
     }
   } catch (const ddp::ConfigError& e) {
     std::cerr << kProgram << ": " << e.what() << "\n";
-    return 2;
+    return ddp::exit_code(ddp::ExitCode::kConfig);
   }
 
   try {
@@ -229,18 +230,15 @@ int main(int argc, char** argv) {
     if (!server.saved()) {
       std::cerr << kProgram << ": stopped, but the data dir " << settings.server.data_dir
                 << " could not be saved (see the log); the last writes may be lost\n";
-      return 1;
+      return ddp::exit_code(ddp::ExitCode::kFailed);
     }
     return 0;
-  } catch (const ddp::ConfigError& e) {
-    std::cerr << kProgram << ": " << e.what() << "\n";
-    return 2;
   } catch (const ddp::NetworkError& e) {
     // Port in use or an address we cannot bind: the user picks another --host/--port.
     std::cerr << kProgram << ": " << e.what() << "; pick another --host/--port\n";
-    return 2;
+    return ddp::exit_code(ddp::ExitCode::kConfig);
   } catch (const std::exception& e) {
     std::cerr << kProgram << ": " << e.what() << "\n";
-    return 1;
+    return ddp::exit_code_of(e);
   }
 }

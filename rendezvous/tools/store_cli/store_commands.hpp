@@ -7,15 +7,18 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/exit_code.hpp"
 #include "ddp/store/tcp_store.hpp"
 
 namespace ddp::store_cli {
 
-// Exit codes (also in docs and --help).
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitNotFound = 1;  // missing key, timed out, cas not applied
-inline constexpr int kExitUsage = 2;     // bad flag or value, unreadable or wrong token
-inline constexpr int kExitUnreachable = 3;
+// Exit codes (also in docs and --help), the codes of every ddp executable:
+// not found = missing key, timed out, cas not applied; usage = bad flag or
+// value, unreadable or wrong token; unreachable = no store at the endpoint.
+inline constexpr int kExitOk = exit_code(ExitCode::kOk);
+inline constexpr int kExitNotFound = exit_code(ExitCode::kFailed);
+inline constexpr int kExitUsage = exit_code(ExitCode::kConfig);
+inline constexpr int kExitUnreachable = exit_code(ExitCode::kRendezvous);
 
 // What the user asked for, filled by main.cpp's CLI11 parser.
 struct Command {

@@ -66,7 +66,6 @@ struct Service {
   static std::string conf() {
     return "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=30";
   }
-  static constexpr auto kWindow = 2s;
 };
 #else
 struct Service {
@@ -80,7 +79,6 @@ struct Service {
   static std::string conf() {
     return "last_call_timeout=0.5,keep_alive_interval=0.2,keep_alive_max_attempt=3,join_timeout=30";
   }
-  static constexpr auto kWindow = 600ms;
 };
 #endif
 

@@ -1,6 +1,8 @@
 // Clear errors naming the endpoint: etcd down, not etcd at all, TLS mismatch.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "ddp/common/error.hpp"
 #include "ddp/store/etcd_store.hpp"
 #include "etcd_cluster.hpp"
@@ -20,7 +22,8 @@ EtcdStoreOptions one(std::uint16_t port) {
   return o;
 }
 
-// An HTTP server that is not etcd: answers 404 to everything.
+// An HTTP server that is not etcd: answers 404 to everything, and logs one line
+// per request to argv[2] before it answers.
 constexpr const char* kNotEtcd = R"(
 import http.server, os, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -32,7 +35,8 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"not found")
     do_GET = do_POST
     def log_message(self, *args):
-        pass
+        with open(sys.argv[2], "a") as f:
+            f.write(self.requestline + "\n")
 s = http.server.HTTPServer(("127.0.0.1", 0), H)
 with open(sys.argv[1] + ".tmp", "w") as f:
     f.write("%d\n" % s.server_port)
@@ -45,9 +49,7 @@ TEST_CASE("etcd bad input: an etcd that is down is a NetworkError naming the end
   const auto port = static_cast<std::uint16_t>(ddp::test::free_port());
   EtcdStore s(one(port));
   const auto where = "etcd at 127.0.0.1:" + std::to_string(port) + " unreachable: Connection refused";
-  const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(s.ping(), ddp::NetworkError);
-  CHECK(std::chrono::steady_clock::now() - start < 3s);
   CHECK_THROWS_WITH(s.set("k", "v"), Contains(where));
   CHECK_THROWS_WITH(s.watch("", 0, [](const WatchEvent&) {}), Contains(where));
 }
@@ -55,13 +57,18 @@ TEST_CASE("etcd bad input: an etcd that is down is a NetworkError naming the end
 TEST_CASE("etcd bad input: an HTTP server that is not etcd is a ConfigError naming it") {
   TempDir dir;
   ddp::test::write_file(dir / "not_etcd.py", kNotEtcd);
-  ddp::test::Process server({"/usr/bin/python3", (dir / "not_etcd.py").string(), (dir / "port").string()}, dir.path());
+  const auto requests = dir / "requests";
+  ddp::test::Process server({"/usr/bin/python3", (dir / "not_etcd.py").string(), (dir / "port").string(),
+                             requests.string()},
+                            dir.path());
   const int port = ddp::test::wait_for_port_file(dir / "port");
   REQUIRE(port > 0);
   EtcdStore s(one(static_cast<std::uint16_t>(port)));
-  const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(s.ping(), ddp::ConfigError);
-  CHECK(std::chrono::steady_clock::now() - start < 2s);  // no retrying a misconfiguration
+  // No retrying a misconfiguration: the server saw exactly one request.
+  const auto log = ddp::test::read_file(requests);
+  INFO(log);
+  CHECK(std::count(log.begin(), log.end(), '\n') == 1);
   CHECK_THROWS_WITH(s.try_get("k"), Contains("127.0.0.1:" + std::to_string(port) +
                                              " is not an etcd v3 endpoint (HTTP 404 on /v3/kv/range)"));
   CHECK_THROWS_WITH(s.watch("", 0, [](const WatchEvent&) {}), Contains("is not an etcd v3 endpoint"));
@@ -110,11 +117,11 @@ TEST_CASE("etcd TLS: a TLS etcd works with its CA, and refuses plain http or a w
 
   auto plain = good;
   plain.ca_file.clear();
-  plain.connect_timeout = 500ms;
+  // No retrying a misconfiguration: were the mismatch retried like an outage,
+  // ping would only return after this hour (and the ctest timeout fails it).
+  plain.connect_timeout = 1h;
   const auto https_hint = "etcd at " + etcd.endpoint(0).to_string() + " serves https";
-  const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(EtcdStore(plain).ping(), ddp::ConfigError);
-  CHECK(std::chrono::steady_clock::now() - start < 2s);
   CHECK_THROWS_WITH(EtcdStore(plain).ping(), Contains(https_hint));
   CHECK_THROWS_WITH(EtcdStore(plain).watch("", 0, [](const WatchEvent&) {}), Contains(https_hint));
 

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "ddp/common/error.hpp"
 #include "ddp/sampler.hpp"
 
 using ddp::DistributedSampler;
@@ -100,5 +101,5 @@ TEST_CASE("the shuffled permutation does not depend on the world size") {
 
 TEST_CASE("sampler rejects a rank outside the world") {
   CHECK_THROWS_WITH(DistributedSampler(10, 2, 2), Catch::Contains("rank 2 is out of range"));
-  CHECK_THROWS_AS(DistributedSampler(10, 0, 0), std::invalid_argument);
+  CHECK_THROWS_AS(DistributedSampler(10, 0, 0), ddp::ConfigError);
 }

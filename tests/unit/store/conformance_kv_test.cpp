@@ -41,10 +41,8 @@ TEMPLATE_TEST_CASE("get blocks until another thread sets the key", "[conformance
 
 TEMPLATE_TEST_CASE("get times out naming the key", "[conformance]", STORE_BACKENDS) {
   TestType backend;
-  const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(backend.store().get("never-set", 200ms), ddp::TimeoutError);
-  CHECK_THROWS_WITH(backend.store().get("never-set", 50ms), Contains("never-set"));
-  CHECK(std::chrono::steady_clock::now() - start >= 250ms);
+  CHECK_THROWS_WITH(backend.store().get("never-set", 50ms), Contains("never-set") && Contains("50 ms"));
 }
 
 TEMPLATE_TEST_CASE("try_get answers at once", "[conformance]", STORE_BACKENDS) {

@@ -80,10 +80,27 @@ TEST_CASE("connecting to a closed port fails after connect_timeout naming the en
   }
   auto client = client_options(port);
   client.connect_timeout = 300ms;
-  const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH(TcpStore(client), Contains("127.0.0.1:" + std::to_string(port)) &&
-                                          Contains("refused"));
-  CHECK(std::chrono::steady_clock::now() - start >= 300ms);
+                                          Contains("within 300 ms") && Contains("refused"));
+}
+
+TEST_CASE("a client started before its server keeps retrying and connects once the server is up", "[tcp]") {
+  std::uint16_t port = 0;
+  {
+    auto server = start_server(loopback_server_options());
+    port = server->port();
+  }
+  auto client = client_options(port);
+  client.connect_timeout = 60s;
+  auto connected = std::async(std::launch::async, [&] {
+    TcpStore store(client);
+    return store.get("k", 10s);
+  });
+  auto opts = loopback_server_options();
+  opts.port = port;
+  auto server = start_server(opts);
+  TcpStore(client_options(port)).set("k", "v");
+  CHECK(connected.get() == "v");
 }
 
 TEST_CASE("a blocking get in one thread does not block another thread's set", "[tcp]") {
@@ -91,10 +108,10 @@ TEST_CASE("a blocking get in one thread does not block another thread's set", "[
   TcpStore store(client_options(server->port()));
   auto blocked = std::async(std::launch::async, [&] { return store.get("release", 20s); });
   CHECK(blocked.wait_for(50ms) == std::future_status::timeout);
-  // Many round trips on the same connection while the get is parked on the server.
-  const auto start = std::chrono::steady_clock::now();
+  // Many round trips on the same connection while the get is parked on the
+  // server, each answered within the client's request timeout.
   for (int i = 0; i < 100; ++i) store.set("busy", std::to_string(i));
-  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  CHECK(store.try_get("busy") == std::optional<std::string>("99"));
   CHECK(blocked.wait_for(0ms) == std::future_status::timeout);
   store.set("release", "now");
   REQUIRE(blocked.wait_for(5s) == std::future_status::ready);

@@ -128,7 +128,7 @@ class ProcessGroup {
   class Impl;
 
  private:
-  // Throws std::invalid_argument unless big == size() * small.
+  // Throws ddp::ConfigError unless big == size() * small.
   void check_sizes(std::string_view op, std::size_t small, std::size_t big) const;
   Work all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options, bool sync);
   Work broadcast_impl(void* data, std::size_t count, DataType type, int root, OpOptions options, bool sync);

@@ -44,7 +44,7 @@ class Reducer {
 
   // Gradient `index` (registration order) holds its final value for this step.
   // Launches the all-reduce of every bucket that became complete, in bucket
-  // order, so all ranks issue the same sequence. Throws std::logic_error for an
+  // order, so all ranks issue the same sequence. Throws ddp::ConfigError for an
   // index marked twice in one step or out of range.
   void mark_ready(std::size_t index);
   // Launches what is left, waits for every bucket and writes the average over

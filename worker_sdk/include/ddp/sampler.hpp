@@ -27,7 +27,7 @@ struct SamplerOptions {
 // Thread-safety: const members are safe to call concurrently; set_epoch is not.
 class DistributedSampler {
  public:
-  // Throws std::invalid_argument for world_size < 1 or rank outside 0..world_size-1.
+  // Throws ddp::ConfigError for world_size < 1 or rank outside 0..world_size-1.
   DistributedSampler(std::size_t dataset_size, int world_size, int rank, SamplerOptions options = {});
 
   // Call at the start of every epoch, else every epoch has the same order.

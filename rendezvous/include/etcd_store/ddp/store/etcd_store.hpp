@@ -40,7 +40,8 @@
 // Errors: NetworkError "etcd at HOST:PORT unreachable: <reason>" once every
 // endpoint failed for connect_timeout; ConfigError when an endpoint is not an
 // etcd v3 gateway (HTTP 404 on /v3/kv/range, or not JSON) or on a TLS mismatch;
-// StoreError when etcd rejects a request; TimeoutError from get/wait naming the key.
+// StoreError when etcd rejects a request (CompactedError for a revision etcd
+// compacted away); TimeoutError from get/wait naming the key.
 //
 // Thread-safe: requests use a small pool of keep-alive connections. Each watch
 // (and each blocking get/wait) owns one connection and one thread; the
@@ -129,7 +130,7 @@ class EtcdStore final : public Store {
   // one txn. For keys that are never deleted that is "created at or before
   // `revision`". (etcd 3.4's count_only ignores max_create_revision: its count
   // is taken before that filter, so a past revision is the way to count.)
-  // Throws StoreError when etcd compacted that revision away.
+  // Throws CompactedError (a StoreError) when etcd compacted that revision away.
   Counts count_at(const std::vector<std::string>& prefixes, Revision revision);
   // The keys (without the store prefix) under `prefix` created at or before
   // `max_create_revision` (0: no bound), as of `at_revision` (0: now). One
