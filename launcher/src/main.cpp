@@ -25,6 +25,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     ddp::log::setup(parsed.options.log_level, "ddprun");
+    // The store a ddprun agent hosts is an implementation detail of the run:
+    // its start and stop lines are for --log_level debug; its warnings stay.
+    if (auto store_log = ddp::log::get("store.server"); store_log->level() == spdlog::level::info) {
+      store_log->set_level(spdlog::level::warn);
+    }
     const auto env = ddp::agent::current_environment();
     if ((!parsed.options.hosts.empty() || !parsed.options.hostfile.empty()) &&
         env.count(std::string(ddp::launcher::kRemoteAgentVar)) == 0) {

@@ -245,6 +245,9 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   rc.min_nodes = min_nodes;
   rc.max_nodes = max_nodes;
   apply_rdzv_conf(o.rdzv_conf, rc);
+  // A person watching gets a line a second while nodes are missing; a log
+  // file gets one at once and then one every 30 s.
+  rc.progress_interval = ::isatty(2) != 0 ? std::chrono::seconds(1) : std::chrono::seconds(30);
   rc.run_id = o.rdzv_id;
   const std::string backend = o.rdzv_backend;
   if (o.standalone) {

@@ -10,7 +10,8 @@ namespace ddp::rdzv {
 
 namespace {
 
-constexpr std::chrono::milliseconds kProgressPeriod{1000};  // live feedback, at most once a second
+// A waiting node wakes this often to log progress (every config_.progress_interval).
+constexpr std::chrono::milliseconds kProgressPeriod{1000};
 constexpr int kNamesShown = 16;  // progress lines list names only for small rounds
 // A departure-triggered early close waits at most this long for the counted
 // arrivals' records (written right after their add, so normally at once): the
@@ -314,7 +315,7 @@ void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline) {
     } catch (const TimeoutError&) {
     }
     if (deadline.expired()) throw_timeout(round, true);
-    if (feedback && Clock::now() - last_progress_ >= kProgressPeriod) {
+    if (feedback && Clock::now() - last_progress_ >= config_.progress_interval) {
       last_progress_ = Clock::now();
       log::get("rdzv")->info("waiting for round {} to end run_id={} time_left={}", round,
                              config_.run_id, detail::seconds_text(deadline.remaining()));
@@ -323,7 +324,7 @@ void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline) {
 }
 
 void DynamicHandler::log_progress(std::int64_t round, const Deadline& deadline) {
-  if (Clock::now() - last_progress_ < kProgressPeriod) return;
+  if (last_progress_ != Clock::time_point{} && Clock::now() - last_progress_ < config_.progress_interval) return;
   last_progress_ = Clock::now();
   const std::string prefix = prefix_of(round);
   const int count = detail::packed_count(arrivals_->arrived(prefix));

@@ -22,7 +22,7 @@ StandaloneHandler::StandaloneHandler(const RendezvousConfig& config, const NodeS
   opts.torch_legacy_protocol = config_.torch_legacy_protocol;
   server_ = std::make_unique<store::StoreServer>(opts);
   server_->start();
-  log::get("rdzv")->info("standalone store started endpoint={}:{} run_id={}", kLoopback,
+  log::get("rdzv")->debug("standalone store started endpoint={}:{} run_id={}", kLoopback,
                          server_->port(), config_.run_id);
 }
 

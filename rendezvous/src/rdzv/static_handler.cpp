@@ -8,7 +8,10 @@ namespace ddp::rdzv {
 
 namespace {
 
-constexpr std::chrono::milliseconds kProgressPeriod{1000};  // live feedback, at most once a second
+using Clock = std::chrono::steady_clock;
+// How often a waiting node checks for a closed job; it logs progress every
+// config_.progress_interval.
+constexpr std::chrono::milliseconds kProgressPeriod{1000};
 
 const RendezvousConfig& checked(const RendezvousConfig& c) {
   detail::validate_run_id(c.run_id);
@@ -54,6 +57,8 @@ RendezvousResult StaticHandler::next_rendezvous() {
 
   std::vector<std::string> keys;
   for (int r = 0; r < n; ++r) keys.push_back(prefix + "node/" + std::to_string(r));
+  bool logged = false;
+  Clock::time_point last_logged;
   while (true) {
     try {
       store_->wait(keys, std::min(kProgressPeriod, deadline.remaining()));
@@ -64,6 +69,9 @@ RendezvousResult StaticHandler::next_rendezvous() {
       if (recs.back() && recs.back()->rfind("closed ", 0) == 0) throw_closed(recs.back()->substr(7));
       recs.pop_back();
       if (deadline.expired()) throw_timeout(round, recs);
+      if (logged && Clock::now() - last_logged < config_.progress_interval) continue;
+      logged = true;
+      last_logged = Clock::now();
       int present = 0;
       for (const auto& r : recs) present += r ? 1 : 0;
       logger->info("waiting for nodes run_id={} round={} joined={}/{} time_left={}", config_.run_id,

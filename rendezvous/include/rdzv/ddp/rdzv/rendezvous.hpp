@@ -52,6 +52,9 @@ struct RendezvousConfig {
   std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds close_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds keep_alive_interval{std::chrono::seconds(5)};
+  // How often a node that waits logs "waiting for nodes" (the first line comes
+  // at once). ddprun: every second on a terminal, every 30 s in a log file.
+  std::chrono::milliseconds progress_interval{std::chrono::seconds(1)};
   int keep_alive_max_attempt = 3;
   bool is_host = false;               // this agent hosts the store in-process
   EtcdRendezvousConfig etcd;          // backend "etcd" (alias "etcd-v2") only
