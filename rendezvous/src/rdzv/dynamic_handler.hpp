@@ -40,7 +40,8 @@ class DynamicHandler final : public detail::StoreHandler {
   // "Restart rounds close at once"). Safe to call from the rejoin watch's
   // thread while the joining thread waits; false leaves the last call to decide.
   // `records_wait` bounds the wait for the counted arrivals' records.
-  bool try_close_early(std::int64_t round, const detail::PreviousRound& prev, std::chrono::milliseconds records_wait);
+  bool try_close_early(std::int64_t round, const detail::PreviousRound& prev,
+                       std::chrono::milliseconds records_wait);
   // A late joiner: counted in P/ctl/waiting (the members see kNodesWaiting),
   // then waits for the round to end.
   void wait_ended(std::int64_t round, const Deadline& deadline);

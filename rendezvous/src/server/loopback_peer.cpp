@@ -42,7 +42,8 @@ std::optional<std::string> socket_inode(std::uint16_t server_port, std::uint16_t
     std::getline(in, line);  // header
     while (std::getline(in, line)) {
       std::istringstream fields(line);
-      std::vector<std::string> f{std::istream_iterator<std::string>(fields), std::istream_iterator<std::string>()};
+      std::vector<std::string> f{std::istream_iterator<std::string>(fields),
+                                 std::istream_iterator<std::string>()};
       // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...
       if (f.size() < 10) continue;
       if (is_loopback_port(f[1], peer_port) && is_loopback_port(f[2], server_port)) return f[9];
@@ -123,7 +124,8 @@ std::optional<pid_t> loopback_peer_pid(std::uint16_t server_port, std::uint16_t 
 std::optional<std::string> process_env(pid_t pid, const std::string& name, pid_t stop_at) {
   const std::string want = name + "=";
   std::set<pid_t> seen;
-  for (std::optional<pid_t> p = pid; p && *p > 1 && *p != stop_at && seen.insert(*p).second; p = parent_of(*p)) {
+  for (std::optional<pid_t> p = pid; p && *p > 1 && *p != stop_at && seen.insert(*p).second;
+       p = parent_of(*p)) {
     std::ifstream in("/proc/" + std::to_string(*p) + "/environ");
     std::string entry;
     while (std::getline(in, entry, '\0')) {
