@@ -37,6 +37,10 @@ const char* event_name(rdzv::RoundEvent e) {
 // how it ended and, when known, why (the error file's message, else the
 // last stderr line).
 std::string describe_failure(const WorkerFailure& f) {
+  if (f.hang) {
+    return "rank " + std::to_string(f.rank) + " on " + f.host + ": hung, " + f.hang->what() +
+           "; killed";
+  }
   std::string why = f.error && !f.error->message.empty() ? f.error->message
                     : f.stderr_tail.empty()               ? ""
                                                           : f.stderr_tail.back();
@@ -64,6 +68,7 @@ AgentResult Agent::Impl::run() {
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id);
   if (!cfg.log_dir.empty()) log->info("worker logs in {}", run_dir->path().string());
   base_env = current_environment();
+  start_liveness();  // a pipe that cannot be made fails before anything connects
   rdzv = std::make_unique<RendezvousCalls>(io, handler);
   rdzv->on_event([this](rdzv::RoundEvent e, const std::string& detail) { on_round_event(e, detail); });
   for (int sig : cfg.signals_to_handle) signals.add(sig);
@@ -81,6 +86,11 @@ AgentResult Agent::Impl::run() {
   events.exited = [this](const Worker& w) { observers.worker_exited(w); };
   events.failed = [this] { begin_stop(StopReason::kLocalFailure, SIGTERM); };
   events.succeeded = [this] { after_local_success(); };
+  events.hung = [this](const Worker& w, const HangInfo& h, std::chrono::milliseconds late) {
+    observers.emit("worker_hang", {{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid},
+                                   {"source", h.source}, {"scope", h.scope}, {"detail", h.detail},
+                                   {"late_ms", late.count()}});
+  };
   events.stopped = [this] {
     if (life.is(Phase::kStopping)) on_all_stopped();
   };
@@ -167,6 +177,7 @@ void Agent::Impl::spawn_workers() {
   launch.restart_count = life.restart_count();
   launch.torch_store = torch_store_endpoint();
   launch.base_env = &base_env;
+  launch.extra_env = &liveness_env;
   life.enter(Phase::kRunning);
   try {
     group->start(launch);

@@ -26,6 +26,7 @@
 #include "ddp/agent/failure_report.hpp"
 #include "ddp/agent/worker_env.hpp"
 #include "ddp/store/torch_proxy.hpp"
+#include "file_timer_server.hpp"
 #include "lifecycle.hpp"
 #include "observers.hpp"
 #include "process_runner.hpp"
@@ -68,6 +69,8 @@ struct Agent::Impl {
   void start_torch_store();
   void point_torch_store(const rdzv::RendezvousResult& r);
   Endpoint torch_store_endpoint() const;
+  // agent_liveness.cpp: the channels workers report liveness on.
+  void start_liveness();
 
   AgentConfig cfg;
   std::shared_ptr<spdlog::logger> log;
@@ -87,6 +90,8 @@ struct Agent::Impl {
   std::unique_ptr<RendezvousCalls> rdzv;  // after io: destroyed before it
 
   EnvMap base_env;
+  EnvMap liveness_env;  // what workers get of the liveness channels
+  std::unique_ptr<FileTimerServer> file_timer;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
   std::string store_lost;  // the kStoreLost detail, for the exit message
   int signal_received = 0;
   AgentResult result;

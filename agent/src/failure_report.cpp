@@ -73,6 +73,14 @@ std::string WorkerFailure::how() const {
   return "exit code " + std::to_string(exit_code);
 }
 
+std::string HangInfo::what() const {
+  std::string out = source;
+  if (!scope.empty()) out += (source == "FileTimer" ? " scope '" : " '") + scope + "'";
+  out += source == "heartbeat" ? " missed" : " expired";
+  if (!detail.empty()) out += " (" + detail + ")";
+  return out;
+}
+
 std::size_t FailureReport::root_cause() const {
   const auto it = std::min_element(failures.begin(), failures.end(),
                                    [](const auto& a, const auto& b) { return a.time < b.time; });
@@ -111,6 +119,17 @@ std::string render_text(const FailureReport& r) {
      << "  rank       : " << f.rank << " (local_rank " << f.local_rank << ")\n"
      << "  pid        : " << f.pid << '\n'
      << "  exit       : " << f.how() << '\n';
+  if (f.hang) {
+    const auto& h = *f.hang;
+    os << "  hang       : " << h.what() << "; ddprun killed the worker's process tree\n";
+    if (!h.top_frames.empty()) {
+      os << "  stuck at   :\n";
+      for (const auto& frame : h.top_frames) os << "    " << frame << '\n';
+    } else if (!h.stack_note.empty()) {
+      os << "  stuck at   : " << h.stack_note << '\n';
+    }
+    if (!h.stacks_file.empty()) os << "  stacks     : " << h.stacks_file << '\n';
+  }
   if (f.error) {
     os << "  error file : " << f.error_file << '\n';
     os << "  message    : " << f.error->message << '\n';
@@ -123,7 +142,7 @@ std::string render_text(const FailureReport& r) {
   const bool python = std::any_of(f.stderr_tail.begin(), f.stderr_tail.end(), [](const auto& l) {
     return l.rfind("Traceback (most recent call last)", 0) == 0 || l.rfind("  File \"", 0) == 0;
   });
-  if (!f.error) {
+  if (!f.error && !f.hang) {
     // Point it at torch's @record.
     os << "  error file : <none written> ("
        << (python ? "decorate main with torch.distributed.elastic.multiprocessing.errors.record"
@@ -155,6 +174,7 @@ std::string render_text(const FailureReport& r) {
       const auto& o = r.failures[i];
       os << "  rank " << o.rank << " (local_rank " << o.local_rank << ", host " << o.host
          << ", pid " << o.pid << "): " << o.how() << " at " << format_time(o.time);
+      if (o.hang) os << ": hung, " << o.hang->what();
       if (o.error) os << ": " << o.error->message.substr(0, o.error->message.find('\n'));
       os << '\n';
     }
@@ -183,6 +203,15 @@ std::string render_json(const FailureReport& r) {
               {"error_file", f.error_file},
               {"stderr_tail", f.stderr_tail},
               {"stderr_log", f.stderr_log}};
+    if (f.hang) {
+      j["hang"] = {{"source", f.hang->source},
+                   {"scope", f.hang->scope},
+                   {"detail", f.hang->detail},
+                   {"what", f.hang->what()},
+                   {"top_frames", f.hang->top_frames},
+                   {"stacks_file", f.hang->stacks_file},
+                   {"stack_note", f.hang->stack_note}};
+    }
     if (f.error) {
       j["message"] = f.error->message;
       j["traceback"] = f.error->traceback;

@@ -22,11 +22,13 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, const AgentConfig& cfg, Pr
       terminal_(terminal),
       log_(std::move(log)),
       events_(std::move(events)),
-      stop_timer_(io) {}
+      stop_timer_(io),
+      watch_(io, [this](const Deadline& d) { on_deadline(d); }) {}
 
 void WorkerGroup::start(const GroupLaunch& launch) {
   ++attempt_;
   run_dir_.prepare_attempt(attempt_, cfg_.nproc_per_node);
+  watch_.clear_all();
   workers_.clear();
   failures_.clear();
   succeeded_ = 0;
@@ -90,7 +92,11 @@ void WorkerGroup::start(const GroupLaunch& launch) {
       spec.args.insert(spec.args.begin() + static_cast<std::ptrdiff_t>(at),
                        "--local_rank=" + std::to_string(lr));
     }
-    spec.env = to_env_strings(build_worker_env(*launch.base_env, round, in));
+    EnvMap env = build_worker_env(*launch.base_env, round, in);
+    if (launch.extra_env != nullptr) {
+      for (const auto& [k, v] : *launch.extra_env) env[k] = v;
+    }
+    spec.env = to_env_strings(env);
     spec.stop_timeout = cfg_.stop_timeout;
 
     ChildHandlers handlers;
@@ -149,6 +155,15 @@ void WorkerGroup::on_exit(int local_rank, int wait_status) {
   w.done = true;
   w.wait_status = wait_status;
   w.output->finish();
+  watch_.clear(local_rank);
+  if (w.hung) {
+    // Recorded when it was killed; its last output is known only now.
+    for (auto& f : failures_) {
+      if (f.local_rank == local_rank && f.hang) {
+        f.stderr_tail.assign(w.output->stderr_tail().begin(), w.output->stderr_tail().end());
+      }
+    }
+  }
   events_.exited(w);
   const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
   if (state_ == State::kRunning) {
@@ -165,7 +180,7 @@ void WorkerGroup::on_exit(int local_rank, int wait_status) {
   }
   // Workers that failed on their own while the group was being stopped for a
   // failure count too; those our stop signal ended do not.
-  if (state_ == State::kStopping && count_failures_ && !ok &&
+  if (state_ == State::kStopping && count_failures_ && !ok && !w.hung &&
       !(WIFSIGNALED(wait_status) &&
         (WTERMSIG(wait_status) == stop_signal_ || WTERMSIG(wait_status) == SIGKILL))) {
     failures_.push_back(make_failure(w));
@@ -182,6 +197,7 @@ void WorkerGroup::check_stopped() {
 
 void WorkerGroup::stop(int sig, bool count_failures) {
   state_ = State::kStopping;
+  watch_.clear_all();  // a worker being stopped is not hung
   count_failures_ = count_failures;
   stop_signal_ = sig;
   terminal_.close_input();  // a worker waiting at a prompt reads EOF
@@ -219,7 +235,10 @@ void WorkerGroup::resize_ptys(const winsize& size) {
   }
 }
 
-void WorkerGroup::cancel_timers() { stop_timer_.cancel(); }
+void WorkerGroup::cancel_timers() {
+  stop_timer_.cancel();
+  watch_.clear_all();
+}
 
 int WorkerGroup::live() const {
   return static_cast<int>(std::count_if(workers_.begin(), workers_.end(),

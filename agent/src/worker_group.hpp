@@ -22,6 +22,8 @@
 #include "ddp/agent/agent_config.hpp"
 #include "ddp/agent/failure_report.hpp"
 #include "ddp/agent/worker_env.hpp"
+#include "file_timer_server.hpp"
+#include "hang_watch.hpp"
 #include "process_runner.hpp"
 #include "run_dir.hpp"
 #include "worker_output.hpp"
@@ -44,6 +46,7 @@ struct Worker {
   std::string stderr_log;
   std::unique_ptr<WorkerOutput> output;
   WorkerTerminal terminal;
+  bool hung = false;  // killed for hanging: its failure is already recorded
 };
 
 struct WorkerGroupEvents {
@@ -57,6 +60,9 @@ struct WorkerGroupEvents {
   std::function<void()> succeeded;
   // After stop(): no worker is left and no spawn is pending.
   std::function<void()> stopped;
+  // A worker missed a deadline and is being killed (`late`: how long after
+  // the deadline); `failed` follows.
+  std::function<void(const Worker&, const HangInfo&, std::chrono::milliseconds late)> hung;
 };
 
 // What one attempt's workers are started with besides the config.
@@ -65,6 +71,8 @@ struct GroupLaunch {
   int restart_count = 0;
   Endpoint torch_store;
   const EnvMap* base_env = nullptr;
+  // Set in every worker's env on top of the contract (liveness channels); may be null.
+  const EnvMap* extra_env = nullptr;
 };
 
 class WorkerGroup {
@@ -90,6 +98,9 @@ class WorkerGroup {
   void resize_ptys(const winsize& size);
   void cancel_timers();
 
+  // Liveness. A torch FileTimer request from a worker (or a process of its tree).
+  void on_timer_request(const TimerRequest& r);
+
   int attempt() const { return attempt_; }
   int live() const;
   int pending_spawns() const { return pending_spawns_; }
@@ -102,6 +113,11 @@ class WorkerGroup {
   void on_spawned(int local_rank, pid_t pid, const std::string& error);
   void on_exit(int local_rank, int wait_status);
   void check_stopped();
+  void on_deadline(const Deadline& d);
+  // Kills a hung worker's tree, records it as a failure and reports it.
+  void kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds late);
+  // The local rank whose worker is `pid` or an ancestor of it; -1 if none.
+  int local_rank_of(pid_t pid) const;
   WorkerFailure make_failure(const Worker& w) const;
 
   boost::asio::io_context& io_;
@@ -112,6 +128,7 @@ class WorkerGroup {
   std::shared_ptr<spdlog::logger> log_;
   WorkerGroupEvents events_;
   boost::asio::steady_timer stop_timer_;
+  HangWatch watch_;
 
   State state_ = State::kIdle;
   int attempt_ = -1;  // index of the current spawn of the worker group

@@ -25,6 +25,18 @@ std::optional<ErrorFileContent> read_error_file(const std::filesystem::path& pat
 // "SIGSEGV" for 11; "SIG<n>" for a number without a name.
 std::string signal_name(int sig);
 
+// Why ddprun killed a worker it found hung, and where its code was.
+struct HangInfo {
+  std::string source;  // "FileTimer", "heartbeat", "section"
+  std::string scope;   // the timer's scope or the section; empty for the heartbeat
+  std::string detail;  // "set to expire after 2.0 s", "no heartbeat for 5.0 s"
+  std::vector<std::string> top_frames;  // of its stack, innermost first ("file:line in fn")
+  std::string stacks_file;  // every local worker's stacks, when collected
+  std::string stack_note;   // why there are no frames, when there are none
+  // "FileTimer scope 'step' expired (set to expire after 2.0 s)"
+  std::string what() const;
+};
+
 struct WorkerFailure {
   std::string host;
   int rank = 0;
@@ -37,6 +49,7 @@ struct WorkerFailure {
   std::optional<ErrorFileContent> error;
   std::vector<std::string> stderr_tail;
   std::string stderr_log;  // path of its stderr log file, if any
+  std::optional<HangInfo> hang;  // set when ddprun killed it for hanging
 
   // "exit code 1" or "signal SIGSEGV".
   std::string how() const;

@@ -1,0 +1,116 @@
+// The worker group's liveness: deadlines from torch FileTimer requests (and
+// heartbeats and sections), and what happens when one passes: the hung
+// worker's tree is killed and it becomes the attempt's failure, named with
+// the rank and the scope.
+#include <signal.h>
+#include <sys/types.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "ddp/common/logging.hpp"
+#include "worker_group.hpp"
+
+namespace ddp::agent {
+
+namespace {
+
+// The parent of `pid` from /proc/<pid>/stat; -1 when it is gone.
+pid_t parent_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return -1;
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  char state = 0;
+  int ppid = -1;
+  if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2) return -1;
+  return ppid;
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  return buf;
+}
+
+}  // namespace
+
+int WorkerGroup::local_rank_of(pid_t pid) const {
+  // A worker's tree is a few levels deep (a shell, python, a data loader).
+  for (int depth = 0; pid > 1 && depth < 32; ++depth) {
+    for (const auto& w : workers_) {
+      if (w.spawned && !w.done && w.pid == pid) return w.local_rank;
+    }
+    pid = parent_of(pid);
+  }
+  return -1;
+}
+
+void WorkerGroup::on_timer_request(const TimerRequest& r) {
+  if (state_ != State::kRunning) return;
+  const int lr = local_rank_of(r.pid);
+  if (lr < 0) {
+    log_->warn("FileTimer request from pid={} scope={}, which is not in a local worker's process "
+               "tree: ignored",
+               r.pid, r.scope);
+    return;
+  }
+  if (r.expiration_time < 0) {
+    watch_.disarm(lr, "FileTimer", r.scope);
+    return;
+  }
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  const double left = r.expiration_time - now;
+  Deadline d;
+  d.local_rank = lr;
+  d.source = "FileTimer";
+  d.scope = r.scope;
+  d.signal = r.signal;
+  d.at = std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(std::max(0.0, left)));
+  d.detail = "set to expire " + seconds_text(std::max(0.0, left)) + " later";
+  log_->debug("FileTimer armed rank={} scope={} in={}", workers_[static_cast<std::size_t>(lr)].rank,
+              r.scope, seconds_text(left));
+  watch_.arm(d);
+}
+
+void WorkerGroup::on_deadline(const Deadline& d) {
+  const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - d.at);
+  if (state_ != State::kRunning) return;
+  Worker& w = workers_[static_cast<std::size_t>(d.local_rank)];
+  if (!w.spawned || w.done || w.hung) return;
+  if (d.source == "FileTimer" && d.signal <= 0) {
+    // torch's server does the same: a timer without a signal only expires.
+    log_->info("FileTimer expired rank={} scope={} with no signal: not killing it", w.rank, d.scope);
+    return;
+  }
+  HangInfo info;
+  info.source = d.source;
+  info.scope = d.scope;
+  info.detail = d.detail;
+  kill_hung(w, std::move(info), late);
+}
+
+void WorkerGroup::kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds late) {
+  runner_.signal_group(w.pid, SIGKILL);  // the guard kills the whole tree
+  w.hung = true;
+  watch_.clear(w.local_rank);
+  log_->error("worker hung rank={} local_rank={} pid={}: {}; killed its process tree ({} ms after "
+              "the deadline)",
+              w.rank, w.local_rank, w.pid, info.what(), late.count());
+  WorkerFailure f = make_failure(w);
+  f.signal = SIGKILL;
+  f.exit_code = 0;
+  f.error.reset();  // an error file from before the hang is not why it ended
+  f.hang = std::move(info);
+  failures_.push_back(f);
+  if (events_.hung) events_.hung(w, *failures_.back().hang, late);
+  events_.failed();
+}
+
+}  // namespace ddp::agent
