@@ -287,3 +287,30 @@ TEST_CASE("a torch worker reports its first step through torch's TCPStore and dd
   CHECK(std::regex_search(line, std::regex(R"("first_step_s":[0-9])")));
   CHECK(std::regex_search(events, std::regex(R"("event":"startup")")));
 }
+
+TEST_CASE("a torch worker stuck past its FileTimer scope is killed, named as the root cause, and restarted") {
+  if (!have_torch()) return;
+  for (const int restarts : {0, 1}) {
+    INFO("max_restarts=" << restarts);
+    TempDir dir;
+    auto env = worker_env();
+    env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1";
+    auto r = run(ddprun({"--standalone", "--nproc_per_node=2", "--max_restarts=" + std::to_string(restarts),
+                         script("file_timer_hang.py")}),
+                 dir.path(), env, 120s);
+    INFO(r.out << r.err);
+    CHECK_THAT(r.out, Catch::Contains("[rank 1]:rank 1 stalls"));
+    CHECK_THAT(r.err, Catch::Contains("worker hung rank=1"));
+    CHECK_THAT(r.err, Catch::Contains("FileTimer scope 'rank1-step' expired"));
+    if (restarts == 0) {
+      // The hung rank is the root cause, not rank 0 whose barrier broke.
+      CHECK(r.code == 1);
+      const auto root = r.err.substr(r.err.find("Root cause"));
+      CHECK_THAT(root.substr(0, root.find("last stderr")), Catch::Contains("rank       : 1"));
+    } else {
+      CHECK(r.code == 0);
+      CHECK_THAT(r.out, Catch::Contains("[rank 0]:rank 0 done"));
+      CHECK_THAT(r.out, Catch::Contains("[rank 1]:rank 1 done"));
+    }
+  }
+}
