@@ -27,12 +27,12 @@ std::string signal_name(int sig);
 
 // Why ddprun killed a worker it found hung, and where its code was.
 struct HangInfo {
-  std::string source;  // "FileTimer", "heartbeat", "section"
-  std::string scope;   // the timer's scope or the section; empty for the heartbeat
-  std::string detail;  // "set to expire after 2.0 s", "no heartbeat for 5.0 s"
+  std::string source;                   // "FileTimer", "heartbeat", "section"
+  std::string scope;                    // the timer's scope or the section; empty for the heartbeat
+  std::string detail;                   // "set to expire after 2.0 s", "no heartbeat for 5.0 s"
   std::vector<std::string> top_frames;  // of its stack, innermost first ("file:line in fn")
-  std::string stacks_file;  // every local worker's stacks, when collected
-  std::string stack_note;   // why there are no frames, when there are none
+  std::string stacks_file;              // every local worker's stacks, when collected
+  std::string stack_note;               // why there are no frames, when there are none
   // "FileTimer scope 'step' expired (set to expire after 2.0 s)"
   std::string what() const;
 };
@@ -48,7 +48,7 @@ struct WorkerFailure {
   std::string error_file;
   std::optional<ErrorFileContent> error;
   std::vector<std::string> stderr_tail;
-  std::string stderr_log;  // path of its stderr log file, if any
+  std::string stderr_log;        // path of its stderr log file, if any
   std::optional<HangInfo> hang;  // set when ddprun killed it for hanging
 
   // "exit code 1" or "signal SIGSEGV".
