@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,8 +21,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "bench.hpp"
 #include "ddp/sdk.hpp"
@@ -72,8 +71,10 @@ bool run_ranks(const std::vector<std::string>& argv, int world) {
   server.start();
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
-    pids.push_back(spawn(argv, {{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(world)},
-                                {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
+    pids.push_back(spawn(argv, {{"RANK", std::to_string(r)},
+                                {"WORLD_SIZE", std::to_string(world)},
+                                {"LOCAL_RANK", std::to_string(r)},
+                                {"LOCAL_WORLD_SIZE", std::to_string(world)},
                                 {"DDP_STORE_ENDPOINT", "127.0.0.1:" + std::to_string(server.port())},
                                 {"DDP_STORE_PREFIX", "bench/"}}));
   }
@@ -93,7 +94,8 @@ std::string self_exe() { return std::filesystem::read_symlink("/proc/self/exe").
 // pure Gloo: gloo::allreduce on a context of its own.
 class RawStore : public gloo::rendezvous::Store {
  public:
-  RawStore(std::shared_ptr<store::Store> s, std::string prefix) : s_(std::move(s)), prefix_(std::move(prefix)) {}
+  RawStore(std::shared_ptr<store::Store> s, std::string prefix)
+      : s_(std::move(s)), prefix_(std::move(prefix)) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     s_->set(prefix_ + key, std::string_view(data.data(), data.size()));
   }
@@ -133,9 +135,10 @@ int rank_worker(std::size_t min_bytes, std::size_t max_bytes, int rounds) {
   std::uint32_t tag = 0;
   const int n = ctx.world_size;
   if (ctx.rank == 0) {
-    std::printf("allreduce: %d ranks, float32 sum, gloo over TCP on 127.0.0.1, best of %d rounds\n", n, rounds);
-    std::printf("%10s %6s | %9s %9s | %9s %9s | %8s\n", "bytes", "iters", "raw algbw", "raw busbw", "sdk algbw",
-                "sdk busbw", "overhead");
+    std::printf("allreduce: %d ranks, float32 sum, gloo over TCP on 127.0.0.1, best of %d rounds\n", n,
+                rounds);
+    std::printf("%10s %6s | %9s %9s | %9s %9s | %8s\n", "bytes", "iters", "raw algbw", "raw busbw",
+                "sdk algbw", "sdk busbw", "overhead");
     std::printf("%10s %6s | %9s %9s | %9s %9s | %8s\n", "", "", "GB/s", "GB/s", "GB/s", "GB/s", "%");
   }
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
@@ -150,7 +153,8 @@ int rank_worker(std::size_t min_bytes, std::size_t max_bytes, int rounds) {
       for (int i = 0; i < iters; ++i) {
         gloo::AllreduceOptions o(raw);
         o.setOutput(buf.data(), buf.size());
-        o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+        o.setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
         o.setTag(tag++);
         gloo::allreduce(o);
       }
@@ -177,8 +181,8 @@ int rank_worker(std::size_t min_bytes, std::size_t max_bytes, int rounds) {
       const double bus = 2.0 * (n - 1) / n;
       const double raw_alg = static_cast<double>(bytes) / best_raw / 1e9;
       const double sdk_alg = static_cast<double>(bytes) / best_sdk / 1e9;
-      std::printf("%10zu %6d | %9.3f %9.3f | %9.3f %9.3f | %+7.1f\n", bytes, iters, raw_alg, raw_alg * bus, sdk_alg,
-                  sdk_alg * bus, (best_sdk - best_raw) / best_raw * 100.0);
+      std::printf("%10zu %6d | %9.3f %9.3f | %9.3f %9.3f | %+7.1f\n", bytes, iters, raw_alg, raw_alg * bus,
+                  sdk_alg, sdk_alg * bus, (best_sdk - best_raw) / best_raw * 100.0);
       std::fflush(stdout);
     }
   }
@@ -211,8 +215,10 @@ double step_ms(const std::string& output) {
 int overlap(const std::vector<int>& worlds, int hidden, int repeats) {
   const auto example = (std::filesystem::path(self_exe()).parent_path() / "ddp-example-train").string();
   const auto dir = std::filesystem::temp_directory_path();
-  std::printf("overlap: ddp-example-train --hidden %d, buckets: first 4 KiB, then 256 KiB (3 buckets), best of %d runs\n",
-              hidden, repeats);
+  std::printf(
+      "overlap: ddp-example-train --hidden %d, buckets: first 4 KiB, then 256 KiB (3 buckets), best of %d "
+      "runs\n",
+      hidden, repeats);
   std::printf("%6s | %14s %14s | %6s\n", "ranks", "after backward", "overlapped", "gain");
   std::printf("%6s | %14s %14s | %6s\n", "", "step ms", "step ms", "%");
   for (int world : worlds) {
@@ -220,12 +226,26 @@ int overlap(const std::vector<int>& worlds, int hidden, int repeats) {
     for (int rep = 0; rep < repeats; ++rep) {
       for (int mode = 0; mode < 2; ++mode) {
         const auto out = dir / ("ddp-bench-overlap-" + std::to_string(getpid()) + ".txt");
-        std::vector<std::string> argv{"/bin/sh", "-c",
-                                      "if [ \"$RANK\" = 0 ]; then exec \"$0\" \"$@\" > '" + out.string() +
-                                          "'; else exec \"$0\" \"$@\" > /dev/null; fi",
-                                      example, "--epochs", "4", "--hidden", std::to_string(hidden), "--dataset-size",
-                                      "4096", "--batch-size", "64", "--first-bucket-cap-kb", "4", "--bucket-cap-kb",
-                                      "256", "--checkpoint", (dir / ("ddp-bench-overlap-" + std::to_string(getpid()) + ".ckpt")).string()};
+        std::vector<std::string> argv{
+            "/bin/sh",
+            "-c",
+            "if [ \"$RANK\" = 0 ]; then exec \"$0\" \"$@\" > '" + out.string() +
+                "'; else exec \"$0\" \"$@\" > /dev/null; fi",
+            example,
+            "--epochs",
+            "4",
+            "--hidden",
+            std::to_string(hidden),
+            "--dataset-size",
+            "4096",
+            "--batch-size",
+            "64",
+            "--first-bucket-cap-kb",
+            "4",
+            "--bucket-cap-kb",
+            "256",
+            "--checkpoint",
+            (dir / ("ddp-bench-overlap-" + std::to_string(getpid()) + ".ckpt")).string()};
         if (mode == 0) argv.push_back("--no-overlap");
         if (!run_ranks(argv, world)) throw std::runtime_error("ddp-example-train failed");
         std::ifstream in(out);
@@ -235,7 +255,8 @@ int overlap(const std::vector<int>& worlds, int hidden, int repeats) {
         std::filesystem::remove(out);
       }
     }
-    std::printf("%6d | %14.3f %14.3f | %+5.1f\n", world, best[0], best[1], (best[0] - best[1]) / best[0] * 100.0);
+    std::printf("%6d | %14.3f %14.3f | %+5.1f\n", world, best[0], best[1],
+                (best[0] - best[1]) / best[0] * 100.0);
     std::fflush(stdout);
   }
   return 0;
@@ -275,8 +296,15 @@ int allreduce_main(int argc, char** argv) {
   const auto worlds = parse_worlds(ranks);
   if (overlap_mode) return overlap(worlds, hidden, repeats);
   for (int world : worlds) {
-    const std::vector<std::string> child{self_exe(), "allreduce", "--rank-worker", "--min-bytes", std::to_string(min_bytes),
-                                         "--max-bytes", std::to_string(max_bytes), "--rounds", std::to_string(rounds)};
+    const std::vector<std::string> child{self_exe(),
+                                         "allreduce",
+                                         "--rank-worker",
+                                         "--min-bytes",
+                                         std::to_string(min_bytes),
+                                         "--max-bytes",
+                                         std::to_string(max_bytes),
+                                         "--rounds",
+                                         std::to_string(rounds)};
     if (!run_ranks(child, world)) {
       std::fprintf(stderr, "ddp-bench allreduce: a rank failed (world size %d)\n", world);
       return 1;
@@ -286,7 +314,8 @@ int allreduce_main(int argc, char** argv) {
   return 0;
 }
 
-DDP_BENCH_SUBCOMMAND("allreduce", "SDK all-reduce vs raw Gloo, 4 KiB..64 MiB; --overlap: Reducer overlap gain",
+DDP_BENCH_SUBCOMMAND("allreduce",
+                     "SDK all-reduce vs raw Gloo, 4 KiB..64 MiB; --overlap: Reducer overlap gain",
                      allreduce_main);
 
 }  // namespace

@@ -5,17 +5,15 @@
 // the watch streams. Requests are counted by etcd itself (gRPC calls started,
 // from its /metrics), so nothing on the client side can under-count them.
 // Prints figures, asserts nothing.
-#include <CLI/CLI.hpp>
-
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -95,8 +93,9 @@ void run_once(const std::vector<Endpoint>& eps, const std::string& prefix, int n
   for (auto& t : threads) t.join();
   const double closed_s = std::chrono::duration<double>(Clock::now() - start).count();
   const double rpcs = sum_rpcs(eps) - before;
-  std::printf("%8d  %9.3f  %10.1f  %s\n", n, closed_s, rpcs / n,
-              failed ? ("failed: " + std::to_string(failed.load()) + " agents, e.g. " + first_error).c_str() : "ok");
+  std::printf(
+      "%8d  %9.3f  %10.1f  %s\n", n, closed_s, rpcs / n,
+      failed ? ("failed: " + std::to_string(failed.load()) + " agents, e.g. " + first_error).c_str() : "ok");
   std::fflush(stdout);
   // Each handler revokes its lease and joins its threads: in parallel, as N
   // agents exiting would.
@@ -119,7 +118,8 @@ int etcd_main(int argc, char** argv) {
     return app.exit(e);
   }
   const auto eps = store::parse_etcd_endpoints(endpoints, "--endpoints");
-  std::printf("ddp-bench etcd-rendezvous: etcd=%s (one thread, one EtcdStore per agent)\n", endpoints.c_str());
+  std::printf("ddp-bench etcd-rendezvous: etcd=%s (one thread, one EtcdStore per agent)\n",
+              endpoints.c_str());
   std::printf("%8s  %9s  %10s  %s\n", "agents", "closed_s", "rpcs/agent", "result");
   int seq = 0;
   for (int n : agents) {

@@ -45,7 +45,8 @@ LatencySummary summarize_latencies(const std::vector<std::vector<std::int64_t>>&
 int main(int argc, char** argv) {
   auto& reg = ddp::bench::registry();
   auto usage = [&](FILE* out) {
-    std::fprintf(out, "usage: ddp-bench SUBCOMMAND [options]   (ddp-bench SUBCOMMAND --help)\n\nsubcommands:\n");
+    std::fprintf(out,
+                 "usage: ddp-bench SUBCOMMAND [options]   (ddp-bench SUBCOMMAND --help)\n\nsubcommands:\n");
     for (const auto& [name, e] : reg) std::fprintf(out, "  %-12s %s\n", name.c_str(), e.summary.c_str());
   };
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
@@ -54,7 +55,8 @@ int main(int argc, char** argv) {
   }
   auto it = reg.find(argv[1]);
   if (it == reg.end()) {
-    std::fprintf(stderr, "ddp-bench: unknown subcommand '%s'; run 'ddp-bench --help' for the list\n", argv[1]);
+    std::fprintf(stderr, "ddp-bench: unknown subcommand '%s'; run 'ddp-bench --help' for the list\n",
+                 argv[1]);
     return 2;
   }
   try {

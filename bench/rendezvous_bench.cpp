@@ -8,10 +8,10 @@
 // clients would be 10,000 I/O threads, which measures the scheduler rather than
 // the algorithm. The requests are exactly those DynamicHandler sends for one
 // round (list_nodes=false unless --list-nodes). Prints figures, asserts nothing.
-#include <CLI/CLI.hpp>
-
 #include <sys/resource.h>
 
+#include <CLI/CLI.hpp>
+#include <array>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
@@ -22,8 +22,6 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -182,7 +180,8 @@ void check(const store::Response& r, const char* what) {
 // After a failure report: StoreHandler::round_to_join and DynamicHandler::
 // next_rendezvous for round 1, request for request, with every member of
 // round 0 rejoining (the last one back closes it: try_close_early).
-awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, std::uint32_t node_watch, std::uint32_t ctl_watch, std::string record) {
+awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, std::uint32_t node_watch,
+                              std::uint32_t ctl_watch, std::string record) {
   auto exec = co_await asio::this_coro::executor;
   if (id == 0) {
     // The failing node reports once every agent watches round 0.
@@ -199,7 +198,8 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
   const long requests0 = c.requests;
   const long bytes0 = c.sent + c.received;
   if (id == 0) {
-    auto r = co_await c.call(Op::kSet, 0, 0, vec(s.prefix + "ctl/failed/sim_0"), vec("worker 0 exited with 1"));
+    auto r =
+        co_await c.call(Op::kSet, 0, 0, vec(s.prefix + "ctl/failed/sim_0"), vec("worker 0 exited with 1"));
     check(r, "report failure");
   } else {
     co_await c.wait_event(ctl_watch);  // the round monitor sees the failure key
@@ -279,7 +279,8 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     s.last_connected = std::max(s.last_connected, Clock::now());
 
     // --restart: an elastic job below MAX, where round 1 would wait the last call.
-    const std::string nn = s.restart ? "1:" + std::to_string(2 * s.n) : std::to_string(s.n) + ":" + std::to_string(s.n);
+    const std::string nn =
+        s.restart ? "1:" + std::to_string(2 * s.n) : std::to_string(s.n) + ":" + std::to_string(s.n);
     auto r = co_await c.call(Op::kMultiGet, 0, 0, vec(s.rdzv + "round", s.rdzv + "closed"), vec());
     check(r, "multi_get");
     r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.rdzv + "nnodes"), vec("", nn));
@@ -292,7 +293,8 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     r = co_await c.call(Op::kAdd, 0, (std::int64_t{1} << 32) | 1, vec(s.prefix + "seq"), vec());
     check(r, "add");
     const int index = static_cast<int>(r.num >> 32);
-    const std::string record = "{\"host\":\"127.0.0.1\",\"id\":\"sim_" + std::to_string(id) + "\",\"nproc\":1}";
+    const std::string record =
+        "{\"host\":\"127.0.0.1\",\"id\":\"sim_" + std::to_string(id) + "\",\"nproc\":1}";
     r = co_await c.call(Op::kSet, lease, 0, vec(s.prefix + "node/" + std::to_string(index - 1)), vec(record));
     check(r, "set record");
     std::string closed;
@@ -304,7 +306,8 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
       check(r, "closer wait");
       r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
       check(r, "closer list");
-      const std::string value = std::to_string(s.n) + " " + std::to_string(s.n) + " " + std::to_string(r.revision);
+      const std::string value =
+          std::to_string(s.n) + " " + std::to_string(s.n) + " " + std::to_string(r.revision);
       r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix + "closed"), vec("", value));
       check(r, "close");
       closed = r.items.at(0).value;
@@ -375,14 +378,15 @@ void run_once(const Options& o, const Endpoint& where, int n, int seq) {
     return;
   }
   std::printf("%8d  %10.3f  %10.3f  %10.3f  %9.1f  %8ld  %10.0f  %9ld\n", n, secs(s.last_connected - s.start),
-              secs(s.last_closed - s.start), secs(s.last_done - s.start),
-              static_cast<double>(s.requests) / n, s.max_requests, static_cast<double>(s.bytes) / n, s.max_bytes);
+              secs(s.last_closed - s.start), secs(s.last_done - s.start), static_cast<double>(s.requests) / n,
+              s.max_requests, static_cast<double>(s.bytes) / n, s.max_bytes);
   if (s.restart) {
-    std::printf("%8s  restart: failure -> all closed %.3f s, all watching %.3f s, %.1f req/agent (max %ld), "
-                "%.0f bytes/agent (max %ld), closed at once by %s\n",
-                "", secs(s.restart_closed - s.restart_start), secs(s.restart_done - s.restart_start),
-                static_cast<double>(s.r_requests) / n, s.r_max_requests, static_cast<double>(s.r_bytes) / n,
-                s.r_max_bytes, s.early_closer.c_str());
+    std::printf(
+        "%8s  restart: failure -> all closed %.3f s, all watching %.3f s, %.1f req/agent (max %ld), "
+        "%.0f bytes/agent (max %ld), closed at once by %s\n",
+        "", secs(s.restart_closed - s.restart_start), secs(s.restart_done - s.restart_start),
+        static_cast<double>(s.r_requests) / n, s.r_max_requests, static_cast<double>(s.r_bytes) / n,
+        s.r_max_bytes, s.early_closer.c_str());
   }
   std::fflush(stdout);
 }
@@ -411,7 +415,8 @@ int rendezvous_main(int argc, char** argv) {
   app.add_option("--agents", o.agents, "agent counts to run, one round each (default 100 1000 10000)");
   app.add_option("--endpoint", o.endpoint, "HOST:PORT of a ddp-rendezvousd; default: an in-process server");
   app.add_option("--backend", o.backend, "rendezvous algorithm (c10d)")->check(CLI::IsMember({"c10d"}));
-  app.add_flag("--list-nodes", o.list_nodes, "each agent also lists every node record (O(N) bytes per agent)");
+  app.add_flag("--list-nodes", o.list_nodes,
+               "each agent also lists every node record (O(N) bytes per agent)");
   app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")->capture_default_str();
   app.add_flag("--restart", o.restart,
                "then one agent reports a failure and all re-form round 1 (--nnodes=1:2N, so only the early "
@@ -449,9 +454,10 @@ int rendezvous_main(int argc, char** argv) {
   int seq = 0;
   for (int n : o.agents) {
     if (static_cast<std::size_t>(n) * per_agent + 256 > fd_limit) {
-      std::printf("%8d  skipped: needs %zu file descriptors, the limit is %zu; run ddp-rendezvousd "
-                  "and pass --endpoint (one fd per agent here)\n",
-                  n, static_cast<std::size_t>(n) * per_agent + 256, fd_limit);
+      std::printf(
+          "%8d  skipped: needs %zu file descriptors, the limit is %zu; run ddp-rendezvousd "
+          "and pass --endpoint (one fd per agent here)\n",
+          n, static_cast<std::size_t>(n) * per_agent + 256, fd_limit);
       continue;
     }
     run_once(o, where, n, seq++);

@@ -1,18 +1,17 @@
 // ddp-bench store: request throughput and latency of TcpStore clients against a
 // store (ddp-rendezvousd at --endpoint, or an in-process StoreServer), and the
 // memory a daemon spends on many idle connections. Prints figures, asserts nothing.
-#include <CLI/CLI.hpp>
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
 #include <barrier>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -22,13 +21,13 @@
 #include <vector>
 
 #include "bench.hpp"
-#include "tcpstore_bench.hpp"
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/store/protocol.hpp"
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
 #include "ddp/store/torch_proxy.hpp"
+#include "tcpstore_bench.hpp"
 
 namespace ddp::bench {
 namespace {
@@ -107,8 +106,9 @@ void raise_fd_limit(int wanted) {
   lim.rlim_cur = lim.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &lim);
   if (lim.rlim_cur != RLIM_INFINITY && static_cast<rlim_t>(wanted) + 64 > lim.rlim_cur) {
-    throw ConfigError("--idle-connections " + std::to_string(wanted) + " needs more descriptors than the hard limit " +
-                      std::to_string(lim.rlim_cur) + " (raise it with ulimit -Hn)");
+    throw ConfigError("--idle-connections " + std::to_string(wanted) +
+                      " needs more descriptors than the hard limit " + std::to_string(lim.rlim_cur) +
+                      " (raise it with ulimit -Hn)");
   }
 }
 
@@ -130,7 +130,8 @@ int run_idle(const Options& o, const store::TcpStoreOptions& base) {
   addr.sin_port = htons(base.endpoint.port);
   if (::inet_pton(AF_INET, base.endpoint.host == "localhost" ? "127.0.0.1" : base.endpoint.host.c_str(),
                   &addr.sin_addr) != 1) {
-    throw ConfigError("--endpoint: idle-connection mode needs an IPv4 address, not '" + base.endpoint.host + "'");
+    throw ConfigError("--endpoint: idle-connection mode needs an IPv4 address, not '" + base.endpoint.host +
+                      "'");
   }
   std::vector<int> fds;
   fds.reserve(static_cast<std::size_t>(o.idle_connections));
@@ -159,8 +160,8 @@ int run_idle(const Options& o, const store::TcpStoreOptions& base) {
       throw NetworkError("connection " + std::to_string(i + 1) + " got no HELLO reply from " +
                          base.endpoint.to_string());
     }
-    const auto resp = store::decode_response(std::string_view(frame.data() + 4, static_cast<std::size_t>(n) - 4),
-                                             store::Limits{});
+    const auto resp = store::decode_response(
+        std::string_view(frame.data() + 4, static_cast<std::size_t>(n) - 4), store::Limits{});
     if (resp.status != store::Status::kOk) {
       close_all();
       throw StoreError(std::string("HELLO refused: ") + store::status_name(resp.status) + " " + resp.message);
@@ -168,10 +169,11 @@ int run_idle(const Options& o, const store::TcpStoreOptions& base) {
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   const long after_kb = read_vm_rss_kb(pid);
-  std::printf("store idle_connections=%zu connect_seconds=%.2f server_rss_kb_before=%ld server_rss_kb=%ld "
-              "bytes_per_connection=%.0f\n",
-              fds.size(), seconds, before_kb, after_kb,
-              static_cast<double>(after_kb - before_kb) * 1024.0 / static_cast<double>(fds.size()));
+  std::printf(
+      "store idle_connections=%zu connect_seconds=%.2f server_rss_kb_before=%ld server_rss_kb=%ld "
+      "bytes_per_connection=%.0f\n",
+      fds.size(), seconds, before_kb, after_kb,
+      static_cast<double>(after_kb - before_kb) * 1024.0 / static_cast<double>(fds.size()));
   std::fflush(stdout);
   if (o.hold_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.hold_s));
   close_all();
@@ -196,9 +198,10 @@ int run_ops(const Options& o, const store::TcpStoreOptions& base) {
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
   const auto lat = summarize_latencies(lats);
-  std::printf("store op=%s clients=%d ops=%zu value_size=%zu seconds=%.3f ops_per_s=%.0f p50_us=%.1f p99_us=%.1f\n",
-              o.op.c_str(), o.clients, lat.count, o.value_size, seconds, static_cast<double>(lat.count) / seconds,
-              lat.p50_us, lat.p99_us);
+  std::printf(
+      "store op=%s clients=%d ops=%zu value_size=%zu seconds=%.3f ops_per_s=%.0f p50_us=%.1f p99_us=%.1f\n",
+      o.op.c_str(), o.clients, lat.count, o.value_size, seconds, static_cast<double>(lat.count) / seconds,
+      lat.p50_us, lat.p99_us);
   return 0;
 }
 
@@ -259,8 +262,9 @@ int store_main(int argc, char** argv) {
       return 2;
     }
     if (!base.token.empty() && !o.torch_proxy) {
-      std::fprintf(stderr, "ddp-bench store: --protocol tcpstore cannot present --token-file (TCPStore has no "
-                           "handshake; token-protected servers refuse it) unless through --torch-proxy\n");
+      std::fprintf(stderr,
+                   "ddp-bench store: --protocol tcpstore cannot present --token-file (TCPStore has no "
+                   "handshake; token-protected servers refuse it) unless through --torch-proxy\n");
       return 2;
     }
     Endpoint target = base.endpoint;

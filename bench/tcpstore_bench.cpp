@@ -35,7 +35,6 @@
 #include <vector>
 
 #include "bench.hpp"
-
 #include "ddp/common/error.hpp"
 
 namespace ddp::bench {
@@ -112,8 +111,9 @@ class Conn {
       if (n == 0) throw NetworkError(ep_ + " closed the connection (not a TCPStore 1.x server?)");
       if (n < 0) {
         const int err = errno;
-        throw NetworkError("no reply from " + ep_ +
-                           (err == EAGAIN || err == EWOULDBLOCK ? std::string(" within 30 s") : ": " + errno_text(err)));
+        throw NetworkError(
+            "no reply from " + ep_ +
+            (err == EAGAIN || err == EWOULDBLOCK ? std::string(" within 30 s") : ": " + errno_text(err)));
       }
       off += static_cast<std::size_t>(n);
     }
@@ -247,10 +247,11 @@ void run_tcpstore(const TcpstoreRun& run) {
   }
 
   const auto lat = summarize_latencies(lats);
-  std::printf("store protocol=tcpstore op=%s clients=%d ops=%zu value_size=%zu seconds=%.3f ops_per_s=%.0f "
-              "p50_us=%.1f p99_us=%.1f\n",
-              run.op.c_str(), run.clients, lat.count, run.value_size, seconds,
-              static_cast<double>(lat.count) / seconds, lat.p50_us, lat.p99_us);
+  std::printf(
+      "store protocol=tcpstore op=%s clients=%d ops=%zu value_size=%zu seconds=%.3f ops_per_s=%.0f "
+      "p50_us=%.1f p99_us=%.1f\n",
+      run.op.c_str(), run.clients, lat.count, run.value_size, seconds,
+      static_cast<double>(lat.count) / seconds, lat.p50_us, lat.p99_us);
   std::fflush(stdout);
 }
 

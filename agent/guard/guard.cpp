@@ -55,8 +55,8 @@ class Guard {
     // reaches the group (SIGUSR1, SIGWINCH, ...) must not end the guard.
     sigset_t set;
     ::sigfillset(&set);
-    for (int s : {SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS, SIGTSTP, SIGTTIN,
-                  SIGTTOU, SIGCONT}) {
+    for (int s : {SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS, SIGTSTP,
+                  SIGTTIN, SIGTTOU, SIGCONT}) {
       ::sigdelset(&set, s);
     }
     ::sigprocmask(SIG_BLOCK, &set, nullptr);
@@ -76,7 +76,8 @@ class Guard {
       if (wait.count() < 0) {
         sig = ::sigwaitinfo(&set, &info);
       } else {
-        timespec ts{static_cast<time_t>(wait.count() / 1000), static_cast<long>(wait.count() % 1000) * 1000000L};
+        timespec ts{static_cast<time_t>(wait.count() / 1000),
+                    static_cast<long>(wait.count() % 1000) * 1000000L};
         sig = ::sigtimedwait(&set, &info, &ts);
       }
       if (sig == SIGCHLD) {

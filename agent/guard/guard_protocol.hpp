@@ -19,8 +19,8 @@ inline int kill_now_signal() { return SIGRTMIN + 3; }
 
 // Options on the guard's command line, before "--".
 inline constexpr const char* kStopTimeoutFlag = "--stop-timeout-ms=";  // grace after SIGTERM
-inline constexpr const char* kInfoFdFlag = "--info-fd=";      // where the guard reports
-inline constexpr const char* kAgentPidFlag = "--agent-pid=";  // died before the guard started?
+inline constexpr const char* kInfoFdFlag = "--info-fd=";               // where the guard reports
+inline constexpr const char* kAgentPidFlag = "--agent-pid=";           // died before the guard started?
 
 // On the info fd the guard writes one of these, then closes it:
 //   "pid <worker pid>\n" [+ "cgroup <path>\n"]   the worker was exec'd

@@ -62,13 +62,20 @@ std::vector<ProcInfo> descendants(pid_t root) {
 
 std::string state_text(char state) {
   switch (state) {
-    case 'R': return "R (running)";
-    case 'S': return "S (sleeping)";
-    case 'D': return "D (disk sleep)";
-    case 'T': return "T (stopped)";
-    case 't': return "t (tracing stop)";
-    case 'Z': return "Z (zombie)";
-    default: return std::string(1, state);
+    case 'R':
+      return "R (running)";
+    case 'S':
+      return "S (sleeping)";
+    case 'D':
+      return "D (disk sleep)";
+    case 'T':
+      return "T (stopped)";
+    case 't':
+      return "t (tracing stop)";
+    case 'Z':
+      return "Z (zombie)";
+    default:
+      return std::string(1, state);
   }
 }
 

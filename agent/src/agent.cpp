@@ -2,9 +2,8 @@
 // the final outcome. The parts it coordinates are listed in agent_impl.hpp.
 #include <signal.h>
 
-#include <fstream>
-
 #include <boost/asio/post.hpp>
+#include <fstream>
 
 #include "agent_impl.hpp"
 #include "ddp/common/error.hpp"
@@ -24,11 +23,16 @@ constexpr std::chrono::milliseconds kMaxPollDelay{1000};
 
 const char* event_name(rdzv::RoundEvent e) {
   switch (e) {
-    case rdzv::RoundEvent::kRestartRequested: return "restart requested";
-    case rdzv::RoundEvent::kMembershipChanged: return "membership changed";
-    case rdzv::RoundEvent::kNodesWaiting: return "nodes waiting";
-    case rdzv::RoundEvent::kStoreLost: return "store lost";
-    case rdzv::RoundEvent::kJobClosed: return "job closed";
+    case rdzv::RoundEvent::kRestartRequested:
+      return "restart requested";
+    case rdzv::RoundEvent::kMembershipChanged:
+      return "membership changed";
+    case rdzv::RoundEvent::kNodesWaiting:
+      return "nodes waiting";
+    case rdzv::RoundEvent::kStoreLost:
+      return "store lost";
+    case rdzv::RoundEvent::kJobClosed:
+      return "job closed";
   }
   return "unknown";
 }
@@ -38,12 +42,11 @@ const char* event_name(rdzv::RoundEvent e) {
 // last stderr line).
 std::string describe_failure(const WorkerFailure& f) {
   if (f.hang) {
-    return "rank " + std::to_string(f.rank) + " on " + f.host + ": hung, " + f.hang->what() +
-           "; killed";
+    return "rank " + std::to_string(f.rank) + " on " + f.host + ": hung, " + f.hang->what() + "; killed";
   }
   std::string why = f.error && !f.error->message.empty() ? f.error->message
-                    : f.stderr_tail.empty()               ? ""
-                                                          : f.stderr_tail.back();
+                    : f.stderr_tail.empty()              ? ""
+                                                         : f.stderr_tail.back();
   if (const auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
   if (why.size() > 200) why = why.substr(0, 200) + "...";
   return "rank " + std::to_string(f.rank) + " on " + f.host + ": " + f.how() +
@@ -72,12 +75,12 @@ AgentResult Agent::Impl::run() {
   rdzv = std::make_unique<RendezvousCalls>(io, handler);
   rdzv->on_event([this](rdzv::RoundEvent e, const std::string& detail) { on_round_event(e, detail); });
   for (int sig : cfg.signals_to_handle) signals.add(sig);
-  std::function<void(boost::system::error_code, int)> on_sig =
-      [this, &on_sig](boost::system::error_code ec, int sig) {
-        if (ec) return;
-        on_signal(sig);
-        if (!life.done()) signals.async_wait(on_sig);
-      };
+  std::function<void(boost::system::error_code, int)> on_sig = [this, &on_sig](boost::system::error_code ec,
+                                                                               int sig) {
+    if (ec) return;
+    on_signal(sig);
+    if (!life.done()) signals.async_wait(on_sig);
+  };
   signals.async_wait(on_sig);
   runner = std::make_unique<ProcessRunner>(io);
   terminal = std::make_unique<AgentTerminal>(io, cfg, log);
@@ -87,8 +90,12 @@ AgentResult Agent::Impl::run() {
   events.failed = [this] { begin_stop(StopReason::kLocalFailure, SIGTERM); };
   events.succeeded = [this] { after_local_success(); };
   events.hung = [this](const Worker& w, const HangInfo& h, std::chrono::milliseconds late) {
-    observers.emit("worker_hang", {{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid},
-                                   {"source", h.source}, {"scope", h.scope}, {"detail", h.detail},
+    observers.emit("worker_hang", {{"rank", w.rank},
+                                   {"local_rank", w.local_rank},
+                                   {"pid", w.pid},
+                                   {"source", h.source},
+                                   {"scope", h.scope},
+                                   {"detail", h.detail},
                                    {"late_ms", late.count()}});
   };
   events.stopped = [this] {
@@ -137,8 +144,7 @@ void Agent::Impl::announce_rendezvous_start() {
     restarts_announced = life.restart_count();
     std::string reason = "another node's workers failed";
     const auto& failures = group->failures();
-    if (life.is(Phase::kStopping) && life.stop_reason() == StopReason::kLocalFailure &&
-        !failures.empty()) {
+    if (life.is(Phase::kStopping) && life.stop_reason() == StopReason::kLocalFailure && !failures.empty()) {
       const auto& root = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
       reason = "rank " + std::to_string(root.rank) + " on " + root.host + ": " + root.how();
     } else if (!last_event_detail.empty()) {
@@ -155,11 +161,12 @@ void Agent::Impl::announce_rendezvous_start() {
 void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
   if (!life.is(Phase::kRendezvous)) return;  // a signal ended the run meanwhile
   life.set_round(r);
-  observers.emit("rendezvous", {{"group_rank", r.group_rank}, {"group_world_size", r.group_world_size},
-                                {"world_size", r.world_size}, {"rank_offset", r.rank_offset}});
-  log->info("rendezvous complete round={} group_rank={}/{} world_size={} rank_offset={} store={}",
-            r.round, r.group_rank, r.group_world_size, r.world_size, r.rank_offset,
-            r.store_endpoint.to_string());
+  observers.emit("rendezvous", {{"group_rank", r.group_rank},
+                                {"group_world_size", r.group_world_size},
+                                {"world_size", r.world_size},
+                                {"rank_offset", r.rank_offset}});
+  log->info("rendezvous complete round={} group_rank={}/{} world_size={} rank_offset={} store={}", r.round,
+            r.group_rank, r.group_world_size, r.world_size, r.rank_offset, r.store_endpoint.to_string());
   point_torch_store(r);
   // On etcd the workers' store is group rank 0's, not the handler's: no
   // first-step times there (docs/agent.md, "Startup times").
@@ -254,9 +261,10 @@ void Agent::Impl::on_signal(int sig) {
       log->warn("received SIGINT again: killing workers now");
       group->signal_all(SIGKILL);
     } else {
-      log->info("received {} again: workers are already stopping (SIGKILL after the stop "
-                "timeout; Ctrl-C twice to kill at once)",
-                signal_name(sig));
+      log->info(
+          "received {} again: workers are already stopping (SIGKILL after the stop "
+          "timeout; Ctrl-C twice to kill at once)",
+          signal_name(sig));
     }
     return;
   }
@@ -294,13 +302,12 @@ void Agent::Impl::on_all_stopped() {
         // Closing follows; if the report fails the other nodes see the job end
         // without a cause.
         rdzv->report_failure(reason);
-        fail_for_good("workers failed and max_restarts=" + std::to_string(cfg.max_restarts) +
-                      " is spent");
+        fail_for_good("workers failed and max_restarts=" + std::to_string(cfg.max_restarts) + " is spent");
         return;
       }
       life.spend_restart();
-      log->warn("restarting workers ({}/{}) after failure of {}", life.restart_count(),
-                cfg.max_restarts, reason);
+      log->warn("restarting workers ({}/{}) after failure of {}", life.restart_count(), cfg.max_restarts,
+                reason);
       rdzv->report_failure(reason, [this](const std::string& m) {
         log->warn("could not report the failure to the other nodes: {}", m);
       });
@@ -319,8 +326,9 @@ void Agent::Impl::on_all_stopped() {
       return;
     case StopReason::kJobClosed:
       // last_event_detail is "job closed: <why>".
-      finish(ExitCode::kRendezvous, "rendezvous of run_id=" + cfg.rendezvous.run_id + " was closed by another node: " +
-                                        last_event_detail.substr(last_event_detail.find(": ") + 2) + "; workers stopped");
+      finish(ExitCode::kRendezvous,
+             "rendezvous of run_id=" + cfg.rendezvous.run_id + " was closed by another node: " +
+                 last_event_detail.substr(last_event_detail.find(": ") + 2) + "; workers stopped");
       return;
     case StopReason::kSignal: {
       life.enter(Phase::kClosing);
@@ -375,9 +383,10 @@ void Agent::Impl::succeed_unconfirmed(const std::string& why) {
   // torchrun's exit barrier does the same: this node's workers succeeded, and a
   // store that vanished afterwards (often: the hosting node finished first)
   // does not turn that into a failure. A node still running sees the loss itself.
-  log->warn("this node's workers succeeded, but the other nodes' success could not be "
-            "confirmed: {}",
-            why);
+  log->warn(
+      "this node's workers succeeded, but the other nodes' success could not be "
+      "confirmed: {}",
+      why);
   finish(ExitCode::kSucceeded);
 }
 
@@ -406,8 +415,8 @@ void Agent::Impl::fail_for_good(const std::string& reason, bool print) {
 }
 
 void Agent::Impl::write_failure_report(bool final_report) {
-  FailureReport report{cfg.rendezvous.run_id, cfg.role, group->attempt(), life.restart_count(),
-                       cfg.max_restarts, group->failures()};
+  FailureReport report{cfg.rendezvous.run_id, cfg.role,         group->attempt(),
+                       life.restart_count(),  cfg.max_restarts, group->failures()};
   const auto path = run_dir->attempt(group->attempt()) / "failure.json";
   {
     std::ofstream out(path, std::ios::trunc);
@@ -416,7 +425,7 @@ void Agent::Impl::write_failure_report(bool final_report) {
   if (!final_report) return;
   run_dir->keep();
   write_fully(2, render_text(report) + interpreter_hint(report, cfg.argv.front()) +
-                    "failure report: " + path.string() + "\n");
+                     "failure report: " + path.string() + "\n");
 }
 
 void Agent::Impl::finish(int code, const std::string& error) {

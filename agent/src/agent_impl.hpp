@@ -12,14 +12,13 @@
 // and ProcessRunner's spawner thread.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "agent_terminal.hpp"
 #include "ddp/agent/agent.hpp"
@@ -90,9 +89,9 @@ struct Agent::Impl {
   std::unique_ptr<RendezvousCalls> rdzv;  // after io: destroyed before it
 
   EnvMap base_env;
-  EnvMap liveness_env;  // what workers get of the liveness channels
+  EnvMap liveness_env;                          // what workers get of the liveness channels
   std::unique_ptr<FileTimerServer> file_timer;  // TORCHELASTIC_ENABLE_FILE_TIMER=1
-  std::string store_lost;  // the kStoreLost detail, for the exit message
+  std::string store_lost;                       // the kStoreLost detail, for the exit message
   int signal_received = 0;
   AgentResult result;
   int restarts_announced = 0;

@@ -7,11 +7,10 @@
 
 #include <sys/ioctl.h>
 
-#include <functional>
-#include <memory>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <functional>
+#include <memory>
 
 #include "ddp/agent/agent_config.hpp"
 #include "terminal_relay.hpp"
@@ -26,8 +25,7 @@ namespace ddp::agent {
 
 class AgentTerminal {
  public:
-  AgentTerminal(boost::asio::io_context& io, const AgentConfig& cfg,
-                std::shared_ptr<spdlog::logger> log);
+  AgentTerminal(boost::asio::io_context& io, const AgentConfig& cfg, std::shared_ptr<spdlog::logger> log);
   ~AgentTerminal();
   AgentTerminal(const AgentTerminal&) = delete;
   AgentTerminal& operator=(const AgentTerminal&) = delete;

@@ -58,12 +58,14 @@ GuardReport read_guard_report(int fd, const std::string& executable, std::chrono
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd p{fd, POLLIN, 0};
     const int n = ::poll(&p, 1, static_cast<int>(std::max<long>(0, left.count())));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      r.error = "cannot start " + executable + ": ddp-guard did not report within " + std::to_string(timeout.count()) + " ms";
+      r.error = "cannot start " + executable + ": ddp-guard did not report within " +
+                std::to_string(timeout.count()) + " ms";
       return r;
     }
     char buf[512];
@@ -85,7 +87,8 @@ GuardReport read_guard_report(int fd, const std::string& executable, std::chrono
       r.error = "cannot start " + executable + ": " + errno_text(err);
     }
   }
-  if (r.error.empty() && r.worker_pid <= 0) r.error = "cannot start " + executable + ": ddp-guard exited before starting it";
+  if (r.error.empty() && r.worker_pid <= 0)
+    r.error = "cannot start " + executable + ": ddp-guard exited before starting it";
   return r;
 }
 

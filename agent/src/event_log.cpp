@@ -15,8 +15,8 @@ namespace ddp::agent {
 EventLog::EventLog(const std::filesystem::path& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) {
-    throw ConfigError("--event_log: cannot open '" + path.string() + "' for appending: " +
-                      std::strerror(errno));
+    throw ConfigError("--event_log: cannot open '" + path.string() +
+                      "' for appending: " + std::strerror(errno));
   }
 }
 
@@ -32,8 +32,7 @@ void EventLog::write(const std::string& event, const nlohmann::json& fields) {
   };
   for (const auto& [k, v] : fields.items()) line[k] = v;
   // Replace invalid UTF-8 (a reason quoting worker output) instead of throwing.
-  const std::string text =
-      line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);

@@ -6,9 +6,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace ddp::agent {
 namespace {
@@ -151,10 +150,10 @@ std::string render_text(const FailureReport& r) {
   }
   // The error file's traceback is the one stderr shows too: print it once.
   const std::string message = f.error ? f.error->message.substr(0, f.error->message.find('\n')) : "";
-  const bool traceback_shown =
-      f.error && !f.error->traceback.empty() && python && !message.empty() &&
-      std::any_of(f.stderr_tail.begin(), f.stderr_tail.end(),
-                  [&](const auto& l) { return l.find(message) != std::string::npos; });
+  const bool traceback_shown = f.error && !f.error->traceback.empty() && python && !message.empty() &&
+                               std::any_of(f.stderr_tail.begin(), f.stderr_tail.end(), [&](const auto& l) {
+                                 return l.find(message) != std::string::npos;
+                               });
   if (traceback_shown && !f.stderr_log.empty()) {
     os << "  stderr     : " << f.stderr_log << '\n';
   }
@@ -172,8 +171,8 @@ std::string render_text(const FailureReport& r) {
               [&](auto a, auto b) { return r.failures[a].time < r.failures[b].time; });
     for (auto i : order) {
       const auto& o = r.failures[i];
-      os << "  rank " << o.rank << " (local_rank " << o.local_rank << ", host " << o.host
-         << ", pid " << o.pid << "): " << o.how() << " at " << format_time(o.time);
+      os << "  rank " << o.rank << " (local_rank " << o.local_rank << ", host " << o.host << ", pid " << o.pid
+         << "): " << o.how() << " at " << format_time(o.time);
       if (o.hang) os << ": hung, " << o.hang->what();
       if (o.error) os << ": " << o.error->message.substr(0, o.error->message.find('\n'));
       os << '\n';
@@ -198,18 +197,15 @@ std::string render_json(const FailureReport& r) {
               {"exit_code", f.signal != 0 ? json() : json(f.exit_code)},
               {"signal", f.signal != 0 ? json(signal_name(f.signal)) : json()},
               {"time", format_time(f.time)},
-              {"time_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   f.time.time_since_epoch()).count()},
+              {"time_unix_ms",
+               std::chrono::duration_cast<std::chrono::milliseconds>(f.time.time_since_epoch()).count()},
               {"error_file", f.error_file},
               {"stderr_tail", f.stderr_tail},
               {"stderr_log", f.stderr_log}};
     if (f.hang) {
-      j["hang"] = {{"source", f.hang->source},
-                   {"scope", f.hang->scope},
-                   {"detail", f.hang->detail},
-                   {"what", f.hang->what()},
-                   {"top_frames", f.hang->top_frames},
-                   {"stacks_file", f.hang->stacks_file},
+      j["hang"] = {{"source", f.hang->source},         {"scope", f.hang->scope},
+                   {"detail", f.hang->detail},         {"what", f.hang->what()},
+                   {"top_frames", f.hang->top_frames}, {"stacks_file", f.hang->stacks_file},
                    {"stack_note", f.hang->stack_note}};
     }
     if (f.error) {

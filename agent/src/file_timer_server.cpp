@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "ddp/common/error.hpp"
@@ -28,16 +27,15 @@ FileTimerServer::FileTimerServer(boost::asio::io_context& io, std::filesystem::p
   std::error_code ec;
   std::filesystem::remove(path_, ec);
   if (::mkfifo(path_.c_str(), 0600) != 0) {
-    throw ConfigError("TORCHELASTIC_TIMER_FILE: cannot create the named pipe " + path_.string() +
-                      ": " + std::strerror(errno) + " (choose a writable path or unset it)");
+    throw ConfigError("TORCHELASTIC_TIMER_FILE: cannot create the named pipe " + path_.string() + ": " +
+                      std::strerror(errno) + " (choose a writable path or unset it)");
   }
   const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   keep_open_ = fd >= 0 ? ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC) : -1;
   if (fd < 0 || keep_open_ < 0) {
     const std::string why = std::strerror(errno);
     if (fd >= 0) ::close(fd);
-    throw ConfigError("TORCHELASTIC_TIMER_FILE: cannot open the named pipe " + path_.string() +
-                      ": " + why);
+    throw ConfigError("TORCHELASTIC_TIMER_FILE: cannot open the named pipe " + path_.string() + ": " + why);
   }
   pipe_.assign(fd);
   read();
@@ -52,13 +50,13 @@ FileTimerServer::~FileTimerServer() {
 }
 
 void FileTimerServer::read() {
-  pipe_.async_read_some(boost::asio::buffer(chunk_), [this](boost::system::error_code ec,
-                                                            std::size_t n) {
+  pipe_.async_read_some(boost::asio::buffer(chunk_), [this](boost::system::error_code ec, std::size_t n) {
     if (ec == boost::asio::error::operation_aborted) return;
     if (ec) {
-      log::get("agent")->warn("file timer pipe {}: read failed: {}; FileTimer requests are "
-                              "no longer served",
-                              path_.string(), ec.message());
+      log::get("agent")->warn(
+          "file timer pipe {}: read failed: {}; FileTimer requests are "
+          "no longer served",
+          path_.string(), ec.message());
       return;
     }
     buf_.append(chunk_, n);
@@ -76,9 +74,8 @@ void FileTimerServer::read() {
 void FileTimerServer::on_line(const std::string& line) {
   const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   TimerRequest r;
-  if (j.is_object() && j.contains("pid") && j["pid"].is_number_integer() &&
-      j.contains("scope_id") && j["scope_id"].is_string() && j.contains("expiration_time") &&
-      j["expiration_time"].is_number()) {
+  if (j.is_object() && j.contains("pid") && j["pid"].is_number_integer() && j.contains("scope_id") &&
+      j["scope_id"].is_string() && j.contains("expiration_time") && j["expiration_time"].is_number()) {
     r.pid = j["pid"].get<int>();
     r.scope = j["scope_id"].get<std::string>();
     r.expiration_time = j["expiration_time"].get<double>();

@@ -13,12 +13,11 @@
 // Thread-safety: the io thread only; requests are delivered on it.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <filesystem>
 #include <functional>
 #include <string>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 
 namespace ddp::agent {
 

@@ -6,14 +6,13 @@
 // Thread-safety: the io thread only.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <string>
 #include <tuple>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 namespace ddp::agent {
 

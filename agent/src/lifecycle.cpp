@@ -9,13 +9,17 @@ namespace {
 bool allowed(Phase from, Phase to) {
   if (to == Phase::kDone) return from != Phase::kDone;  // any end: error, signal, success
   switch (from) {
-    case Phase::kRendezvous: return to == Phase::kRendezvous || to == Phase::kRunning;
-    case Phase::kRunning: return to == Phase::kStopping || to == Phase::kSucceeded;
-    case Phase::kStopping: return to == Phase::kRendezvous || to == Phase::kClosing;
+    case Phase::kRendezvous:
+      return to == Phase::kRendezvous || to == Phase::kRunning;
+    case Phase::kRunning:
+      return to == Phase::kStopping || to == Phase::kSucceeded;
+    case Phase::kStopping:
+      return to == Phase::kRendezvous || to == Phase::kClosing;
     case Phase::kSucceeded:  // another node failed: rerun, or give up
       return to == Phase::kRendezvous || to == Phase::kClosing;
     case Phase::kClosing:
-    case Phase::kDone: return false;
+    case Phase::kDone:
+      return false;
   }
   return false;
 }
@@ -24,12 +28,18 @@ bool allowed(Phase from, Phase to) {
 
 const char* phase_name(Phase p) {
   switch (p) {
-    case Phase::kRendezvous: return "rendezvous";
-    case Phase::kRunning: return "running";
-    case Phase::kStopping: return "stopping";
-    case Phase::kSucceeded: return "succeeded";
-    case Phase::kClosing: return "closing";
-    case Phase::kDone: return "exited";
+    case Phase::kRendezvous:
+      return "rendezvous";
+    case Phase::kRunning:
+      return "running";
+    case Phase::kStopping:
+      return "stopping";
+    case Phase::kSucceeded:
+      return "succeeded";
+    case Phase::kClosing:
+      return "closing";
+    case Phase::kDone:
+      return "exited";
   }
   return "unknown";
 }

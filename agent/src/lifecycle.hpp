@@ -18,13 +18,13 @@ enum class Phase { kRendezvous, kRunning, kStopping, kSucceeded, kClosing, kDone
 
 // Why the workers are being stopped; decides what happens once they are gone.
 enum class StopReason {
-  kLocalFailure,     // a local worker failed: spends a restart
-  kRemoteFailure,    // another node's workers failed: spends a restart too, so
-                     // every node's TORCHELASTIC_RESTART_COUNT stays equal
-  kMembership,       // nodes joined or left: re-form without spending a restart
-  kStoreLost,        // exit 3
-  kJobClosed,        // a joining node found a mistake (e.g. --nnodes): exit 3
-  kSignal,           // exit 128+N
+  kLocalFailure,   // a local worker failed: spends a restart
+  kRemoteFailure,  // another node's workers failed: spends a restart too, so
+                   // every node's TORCHELASTIC_RESTART_COUNT stays equal
+  kMembership,     // nodes joined or left: re-form without spending a restart
+  kStoreLost,      // exit 3
+  kJobClosed,      // a joining node found a mistake (e.g. --nnodes): exit 3
+  kSignal,         // exit 128+N
 };
 
 // ddprun's documented exit codes (docs/errors.md); a signal N gives 128+N.

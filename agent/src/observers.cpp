@@ -74,8 +74,11 @@ void Observers::worker_exited(const Worker& w) {
     deferred_exits_.push_back(w.local_rank);
     return;
   }
-  nlohmann::json f = {{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid},
-                      {"exit_code", nullptr}, {"signal", nullptr}};
+  nlohmann::json f = {{"rank", w.rank},
+                      {"local_rank", w.local_rank},
+                      {"pid", w.pid},
+                      {"exit_code", nullptr},
+                      {"signal", nullptr}};
   if (WIFSIGNALED(w.wait_status)) {
     f["signal"] = WTERMSIG(w.wait_status);
   } else {
@@ -129,12 +132,10 @@ void Observers::publish_status(const std::string& final_state) {
       {"state", final_state.empty() ? phase_name(life_.phase()) : final_state},
       {"workers", ws},
       {"startup", startup_ ? startup_->fields() : nlohmann::json(nullptr)},
-      {"updated", std::chrono::duration<double>(
-                      std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"updated", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
   };
   status_caller_->call([h = handler_, key = status_key(cfg_.rendezvous.run_id, cfg_.node.node_id),
-                        value = record.dump(-1, ' ', false,
-                                            nlohmann::json::error_handler_t::replace)] {
+                        value = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)] {
     try {
       h->store()->set(key, value);
     } catch (const std::exception&) {

@@ -7,9 +7,8 @@
 #pragma once
 
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "blocking_caller.hpp"
 #include "ddp/agent/agent_config.hpp"
@@ -60,7 +59,7 @@ class Observers {
   std::shared_ptr<rdzv::RendezvousHandler> handler_;
   std::unique_ptr<EventLog> event_log_;
   std::unique_ptr<BlockingCaller> status_caller_;  // status writes never wait behind a join
-  std::vector<int> deferred_exits_;  // local ranks that exited before worker_start was logged
+  std::vector<int> deferred_exits_;                // local ranks that exited before worker_start was logged
 };
 
 }  // namespace ddp::agent

@@ -9,6 +9,13 @@
 #include <unistd.h>
 
 #include <array>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/process/v2/posix/default_launcher.hpp>
+#include <boost/process/v2/process.hpp>
+#include <boost/process/v2/stdio.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -16,14 +23,6 @@
 #include <mutex>
 #include <optional>
 #include <thread>
-
-#include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/process/v2/posix/default_launcher.hpp>
-#include <boost/process/v2/process.hpp>
-#include <boost/process/v2/stdio.hpp>
 // Boost 1.81 ships these out of line: exactly one .cpp of a binary includes them.
 #include <boost/process/v2/impl/environment.ipp>
 #include <boost/process/v2/impl/error.ipp>
@@ -63,8 +62,7 @@ struct WorkerSetup {
     return {};
   }
 
-  error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&,
-                           const char* const*) {
+  error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&, const char* const*) {
     // Ignored signals and the signal mask survive exec: give the worker the
     // defaults whatever the agent uses (ddprun ignores SIGPIPE).
     ::signal(SIGPIPE, SIG_DFL);
@@ -81,15 +79,16 @@ struct WorkerSetup {
     if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
       struct rlimit lim {};
       const long max_fd = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < 65536
-                              ? static_cast<long>(lim.rlim_cur) : 65536;
+                              ? static_cast<long>(lim.rlim_cur)
+                              : 65536;
       for (int fd = 3; fd < max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
     if (keep_fd >= 0) ::fcntl(keep_fd, F_SETFD, 0);
     return {};
   }
 
-  void on_exec_error(bp::posix::default_launcher&, const bp::filesystem::path&,
-                     const char* const*, const error_code&) {
+  void on_exec_error(bp::posix::default_launcher&, const bp::filesystem::path&, const char* const*,
+                     const error_code&) {
     // Not exit(): the forked copy of a threaded agent must not run atexit handlers.
     ::_exit(127);
   }
@@ -107,8 +106,8 @@ struct Pipe {
 }  // namespace
 
 struct Child : std::enable_shared_from_this<Child> {
-  Child(asio::io_context& io, bp::basic_process<asio::io_context::executor_type> p, int out_fd,
-        int err_fd, ChildHandlers h)
+  Child(asio::io_context& io, bp::basic_process<asio::io_context::executor_type> p, int out_fd, int err_fd,
+        ChildHandlers h)
       : proc(std::move(p)), out(io, out_fd), err(io, err_fd), drain(io), handlers(std::move(h)) {}
 
   bp::basic_process<asio::io_context::executor_type> proc;
@@ -123,9 +122,9 @@ struct Child : std::enable_shared_from_this<Child> {
   bool exited = false;
   bool reported = false;
   int status = 0;
-  pid_t group = -1;    // the guard's pid, which leads the worker's process group
+  pid_t group = -1;  // the guard's pid, which leads the worker's process group
   bool guarded = false;
-  std::string cgroup;  // the worker's cgroup v2, if its guard made one
+  std::string cgroup;             // the worker's cgroup v2, if its guard made one
   std::function<void()> on_done;  // unregisters from the runner
 
   void start() {
@@ -155,18 +154,18 @@ struct Child : std::enable_shared_from_this<Child> {
   void read(StdStream which) {
     auto& desc = which == StdStream::kOut ? out : err;
     auto& buf = which == StdStream::kOut ? out_buf : err_buf;
-    desc.async_read_some(asio::buffer(buf), [self = shared_from_this(), which, &buf](
-                                                error_code ec, std::size_t n) {
-      if (n > 0 && self->handlers.on_output) {
-        self->handlers.on_output(which, std::string_view(buf.data(), n));
-      }
-      if (ec) {
-        (which == StdStream::kOut ? self->out_open : self->err_open) = false;
-        self->maybe_report();
-        return;
-      }
-      self->read(which);
-    });
+    desc.async_read_some(asio::buffer(buf),
+                         [self = shared_from_this(), which, &buf](error_code ec, std::size_t n) {
+                           if (n > 0 && self->handlers.on_output) {
+                             self->handlers.on_output(which, std::string_view(buf.data(), n));
+                           }
+                           if (ec) {
+                             (which == StdStream::kOut ? self->out_open : self->err_open) = false;
+                             self->maybe_report();
+                             return;
+                           }
+                           self->read(which);
+                         });
   }
 
   void close_pipes() {
@@ -284,8 +283,7 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
     }
     const pid_t group = proc->id();
     const pid_t pid = report.worker_pid > 0 ? report.worker_pid : group;
-    auto child = std::make_shared<Child>(io, std::move(*proc), out.read, err.read,
-                                         std::move(handlers));
+    auto child = std::make_shared<Child>(io, std::move(*proc), out.read, err.read, std::move(handlers));
     child->group = group;
     child->guarded = report.worker_pid > 0;
     child->cgroup = report.cgroup;
@@ -325,14 +323,12 @@ ProcessRunner::~ProcessRunner() {
   impl_->children.clear();
 }
 
-void ProcessRunner::spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned,
-                          WorkerStdio stdio) {
+void ProcessRunner::spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     // The work guard keeps io.run() from returning before the spawn is reported.
     impl_->jobs.emplace_back([impl = impl_.get(), work = asio::make_work_guard(impl_->io),
-                              spec = std::move(spec),
-                              handlers = std::move(handlers),
+                              spec = std::move(spec), handlers = std::move(handlers),
                               on_spawned = std::move(on_spawned), stdio]() mutable {
       impl->launch(std::move(spec), std::move(handlers), std::move(on_spawned), stdio);
     });

@@ -15,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -22,16 +23,14 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/asio/io_context.hpp>
-
 #include "worker_stdio.hpp"
 
 namespace ddp::agent {
 
 struct SpawnSpec {
-  std::string executable;          // absolute path
-  std::vector<std::string> args;   // argv[1..]
-  std::vector<std::string> env;    // the complete environment, "KEY=VALUE"
+  std::string executable;         // absolute path
+  std::vector<std::string> args;  // argv[1..]
+  std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
   // Grace between SIGTERM and SIGKILL for what a worker leaves running when it exits.
   std::chrono::milliseconds stop_timeout{30000};
 };

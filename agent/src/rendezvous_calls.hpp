@@ -7,12 +7,11 @@
 // Thread-safety: construct, call and destroy on the io thread.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-
-#include <boost/asio/io_context.hpp>
 
 #include "blocking_caller.hpp"
 #include "ddp/rdzv/rendezvous.hpp"

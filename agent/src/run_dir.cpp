@@ -33,11 +33,11 @@ RunDir::RunDir(const fs::path& log_dir, const std::string& run_id) {
     return;
   }
   const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ddprun-" +
-                     run_id + "-XXXXXX";
+  std::string tmpl =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ddprun-" + run_id + "-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) {
-    throw ConfigError("cannot create a temp dir " + tmpl + " (set TMPDIR or --log_dir): " +
-                      errno_text(errno));
+    throw ConfigError("cannot create a temp dir " + tmpl +
+                      " (set TMPDIR or --log_dir): " + errno_text(errno));
   }
   path_ = tmpl;
   temp_ = true;
@@ -52,9 +52,7 @@ RunDir::~RunDir() {
 
 fs::path RunDir::attempt(int k) const { return path_ / ("attempt_" + std::to_string(k)); }
 
-fs::path RunDir::worker(int k, int local_rank) const {
-  return attempt(k) / std::to_string(local_rank);
-}
+fs::path RunDir::worker(int k, int local_rank) const { return attempt(k) / std::to_string(local_rank); }
 
 void RunDir::prepare_attempt(int k, int nproc) const {
   for (int lr = 0; lr < nproc; ++lr) {

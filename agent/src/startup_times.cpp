@@ -69,7 +69,8 @@ bool StartupTimes::first_step(std::int64_t rank) {
   return true;
 }
 
-nlohmann::json StartupTimes::seconds(std::optional<Clock::time_point> from, std::optional<Clock::time_point> to) {
+nlohmann::json StartupTimes::seconds(std::optional<Clock::time_point> from,
+                                     std::optional<Clock::time_point> to) {
   if (!from || !to) return nullptr;
   return std::chrono::duration<double>(*to - *from).count();
 }

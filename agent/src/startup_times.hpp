@@ -13,15 +13,14 @@
 // Thread-safety: the io thread only; the watch's callback only posts to it.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-
-#include <boost/asio/io_context.hpp>
-#include <nlohmann/json.hpp>
 
 #include "ddp/rdzv/rendezvous.hpp"
 #include "ddp/store/store.hpp"

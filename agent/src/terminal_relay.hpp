@@ -10,12 +10,11 @@
 // Thread-safety: io thread only.
 #pragma once
 
-#include <memory>
-#include <string>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <memory>
+#include <string>
 
 #include "worker_output.hpp"
 

@@ -19,8 +19,7 @@ bool sets_default_omp_threads(const EnvMap& base, const WorkerEnvInput& in) {
   return in.default_omp_threads && in.local_world_size > 1 && base.count("OMP_NUM_THREADS") == 0;
 }
 
-EnvMap build_worker_env(const EnvMap& base, const rdzv::RendezvousResult& round,
-                        const WorkerEnvInput& in) {
+EnvMap build_worker_env(const EnvMap& base, const rdzv::RendezvousResult& round, const WorkerEnvInput& in) {
   EnvMap env = base;
   const int rank = round.rank_offset + in.local_rank;
   auto put = [&](const std::string& key, const std::string& value) { env[key] = value; };

@@ -4,7 +4,6 @@
 #include <sys/wait.h>
 
 #include <algorithm>
-
 #include <boost/asio/post.hpp>
 
 #include "ddp/common/error.hpp"
@@ -13,8 +12,8 @@
 namespace ddp::agent {
 
 WorkerGroup::WorkerGroup(boost::asio::io_context& io, const AgentConfig& cfg, ProcessRunner& runner,
-                         const RunDir& run_dir, AgentTerminal& terminal,
-                         std::shared_ptr<spdlog::logger> log, WorkerGroupEvents events)
+                         const RunDir& run_dir, AgentTerminal& terminal, std::shared_ptr<spdlog::logger> log,
+                         WorkerGroupEvents events)
     : io_(io),
       cfg_(cfg),
       runner_(runner),
@@ -80,15 +79,16 @@ void WorkerGroup::start(const GroupLaunch& launch) {
     in.torch_store = launch.torch_store;
     if (!omp_notice_logged_ && sets_default_omp_threads(*launch.base_env, in)) {
       omp_notice_logged_ = true;
-      log_->info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "
-                 "set it yourself to tune");
+      log_->info(
+          "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "
+          "set it yourself to tune");
     }
     SpawnSpec spec;
     spec.executable = cfg_.argv.at(0);
     spec.args.assign(cfg_.argv.begin() + 1, cfg_.argv.end());
     if (cfg_.local_rank_arg_index >= 0) {
-      const auto at = std::min<std::size_t>(static_cast<std::size_t>(cfg_.local_rank_arg_index),
-                                            spec.args.size());
+      const auto at =
+          std::min<std::size_t>(static_cast<std::size_t>(cfg_.local_rank_arg_index), spec.args.size());
       spec.args.insert(spec.args.begin() + static_cast<std::ptrdiff_t>(at),
                        "--local_rank=" + std::to_string(lr));
     }
@@ -107,11 +107,12 @@ void WorkerGroup::start(const GroupLaunch& launch) {
       if (att == attempt_) on_exit(lr, status);
     };
     ++pending_spawns_;
-    runner_.spawn(std::move(spec), std::move(handlers),
-                  [this, lr, att = attempt_](pid_t pid, const std::string& error) {
-                    if (att == attempt_) on_spawned(lr, pid, error);
-                  },
-                  terminal_.open_stdio(lr, w.terminal));
+    runner_.spawn(
+        std::move(spec), std::move(handlers),
+        [this, lr, att = attempt_](pid_t pid, const std::string& error) {
+          if (att == attempt_) on_spawned(lr, pid, error);
+        },
+        terminal_.open_stdio(lr, w.terminal));
   }
 }
 
@@ -144,8 +145,8 @@ void WorkerGroup::on_spawned(int local_rank, pid_t pid, const std::string& error
       if (!pids.empty()) pids += ',';
       pids += std::to_string(x.pid);
     }
-    log_->info("started {} workers attempt={} restart_count={}/{} ranks={}..{} pids={}",
-               workers_.size(), attempt_, restart_count_, cfg_.max_restarts, rank_offset_,
+    log_->info("started {} workers attempt={} restart_count={}/{} ranks={}..{} pids={}", workers_.size(),
+               attempt_, restart_count_, cfg_.max_restarts, rank_offset_,
                rank_offset_ + cfg_.nproc_per_node - 1, pids);
   }
 }
@@ -209,8 +210,7 @@ void WorkerGroup::stop(int sig, bool count_failures) {
   stop_timer_.expires_after(cfg_.stop_timeout);
   stop_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || state_ != State::kStopping) return;
-    log_->warn("{} workers still running after {} ms: sending SIGKILL", live(),
-               cfg_.stop_timeout.count());
+    log_->warn("{} workers still running after {} ms: sending SIGKILL", live(), cfg_.stop_timeout.count());
     signal_all(SIGKILL);
   });
   if (live() == 0 && pending_spawns_ == 0) {
@@ -241,8 +241,8 @@ void WorkerGroup::cancel_timers() {
 }
 
 int WorkerGroup::live() const {
-  return static_cast<int>(std::count_if(workers_.begin(), workers_.end(),
-                                        [](const Worker& w) { return w.spawned && !w.done; }));
+  return static_cast<int>(
+      std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.spawned && !w.done; }));
 }
 
 WorkerFailure WorkerGroup::make_failure(const Worker& w) const {

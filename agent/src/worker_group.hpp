@@ -10,13 +10,12 @@
 #include <sys/ioctl.h>
 #include <sys/types.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "agent_terminal.hpp"
 #include "ddp/agent/agent_config.hpp"
@@ -138,7 +137,7 @@ class WorkerGroup {
   int pending_spawns_ = 0;
   int succeeded_ = 0;
   std::vector<WorkerFailure> failures_;  // of the current attempt
-  int stop_signal_ = SIGTERM;  // what stop() sent; late spawns get it too
+  int stop_signal_ = SIGTERM;            // what stop() sent; late spawns get it too
   bool count_failures_ = false;
   bool omp_notice_logged_ = false;
 };

@@ -52,35 +52,35 @@ void WorkerGroup::on_timer_request(const TimerRequest& r) {
   if (state_ != State::kRunning) return;
   const int lr = local_rank_of(r.pid);
   if (lr < 0) {
-    log_->warn("FileTimer request from pid={} scope={}, which is not in a local worker's process "
-               "tree: ignored",
-               r.pid, r.scope);
+    log_->warn(
+        "FileTimer request from pid={} scope={}, which is not in a local worker's process "
+        "tree: ignored",
+        r.pid, r.scope);
     return;
   }
   if (r.expiration_time < 0) {
     watch_.disarm(lr, "FileTimer", r.scope);
     return;
   }
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const double left = r.expiration_time - now;
   Deadline d;
   d.local_rank = lr;
   d.source = "FileTimer";
   d.scope = r.scope;
   d.signal = r.signal;
-  d.at = std::chrono::steady_clock::now() +
-         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-             std::chrono::duration<double>(std::max(0.0, left)));
+  d.at = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                std::chrono::duration<double>(std::max(0.0, left)));
   d.detail = "set to expire " + seconds_text(std::max(0.0, left)) + " later";
-  log_->debug("FileTimer armed rank={} scope={} in={}", workers_[static_cast<std::size_t>(lr)].rank,
-              r.scope, seconds_text(left));
+  log_->debug("FileTimer armed rank={} scope={} in={}", workers_[static_cast<std::size_t>(lr)].rank, r.scope,
+              seconds_text(left));
   watch_.arm(d);
 }
 
 void WorkerGroup::on_deadline(const Deadline& d) {
-  const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - d.at);
+  const auto late =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - d.at);
   if (state_ != State::kRunning) return;
   Worker& w = workers_[static_cast<std::size_t>(d.local_rank)];
   if (!w.spawned || w.done || w.hung) return;
@@ -100,9 +100,10 @@ void WorkerGroup::kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds 
   runner_.signal_group(w.pid, SIGKILL);  // the guard kills the whole tree
   w.hung = true;
   watch_.clear(w.local_rank);
-  log_->error("worker hung rank={} local_rank={} pid={}: {}; killed its process tree ({} ms after "
-              "the deadline)",
-              w.rank, w.local_rank, w.pid, info.what(), late.count());
+  log_->error(
+      "worker hung rank={} local_rank={} pid={}: {}; killed its process tree ({} ms after "
+      "the deadline)",
+      w.rank, w.local_rank, w.pid, info.what(), late.count());
   WorkerFailure f = make_failure(w);
   f.signal = SIGKILL;
   f.exit_code = 0;

@@ -24,8 +24,7 @@ int open_log(const std::filesystem::path& path) {
 
 }  // namespace
 
-std::string expand_prefix(const std::string& templ, int rank, int local_rank,
-                          const std::string& role) {
+std::string expand_prefix(const std::string& templ, int rank, int local_rank, const std::string& role) {
   const std::pair<std::string, std::string> vars[] = {{"${rank}", std::to_string(rank)},
                                                       {"${local_rank}", std::to_string(local_rank)},
                                                       {"${role_name}", role}};
@@ -52,7 +51,9 @@ void write_fully(int fd, std::string_view bytes) {
       bytes.remove_prefix(static_cast<std::size_t>(n));
     } else if (n < 0 && errno == EAGAIN) {
       // A non-blocking console (shared with a parent that set O_NONBLOCK): wait.
-      struct pollfd p{fd, POLLOUT, 0};
+      struct pollfd p {
+        fd, POLLOUT, 0
+      };
       ::poll(&p, 1, 100);
     } else if (n < 0 && errno == EINTR) {
       continue;

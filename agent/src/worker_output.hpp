@@ -13,12 +13,11 @@
 #include <cstddef>
 #include <deque>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <memory>
-#include <optional>
 
 #include "worker_stdio.hpp"
 
@@ -34,11 +33,11 @@ struct ConsoleLine {
 struct WorkerOutputOptions {
   int rank = 0;
   std::optional<std::string> prefix;  // console line prefix; nullopt: "[rank N]:"
-  bool console_out = true;           // stdout lines reach the agent's stdout
-  bool console_err = true;           // stderr lines reach the agent's stderr
-  std::filesystem::path out_file;    // empty: stdout not logged to a file
-  std::filesystem::path err_file;    // empty: stderr not logged to a file
-  std::size_t tail_lines = 10;       // stderr lines kept for the failure report
+  bool console_out = true;            // stdout lines reach the agent's stdout
+  bool console_err = true;            // stderr lines reach the agent's stderr
+  std::filesystem::path out_file;     // empty: stdout not logged to a file
+  std::filesystem::path err_file;     // empty: stderr not logged to a file
+  std::size_t tail_lines = 10;        // stderr lines kept for the failure report
   int console_out_fd = 1;
   int console_err_fd = 2;
   bool stream_out = false;                    // stdout's console gets bytes as they come
@@ -83,8 +82,7 @@ class WorkerOutput {
 
 // A console line prefix from torchrun's template syntax: ${rank},
 // ${local_rank} and ${role_name} replaced, anything else kept as written.
-std::string expand_prefix(const std::string& templ, int rank, int local_rank,
-                          const std::string& role);
+std::string expand_prefix(const std::string& templ, int rank, int local_rank, const std::string& role);
 
 // Writes all of `bytes` to `fd`, retrying on EINTR and short writes.
 void write_fully(int fd, std::string_view bytes);

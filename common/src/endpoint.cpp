@@ -14,18 +14,15 @@ std::string Endpoint::to_string() const {
 std::uint16_t parse_port(std::string_view text, std::string_view what) {
   long value = -1;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < 0 ||
-      value > 65535) {
-    throw ConfigError(std::string(what) + ": port '" + std::string(text) +
-                      "' is not a number in 0..65535");
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < 0 || value > 65535) {
+    throw ConfigError(std::string(what) + ": port '" + std::string(text) + "' is not a number in 0..65535");
   }
   return static_cast<std::uint16_t>(value);
 }
 
 Endpoint parse_endpoint(std::string_view text, std::string_view what, int default_port) {
   auto bad = [&](const std::string& why) {
-    return ConfigError(std::string(what) + ": '" + std::string(text) + "' " + why +
-                       "; expected HOST:PORT");
+    return ConfigError(std::string(what) + ": '" + std::string(text) + "' " + why + "; expected HOST:PORT");
   };
   Endpoint ep;
   std::string_view port_text;

@@ -1,11 +1,11 @@
 #include "ddp/common/logging.hpp"
 
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 #include <mutex>
 #include <vector>
-
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "ddp/common/error.hpp"
 
@@ -32,9 +32,8 @@ spdlog::level::level_enum initial_level() {
 
 spdlog::level::level_enum parse_level(const std::string& level, const std::string& flag) {
   static const std::vector<std::pair<std::string, spdlog::level::level_enum>> kLevels = {
-      {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
-      {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
-      {"warning", spdlog::level::warn}, {"error", spdlog::level::err},
+      {"trace", spdlog::level::trace},       {"debug", spdlog::level::debug},  {"info", spdlog::level::info},
+      {"warn", spdlog::level::warn},         {"warning", spdlog::level::warn}, {"error", spdlog::level::err},
       {"critical", spdlog::level::critical}, {"off", spdlog::level::off}};
   for (const auto& [name, value] : kLevels) {
     if (name == level) return value;
@@ -47,8 +46,7 @@ std::shared_ptr<spdlog::logger> get(const std::string& name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto existing = spdlog::get(name)) return existing;
   // stderr, so that programs keep their stdout for their own output.
-  auto logger = std::make_shared<spdlog::logger>(
-      name, std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>(name, std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_level(g_configured ? g_level : initial_level());
   logger->set_pattern(g_pattern);
   logger->flush_on(spdlog::level::warn);

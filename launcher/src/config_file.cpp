@@ -4,9 +4,8 @@
 #include "config_file.hpp"
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "ddp/common/error.hpp"
 
@@ -96,8 +95,7 @@ ConfigFile load_config_file(const std::string& path) {
     const std::string name = normalise(key);
     if (out.values.count(name) != 0) {
       throw ConfigError(path + ":" + std::to_string(line) + ": key '" + key +
-                        "' is set twice (first on line " +
-                        std::to_string(out.values[name].line) + ")");
+                        "' is set twice (first on line " + std::to_string(out.values[name].line) + ")");
     }
     const auto& j = doc.at(key);
     if (j.is_string()) {
@@ -109,8 +107,7 @@ ConfigFile load_config_file(const std::string& path) {
     } else if (j.is_number()) {
       v.type = ConfigValue::Type::kNumber;
       v.text = j.dump();
-    } else if (j.is_array() &&
-               std::all_of(j.begin(), j.end(), [](const auto& x) { return x.is_string(); })) {
+    } else if (j.is_array() && std::all_of(j.begin(), j.end(), [](const auto& x) { return x.is_string(); })) {
       v.type = ConfigValue::Type::kStringList;
       for (const auto& x : j) v.list.push_back(x.get<std::string>());
     } else {

@@ -10,11 +10,11 @@
 namespace ddp::launcher {
 
 struct ConfigValue {
-  std::string key;                  // as written in the file
-  int line = 0;                     // 1-based line of the key
+  std::string key;  // as written in the file
+  int line = 0;     // 1-based line of the key
   enum class Type { kString, kNumber, kBool, kStringList } type = Type::kString;
-  std::string text;                 // string, number (as written by JSON), "true"/"false"
-  std::vector<std::string> list;    // kStringList ("args")
+  std::string text;               // string, number (as written by JSON), "true"/"false"
+  std::vector<std::string> list;  // kStringList ("args")
 };
 
 struct ConfigFile {

@@ -3,15 +3,14 @@
 #include "ddp/launcher/launch_options.hpp"
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <iomanip>
 #include <optional>
 #include <sstream>
 
 #include "config_file.hpp"
-#include "slurm_env.hpp"
 #include "ddp/common/error.hpp"
+#include "slurm_env.hpp"
 
 #ifndef DDP_VERSION
 #define DDP_VERSION "0.0.0"
@@ -59,9 +58,10 @@ class UsageFormatter : public CLI::Formatter {
 };
 
 struct App {
-  CLI::App app{"ddprun: launches and supervises distributed training workers (torchrun "
-               "compatible)",
-               "ddprun"};
+  CLI::App app{
+      "ddprun: launches and supervises distributed training workers (torchrun "
+      "compatible)",
+      "ddprun"};
   std::vector<EnvFlag> env_flags;
   bool version = false;
   std::string ours_group;
@@ -74,8 +74,8 @@ struct App {
     env_flags.push_back({o, pet_name(base), false, group == ours_group ? pet_name(base, "DDP_") : ""});
   }
 
-  void flag(const std::string& base, bool& target, const std::string& help,
-            const std::string& group, const std::string& shorthand = "") {
+  void flag(const std::string& base, bool& target, const std::string& help, const std::string& group,
+            const std::string& shorthand = "") {
     auto* o = app.add_flag((shorthand.empty() ? "" : shorthand + ",") + names(base), target, help);
     o->group(group);
     env_flags.push_back(
@@ -114,8 +114,7 @@ struct App {
         "Number of workers per node; supported values: [auto, cpu, gpu, int]", node);
 
     opt("rdzv_backend", o.rdzv_backend, "Rendezvous backend: static, c10d (alias ddp), etcd", rdzv);
-    opt("rdzv_endpoint", o.rdzv_endpoint, "Rendezvous backend endpoint; usually in form HOST:PORT",
-        rdzv);
+    opt("rdzv_endpoint", o.rdzv_endpoint, "Rendezvous backend endpoint; usually in form HOST:PORT", rdzv);
     opt("rdzv_id", o.rdzv_id, "User-defined group id", rdzv);
     opt("rdzv_conf", o.rdzv_conf,
         "Additional rendezvous configuration (KEY1=VALUE1,KEY2=VALUE2,...): join_timeout, "
@@ -127,38 +126,32 @@ struct App {
          "--rdzv_backend, --rdzv_endpoint and --rdzv_id are then auto-assigned",
          rdzv);
 
-    opt("max_restarts", o.max_restarts,
-        "Maximum number of worker group restarts before failing", launch);
+    opt("max_restarts", o.max_restarts, "Maximum number of worker group restarts before failing", launch);
     opt("monitor_interval", o.monitor_interval,
         "Accepted for compatibility; ddprun reacts to worker exits as they happen", launch);
-    opt("start_method", o.start_method, "Accepted for compatibility (spawn, fork, forkserver)",
-        launch);
+    opt("start_method", o.start_method, "Accepted for compatibility (spawn, fork, forkserver)", launch);
     app.get_option("--start_method")->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
     opt("role", o.role, "User-defined role for the workers", launch);
-    flag("module", o.module,
-         "Interpret the program as a Python module, executing as `python -m`", launch, "-m");
-    flag("no_python", o.no_python,
-         "Execute the program directly instead of prepending `python3 -u`", launch);
-    flag("run_path", o.run_path,
-         "Run the program as a Python script path even without a .py suffix", launch);
+    flag("module", o.module, "Interpret the program as a Python module, executing as `python -m`", launch,
+         "-m");
+    flag("no_python", o.no_python, "Execute the program directly instead of prepending `python3 -u`", launch);
+    flag("run_path", o.run_path, "Run the program as a Python script path even without a .py suffix", launch);
     opt("signals_to_handle", o.signals_to_handle,
         "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP, SIGQUIT stop the workers with that "
         "signal; others (SIGUSR1, SIGUSR2) are forwarded to the workers, which keep running",
         launch);
-    opt("local_addr", o.local_addr,
-        "Address of this node as other nodes reach it (default: the hostname)", launch);
+    opt("local_addr", o.local_addr, "Address of this node as other nodes reach it (default: the hostname)",
+        launch);
 
-    opt("log_dir", o.log_dir,
-        "Base directory for log files: <log_dir>/<rdzv_id>/attempt_<k>/<local_rank>/", logs);
+    opt("log_dir", o.log_dir, "Base directory for log files: <log_dir>/<rdzv_id>/attempt_<k>/<local_rank>/",
+        logs);
     opt("redirects", o.redirects,
         "Redirect std streams into log files (e.g. -r 3 both streams of every worker; -r 0:1,1:2 "
         "stdout of local rank 0 and stderr of local rank 1)",
         logs, "-r");
-    opt("tee", o.tee, "Tee std streams into log files and also to the console (format as -r)",
-        logs, "-t");
+    opt("tee", o.tee, "Tee std streams into log files and also to the console (format as -r)", logs, "-t");
     opt("logs_specs", o.logs_specs,
-        "Accepted for torchrun compatibility; ddprun's log layout is torchrun's default one",
-        logs);
+        "Accepted for torchrun compatibility; ddprun's log layout is torchrun's default one", logs);
     opt("event_log_handler", o.event_log_handler,
         "Accepted for torchrun compatibility (null, console); ddprun writes events with "
         "--event_log",
@@ -167,22 +160,19 @@ struct App {
         "Console line prefix with ${rank}, ${local_rank}, ${role_name} (default "
         "\"[rank ${rank}]:\"; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)",
         logs);
-    flag("no_prefix", o.no_prefix, "Console lines exactly as the workers wrote them, no prefix",
-         logs);
+    flag("no_prefix", o.no_prefix, "Console lines exactly as the workers wrote them, no prefix", logs);
     opt("local_ranks_filter", o.local_ranks_filter,
         "Only show the console output of these local ranks (e.g. 0,2)", logs);
 
     opt("node_rank", o.node_rank, "Rank of the node for multi-node distributed training", legacy);
-    opt("master_addr", o.master_addr,
-        "Address of the master node (rank 0); IPv6 as [::1]", legacy);
+    opt("master_addr", o.master_addr, "Address of the master node (rank 0); IPv6 as [::1]", legacy);
     auto* port = app.add_option(names("master_port"), o.master_port,
                                 "Port on the master node (rank 0), default 29500");
     port->group(legacy);
     env_flags.push_back({port, "PET_MASTER_PORT", false, ""});
 
     opt("stop_timeout", o.stop_timeout_s,
-        "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, as torchrun)",
-        ours);
+        "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, as torchrun)", ours);
     flag("legacy_local_rank", o.legacy_local_rank,
          "Pass --local_rank=N to the program, the torch.distributed.launch way (default: only "
          "to a .py script that defines a --local_rank argument)",
@@ -190,12 +180,10 @@ struct App {
     flag("no_legacy_local_rank", o.no_legacy_local_rank,
          "Never pass --local_rank=N, even to a script that defines the argument", ours);
     flag("use_env", o.use_env,
-         "Accepted for torch.distributed.launch compatibility: the env always carries LOCAL_RANK",
-         ours);
-    opt("token_file", o.token_file,
-        "File holding the store's auth token; workers get it as DDP_TOKEN_FILE", ours);
-    opt("log_level", o.log_level, "ddprun's own log level: trace, debug, info, warn, error, off",
+         "Accepted for torch.distributed.launch compatibility: the env always carries LOCAL_RANK", ours);
+    opt("token_file", o.token_file, "File holding the store's auth token; workers get it as DDP_TOKEN_FILE",
         ours);
+    opt("log_level", o.log_level, "ddprun's own log level: trace, debug, info, warn, error, off", ours);
     opt("python", o.python,
         "Interpreter for scripts and -m (default $PYTHON_EXEC, else the interpreter of the "
         "torchrun on PATH, else python3 on PATH)",
@@ -227,7 +215,6 @@ struct App {
   if (const auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
   throw ConfigError(msg);
 }
-
 
 const CLI::Option* find_long(const CLI::App& app, const std::string& name, bool prefix) {
   std::vector<const CLI::Option*> found;
@@ -348,8 +335,9 @@ void check_keys(const App& cli, const ConfigFile& file) {
     } else if (name == "config" || name == "print_config") {
       throw ConfigError(at + " is only accepted on the command line");
     } else if (const EnvFlag* f = find_flag(cli, name); f == nullptr) {
-      throw ConfigError(at + " is not a ddprun option; keys are the long flag names of "
-                             "ddprun --help, plus \"program\" and \"args\"");
+      throw ConfigError(at +
+                        " is not a ddprun option; keys are the long flag names of "
+                        "ddprun --help, plus \"program\" and \"args\"");
     } else if (v.type == ConfigValue::Type::kStringList) {
       throw ConfigError(at + " takes a single value, not a list");
     } else if (f->is_flag && v.type != ConfigValue::Type::kBool) {
@@ -358,16 +346,13 @@ void check_keys(const App& cli, const ConfigFile& file) {
   }
 }
 
-std::string render_config(const LaunchOptions& effective,
-                          const std::map<std::string, std::string>& sources,
+std::string render_config(const LaunchOptions& effective, const std::map<std::string, std::string>& sources,
                           const std::string& program_source) {
   LaunchOptions copy = effective;
   App printer(copy, /*capture_values=*/true);
   std::ostringstream out;
-  const auto row = [&out](const std::string& name, const std::string& value,
-                          const std::string& source) {
-    out << std::left << std::setw(20) << name << " " << std::setw(24) << value << " " << source
-        << "\n";
+  const auto row = [&out](const std::string& name, const std::string& value, const std::string& source) {
+    out << std::left << std::setw(20) << name << " " << std::setw(24) << value << " " << source << "\n";
   };
   row("OPTION", "VALUE", "SOURCE");
   for (const auto& f : printer.env_flags) {
@@ -469,8 +454,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
     const ConfigValue& p = file->values.at("program");
     out.options.program = {p.text};
     if (auto a = file->values.find("args"); a != file->values.end()) {
-      out.options.program.insert(out.options.program.end(), a->second.list.begin(),
-                                 a->second.list.end());
+      out.options.program.insert(out.options.program.end(), a->second.list.begin(), a->second.list.end());
     }
     program_source = "file " + file->where(p);
   }

@@ -42,8 +42,7 @@ std::optional<std::string> resolve_python(const std::string& requested,
     if (first.rfind("#!/", 0) == 0) {
       std::string interp = first.substr(2);
       if (const auto sp = interp.find_first_of(" \t\r"); sp != std::string::npos) interp.resize(sp);
-      if (fs::path(interp).filename().string().rfind("python", 0) == 0 &&
-          is_executable_file(interp)) {
+      if (fs::path(interp).filename().string().rfind("python", 0) == 0 && is_executable_file(interp)) {
         return interp;
       }
     }
@@ -78,11 +77,11 @@ std::optional<std::string> find_executable(const std::string& name,
   return std::nullopt;
 }
 
-ProgramCommand resolve_program(const LaunchOptions& o,
-                               const std::map<std::string, std::string>& env) {
+ProgramCommand resolve_program(const LaunchOptions& o, const std::map<std::string, std::string>& env) {
   if (o.program.empty()) {
-    throw ConfigError("TRAINING_PROGRAM: missing; usage: ddprun [options] TRAINING_PROGRAM "
-                      "[args...] (see ddprun --help)");
+    throw ConfigError(
+        "TRAINING_PROGRAM: missing; usage: ddprun [options] TRAINING_PROGRAM "
+        "[args...] (see ddprun --help)");
   }
   const std::string& program = o.program.front();
   const std::vector<std::string> user_args(o.program.begin() + 1, o.program.end());
@@ -119,9 +118,9 @@ ProgramCommand resolve_program(const LaunchOptions& o,
     auto exe = find_executable(program, env);
     if (!exe) {
       const bool exists = is_regular(program);
-      throw ConfigError("TRAINING_PROGRAM: '" + program + "' " +
-                        (exists ? "is not executable (chmod +x it, or drop --no_python)"
-                                : "not found (looked in PATH)"));
+      throw ConfigError(
+          "TRAINING_PROGRAM: '" + program + "' " +
+          (exists ? "is not executable (chmod +x it, or drop --no_python)" : "not found (looked in PATH)"));
     }
     cmd.argv = {*exe};
   } else {

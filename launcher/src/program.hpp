@@ -18,8 +18,7 @@ struct ProgramCommand {
 
 // Throws ConfigError naming TRAINING_PROGRAM (or --python) when the program is
 // missing, not a file, or not executable.
-ProgramCommand resolve_program(const LaunchOptions& options,
-                               const std::map<std::string, std::string>& env);
+ProgramCommand resolve_program(const LaunchOptions& options, const std::map<std::string, std::string>& env);
 
 // The interpreter for scripts and -m: `--python` (or $PYTHON_EXEC) when given;
 // else the python in the shebang of the `torchrun` on PATH, which is the

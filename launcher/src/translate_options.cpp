@@ -43,8 +43,7 @@ std::chrono::milliseconds parse_seconds(const std::string& key, const std::strin
     secs = -1;
   }
   if (!(secs >= 0) || !std::isfinite(secs)) {
-    throw ConfigError("--rdzv_conf: " + key + "='" + value +
-                      "' is not a number of seconds >= 0");
+    throw ConfigError("--rdzv_conf: " + key + "='" + value + "' is not a number of seconds >= 0");
   }
   return std::chrono::milliseconds(static_cast<long long>(std::llround(secs * 1000.0)));
 }
@@ -79,8 +78,8 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
       // itself, so the value is validated and otherwise unused.
       parse_seconds(key, value);
     } else if (key == "keep_alive_max_attempt") {
-      rc.keep_alive_max_attempt = parse_int(value, "--rdzv_conf: keep_alive_max_attempt",
-                                            "a positive integer");
+      rc.keep_alive_max_attempt =
+          parse_int(value, "--rdzv_conf: keep_alive_max_attempt", "a positive integer");
       if (rc.keep_alive_max_attempt < 1) {
         throw ConfigError("--rdzv_conf: keep_alive_max_attempt must be at least 1");
       }
@@ -121,7 +120,8 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
       log::get("ddprun")->warn(
           "--rdzv_conf: key '{}' is not used by ddprun, ignored; known keys: join_timeout, "
           "last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt, timeout, "
-          "read_timeout, is_host, use_libuv, etcd_prefix, protocol, etcd_cacert, etcd_cert, etcd_key, torch_legacy_protocol",
+          "read_timeout, is_host, use_libuv, etcd_prefix, protocol, etcd_cacert, etcd_cert, etcd_key, "
+          "torch_legacy_protocol",
           key);
     }
   }
@@ -145,8 +145,9 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
 int resolve_nproc(const std::string& text, const HostInfo& host) {
   if (text == "gpu") {
     if (host.gpu_count < 1) {
-      throw ConfigError("--nproc_per_node=gpu: no CUDA device visible (check nvidia driver and "
-                        "CUDA_VISIBLE_DEVICES), or give a number");
+      throw ConfigError(
+          "--nproc_per_node=gpu: no CUDA device visible (check nvidia driver and "
+          "CUDA_VISIBLE_DEVICES), or give a number");
     }
     return host.gpu_count;
   }
@@ -154,8 +155,7 @@ int resolve_nproc(const std::string& text, const HostInfo& host) {
   if (text == "auto") return host.gpu_count > 0 ? host.gpu_count : std::max(1, host.cpu_count);
   const int n = parse_int(text, "--nproc_per_node", "a positive integer, gpu, cpu or auto");
   if (n < 1) {
-    throw ConfigError("--nproc_per_node: '" + text +
-                      "' is not a positive integer, gpu, cpu or auto");
+    throw ConfigError("--nproc_per_node: '" + text + "' is not a positive integer, gpu, cpu or auto");
   }
   return n;
 }
@@ -167,9 +167,8 @@ std::string random_run_id() {
   b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);  // uuid4 layout, as torchrun's
   b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
   char out[40];
-  std::snprintf(out, sizeof(out),
-                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+  std::snprintf(out, sizeof(out), "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
                 b[15]);
   return out;
 }
@@ -197,9 +196,9 @@ std::vector<int> parse_filter(const std::string& text, int nproc) {
 
 std::vector<int> parse_signals(const std::string& text) {
   static const std::map<std::string, int> kSignals = {
-      {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT}, {"SIGTERM", SIGTERM},
-      {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGALRM", SIGALRM}, {"SIGCONT", SIGCONT},
-      {"SIGXCPU", SIGXCPU}};
+      {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT},
+      {"SIGTERM", SIGTERM}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
+      {"SIGALRM", SIGALRM}, {"SIGCONT", SIGCONT}, {"SIGXCPU", SIGXCPU}};
   std::vector<int> out;
   std::stringstream items(text);
   std::string item;
@@ -252,8 +251,7 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   const std::string backend = o.rdzv_backend;
   if (o.standalone) {
     if (max_nodes != 1) {
-      throw ConfigError("--standalone: runs a single node, but --nnodes=" + o.nnodes +
-                        "; drop one of them");
+      throw ConfigError("--standalone: runs a single node, but --nnodes=" + o.nnodes + "; drop one of them");
     }
     rc.backend = "standalone";
     rc.run_id = random_run_id();
@@ -267,13 +265,12 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
       rc.is_host = true;
     } else {
       if (min_nodes != max_nodes) {
-        throw ConfigError("--nnodes: the static backend needs a fixed node count, got " +
-                          o.nnodes + "; use --rdzv_backend=c10d for a range");
+        throw ConfigError("--nnodes: the static backend needs a fixed node count, got " + o.nnodes +
+                          "; use --rdzv_backend=c10d for a range");
       }
       rc.backend = "static";
       rc.endpoint = o.rdzv_endpoint.empty()
-                        ? parse_endpoint(o.master_addr + ":" + std::to_string(o.master_port),
-                                         "--master_addr")
+                        ? parse_endpoint(o.master_addr + ":" + std::to_string(o.master_port), "--master_addr")
                         : parse_endpoint(o.rdzv_endpoint, "--rdzv_endpoint", o.master_port);
       rc.node_rank = o.node_rank;
       rc.is_host = o.node_rank == 0;
@@ -327,15 +324,14 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   bool legacy = o.legacy_local_rank;
   // A script run by python (not -m, not an executable) that parses
   // --local_rank would otherwise run as separate non-distributed copies.
-  const bool python_script =
-      !o.module && cmd.user_args_index >= 1 &&
-      cmd.argv[static_cast<std::size_t>(cmd.user_args_index)] == o.program.front();
-  if (!legacy && !o.no_legacy_local_rank && python_script &&
-      script_defines_local_rank(o.program.front())) {
+  const bool python_script = !o.module && cmd.user_args_index >= 1 &&
+                             cmd.argv[static_cast<std::size_t>(cmd.user_args_index)] == o.program.front();
+  if (!legacy && !o.no_legacy_local_rank && python_script && script_defines_local_rank(o.program.front())) {
     legacy = true;
-    log::get("ddprun")->info("passing --local_rank=N to {}: it defines a --local_rank argument "
-                             "(torch.distributed.launch style); --no_legacy_local_rank to stop",
-                             o.program.front());
+    log::get("ddprun")->info(
+        "passing --local_rank=N to {}: it defines a --local_rank argument "
+        "(torch.distributed.launch style); --no_legacy_local_rank to stop",
+        o.program.front());
   }
   cfg.local_rank_arg_index = legacy ? cmd.user_args_index : -1;
 

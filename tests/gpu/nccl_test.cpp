@@ -2,15 +2,15 @@
 // 77 (ctest SKIP_RETURN_CODE) when no CUDA device is visible. One GPU is
 // enough: NCCL refuses two ranks on one GPU, so multi-rank paths are tested
 // through what must fail (init timeout, duplicate GPU) and a fake peer.
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #include "ddp/sdk.hpp"
 #include "ddp/store/memory_store.hpp"
@@ -95,7 +95,8 @@ int init_timeout() {
     expect(false, "init without the peer should time out");
   } catch (const ddp::TimeoutError& e) {
     std::printf("message: %s\n", e.what());
-    expect(contains(e.what(), "NCCL communicator init timed out after 3000 ms on rank 0 of 2"), "timeout names rank and op");
+    expect(contains(e.what(), "NCCL communicator init timed out after 3000 ms on rank 0 of 2"),
+           "timeout names rank and op");
   }
   expect(Clock::now() - start < std::chrono::seconds(20), "abort returned promptly");
   return g_failures ? 1 : 0;
@@ -128,7 +129,8 @@ int scalable_ids() {
   auto store = std::make_shared<ddp::store::MemoryStore>();
   for (int r = 1; r < 3; ++r) {
     store->set("t/pg/default/0/join/" + std::to_string(r), "1");
-    store->set("t/pg/default/0/nccl/gpu/" + std::to_string(r), "other-host|0000:9" + std::to_string(r) + ":00.0");
+    store->set("t/pg/default/0/nccl/gpu/" + std::to_string(r),
+               "other-host|0000:9" + std::to_string(r) + ":00.0");
   }
   int version = 0;
   ncclGetVersion(&version);
@@ -141,7 +143,8 @@ int scalable_ids() {
   const bool scalable = NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0) && version >= NCCL_VERSION(2, 23, 0);
   expect(store->try_get("t/pg/default/0/nccl/unique_id/0").has_value() == scalable,
          scalable ? "rank 0 published id 0 of 3 for ncclCommInitRankScalable" : "one id below NCCL 2.23");
-  expect(store->try_get("t/pg/default/0/nccl/unique_id").has_value() == !scalable, "the single-id key only without it");
+  expect(store->try_get("t/pg/default/0/nccl/unique_id").has_value() == !scalable,
+         "the single-id key only without it");
   unsetenv("DDP_NCCL_RANKS_PER_ROOT");
   return g_failures ? 1 : 0;
 }
@@ -208,12 +211,15 @@ int bench() {
         ncclAllReduce(d, d, n, ncclFloat32, ncclSum, comm, stream);
         cudaStreamSynchronize(stream);
       }
-      best_raw = std::min(best_raw, std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+      best_raw =
+          std::min(best_raw, std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
       t0 = Clock::now();
       for (int i = 0; i < iters; ++i) pg.all_reduce(d, n, ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
-      best_sdk = std::min(best_sdk, std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+      best_sdk =
+          std::min(best_sdk, std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
     }
-    std::printf("%12zu %8d %12.2f %12.2f %+8.1f%%\n", bytes, iters, best_raw, best_sdk, (best_sdk - best_raw) / best_raw * 100);
+    std::printf("%12zu %8d %12.2f %12.2f %+8.1f%%\n", bytes, iters, best_raw, best_sdk,
+                (best_sdk - best_raw) / best_raw * 100);
     cudaFree(d);
   }
   ncclCommDestroy(comm);
@@ -240,6 +246,8 @@ int main(int argc, char** argv) {
     std::printf("FAILED: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: ddp_gpu_nccl_test world-of-one|init-timeout|duplicate-gpu|id-never-published|scalable-ids|bench\n");
+  std::fprintf(stderr,
+               "usage: ddp_gpu_nccl_test "
+               "world-of-one|init-timeout|duplicate-gpu|id-never-published|scalable-ids|bench\n");
   return 2;
 }

@@ -41,9 +41,9 @@ std::string EtcdCluster::binary() {
 
 TlsFiles make_self_signed_cert(const fs::path& dir, const std::string& name) {
   TlsFiles files{(dir / (name + ".crt")).string(), (dir / (name + ".key")).string()};
-  auto r = run({"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                "-keyout", files.key_file, "-out", files.cert_file},
+  auto r = run({"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
+                "subjectAltName=IP:127.0.0.1", "-keyout", files.key_file, "-out", files.cert_file},
                dir);
   if (r.code != 0) throw std::runtime_error("openssl req failed: " + r.err);
   return files;
@@ -52,7 +52,8 @@ TlsFiles make_self_signed_cert(const fs::path& dir, const std::string& name) {
 EtcdCluster::EtcdCluster(const fs::path& dir, int members, std::optional<TlsFiles> tls)
     : dir_(dir), tls_(std::move(tls)) {
   const auto bin = binary();
-  if (bin.empty()) throw std::runtime_error("etcd not found: install Debian's etcd-server (scripts/setup.sh)");
+  if (bin.empty())
+    throw std::runtime_error("etcd not found: install Debian's etcd-server (scripts/setup.sh)");
   std::string initial;
   for (int i = 0; i < members; ++i) {
     Member m;
@@ -68,12 +69,33 @@ EtcdCluster::EtcdCluster(const fs::path& dir, int members, std::optional<TlsFile
     const auto peer = "http://127.0.0.1:" + std::to_string(m.peer_port);
     // Short heartbeat/election times: a new leader within ~0.5 s of a kill, and
     // leases as short as 1 s, so tests stay quick.
-    std::vector<std::string> argv{bin, "--name", m.name, "--data-dir", (dir_ / (m.name + ".etcd")).string(),
-                                  "--listen-client-urls", client, "--advertise-client-urls", client,
-                                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                                  "--initial-cluster", initial, "--initial-cluster-state", "new",
-                                  "--initial-cluster-token", "ddp-test", "--heartbeat-interval", "50",
-                                  "--election-timeout", "500", "--logger", "zap", "--log-level", "warn"};
+    std::vector<std::string> argv{bin,
+                                  "--name",
+                                  m.name,
+                                  "--data-dir",
+                                  (dir_ / (m.name + ".etcd")).string(),
+                                  "--listen-client-urls",
+                                  client,
+                                  "--advertise-client-urls",
+                                  client,
+                                  "--listen-peer-urls",
+                                  peer,
+                                  "--initial-advertise-peer-urls",
+                                  peer,
+                                  "--initial-cluster",
+                                  initial,
+                                  "--initial-cluster-state",
+                                  "new",
+                                  "--initial-cluster-token",
+                                  "ddp-test",
+                                  "--heartbeat-interval",
+                                  "50",
+                                  "--election-timeout",
+                                  "500",
+                                  "--logger",
+                                  "zap",
+                                  "--log-level",
+                                  "warn"};
     if (tls_) {
       argv.insert(argv.end(), {"--cert-file", tls_->cert_file, "--key-file", tls_->key_file});
     }
@@ -153,7 +175,8 @@ void EtcdCluster::wait_ready(int i) {
         }
       },
       std::chrono::seconds(15));
-  if (!ready) throw std::runtime_error("etcd member " + members_[i].name + " did not become ready:\n" + logs());
+  if (!ready)
+    throw std::runtime_error("etcd member " + members_[i].name + " did not become ready:\n" + logs());
 }
 
 void EtcdCluster::kill(int i) {
@@ -175,7 +198,8 @@ bool EtcdCluster::running(int i) {
 
 void EtcdCluster::compact(std::int64_t revision) {
   store::etcd::EtcdClient client(options());
-  client.call("/v3/kv/compaction", {{"revision", std::to_string(revision)}, {"physical", true}}, "compaction");
+  client.call("/v3/kv/compaction", {{"revision", std::to_string(revision)}, {"physical", true}},
+              "compaction");
 }
 
 std::string EtcdCluster::logs() const {

@@ -47,8 +47,8 @@ long long unix_ns() {
 void pid_line(const std::string& what) {
   const auto path = env("FAKE_PID_FILE");
   if (path.empty()) return;
-  const std::string line = std::to_string(::getpid()) + " " + env("RANK", "-1") + " " + what +
-                           " " + std::to_string(unix_ns()) + "\n";
+  const std::string line = std::to_string(::getpid()) + " " + env("RANK", "-1") + " " + what + " " +
+                           std::to_string(unix_ns()) + "\n";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
   // One write with O_APPEND: lines of concurrent workers never interleave.

@@ -67,8 +67,10 @@ Process::Process(std::vector<std::string> argv, const fs::path& dir,
     if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (auto& [k, v] : env) {
-    if (v) merged[k] = *v;
-    else merged.erase(k);
+    if (v)
+      merged[k] = *v;
+    else
+      merged.erase(k);
   }
   std::vector<std::string> env_strings;
   for (auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
@@ -112,12 +114,14 @@ static int decode_status(int st) {
 
 std::optional<int> Process::wait(std::chrono::milliseconds timeout) {
   if (status_) return status_;
-  wait_until([&] {
-    int st = 0;
-    pid_t r = ::waitpid(pid_, &st, WNOHANG);
-    if (r == pid_) status_ = decode_status(st);
-    return status_.has_value();
-  }, timeout);
+  wait_until(
+      [&] {
+        int st = 0;
+        pid_t r = ::waitpid(pid_, &st, WNOHANG);
+        if (r == pid_) status_ = decode_status(st);
+        return status_.has_value();
+      },
+      timeout);
   return status_;
 }
 
@@ -137,8 +141,7 @@ void Process::signal(int sig) {
 }
 
 RunResult run(std::vector<std::string> argv, const fs::path& dir,
-              std::map<std::string, std::optional<std::string>> env,
-              std::chrono::milliseconds timeout) {
+              std::map<std::string, std::optional<std::string>> env, std::chrono::milliseconds timeout) {
   Process p(std::move(argv), dir, std::move(env), "run");
   RunResult r;
   auto code = p.wait(timeout);
@@ -160,12 +163,14 @@ bool pid_alive(pid_t pid) {
 
 int wait_for_port_file(const fs::path& path, std::chrono::milliseconds timeout) {
   int port = -1;
-  wait_until([&] {
-    auto text = read_file(path);
-    if (text.empty() || text.back() != '\n') return false;
-    port = std::atoi(text.c_str());
-    return port > 0;
-  }, timeout);
+  wait_until(
+      [&] {
+        auto text = read_file(path);
+        if (text.empty() || text.back() != '\n') return false;
+        port = std::atoi(text.c_str());
+        return port > 0;
+      },
+      timeout);
   return port;
 }
 

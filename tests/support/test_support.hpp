@@ -49,8 +49,7 @@ void write_file(const fs::path& path, const std::string& text);
 class Process {
  public:
   Process(std::vector<std::string> argv, const fs::path& dir,
-          std::map<std::string, std::optional<std::string>> env = {},
-          const std::string& name = "proc");
+          std::map<std::string, std::optional<std::string>> env = {}, const std::string& name = "proc");
   ~Process();
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;

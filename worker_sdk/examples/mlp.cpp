@@ -83,7 +83,8 @@ double Mlp::forward_backward(const Dataset& data, std::span<const std::size_t> b
     const float* x = &data.x[2 * batch[s]];
     float* a1 = &a1_[s * h];
     float* a2 = &a2_[s * h];
-    for (std::size_t j = 0; j < h; ++j) a1[j] = std::tanh(w1[j * kIn] * x[0] + w1[j * kIn + 1] * x[1] + b1[j]);
+    for (std::size_t j = 0; j < h; ++j)
+      a1[j] = std::tanh(w1[j * kIn] * x[0] + w1[j * kIn + 1] * x[1] + b1[j]);
     for (std::size_t j = 0; j < h; ++j) {
       float z = b2[j];
       const float* row = w2 + j * h;

@@ -6,13 +6,12 @@
 // each rank its shard, the Reducer averages gradients (overlapping the backward
 // pass), rank 0 prints the loss per epoch and checkpoints, and after an elastic
 // restart (TORCHELASTIC_RESTART_COUNT > 0) every rank resumes from it.
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "ddp/sdk.hpp"
 #include "mlp.hpp"
@@ -43,7 +42,8 @@ void save_checkpoint(const std::string& path, int epochs_done, int hidden, const
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << kMagic << ' ' << epochs_done << ' ' << hidden << ' ' << params.size() << '\n';
-    out.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(params.data()),
+              static_cast<std::streamsize>(params.size() * sizeof(float)));
     if (!out) throw std::runtime_error("cannot write checkpoint " + tmp);
   }
   std::filesystem::rename(tmp, path);  // atomic: a crash never leaves half a checkpoint
@@ -59,8 +59,8 @@ int load_checkpoint(const std::string& path, int hidden, std::vector<float>& par
   in >> magic >> epochs_done >> saved_hidden >> count;
   in.get();
   if (magic != kMagic || count != params.size() || saved_hidden != hidden) {
-    throw ddp::ConfigError("checkpoint " + path + " does not match this model (--hidden=" + std::to_string(hidden) +
-                           "); pass another --checkpoint or delete it");
+    throw ddp::ConfigError("checkpoint " + path + " does not match this model (--hidden=" +
+                           std::to_string(hidden) + "); pass another --checkpoint or delete it");
   }
   in.read(reinterpret_cast<char*>(params.data()), static_cast<std::streamsize>(count * sizeof(float)));
   if (!in) throw ddp::ConfigError("checkpoint " + path + " is truncated; delete it");
@@ -72,9 +72,10 @@ int train(const Options& opt) {
   ddp::ProcessGroupOptions group_options;
   group_options.backend = "gloo";  // the model lives in CPU memory
   ddp::ProcessGroup pg(ctx, group_options);
-  const std::string checkpoint = !opt.checkpoint.empty()
-      ? opt.checkpoint
-      : (std::filesystem::temp_directory_path() / ("ddp-example-train-" + ctx.run_id + ".ckpt")).string();
+  const std::string checkpoint =
+      !opt.checkpoint.empty()
+          ? opt.checkpoint
+          : (std::filesystem::temp_directory_path() / ("ddp-example-train-" + ctx.run_id + ".ckpt")).string();
 
   const example::Dataset data = example::make_dataset(opt.dataset_size, opt.seed);
   example::Mlp model(opt.hidden, opt.seed + 1);
@@ -86,20 +87,24 @@ int train(const Options& opt) {
     const int done = load_checkpoint(checkpoint, opt.hidden, model.flat_params());
     if (done >= 0) {
       start_epoch = done;
-      std::printf("resuming from %s after epoch %d (restart %d)\n", checkpoint.c_str(), done, ctx.restart_count);
+      std::printf("resuming from %s after epoch %d (restart %d)\n", checkpoint.c_str(), done,
+                  ctx.restart_count);
     }
   }
   pg.broadcast(std::span(&start_epoch, 1), 0);
   pg.broadcast(model.flat_params(), 0);
 
   ddp::Reducer reducer(pg, model.grads(),
-                       {.bucket_cap_bytes = opt.bucket_cap_kb * 1024, .first_bucket_cap_bytes = opt.first_bucket_cap_kb * 1024});
+                       {.bucket_cap_bytes = opt.bucket_cap_kb * 1024,
+                        .first_bucket_cap_bytes = opt.first_bucket_cap_kb * 1024});
   ddp::DistributedSampler sampler(data.size(), ctx.world_size, ctx.rank,
                                   {.shuffle = true, .seed = opt.seed, .drop_last = true});
   if (ctx.rank == 0 && start_epoch == 0) {
-    std::printf("training: world_size=%d samples=%zu batch_size=%zu/rank hidden=%d params=%zu buckets=%zu overlap=%s\n",
-                ctx.world_size, data.size(), opt.batch_size, opt.hidden, model.flat_params().size(),
-                reducer.buckets().size(), opt.no_overlap ? "off" : "on");
+    std::printf(
+        "training: world_size=%d samples=%zu batch_size=%zu/rank hidden=%d params=%zu buckets=%zu "
+        "overlap=%s\n",
+        ctx.world_size, data.size(), opt.batch_size, opt.hidden, model.flat_params().size(),
+        reducer.buckets().size(), opt.no_overlap ? "off" : "on");
   }
   const auto mark = [&](std::size_t i) { reducer.mark_ready(i); };
   const auto no_mark = [](std::size_t) {};
@@ -133,7 +138,8 @@ int train(const Options& opt) {
       if (steps == 0) ddp::report_first_step(ctx);  // ddprun times the attempt's startup
       ++steps;
     }
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     pg.all_reduce(std::span(sums), ddp::ReduceOp::kSum);
     if (ctx.rank == 0) {
       std::printf("epoch %d/%d loss %.6f step_ms %.3f\n", epoch + 1, opt.epochs, sums[0] / sums[1],
@@ -144,7 +150,8 @@ int train(const Options& opt) {
     if (epoch + 1 == opt.fail_at_epoch && ctx.restart_count == 0) {
       pg.barrier();  // every rank: the checkpoint of this epoch is on disk
       if (ctx.rank == (opt.fail_rank >= 0 ? opt.fail_rank : ctx.world_size - 1)) {
-        throw std::runtime_error("injected failure after epoch " + std::to_string(epoch + 1) + " (--fail-at-epoch)");
+        throw std::runtime_error("injected failure after epoch " + std::to_string(epoch + 1) +
+                                 " (--fail-at-epoch)");
       }
     }
   }
@@ -167,21 +174,27 @@ int main(int argc, char** argv) {
   return ddp::run(argc, argv, [](int ac, char** av) {
     Options opt;
     CLI::App app{"Train a small MLP data-parallel with the ddp worker SDK (run under ddprun)"};
-    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags win, as in argparse
+    app.option_defaults()->multi_option_policy(
+        CLI::MultiOptionPolicy::TakeLast);  // later flags win, as in argparse
     app.add_option("--epochs", opt.epochs, "epochs to train")->check(CLI::Range(1, 1000000));
-    app.add_option("--batch-size", opt.batch_size, "samples per rank per step")->check(CLI::Range(1, 1 << 20));
+    app.add_option("--batch-size", opt.batch_size, "samples per rank per step")
+        ->check(CLI::Range(1, 1 << 20));
     app.add_option("--lr", opt.lr, "SGD learning rate")->check(CLI::PositiveNumber);
     app.add_option("--hidden", opt.hidden, "width of the two hidden layers")->check(CLI::Range(1, 4096));
     app.add_option("--dataset-size", opt.dataset_size, "generated samples")->check(CLI::Range(1, 1 << 26));
     app.add_option("--seed", opt.seed, "seed of data, model and shuffling");
-    app.add_option("--checkpoint", opt.checkpoint, "checkpoint path (default: $TMPDIR/ddp-example-train-<run id>.ckpt)");
+    app.add_option("--checkpoint", opt.checkpoint,
+                   "checkpoint path (default: $TMPDIR/ddp-example-train-<run id>.ckpt)");
     app.add_option("--grad-accum", opt.grad_accum, "micro-batches per step (no_sync for all but the last)")
         ->check(CLI::Range(1, 1024));
     app.add_flag("--no-overlap", opt.no_overlap, "all-reduce after backward instead of during it");
-    app.add_option("--bucket-cap-kb", opt.bucket_cap_kb, "Reducer bucket cap in KiB")->check(CLI::Range(1, 1 << 22));
-    app.add_option("--first-bucket-cap-kb", opt.first_bucket_cap_kb, "first bucket cap in KiB")->check(CLI::Range(1, 1 << 22));
+    app.add_option("--bucket-cap-kb", opt.bucket_cap_kb, "Reducer bucket cap in KiB")
+        ->check(CLI::Range(1, 1 << 22));
+    app.add_option("--first-bucket-cap-kb", opt.first_bucket_cap_kb, "first bucket cap in KiB")
+        ->check(CLI::Range(1, 1 << 22));
     app.add_option("--dump-params", opt.dump_params, "rank 0 writes the final parameters here, one per line");
-    app.add_option("--fail-at-epoch", opt.fail_at_epoch, "fail after this epoch on the first attempt (restart demo)");
+    app.add_option("--fail-at-epoch", opt.fail_at_epoch,
+                   "fail after this epoch on the first attempt (restart demo)");
     app.add_option("--fail-rank", opt.fail_rank, "rank that fails (default: the last)");
     try {
       app.parse(ac, av);

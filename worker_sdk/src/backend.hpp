@@ -32,12 +32,14 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
-  virtual Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout, bool sync) = 0;
-  virtual Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout, bool sync) = 0;
-  virtual Work all_gather(const void* input, void* output, std::size_t count, DataType type,
-                          Millis timeout, bool sync) = 0;
-  virtual Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type,
-                              ReduceOp op, Millis timeout, bool sync) = 0;
+  virtual Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout,
+                          bool sync) = 0;
+  virtual Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout,
+                         bool sync) = 0;
+  virtual Work all_gather(const void* input, void* output, std::size_t count, DataType type, Millis timeout,
+                          bool sync) = 0;
+  virtual Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
+                              Millis timeout, bool sync) = 0;
   virtual Work barrier(Millis timeout, bool sync) = 0;
 };
 
@@ -48,7 +50,7 @@ bool cuda_device_present();
 
 // Waits until every rank of the group has written its join key, so that a rank
 // that never starts is reported by number instead of as a transport timeout.
-void join_group(store::Store& store, const std::string& key_prefix, int rank, int size,
-                Millis timeout, std::string_view what);
+void join_group(store::Store& store, const std::string& key_prefix, int rank, int size, Millis timeout,
+                std::string_view what);
 
 }  // namespace ddp::detail

@@ -12,7 +12,8 @@ namespace ddp {
 namespace {
 
 constexpr const char* kHowToLaunch =
-    "start this program with ddprun (or torchrun, or srun), or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT";
+    "start this program with ddprun (or torchrun, or srun), or set RANK, WORLD_SIZE, MASTER_ADDR and "
+    "MASTER_PORT";
 
 class Env {
  public:
@@ -91,7 +92,8 @@ std::map<std::string, std::string> slurm_fallback(const Env& env) {
   if (nodes && !env.get("MASTER_ADDR")) out["MASTER_ADDR"] = expand_hostlist(*nodes, nodes_name).front();
   if (job && !env.get("MASTER_PORT")) {
     const auto job_id = static_cast<std::uint64_t>(env.integer("SLURM_JOB_ID", *job, 0, 1LL << 62));
-    const auto step_id = step ? static_cast<std::uint64_t>(env.integer("SLURM_STEP_ID", *step, 0, 1LL << 62)) : 0;
+    const auto step_id =
+        step ? static_cast<std::uint64_t>(env.integer("SLURM_STEP_ID", *step, 0, 1LL << 62)) : 0;
     out["MASTER_PORT"] = std::to_string(slurm_store_port(job_id, step_id));
   }
   return out;
@@ -112,15 +114,15 @@ Context parse_env(const EnvLookup& process_lookup) {
   ctx.world_size = static_cast<int>(env.integer("WORLD_SIZE", world_text, 1, 1 << 30));
   ctx.rank = static_cast<int>(env.integer("RANK", rank_text, 0, 1 << 30));
   if (ctx.rank >= ctx.world_size) {
-    throw ConfigError("RANK=" + rank_text + " is out of range for WORLD_SIZE=" + world_text + " (must be 0.." +
-                      std::to_string(ctx.world_size - 1) + ")");
+    throw ConfigError("RANK=" + rank_text + " is out of range for WORLD_SIZE=" + world_text +
+                      " (must be 0.." + std::to_string(ctx.world_size - 1) + ")");
   }
   // Without LOCAL_* the job is taken to be on one host (hand-set env on a laptop).
   ctx.local_world_size = env.integer_or("LOCAL_WORLD_SIZE", ctx.world_size, 1);
   ctx.local_rank = env.integer_or("LOCAL_RANK", ctx.rank % ctx.local_world_size, 0);
   if (ctx.local_rank >= ctx.local_world_size) {
-    throw ConfigError("LOCAL_RANK=" + std::to_string(ctx.local_rank) + " is out of range for LOCAL_WORLD_SIZE=" +
-                      std::to_string(ctx.local_world_size));
+    throw ConfigError("LOCAL_RANK=" + std::to_string(ctx.local_rank) +
+                      " is out of range for LOCAL_WORLD_SIZE=" + std::to_string(ctx.local_world_size));
   }
   ctx.group_rank = env.integer_or("GROUP_RANK", 0, 0);
   ctx.restart_count = env.integer_or("TORCHELASTIC_RESTART_COUNT", 0, 0);
@@ -139,10 +141,12 @@ Context parse_env(const EnvLookup& process_lookup) {
     // torchrun's static rendezvous keeps its own TCPStore (PyTorch's protocol,
     // not ours) on MASTER_PORT; our store then lives on the next port.
     if (env.get("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True") {
-      if (port == 65535) throw ConfigError("MASTER_PORT=65535 leaves no port for the ddp store; use a lower MASTER_PORT");
+      if (port == 65535)
+        throw ConfigError("MASTER_PORT=65535 leaves no port for the ddp store; use a lower MASTER_PORT");
       ++port;
     }
-    if (port == 0) throw ConfigError("MASTER_PORT=0 is not a usable port when rank 0 hosts the store: pick a free port");
+    if (port == 0)
+      throw ConfigError("MASTER_PORT=0 is not a usable port when rank 0 hosts the store: pick a free port");
     ctx.store_endpoint = Endpoint{ctx.master_addr, static_cast<std::uint16_t>(port)}.to_string();
   }
   ctx.store_prefix = env.get("DDP_STORE_PREFIX").value_or("ddp/sdk/");

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 namespace ddp::detail {

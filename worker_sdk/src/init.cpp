@@ -1,4 +1,6 @@
 // ddp::init(): env -> Context with a connected store.
+#include "ddp/init.hpp"
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -6,7 +8,6 @@
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
-#include "ddp/init.hpp"
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
 
@@ -28,7 +29,8 @@ std::string read_token() {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string token = ss.str();
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
+    token.pop_back();
   return token;
 }
 
@@ -55,8 +57,10 @@ Context init(InitOptions options) {
   Context ctx = parse_env();
   const auto timeout = connect_timeout(options);
   const std::string token = read_token();
-  const bool from_launcher = std::getenv("DDP_STORE_ENDPOINT") != nullptr && *std::getenv("DDP_STORE_ENDPOINT");
-  Endpoint endpoint = parse_endpoint(ctx.store_endpoint, from_launcher ? "DDP_STORE_ENDPOINT" : "MASTER_ADDR:MASTER_PORT");
+  const bool from_launcher =
+      std::getenv("DDP_STORE_ENDPOINT") != nullptr && *std::getenv("DDP_STORE_ENDPOINT");
+  Endpoint endpoint =
+      parse_endpoint(ctx.store_endpoint, from_launcher ? "DDP_STORE_ENDPOINT" : "MASTER_ADDR:MASTER_PORT");
   auto log = log::get("sdk");
 
   auto hosted = std::make_shared<HostedStore>();
@@ -83,15 +87,15 @@ Context init(InitOptions options) {
   try {
     hosted->client = std::make_shared<store::TcpStore>(client_options);
   } catch (const store::AuthError& e) {
-    throw ConfigError(std::string("the store at ") + ctx.store_endpoint + " rejected this worker: " + e.what() +
-                      "; check DDP_TOKEN_FILE");
+    throw ConfigError(std::string("the store at ") + ctx.store_endpoint +
+                      " rejected this worker: " + e.what() + "; check DDP_TOKEN_FILE");
   } catch (const NetworkError& e) {
     const std::string source = from_launcher ? "DDP_STORE_ENDPOINT=" + ctx.store_endpoint
                                              : "MASTER_ADDR:MASTER_PORT=" + ctx.store_endpoint;
     const std::string hint = from_launcher ? "is the ddprun agent (or ddp-rendezvousd) still running?"
                                            : "check MASTER_ADDR and MASTER_PORT, and that rank 0 is running";
-    throw NetworkError("rank " + std::to_string(ctx.rank) + " cannot reach the store at " + source + " within " +
-                       seconds_text(timeout) + ": " + e.what() + "; " + hint);
+    throw NetworkError("rank " + std::to_string(ctx.rank) + " cannot reach the store at " + source +
+                       " within " + seconds_text(timeout) + ": " + e.what() + "; " + hint);
   }
   ctx.store = std::shared_ptr<store::Store>(hosted, hosted->client.get());
   log->info("init rank={} world_size={} local_rank={} store={} prefix={}", ctx.rank, ctx.world_size,

@@ -16,18 +16,18 @@ OpQueue::~OpQueue() {
   }
   cv_.notify_all();
   for (auto& task : abandoned) {
-    task.state->complete(std::make_exception_ptr(BackendError(
-        std::string(task.state->op) + " on rank " + std::to_string(rank_) +
-        " was cancelled: its process group was destroyed before it started")));
+    task.state->complete(std::make_exception_ptr(
+        BackendError(std::string(task.state->op) + " on rank " + std::to_string(rank_) +
+                     " was cancelled: its process group was destroyed before it started")));
   }
   thread_.join();
 }
 
 namespace {
 std::exception_ptr poisoned_error(const char* op, int rank, const std::string& first) {
-  return std::make_exception_ptr(BackendError(std::string(op) + " on rank " + std::to_string(rank) +
-                                              ": the process group is unusable after an earlier failure: " +
-                                              first));
+  return std::make_exception_ptr(
+      BackendError(std::string(op) + " on rank " + std::to_string(rank) +
+                   ": the process group is unusable after an earlier failure: " + first));
 }
 }  // namespace
 

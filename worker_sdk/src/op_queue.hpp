@@ -47,7 +47,7 @@ class OpQueue {
   std::condition_variable cv_;
   std::deque<Task> tasks_;
   bool stopping_ = false;
-  bool busy_ = false;  // a task is running (on the queue thread or inline)
+  bool busy_ = false;     // a task is running (on the queue thread or inline)
   std::string poisoned_;  // first failure, empty while healthy
   std::thread thread_;
 };

@@ -49,22 +49,22 @@ void require(bool ok, const char* what) {
 
 }  // namespace
 
-std::string default_backend() {
-  return nccl_available() && detail::cuda_device_present() ? "nccl" : "gloo";
-}
+std::string default_backend() { return nccl_available() && detail::cuda_device_present() ? "nccl" : "gloo"; }
 
 ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank,
                            int world_size, ProcessGroupOptions options)
     : impl_(std::make_unique<Impl>()) {
   if (!store) throw ConfigError("ProcessGroup: no store given (call ddp::init() first)");
-  if (world_size < 1) throw ConfigError("ProcessGroup: world size must be >= 1, got " + std::to_string(world_size));
+  if (world_size < 1)
+    throw ConfigError("ProcessGroup: world size must be >= 1, got " + std::to_string(world_size));
   if (rank < 0 || rank >= world_size) {
     throw ConfigError("ProcessGroup: rank " + std::to_string(rank) + " is out of range for world size " +
                       std::to_string(world_size));
   }
   if (options.timeout.count() <= 0) throw ConfigError("ProcessGroupOptions::timeout must be positive");
   if (options.name.empty() || options.name.find('/') != std::string::npos) {
-    throw ConfigError("ProcessGroupOptions::name must be non-empty and contain no '/': '" + options.name + "'");
+    throw ConfigError("ProcessGroupOptions::name must be non-empty and contain no '/': '" + options.name +
+                      "'");
   }
   options.backend = resolve_backend(options.backend);
   impl_->rank = rank;
@@ -73,20 +73,22 @@ ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_
 
   detail::BackendConfig config;
   config.store = std::move(store);
-  config.key_prefix = key_prefix + "pg/" + options.name + "/" + std::to_string(next_instance(key_prefix, options.name, rank)) + "/";
+  config.key_prefix = key_prefix + "pg/" + options.name + "/" +
+                      std::to_string(next_instance(key_prefix, options.name, rank)) + "/";
   config.rank = rank;
   config.size = world_size;
   config.options = options;
   detail::join_group(*config.store, config.key_prefix, rank, world_size, options.timeout,
                      "process group '" + options.name + "' (" + options.backend + ")");
-  impl_->backend = options.backend == "nccl" ? detail::make_nccl_backend(config)
-                                             : detail::make_gloo_backend(config);
+  impl_->backend =
+      options.backend == "nccl" ? detail::make_nccl_backend(config) : detail::make_gloo_backend(config);
   log::get("sdk")->info("process group ready name={} backend={} rank={} size={}", options.name,
                         options.backend, rank, world_size);
 }
 
 ProcessGroup::ProcessGroup(const Context& context, ProcessGroupOptions options)
-    : ProcessGroup(context.store, context.store_prefix, context.rank, context.world_size, std::move(options)) {}
+    : ProcessGroup(context.store, context.store_prefix, context.rank, context.world_size,
+                   std::move(options)) {}
 
 ProcessGroup::~ProcessGroup() {
   // Destroyed by an exception unwinding (the usual way a worker fails): keep
@@ -108,8 +110,8 @@ int ProcessGroup::rank() const { return impl_->rank; }
 int ProcessGroup::size() const { return impl_->size; }
 std::string_view ProcessGroup::backend() const { return impl_->backend->name(); }
 
-Work ProcessGroup::all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options,
-                                   bool sync) {
+Work ProcessGroup::all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op,
+                                   OpOptions options, bool sync) {
   if (count == 0) return Work();
   require(data != nullptr, "all_reduce: null buffer");
   return impl_->backend->all_reduce(data, count, type, op, impl_->resolve(options), sync);
@@ -140,10 +142,12 @@ Work ProcessGroup::reduce_scatter_impl(const void* input, void* output, std::siz
   return impl_->backend->reduce_scatter(input, output, count, type, op, impl_->resolve(options), sync);
 }
 
-Work ProcessGroup::all_reduce_async(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options) {
+Work ProcessGroup::all_reduce_async(void* data, std::size_t count, DataType type, ReduceOp op,
+                                    OpOptions options) {
   return all_reduce_impl(data, count, type, op, options, false);
 }
-Work ProcessGroup::broadcast_async(void* data, std::size_t count, DataType type, int root, OpOptions options) {
+Work ProcessGroup::broadcast_async(void* data, std::size_t count, DataType type, int root,
+                                   OpOptions options) {
   return broadcast_impl(data, count, type, root, options, false);
 }
 Work ProcessGroup::all_gather_async(const void* input, void* output, std::size_t count, DataType type,
@@ -164,20 +168,23 @@ void ProcessGroup::all_reduce(void* data, std::size_t count, DataType type, Redu
 void ProcessGroup::broadcast(void* data, std::size_t count, DataType type, int root, OpOptions options) {
   broadcast_impl(data, count, type, root, options, true).wait();
 }
-void ProcessGroup::all_gather(const void* input, void* output, std::size_t count, DataType type, OpOptions options) {
+void ProcessGroup::all_gather(const void* input, void* output, std::size_t count, DataType type,
+                              OpOptions options) {
   all_gather_impl(input, output, count, type, options, true).wait();
 }
-void ProcessGroup::reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
-                                  OpOptions options) {
+void ProcessGroup::reduce_scatter(const void* input, void* output, std::size_t count, DataType type,
+                                  ReduceOp op, OpOptions options) {
   reduce_scatter_impl(input, output, count, type, op, options, true).wait();
 }
-void ProcessGroup::barrier(OpOptions options) { impl_->backend->barrier(impl_->resolve(options), true).wait(); }
+void ProcessGroup::barrier(OpOptions options) {
+  impl_->backend->barrier(impl_->resolve(options), true).wait();
+}
 
 void ProcessGroup::check_sizes(std::string_view op, std::size_t small, std::size_t big) const {
   if (big != small * static_cast<std::size_t>(impl_->size)) {
     throw ConfigError(std::string(op) + ": the larger buffer must hold group size (" +
-                      std::to_string(impl_->size) + ") x " + std::to_string(small) +
-                      " elements, got " + std::to_string(big));
+                      std::to_string(impl_->size) + ") x " + std::to_string(small) + " elements, got " +
+                      std::to_string(big));
   }
 }
 

@@ -111,8 +111,8 @@ void Reducer::launch_ready_buckets() {
       std::memcpy(out, grads_[p].data(), grads_[p].size_bytes());
       out += grads_[p].size();
     }
-    bucket.work = group_.all_reduce_async(bucket.flat.data(), bucket.flat.size(), DataType::kFloat32,
-                                          ReduceOp::kSum);
+    bucket.work =
+        group_.all_reduce_async(bucket.flat.data(), bucket.flat.size(), DataType::kFloat32, ReduceOp::kSum);
     bucket.launched = true;
   }
 }

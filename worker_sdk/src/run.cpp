@@ -31,12 +31,18 @@ constexpr int kFatalSignals[] = {SIGSEGV, SIGABRT, SIGFPE, SIGBUS, SIGILL};
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGABRT: return "SIGABRT";
-    case SIGFPE: return "SIGFPE";
-    case SIGBUS: return "SIGBUS";
-    case SIGILL: return "SIGILL";
-    default: return "signal";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGILL:
+      return "SIGILL";
+    default:
+      return "signal";
   }
 }
 
@@ -139,7 +145,7 @@ void install_signal_handlers() {
   // backtrace() loads libgcc_s lazily (which allocates) on first use: do it now.
   void* warm[2];
   backtrace(warm, 2);
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_fatal_signal;
   sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
@@ -148,8 +154,8 @@ void install_signal_handlers() {
 
 std::string demangled_type(const std::type_info& type) {
   int status = 0;
-  std::unique_ptr<char, decltype(&std::free)> name(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status),
-                                                  &std::free);
+  std::unique_ptr<char, decltype(&std::free)> name(
+      abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), &std::free);
   return status == 0 && name ? name.get() : type.name();
 }
 
@@ -170,7 +176,8 @@ void record_error(const std::string& type, const std::string& what) {
   try {
     const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (path == nullptr || *path == '\0') return;
-    detail::write_error_file(path, detail::error_file_json(type + ": " + what, detail::current_stack(2), unix_now()));
+    detail::write_error_file(
+        path, detail::error_file_json(type + ": " + what, detail::current_stack(2), unix_now()));
   } catch (...) {
   }
 }

@@ -11,7 +11,8 @@
 
 namespace ddp {
 
-DistributedSampler::DistributedSampler(std::size_t dataset_size, int world_size, int rank, SamplerOptions options)
+DistributedSampler::DistributedSampler(std::size_t dataset_size, int world_size, int rank,
+                                       SamplerOptions options)
     : dataset_size_(dataset_size), world_size_(world_size), rank_(rank), options_(options) {
   if (world_size < 1) throw ConfigError("DistributedSampler: world_size must be >= 1");
   if (rank < 0 || rank >= world_size) {
@@ -33,8 +34,8 @@ std::vector<std::size_t> DistributedSampler::indices() const {
       // Rejection sampling keeps the draw unbiased (std::uniform_int_distribution
       // is also implementation-defined).
       const std::uint64_t bound = i + 1;
-      const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() -
-                                  std::numeric_limits<std::uint64_t>::max() % bound;
+      const std::uint64_t limit =
+          std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % bound;
       std::uint64_t x = rng();
       while (x >= limit) x = rng();
       std::swap(order[i], order[static_cast<std::size_t>(x % bound)]);
@@ -51,7 +52,8 @@ std::vector<std::size_t> DistributedSampler::indices() const {
   }
   std::vector<std::size_t> mine;
   mine.reserve(num_samples_);
-  for (std::size_t i = static_cast<std::size_t>(rank_); i < order.size(); i += static_cast<std::size_t>(world_size_)) {
+  for (std::size_t i = static_cast<std::size_t>(rank_); i < order.size();
+       i += static_cast<std::size_t>(world_size_)) {
     mine.push_back(order[i]);
   }
   return mine;

@@ -8,36 +8,54 @@ namespace ddp {
 
 std::size_t element_size(DataType type) {
   switch (type) {
-    case DataType::kFloat32: return 4;
-    case DataType::kFloat64: return 8;
-    case DataType::kFloat16: return 2;
-    case DataType::kBFloat16: return 2;
-    case DataType::kInt32: return 4;
-    case DataType::kInt64: return 8;
-    case DataType::kUInt8: return 1;
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kFloat64:
+      return 8;
+    case DataType::kFloat16:
+      return 2;
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+      return 4;
+    case DataType::kInt64:
+      return 8;
+    case DataType::kUInt8:
+      return 1;
   }
   return 0;
 }
 
 std::string_view to_string(DataType type) {
   switch (type) {
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kUInt8: return "uint8";
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBFloat16:
+      return "bfloat16";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+    case DataType::kUInt8:
+      return "uint8";
   }
   return "unknown";
 }
 
 std::string_view to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
   }
   return "unknown";
 }
@@ -54,7 +72,7 @@ std::uint16_t float_to_half_bits(float f) {
     return static_cast<std::uint16_t>(sign | (mag > 0x7f800000u ? 0x7e00u : 0x7c00u));
   }
   if (mag >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (mag < 0x38800000u) {  // subnormal half (or zero)
+  if (mag < 0x38800000u) {                                                    // subnormal half (or zero)
     const float abs = std::bit_cast<float>(mag);
     // Adding 0.5 moves the value into a binade where the float's mantissa LSB is
     // 2^-24, so the FPU performs the round-to-nearest-even for us.

@@ -1,8 +1,7 @@
-#include "work_state.hpp"
-
 #include <string>
 
 #include "ddp/common/error.hpp"
+#include "work_state.hpp"
 
 namespace ddp {
 
@@ -25,9 +24,9 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   if (timeout == kForever) {
     state_->cv.wait(lock, [&] { return state_->done; });
   } else if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
-    throw TimeoutError(std::string("Work::wait: ") + state_->op + " on rank " +
-                       std::to_string(state_->rank) + " did not complete within " +
-                       std::to_string(timeout.count()) + " ms (the operation keeps running)");
+    throw TimeoutError(std::string("Work::wait: ") + state_->op + " on rank " + std::to_string(state_->rank) +
+                       " did not complete within " + std::to_string(timeout.count()) +
+                       " ms (the operation keeps running)");
   }
   if (state_->error) std::rethrow_exception(state_->error);
 }

@@ -65,8 +65,8 @@ void EtcdClient::checkin(std::size_t index, std::unique_ptr<HttpConnection> conn
 json EtcdClient::parse_body(std::size_t index, const std::string& path, const std::string& body) const {
   auto j = json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object())
-    throw ConfigError(options_.endpoints[index].to_string() + " is not an etcd v3 endpoint (the answer to " + path +
-                      " is not JSON)");
+    throw ConfigError(options_.endpoints[index].to_string() + " is not an etcd v3 endpoint (the answer to " +
+                      path + " is not JSON)");
   return j;
 }
 
@@ -88,7 +88,8 @@ std::string EtcdClient::check_reply(std::size_t index, const std::string& path, 
   if (reply.status == 400 && reply.body.find("HTTP request to an HTTPS server") != std::string::npos)
     throw ConfigError("etcd at " + where +
                       " serves https but no TLS option is set: give the cluster's CA file (etcd_cacert)");
-  if (!etcd_error) throw ConfigError(where + " is not an etcd v3 endpoint (HTTP " + status + " on " + path + ")");
+  if (!etcd_error)
+    throw ConfigError(where + " is not an etcd v3 endpoint (HTTP " + status + " on " + path + ")");
   // ErrCompacted is gRPC OUT_OF_RANGE (11), which etcd also uses for a future
   // revision: the message tells them apart. Callers branch on the type only.
   if (j.value("code", 0) == kGrpcOutOfRange && message.find("compacted") != std::string::npos)
@@ -114,8 +115,8 @@ void EtcdClient::throw_unreachable(const std::vector<std::string>& failures) con
   throw NetworkError(msg + " (gave up after " + std::to_string(options_.connect_timeout.count()) + " ms)");
 }
 
-EtcdClient::Attempt EtcdClient::try_member(std::size_t index, const std::string& path, const std::string& text,
-                                           const std::string& what) {
+EtcdClient::Attempt EtcdClient::try_member(std::size_t index, const std::string& path,
+                                           const std::string& text, const std::string& what) {
   // A pooled keep-alive connection may have been closed by etcd while idle: a
   // broken exchange on one is retried once on a fresh connection.
   for (int round = 0; round < 2; ++round) {
@@ -153,8 +154,9 @@ json EtcdClient::call(const std::string& path, const json& body, const std::stri
       auto attempt = try_member(index, path, text, what);
       if (attempt.answer) {
         if (index != first) {
-          log::get("store.etcd")->info("etcd failover endpoint={} after=\"{}\"", options_.endpoints[index].to_string(),
-                                       failures[first]);
+          log::get("store.etcd")
+              ->info("etcd failover endpoint={} after=\"{}\"", options_.endpoints[index].to_string(),
+                     failures[first]);
           preferred_.store(index);
         }
         return std::move(*attempt.answer);

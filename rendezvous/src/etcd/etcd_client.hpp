@@ -5,10 +5,9 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ddp/store/etcd_store.hpp"
 #include "http_connection.hpp"
@@ -50,7 +49,8 @@ class EtcdClient {
 
  private:
   struct Attempt;
-  Attempt try_member(std::size_t index, const std::string& path, const std::string& text, const std::string& what);
+  Attempt try_member(std::size_t index, const std::string& path, const std::string& text,
+                     const std::string& what);
   std::unique_ptr<HttpConnection> checkout(std::size_t index);
   void checkin(std::size_t index, std::unique_ptr<HttpConnection> conn);
 

@@ -8,13 +8,13 @@
 namespace ddp::store::etcd {
 
 namespace {
-constexpr std::string_view kAlphabet =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 constexpr std::array<int, 256> make_reverse() {
   std::array<int, 256> rev{};
   for (auto& r : rev) r = -1;
-  for (std::size_t i = 0; i < kAlphabet.size(); ++i) rev[static_cast<unsigned char>(kAlphabet[i])] = static_cast<int>(i);
+  for (std::size_t i = 0; i < kAlphabet.size(); ++i)
+    rev[static_cast<unsigned char>(kAlphabet[i])] = static_cast<int>(i);
   return rev;
 }
 constexpr auto kReverse = make_reverse();

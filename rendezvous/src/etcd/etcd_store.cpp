@@ -26,7 +26,9 @@ constexpr std::size_t kMaxTxnOps = 128;
 constexpr Millis kConflictBackoffBase{2};
 constexpr Millis kConflictBackoffCap{2048};
 
-std::string of_key(const char* op, const std::string& key) { return std::string(op) + " of key '" + key + "'"; }
+std::string of_key(const char* op, const std::string& key) {
+  return std::string(op) + " of key '" + key + "'";
+}
 
 json put_op(const std::string& full_key, std::string_view value, LeaseId lease, bool keep_lease = false) {
   json put = {{"key", base64_encode(full_key)}, {"value", base64_encode(value)}};
@@ -36,12 +38,15 @@ json put_op(const std::string& full_key, std::string_view value, LeaseId lease, 
 }
 
 json compare(const std::string& full_key, const char* target, const char* field, json operand) {
-  return {{"key", base64_encode(full_key)}, {"target", target}, {"result", "EQUAL"}, {field, std::move(operand)}};
+  return {
+      {"key", base64_encode(full_key)}, {"target", target}, {"result", "EQUAL"}, {field, std::move(operand)}};
 }
 
 json version_is_zero(const std::string& full_key) { return compare(full_key, "VERSION", "version", "0"); }
 
-Revision header_revision(const json& answer) { return get_i64(answer.value("header", json::object()), "revision"); }
+Revision header_revision(const json& answer) {
+  return get_i64(answer.value("header", json::object()), "revision");
+}
 
 // The single kv of a txn's failure branch (a range of one key), or null when missing.
 const json* failure_kv(const json& answer) {
@@ -91,8 +96,10 @@ class EtcdStore::Impl {
   }
 
   json txn(json compares, json success, json failure, const std::string& what) {
-    return call("/v3/kv/txn", {{"compare", std::move(compares)}, {"success", std::move(success)}, {"failure", std::move(failure)}},
-                what);
+    return call(
+        "/v3/kv/txn",
+        {{"compare", std::move(compares)}, {"success", std::move(success)}, {"failure", std::move(failure)}},
+        what);
   }
 
   // Range of each key (in txns of kMaxTxnOps); returns each key's kv or null.
@@ -117,7 +124,8 @@ class EtcdStore::Impl {
           out.emplace_back(std::nullopt);
         } else {
           const auto kvs = range.find("kvs");
-          out.emplace_back(kvs == range.end() || kvs->empty() ? std::string() : get_bytes((*kvs)[0], "value"));
+          out.emplace_back(kvs == range.end() || kvs->empty() ? std::string()
+                                                              : get_bytes((*kvs)[0], "value"));
         }
       }
     }
@@ -146,8 +154,10 @@ class EtcdStore::Impl {
         });
     std::unique_lock lock(mu);
     const auto done = [&] { return found.has_value() || ended; };
-    if (deadline.is_never()) cv.wait(lock, done);
-    else cv.wait_until(lock, deadline.at(), done);
+    if (deadline.is_never())
+      cv.wait(lock, done);
+    else
+      cv.wait_until(lock, deadline.at(), done);
     if (found) {
       if (value != nullptr) *value = std::move(*found);
       return WaitOutcome::kPut;
@@ -166,8 +176,9 @@ class EtcdStore::Impl {
     bool exists = false;
     Backoff backoff(kConflictBackoffBase, kConflictBackoffCap);
     for (int attempt = 0;; ++attempt) {
-      const auto answer = txn(json::array({cmp}), json::array({{{"request_put", put_op(k, value, 0, exists)}}}),
-                              json::array({{{"request_range", {{"key", base64_encode(k)}}}}}), of_key(op, key));
+      const auto answer =
+          txn(json::array({cmp}), json::array({{{"request_put", put_op(k, value, 0, exists)}}}),
+              json::array({{{"request_range", {{"key", base64_encode(k)}}}}}), of_key(op, key));
       if (answer.value("succeeded", false)) return value;
       const json* kv = failure_kv(answer);
       json reread;
@@ -194,7 +205,8 @@ class EtcdStore::Impl {
   // A count of every key under the store's prefix (its header carries the revision).
   json count_all() {
     return call("/v3/kv/range",
-                {{"key", base64_encode(scan_start(prefix))}, {"range_end", base64_encode(prefix_end(prefix))},
+                {{"key", base64_encode(scan_start(prefix))},
+                 {"range_end", base64_encode(prefix_end(prefix))},
                  {"count_only", true}},
                 "count of keys under '" + prefix + "'");
   }
@@ -212,11 +224,13 @@ const EtcdStoreOptions& EtcdStore::options() const { return impl_->client->optio
 void EtcdStore::ping() { num_keys(); }
 
 Revision EtcdStore::set(const std::string& key, std::string_view value, LeaseId lease) {
-  return header_revision(impl_->call("/v3/kv/put", put_op(impl_->full(key), value, lease), of_key("set", key)));
+  return header_revision(
+      impl_->call("/v3/kv/put", put_op(impl_->full(key), value, lease), of_key("set", key)));
 }
 
 std::optional<std::string> EtcdStore::try_get(const std::string& key) {
-  const auto answer = impl_->call("/v3/kv/range", {{"key", base64_encode(impl_->full(key))}}, of_key("get", key));
+  const auto answer =
+      impl_->call("/v3/kv/range", {{"key", base64_encode(impl_->full(key))}}, of_key("get", key));
   const auto kvs = answer.find("kvs");
   if (kvs == answer.end() || kvs->empty()) return std::nullopt;
   return get_bytes((*kvs)[0], "value");
@@ -225,7 +239,8 @@ std::optional<std::string> EtcdStore::try_get(const std::string& key) {
 std::string EtcdStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   const auto deadline = timeout.count() < 0 ? Deadline::never() : Deadline::after(timeout);
   for (;;) {
-    const auto answer = impl_->call("/v3/kv/range", {{"key", base64_encode(impl_->full(key))}}, of_key("get", key));
+    const auto answer =
+        impl_->call("/v3/kv/range", {{"key", base64_encode(impl_->full(key))}}, of_key("get", key));
     const auto kvs = answer.find("kvs");
     if (kvs != answer.end() && !kvs->empty()) return get_bytes((*kvs)[0], "value");
     std::string value;
@@ -233,8 +248,8 @@ std::string EtcdStore::get(const std::string& key, std::chrono::milliseconds tim
     if (outcome == Impl::WaitOutcome::kPut) return value;
     // A watch that ended (history compacted, etcd lost) is retried from a fresh read.
     if (outcome == Impl::WaitOutcome::kTimedOut || deadline.expired())
-      throw TimeoutError("get of key '" + key + "' in etcd: timed out after " + std::to_string(timeout.count()) +
-                         " ms");
+      throw TimeoutError("get of key '" + key + "' in etcd: timed out after " +
+                         std::to_string(timeout.count()) + " ms");
   }
 }
 
@@ -260,15 +275,15 @@ std::int64_t EtcdStore::append(const std::string& key, std::string_view value) {
   return static_cast<std::int64_t>(text.size());
 }
 
-std::string EtcdStore::compare_set(const std::string& key, std::string_view expected, std::string_view desired,
-                                   LeaseId lease) {
+std::string EtcdStore::compare_set(const std::string& key, std::string_view expected,
+                                   std::string_view desired, LeaseId lease) {
   const auto k = impl_->full(key);
   // torch: a missing key is created only when the caller expected "nothing".
   json cmp = expected.empty() ? version_is_zero(k) : compare(k, "VALUE", "value", base64_encode(expected));
   for (;;) {
-    const auto answer = impl_->txn(json::array({cmp}), json::array({{{"request_put", put_op(k, desired, lease)}}}),
-                                   json::array({{{"request_range", {{"key", base64_encode(k)}}}}}),
-                                   of_key("compare_set", key));
+    const auto answer = impl_->txn(
+        json::array({cmp}), json::array({{{"request_put", put_op(k, desired, lease)}}}),
+        json::array({{{"request_range", {{"key", base64_encode(k)}}}}}), of_key("compare_set", key));
     if (answer.value("succeeded", false)) return std::string(desired);
     const json* kv = failure_kv(answer);
     if (kv == nullptr) {
@@ -308,11 +323,12 @@ void EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
       if (!found[i]) missing.push_back(keys[i]);
     if (missing.empty()) return;
     const auto outcome = impl_->wait_for_put(missing.front(), revision + 1, deadline, nullptr);
-    if (outcome == Impl::WaitOutcome::kTimedOut || (outcome == Impl::WaitOutcome::kWatchEnded && deadline.expired())) {
+    if (outcome == Impl::WaitOutcome::kTimedOut ||
+        (outcome == Impl::WaitOutcome::kWatchEnded && deadline.expired())) {
       std::string names;
       for (const auto& m : missing) names += (names.empty() ? "'" : ", '") + m + "'";
-      throw TimeoutError("wait for keys " + names + " in etcd: timed out after " + std::to_string(timeout.count()) +
-                         " ms");
+      throw TimeoutError("wait for keys " + names + " in etcd: timed out after " +
+                         std::to_string(timeout.count()) + " ms");
     }
   }
 }
@@ -323,8 +339,10 @@ Revision EtcdStore::multi_set(const std::vector<std::pair<std::string, std::stri
   for (std::size_t begin = 0; begin < kvs.size(); begin += kMaxTxnOps) {
     const auto end = std::min(kvs.size(), begin + kMaxTxnOps);
     json ops = json::array();
-    for (auto i = begin; i < end; ++i) ops.push_back({{"request_put", put_op(impl_->full(kvs[i].first), kvs[i].second, lease)}});
-    revision = header_revision(impl_->txn(json::array(), std::move(ops), json::array(), of_key("multi_set", kvs[begin].first)));
+    for (auto i = begin; i < end; ++i)
+      ops.push_back({{"request_put", put_op(impl_->full(kvs[i].first), kvs[i].second, lease)}});
+    revision = header_revision(
+        impl_->txn(json::array(), std::move(ops), json::array(), of_key("multi_set", kvs[begin].first)));
   }
   return revision;
 }
@@ -333,9 +351,10 @@ std::int64_t EtcdStore::num_keys() { return get_i64(impl_->count_all(), "count")
 
 ListResult EtcdStore::list(const std::string& prefix) {
   const auto p = impl_->full(prefix);
-  const auto answer = impl_->call(
-      "/v3/kv/range", {{"key", base64_encode(Impl::scan_start(p))}, {"range_end", base64_encode(prefix_end(p))}},
-      "list of prefix '" + prefix + "'");
+  const auto answer =
+      impl_->call("/v3/kv/range",
+                  {{"key", base64_encode(Impl::scan_start(p))}, {"range_end", base64_encode(prefix_end(p))}},
+                  "list of prefix '" + prefix + "'");
   ListResult out;
   out.revision = header_revision(answer);
   if (const auto kvs = answer.find("kvs"); kvs != answer.end()) {
@@ -365,12 +384,14 @@ EtcdStore::Counts EtcdStore::create(const std::string& key, std::string_view val
   json ops = json::array({{{"request_put", put_op(k, value, lease)}}});
   // Reads after a write in one txn see it: the counts are as of this create.
   for (const auto& p : count_prefixes) ops.push_back(count_range(impl_->full(p), 0));
-  const auto answer = impl_->txn(json::array({version_is_zero(k)}), std::move(ops),
-                                 json::array({{{"request_range", {{"key", base64_encode(k)}}}}}), of_key("create", key));
+  const auto answer =
+      impl_->txn(json::array({version_is_zero(k)}), std::move(ops),
+                 json::array({{{"request_range", {{"key", base64_encode(k)}}}}}), of_key("create", key));
   if (!answer.value("succeeded", false)) {
     const json* kv = failure_kv(answer);
     // The compare and the range run in one txn: the key cannot vanish between them.
-    if (kv == nullptr) throw StoreError("create of key '" + key + "': etcd answered without the existing key");
+    if (kv == nullptr)
+      throw StoreError("create of key '" + key + "': etcd answered without the existing key");
     const auto revision = get_i64(*kv, "create_revision");
     if (count_prefixes.empty()) return Counts{{}, revision};
     return count_at(count_prefixes, revision);
@@ -386,8 +407,9 @@ EtcdStore::Counts EtcdStore::create(const std::string& key, std::string_view val
 EtcdStore::Counts EtcdStore::count_at(const std::vector<std::string>& prefixes, Revision revision) {
   json ops = json::array();
   for (const auto& prefix : prefixes) ops.push_back(count_range(impl_->full(prefix), revision));
-  const auto answer = impl_->txn(json::array(), std::move(ops), json::array(),
-                                 "count of prefix '" + (prefixes.empty() ? std::string() : prefixes.front()) + "'");
+  const auto answer =
+      impl_->txn(json::array(), std::move(ops), json::array(),
+                 "count of prefix '" + (prefixes.empty() ? std::string() : prefixes.front()) + "'");
   Counts out;
   out.revision = revision > 0 ? revision : header_revision(answer);
   const auto& responses = answer.value("responses", json::array());
@@ -399,7 +421,8 @@ EtcdStore::Counts EtcdStore::count_at(const std::vector<std::string>& prefixes, 
 std::vector<std::string> EtcdStore::keys_created(const std::string& prefix, Revision max_create_revision,
                                                  Revision at_revision) {
   const auto p = impl_->full(prefix);
-  json range = {{"key", base64_encode(Impl::scan_start(p))}, {"range_end", base64_encode(prefix_end(p))},
+  json range = {{"key", base64_encode(Impl::scan_start(p))},
+                {"range_end", base64_encode(prefix_end(p))},
                 {"keys_only", true}};
   if (max_create_revision > 0) range["max_create_revision"] = std::to_string(max_create_revision);
   if (at_revision > 0) range["revision"] = std::to_string(at_revision);
@@ -417,7 +440,8 @@ std::vector<std::string> EtcdStore::keys_created(const std::string& prefix, Revi
 }
 
 LeaseId EtcdStore::lease_grant(std::chrono::milliseconds ttl) {
-  if (ttl.count() <= 0) throw StoreError("lease_grant needs a ttl > 0 ms, got " + std::to_string(ttl.count()));
+  if (ttl.count() <= 0)
+    throw StoreError("lease_grant needs a ttl > 0 ms, got " + std::to_string(ttl.count()));
   // etcd counts whole seconds: round up so a lease never lives shorter than asked.
   const auto seconds = (ttl.count() + 999) / 1000;
   const auto answer = impl_->call("/v3/lease/grant", {{"TTL", std::to_string(seconds)}}, "lease grant");
@@ -436,7 +460,8 @@ void EtcdStore::lease_keepalive(LeaseId lease) {
 }
 
 void EtcdStore::lease_revoke(LeaseId lease) {
-  impl_->call("/v3/lease/revoke", {{"ID", std::to_string(lease)}}, "revoke of lease " + std::to_string(lease));
+  impl_->call("/v3/lease/revoke", {{"ID", std::to_string(lease)}},
+              "revoke of lease " + std::to_string(lease));
 }
 
 std::unique_ptr<WatchHandle> EtcdStore::watch(const std::string& prefix, Revision from_revision,

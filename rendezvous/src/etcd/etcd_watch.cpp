@@ -34,9 +34,9 @@ struct EtcdWatch::State {
   std::mutex mu;
   std::condition_variable cv;
   Phase phase = Phase::kStarting;  // guarded by mu
-  bool cancelled = false;           // guarded by mu
-  HttpConnection* conn = nullptr;   // guarded by mu: what cancel() interrupts
-  std::exception_ptr start_error;   // guarded by mu
+  bool cancelled = false;          // guarded by mu
+  HttpConnection* conn = nullptr;  // guarded by mu: what cancel() interrupts
+  std::exception_ptr start_error;  // guarded by mu
 
   std::string describe() const { return "watch of '" + key.substr(std::min(strip, key.size())) + "'"; }
 
@@ -95,17 +95,19 @@ struct EtcdWatch::State {
     const int status =
         owned->open_stream("/v3/watch", request.dump(), Deadline::after(client->options().request_timeout));
     if (status >= 500)
-      throw EndpointFailure(EndpointFailure::Kind::kBroken,
-                            "etcd at " + where + " answered HTTP " + std::to_string(status) + " to /v3/watch");
+      throw EndpointFailure(EndpointFailure::Kind::kBroken, "etcd at " + where + " answered HTTP " +
+                                                                std::to_string(status) + " to /v3/watch");
     if (status != 200)
-      throw ConfigError(where + " is not an etcd v3 endpoint (HTTP " + std::to_string(status) + " on /v3/watch)");
+      throw ConfigError(where + " is not an etcd v3 endpoint (HTTP " + std::to_string(status) +
+                        " on /v3/watch)");
 
     for (;;) {
       const auto line = owned->read_line();
       if (line.find_first_not_of(" \r\t") == std::string::npos) continue;
       const auto msg = json::parse(line, nullptr, false);
       if (!msg.is_object())
-        throw EndpointFailure(EndpointFailure::Kind::kBroken, "etcd at " + where + " sent a malformed watch message");
+        throw EndpointFailure(EndpointFailure::Kind::kBroken,
+                              "etcd at " + where + " sent a malformed watch message");
       if (auto err = msg.find("error"); err != msg.end())
         throw EndpointFailure(EndpointFailure::Kind::kBroken,
                               "etcd at " + where + " broke the watch stream: " + err->dump());
@@ -120,7 +122,8 @@ struct EtcdWatch::State {
         return;
       }
       if (r.value("canceled", false)) {
-        finish(nullptr, "etcd cancelled the " + describe() + ": " + r.value("cancel_reason", std::string("no reason")));
+        finish(nullptr, "etcd cancelled the " + describe() + ": " +
+                            r.value("cancel_reason", std::string("no reason")));
         return;
       }
       const auto events = r.find("events");
@@ -169,8 +172,9 @@ struct EtcdWatch::State {
       if (is_cancelled()) return;
       if (established) {
         // The connection worked for a while: a fresh outage starts now.
-        log::get("store.etcd")->info("etcd watch reconnecting key={} from_revision={} reason=\"{}\"", key,
-                                     next_start, failures[index]);
+        log::get("store.etcd")
+            ->info("etcd watch reconnecting key={} from_revision={} reason=\"{}\"", key, next_start,
+                   failures[index]);
         give_up = Deadline::after(client->options().connect_timeout);
         backoff.reset();
         tried = 0;
@@ -226,8 +230,10 @@ void EtcdWatch::cancel() {
   }
   state_->cv.notify_all();
   if (!thread_.joinable()) return;
-  if (std::this_thread::get_id() == thread_.get_id()) thread_.detach();
-  else thread_.join();
+  if (std::this_thread::get_id() == thread_.get_id())
+    thread_.detach();
+  else
+    thread_.join();
 }
 
 }  // namespace ddp::store::etcd

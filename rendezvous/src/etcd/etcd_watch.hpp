@@ -22,8 +22,7 @@ class EtcdWatch final : public WatchHandle {
   // delivered revision + 1; then, or when etcd compacted the needed history,
   // on_error is called once and no events follow.
   EtcdWatch(std::shared_ptr<EtcdClient> client, std::string key, std::string range_end,
-            Revision from_revision, std::size_t strip, WatchCallback on_event,
-            WatchErrorCallback on_error);
+            Revision from_revision, std::size_t strip, WatchCallback on_event, WatchErrorCallback on_error);
   // Cancels and joins the thread (detaches it when called from a callback).
   ~EtcdWatch() override;
   EtcdWatch(const EtcdWatch&) = delete;

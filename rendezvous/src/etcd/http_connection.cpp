@@ -1,10 +1,6 @@
 #include "http_connection.hpp"
 
 #include <atomic>
-#include <filesystem>
-#include <functional>
-#include <optional>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -13,6 +9,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <filesystem>
+#include <functional>
+#include <optional>
 
 #include "ddp/common/error.hpp"
 
@@ -55,8 +54,9 @@ std::shared_ptr<TlsContext> TlsContext::create(const EtcdStoreOptions& o) {
   tls->impl = std::make_unique<Impl>();
   auto& ctx = tls->impl->ctx;
   if (o.cert_file.empty() != o.key_file.empty())
-    throw ConfigError("etcd TLS needs both a client certificate and its key (etcd_cert and etcd_key), got only " +
-                      std::string(o.cert_file.empty() ? "the key" : "the certificate"));
+    throw ConfigError(
+        "etcd TLS needs both a client certificate and its key (etcd_cert and etcd_key), got only " +
+        std::string(o.cert_file.empty() ? "the key" : "the certificate"));
   if (!o.ca_file.empty()) {
     load_file(o.ca_file, "CA file (etcd_cacert)", [&] { ctx.load_verify_file(o.ca_file); });
   } else {
@@ -85,8 +85,10 @@ struct HttpConnection::Impl {
   beast::tcp_stream& lowest() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
   template <class F>
   void with_stream(F&& f) {
-    if (secure) f(*secure);
-    else f(*plain);
+    if (secure)
+      f(*secure);
+    else
+      f(*plain);
   }
   // Runs the io_context until the operations just started have completed.
   void run() {
@@ -118,8 +120,8 @@ void HttpConnection::interrupt() {
 }
 
 namespace {
-[[noreturn]] void fail(HttpConnection::Impl& s, const std::string& where, const error_code& ec, const char* doing,
-                       bool no_answer_yet = false) {
+[[noreturn]] void fail(HttpConnection::Impl& s, const std::string& where, const error_code& ec,
+                       const char* doing, bool no_answer_yet = false) {
   s.close();
   if (ec == beast::error::timeout)
     throw EndpointFailure(EndpointFailure::Kind::kTimeout, "etcd at " + where + " timed out " + doing);
@@ -160,20 +162,26 @@ void HttpConnection::connect(Deadline deadline) {
                          });
   s.run();
   if (timed_out)
-    throw EndpointFailure(EndpointFailure::Kind::kTimeout, "etcd at " + where + " unreachable: name lookup timed out");
+    throw EndpointFailure(EndpointFailure::Kind::kTimeout,
+                          "etcd at " + where + " unreachable: name lookup timed out");
   if (ec)
     throw EndpointFailure(EndpointFailure::Kind::kUnreachable,
                           "etcd at " + where + " unreachable: cannot resolve host: " + ec.message());
 
-  if (s.tls) s.secure.emplace(s.ioc, s.tls->impl->ctx);
-  else s.plain.emplace(s.ioc);
+  if (s.tls)
+    s.secure.emplace(s.ioc, s.tls->impl->ctx);
+  else
+    s.plain.emplace(s.ioc);
   s.lowest().expires_after(deadline.remaining());
   ec = asio::error::would_block;
   s.lowest().async_connect(results, [&](error_code e, const tcp::endpoint&) { ec = e; });
   s.run();
   if (ec == beast::error::timeout)
-    throw EndpointFailure(EndpointFailure::Kind::kTimeout, "etcd at " + where + " unreachable: connect timed out");
-  if (ec) throw EndpointFailure(EndpointFailure::Kind::kUnreachable, "etcd at " + where + " unreachable: " + ec.message());
+    throw EndpointFailure(EndpointFailure::Kind::kTimeout,
+                          "etcd at " + where + " unreachable: connect timed out");
+  if (ec)
+    throw EndpointFailure(EndpointFailure::Kind::kUnreachable,
+                          "etcd at " + where + " unreachable: " + ec.message());
   error_code ignored;
   s.lowest().socket().set_option(tcp::no_delay(true), ignored);
 
@@ -189,9 +197,10 @@ void HttpConnection::connect(Deadline deadline) {
     if (ec) {
       s.close();
       const std::string why = ec == beast::error::timeout ? "no answer" : ec.message();
-      throw EndpointFailure(EndpointFailure::Kind::kTls,
-                            "TLS handshake with etcd at " + where + " failed: " + why +
-                                " (does the endpoint serve https, and do etcd_cacert/etcd_cert/etcd_key match it?)");
+      throw EndpointFailure(
+          EndpointFailure::Kind::kTls,
+          "TLS handshake with etcd at " + where + " failed: " + why +
+              " (does the endpoint serve https, and do etcd_cacert/etcd_cert/etcd_key match it?)");
     }
   }
   s.open = true;
@@ -207,7 +216,8 @@ void start_write(Stream& st, http::request<http::string_body>& req, error_code& 
 static void send_request(HttpConnection::Impl& s, const std::string& where, const std::string& target,
                          const std::string& body, Deadline deadline) {
   if (s.interrupted) throw EndpointFailure(EndpointFailure::Kind::kBroken, "interrupted");
-  if (!s.open) throw EndpointFailure(EndpointFailure::Kind::kBroken, "etcd at " + where + ": connection closed");
+  if (!s.open)
+    throw EndpointFailure(EndpointFailure::Kind::kBroken, "etcd at " + where + ": connection closed");
   http::request<http::string_body> req{http::verb::post, target, 11};
   req.set(http::field::host, where);
   req.set(http::field::content_type, "application/json");
@@ -228,7 +238,8 @@ HttpReply HttpConnection::post(const std::string& target, const std::string& bod
   http::response_parser<http::string_body> parser;
   parser.body_limit(kMaxReplyBytes);
   error_code ec = asio::error::would_block;
-  s.with_stream([&](auto& st) { http::async_read(st, s.buffer, parser, [&](error_code e, std::size_t) { ec = e; }); });
+  s.with_stream(
+      [&](auto& st) { http::async_read(st, s.buffer, parser, [&](error_code e, std::size_t) { ec = e; }); });
   s.run();
   if (ec) fail(s, where, ec, "waiting for an answer", true);
   auto& msg = parser.get();

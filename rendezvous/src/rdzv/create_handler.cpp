@@ -12,8 +12,7 @@ namespace {
 
 void check_self(const NodeSpec& self) {
   if (self.local_world_size < 1) {
-    throw ConfigError("--nproc_per_node: must be at least 1, got " +
-                      std::to_string(self.local_world_size));
+    throw ConfigError("--nproc_per_node: must be at least 1, got " + std::to_string(self.local_world_size));
   }
   if (self.node_id.empty()) throw InternalError("rendezvous: NodeSpec::node_id is empty");
 }
@@ -27,8 +26,7 @@ bool is_dynamic(const std::string& backend) { return backend == "c10d" || backen
 
 }  // namespace
 
-std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config,
-                                                  const NodeSpec& self) {
+std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config, const NodeSpec& self) {
   check_self(self);
   if (config.backend == "standalone") return std::make_unique<StandaloneHandler>(config, self);
   if (config.backend == "static") return std::make_unique<StaticHandler>(config, self);
@@ -47,8 +45,7 @@ std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config
     detail::StoreAccess access;
     try {
       access = detail::open_store(
-          config, config.is_host ? detail::HostMode::kAlways : detail::HostMode::kIfLocal,
-          "--rdzv_endpoint");
+          config, config.is_host ? detail::HostMode::kAlways : detail::HostMode::kIfLocal, "--rdzv_endpoint");
     } catch (const RendezvousError& e) {
       // An endpoint nobody serves is a configuration mistake (issue: exit 2).
       throw ConfigError(e.what());
@@ -58,8 +55,7 @@ std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config
   unknown_backend(config.backend);
 }
 
-std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config,
-                                                  const NodeSpec& self,
+std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config, const NodeSpec& self,
                                                   std::shared_ptr<store::Store> store) {
   check_self(self);
   detail::StoreAccess access;

@@ -115,8 +115,8 @@ RendezvousResult DynamicHandler::next_rendezvous() {
     Closed closed;
     if (!late) {
       store_->set(my_key, record, lease);
-      logger->info("joined round run_id={} round={} arrival={} node_id={}", config_.run_id, round,
-                   index, self_.node_id);
+      logger->info("joined round run_id={} round={} arrival={} node_id={}", config_.run_id, round, index,
+                   self_.node_id);
       if (index == config_.max_nodes) {
         closed = close_round(round, mine);
       } else {
@@ -171,7 +171,8 @@ RendezvousResult DynamicHandler::next_rendezvous() {
       res.nodes.resize(static_cast<std::size_t>(closed.count));
       for (const auto& kv : listed.kvs) {
         auto r = detail::parse_int(std::string_view(kv.key).substr(prefix.size() + 5));
-        if (r >= 0 && r < closed.count) res.nodes[static_cast<std::size_t>(r)] = detail::decode_node(kv.value, kv.key);
+        if (r >= 0 && r < closed.count)
+          res.nodes[static_cast<std::size_t>(r)] = detail::decode_node(kv.value, kv.key);
       }
     } else {
       res.nodes = {self_};
@@ -206,8 +207,8 @@ DynamicHandler::Closed DynamicHandler::close_round(std::int64_t round, std::int6
       value = std::to_string(n) + " " + std::to_string(detail::packed_workers(seen)) + " " +
               std::to_string(listed.revision);
     } else {
-      value = "abort " + std::to_string(n - present) + " node(s) left before round " +
-              std::to_string(round) + " closed";
+      value = "abort " + std::to_string(n - present) + " node(s) left before round " + std::to_string(round) +
+              " closed";
     }
   } catch (const TimeoutError&) {
     value = "abort a node joined round " + std::to_string(round) +
@@ -249,8 +250,8 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
   if (static_cast<int>(ids.size()) != n || ids != alive) {
     for (const auto& id : ids) {
       if (!alive.count(id)) {
-        logger->info("node {} is new since round {}: round {} closes after the last call run_id={}", id, prev.round,
-                     round, config_.run_id);
+        logger->info("node {} is new since round {}: round {} closes after the last call run_id={}", id,
+                     prev.round, round, config_.run_id);
         break;
       }
     }
@@ -259,14 +260,13 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
   const std::string value = std::to_string(n) + " " + std::to_string(detail::packed_workers(seen)) + " " +
                             std::to_string(now.revision);
   if (store_->compare_set(prefix + "closed", "", value) == value) {
-    logger->info("every live member of round {} rejoined: round {} closed at once run_id={} nodes={}", prev.round,
-                 round, config_.run_id, n);
+    logger->info("every live member of round {} rejoined: round {} closed at once run_id={} nodes={}",
+                 prev.round, round, config_.run_id, n);
   }
   return true;
 }
 
-DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index,
-                                                   const Deadline& deadline) {
+DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index, const Deadline& deadline) {
   const std::string key = prefix_of(round) + "closed";
   const bool candidate = index >= config_.min_nodes;
   auto last_call = candidate ? Clock::now() + config_.last_call_timeout : Clock::time_point::max();
@@ -303,9 +303,8 @@ DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index
 void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline) {
   const std::string prefix = prefix_of(round);
   const auto waiting = store_->add(prefix + "ctl/waiting", 1);
-  log::get("rdzv")->info(
-      "round is running, waiting to join the next one run_id={} round={} waiting_nodes={}",
-      config_.run_id, round, waiting);
+  log::get("rdzv")->info("round is running, waiting to join the next one run_id={} round={} waiting_nodes={}",
+                         config_.run_id, round, waiting);
   const bool feedback = log::get("rdzv")->should_log(spdlog::level::info);
   while (true) {
     auto wait = feedback ? std::min(deadline.remaining(), kProgressPeriod) : deadline.remaining();
@@ -317,14 +316,15 @@ void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline) {
     if (deadline.expired()) throw_timeout(round, true);
     if (feedback && Clock::now() - last_progress_ >= config_.progress_interval) {
       last_progress_ = Clock::now();
-      log::get("rdzv")->info("waiting for round {} to end run_id={} time_left={}", round,
-                             config_.run_id, detail::seconds_text(deadline.remaining()));
+      log::get("rdzv")->info("waiting for round {} to end run_id={} time_left={}", round, config_.run_id,
+                             detail::seconds_text(deadline.remaining()));
     }
   }
 }
 
 void DynamicHandler::log_progress(std::int64_t round, const Deadline& deadline) {
-  if (last_progress_ != Clock::time_point{} && Clock::now() - last_progress_ < config_.progress_interval) return;
+  if (last_progress_ != Clock::time_point{} && Clock::now() - last_progress_ < config_.progress_interval)
+    return;
   last_progress_ = Clock::now();
   const std::string prefix = prefix_of(round);
   const int count = detail::packed_count(arrivals_->arrived(prefix));
@@ -342,12 +342,12 @@ void DynamicHandler::throw_timeout(std::int64_t round, bool late) {
   const auto listed = store_->list(prefix + "node/");
   const std::string names = name_list(listed.kvs, prefix.size() + 5, std::min(count, config_.max_nodes));
   const std::string head = "rendezvous timed out after " + detail::seconds_text(config_.join_timeout) +
-                           " (run_id=" + config_.run_id + ", round " + std::to_string(round) +
-                           ", store " + config_.endpoint.to_string() + "): ";
+                           " (run_id=" + config_.run_id + ", round " + std::to_string(round) + ", store " +
+                           config_.endpoint.to_string() + "): ";
   if (late) {
     throw RendezvousError(head + "round " + std::to_string(round) + " is running with " + names +
-                          " and did not end to let this node in (max " +
-                          std::to_string(config_.max_nodes) + " nodes)");
+                          " and did not end to let this node in (max " + std::to_string(config_.max_nodes) +
+                          " nodes)");
   }
   const int joined = std::min(count, config_.max_nodes);
   if (joined >= config_.min_nodes) {
@@ -357,9 +357,9 @@ void DynamicHandler::throw_timeout(std::int64_t round, bool late) {
   }
   const int needed = std::max(1, config_.min_nodes - joined);
   throw RendezvousError(head + std::to_string(joined) + " node(s) joined: " + names + "; " +
-                        std::to_string(needed) + " more needed for --nnodes=" +
-                        std::to_string(config_.min_nodes) + ":" + std::to_string(config_.max_nodes) +
-                        "; start more agents or lower MIN");
+                        std::to_string(needed) +
+                        " more needed for --nnodes=" + std::to_string(config_.min_nodes) + ":" +
+                        std::to_string(config_.max_nodes) + "; start more agents or lower MIN");
 }
 
 }  // namespace ddp::rdzv

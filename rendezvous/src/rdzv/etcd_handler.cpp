@@ -12,11 +12,12 @@ namespace ddp::rdzv::detail {
 
 std::shared_ptr<store::Store> open_etcd_store(const RendezvousConfig& config) {
   store::EtcdStoreOptions o;
-  o.endpoints = config.etcd.endpoints.empty() ? std::vector<Endpoint>{config.endpoint} : config.etcd.endpoints;
+  o.endpoints =
+      config.etcd.endpoints.empty() ? std::vector<Endpoint>{config.endpoint} : config.etcd.endpoints;
   for (const auto& ep : o.endpoints) {
     if (ep.host.empty() || ep.port == 0)
-      throw ConfigError("--rdzv_endpoint: etcd rendezvous needs HOST:PORT[,HOST:PORT...], got '" + ep.to_string() +
-                        "'");
+      throw ConfigError("--rdzv_endpoint: etcd rendezvous needs HOST:PORT[,HOST:PORT...], got '" +
+                        ep.to_string() + "'");
   }
   o.prefix = config.etcd.prefix;
   o.https = config.etcd.https;
@@ -63,8 +64,8 @@ RendezvousResult EtcdHandler::next_rendezvous() {
     }
     res.store_endpoint = Endpoint{self_.host, worker_store_->port()};
     etcd_->set(key, res.store_endpoint.to_string());
-    log::get("rdzv")->info("hosting the workers' store run_id={} round={} endpoint={}", config_.run_id, res.round,
-                           res.store_endpoint.to_string());
+    log::get("rdzv")->info("hosting the workers' store run_id={} round={} endpoint={}", config_.run_id,
+                           res.round, res.store_endpoint.to_string());
   } else {
     std::string text;
     try {

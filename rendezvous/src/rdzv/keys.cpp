@@ -2,7 +2,6 @@
 
 #include <charconv>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 #include "ddp/common/error.hpp"

@@ -12,11 +12,16 @@ bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.
 
 const char* event_name(RoundEvent e) {
   switch (e) {
-    case RoundEvent::kRestartRequested: return "restart_requested";
-    case RoundEvent::kMembershipChanged: return "membership_changed";
-    case RoundEvent::kNodesWaiting: return "nodes_waiting";
-    case RoundEvent::kStoreLost: return "store_lost";
-    case RoundEvent::kJobClosed: return "job_closed";
+    case RoundEvent::kRestartRequested:
+      return "restart_requested";
+    case RoundEvent::kMembershipChanged:
+      return "membership_changed";
+    case RoundEvent::kNodesWaiting:
+      return "nodes_waiting";
+    case RoundEvent::kStoreLost:
+      return "store_lost";
+    case RoundEvent::kJobClosed:
+      return "job_closed";
   }
   return "unknown";
 }
@@ -35,9 +40,8 @@ std::pair<RoundEvent, std::string> decode_event(const std::string& text) {
   return {static_cast<RoundEvent>(code), detail};
 }
 
-RoundMonitor::RoundMonitor(std::shared_ptr<store::Store> store,
-                           std::chrono::milliseconds keep_alive_interval, int keep_alive_max_attempt,
-                           std::string store_name)
+RoundMonitor::RoundMonitor(std::shared_ptr<store::Store> store, std::chrono::milliseconds keep_alive_interval,
+                           int keep_alive_max_attempt, std::string store_name)
     : store_(std::move(store)),
       store_name_(std::move(store_name)),
       interval_(keep_alive_interval),
@@ -141,8 +145,8 @@ void RoundMonitor::begin(WatchedRound r) {
     first_event_.reset();
     departed_.clear();
     for (const auto& kv : r.ctl.kvs) {
-      queue_.push_back(Pending{epoch, store::WatchEvent{store::EventType::kPut, kv.key, kv.value,
-                                                        kv.revision}});
+      queue_.push_back(
+          Pending{epoch, store::WatchEvent{store::EventType::kPut, kv.key, kv.value, kv.revision}});
     }
     round_ = std::move(r);
   }
@@ -326,8 +330,9 @@ void RoundMonitor::check_store_silence() {
     silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - keepalive_->last_ok);
   }
   if (silent >= ttl_) {
-    fire(epoch, RoundEvent::kStoreLost, "no answer from " + store_name_ + " for " + seconds_text(silent) +
-                                            " (keep-alive window " + seconds_text(ttl_) + ")");
+    fire(epoch, RoundEvent::kStoreLost,
+         "no answer from " + store_name_ + " for " + seconds_text(silent) + " (keep-alive window " +
+             seconds_text(ttl_) + ")");
   }
 }
 
@@ -358,7 +363,8 @@ void RoundMonitor::handle(const Pending& p) {
     r.can_grow = round_.can_grow;
   }
   if (p.error) {
-    fire(p.epoch, RoundEvent::kStoreLost, "watch of " + r.prefix + " on " + store_name_ + " ended: " + p.ev.value);
+    fire(p.epoch, RoundEvent::kStoreLost,
+         "watch of " + r.prefix + " on " + store_name_ + " ended: " + p.ev.value);
     return;
   }
   if (!starts_with(p.ev.key, r.prefix)) return;

@@ -22,8 +22,8 @@ StandaloneHandler::StandaloneHandler(const RendezvousConfig& config, const NodeS
   opts.torch_legacy_protocol = config_.torch_legacy_protocol;
   server_ = std::make_unique<store::StoreServer>(opts);
   server_->start();
-  log::get("rdzv")->debug("standalone store started endpoint={}:{} run_id={}", kLoopback,
-                         server_->port(), config_.run_id);
+  log::get("rdzv")->debug("standalone store started endpoint={}:{} run_id={}", kLoopback, server_->port(),
+                          config_.run_id);
 }
 
 StandaloneHandler::~StandaloneHandler() {
@@ -39,8 +39,7 @@ StandaloneHandler::~StandaloneHandler() {
 RendezvousResult StandaloneHandler::next_rendezvous() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!closed_reason_.empty()) {
-    throw RendezvousError("rendezvous of run_id=" + config_.run_id + " is closed: " +
-                          closed_reason_);
+    throw RendezvousError("rendezvous of run_id=" + config_.run_id + " is closed: " + closed_reason_);
   }
   RendezvousResult r;
   r.round = next_round_++;

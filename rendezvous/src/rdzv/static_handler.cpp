@@ -36,13 +36,11 @@ const RendezvousConfig& checked(const RendezvousConfig& c) {
 
 StaticHandler::StaticHandler(const RendezvousConfig& config, const NodeSpec& self)
     : StoreHandler(checked(config), self,
-                   detail::open_store(config,
-                                      config.node_rank == 0 ? detail::HostMode::kAlways
-                                                            : detail::HostMode::kNever,
-                                      "--master_addr/--master_port")) {}
+                   detail::open_store(
+                       config, config.node_rank == 0 ? detail::HostMode::kAlways : detail::HostMode::kNever,
+                       "--master_addr/--master_port")) {}
 
-StaticHandler::StaticHandler(const RendezvousConfig& config, const NodeSpec& self,
-                             detail::StoreAccess access)
+StaticHandler::StaticHandler(const RendezvousConfig& config, const NodeSpec& self, detail::StoreAccess access)
     : StoreHandler(checked(config), self, std::move(access)) {}
 
 RendezvousResult StaticHandler::next_rendezvous() {
@@ -74,8 +72,8 @@ RendezvousResult StaticHandler::next_rendezvous() {
       last_logged = Clock::now();
       int present = 0;
       for (const auto& r : recs) present += r ? 1 : 0;
-      logger->info("waiting for nodes run_id={} round={} joined={}/{} time_left={}", config_.run_id,
-                   round, present, n, detail::seconds_text(deadline.remaining()));
+      logger->info("waiting for nodes run_id={} round={} joined={}/{} time_left={}", config_.run_id, round,
+                   present, n, detail::seconds_text(deadline.remaining()));
       continue;
     }
     // A record can vanish between the wait and the list (a node died): wait again.
@@ -111,8 +109,8 @@ RendezvousResult StaticHandler::next_rendezvous() {
 void StaticHandler::check_same_node_count(std::int64_t round) {
   // The first node to arrive records its --nnodes; every other compares. With
   // different counts one side would start a world the other never joins.
-  const std::string mine = std::to_string(config_.max_nodes) + " " + std::to_string(config_.node_rank) + " " +
-                           self_.node_id;
+  const std::string mine =
+      std::to_string(config_.max_nodes) + " " + std::to_string(config_.node_rank) + " " + self_.node_id;
   const std::string agreed = store_->compare_set(prefix_of(round) + "nnodes", "", mine);
   const auto space = agreed.find(' ');
   const std::string theirs = agreed.substr(0, space);
@@ -120,15 +118,14 @@ void StaticHandler::check_same_node_count(std::int64_t round) {
   const auto second = agreed.find(' ', space + 1);
   const std::string their_rank = agreed.substr(space + 1, second - space - 1);
   const std::string their_id = second == std::string::npos ? std::string("?") : agreed.substr(second + 1);
-  const std::string why = "--nnodes differs between nodes: node_rank " + std::to_string(config_.node_rank) + " (" +
-                          self_.node_id + ") has --nnodes=" + std::to_string(config_.max_nodes) + ", node_rank " +
-                          their_rank + " (" + their_id + ") has --nnodes=" + theirs;
+  const std::string why = "--nnodes differs between nodes: node_rank " + std::to_string(config_.node_rank) +
+                          " (" + self_.node_id + ") has --nnodes=" + std::to_string(config_.max_nodes) +
+                          ", node_rank " + their_rank + " (" + their_id + ") has --nnodes=" + theirs;
   close_while_joining(round, why);
   throw ConfigError(why + "; give every node the same --nnodes");
 }
 
-void StaticHandler::throw_timeout(std::int64_t round,
-                                  const std::vector<std::optional<std::string>>& recs) {
+void StaticHandler::throw_timeout(std::int64_t round, const std::vector<std::optional<std::string>>& recs) {
   std::string joined;
   std::string missing;
   int n_missing = 0;
@@ -143,9 +140,8 @@ void StaticHandler::throw_timeout(std::int64_t round,
       ++n_missing;
     }
   }
-  throw RendezvousError("static rendezvous timed out after " +
-                        detail::seconds_text(config_.join_timeout) + " (run_id=" + config_.run_id +
-                        ", round " + std::to_string(round) + ", store " +
+  throw RendezvousError("static rendezvous timed out after " + detail::seconds_text(config_.join_timeout) +
+                        " (run_id=" + config_.run_id + ", round " + std::to_string(round) + ", store " +
                         config_.endpoint.to_string() + "): joined: " + joined + "; " +
                         std::to_string(n_missing) + " more needed: node_rank " + missing +
                         "; start ddprun with those --node_rank values");

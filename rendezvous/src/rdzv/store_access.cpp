@@ -92,13 +92,11 @@ StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std:
       access.server = start_server(config);
     } catch (const NetworkError& e) {
       throw ConfigError(flag + ": cannot host the rendezvous store on port " +
-                        std::to_string(config.endpoint.port) + ": " + e.what() +
-                        "; pick a free port");
+                        std::to_string(config.endpoint.port) + ": " + e.what() + "; pick a free port");
     }
     logger->info("hosting the rendezvous store endpoint=0.0.0.0:{} run_id={}", access.server->port(),
                  config.run_id);
-  } else if (mode == HostMode::kIfLocal && config.endpoint.port != 0 &&
-             is_local_host(config.endpoint.host)) {
+  } else if (mode == HostMode::kIfLocal && config.endpoint.port != 0 && is_local_host(config.endpoint.host)) {
     // Whoever binds first hosts; a daemon (or another agent of this machine)
     // already listening makes the bind fail and this agent a client.
     try {
@@ -131,16 +129,16 @@ StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std:
     opts.bind_leases_to_connection = true;
     access.client = std::make_shared<store::TcpStore>(opts);
   } catch (const NetworkError& e) {
-    throw RendezvousError("cannot reach the rendezvous store at " + where + " (" + flag +
-                          ") after waiting " + seconds_text(config.join_timeout) + ": " + e.what());
+    throw RendezvousError("cannot reach the rendezvous store at " + where + " (" + flag + ") after waiting " +
+                          seconds_text(config.join_timeout) + ": " + e.what());
   } catch (const ProtocolError& e) {
     // Something else listens there: say what, at once, instead of waiting out join_timeout.
     throw ConfigError(flag + " " + e.what() +
                       "; check it (an etcd endpoint needs --rdzv_backend=etcd; a torchrun master port serves "
                       "torch's own store, not this one)");
   } catch (const StoreError& e) {
-    throw ConfigError("the rendezvous store at " + where + " (" + flag +
-                      ") refused this agent: " + e.what() + "; check the store token");
+    throw ConfigError("the rendezvous store at " + where + " (" + flag + ") refused this agent: " + e.what() +
+                      "; check the store token");
   }
   return access;
 }

@@ -17,9 +17,9 @@ struct StoreAccess {
 };
 
 enum class HostMode : std::uint8_t {
-  kNever,   // always a client
-  kAlways,  // must host (static node 0, RendezvousConfig::is_host)
-  kIfLocal, // host when the endpoint is this machine and its port is free (torchrun's is_host)
+  kNever,    // always a client
+  kAlways,   // must host (static node 0, RendezvousConfig::is_host)
+  kIfLocal,  // host when the endpoint is this machine and its port is free (torchrun's is_host)
 };
 
 // `flag` names what the user typed the endpoint with (--rdzv_endpoint or

@@ -107,10 +107,10 @@ std::int64_t StoreHandler::round_to_join() {
   auto first = monitor_->end([rejoin](std::int64_t rank) { rejoin->departed(rank); }, gone);
   for (auto rank : gone) rejoin->departed(rank);
   rejoin_ = rejoin;
-  auto why = first ? *first
-                   : std::make_pair(RoundEvent::kRestartRequested,
-                                    "node " + self_.node_id + " started round " +
-                                        std::to_string(prev->round + 1));
+  auto why = first
+                 ? *first
+                 : std::make_pair(RoundEvent::kRestartRequested, "node " + self_.node_id + " started round " +
+                                                                     std::to_string(prev->round + 1));
   store_->compare_set(prefix_of(prev->round) + "ctl/ended", "", encode_event(why.first, why.second));
   advance_pointer(prev->round);
   return prev->round + 1;
@@ -118,12 +118,10 @@ std::int64_t StoreHandler::round_to_join() {
 
 void StoreHandler::advance_pointer(std::int64_t round) {
   // Only this chain of compare_sets writes the pointer, so "missing" means 0.
-  store_->compare_set(rdzv_key("round"), round == 0 ? "" : std::to_string(round),
-                      std::to_string(round + 1));
+  store_->compare_set(rdzv_key("round"), round == 0 ? "" : std::to_string(round), std::to_string(round + 1));
 }
 
-void StoreHandler::start_round(const RendezvousResult& result, store::Revision node_from,
-                               bool can_grow) {
+void StoreHandler::start_round(const RendezvousResult& result, store::Revision node_from, bool can_grow) {
   const std::string prefix = prefix_of(result.round);
   WatchedRound w;
   w.round = result.round;
@@ -193,8 +191,8 @@ bool StoreHandler::all_succeeded() {
 }
 
 void StoreHandler::close(const std::string& reason) {
-  const std::string why = reason.empty() ? "closed by node " + self_.node_id
-                                         : reason + " (closed by node " + self_.node_id + ")";
+  const std::string why =
+      reason.empty() ? "closed by node " + self_.node_id : reason + " (closed by node " + self_.node_id + ")";
   std::optional<RendezvousResult> cur;
   {
     std::lock_guard<std::mutex> lock(mu_);

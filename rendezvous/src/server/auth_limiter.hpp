@@ -35,7 +35,7 @@ class AuthLimiter {
   struct Summary {
     std::uint64_t failed = 0;   // tokens compared and wrong
     std::uint64_t refused = 0;  // hellos refused while the address had to wait
-    std::size_t peers = 0;  // distinct addresses (at most kMaxPeers counted)
+    std::size_t peers = 0;      // distinct addresses (at most kMaxPeers counted)
     std::string top_peer;
     std::uint64_t top_count = 0;
   };

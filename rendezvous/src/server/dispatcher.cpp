@@ -1,7 +1,6 @@
 #include "dispatcher.hpp"
 
 #include <algorithm>
-
 #include <boost/asio/post.hpp>
 
 #include "ddp/common/error.hpp"
@@ -46,10 +45,9 @@ std::size_t encoded_size(const Response& r) {
 Dispatcher::Dispatcher(asio::io_context& io, const StoreServerOptions& options)
     : io_(io),
       options_(options),
-      core_(HistoryLimits{options.history_max_events != 0 ? options.history_max_events
-                                                          : HistoryLimits::kDefaultMaxEvents,
-                          options.history_max_bytes != 0 ? options.history_max_bytes
-                                                         : HistoryLimits::kDefaultMaxBytes}),
+      core_(HistoryLimits{
+          options.history_max_events != 0 ? options.history_max_events : HistoryLimits::kDefaultMaxEvents,
+          options.history_max_bytes != 0 ? options.history_max_bytes : HistoryLimits::kDefaultMaxBytes}),
       waiter_timer_(io),
       lease_timer_(io),
       grace_timer_(io),
@@ -112,10 +110,12 @@ void Dispatcher::on_request(const std::shared_ptr<Session>& s, Request&& req) {
   } catch (const PersistError& e) {
     // Not in the log, so not applied either (StoreCore undid it): the client may retry.
     ddp::log::get("store.server")
-        ->warn("write refused: data dir degraded op={} peer={} error=\"{}\"", op_name(req.op), s->peer(), e.what());
+        ->warn("write refused: data dir degraded op={} peer={} error=\"{}\"", op_name(req.op), s->peer(),
+               e.what());
     s->send(reply(req.id, Status::kInternal,
-                  std::string("not saved, nothing changed: ") + e.what() + "; the server refuses writes until its "
-                  "data dir takes them again"));
+                  std::string("not saved, nothing changed: ") + e.what() +
+                      "; the server refuses writes until its "
+                      "data dir takes them again"));
     after_work();
   } catch (const std::exception& e) {
     // A bug: this request fails, the server goes on.
@@ -136,17 +136,22 @@ void Dispatcher::dispatch(const std::shared_ptr<Session>& s, Request& req) {
   }
   if (stopping_) return s->send(reply(req.id, Status::kShuttingDown, "server is shutting down"));
   switch (req.op) {
-    case Op::kHello: return s->send(reply(req.id, Status::kBadRequest, "hello sent twice"));
+    case Op::kHello:
+      return s->send(reply(req.id, Status::kBadRequest, "hello sent twice"));
     case Op::kGet:
-    case Op::kWait: return handle_blocking(s, req);
-    case Op::kWatch: return handle_watch(s, req);
-    case Op::kCancel: return handle_cancel(s, req);
+    case Op::kWait:
+      return handle_blocking(s, req);
+    case Op::kWatch:
+      return handle_watch(s, req);
+    case Op::kCancel:
+      return handle_cancel(s, req);
     default:
       if (is_queue_op(req.op)) return handle_queue(s, req);
       break;
   }
   auto resp = core_.execute(req, Clock::now());
-  if (req.op == Op::kCheck && resp.num == 0 && !queues_.empty()) resp.num = still_missing(req).empty() ? 1 : 0;
+  if (req.op == Op::kCheck && resp.num == 0 && !queues_.empty())
+    resp.num = still_missing(req).empty() ? 1 : 0;
   if (req.op == Op::kLeaseGrant && resp.status == Status::kOk && (req.a & kLeaseBindToConnection) != 0) {
     bound_leases_[s.get()].push_back(resp.num);
   }
@@ -171,8 +176,8 @@ void Dispatcher::handle_hello(const std::shared_ptr<Session>& s, const Request& 
   resp.revision = core_.revision();
   if (req.a != static_cast<std::int64_t>(kProtocolVersion)) {
     resp.status = Status::kVersionMismatch;
-    resp.message = "server speaks protocol version " + std::to_string(kProtocolVersion) +
-                   ", client sent " + std::to_string(req.a) + "; use matching ddp versions";
+    resp.message = "server speaks protocol version " + std::to_string(kProtocolVersion) + ", client sent " +
+                   std::to_string(req.a) + "; use matching ddp versions";
     log->warn("closing connection: protocol version mismatch peer={} client_version={}", s->peer(), req.a);
     s->send(resp);
     s->close_after_flush();
@@ -213,8 +218,9 @@ void Dispatcher::log_auth_failure(const Session& s, const char* what) {
   auth_period_open_ = true;
   auth_.take_summary();  // this one is logged here, not in the summary
   ddp::log::get("store.server")
-      ->warn("closing connection: authentication failed peer={} {}; further failures are summarised every {} ms",
-             s.peer(), what, options_.auth_log_period.count());
+      ->warn(
+          "closing connection: authentication failed peer={} {}; further failures are summarised every {} ms",
+          s.peer(), what, options_.auth_log_period.count());
   auth_log_timer_.expires_after(options_.auth_log_period);
   auth_log_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) on_auth_log_timer();
@@ -228,8 +234,10 @@ void Dispatcher::on_auth_log_timer() {
     return;
   }
   ddp::log::get("store.server")
-      ->warn("authentication failures in the last {} ms: failed={} refused={} peers={} top_peer={} top_peer_count={}",
-             options_.auth_log_period.count(), sum.failed, sum.refused, sum.peers, sum.top_peer, sum.top_count);
+      ->warn(
+          "authentication failures in the last {} ms: failed={} refused={} peers={} top_peer={} "
+          "top_peer_count={}",
+          options_.auth_log_period.count(), sum.failed, sum.refused, sum.peers, sum.top_peer, sum.top_count);
   auth_log_timer_.expires_after(options_.auth_log_period);
   auth_log_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) on_auth_log_timer();
@@ -238,7 +246,8 @@ void Dispatcher::on_auth_log_timer() {
 
 bool Dispatcher::refuse_pending(const std::shared_ptr<Session>& s, const Request& req) {
   if (s->pending().count(req.id) != 0) {
-    s->send(reply(req.id, Status::kBadRequest, "request id " + std::to_string(req.id) + " is already pending"));
+    s->send(
+        reply(req.id, Status::kBadRequest, "request id " + std::to_string(req.id) + " is already pending"));
     return true;
   }
   if (s->pending().size() >= options_.limits.max_pending_per_connection) {
@@ -253,7 +262,8 @@ bool Dispatcher::refuse_pending(const std::shared_ptr<Session>& s, const Request
 void Dispatcher::handle_blocking(const std::shared_ptr<Session>& s, Request& req) {
   const auto now = Clock::now();
   auto resp = core_.execute(req, now);
-  if (resp.status == Status::kNotFound && req.op == Op::kWait && !queues_.empty() && still_missing(req).empty()) {
+  if (resp.status == Status::kNotFound && req.op == Op::kWait && !queues_.empty() &&
+      still_missing(req).empty()) {
     resp = reply(req.id, Status::kOk);
   }
   if (resp.status != Status::kNotFound) return s->send(resp);
@@ -274,7 +284,8 @@ void Dispatcher::release_waiter(WaiterId id) {
   auto it = waiter_info_.find(id);
   if (it == waiter_info_.end()) return;
   auto resp = core_.execute(it->second.req, Clock::now());
-  if (resp.status == Status::kNotFound && it->second.req.op == Op::kWait && still_missing(it->second.req).empty()) {
+  if (resp.status == Status::kNotFound && it->second.req.op == Op::kWait &&
+      still_missing(it->second.req).empty()) {
     resp = reply(it->second.req.id, Status::kOk);  // a queue it waits on is not empty
   }
   if (resp.status == Status::kNotFound) {  // deleted again before we got here: keep waiting
@@ -433,7 +444,8 @@ void Dispatcher::on_lease_timer() {
     // The lease stays (its keys too) until its deletion is in the log.
     lease_retry_at_ = Clock::now() + kDiskProbeInterval;
     ddp::log::get("store.server")
-        ->error("lease expiry not saved; retrying in {} ms error=\"{}\"", kDiskProbeInterval.count(), e.what());
+        ->error("lease expiry not saved; retrying in {} ms error=\"{}\"", kDiskProbeInterval.count(),
+                e.what());
   }
   after_work();
 }
@@ -456,8 +468,10 @@ void Dispatcher::on_closed(Session& s) {
               log->info("lease revoked: its connection closed lease={} peer={}", id, peer);
           } catch (const std::exception& e) {
             // Not saved, so not done: the lease lives on until its TTL runs out.
-            log->error("revoking lease of a closed connection failed; it expires by its TTL instead lease={} "
-                       "peer={} error=\"{}\"", id, peer, e.what());
+            log->error(
+                "revoking lease of a closed connection failed; it expires by its TTL instead lease={} "
+                "peer={} error=\"{}\"",
+                id, peer, e.what());
           }
         }
         after_work();

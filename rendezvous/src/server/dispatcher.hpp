@@ -6,6 +6,8 @@
 // Thread-safety: loop thread only; StoreServer posts to it.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <map>
 #include <memory>
@@ -13,9 +15,6 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "auth_limiter.hpp"
 #include "ddp/store/store_server.hpp"

@@ -21,12 +21,14 @@ std::string compacted_message(Revision from, Revision compacted) {
 }  // namespace
 
 void Dispatcher::handle_watch(const std::shared_ptr<Session>& s, const Request& req) {
-  if (req.keys.size() != 1) return s->send(reply(req.id, Status::kBadRequest, "watch takes one key: the prefix"));
+  if (req.keys.size() != 1)
+    return s->send(reply(req.id, Status::kBadRequest, "watch takes one key: the prefix"));
   if (req.b < 0) return s->send(reply(req.id, Status::kBadRequest, "watch from a negative revision"));
   if (refuse_pending(s, req)) return;
   drain();  // nothing committed may be both replayed and routed
   if (req.b > 0 && req.b <= core_.history().compacted_revision()) {
-    auto r = reply(req.id, Status::kCompacted, compacted_message(req.b, core_.history().compacted_revision()));
+    auto r =
+        reply(req.id, Status::kCompacted, compacted_message(req.b, core_.history().compacted_revision()));
     r.revision = core_.revision();
     return s->send(r);
   }
@@ -47,12 +49,13 @@ void Dispatcher::pump_replay(WatchId id) {
   const auto request_id = it->second.request_id;
   bool paused = false;
   auto next = core_.history().visit(
-      it->second.prefix, it->second.replay_from, [&](Revision rev, const std::vector<const WatchEvent*>& evs) {
+      it->second.prefix, it->second.replay_from,
+      [&](Revision rev, const std::vector<const WatchEvent*>& evs) {
         auto frame = reply(request_id, Status::kEvent);
         frame.revision = rev;
         for (const auto* e : evs) {
-          frame.items.push_back(
-              {e->type == EventType::kPut ? ItemKind::kPut : ItemKind::kDelete, e->key, e->value, e->revision});
+          frame.items.push_back({e->type == EventType::kPut ? ItemKind::kPut : ItemKind::kDelete, e->key,
+                                 e->value, e->revision});
         }
         session->send(frame);
         paused = session->closed() || session->queued_bytes() >= kReplayChunkBytes;
@@ -67,7 +70,8 @@ void Dispatcher::pump_replay(WatchId id) {
     hub_.remove(id);
     watch_info_.erase(it);
     session->pending().erase(request_id);
-    auto r = reply(request_id, Status::kCompacted, compacted_message(from, core_.history().compacted_revision()));
+    auto r =
+        reply(request_id, Status::kCompacted, compacted_message(from, core_.history().compacted_revision()));
     r.revision = core_.revision();
     session->send(r);
     return;
@@ -105,8 +109,8 @@ void Dispatcher::send_events(Session& s, std::uint32_t id, const std::vector<Wat
     frame.revision = events[i].revision;
     for (; i < events.size() && events[i].revision == frame.revision; ++i) {
       const auto& e = events[i];
-      frame.items.push_back({e.type == EventType::kPut ? ItemKind::kPut : ItemKind::kDelete, e.key, e.value,
-                             e.revision});
+      frame.items.push_back(
+          {e.type == EventType::kPut ? ItemKind::kPut : ItemKind::kDelete, e.key, e.value, e.revision});
     }
     s.send(frame);
     if (s.closed()) return;

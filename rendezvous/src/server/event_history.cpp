@@ -18,8 +18,10 @@ bool under(const WatchEvent& e, std::string_view prefix) {
 std::vector<WatchEvent> events_of(const Mutation& m) {
   std::vector<WatchEvent> out;
   for (const auto& c : m.changes) {
-    if (c.kind == Change::Kind::kPut) out.push_back({EventType::kPut, c.key, c.value, m.revision});
-    else if (c.kind == Change::Kind::kDelete) out.push_back({EventType::kDelete, c.key, {}, m.revision});
+    if (c.kind == Change::Kind::kPut)
+      out.push_back({EventType::kPut, c.key, c.value, m.revision});
+    else if (c.kind == Change::Kind::kDelete)
+      out.push_back({EventType::kDelete, c.key, {}, m.revision});
   }
   return out;
 }
@@ -43,8 +45,7 @@ void EventHistory::append(const std::vector<WatchEvent>& events) {
   if (events_.empty()) events_.shrink_to_fit();
 }
 
-std::optional<std::vector<WatchEvent>> EventHistory::since(std::string_view prefix,
-                                                          Revision from) const {
+std::optional<std::vector<WatchEvent>> EventHistory::since(std::string_view prefix, Revision from) const {
   if (from <= compacted_) return std::nullopt;
   std::vector<WatchEvent> out;
   // Revisions increase along the ring: binary-search the first one wanted.

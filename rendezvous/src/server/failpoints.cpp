@@ -31,7 +31,8 @@ long parse_count(const std::string& entry, const std::string& text) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || n < 0) throw ConfigError("DDP_FAILPOINTS entry '" + entry + "': bad count '" + text + "'");
+  if (used != text.size() || n < 0)
+    throw ConfigError("DDP_FAILPOINTS entry '" + entry + "': bad count '" + text + "'");
   return n;
 }
 
@@ -72,11 +73,16 @@ void arm(const std::string& spec) {
       a.skip = parse_count(entry, rest.substr(at + 1));
       rest.resize(at);
     }
-    if (rest == "enospc") a.fault = {Action::kError, ENOSPC};
-    else if (rest == "eio") a.fault = {Action::kError, EIO};
-    else if (rest == "short") a.fault = {Action::kShort, ENOSPC};
-    else if (rest == "crash") a.fault = {Action::kCrash, 0};
-    else throw ConfigError("DDP_FAILPOINTS entry '" + entry + "': action must be enospc, eio, short or crash");
+    if (rest == "enospc")
+      a.fault = {Action::kError, ENOSPC};
+    else if (rest == "eio")
+      a.fault = {Action::kError, EIO};
+    else if (rest == "short")
+      a.fault = {Action::kShort, ENOSPC};
+    else if (rest == "crash")
+      a.fault = {Action::kCrash, 0};
+    else
+      throw ConfigError("DDP_FAILPOINTS entry '" + entry + "': action must be enospc, eio, short or crash");
     std::lock_guard lock(g_mu);
     g_points[entry.substr(0, eq)] = a;
   }

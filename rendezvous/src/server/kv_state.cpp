@@ -106,8 +106,8 @@ std::int64_t KvState::append(const std::string& key, std::string_view value, Mut
   return len;
 }
 
-Revision KvState::multi_set(const std::vector<std::string>& keys,
-                            const std::vector<std::string>& values, LeaseId lease, Mutation& m) {
+Revision KvState::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values,
+                            LeaseId lease, Mutation& m) {
   for (std::size_t i = 0; i < keys.size() && i < values.size(); ++i) put(keys[i], values[i], lease, m);
   return m.revision;
 }

@@ -45,8 +45,8 @@ class KvState {
   Revision set(const std::string& key, std::string_view value, LeaseId lease, Mutation& m);
   // A missing key counts as 0. The key keeps its lease.
   AddResult add(const std::string& key, std::int64_t delta, Mutation& m);
-  CompareSetResult compare_set(const std::string& key, std::string_view expected,
-                               std::string_view desired, LeaseId lease, Mutation& m);
+  CompareSetResult compare_set(const std::string& key, std::string_view expected, std::string_view desired,
+                               LeaseId lease, Mutation& m);
   // Returns how many of the keys existed (and are now deleted).
   std::int64_t erase(const std::vector<std::string>& keys, Mutation& m);
   // Appends (creating the key); the key keeps its lease. Returns the new length.

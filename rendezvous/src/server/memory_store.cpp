@@ -2,8 +2,8 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <functional>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -22,8 +22,8 @@ namespace {
 
 void throw_on_error(const Response& resp, Op op, const std::string& key) {
   if (resp.status == Status::kOk) return;
-  std::string msg = std::string(op_name(op)) + (key.empty() ? "" : " '" + key + "'") + ": " +
-                    status_name(resp.status);
+  std::string msg =
+      std::string(op_name(op)) + (key.empty() ? "" : " '" + key + "'") + ": " + status_name(resp.status);
   if (!resp.message.empty()) msg += ": " + resp.message;
   throw StoreError(msg);
 }
@@ -93,8 +93,11 @@ class MemoryStore::Impl {
     if (from > 0) {
       auto past = core_.history_since(prefix, from);
       if (!past) {
-        queue_.push_back({id, w, {}, "watch of '" + prefix + "' from revision " + std::to_string(from) +
-                                         ": revision compacted; list again and watch from its revision + 1"});
+        queue_.push_back({id,
+                          w,
+                          {},
+                          "watch of '" + prefix + "' from revision " + std::to_string(from) +
+                              ": revision compacted; list again and watch from its revision + 1"});
         watches_.erase(id);
         wake_.notify_all();
         return id;
@@ -164,8 +167,10 @@ class MemoryStore::Impl {
         idle_.notify_all();
         continue;
       }
-      if (auto next = core_.next_lease_expiry()) wake_.wait_until(lk, *next);
-      else wake_.wait(lk);
+      if (auto next = core_.next_lease_expiry())
+        wake_.wait_until(lk, *next);
+      else
+        wake_.wait(lk);
     }
   }
 
@@ -259,14 +264,15 @@ std::vector<std::optional<std::string>> MemoryStore::multi_get(const std::vector
   std::vector<std::optional<std::string>> out;
   out.reserve(resp.items.size());
   for (auto& item : resp.items) {
-    if (item.kind == ItemKind::kPresent) out.emplace_back(std::move(item.value));
-    else out.emplace_back(std::nullopt);
+    if (item.kind == ItemKind::kPresent)
+      out.emplace_back(std::move(item.value));
+    else
+      out.emplace_back(std::nullopt);
   }
   return out;
 }
 
-Revision MemoryStore::multi_set(const std::vector<std::pair<std::string, std::string>>& kvs,
-                                LeaseId lease) {
+Revision MemoryStore::multi_set(const std::vector<std::pair<std::string, std::string>>& kvs, LeaseId lease) {
   Request req = make(Op::kMultiSet, {}, {}, lease);
   for (const auto& [k, v] : kvs) {
     req.keys.push_back(k);
@@ -286,7 +292,8 @@ ListResult MemoryStore::list(const std::string& prefix) {
   ListResult out;
   out.revision = resp.revision;
   out.kvs.reserve(resp.items.size());
-  for (auto& item : resp.items) out.kvs.push_back({std::move(item.key), std::move(item.value), item.revision});
+  for (auto& item : resp.items)
+    out.kvs.push_back({std::move(item.key), std::move(item.value), item.revision});
   return out;
 }
 

@@ -15,11 +15,11 @@ namespace ddp::store::server {
 struct Change {
   enum class Kind : std::uint8_t { kPut = 0, kDelete = 1, kLeaseGrant = 2, kLeaseRevoke = 3 };
   Kind kind = Kind::kPut;
-  std::string key;           // kPut, kDelete
-  std::string value;         // kPut
-  LeaseId lease = 0;         // kPut: the key's lease after the change; kLease*: the lease
-  LeaseId prev_lease = 0;    // kPut, kDelete: the key's lease before (not persisted)
-  std::int64_t ttl_ms = 0;   // kLeaseGrant
+  std::string key;          // kPut, kDelete
+  std::string value;        // kPut
+  LeaseId lease = 0;        // kPut: the key's lease after the change; kLease*: the lease
+  LeaseId prev_lease = 0;   // kPut, kDelete: the key's lease before (not persisted)
+  std::int64_t ttl_ms = 0;  // kLeaseGrant
 };
 
 struct Mutation {

@@ -21,8 +21,9 @@ std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits
   // torch 2.x: VALIDATE = 0); TorchCodec tells the two dialects apart.
   if (allow_torch && torch::sniff(std::string_view(reinterpret_cast<const char*>(&first_byte), 1)) !=
                          torch::Dialect::kUnknown) {
-    return std::make_unique<TorchCodec>(
-        limits, legacy == TorchLegacyProtocol::kTorch20 ? torch::Dialect::kTorchV2Early : torch::Dialect::kTorchV1);
+    return std::make_unique<TorchCodec>(limits, legacy == TorchLegacyProtocol::kTorch20
+                                                    ? torch::Dialect::kTorchV2Early
+                                                    : torch::Dialect::kTorchV1);
   }
   return nullptr;
 }

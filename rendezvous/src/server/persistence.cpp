@@ -43,7 +43,8 @@ void Persistence::open(StoreCore& core, Clock::time_point now) {
   if (::stat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw ConfigError("data dir " + dir_ + " is not a directory; fix --data-dir");
   if (::access(dir_.c_str(), W_OK | X_OK) != 0)
-    throw ConfigError("data dir " + dir_ + " is not writable: " + errno_text(errno) + "; fix its permissions or --data-dir");
+    throw ConfigError("data dir " + dir_ + " is not writable: " + errno_text(errno) +
+                      "; fix its permissions or --data-dir");
   for (const char* tmp : {"snapshot.tmp", "log.tmp"}) {
     if (::unlink((dir_ + "/" + tmp).c_str()) == 0)
       log->info("removed {}/{} left by an interrupted write", dir_, tmp);
@@ -104,9 +105,12 @@ void Persistence::load_snapshot(StoreCore& core, Clock::time_point now) {
     const auto start = r.pos;
     const auto id = r.get<std::int64_t>();
     const auto ttl = r.get<std::int64_t>();
-    if (entry_ok(start) && id > 0 && ttl > 0) core.leases().restore(id, Millis(ttl), now);
-    else if (salvage) ++dropped;
-    else throw corrupt(format::kSnapHeader + start, "bad lease entry");
+    if (entry_ok(start) && id > 0 && ttl > 0)
+      core.leases().restore(id, Millis(ttl), now);
+    else if (salvage)
+      ++dropped;
+    else
+      throw corrupt(format::kSnapHeader + start, "bad lease entry");
   }
   const auto nkeys = r.get<std::uint64_t>();
   for (std::uint64_t i = 0; i < nkeys && r.ok; ++i) {
@@ -136,12 +140,15 @@ void Persistence::load_snapshot(StoreCore& core, Clock::time_point now) {
     }
     compact_after_open_ = true;  // rewrite in the current format
   }
-  if (!salvage && (!r.ok || r.pos != body.size())) throw corrupt(format::kSnapHeader + r.pos, "truncated body");
+  if (!salvage && (!r.ok || r.pos != body.size()))
+    throw corrupt(format::kSnapHeader + r.pos, "truncated body");
   if (salvage) {
     if (nkeys > kept + dropped) dropped += nkeys - kept - dropped;
     ddp::log::get("store.server")
-        ->warn("recovered corrupt snapshot path={} kept_keys={} dropped_entries={} (a copy of the damaged file is kept)",
-               path, kept, dropped);
+        ->warn(
+            "recovered corrupt snapshot path={} kept_keys={} dropped_entries={} (a copy of the damaged file "
+            "is kept)",
+            path, kept, dropped);
     keep_corrupt_copy("snapshot");
     compact_after_open_ = true;
   }
@@ -162,9 +169,10 @@ void Persistence::replay_log(StoreCore& core, Clock::time_point now) {
   };
   if (!exists) {
     if (snapshot_found_ && !recover_corrupt_)
-      throw ConfigError("log " + path + " is missing beside " + dir_ +
-                        "/snapshot; the writes since that snapshot are gone. Restore it from a backup, or restart "
-                        "once with --recover-corrupt-log to start from the snapshot alone");
+      throw ConfigError(
+          "log " + path + " is missing beside " + dir_ +
+          "/snapshot; the writes since that snapshot are gone. Restore it from a backup, or restart "
+          "once with --recover-corrupt-log to start from the snapshot alone");
     start_new_log();
     return;
   }
@@ -193,7 +201,8 @@ void Persistence::replay_log(StoreCore& core, Clock::time_point now) {
   }
   if (base_seq > 0 && !snapshot_found_ && !recover_corrupt_)
     throw ConfigError("log " + path + " continues a snapshot (up to record " + std::to_string(base_seq) +
-                      ") but " + dir_ + "/snapshot is missing; restore it from a backup, or restart once with "
+                      ") but " + dir_ +
+                      "/snapshot is missing; restore it from a backup, or restart once with "
                       "--recover-corrupt-log to keep the log's records alone");
   if (base_seq > snapshot_seq_ && !recover_corrupt_)
     throw ConfigError("log " + path + " starts after record " + std::to_string(base_seq) + " but " + dir_ +
@@ -210,8 +219,10 @@ void Persistence::replay_log(StoreCore& core, Clock::time_point now) {
     }
     if (step.kind == format::Step::kEnd) break;
     if (step.kind == format::Step::kTornTail) {
-      log->warn("log has a torn tail (an interrupted write); cutting it path={} offset={} dropped_bytes={} why=\"{}\"",
-                path, pos, data.size() - pos, step.why);
+      log->warn(
+          "log has a torn tail (an interrupted write); cutting it path={} offset={} dropped_bytes={} "
+          "why=\"{}\"",
+          path, pos, data.size() - pos, step.why);
       if (::truncate(path.c_str(), static_cast<off_t>(pos)) != 0)
         throw ConfigError("cannot truncate " + path + ": " + errno_text(errno));
       break;
@@ -220,8 +231,8 @@ void Persistence::replay_log(StoreCore& core, Clock::time_point now) {
       if (!recover_corrupt_) throw corrupt(pos, step.why);
       const auto next = v1 ? std::string_view::npos : format::resync_v2(data, pos, last_seq);
       const auto skip_to = next == std::string_view::npos ? data.size() : next;
-      log->warn("recovering corrupt log path={} offset={} dropped_bytes={} why=\"{}\"", path, pos, skip_to - pos,
-                step.why);
+      log->warn("recovering corrupt log path={} offset={} dropped_bytes={} why=\"{}\"", path, pos,
+                skip_to - pos, step.why);
       dropped_bytes += skip_to - pos;
       ++damaged;
       pos = skip_to;
@@ -243,9 +254,10 @@ void Persistence::replay_log(StoreCore& core, Clock::time_point now) {
     ++applied;
   }
   if (damaged > 0)
-    log->warn("recovered corrupt log path={} kept_records={} damaged_regions={} dropped_bytes={} "
-              "(a copy of the damaged file is kept)",
-              path, applied, damaged, dropped_bytes);
+    log->warn(
+        "recovered corrupt log path={} kept_records={} damaged_regions={} dropped_bytes={} "
+        "(a copy of the damaged file is kept)",
+        path, applied, damaged, dropped_bytes);
   log->debug("replayed log path={} records={} revision={}", path, applied, core.revision());
   log_bytes_ = pos;
   if (!compact_after_open_) open_log_for_append();

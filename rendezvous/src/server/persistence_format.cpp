@@ -4,9 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-
 #include <boost/crc.hpp>
+#include <cerrno>
 
 #include "ddp/common/error.hpp"
 #include "failpoints.hpp"

@@ -53,8 +53,10 @@ void replace_file(const std::string& dir, const std::string& name, std::string_v
 
 bool Persistence::cut_back() {
   int err = 0;
-  if (const auto fault = failpoints::check("log.truncate")) err = fault.err;
-  else if (::ftruncate(log_fd_, static_cast<off_t>(log_bytes_)) != 0) err = errno;
+  if (const auto fault = failpoints::check("log.truncate"))
+    err = fault.err;
+  else if (::ftruncate(log_fd_, static_cast<off_t>(log_bytes_)) != 0)
+    err = errno;
   if (err != 0) {
     ddp::log::get("store.server")
         ->error("cannot cut the log back to its last whole record path={}/log offset={} error=\"{}\"", dir_,
@@ -69,7 +71,8 @@ void Persistence::append(const Mutation& m) {
   if (log_fd_ < 0) return;
   const auto path = dir_ + "/log";
   if (needs_cut_ && !cut_back())
-    throw PersistError("log " + path + " ends in an unfinished record that cannot be cut yet; writes are refused");
+    throw PersistError("log " + path +
+                       " ends in an unfinished record that cannot be cut yet; writes are refused");
   const auto rec = format::encode_record(next_seq_, m);
   format::WriteFailure f;
   if (!format::write_all(log_fd_, rec, "log.write", f)) {
@@ -161,8 +164,10 @@ void Persistence::enter_degraded(const std::string& why) {
   if (degraded_) return;
   degraded_ = true;
   ddp::log::get("store.server")
-      ->error("data dir degraded: writes fail, reads go on, until the disk takes writes again dir={} error=\"{}\"",
-              dir_, why);
+      ->error(
+          "data dir degraded: writes fail, reads go on, until the disk takes writes again dir={} "
+          "error=\"{}\"",
+          dir_, why);
 }
 
 void Persistence::leave_degraded() {

@@ -1,9 +1,8 @@
 #include "proxy_connection.hpp"
 
-#include <algorithm>
-
 #include <poll.h>
 
+#include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
@@ -76,8 +75,9 @@ void ProxyConnection::connect_up() {
     }
     ++counters_.failed_connects;
     ddp::log::get("store.proxy")
-        ->error("cannot reach the job's store store={} error=\"{}\" waited_ms={}; closing torch client peer={}",
-                target_->store.to_string(), error, options_.connect_timeout.count(), peer_);
+        ->error(
+            "cannot reach the job's store store={} error=\"{}\" waited_ms={}; closing torch client peer={}",
+            target_->store.to_string(), error, options_.connect_timeout.count(), peer_);
     close("store unreachable");
   };
   resolver_.async_resolve(
@@ -190,7 +190,8 @@ bool ProxyConnection::drain_up_frames() {
   while (up_in_.size() - pos >= 4) {
     const std::uint32_t len = decode_frame_length(std::string_view(up_in_).substr(pos, 4));
     if (len > options_.limits.max_frame_bytes) {
-      log->error("frame of {} bytes from the store store={} exceeds the limit", len, target_->store.to_string());
+      log->error("frame of {} bytes from the store store={} exceeds the limit", len,
+                 target_->store.to_string());
       close("bad frame from store");
       return false;
     }
@@ -207,8 +208,9 @@ bool ProxyConnection::drain_up_frames() {
     if (!hello_answered_) {
       hello_answered_ = true;
       if (resp.status != Status::kOk) {
-        log->error("the job's store refused the proxy store={} status={} error=\"{}\"; closing torch client peer={}",
-                   target_->store.to_string(), status_name(resp.status), resp.message, peer_);
+        log->error(
+            "the job's store refused the proxy store={} status={} error=\"{}\"; closing torch client peer={}",
+            target_->store.to_string(), status_name(resp.status), resp.message, peer_);
         close("refused by store");
         return false;
       }

@@ -22,7 +22,8 @@ class RequestMetrics {
   // Upper bounds of the latency buckets in microseconds; a last bucket is +Inf.
   // 10 us .. 100 ms spans a hash-map hit up to a large list/multi_get or an
   // fsync-bound write with --data-dir.
-  static constexpr std::array<std::int64_t, 9> kBucketsUs = {10, 50, 100, 500, 1000, 5000, 10000, 50000, 100000};
+  static constexpr std::array<std::int64_t, 9> kBucketsUs = {10,   50,    100,   500,   1000,
+                                                             5000, 10000, 50000, 100000};
 
   void record(Op op, std::chrono::nanoseconds took);
   // Adds "requests.<op>", "latency_le_us.<bound>" (cumulative, "+Inf" last),

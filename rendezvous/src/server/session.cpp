@@ -60,12 +60,14 @@ bool Session::account_buffered() {
   *options_.buffered_total += now;
   *options_.buffered_total -= buffered_;
   buffered_ = now;
-  if (options_.max_buffered_request_bytes == 0 || *options_.buffered_total <= options_.max_buffered_request_bytes)
+  if (options_.max_buffered_request_bytes == 0 ||
+      *options_.buffered_total <= options_.max_buffered_request_bytes)
     return true;
   ddp::log::get("store.server")
-      ->warn("closing connection: buffered request bytes over the server's cap peer={} buffered_bytes={} "
-             "total_bytes={} max_buffered_request_bytes={}",
-             peer_, buffered_, *options_.buffered_total, options_.max_buffered_request_bytes);
+      ->warn(
+          "closing connection: buffered request bytes over the server's cap peer={} buffered_bytes={} "
+          "total_bytes={} max_buffered_request_bytes={}",
+          peer_, buffered_, *options_.buffered_total, options_.max_buffered_request_bytes);
   close("buffered request bytes over the cap");
   return false;
 }
@@ -129,8 +131,7 @@ bool Session::feed(std::string_view bytes) {
     codec_ = make_codec(static_cast<unsigned char>(bytes[0]), options_.limits, options_.allow_torch,
                         options_.torch_legacy_protocol);
     if (!codec_) {
-      const bool torch_refused = !options_.allow_torch &&
-                                 static_cast<unsigned char>(bytes[0]) < 0x0E;
+      const bool torch_refused = !options_.allow_torch && static_cast<unsigned char>(bytes[0]) < 0x0E;
       log->warn("closing connection: {} peer={} first_byte=0x{:02x}",
                 torch_refused ? "PyTorch TCPStore client refused because this server requires a token"
                               : "unknown protocol",
@@ -147,8 +148,8 @@ bool Session::feed(std::string_view bytes) {
       return !closed_ && !closing_;
     });
   } catch (const ProtocolError& e) {
-    log->warn("closing connection: malformed frame peer={} protocol={} error=\"{}\"", peer_,
-              codec_->name(), e.what());
+    log->warn("closing connection: malformed frame peer={} protocol={} error=\"{}\"", peer_, codec_->name(),
+              e.what());
     close("malformed frame");
     return false;
   }
@@ -244,8 +245,10 @@ void Session::flush() {
                           return;
                         }
                         // Big replies must not pin their buffer to an idle connection.
-                        if (self->writing_.capacity() > (1u << 20)) std::string().swap(self->writing_);
-                        else self->writing_.clear();
+                        if (self->writing_.capacity() > (1u << 20))
+                          std::string().swap(self->writing_);
+                        else
+                          self->writing_.clear();
                         self->flush();
                       });
   }

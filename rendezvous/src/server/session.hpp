@@ -13,14 +13,13 @@
 // operations and by the host until on_closed().
 #pragma once
 
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
-
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "codec.hpp"
 

@@ -19,16 +19,20 @@ std::optional<std::string> check_shape(const Request& req) {
   };
   switch (req.op) {
     case Op::kSet:
-    case Op::kAppend: return need(1, 1);
+    case Op::kAppend:
+      return need(1, 1);
     case Op::kGet:
     case Op::kTryGet:
     case Op::kAdd:
-    case Op::kList: return need(1, 0);
-    case Op::kCompareSet: return need(1, 2);
+    case Op::kList:
+      return need(1, 0);
+    case Op::kCompareSet:
+      return need(1, 2);
     case Op::kMultiSet:
       if (req.keys.size() != req.values.size()) return std::string("multi_set needs as many values as keys");
       return std::nullopt;
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -43,8 +47,10 @@ bool is_read_only(Op op) {
     case Op::kNumKeys:
     case Op::kList:
     case Op::kStat:
-    case Op::kPing: return true;
-    default: return false;
+    case Op::kPing:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -73,8 +79,10 @@ StoreCore::Undo StoreCore::capture(const Keys& keys) const {
 
 void StoreCore::undo(const Undo& u) {
   for (const auto& [key, entry] : u.keys) {
-    if (entry) kv_.restore_put(key, entry->value, entry->mod_revision, entry->lease);
-    else kv_.restore_erase(key);
+    if (entry)
+      kv_.restore_put(key, entry->value, entry->mod_revision, entry->lease);
+    else
+      kv_.restore_erase(key);
   }
   kv_.restore_revision(u.revision);
   if (u.granted != 0) leases_.revoke(u.granted);
@@ -208,32 +216,43 @@ Response StoreCore::execute(const Request& req, Clock::time_point now) {
       resp.items.push_back({ItemKind::kPresent, req.keys[0], std::move(r.value), 0});
       break;
     }
-    case Op::kDelete: resp.num = kv_.erase(req.keys, m); break;
-    case Op::kCheck: resp.num = missing(req.keys).empty() ? 1 : 0; break;
+    case Op::kDelete:
+      resp.num = kv_.erase(req.keys, m);
+      break;
+    case Op::kCheck:
+      resp.num = missing(req.keys).empty() ? 1 : 0;
+      break;
     case Op::kWait:
       if (!missing(req.keys).empty()) resp.status = Status::kNotFound;
       break;
     case Op::kMultiGet:
       for (const auto& k : req.keys) {
         const auto* e = kv_.find(k);
-        if (e == nullptr) resp.items.push_back({ItemKind::kMissing, k, {}, 0});
-        else resp.items.push_back({ItemKind::kPresent, k, e->value, e->mod_revision});
+        if (e == nullptr)
+          resp.items.push_back({ItemKind::kMissing, k, {}, 0});
+        else
+          resp.items.push_back({ItemKind::kPresent, k, e->value, e->mod_revision});
       }
       break;
     case Op::kMultiSet:
       if (!lease_ok(req.a)) return no_lease(req.a);
       kv_.multi_set(req.keys, req.values, req.a, m);
       break;
-    case Op::kAppend: resp.num = kv_.append(req.keys[0], req.values[0], m); break;
-    case Op::kNumKeys: resp.num = static_cast<std::int64_t>(kv_.size()); break;
+    case Op::kAppend:
+      resp.num = kv_.append(req.keys[0], req.values[0], m);
+      break;
+    case Op::kNumKeys:
+      resp.num = static_cast<std::int64_t>(kv_.size());
+      break;
     case Op::kList:
       for (auto& kv : kv_.list(req.keys[0]))
         resp.items.push_back({ItemKind::kPresent, std::move(kv.key), std::move(kv.value), kv.revision});
       break;
     case Op::kLeaseGrant: {
       if (req.b <= 0 || req.b > LeaseTable::kMaxTtl.count()) {
-        return bad(std::move(resp), "lease_grant needs a ttl in 1.." + std::to_string(LeaseTable::kMaxTtl.count()) +
-                                        " ms (one year), got " + std::to_string(req.b));
+        return bad(std::move(resp), "lease_grant needs a ttl in 1.." +
+                                        std::to_string(LeaseTable::kMaxTtl.count()) + " ms (one year), got " +
+                                        std::to_string(req.b));
       }
       const auto id = leases_.grant(Millis(req.b), now);
       u.granted = id;
@@ -251,13 +270,15 @@ Response StoreCore::execute(const Request& req, Clock::time_point now) {
       resp.num = ttl->count();
       break;
     }
-    case Op::kLeaseRevoke: return revoke(req.a, std::move(resp));
+    case Op::kLeaseRevoke:
+      return revoke(req.a, std::move(resp));
     case Op::kStat:
       resp.items.push_back({ItemKind::kPresent, "keys", std::to_string(kv_.size()), 0});
       resp.items.push_back({ItemKind::kPresent, "leases", std::to_string(leases_.size()), 0});
       resp.items.push_back({ItemKind::kPresent, "revision", std::to_string(kv_.revision()), 0});
       break;
-    case Op::kPing: break;
+    case Op::kPing:
+      break;
     case Op::kHello:
     case Op::kWatch:
     case Op::kCancel:
@@ -287,8 +308,12 @@ void StoreCore::replay(const Mutation& m, Clock::time_point now) {
         kv_.restore_erase(c.key);
         break;
       }
-      case Change::Kind::kLeaseGrant: leases_.restore(c.lease, Millis(c.ttl_ms), now); break;
-      case Change::Kind::kLeaseRevoke: leases_.revoke(c.lease); break;
+      case Change::Kind::kLeaseGrant:
+        leases_.restore(c.lease, Millis(c.ttl_ms), now);
+        break;
+      case Change::Kind::kLeaseRevoke:
+        leases_.revoke(c.lease);
+        break;
     }
   }
   if (m.revision > kv_.revision()) kv_.restore_revision(m.revision);

@@ -1,13 +1,12 @@
 #include "ddp/store/store_server.hpp"
 
-#include <future>
-#include <mutex>
-#include <thread>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <future>
+#include <mutex>
+#include <thread>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
@@ -35,7 +34,10 @@ std::string host_port(const std::string& host, std::uint16_t port) {
 class StoreServer::Impl {
  public:
   explicit Impl(StoreServerOptions options)
-      : options_(std::move(options)), acceptor_(io_), accept_retry_(io_), read_buffer_(kReadBufferBytes, '\0') {
+      : options_(std::move(options)),
+        acceptor_(io_),
+        accept_retry_(io_),
+        read_buffer_(kReadBufferBytes, '\0') {
     session_options_.limits = options_.limits;
     session_options_.idle_frame_timeout = options_.idle_frame_timeout;
     session_options_.allow_torch = options_.token.empty();
@@ -168,9 +170,11 @@ class StoreServer::Impl {
         io_.run();
         return;
       } catch (const std::exception& e) {
-        ddp::log::get("store.server")->error("server loop handler failed; loop goes on error=\"{}\"", e.what());
+        ddp::log::get("store.server")
+            ->error("server loop handler failed; loop goes on error=\"{}\"", e.what());
       } catch (...) {
-        ddp::log::get("store.server")->error("server loop handler failed with a non-standard exception; loop goes on");
+        ddp::log::get("store.server")
+            ->error("server loop handler failed with a non-standard exception; loop goes on");
       }
     }
   }

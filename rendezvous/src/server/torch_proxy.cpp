@@ -1,18 +1,17 @@
 #include "ddp/store/torch_proxy.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
-
-#include <unistd.h>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
@@ -41,7 +40,8 @@ struct Lane {
 
 class TorchStoreProxy::Impl {
  public:
-  explicit Impl(TorchProxyOptions options) : options_(std::move(options)), acceptor_(io_), accept_retry_(io_) {
+  explicit Impl(TorchProxyOptions options)
+      : options_(std::move(options)), acceptor_(io_), accept_retry_(io_) {
     if (!options_.lane_of && !options_.lane_env.empty()) {
       options_.lane_of = [env = options_.lane_env, self = ::getpid(), this](std::uint16_t client_port) {
         const auto pid = server::loopback_peer_pid(port_.load(), client_port, self);
@@ -174,13 +174,15 @@ class TorchStoreProxy::Impl {
       if (name) lane = &lanes_[*name];
     }
     std::string prefix = prefix_for(lane, target);
-    ddp::log::get("store.proxy")->debug("torch client admitted lane={} prefix={}", name.value_or("unknown"), prefix);
-    auto conn = std::make_shared<ProxyConnection>(io_, std::move(socket), std::move(target), std::move(prefix),
-                                                  options_, counters_, [this, lane](ProxyConnection* c) {
-                                                    connections_.erase(c);
-                                                    if (lane) lane->open.erase(c);
-                                                    open_ = static_cast<std::int64_t>(connections_.size());
-                                                  });
+    ddp::log::get("store.proxy")
+        ->debug("torch client admitted lane={} prefix={}", name.value_or("unknown"), prefix);
+    auto conn =
+        std::make_shared<ProxyConnection>(io_, std::move(socket), std::move(target), std::move(prefix),
+                                          options_, counters_, [this, lane](ProxyConnection* c) {
+                                            connections_.erase(c);
+                                            if (lane) lane->open.erase(c);
+                                            open_ = static_cast<std::int64_t>(connections_.size());
+                                          });
     connections_[conn.get()] = conn;
     if (lane) lane->open[conn.get()] = conn;
     open_ = static_cast<std::int64_t>(connections_.size());
@@ -200,7 +202,7 @@ class TorchStoreProxy::Impl {
   tcp::acceptor acceptor_;
   asio::steady_timer accept_retry_;
   std::unordered_map<ProxyConnection*, std::shared_ptr<ProxyConnection>> connections_;  // loop only
-  std::unordered_map<std::string, Lane> lanes_;                                        // loop only
+  std::unordered_map<std::string, Lane> lanes_;                                         // loop only
   server::ProxyCounters counters_;
   std::atomic<std::int64_t> open_{0};
   std::atomic<std::int64_t> generations_{0};
@@ -213,7 +215,8 @@ class TorchStoreProxy::Impl {
   std::thread thread_;
 };
 
-TorchStoreProxy::TorchStoreProxy(TorchProxyOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+TorchStoreProxy::TorchStoreProxy(TorchProxyOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
 TorchStoreProxy::~TorchStoreProxy() = default;
 void TorchStoreProxy::start() { impl_->start(); }
 void TorchStoreProxy::stop() { impl_->stop(); }

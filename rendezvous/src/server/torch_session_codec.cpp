@@ -181,7 +181,8 @@ void TorchCodec::encode(const Response& resp, std::string& out) {
       return;
     case TorchOp::kMultiGet:
       for (std::size_t i = 0; i < expect.keys; ++i) {
-        torch::put_bytes(out, i < resp.items.size() ? std::string_view(resp.items[i].value) : std::string_view());
+        torch::put_bytes(out,
+                         i < resp.items.size() ? std::string_view(resp.items[i].value) : std::string_view());
       }
       return;
     case TorchOp::kWatchKey:

@@ -4,8 +4,7 @@
 
 namespace ddp::store::server {
 
-void WaiterTable::add(WaiterId id, const std::vector<std::string>& missing,
-                      Clock::time_point deadline) {
+void WaiterTable::add(WaiterId id, const std::vector<std::string>& missing, Clock::time_point deadline) {
   auto& w = waiters_[id];
   w.deadline = deadline;
   for (const auto& k : missing) {

@@ -26,8 +26,7 @@ class WatchHub {
   void add(WatchId id, std::string prefix);
   bool remove(WatchId id);
   // For each watcher (ascending id) the subset of `events` under its prefix.
-  std::vector<std::pair<WatchId, std::vector<WatchEvent>>> route(
-      const std::vector<WatchEvent>& events) const;
+  std::vector<std::pair<WatchId, std::vector<WatchEvent>>> route(const std::vector<WatchEvent>& events) const;
   std::size_t size() const { return prefix_of_.size(); }
 
  private:

@@ -37,8 +37,8 @@ class Reader {
   std::string str(std::uint32_t max, const char* field) {
     auto len = get<std::uint32_t>(field);
     if (len > max) {
-      throw ProtocolError(std::string(field) + " of " + std::to_string(len) +
-                          " bytes exceeds the limit of " + std::to_string(max));
+      throw ProtocolError(std::string(field) + " of " + std::to_string(len) + " bytes exceeds the limit of " +
+                          std::to_string(max));
     }
     need(len, field);
     std::string s(data_.substr(pos_, len));
@@ -51,8 +51,8 @@ class Reader {
   std::uint32_t count(std::uint32_t max, std::size_t min_element_bytes, const char* field) {
     auto n = get<std::uint32_t>(field);
     if (n > max) {
-      throw ProtocolError(std::string(field) + " count " + std::to_string(n) +
-                          " exceeds the limit of " + std::to_string(max));
+      throw ProtocolError(std::string(field) + " count " + std::to_string(n) + " exceeds the limit of " +
+                          std::to_string(max));
     }
     if (static_cast<std::size_t>(n) * min_element_bytes > data_.size() - pos_) {
       throw ProtocolError(std::string("truncated frame: ") + field + " count " + std::to_string(n) +
@@ -85,50 +85,88 @@ void finish_frame(std::string& out, std::size_t start) {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::kHello: return "hello";
-    case Op::kSet: return "set";
-    case Op::kGet: return "get";
-    case Op::kTryGet: return "try_get";
-    case Op::kAdd: return "add";
-    case Op::kCompareSet: return "compare_set";
-    case Op::kDelete: return "delete";
-    case Op::kCheck: return "check";
-    case Op::kWait: return "wait";
-    case Op::kMultiGet: return "multi_get";
-    case Op::kMultiSet: return "multi_set";
-    case Op::kAppend: return "append";
-    case Op::kNumKeys: return "num_keys";
-    case Op::kList: return "list";
-    case Op::kLeaseGrant: return "lease_grant";
-    case Op::kLeaseKeepAlive: return "lease_keepalive";
-    case Op::kLeaseRevoke: return "lease_revoke";
-    case Op::kWatch: return "watch";
-    case Op::kCancel: return "cancel";
-    case Op::kStat: return "stat";
-    case Op::kPing: return "ping";
-    case Op::kQueuePush: return "queue_push";
-    case Op::kQueuePop: return "queue_pop";
-    case Op::kQueueLen: return "queue_len";
+    case Op::kHello:
+      return "hello";
+    case Op::kSet:
+      return "set";
+    case Op::kGet:
+      return "get";
+    case Op::kTryGet:
+      return "try_get";
+    case Op::kAdd:
+      return "add";
+    case Op::kCompareSet:
+      return "compare_set";
+    case Op::kDelete:
+      return "delete";
+    case Op::kCheck:
+      return "check";
+    case Op::kWait:
+      return "wait";
+    case Op::kMultiGet:
+      return "multi_get";
+    case Op::kMultiSet:
+      return "multi_set";
+    case Op::kAppend:
+      return "append";
+    case Op::kNumKeys:
+      return "num_keys";
+    case Op::kList:
+      return "list";
+    case Op::kLeaseGrant:
+      return "lease_grant";
+    case Op::kLeaseKeepAlive:
+      return "lease_keepalive";
+    case Op::kLeaseRevoke:
+      return "lease_revoke";
+    case Op::kWatch:
+      return "watch";
+    case Op::kCancel:
+      return "cancel";
+    case Op::kStat:
+      return "stat";
+    case Op::kPing:
+      return "ping";
+    case Op::kQueuePush:
+      return "queue_push";
+    case Op::kQueuePop:
+      return "queue_pop";
+    case Op::kQueueLen:
+      return "queue_len";
   }
   return "unknown";
 }
 
 const char* status_name(Status status) {
   switch (status) {
-    case Status::kOk: return "ok";
-    case Status::kNotFound: return "not found";
-    case Status::kTimeout: return "timed out";
-    case Status::kBadRequest: return "bad request";
-    case Status::kAuthFailed: return "authentication failed";
-    case Status::kVersionMismatch: return "protocol version mismatch";
-    case Status::kLimitExceeded: return "limit exceeded";
-    case Status::kShuttingDown: return "server shutting down";
-    case Status::kLeaseNotFound: return "lease not found";
-    case Status::kNotANumber: return "value is not a number";
-    case Status::kCancelled: return "cancelled";
-    case Status::kCompacted: return "revision compacted";
-    case Status::kEvent: return "event";
-    case Status::kInternal: return "internal server error";
+    case Status::kOk:
+      return "ok";
+    case Status::kNotFound:
+      return "not found";
+    case Status::kTimeout:
+      return "timed out";
+    case Status::kBadRequest:
+      return "bad request";
+    case Status::kAuthFailed:
+      return "authentication failed";
+    case Status::kVersionMismatch:
+      return "protocol version mismatch";
+    case Status::kLimitExceeded:
+      return "limit exceeded";
+    case Status::kShuttingDown:
+      return "server shutting down";
+    case Status::kLeaseNotFound:
+      return "lease not found";
+    case Status::kNotANumber:
+      return "value is not a number";
+    case Status::kCancelled:
+      return "cancelled";
+    case Status::kCompacted:
+      return "revision compacted";
+    case Status::kEvent:
+      return "event";
+    case Status::kInternal:
+      return "internal server error";
   }
   return "unknown status";
 }
@@ -184,8 +222,7 @@ Request decode_request(std::string_view body, const Limits& limits) {
   for (std::uint32_t i = 0; i < nkeys; ++i) req.keys.push_back(r.str(limits.max_key_bytes, "key"));
   const auto nvalues = r.count(limits.max_keys_per_request, 4, "values");
   req.values.reserve(nvalues);
-  for (std::uint32_t i = 0; i < nvalues; ++i)
-    req.values.push_back(r.str(limits.max_value_bytes, "value"));
+  for (std::uint32_t i = 0; i < nvalues; ++i) req.values.push_back(r.str(limits.max_value_bytes, "value"));
   r.finish();
   return req;
 }

@@ -122,17 +122,15 @@ std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
   return simple(*impl_, std::move(req)).num;
 }
 
-std::string TcpStore::compare_set(const std::string& key, std::string_view expected,
-                                  std::string_view desired, LeaseId lease) {
+std::string TcpStore::compare_set(const std::string& key, std::string_view expected, std::string_view desired,
+                                  LeaseId lease) {
   auto req = make(Op::kCompareSet, {key}, {std::string(expected), std::string(desired)});
   req.a = lease;
   auto resp = simple(*impl_, req);
   return first_item(req, resp, impl_->where()).value;
 }
 
-bool TcpStore::remove(const std::string& key) {
-  return simple(*impl_, make(Op::kDelete, {key})).num > 0;
-}
+bool TcpStore::remove(const std::string& key) { return simple(*impl_, make(Op::kDelete, {key})).num > 0; }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
   return simple(*impl_, make(Op::kCheck, keys)).num == 1;
@@ -151,8 +149,8 @@ std::vector<std::optional<std::string>> TcpStore::multi_get(const std::vector<st
   auto resp = simple(*impl_, req);
   if (resp.items.size() != keys.size()) {
     throw ProtocolError("store at " + impl_->where() + " answered multi_get of " +
-                        std::to_string(keys.size()) + " keys with " +
-                        std::to_string(resp.items.size()) + " items");
+                        std::to_string(keys.size()) + " keys with " + std::to_string(resp.items.size()) +
+                        " items");
   }
   std::vector<std::optional<std::string>> out;
   out.reserve(keys.size());
@@ -166,8 +164,7 @@ std::vector<std::optional<std::string>> TcpStore::multi_get(const std::vector<st
   return out;
 }
 
-Revision TcpStore::multi_set(const std::vector<std::pair<std::string, std::string>>& kvs,
-                             LeaseId lease) {
+Revision TcpStore::multi_set(const std::vector<std::pair<std::string, std::string>>& kvs, LeaseId lease) {
   auto req = make(Op::kMultiSet);
   req.a = lease;
   req.keys.reserve(kvs.size());

@@ -39,7 +39,9 @@ std::string printable(std::string_view bytes) {
 }
 }  // namespace
 
-std::string TcpStore::Impl::printable_prefix() const { return printable(std::string_view(rbuf_.data(), rlen_)); }
+std::string TcpStore::Impl::printable_prefix() const {
+  return printable(std::string_view(rbuf_.data(), rlen_));
+}
 
 void TcpStore::Impl::not_a_store(const std::string& what_happened) {
   finish_connect(std::make_exception_ptr(
@@ -63,9 +65,9 @@ void TcpStore::Impl::arm_connect_timer() {
     // cancel() cannot recall a handler already queued, hence the cycle check.
     if (ec || !cycle_active_ || cycle != cycle_) return;
     // The deadline passed while an attempt (or a backoff sleep) was still going.
-    finish_connect(std::make_exception_ptr(NetworkError(
-        "cannot connect to store at " + where() + " within " +
-        std::to_string(options_.connect_timeout.count()) + " ms: " + last_connect_error_)));
+    finish_connect(std::make_exception_ptr(NetworkError("cannot connect to store at " + where() + " within " +
+                                                        std::to_string(options_.connect_timeout.count()) +
+                                                        " ms: " + last_connect_error_)));
   });
 }
 
@@ -80,37 +82,41 @@ void TcpStore::Impl::attempt_connect() {
       [this, seq](const boost::system::error_code& ec, asio::ip::tcp::resolver::results_type results) {
         if (seq != attempt_seq_) return;
         if (ec) return on_attempt_failed("cannot resolve '" + options_.endpoint.host + "': " + ec.message());
-        asio::async_connect(socket_, results, [this, seq](const boost::system::error_code& cec,
-                                                          const asio::ip::tcp::endpoint&) {
-          if (seq != attempt_seq_) return;
-          if (cec) return on_attempt_failed(cec.message());
-          boost::system::error_code opt_ec;
-          socket_.set_option(asio::ip::tcp::no_delay(true), opt_ec);
-          hello_frame_.assign(kPreamble, sizeof(kPreamble));
-          Request hello;
-          hello.op = Op::kHello;
-          hello.id = 0;  // ids of ordinary requests start at 1
-          hello.a = kProtocolVersion;
-          hello.values.push_back(options_.token);
-          encode_request(hello, hello_frame_);
-          asio::async_write(socket_, asio::buffer(hello_frame_),
-                            [this, seq](const boost::system::error_code& wec, std::size_t) {
-                              if (seq != attempt_seq_) return;
-                              if (wec) return on_attempt_failed(wec.message());
-                              handshake_timer_.expires_after(
-                                  std::min(kHandshakeTimeout, connect_deadline_.remaining()));
-                              handshake_timer_.async_wait([this, seq](const boost::system::error_code& tec) {
-                                if (tec || seq != attempt_seq_ || handshake_done_) return;
-                                if (!ever_connected_ && !connect_deadline_.expired()) {
-                                  return not_a_store("accepted the connection but did not answer the handshake "
-                                                     "within " + std::to_string(kHandshakeTimeout.count() / 1000) +
-                                                     " s (or the store process is stopped)");
-                                }
-                                on_attempt_failed("no answer to the handshake");
-                              });
-                              read_more(seq);
-                            });
-        });
+        asio::async_connect(
+            socket_, results,
+            [this, seq](const boost::system::error_code& cec, const asio::ip::tcp::endpoint&) {
+              if (seq != attempt_seq_) return;
+              if (cec) return on_attempt_failed(cec.message());
+              boost::system::error_code opt_ec;
+              socket_.set_option(asio::ip::tcp::no_delay(true), opt_ec);
+              hello_frame_.assign(kPreamble, sizeof(kPreamble));
+              Request hello;
+              hello.op = Op::kHello;
+              hello.id = 0;  // ids of ordinary requests start at 1
+              hello.a = kProtocolVersion;
+              hello.values.push_back(options_.token);
+              encode_request(hello, hello_frame_);
+              asio::async_write(
+                  socket_, asio::buffer(hello_frame_),
+                  [this, seq](const boost::system::error_code& wec, std::size_t) {
+                    if (seq != attempt_seq_) return;
+                    if (wec) return on_attempt_failed(wec.message());
+                    handshake_timer_.expires_after(
+                        std::min(kHandshakeTimeout, connect_deadline_.remaining()));
+                    handshake_timer_.async_wait([this, seq](const boost::system::error_code& tec) {
+                      if (tec || seq != attempt_seq_ || handshake_done_) return;
+                      if (!ever_connected_ && !connect_deadline_.expired()) {
+                        return not_a_store(
+                            "accepted the connection but did not answer the handshake "
+                            "within " +
+                            std::to_string(kHandshakeTimeout.count() / 1000) +
+                            " s (or the store process is stopped)");
+                      }
+                      on_attempt_failed("no answer to the handshake");
+                    });
+                    read_more(seq);
+                  });
+            });
       });
 }
 
@@ -120,9 +126,9 @@ void TcpStore::Impl::on_attempt_failed(const std::string& why) {
   boost::system::error_code ignored;
   socket_.close(ignored);
   if (connect_deadline_.expired()) {
-    finish_connect(std::make_exception_ptr(NetworkError(
-        "cannot connect to store at " + where() + " within " +
-        std::to_string(options_.connect_timeout.count()) + " ms: " + why)));
+    finish_connect(std::make_exception_ptr(NetworkError("cannot connect to store at " + where() + " within " +
+                                                        std::to_string(options_.connect_timeout.count()) +
+                                                        " ms: " + why)));
     return;
   }
   const auto delay = std::min(backoff_.next(), connect_deadline_.remaining());
@@ -143,16 +149,16 @@ void TcpStore::Impl::on_handshake_reply(const Response& hello) {
       return;
     case Status::kAuthFailed:
       // Retrying cannot fix a wrong token: fail now.
-      finish_connect(std::make_exception_ptr(AuthError(
-          "authentication failed at store " + where() +
-          (hello.message.empty() ? "" : " (" + hello.message + ")") +
-          ": the token does not match the server's; check --token-file")));
+      finish_connect(
+          std::make_exception_ptr(AuthError("authentication failed at store " + where() +
+                                            (hello.message.empty() ? "" : " (" + hello.message + ")") +
+                                            ": the token does not match the server's; check --token-file")));
       return;
     case Status::kVersionMismatch:
-      finish_connect(std::make_exception_ptr(AuthError(
-          "store at " + where() + " speaks another protocol version (client " +
-          std::to_string(kProtocolVersion) + ", server " + std::to_string(hello.num) +
-          "): " + hello.message)));
+      finish_connect(std::make_exception_ptr(AuthError("store at " + where() +
+                                                       " speaks another protocol version (client " +
+                                                       std::to_string(kProtocolVersion) + ", server " +
+                                                       std::to_string(hello.num) + "): " + hello.message)));
       return;
     case Status::kShuttingDown:
       on_attempt_failed("the server is shutting down");

@@ -173,8 +173,8 @@ Response TcpStore::Impl::call(Request req, std::chrono::milliseconds reply_timeo
     }
     lk.lock();
     if (!pending->done) {
-      throw TimeoutError("store at " + where() + " did not answer " + op_name(req.op) +
-                         " within " + std::to_string(reply_timeout.count()) + " ms");
+      throw TimeoutError("store at " + where() + " did not answer " + op_name(req.op) + " within " +
+                         std::to_string(reply_timeout.count()) + " ms");
     }
   }
   if (pending->error) std::rethrow_exception(pending->error);
@@ -188,11 +188,12 @@ void TcpStore::Impl::read_more(std::uint64_t seq) {
       [this, seq](const boost::system::error_code& ec, std::size_t n) {
         if (seq != attempt_seq_) return;
         if (ec) {
-          const auto why = ec == asio::error::eof ? std::string("the server closed the connection")
-                                                  : ec.message();
+          const auto why =
+              ec == asio::error::eof ? std::string("the server closed the connection") : ec.message();
           if (!handshake_done_ && !ever_connected_ && ec == asio::error::eof) {
-            return not_a_store(rlen_ == 0 ? "closed the connection without answering the handshake"
-                                          : "answered '" + printable_prefix() + "' and closed the connection");
+            return not_a_store(rlen_ == 0
+                                   ? "closed the connection without answering the handshake"
+                                   : "answered '" + printable_prefix() + "' and closed the connection");
           }
           if (!handshake_done_) return on_attempt_failed(why);
           return on_broken(why);
@@ -208,8 +209,7 @@ void TcpStore::Impl::on_bytes(std::uint64_t seq) {
     const auto len = decode_frame_length(std::string_view(rbuf_.data() + pos, 4));
     if (len > limits_.max_frame_bytes) {
       if (!handshake_done_ && !ever_connected_) return not_a_store("answered '" + printable_prefix() + "'");
-      return on_broken("protocol error: reply frame of " + std::to_string(len) +
-                       " bytes exceeds the limit");
+      return on_broken("protocol error: reply frame of " + std::to_string(len) + " bytes exceeds the limit");
     }
     if (rlen_ - pos - 4 < len) {
       if (rbuf_.size() - pos < len + 4u) rbuf_.resize(pos + len + 4u + kReadChunk);
@@ -285,13 +285,13 @@ void TcpStore::Impl::on_broken(const std::string& reason) {
     reconnect = was_connected && !watches_.empty() && !stopping_ && !connecting_;
     if (reconnect) connecting_ = true;
   }
-  auto error = std::make_exception_ptr(
-      NetworkError("connection to store at " + where() + " lost: " + reason));
+  auto error =
+      std::make_exception_ptr(NetworkError("connection to store at " + where() + " lost: " + reason));
   for (auto& [id, p] : pending) p->fail(error);
   for (auto& w : unacked) std::exchange(w->ack, nullptr)->fail(error);
   if (reconnect) {
-    log::get("store.client")->info("store connection lost, reconnecting endpoint={} reason={}",
-                                   where(), reason);
+    log::get("store.client")
+        ->info("store connection lost, reconnecting endpoint={} reason={}", where(), reason);
     begin_connect();
   }
 }

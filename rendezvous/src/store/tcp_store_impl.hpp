@@ -9,12 +9,11 @@
 // holding nothing else, or by the I/O thread when it closes the socket.
 #pragma once
 
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -76,8 +75,8 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   // connection breaks or cannot be made, TimeoutError naming the op when no reply came.
   Response call(Request req, std::chrono::milliseconds reply_timeout);
 
-  std::shared_ptr<WatchState> start_watch(const std::string& prefix, Revision from,
-                                          WatchCallback on_event, WatchErrorCallback on_error);
+  std::shared_ptr<WatchState> start_watch(const std::string& prefix, Revision from, WatchCallback on_event,
+                                          WatchErrorCallback on_error);
   void cancel_watch(const std::shared_ptr<WatchState>& w);
 
   const TcpStoreOptions& options() const { return options_; }
@@ -114,7 +113,7 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   asio::ip::tcp::socket socket_;
   asio::ip::tcp::resolver resolver_;
-  asio::steady_timer connect_timer_;   // overall connect_timeout deadline
+  asio::steady_timer connect_timer_;  // overall connect_timeout deadline
   asio::steady_timer backoff_timer_;
   asio::steady_timer handshake_timer_;  // a peer that accepts but never answers
   std::thread thread_;
@@ -142,7 +141,7 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   Deadline connect_deadline_ = Deadline::never();
   std::string last_connect_error_;
   bool cycle_active_ = false;
-  std::uint64_t cycle_ = 0;         // one per connect cycle, for the deadline timer
+  std::uint64_t cycle_ = 0;        // one per connect cycle, for the deadline timer
   std::uint64_t attempt_seq_ = 0;  // invalidates callbacks of an abandoned attempt
   std::vector<char> rbuf_;
   std::size_t rlen_ = 0;  // bytes of rbuf_ holding unparsed data

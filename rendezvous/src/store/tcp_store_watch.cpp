@@ -9,14 +9,11 @@
 namespace ddp::store {
 
 namespace {
-std::string describe(const WatchState& w) {
-  return "watch of prefix '" + w.prefix + "'";
-}
+std::string describe(const WatchState& w) { return "watch of prefix '" + w.prefix + "'"; }
 }  // namespace
 
 std::shared_ptr<WatchState> TcpStore::Impl::start_watch(const std::string& prefix, Revision from,
-                                                        WatchCallback on_event,
-                                                        WatchErrorCallback on_error) {
+                                                        WatchCallback on_event, WatchErrorCallback on_error) {
   refuse_on_io_thread("watch");
   auto w = std::make_shared<WatchState>();
   w->prefix = prefix;
@@ -54,8 +51,8 @@ std::shared_ptr<WatchState> TcpStore::Impl::start_watch(const std::string& prefi
   if (!ack->cv.wait_for(lk, options_.request_timeout, [&] { return ack->done; })) {
     lk.unlock();
     cancel_watch(w);
-    throw TimeoutError("store at " + where() + " did not acknowledge the " + describe(*w) +
-                       " within " + std::to_string(options_.request_timeout.count()) + " ms");
+    throw TimeoutError("store at " + where() + " did not acknowledge the " + describe(*w) + " within " +
+                       std::to_string(options_.request_timeout.count()) + " ms");
   }
   if (ack->error) std::rethrow_exception(ack->error);
   return w;
@@ -121,8 +118,7 @@ void TcpStore::Impl::on_watch_reply(const std::shared_ptr<WatchState>& w, Respon
   try {
     w->on_error(why);
   } catch (const std::exception& e) {
-    log::get("store.client")->warn("watch error callback threw prefix={} error={}", w->prefix,
-                                   e.what());
+    log::get("store.client")->warn("watch error callback threw prefix={} error={}", w->prefix, e.what());
   }
 }
 
@@ -170,8 +166,7 @@ void TcpStore::Impl::fail_watches(const std::string& reason) {
     try {
       w->on_error(describe(*w) + " ended: " + reason);
     } catch (const std::exception& e) {
-      log::get("store.client")->warn("watch error callback threw prefix={} error={}", w->prefix,
-                                     e.what());
+      log::get("store.client")->warn("watch error callback threw prefix={} error={}", w->prefix, e.what());
     }
   }
 }

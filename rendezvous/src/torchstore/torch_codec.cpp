@@ -12,19 +12,18 @@ namespace ddp::store::torch {
 namespace {
 
 // Query-type numbering of each dialect; index = byte on the wire.
-constexpr std::array<TorchOp, 9> kV1Ops = {
-    TorchOp::kSet,   TorchOp::kCompareSet, TorchOp::kGet,      TorchOp::kAdd,   TorchOp::kCheck,
-    TorchOp::kWait,  TorchOp::kNumKeys,    TorchOp::kWatchKey, TorchOp::kDelete};
+constexpr std::array<TorchOp, 9> kV1Ops = {TorchOp::kSet,     TorchOp::kCompareSet, TorchOp::kGet,
+                                           TorchOp::kAdd,     TorchOp::kCheck,      TorchOp::kWait,
+                                           TorchOp::kNumKeys, TorchOp::kWatchKey,   TorchOp::kDelete};
 constexpr std::array<TorchOp, 12> kV2EarlyOps = {
-    TorchOp::kSet,     TorchOp::kCompareSet, TorchOp::kGet,      TorchOp::kAdd,
-    TorchOp::kCheck,   TorchOp::kWait,       TorchOp::kNumKeys,  TorchOp::kDelete,
-    TorchOp::kAppend,  TorchOp::kMultiGet,   TorchOp::kMultiSet, TorchOp::kCancelWait};
+    TorchOp::kSet,    TorchOp::kCompareSet, TorchOp::kGet,      TorchOp::kAdd,
+    TorchOp::kCheck,  TorchOp::kWait,       TorchOp::kNumKeys,  TorchOp::kDelete,
+    TorchOp::kAppend, TorchOp::kMultiGet,   TorchOp::kMultiSet, TorchOp::kCancelWait};
 constexpr std::array<TorchOp, 18> kV2Ops = {
-    TorchOp::kValidate,  TorchOp::kSet,       TorchOp::kCompareSet, TorchOp::kGet,
-    TorchOp::kAdd,       TorchOp::kCheck,     TorchOp::kWait,       TorchOp::kNumKeys,
-    TorchOp::kDelete,    TorchOp::kAppend,    TorchOp::kMultiGet,   TorchOp::kMultiSet,
-    TorchOp::kCancelWait, TorchOp::kPing,     TorchOp::kQueuePush,  TorchOp::kQueuePop,
-    TorchOp::kQueueLen,  TorchOp::kList};
+    TorchOp::kValidate, TorchOp::kSet,      TorchOp::kCompareSet, TorchOp::kGet,    TorchOp::kAdd,
+    TorchOp::kCheck,    TorchOp::kWait,     TorchOp::kNumKeys,    TorchOp::kDelete, TorchOp::kAppend,
+    TorchOp::kMultiGet, TorchOp::kMultiSet, TorchOp::kCancelWait, TorchOp::kPing,   TorchOp::kQueuePush,
+    TorchOp::kQueuePop, TorchOp::kQueueLen, TorchOp::kList};
 
 // The fields of a request, in wire order: `fixed` first; when it ends with a
 // count, `group` then repeats that many times.
@@ -39,24 +38,32 @@ struct Layout {
 Layout layout_of(TorchOp op) {
   switch (op) {
     case TorchOp::kValidate:
-    case TorchOp::kPing: return {{F::kU32}, 1, {}, 0};
+    case TorchOp::kPing:
+      return {{F::kU32}, 1, {}, 0};
     case TorchOp::kSet:
     case TorchOp::kAppend:
-    case TorchOp::kQueuePush: return {{F::kKey, F::kValue}, 2, {}, 0};
-    case TorchOp::kCompareSet: return {{F::kKey, F::kValue, F::kValue}, 3, {}, 0};
+    case TorchOp::kQueuePush:
+      return {{F::kKey, F::kValue}, 2, {}, 0};
+    case TorchOp::kCompareSet:
+      return {{F::kKey, F::kValue, F::kValue}, 3, {}, 0};
     case TorchOp::kGet:
     case TorchOp::kDelete:
     case TorchOp::kWatchKey:
     case TorchOp::kQueuePop:
-    case TorchOp::kQueueLen: return {{F::kKey}, 1, {}, 0};
-    case TorchOp::kAdd: return {{F::kKey, F::kI64}, 2, {}, 0};
+    case TorchOp::kQueueLen:
+      return {{F::kKey}, 1, {}, 0};
+    case TorchOp::kAdd:
+      return {{F::kKey, F::kI64}, 2, {}, 0};
     case TorchOp::kCheck:
     case TorchOp::kWait:
-    case TorchOp::kMultiGet: return {{F::kCount}, 1, {F::kKey}, 1};
-    case TorchOp::kMultiSet: return {{F::kCount}, 1, {F::kKey, F::kValue}, 2};
+    case TorchOp::kMultiGet:
+      return {{F::kCount}, 1, {F::kKey}, 1};
+    case TorchOp::kMultiSet:
+      return {{F::kCount}, 1, {F::kKey, F::kValue}, 2};
     case TorchOp::kNumKeys:
     case TorchOp::kCancelWait:
-    case TorchOp::kList: return {};
+    case TorchOp::kList:
+      return {};
   }
   return {};
 }
@@ -93,37 +100,62 @@ Dialect sniff(std::string_view b) {
 
 const char* dialect_name(Dialect d) {
   switch (d) {
-    case Dialect::kNeedMore: return "undecided";
-    case Dialect::kNative: return "ddp";
-    case Dialect::kTorchV1: return "torch-tcpstore-v1";
-    case Dialect::kTorchV2: return "torch-tcpstore-v2";
-    case Dialect::kTorchV2Early: return "torch-tcpstore-v2-early";
-    case Dialect::kUnknown: return "unknown";
+    case Dialect::kNeedMore:
+      return "undecided";
+    case Dialect::kNative:
+      return "ddp";
+    case Dialect::kTorchV1:
+      return "torch-tcpstore-v1";
+    case Dialect::kTorchV2:
+      return "torch-tcpstore-v2";
+    case Dialect::kTorchV2Early:
+      return "torch-tcpstore-v2-early";
+    case Dialect::kUnknown:
+      return "unknown";
   }
   return "unknown";
 }
 
 const char* torch_op_name(TorchOp op) {
   switch (op) {
-    case TorchOp::kValidate: return "VALIDATE";
-    case TorchOp::kSet: return "SET";
-    case TorchOp::kCompareSet: return "COMPARE_SET";
-    case TorchOp::kGet: return "GET";
-    case TorchOp::kAdd: return "ADD";
-    case TorchOp::kCheck: return "CHECK";
-    case TorchOp::kWait: return "WAIT";
-    case TorchOp::kNumKeys: return "GETNUMKEYS";
-    case TorchOp::kWatchKey: return "WATCH_KEY";
-    case TorchOp::kDelete: return "DELETE_KEY";
-    case TorchOp::kAppend: return "APPEND";
-    case TorchOp::kMultiGet: return "MULTI_GET";
-    case TorchOp::kMultiSet: return "MULTI_SET";
-    case TorchOp::kCancelWait: return "CANCEL_WAIT";
-    case TorchOp::kPing: return "PING";
-    case TorchOp::kQueuePush: return "QUEUE_PUSH";
-    case TorchOp::kQueuePop: return "QUEUE_POP";
-    case TorchOp::kQueueLen: return "QUEUE_LEN";
-    case TorchOp::kList: return "LIST";
+    case TorchOp::kValidate:
+      return "VALIDATE";
+    case TorchOp::kSet:
+      return "SET";
+    case TorchOp::kCompareSet:
+      return "COMPARE_SET";
+    case TorchOp::kGet:
+      return "GET";
+    case TorchOp::kAdd:
+      return "ADD";
+    case TorchOp::kCheck:
+      return "CHECK";
+    case TorchOp::kWait:
+      return "WAIT";
+    case TorchOp::kNumKeys:
+      return "GETNUMKEYS";
+    case TorchOp::kWatchKey:
+      return "WATCH_KEY";
+    case TorchOp::kDelete:
+      return "DELETE_KEY";
+    case TorchOp::kAppend:
+      return "APPEND";
+    case TorchOp::kMultiGet:
+      return "MULTI_GET";
+    case TorchOp::kMultiSet:
+      return "MULTI_SET";
+    case TorchOp::kCancelWait:
+      return "CANCEL_WAIT";
+    case TorchOp::kPing:
+      return "PING";
+    case TorchOp::kQueuePush:
+      return "QUEUE_PUSH";
+    case TorchOp::kQueuePop:
+      return "QUEUE_POP";
+    case TorchOp::kQueueLen:
+      return "QUEUE_LEN";
+    case TorchOp::kList:
+      return "LIST";
   }
   return "UNKNOWN";
 }
@@ -139,7 +171,8 @@ std::optional<TorchOp> op_of(Dialect dialect, std::uint8_t type) {
     case Dialect::kTorchV2:
       if (type < kV2Ops.size()) return kV2Ops[type];
       return std::nullopt;
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -216,7 +249,9 @@ void TorchParser::integer(std::uint64_t v) {
         throw ProtocolError("wrong VALIDATE magic");
       }
       break;
-    case F::kI64: cmd_.delta = static_cast<std::int64_t>(v); break;
+    case F::kI64:
+      cmd_.delta = static_cast<std::int64_t>(v);
+      break;
     case F::kCount: {
       if (v > limits_.max_keys_per_request) {
         throw ProtocolError("key count " + std::to_string(v) + " exceeds the limit of " +
@@ -231,7 +266,8 @@ void TorchParser::integer(std::uint64_t v) {
       return;
     }
     case F::kKey:
-    case F::kValue: break;  // string_length()'s
+    case F::kValue:
+      break;  // string_length()'s
   }
   advance();
 }
@@ -243,7 +279,8 @@ void TorchParser::string_length(std::uint64_t len) {
   const auto max = key ? limits_.max_key_bytes : limits_.max_value_bytes;
   if (len > max) {
     throw ProtocolError(std::string(key ? "key" : "value") + " of " + std::to_string(len) +
-                        " bytes exceeds the limit of " + std::to_string(max) + " in " + torch_op_name(cmd_.op));
+                        " bytes exceeds the limit of " + std::to_string(max) + " in " +
+                        torch_op_name(cmd_.op));
   }
   auto& list = key ? cmd_.keys : cmd_.values;
   list.emplace_back();

@@ -31,9 +31,25 @@ inline constexpr std::uint32_t kValidationMagic = 0x3C85F7CE;
 
 // Operations, independent of the dialect's numbering.
 enum class TorchOp : std::uint8_t {
-  kValidate, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys,
-  kWatchKey, kDelete, kAppend, kMultiGet, kMultiSet, kCancelWait, kPing,
-  kQueuePush, kQueuePop, kQueueLen, kList,
+  kValidate,
+  kSet,
+  kCompareSet,
+  kGet,
+  kAdd,
+  kCheck,
+  kWait,
+  kNumKeys,
+  kWatchKey,
+  kDelete,
+  kAppend,
+  kMultiGet,
+  kMultiSet,
+  kCancelWait,
+  kPing,
+  kQueuePush,
+  kQueuePop,
+  kQueueLen,
+  kList,
 };
 const char* torch_op_name(TorchOp op);
 

@@ -6,9 +6,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iomanip>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "ddp/common/error.hpp"
 
@@ -17,7 +16,8 @@ namespace {
 
 int line_of(const std::string& text, std::size_t offset) {
   offset = std::min(offset, text.size());
-  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n'));
+  return 1 +
+         static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n'));
 }
 
 // nlohmann reports no positions for keys; the first `"key"` followed by ':' is
@@ -123,14 +123,16 @@ void DaemonConfig::apply_file(const std::string& path) {
     if (s == nullptr) {
       std::string known;
       for (const auto& k : settings_) known += (known.empty() ? "" : ", ") + k.key;
-      throw ConfigError("--config " + path + ":" + line + ": unknown key '" + raw_key + "'; known keys: " + known);
+      throw ConfigError("--config " + path + ":" + line + ": unknown key '" + raw_key +
+                        "'; known keys: " + known);
     }
     if (value.is_string()) {
       s->value = value.get<std::string>();
     } else if (value.is_number_integer()) {
       s->value = value.dump();
     } else {
-      throw ConfigError("--config " + path + ":" + line + ": key '" + raw_key + "' wants a string or an integer");
+      throw ConfigError("--config " + path + ":" + line + ": key '" + raw_key +
+                        "' wants a string or an integer");
     }
     s->source = "file " + path + ":" + line;
   }
@@ -149,7 +151,8 @@ DaemonSettings DaemonConfig::to_settings() const {
   };
   DaemonSettings out;
   out.server.host = get("host").value;
-  if (out.server.host.empty()) throw ConfigError(where(get("host")) + ": empty; use an address such as 0.0.0.0");
+  if (out.server.host.empty())
+    throw ConfigError(where(get("host")) + ": empty; use an address such as 0.0.0.0");
   out.server.port = static_cast<std::uint16_t>(to_int(get("port"), 0, 65535));
   out.port_file = get("port_file").value;
   out.token_file = get("token_file").value;
@@ -166,11 +169,13 @@ DaemonSettings DaemonConfig::to_settings() const {
     throw ConfigError(where(legacy) + ": '" + legacy.value +
                       "' is not a TCPStore generation; use 1 (torch 1.x) or 2.0 (torch 2.0-2.1)");
   }
-  out.server.history_max_bytes = static_cast<std::size_t>(to_int(get("history_max_bytes"), 1, std::int64_t{1} << 40));
+  out.server.history_max_bytes =
+      static_cast<std::size_t>(to_int(get("history_max_bytes"), 1, std::int64_t{1} << 40));
   out.server.max_buffered_request_bytes = static_cast<std::size_t>(
       to_int(get("max_buffered_request_bytes"), out.server.limits.max_frame_bytes, std::int64_t{1} << 40));
   out.log_level = get("log_level").value;
-  if (!get("metrics_port").value.empty()) out.metrics_port = static_cast<int>(to_int(get("metrics_port"), 0, 65535));
+  if (!get("metrics_port").value.empty())
+    out.metrics_port = static_cast<int>(to_int(get("metrics_port"), 0, 65535));
   out.metrics_port_file = get("metrics_port_file").value;
   if (!out.metrics_port_file.empty() && out.metrics_port < 0) {
     throw ConfigError(where(get("metrics_port_file")) + ": needs metrics_port (--metrics-port) as well");

@@ -15,9 +15,9 @@
 namespace ddp::rendezvousd {
 
 struct Setting {
-  std::string key;    // file key and --flag name with '_' ("port_file")
+  std::string key;  // file key and --flag name with '_' ("port_file")
   std::string help;
-  std::string value;  // "" = unset
+  std::string value;               // "" = unset
   std::string source = "default";  // default | env NAME | file PATH:LINE | flag --NAME
 };
 

@@ -5,22 +5,21 @@
 // including a damaged data dir). A stop that takes longer than kStopTimeout
 // ends the process anyway (exit 1).
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cctype>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
-#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 #include <string>
-
-#include <CLI/CLI.hpp>
-#include <spdlog/spdlog.h>
+#include <thread>
 
 #include "daemon_config.hpp"
 #include "ddp/common/error.hpp"
@@ -110,10 +109,11 @@ struct PortFiles {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ddp-rendezvousd: rendezvous and key-value store daemon for ddprun jobs.\n"
-               "Settings come from flags, then --config FILE (JSON object, keys as below with '_'),\n"
-               "then DDP_RENDEZVOUSD_<KEY> env vars (DDP_RENDEZVOUSD_PORT), then defaults.\n"
-               "Exit codes: 0 ok, 1 failure, 2 usage/config (bad flag, file, port in use)."};
+  CLI::App app{
+      "ddp-rendezvousd: rendezvous and key-value store daemon for ddprun jobs.\n"
+      "Settings come from flags, then --config FILE (JSON object, keys as below with '_'),\n"
+      "then DDP_RENDEZVOUSD_<KEY> env vars (DDP_RENDEZVOUSD_PORT), then defaults.\n"
+      "Exit codes: 0 ok, 1 failure, 2 usage/config (bad flag, file, port in use)."};
   ddp::rendezvousd::DaemonConfig config;
   std::map<std::string, std::string> flag_values;
   for (const auto& s : config.settings()) {
@@ -127,7 +127,8 @@ int main(int argc, char** argv) {
   std::string config_file, optional_config_file;
   bool print_config = false;
   bool recover_corrupt_log = false;
-  app.add_option("--config", config_file, "JSON settings file; a missing file is an error")->type_name("PATH");
+  app.add_option("--config", config_file, "JSON settings file; a missing file is an error")
+      ->type_name("PATH");
   app.add_option("--config-if-exists", optional_config_file,
                  "like --config, but a missing file is skipped (for the systemd unit)")
       ->type_name("PATH");

@@ -1,15 +1,14 @@
 #include "metrics_http.hpp"
 
 #include <atomic>
-#include <optional>
-#include <thread>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <optional>
+#include <thread>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
@@ -37,9 +36,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->header_limit(kMaxRequestBytes);
     parser_->body_limit(kMaxRequestBytes);
     stream_.expires_after(kIoTimeout);
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      if (!ec) self->respond();
-    });
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                       if (!ec) self->respond();
+                     });
   }
 
  private:
@@ -119,7 +119,8 @@ class MetricsHttp::Impl {
     port_ = acceptor_.local_endpoint().port();
     accept();
     thread_ = std::thread([this] { io_.run(); });
-    ddp::log::get("store.server")->info("metrics listening host={} port={} paths=/metrics,/healthz", host_, port_.load());
+    ddp::log::get("store.server")
+        ->info("metrics listening host={} port={} paths=/metrics,/healthz", host_, port_.load());
   }
 
   void stop() {

@@ -31,26 +31,32 @@ std::string render_prometheus(const std::map<std::string, std::int64_t>& m) {
     return it == m.end() ? std::int64_t{0} : it->second;
   };
   auto gauge = [&](const std::string& name, const std::string& help, const std::string& key) {
-    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n" << name << " " << value(key) << "\n";
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"
+      << name << " " << value(key) << "\n";
   };
   gauge("ddp_store_connections", "open client connections", "connections");
   gauge("ddp_store_keys", "keys in the store", "keys");
   gauge("ddp_store_leases", "live leases", "leases");
   gauge("ddp_store_watches", "active watches", "watches");
   gauge("ddp_store_waiters", "blocked get/wait requests", "waiters");
-  gauge("ddp_store_degraded", "1 while the data dir refuses writes (disk full); reads are served", "degraded");
-  gauge("ddp_store_persist_failures", "log appends and snapshots that failed since start", "persist_failures");
-  gauge("ddp_store_compaction_failures", "snapshots (compactions) that failed since start", "compaction_failures");
+  gauge("ddp_store_degraded", "1 while the data dir refuses writes (disk full); reads are served",
+        "degraded");
+  gauge("ddp_store_persist_failures", "log appends and snapshots that failed since start",
+        "persist_failures");
+  gauge("ddp_store_compaction_failures", "snapshots (compactions) that failed since start",
+        "compaction_failures");
   gauge("ddp_store_revision", "store revision (bumped by every change)", "revision");
   gauge("ddp_store_history_bytes", "key and value bytes of the watch history (capped by history_max_bytes)",
         "history_bytes");
-  o << "# HELP ddp_store_auth_failures_total hellos refused for a wrong or missing token, or while rate-limited\n"
+  o << "# HELP ddp_store_auth_failures_total hellos refused for a wrong or missing token, or while "
+       "rate-limited\n"
        "# TYPE ddp_store_auth_failures_total counter\nddp_store_auth_failures_total "
     << value("auth_failures") << "\n";
 
   o << "# HELP ddp_store_requests_total requests handled, by op\n# TYPE ddp_store_requests_total counter\n";
   for (const auto& [k, v] : m) {
-    if (starts(k, "requests.")) o << "ddp_store_requests_total{op=\"" << label(k.substr(9)) << "\"} " << v << "\n";
+    if (starts(k, "requests."))
+      o << "ddp_store_requests_total{op=\"" << label(k.substr(9)) << "\"} " << v << "\n";
   }
 
   o << "# HELP ddp_store_request_duration_seconds time the server loop spent on a request\n"
@@ -61,16 +67,20 @@ std::string render_prometheus(const std::map<std::string, std::int64_t>& m) {
     if (starts(k, "latency_le_us.") && k != "latency_le_us.+Inf") buckets[std::stoll(k.substr(14))] = v;
   }
   for (const auto& [us, v] : buckets) {
-    o << "ddp_store_request_duration_seconds_bucket{le=\"" << static_cast<double>(us) / 1e6 << "\"} " << v << "\n";
+    o << "ddp_store_request_duration_seconds_bucket{le=\"" << static_cast<double>(us) / 1e6 << "\"} " << v
+      << "\n";
   }
   o << "ddp_store_request_duration_seconds_bucket{le=\"+Inf\"} " << value("latency_le_us.+Inf") << "\n";
-  o << "ddp_store_request_duration_seconds_sum " << static_cast<double>(value("latency_sum_ns")) / 1e9 << "\n";
+  o << "ddp_store_request_duration_seconds_sum " << static_cast<double>(value("latency_sum_ns")) / 1e9
+    << "\n";
   o << "ddp_store_request_duration_seconds_count " << value("latency_count") << "\n";
 
-  o << "# HELP ddp_rendezvous_round current c10d rendezvous round of each job (value of /<run_id>/rdzv/round)\n"
+  o << "# HELP ddp_rendezvous_round current c10d rendezvous round of each job (value of "
+       "/<run_id>/rdzv/round)\n"
        "# TYPE ddp_rendezvous_round gauge\n";
   for (const auto& [k, v] : m) {
-    if (starts(k, "rdzv_round.")) o << "ddp_rendezvous_round{run_id=\"" << label(k.substr(11)) << "\"} " << v << "\n";
+    if (starts(k, "rdzv_round."))
+      o << "ddp_rendezvous_round{run_id=\"" << label(k.substr(11)) << "\"} " << v << "\n";
   }
   return o.str();
 }

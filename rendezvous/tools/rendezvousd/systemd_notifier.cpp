@@ -57,9 +57,11 @@ void SystemdNotifier::ready(const std::string& listening) {
 
 void SystemdNotifier::loop() {
   // Pings at half the watchdog interval so one late wake-up does not kill us.
-  const auto ping = watchdog_.count() > 0 ? std::chrono::duration_cast<std::chrono::milliseconds>(watchdog_ / 2)
-                                          : std::chrono::milliseconds(kStatusInterval);
-  const auto tick = std::max(std::chrono::milliseconds(1), std::min<std::chrono::milliseconds>(ping, kStatusInterval));
+  const auto ping = watchdog_.count() > 0
+                        ? std::chrono::duration_cast<std::chrono::milliseconds>(watchdog_ / 2)
+                        : std::chrono::milliseconds(kStatusInterval);
+  const auto tick =
+      std::max(std::chrono::milliseconds(1), std::min<std::chrono::milliseconds>(ping, kStatusInterval));
   auto next_status = std::chrono::steady_clock::now() + kStatusInterval;
   std::unique_lock<std::mutex> lk(mu_);
   while (!cv_.wait_for(lk, tick, [this] { return stop_; })) {

@@ -5,10 +5,9 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace ddp::store_cli {
 namespace {
@@ -42,7 +41,7 @@ std::string workers_cell(const nlohmann::json& workers) {
 // Keys under /<id>/worker/ by round ("round_<k>/..."): the torch workers'
 // keys (through each agent's torch store proxy) and the C++ SDK's.
 std::map<std::int64_t, std::size_t, std::greater<>> worker_keys_by_round(store::Store& store,
-                                                                          const std::string& prefix) {
+                                                                         const std::string& prefix) {
   std::map<std::int64_t, std::size_t, std::greater<>> out;
   for (const auto& kv : store.list(prefix).kvs) {
     const std::string_view rest = std::string_view(kv.key).substr(prefix.size());
@@ -82,8 +81,8 @@ std::string age(double updated) {
 
 int print_job_status(store::Store& store, const std::string& rdzv_id) {
   const std::string prefix = "/" + rdzv_id + "/agent/status/";
-  const std::vector<std::string> header = {"NODE",     "HOST",  "GROUP_RANK", "RANKS", "ROUND",
-                                           "RESTARTS", "STATE", "WORKERS",    "STARTUP",  "UPDATED"};
+  const std::vector<std::string> header = {"NODE",     "HOST",  "GROUP_RANK", "RANKS",   "ROUND",
+                                           "RESTARTS", "STATE", "WORKERS",    "STARTUP", "UPDATED"};
   std::vector<Row> rows;
   for (const auto& kv : store.list(prefix).kvs) {
     Row row;

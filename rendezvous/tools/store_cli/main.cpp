@@ -1,7 +1,6 @@
 // ddp-store: command-line client of ddp-rendezvousd. Wiring only: parse, connect,
 // run one command, map the outcome to an exit code.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -70,8 +69,7 @@ int main(int argc, char** argv) {
   auto* watch = app.add_subcommand("watch", "print PUT/DELETE events under PREFIX");
   positional(watch, "prefix", "PREFIX");
   watch->add_option("--count", cmd.count, "exit after N events");
-  watch->add_option("--from", cmd.from_revision, "replay from this revision")
-;
+  watch->add_option("--from", cmd.from_revision, "replay from this revision");
   auto* wait = app.add_subcommand("wait", "wait until every KEY exists");
   wait->add_option("keys", cmd.args, "KEY...")->required();
   wait->add_option("--timeout", cmd.wait_seconds, "seconds to wait (default: forever)");
@@ -92,15 +90,17 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (app.get_subcommands().empty()) {
-    std::fprintf(stderr, "ddp-store: a command is required (set get add cas del list watch wait stat status); run 'ddp-store --help'\n");
+    std::fprintf(stderr,
+                 "ddp-store: a command is required (set get add cas del list watch wait stat status); run "
+                 "'ddp-store --help'\n");
     return kExitUsage;
   }
   // Range checks here rather than CLI11 validators, whose messages print DBL_MAX.
-  const char* negative = cmd.count < 0                                  ? "--count"
-                         : cmd.from_revision < 0                        ? "--from"
+  const char* negative = cmd.count < 0                                 ? "--count"
+                         : cmd.from_revision < 0                       ? "--from"
                          : cmd.wait_seconds && *cmd.wait_seconds < 0.0 ? "--timeout (of the command)"
-                         : !(timeout_s > 0.0)                           ? "--timeout"
-                                                                        : nullptr;
+                         : !(timeout_s > 0.0)                          ? "--timeout"
+                                                                       : nullptr;
   if (negative != nullptr) {
     std::fprintf(stderr, "ddp-store: %s must be a positive number (seconds for timeouts)\n", negative);
     return kExitUsage;

@@ -25,8 +25,8 @@ struct Command {
   std::string name;  // set get add cas del list watch wait stat
   std::vector<std::string> args;
   std::optional<double> wait_seconds;  // get/wait --timeout
-  std::int64_t count = 0;             // watch --count (0: forever)
-  std::int64_t from_revision = 0;     // watch --from
+  std::int64_t count = 0;              // watch --count (0: forever)
+  std::int64_t from_revision = 0;      // watch --from
 };
 
 int run_command(store::TcpStore& store, const Command& cmd);

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <catch2/catch.hpp>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,8 +16,9 @@ struct Daemon {
   Daemon(const fs::path& dir, std::vector<std::string> extra = {}) : dir_(dir) {
     std::error_code ec;
     fs::remove(dir / "port", ec);
-    std::vector<std::string> argv = {bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0",
-                                     "--port-file", (dir / "port").string(), "--log-level", "debug"};
+    std::vector<std::string> argv = {
+        bin("ddp-rendezvousd").string(), "--host",      "127.0.0.1", "--port", "0", "--port-file",
+        (dir / "port").string(),         "--log-level", "debug"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc = std::make_unique<Process>(argv, dir, std::map<std::string, std::optional<std::string>>{}, "rdzvd");
     port = wait_for_port_file(dir / "port");

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-
 #include <fstream>
 #include <set>
 
@@ -22,8 +21,9 @@ namespace {
 
 std::vector<std::string> daemon_argv(const fs::path& dir, const fs::path& data, const std::string& binary,
                                      std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {bin(binary).string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
-                                   (dir / "port").string(), "--data-dir", data.string(), "--log-level", "debug"};
+  std::vector<std::string> argv = {
+      bin(binary).string(),    "--host",     "127.0.0.1",   "--port",      "0",    "--port-file",
+      (dir / "port").string(), "--data-dir", data.string(), "--log-level", "debug"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
@@ -38,8 +38,8 @@ struct Run {
     std::map<std::string, std::optional<std::string>> env;
     if (faults) env["DDP_FAILPOINTS"] = failpoints;
     proc = std::make_unique<Process>(
-        daemon_argv(dir, data, faults ? "ddp-rendezvousd-failpoints" : "ddp-rendezvousd", std::move(extra)), dir, env,
-        "rdzvd");
+        daemon_argv(dir, data, faults ? "ddp-rendezvousd-failpoints" : "ddp-rendezvousd", std::move(extra)),
+        dir, env, "rdzvd");
     port = wait_for_port_file(dir / "port");
     INFO("daemon stderr: " << proc->err());
     REQUIRE(port > 0);
@@ -57,7 +57,8 @@ std::set<std::string> set_keys(RawClient& c, int n, const std::string& prefix = 
   for (int i = 0; i < n; ++i) {
     const auto key = prefix + std::to_string(i);
     try {
-      if (c.call(make_request(Op::kSet, {key}, {"v" + std::to_string(i)})).status == Status::kOk) acked.insert(key);
+      if (c.call(make_request(Op::kSet, {key}, {"v" + std::to_string(i)})).status == Status::kOk)
+        acked.insert(key);
     } catch (const std::exception&) {
       break;  // the daemon crashed at a failpoint: this write was never acknowledged
     }
@@ -196,7 +197,9 @@ TEST_CASE("recovery matrix: after each write fault and a crash, exactly the ackn
   CHECK(present(*r.client) == acked);
 }
 
-TEST_CASE("a failed snapshot leaves no snapshot.tmp, one reply per request, and a graceful stop that fails exits 1") {
+TEST_CASE(
+    "a failed snapshot leaves no snapshot.tmp, one reply per request, and a graceful stop that fails exits "
+    "1") {
   TempDir dir;
   const auto data = dir / "data";
   Run r(dir.path(), data, "snapshot.rename=eio");
@@ -221,7 +224,9 @@ TEST_CASE("full disk and a lease-bound connection closing: the daemon keeps answ
     REQUIRE(lease.status == Status::kOk);
     REQUIRE(agent.call(make_request(Op::kSet, {"agent"}, {"a"}, lease.num)).status == Status::kOk);
   }  // closes: the revoke cannot be saved
-  REQUIRE(wait_until([&] { return r.proc->err().find("revoking lease of a closed connection failed") != std::string::npos; }));
+  REQUIRE(wait_until([&] {
+    return r.proc->err().find("revoking lease of a closed connection failed") != std::string::npos;
+  }));
   auto set = r.client->call(make_request(Op::kSet, {"x"}, {"y"}));
   CHECK(set.status == Status::kInternal);
   CHECK_THAT(set.message, Catch::Contains("not saved"));
@@ -235,7 +240,8 @@ TEST_CASE("full disk and a lease-bound connection closing: the daemon keeps answ
   CHECK(r.proc->wait(20s).has_value());
 }
 
-TEST_CASE("a real tmpfs that fills up: writes refused, reads served, back once space returns, acked writes kept") {
+TEST_CASE(
+    "a real tmpfs that fills up: writes refused, reads served, back once space returns, acked writes kept") {
   TempDir dir;
   const auto mnt = dir / "tmpfs";
   fs::create_directory(mnt);
@@ -257,8 +263,10 @@ TEST_CASE("a real tmpfs that fills up: writes refused, reads served, back once s
     for (int i = 0; i < 40 && refused == 0; ++i) {
       const auto key = "k" + std::to_string(i);
       const auto resp = r.client->call(make_request(Op::kSet, {key}, {value}));
-      if (resp.status == Status::kOk) acked.insert(key);
-      else refused = 1;
+      if (resp.status == Status::kOk)
+        acked.insert(key);
+      else
+        refused = 1;
     }
     REQUIRE(refused == 1);
     CHECK(present(*r.client) == acked);  // the refused write is not visible

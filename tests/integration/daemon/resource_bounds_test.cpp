@@ -92,11 +92,13 @@ TEST_CASE("1000 overwrites of a 1 MiB key and a full-history watch keep the daem
 #endif
 }
 
-TEST_CASE("a history capped by --history-max-bytes answers COMPACTED to older watches and replays newer ones") {
+TEST_CASE(
+    "a history capped by --history-max-bytes answers COMPACTED to older watches and replays newer ones") {
   TempDir dir;
   Daemon d(dir.path(), {"--history-max-bytes", "4096"});
   auto c = d.client();
-  for (int i = 0; i < 100; ++i) REQUIRE(c->call(make_request(Op::kSet, {"k"}, {std::string(100, 'x')})).status == Status::kOk);
+  for (int i = 0; i < 100; ++i)
+    REQUIRE(c->call(make_request(Op::kSet, {"k"}, {std::string(100, 'x')})).status == Status::kOk);
   auto old = c->call(make_request(Op::kWatch, {"k"}, {}, 0, 50));
   CHECK(old.status == Status::kCompacted);
   auto recent = c->call(make_request(Op::kWatch, {"k"}, {}, 0, 90, 600));

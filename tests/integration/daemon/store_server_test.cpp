@@ -1,9 +1,10 @@
 // The embedded StoreServer (as ddprun --standalone and workers host it), driven
 // in-process for what the daemon's flags do not expose.
+#include "ddp/store/store_server.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.hpp"
-#include "ddp/store/store_server.hpp"
 #include "raw_client.hpp"
 #include "test_support.hpp"
 
@@ -31,7 +32,8 @@ TEST_CASE("a client that never reads its responses is dropped, others are served
   RawClient hog(server.port());
   REQUIRE(hog.handshake() == Status::kOk);
   std::string burst;
-  for (std::uint32_t i = 1; i <= 200; ++i) encode_request(make_request(Op::kTryGet, {"big"}, {}, 0, 0, i), burst);
+  for (std::uint32_t i = 1; i <= 200; ++i)
+    encode_request(make_request(Op::kTryGet, {"big"}, {}, 0, 0, i), burst);
   // 200 x 256 KiB of answers: far past the socket buffers and the 1 MiB cap.
   hog.send_bytes(burst);
   CHECK(wait_until([&] { return server.stats().at("connections") == 1; }));

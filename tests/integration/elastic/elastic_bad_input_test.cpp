@@ -1,13 +1,12 @@
 // ddprun --rdzv_backend=c10d bad input (docs/errors.md): MIN > MAX, a node
 // whose --nnodes disagrees with the job's (a MAX below the nodes present), an
 // unreachable endpoint, a wrong token; and run-id isolation on one daemon.
-#include <catch2/catch.hpp>
-
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <thread>
 
@@ -17,7 +16,8 @@ using namespace elastic;
 
 namespace {
 
-const std::string kConf = "last_call_timeout=0.3,keep_alive_interval=0.2,keep_alive_max_attempt=3,join_timeout=30";
+const std::string kConf =
+    "last_call_timeout=0.3,keep_alive_interval=0.2,keep_alive_max_attempt=3,join_timeout=30";
 
 // The one "ddprun: error: ..." line of an agent's stderr.
 std::string error_line(const std::string& err) {
@@ -111,7 +111,9 @@ TEST_CASE("elastic bad input: --nnodes=3:2 (MIN > MAX) exits 2 naming the flag")
   CHECK(a.started().empty());
 }
 
-TEST_CASE("elastic bad input: a node with --nnodes=1:2 joining a full 2:2 job exits 2 and the job is not disturbed") {
+TEST_CASE(
+    "elastic bad input: a node with --nnodes=1:2 joining a full 2:2 job exits 2 and the job is not "
+    "disturbed") {
   TempDir dir;
   Daemon d(dir);
   Agent a(dir, "a", AgentOptions{"c10d", d.endpoint(), "2:2", 1, kConf, {{"FAKE_HANG", "1"}}});
@@ -157,12 +159,20 @@ TEST_CASE("elastic bad input: a wrong --token_file exits 2 telling to check the 
     std::ofstream(dir / "agent.token") << "wrong-token\n";
   }
   Process daemon({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
-                  (dir / "daemon.port").string(), "--token-file", (dir / "daemon.token").string(), "--log-level",
-                  "warn"},
+                  (dir / "daemon.port").string(), "--token-file", (dir / "daemon.token").string(),
+                  "--log-level", "warn"},
                  dir.path(), {}, "daemon");
   const int port = ddp::test::wait_for_port_file(dir / "daemon.port");
-  Agent a(dir, "a", AgentOptions{"c10d", "127.0.0.1:" + std::to_string(port), "1:1", 1, kConf, {}, 0, "job",
-                                 {"--token_file=" + (dir / "agent.token").string()}});
+  Agent a(dir, "a",
+          AgentOptions{"c10d",
+                       "127.0.0.1:" + std::to_string(port),
+                       "1:1",
+                       1,
+                       kConf,
+                       {},
+                       0,
+                       "job",
+                       {"--token_file=" + (dir / "agent.token").string()}});
   REQUIRE(a.proc->wait(20s) == std::optional<int>(2));
   const auto line = error_line(a.proc->err());
   INFO(a.proc->err());
@@ -170,7 +180,8 @@ TEST_CASE("elastic bad input: a wrong --token_file exits 2 telling to check the 
   CHECK(a.started().empty());
 }
 
-TEST_CASE("elastic run-id isolation: two jobs on one daemon form separate worlds and see only their own keys") {
+TEST_CASE(
+    "elastic run-id isolation: two jobs on one daemon form separate worlds and see only their own keys") {
   TempDir dir;
   Daemon d(dir);
   auto opts = [&](const std::string& run_id) {
@@ -179,10 +190,13 @@ TEST_CASE("elastic run-id isolation: two jobs on one daemon form separate worlds
   // One agent of each job first: neither may complete a round with the other.
   Agent a1(dir, "a1", opts("jobA"));
   Agent b1(dir, "b1", opts("jobB"));
-  REQUIRE(wait_until([&] {
-    auto r = ddp::test::run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/"}, dir.path());
-    return contains(r.out, "/jobA/rdzv/") && contains(r.out, "/jobB/rdzv/");
-  }, 20s));
+  REQUIRE(wait_until(
+      [&] {
+        auto r =
+            ddp::test::run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/"}, dir.path());
+        return contains(r.out, "/jobA/rdzv/") && contains(r.out, "/jobB/rdzv/");
+      },
+      20s));
   CHECK(a1.started().empty());
   CHECK(b1.started().empty());
   Agent a2(dir, "a2", opts("jobA"));
@@ -205,7 +219,8 @@ TEST_CASE("elastic run-id isolation: two jobs on one daemon form separate worlds
     CHECK(env["TORCHELASTIC_RUN_ID"] == "jobB");
     CHECK(contains(env["DDP_STORE_PREFIX"], "jobB"));
   }
-  auto listed = ddp::test::run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/jobA/"}, dir.path());
+  auto listed =
+      ddp::test::run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/jobA/"}, dir.path());
   CHECK(contains(listed.out, "/jobA/"));
   CHECK_FALSE(contains(listed.out, "jobB"));
 }

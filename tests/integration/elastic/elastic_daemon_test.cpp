@@ -2,24 +2,26 @@
 // within the keep-alive window (with --data-dir) goes unnoticed by the workers,
 // and a daemon gone for good stops every worker and ends the agents with exit 3
 // naming the endpoint. Real agents, daemon and fake_workers on 127.0.0.1.
-#include <catch2/catch.hpp>
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
+
 #include "elastic_support.hpp"
 
 using namespace elastic;
 
-TEST_CASE("elastic c10d: a daemon restarted with its data dir within the keep-alive window disturbs no worker") {
+TEST_CASE(
+    "elastic c10d: a daemon restarted with its data dir within the keep-alive window disturbs no worker") {
   TempDir dir;
   fs::create_directories(dir / "data");
   auto d = std::make_unique<Daemon>(dir, 0, (dir / "data").string(), "daemon");
   const int port = d->port;
   // Keep-alive window 3 s; each worker runs 4 s from its start.
-  const std::string conf = "last_call_timeout=0.3,keep_alive_interval=0.5,keep_alive_max_attempt=6,join_timeout=30";
+  const std::string conf =
+      "last_call_timeout=0.3,keep_alive_interval=0.5,keep_alive_max_attempt=6,join_timeout=30";
   const Env env{{"FAKE_SLEEP_MS", "4000"}};
   Agent a(dir, "a", AgentOptions{"c10d", d->endpoint(), "2:2", 2, conf, env, 0});
   Agent b(dir, "b", AgentOptions{"c10d", d->endpoint(), "2:2", 2, conf, env, 0});
@@ -47,7 +49,8 @@ TEST_CASE("elastic c10d: a daemon killed for good stops every worker and agents 
   TempDir dir;
   Daemon d(dir);
   // Keep-alive window 0.6 s.
-  const std::string conf = "last_call_timeout=0.3,keep_alive_interval=0.2,keep_alive_max_attempt=3,join_timeout=30";
+  const std::string conf =
+      "last_call_timeout=0.3,keep_alive_interval=0.2,keep_alive_max_attempt=3,join_timeout=30";
   Agent a(dir, "a", AgentOptions{"c10d", d.endpoint(), "2:2", 2, conf, {{"FAKE_HANG", "1"}}});
   Agent b(dir, "b", AgentOptions{"c10d", d.endpoint(), "2:2", 2, conf, {{"FAKE_HANG", "1"}}});
   REQUIRE(wait_until([&] { return a.started().size() == 2 && b.started().size() == 2; }, 30s));
@@ -83,7 +86,8 @@ int free_port() {
 
 }  // namespace
 
-TEST_CASE("elastic c10d: the agent hosting the store finishes last and both exit 0 promptly with no warning") {
+TEST_CASE(
+    "elastic c10d: the agent hosting the store finishes last and both exit 0 promptly with no warning") {
   TempDir dir;
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   // The default keep-alive (5 s x 3): a node that lost the store before seeing

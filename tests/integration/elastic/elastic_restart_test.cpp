@@ -18,8 +18,10 @@ std::string long_last_call() {
   return "last_call_timeout=5" + conf.substr(conf.find(','));
 }
 
-Agent agent(const TempDir& dir, const std::string& name, const Service& svc, const std::string& nnodes, Env env) {
-  return Agent(dir, name, AgentOptions{svc.backend(), svc.endpoint(), nnodes, 1, long_last_call(), std::move(env)});
+Agent agent(const TempDir& dir, const std::string& name, const Service& svc, const std::string& nnodes,
+            Env env) {
+  return Agent(dir, name,
+               AgentOptions{svc.backend(), svc.endpoint(), nnodes, 1, long_last_call(), std::move(env)});
 }
 
 int count(const std::string& text, const std::string& part) {
@@ -36,11 +38,13 @@ std::string logs(const A&... agents) {
 
 }  // namespace
 
-TEST_CASE("elastic " ELASTIC_NAME ": after a worker failure the restarted round closes without the last call") {
+TEST_CASE("elastic " ELASTIC_NAME
+          ": after a worker failure the restarted round closes without the last call") {
   TempDir dir;
   Service d(dir);
   Agent a = agent(dir, "a", d, "2:3", {{"FAKE_HANG", "1"}});
-  Agent b = agent(dir, "b", d, "2:3", {{"FAKE_FAIL_ON_RESTART_BELOW", "1"}, {"FAKE_SLEEP_MS", "300"}, {"FAKE_HANG", "1"}});
+  Agent b = agent(dir, "b", d, "2:3",
+                  {{"FAKE_FAIL_ON_RESTART_BELOW", "1"}, {"FAKE_SLEEP_MS", "300"}, {"FAKE_HANG", "1"}});
   // Round 0 is a first round: it waits the last call for more nodes.
   REQUIRE(wait_until([&] { return !a.started().empty() && !b.started().empty(); }, 30s));
   // b's worker fails in restart 0; both rejoin and round 1 closes at once.
@@ -61,17 +65,21 @@ TEST_CASE("elastic " ELASTIC_NAME ": after a worker failure the restarted round 
   CHECK(b.proc->wait(30s).has_value());
 }
 
-TEST_CASE("elastic " ELASTIC_NAME ": kill -9 of one of three nodes re-forms a world of two without the last call") {
+TEST_CASE("elastic " ELASTIC_NAME
+          ": kill -9 of one of three nodes re-forms a world of two without the last call") {
   TempDir dir;
   Service d(dir);
   Agent a = agent(dir, "a", d, "2:4", {{"FAKE_HANG", "1"}});
   Agent b = agent(dir, "b", d, "2:4", {{"FAKE_HANG", "1"}});
   Agent c = agent(dir, "c", d, "2:4", {{"FAKE_HANG", "1"}});
-  REQUIRE(wait_until([&] {
-    return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
-  }, 30s));
+  REQUIRE(wait_until(
+      [&] {
+        return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
+      },
+      30s));
   c.proc->signal(SIGKILL);
-  REQUIRE(wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
+  REQUIRE(
+      wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
   const auto all = logs(a, b);
   CHECK(count(all, "every live member of round 0 rejoined: round 1 closed at once run_id=job nodes=2") >= 1);
   CHECK(count(all, "round=1 nodes=2 last_call_timeout") == 0);
@@ -83,20 +91,24 @@ TEST_CASE("elastic " ELASTIC_NAME ": kill -9 of one of three nodes re-forms a wo
   CHECK(b.proc->wait(30s).has_value());
 }
 
-TEST_CASE("elastic " ELASTIC_NAME ": a member frozen during a restart is waited for only until its lease expires") {
+TEST_CASE("elastic " ELASTIC_NAME
+          ": a member frozen during a restart is waited for only until its lease expires") {
   TempDir dir;
   Service d(dir);
   Agent a = agent(dir, "a", d, "2:4", {{"FAKE_HANG", "1"}});
   Agent b = agent(dir, "b", d, "2:4", {{"FAKE_HANG", "1"}});
   Agent c = agent(dir, "c", d, "2:4", {{"FAKE_HANG", "1"}});
-  REQUIRE(wait_until([&] {
-    return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
-  }, 30s));
+  REQUIRE(wait_until(
+      [&] {
+        return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
+      },
+      30s));
   // c stops answering (its lease runs out after the keep-alive window) while
   // a worker of a dies: a and b rejoin, c cannot.
   c.proc->signal(SIGSTOP);
   ::kill(a.started().at(0), SIGKILL);
-  REQUIRE(wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
+  REQUIRE(
+      wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
   const auto all = logs(a, b);
   CHECK(count(all, "round 1 closed at once run_id=job nodes=2") >= 1);
   CHECK(count(all, "round=1 nodes=2 last_call_timeout") == 0);
@@ -112,11 +124,14 @@ TEST_CASE("elastic " ELASTIC_NAME ": a newcomer still gets the last call when th
   Service d(dir);
   Agent a = agent(dir, "a", d, "2:4", {{"FAKE_HANG", "1"}});
   Agent b = agent(dir, "b", d, "2:4", {{"FAKE_HANG", "1"}});
-  REQUIRE(wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
+  REQUIRE(
+      wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
   Agent c = agent(dir, "c", d, "2:4", {{"FAKE_HANG", "1"}});
-  REQUIRE(wait_until([&] {
-    return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
-  }, 30s));
+  REQUIRE(wait_until(
+      [&] {
+        return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
+      },
+      30s));
   const auto all = logs(a, b, c);
   // Round 1 (a, b and the newcomer c, below MAX) waited the last call.
   CHECK(count(all, "closed at once") == 0);

@@ -16,7 +16,8 @@ TEST_CASE("elastic " ELASTIC_NAME ": a SIGSTOPped store stops every worker and b
   // keepalive request may wait max(interval, 1 s) for its answer, and with
   // shorter intervals even a failed keepalive that reset the silence clock
   // (the bug this guards against) would leave gaps longer than the window.
-  const std::string conf = "last_call_timeout=0.3,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=30";
+  const std::string conf =
+      "last_call_timeout=0.3,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=30";
   Agent a(dir, "a", AgentOptions{svc.backend(), svc.endpoint(), "2:2", 2, conf, {{"FAKE_HANG", "1"}}});
   Agent b(dir, "b", AgentOptions{svc.backend(), svc.endpoint(), "2:2", 2, conf, {{"FAKE_HANG", "1"}}});
   REQUIRE(wait_until([&] { return a.started().size() == 2 && b.started().size() == 2; }, 30s));

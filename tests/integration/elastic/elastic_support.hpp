@@ -39,9 +39,15 @@ struct Daemon {
         port(ddp::test::wait_for_port_file(dir / (name + ".port"))) {}
   static std::vector<std::string> argv(const TempDir& dir, int port, const std::string& data_dir,
                                        const std::string& name) {
-    std::vector<std::string> a{bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port",
-                               std::to_string(port), "--port-file", (dir / (name + ".port")).string(),
-                               "--log-level", "warn"};
+    std::vector<std::string> a{bin("ddp-rendezvousd").string(),
+                               "--host",
+                               "127.0.0.1",
+                               "--port",
+                               std::to_string(port),
+                               "--port-file",
+                               (dir / (name + ".port")).string(),
+                               "--log-level",
+                               "warn"};
     if (!data_dir.empty()) {
       a.push_back("--data-dir");
       a.push_back(data_dir);
@@ -103,10 +109,14 @@ struct Agent {
     o.env["PET_NNODES"] = std::nullopt;
     o.env["PET_NPROC_PER_NODE"] = std::nullopt;
     o.env["PET_STANDALONE"] = std::nullopt;
-    std::vector<std::string> argv{bin("ddprun").string(), "--nnodes=" + o.nnodes,
-                                  "--nproc_per_node=" + std::to_string(o.nproc), "--rdzv_backend=" + o.backend,
-                                  "--rdzv_endpoint=" + o.endpoint, "--rdzv_id=" + o.run_id,
-                                  "--max_restarts=" + std::to_string(o.max_restarts), "--log_level=info"};
+    std::vector<std::string> argv{bin("ddprun").string(),
+                                  "--nnodes=" + o.nnodes,
+                                  "--nproc_per_node=" + std::to_string(o.nproc),
+                                  "--rdzv_backend=" + o.backend,
+                                  "--rdzv_endpoint=" + o.endpoint,
+                                  "--rdzv_id=" + o.run_id,
+                                  "--max_restarts=" + std::to_string(o.max_restarts),
+                                  "--log_level=info"};
     if (!o.conf.empty()) argv.push_back("--rdzv_conf=" + o.conf);
     argv.insert(argv.end(), o.extra.begin(), o.extra.end());
     argv.push_back(bin("fake_worker").string());
@@ -115,8 +125,9 @@ struct Agent {
   // The scenarios' usual agent on `svc`.
   Agent(const TempDir& dir, const std::string& name, const Service& svc, const std::string& nnodes, int nproc,
         Env env, int max_restarts = 3)
-      : Agent(dir, name, AgentOptions{svc.backend(), svc.endpoint(), nnodes, nproc, Service::conf(),
-                                      std::move(env), max_restarts}) {}
+      : Agent(dir, name,
+              AgentOptions{svc.backend(), svc.endpoint(), nnodes, nproc, Service::conf(), std::move(env),
+                           max_restarts}) {}
 
   fs::path home;
   std::unique_ptr<Process> proc;

@@ -28,7 +28,8 @@ TEST_CASE("elastic " ELASTIC_NAME ": two agents form one world, finish at differ
   CHECK(b.started().size() == 2);
 }
 
-TEST_CASE("elastic " ELASTIC_NAME ": a worker failure on one node stops every node's workers and all re-form") {
+TEST_CASE("elastic " ELASTIC_NAME
+          ": a worker failure on one node stops every node's workers and all re-form") {
   TempDir dir;
   Service d(dir);
   // a's workers run long in round 0 (restart 0) and briefly afterwards.
@@ -57,7 +58,8 @@ TEST_CASE("elastic " ELASTIC_NAME ": a new agent makes a running job scale up wi
   Agent a(dir, "a", d, "1:3", 1, {{"FAKE_HANG", "1"}}, 0);
   REQUIRE(wait_until([&] { return a.ranks_in_world(1).count(0) == 1; }, 30s));
   Agent b(dir, "b", d, "1:3", 1, {{"FAKE_HANG", "1"}}, 0);
-  REQUIRE(wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
+  REQUIRE(
+      wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
   CHECK(a.proc->running());
   CHECK(a.proc->err().find("nodes waiting") != std::string::npos);
   for (const auto* ag : {&a, &b}) {
@@ -76,14 +78,17 @@ TEST_CASE("elastic " ELASTIC_NAME ": kill -9 of one agent makes the others re-fo
   Agent a(dir, "a", d, "2:3", 1, {{"FAKE_HANG", "1"}});
   Agent b(dir, "b", d, "2:3", 1, {{"FAKE_HANG", "1"}});
   Agent c(dir, "c", d, "2:3", 1, {{"FAKE_HANG", "1"}});
-  REQUIRE(wait_until([&] {
-    return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
-  }, 30s));
+  REQUIRE(wait_until(
+      [&] {
+        return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
+      },
+      30s));
   const auto a_first = a.started();
   c.proc->signal(SIGKILL);
   // How soon is a benchmark (scripts/bench/elastic.sh deadnode), not a test.
   REQUIRE(wait_until([&] { return all_dead(a_first); }, 30s));
-  REQUIRE(wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
+  REQUIRE(
+      wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
   CHECK(a.proc->err().find("membership changed") != std::string::npos);
   a.proc->signal(SIGTERM);
   b.proc->signal(SIGTERM);
@@ -91,17 +96,21 @@ TEST_CASE("elastic " ELASTIC_NAME ": kill -9 of one agent makes the others re-fo
   CHECK(b.proc->wait(30s).has_value());
 }
 
-TEST_CASE("elastic " ELASTIC_NAME ": too few nodes time out with exit 3 naming who joined and how many are missing") {
+TEST_CASE("elastic " ELASTIC_NAME
+          ": too few nodes time out with exit 3 naming who joined and how many are missing") {
   TempDir dir;
   Service d(dir);
-  Agent a(dir, "a", AgentOptions{d.backend(), d.endpoint(), "3:3", 2, "join_timeout=2,keep_alive_interval=0.5"});
+  Agent a(dir, "a",
+          AgentOptions{d.backend(), d.endpoint(), "3:3", 2, "join_timeout=2,keep_alive_interval=0.5"});
   if (Service::kIsDaemon) {
     // While it waits, an operator sees the node with ddp-store.
-    REQUIRE(wait_until([&] {
-      auto r = ddp::test::run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/job/rdzv/"},
-                              dir.path());
-      return r.out.find("\"nproc\":2") != std::string::npos;
-    }, 10s));
+    REQUIRE(wait_until(
+        [&] {
+          auto r = ddp::test::run(
+              {bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/job/rdzv/"}, dir.path());
+          return r.out.find("\"nproc\":2") != std::string::npos;
+        },
+        10s));
   }
   REQUIRE(a.proc->wait(30s) == std::optional<int>(3));
   const auto err = a.proc->err();

@@ -1,9 +1,8 @@
 // The etcd arrival step (docs/rendezvous.md "Arrival on etcd"): EtcdStore's
 // create-revision counting, and c10d rounds over etcd handing out contiguous
 // ranks when nodes run different numbers of workers.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -17,7 +16,8 @@ using namespace ddp::store;
 using ddp::test::EtcdCluster;
 using ddp::test::TempDir;
 
-TEST_CASE("etcd store: concurrent creates each count a distinct arrival index, and a repeat keeps its place") {
+TEST_CASE(
+    "etcd store: concurrent creates each count a distinct arrival index, and a repeat keeps its place") {
   TempDir dir;
   EtcdCluster etcd(dir.path());
   EtcdStore s(etcd.options());

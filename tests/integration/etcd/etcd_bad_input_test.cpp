@@ -1,7 +1,6 @@
 // Clear errors naming the endpoint: etcd down, not etcd at all, TLS mismatch.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 
 #include "ddp/common/error.hpp"
 #include "ddp/store/etcd_store.hpp"
@@ -58,9 +57,9 @@ TEST_CASE("etcd bad input: an HTTP server that is not etcd is a ConfigError nami
   TempDir dir;
   ddp::test::write_file(dir / "not_etcd.py", kNotEtcd);
   const auto requests = dir / "requests";
-  ddp::test::Process server({"/usr/bin/python3", (dir / "not_etcd.py").string(), (dir / "port").string(),
-                             requests.string()},
-                            dir.path());
+  ddp::test::Process server(
+      {"/usr/bin/python3", (dir / "not_etcd.py").string(), (dir / "port").string(), requests.string()},
+      dir.path());
   const int port = ddp::test::wait_for_port_file(dir / "port");
   REQUIRE(port > 0);
   EtcdStore s(one(static_cast<std::uint16_t>(port)));
@@ -77,8 +76,8 @@ TEST_CASE("etcd bad input: an HTTP server that is not etcd is a ConfigError nami
 TEST_CASE("etcd bad input: python's http.server (HTTP 501 to POST) is not etcd either") {
   TempDir dir;
   const int port = ddp::test::free_port();
-  ddp::test::Process server({"/usr/bin/python3", "-m", "http.server", "--bind", "127.0.0.1", std::to_string(port)},
-                            dir.path());
+  ddp::test::Process server(
+      {"/usr/bin/python3", "-m", "http.server", "--bind", "127.0.0.1", std::to_string(port)}, dir.path());
   EtcdStore s(one(static_cast<std::uint16_t>(port)));
   std::string error;
   REQUIRE(ddp::test::wait_until([&] {
@@ -102,7 +101,8 @@ TEST_CASE("etcd bad input: https options against a plain etcd fail the TLS hands
   o.ca_file = ddp::test::make_self_signed_cert(dir.path()).cert_file;
   EtcdStore s(o);
   CHECK_THROWS_AS(s.ping(), ddp::ConfigError);
-  CHECK_THROWS_WITH(s.ping(), Contains("TLS handshake with etcd at " + etcd.endpoint(0).to_string() + " failed"));
+  CHECK_THROWS_WITH(s.ping(),
+                    Contains("TLS handshake with etcd at " + etcd.endpoint(0).to_string() + " failed"));
 }
 
 TEST_CASE("etcd TLS: a TLS etcd works with its CA, and refuses plain http or a wrong CA clearly") {

@@ -1,11 +1,11 @@
 // A 3-member etcd cluster on loopback: EtcdStore keeps working when a member dies.
-#include <catch2/catch.hpp>
+#include "etcd_cluster.hpp"
 
+#include <catch2/catch.hpp>
 #include <mutex>
 
 #include "ddp/common/error.hpp"
 #include "ddp/store/etcd_store.hpp"
-#include "etcd_cluster.hpp"
 
 using namespace ddp::store;
 using namespace std::chrono_literals;
@@ -60,7 +60,8 @@ TEST_CASE("etcd cluster: after one of three members is SIGKILLed, set, get, add,
     std::vector<std::string> keys;
     for (const auto& ev : seen.list) keys.push_back(ev.key);
     CHECK(keys == std::vector<std::string>{"job/before", "job/n", "job/after", "job/n", "job/leased"});
-    for (std::size_t i = 1; i < seen.list.size(); ++i) CHECK(seen.list[i].revision > seen.list[i - 1].revision);
+    for (std::size_t i = 1; i < seen.list.size(); ++i)
+      CHECK(seen.list[i].revision > seen.list[i - 1].revision);
     CHECK(seen.error.empty());
   }
 
@@ -73,7 +74,8 @@ TEST_CASE("etcd store: an endpoint with nothing listening is skipped for the nex
   TempDir dir;
   EtcdCluster etcd(dir.path());
   auto o = etcd.options();
-  o.endpoints.insert(o.endpoints.begin(), ddp::Endpoint{"127.0.0.1", static_cast<std::uint16_t>(ddp::test::free_port())});
+  o.endpoints.insert(o.endpoints.begin(),
+                     ddp::Endpoint{"127.0.0.1", static_cast<std::uint16_t>(ddp::test::free_port())});
   EtcdStore s(o);
   CHECK(s.set("k", "v") > 0);
   CHECK(s.get("k", 1s) == "v");

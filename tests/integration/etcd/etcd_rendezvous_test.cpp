@@ -1,8 +1,8 @@
 // ddprun --rdzv_backend=etcd end to end: real agents, real etcd members.
-#include <catch2/catch.hpp>
-
 #include <signal.h>
 #include <sys/stat.h>
+
+#include <catch2/catch.hpp>
 
 #include "ddp/store/etcd_store.hpp"
 #include "etcd_cluster.hpp"
@@ -62,9 +62,14 @@ std::map<std::string, std::optional<std::string>> worker_env(const TempDir& dir,
 
 std::vector<std::string> agent_argv(const std::string& endpoints, const std::string& script,
                                     std::vector<std::string> extra = {}, const std::string& nnodes = "2") {
-  std::vector<std::string> argv{ddp::test::bin("ddprun").string(), "--nnodes=" + nnodes, "--nproc_per_node=2",
-                                "--rdzv_backend=etcd", "--rdzv_endpoint=" + endpoints, "--rdzv_id=job1",
-                                "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=1"};
+  std::vector<std::string> argv{
+      ddp::test::bin("ddprun").string(),
+      "--nnodes=" + nnodes,
+      "--nproc_per_node=2",
+      "--rdzv_backend=etcd",
+      "--rdzv_endpoint=" + endpoints,
+      "--rdzv_id=job1",
+      "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=1"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.push_back(script);
   return argv;
@@ -124,7 +129,8 @@ TEST_CASE("ddprun etcd: an agent paused past its lease notices it was dropped an
   std::vector<std::string> extra{"--max_restarts=3"};
   auto argv = agent_argv(etcd.endpoints_text(), script, extra);
   for (auto& arg : argv)
-    if (arg.rfind("--rdzv_conf=", 0) == 0) arg = "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1";
+    if (arg.rfind("--rdzv_conf=", 0) == 0)
+      arg = "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1";
   Process a(argv, dir.path(), worker_env(dir, "", true), "agent-a");
   Process b(argv, dir.path(), worker_env(dir, "", true), "agent-b");
   REQUIRE(wait_until([&] { return count_files(dir, "started_") == 4; }, 20s));

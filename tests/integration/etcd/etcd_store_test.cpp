@@ -1,11 +1,11 @@
 // The Store contract, key-value half, on EtcdStore over one real etcd.
-#include <catch2/catch.hpp>
+#include "ddp/store/etcd_store.hpp"
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <thread>
 
 #include "ddp/common/error.hpp"
-#include "ddp/store/etcd_store.hpp"
 #include "etcd_cluster.hpp"
 
 using namespace ddp::store;
@@ -162,6 +162,7 @@ TEST_CASE("etcd store: a read at a revision etcd compacted away is a CompactedEr
   const auto last = s.set("h/k", "2");
   etcd.compact(last);
   CHECK_THROWS_AS(s.count_at({"h/"}, first), CompactedError);
-  CHECK_THROWS_WITH(s.count_at({"h/"}, first), Contains(etcd.endpoint(0).to_string()) && Contains("compacted"));
+  CHECK_THROWS_WITH(s.count_at({"h/"}, first),
+                    Contains(etcd.endpoint(0).to_string()) && Contains("compacted"));
   CHECK(s.count_at({"h/"}, last).counts.at(0) == 1);
 }

@@ -1,6 +1,5 @@
 // The Store contract, watch and lease half, on EtcdStore over one real etcd.
 #include <catch2/catch.hpp>
-
 #include <mutex>
 #include <thread>
 
@@ -115,7 +114,12 @@ TEST_CASE("etcd watch: a start revision etcd already compacted ends the watch wi
   etcd.compact(last);
   Recorder rec;
   auto w = s.watch("h/", first, rec.on_event(), rec.on_error());
-  REQUIRE(wait_until([&] { std::lock_guard l(rec.mu); return !rec.error.empty(); }, 5s));
+  REQUIRE(wait_until(
+      [&] {
+        std::lock_guard l(rec.mu);
+        return !rec.error.empty();
+      },
+      5s));
   CHECK_THAT(rec.error, Contains("compacted"));
   CHECK(rec.size() == 0);
 }

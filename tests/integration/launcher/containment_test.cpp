@@ -48,7 +48,8 @@ struct Job {
     ::chmod(script.c_str(), 0755);
   }
 
-  std::unique_ptr<Process> start(const std::string& shape, std::vector<std::string> flags, EnvOverrides extra = {}) {
+  std::unique_ptr<Process> start(const std::string& shape, std::vector<std::string> flags,
+                                 EnvOverrides extra = {}) {
     std::vector<std::string> args = {"--nproc_per_node=2"};
     args.insert(args.end(), flags.begin(), flags.end());
     args.insert(args.end(), {"--no_python", "/bin/sh", script});

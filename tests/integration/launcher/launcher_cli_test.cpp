@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-
 #include <set>
 
 #include "launcher_test_util.hpp"
@@ -49,7 +48,7 @@ TEST_CASE("redirected streams go to the files only, and the rank filter limits t
                    "--log_dir", logs.string(), "--no_python", bin("fake_worker").string()},
                   dir, {{"FAKE_PRINT", "1"}});
   REQUIRE(r.code == 0);
-  CHECK(r.out.find("[rank") == std::string::npos);  // stdout redirected for every rank
+  CHECK(r.out.find("[rank") == std::string::npos);      // stdout redirected for every rank
   CHECK(r.err.find("[rank 0]:") == std::string::npos);  // filtered out
   CHECK_THAT(r.err, Catch::Contains("[rank 2]:err 0 of rank 2\n"));
   CHECK(read_file(logs / "redir" / "attempt_0" / "0" / "stdout.log") == "out 0 of rank 0\n");
@@ -78,8 +77,8 @@ TEST_CASE("a .py script runs under python3 -u with the env contract") {
 
 TEST_CASE("the legacy option passes --local_rank=N before the program's own arguments") {
   TempDir dir;
-  auto r = ddprun({"--nproc_per_node=2", "--legacy_local_rank", "--no_python",
-                   bin("fake_worker").string(), "--epochs", "3"},
+  auto r = ddprun({"--nproc_per_node=2", "--legacy_local_rank", "--no_python", bin("fake_worker").string(),
+                   "--epochs", "3"},
                   dir, {{"FAKE_ENV_DUMP", dir.path().string()}});
   REQUIRE(r.code == 0);
   CHECK(read_env_dump(dir / "rank_1.env")["ARGS"] == "--local_rank=1 --epochs 3");
@@ -166,12 +165,13 @@ TEST_CASE("a worker failure on one c10d node restarts the workers of both nodes"
   auto node = [&] {
     return ddprun_argv({"--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
                         "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=fanout",
-                        "--max_restarts=1", "--stop_timeout=5", "--no_python",
-                        bin("fake_worker").string()});
+                        "--max_restarts=1", "--stop_timeout=5", "--no_python", bin("fake_worker").string()});
   };
   // Global rank 3 fails in the first attempt only, on whichever node holds it.
-  const auto env = clean_env({{"FAKE_ENV_DUMP", dir.path().string()}, {"FAKE_PID_FILE", pids.string()},
-                              {"FAKE_ONLY_RANK", "3"}, {"FAKE_FAIL_ON_RESTART_BELOW", "1"}});
+  const auto env = clean_env({{"FAKE_ENV_DUMP", dir.path().string()},
+                              {"FAKE_PID_FILE", pids.string()},
+                              {"FAKE_ONLY_RANK", "3"},
+                              {"FAKE_FAIL_ON_RESTART_BELOW", "1"}});
   Process a(node(), dir.path(), env, "nodeA");
   Process b(node(), dir.path(), env, "nodeB");
   auto ca = a.wait(std::chrono::seconds(60));
@@ -186,7 +186,8 @@ TEST_CASE("a worker failure on one c10d node restarts the workers of both nodes"
   CHECK_THAT(b.err(), Catch::Contains("restarting workers (1/1)"));
   CHECK(count_lines(read_file(pids), " start ") >= 6);  // a stopped worker may not have started yet
   for (int rank = 0; rank < 4; ++rank) {
-    CHECK(read_env_dump(dir / ("rank_" + std::to_string(rank) + ".env"))["TORCHELASTIC_RESTART_COUNT"] == "1");
+    CHECK(read_env_dump(dir / ("rank_" + std::to_string(rank) + ".env"))["TORCHELASTIC_RESTART_COUNT"] ==
+          "1");
   }
 }
 

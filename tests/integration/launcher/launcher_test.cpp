@@ -3,7 +3,6 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <fstream>
 #include <set>
@@ -18,10 +17,10 @@ TEST_CASE("every worker gets the torchrun env contract, for 1, 4 and 8 workers")
   for (int n : {1, 4, 8}) {
     INFO("nproc_per_node=" << n);
     TempDir dir;
-    auto r = ddprun({"--standalone", "--nproc_per_node=" + std::to_string(n), "--max_restarts=3",
-                     "--role=trainer", "--log_dir", (dir / "logs").string(), "--no_python",
-                     bin("fake_worker").string()},
-                    dir, {{"FAKE_ENV_DUMP", dir.path().string()}});
+    auto r =
+        ddprun({"--standalone", "--nproc_per_node=" + std::to_string(n), "--max_restarts=3", "--role=trainer",
+                "--log_dir", (dir / "logs").string(), "--no_python", bin("fake_worker").string()},
+               dir, {{"FAKE_ENV_DUMP", dir.path().string()}});
     INFO(r.err);
     REQUIRE(r.code == 0);
     std::set<std::string> ports;
@@ -46,9 +45,8 @@ TEST_CASE("every worker gets the torchrun env contract, for 1, 4 and 8 workers")
       CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "0");
       CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "3");
       CHECK(env["TORCHELASTIC_USE_AGENT_STORE"] == "True");
-      CHECK(env["TORCHELASTIC_ERROR_FILE"] == (dir / "logs").string() + "/" +
-                                                  env["TORCHELASTIC_RUN_ID"] + "/attempt_0/" +
-                                                  std::to_string(rank) + "/error.json");
+      CHECK(env["TORCHELASTIC_ERROR_FILE"] == (dir / "logs").string() + "/" + env["TORCHELASTIC_RUN_ID"] +
+                                                  "/attempt_0/" + std::to_string(rank) + "/error.json");
       CHECK(env["OMP_NUM_THREADS"] == (n > 1 ? "1" : ""));
       CHECK(env["FDS"] == "0,1,2");
       ports.insert(env["MASTER_PORT"]);
@@ -62,8 +60,8 @@ TEST_CASE("every worker gets the torchrun env contract, for 1, 4 and 8 workers")
 
 TEST_CASE("a worker's exit code fails the run with exit 1 and its rank named") {
   TempDir dir;
-  auto r = ddprun({"--nproc_per_node=3", "--stop_timeout=5", "--no_python", bin("fake_worker").string()},
-                  dir, {{"FAKE_ONLY_RANK", "2"}, {"FAKE_EXIT", "7"}, {"FAKE_OTHERS_HANG", "1"}});
+  auto r = ddprun({"--nproc_per_node=3", "--stop_timeout=5", "--no_python", bin("fake_worker").string()}, dir,
+                  {{"FAKE_ONLY_RANK", "2"}, {"FAKE_EXIT", "7"}, {"FAKE_OTHERS_HANG", "1"}});
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Catch::Contains("rank       : 2 (local_rank 2)"));
   CHECK_THAT(r.err, Catch::Contains("exit code 7"));
@@ -73,9 +71,10 @@ TEST_CASE("a worker's exit code fails the run with exit 1 and its rank named") {
 TEST_CASE("failed workers restart with TORCHELASTIC_RESTART_COUNT incremented") {
   TempDir dir;
   const auto pids = dir / "pids";
-  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=3", "--no_python", bin("fake_worker").string()},
-                  dir, {{"FAKE_FAIL_ON_RESTART_BELOW", "2"}, {"FAKE_PID_FILE", pids.string()},
-                        {"FAKE_ENV_DUMP", dir.path().string()}});
+  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=3", "--no_python", bin("fake_worker").string()}, dir,
+                  {{"FAKE_FAIL_ON_RESTART_BELOW", "2"},
+                   {"FAKE_PID_FILE", pids.string()},
+                   {"FAKE_ENV_DUMP", dir.path().string()}});
   CHECK(r.code == 0);
   // Attempts 0, 1 and 2 (a worker stopped early in a failed attempt may never start).
   CHECK(count_lines(read_file(pids), " start ") >= 4);
@@ -89,9 +88,9 @@ TEST_CASE("failed workers restart with TORCHELASTIC_RESTART_COUNT incremented") 
 TEST_CASE("when max_restarts is spent the run fails with exit 1") {
   TempDir dir;
   const auto pids = dir / "pids";
-  auto r = ddprun({"--nproc_per_node=1", "--max_restarts=1", "--no_python", bin("fake_worker").string()},
-                  dir, {{"FAKE_FAIL_ON_RESTART_BELOW", "5"}, {"FAKE_EXIT", "4"},
-                        {"FAKE_PID_FILE", pids.string()}});
+  auto r =
+      ddprun({"--nproc_per_node=1", "--max_restarts=1", "--no_python", bin("fake_worker").string()}, dir,
+             {{"FAKE_FAIL_ON_RESTART_BELOW", "5"}, {"FAKE_EXIT", "4"}, {"FAKE_PID_FILE", pids.string()}});
   CHECK(r.code == 1);
   CHECK(count_lines(read_file(pids), " start ") == 2);
   CHECK_THAT(r.err, Catch::Contains("restarts=1/1"));
@@ -101,10 +100,14 @@ TEST_CASE("when max_restarts is spent the run fails with exit 1") {
 TEST_CASE("the crash report names the signal, the error-file message and the stderr tail") {
   TempDir dir;
   const auto logs = dir / "logs";
-  auto r = ddprun({"--nproc_per_node=2", "--rdzv_id=crashjob", "--log_dir", logs.string(),
-                   "--stop_timeout=5", "--no_python", bin("fake_worker").string()},
-                  dir, {{"FAKE_ONLY_RANK", "1"}, {"FAKE_CRASH", "segv"}, {"FAKE_PRINT", "12"},
-                        {"FAKE_ERROR_MESSAGE", "RuntimeError: boom"}, {"FAKE_OTHERS_HANG", "1"}});
+  auto r = ddprun({"--nproc_per_node=2", "--rdzv_id=crashjob", "--log_dir", logs.string(), "--stop_timeout=5",
+                   "--no_python", bin("fake_worker").string()},
+                  dir,
+                  {{"FAKE_ONLY_RANK", "1"},
+                   {"FAKE_CRASH", "segv"},
+                   {"FAKE_PRINT", "12"},
+                   {"FAKE_ERROR_MESSAGE", "RuntimeError: boom"},
+                   {"FAKE_OTHERS_HANG", "1"}});
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Catch::Contains("signal SIGSEGV"));
   CHECK_THAT(r.err, Catch::Contains("message    : RuntimeError: boom"));
@@ -120,9 +123,9 @@ TEST_CASE("the crash report names the signal, the error-file message and the std
 TEST_CASE("SIGTERM to the agent stops every worker and exits 143") {
   TempDir dir;
   const auto pids = dir / "pids";
-  Process agent(ddprun_argv({"--nproc_per_node=4", "--stop_timeout=5", "--no_python",
-                             bin("fake_worker").string()}),
-                dir.path(), clean_env({{"FAKE_HANG", "1"}, {"FAKE_PID_FILE", pids.string()}}));
+  Process agent(
+      ddprun_argv({"--nproc_per_node=4", "--stop_timeout=5", "--no_python", bin("fake_worker").string()}),
+      dir.path(), clean_env({{"FAKE_HANG", "1"}, {"FAKE_PID_FILE", pids.string()}}));
   REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 4; }));
   agent.signal(SIGTERM);
   auto code = agent.wait(std::chrono::seconds(10));
@@ -134,26 +137,30 @@ TEST_CASE("SIGTERM to the agent stops every worker and exits 143") {
 TEST_CASE("kill -9 of the agent leaves no worker running a second later") {
   TempDir dir;
   const auto pids = dir / "pids";
-  Process agent(ddprun_argv({"--nproc_per_node=4", "--no_python", bin("fake_worker").string()}),
-                dir.path(), clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGTERM", "1"}, {"FAKE_PID_FILE", pids.string()}}));
+  Process agent(
+      ddprun_argv({"--nproc_per_node=4", "--no_python", bin("fake_worker").string()}), dir.path(),
+      clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGTERM", "1"}, {"FAKE_PID_FILE", pids.string()}}));
   REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 4; }));
   ::kill(agent.pid(), SIGKILL);
   REQUIRE(agent.wait(std::chrono::seconds(5)));
   const auto workers = started_pids(read_file(pids));
-  CHECK(wait_until([&] {
-    for (auto pid : workers) {
-      if (pid_alive(pid)) return false;
-    }
-    return true;
-  }, std::chrono::seconds(1)));
+  CHECK(wait_until(
+      [&] {
+        for (auto pid : workers) {
+          if (pid_alive(pid)) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(1)));
 }
 
 TEST_CASE("a worker that ignores SIGTERM is killed after the grace period") {
   TempDir dir;
   const auto pids = dir / "pids";
-  Process agent(ddprun_argv({"--nproc_per_node=2", "--stop_timeout=0.5", "--no_python",
-                             bin("fake_worker").string()}),
-                dir.path(), clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGTERM", "1"}, {"FAKE_PID_FILE", pids.string()}}));
+  Process agent(
+      ddprun_argv({"--nproc_per_node=2", "--stop_timeout=0.5", "--no_python", bin("fake_worker").string()}),
+      dir.path(),
+      clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGTERM", "1"}, {"FAKE_PID_FILE", pids.string()}}));
   REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 2; }));
   agent.signal(SIGTERM);
   auto code = agent.wait(std::chrono::seconds(30));
@@ -173,9 +180,10 @@ TEST_CASE("a worker that ignores SIGTERM is killed after the grace period") {
 TEST_CASE("a second Ctrl-C kills the workers at once") {
   TempDir dir;
   const auto pids = dir / "pids";
-  Process agent(ddprun_argv({"--nproc_per_node=2", "--stop_timeout=60", "--no_python",
-                             bin("fake_worker").string()}),
-                dir.path(), clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGINT", "1"}, {"FAKE_PID_FILE", pids.string()}}));
+  Process agent(
+      ddprun_argv({"--nproc_per_node=2", "--stop_timeout=60", "--no_python", bin("fake_worker").string()}),
+      dir.path(),
+      clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGINT", "1"}, {"FAKE_PID_FILE", pids.string()}}));
   REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 2; }));
   agent.signal(SIGINT);
   REQUIRE(wait_until([&] { return agent.err().find("received SIGINT") != std::string::npos; }));

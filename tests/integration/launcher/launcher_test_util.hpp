@@ -25,16 +25,15 @@ inline std::vector<std::string> ddprun_argv(std::vector<std::string> args) {
 // The test's env minus what would change ddprun's behaviour behind its back
 // (DDP_SLURM=0: the suite may itself run inside a Slurm job).
 inline EnvOverrides clean_env(EnvOverrides extra) {
-  EnvOverrides env = {{"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt},
-                      {"PET_NNODES", std::nullopt}, {"PET_STANDALONE", std::nullopt},
+  EnvOverrides env = {{"OMP_NUM_THREADS", std::nullopt},      {"PET_NPROC_PER_NODE", std::nullopt},
+                      {"PET_NNODES", std::nullopt},           {"PET_STANDALONE", std::nullopt},
                       {"CUDA_VISIBLE_DEVICES", std::nullopt}, {"DDP_SLURM", "0"}};
   for (auto& [k, v] : extra) env[k] = v;
   return env;
 }
 
 inline RunResult ddprun(std::vector<std::string> args, const TempDir& dir, EnvOverrides env = {}) {
-  return run(ddprun_argv(std::move(args)), dir.path(), clean_env(std::move(env)),
-             std::chrono::seconds(60));
+  return run(ddprun_argv(std::move(args)), dir.path(), clean_env(std::move(env)), std::chrono::seconds(60));
 }
 
 // fake_worker's FAKE_ENV_DUMP file as a map (plus FDS and ARGS).

@@ -2,9 +2,8 @@
 // gloo on CPU): init_process_group("gloo") from the env contract, all_reduce.
 #include <sys/stat.h>
 
-#include <cstdlib>
-
 #include <catch2/catch.hpp>
+#include <cstdlib>
 
 #include "launcher_test_util.hpp"
 
@@ -88,8 +87,8 @@ TEST_CASE("a torch.distributed.launch script that parses --local_rank runs distr
              "    print('local_rank', a.local_rank, 'world', dist.get_world_size(), 'epochs', a.epochs)\n"
              "    dist.destroy_process_group()\n");
   // The tutorials' own abbreviations, as argparse accepts them.
-  auto r = ddprun({"--python", kTorchPython, "--nnode=1", "--nproc", "2",
-                   (dir / "launch_style.py").string(), "--epochs", "3"},
+  auto r = ddprun({"--python", kTorchPython, "--nnode=1", "--nproc", "2", (dir / "launch_style.py").string(),
+                   "--epochs", "3"},
                   dir);
   INFO(r.err);
   REQUIRE(r.code == 0);
@@ -106,7 +105,8 @@ TEST_CASE("a torch.distributed.launch script that parses --local_rank runs distr
   CHECK(count_lines(off.out, "not distributed") == 2);
 }
 
-TEST_CASE("without --python a torch script runs under torchrun's interpreter, whatever python3 is first on PATH") {
+TEST_CASE(
+    "without --python a torch script runs under torchrun's interpreter, whatever python3 is first on PATH") {
   TempDir dir;
   if (!have_torch(dir)) {
     WARN("python3-torch not installed: skipped");

@@ -17,7 +17,8 @@ TEST_CASE("on a multi-node failure the healthy node names the failed node, rank 
                         "--no_python", bin("fake_worker").string()});
   };
   // Global rank 3 (node 1) fails with a recorded error; every other worker hangs.
-  const EnvOverrides env = {{"FAKE_ONLY_RANK", "3"}, {"FAKE_EXIT", "3"},
+  const EnvOverrides env = {{"FAKE_ONLY_RANK", "3"},
+                            {"FAKE_EXIT", "3"},
                             {"FAKE_ERROR_MESSAGE", "CUDA out of memory"},
                             {"FAKE_OTHERS_HANG", "1"}};
   Process n0(node(0), dir.path(), clean_env(env), "node0");
@@ -47,9 +48,9 @@ TEST_CASE("when every worker fails the report counts them all") {
              "while len([f for f in os.listdir(d) if f.startswith('up')]) < 4:\n"
              "    time.sleep(0.01)\n"
              "sys.exit('bad batch')\n");
-  auto r = ddprun({"--nproc_per_node=4", "--python", "/usr/bin/python3", (dir / "bad.py").string(),
-                   dir.path().string()},
-                  dir);
+  auto r = ddprun(
+      {"--nproc_per_node=4", "--python", "/usr/bin/python3", (dir / "bad.py").string(), dir.path().string()},
+      dir);
   INFO(r.err);
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Catch::Contains("ddprun: 4 worker(s) failed"));
@@ -65,7 +66,8 @@ TEST_CASE("static nodes started with different --nnodes both stop at once with o
     auto node = [&](int rank, int nnodes) {
       return ddprun_argv({"--nnodes=" + std::to_string(nnodes), "--node_rank=" + std::to_string(rank),
                           "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
-                          "--local_addr=node" + std::to_string(rank), "--no_python", bin("fake_worker").string()});
+                          "--local_addr=node" + std::to_string(rank), "--no_python",
+                          bin("fake_worker").string()});
     };
     const EnvOverrides env = {{"FAKE_HANG", "1"}};
     Process n0(node(0, first_nnodes), dir.path(), clean_env(env), "node0");

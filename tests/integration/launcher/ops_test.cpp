@@ -38,12 +38,14 @@ std::string line_with(const std::string& text, const std::string& needle) {
 TEST_CASE("a config file supplies flags and the program: command line over file over env") {
   TempDir dir;
   const auto conf = dir / "job.conf";
-  write_file(conf, "{\n  \"nproc-per-node\": 2,\n  \"rdzv_id\": \"from_file\",\n"
-                   "  \"max_restarts\": 1,\n  \"no_python\": true,\n"
-                   "  \"program\": \"" + bin("fake_worker").string() + "\",\n"
-                   "  \"args\": [\"--epochs\", \"3\"]\n}\n");
-  const Env env = {{"PET_ROLE", "from_env"}, {"PET_RDZV_ID", "env_loses"},
-                   {"PET_MAX_RESTARTS", "9"}};
+  write_file(conf,
+             "{\n  \"nproc-per-node\": 2,\n  \"rdzv_id\": \"from_file\",\n"
+             "  \"max_restarts\": 1,\n  \"no_python\": true,\n"
+             "  \"program\": \"" +
+                 bin("fake_worker").string() +
+                 "\",\n"
+                 "  \"args\": [\"--epochs\", \"3\"]\n}\n");
+  const Env env = {{"PET_ROLE", "from_env"}, {"PET_RDZV_ID", "env_loses"}, {"PET_MAX_RESTARTS", "9"}};
 
   auto shown = ddprun({"--config", conf.string(), "--max_restarts=4", "--print-config"}, dir, env);
   REQUIRE(shown.code == 0);
@@ -59,8 +61,7 @@ TEST_CASE("a config file supplies flags and the program: command line over file 
   CHECK(read_file(dir / "pids").empty());  // nothing launched
 
   auto ran = ddprun({"--config", conf.string()}, dir,
-                    {{"FAKE_PID_FILE", (dir / "pids").string()},
-                     {"FAKE_ENV_DUMP", dir.path().string()}});
+                    {{"FAKE_PID_FILE", (dir / "pids").string()}, {"FAKE_ENV_DUMP", dir.path().string()}});
   REQUIRE(ran.code == 0);
   CHECK(started_pids(read_file(dir / "pids")).size() == 2);
   const auto dump = read_env_dump(dir / "rank_1.env");
@@ -101,14 +102,13 @@ TEST_CASE("a bad config file is one line naming the file and line and key with e
 TEST_CASE("the event log records a restart run as JSON lines in lifecycle order") {
   TempDir dir;
   const auto log = dir / "events.jsonl";
-  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=1", "--rdzv_id=evjob", "--event_log",
-                   log.string(), "--no_python", bin("fake_worker").string()},
-                  dir, {{"FAKE_ONLY_RANK", "1"}, {"FAKE_FAIL_ON_RESTART_BELOW", "1"},
-                        {"FAKE_EXIT", "7"}});
+  auto r = ddprun({"--nproc_per_node=2", "--max_restarts=1", "--rdzv_id=evjob", "--event_log", log.string(),
+                   "--no_python", bin("fake_worker").string()},
+                  dir, {{"FAKE_ONLY_RANK", "1"}, {"FAKE_FAIL_ON_RESTART_BELOW", "1"}, {"FAKE_EXIT", "7"}});
   REQUIRE(r.code == 0);
   const auto events = read_events(log);
-  const std::vector<std::string> expected = {"rendezvous", "worker_start", "worker_exit", "restart",
-                                             "worker_start", "success", "shutdown"};
+  const std::vector<std::string> expected = {"rendezvous",   "worker_start", "worker_exit", "restart",
+                                             "worker_start", "success",      "shutdown"};
   std::size_t next = 0;
   for (const auto& e : events) {
     CHECK(e.at("run_id") == "evjob");
@@ -140,20 +140,18 @@ TEST_CASE("the event log records a restart run as JSON lines in lifecycle order"
 
 TEST_CASE("ddp-store status shows both nodes of a running c10d job live from the daemon") {
   TempDir dir;
-  Process daemon({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0",
-                  "--port-file", (dir / "daemon.port").string(), "--log-level", "warn"},
+  Process daemon({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
+                  (dir / "daemon.port").string(), "--log-level", "warn"},
                  dir.path(), {}, "daemon");
   const std::string endpoint = "127.0.0.1:" + std::to_string(wait_for_port_file(dir / "daemon.port"));
   const auto log = dir / "events.jsonl";
   const auto node = [&](const std::string& name) {
     return std::make_unique<Process>(
-        ddprun_argv({"--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
-                     "--rdzv_endpoint=" + endpoint, "--rdzv_id=statjob",
-                     "--rdzv_conf=last_call_timeout=0.2,keep_alive_interval=0.5",
-                     "--stop_timeout=2", "--event_log", log.string(), "--log_level=warn",
-                     "--no_python", bin("fake_worker").string()}),
-        dir.path(),
-        clean_env({{"FAKE_HANG", "1"}, {"FAKE_PID_FILE", (dir / "pids").string()}}), name);
+        ddprun_argv({"--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                     "--rdzv_id=statjob", "--rdzv_conf=last_call_timeout=0.2,keep_alive_interval=0.5",
+                     "--stop_timeout=2", "--event_log", log.string(), "--log_level=warn", "--no_python",
+                     bin("fake_worker").string()}),
+        dir.path(), clean_env({{"FAKE_HANG", "1"}, {"FAKE_PID_FILE", (dir / "pids").string()}}), name);
   };
   auto a = node("node_a");
   auto b = node("node_b");
@@ -161,8 +159,7 @@ TEST_CASE("ddp-store status shows both nodes of a running c10d job live from the
   RunResult table;
   const bool both_running = wait_until(
       [&] {
-        table = run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id",
-                     "statjob"},
+        table = run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id", "statjob"},
                     dir.path());
         return table.code == 0 && count_lines(table.out, "running") == 2 &&
                count_lines(table.out, "starting") == 0;
@@ -189,8 +186,8 @@ TEST_CASE("ddp-store status shows both nodes of a running c10d job live from the
   }
 
   // An unknown job is exit 1 with one line.
-  auto none = run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id", "nojob"},
-                  dir.path());
+  auto none =
+      run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id", "nojob"}, dir.path());
   CHECK(none.code == 1);
   CHECK_THAT(none.err, Catch::Contains("nojob"));
 

@@ -1,6 +1,5 @@
 // Console line prefixes as torchrun users set them, and lines of any length.
 #include <algorithm>
-
 #include <catch2/catch.hpp>
 
 #include "launcher_test_util.hpp"
@@ -15,16 +14,14 @@ constexpr const char* kPython = "/usr/bin/python3";
 TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE sets the console prefix as under torchrun") {
   TempDir dir;
   write_file(dir / "hello.py", "print('hello')\n");
-  auto r = ddprun({"--python", kPython, "--nproc_per_node=2", "--role=trainer",
-                   (dir / "hello.py").string()},
+  auto r = ddprun({"--python", kPython, "--nproc_per_node=2", "--role=trainer", (dir / "hello.py").string()},
                   dir, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${role_name}${local_rank}/${rank}> "}});
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("trainer0/0> hello\n"));
   CHECK_THAT(r.out, Catch::Contains("trainer1/1> hello\n"));
-  auto flag = ddprun({"--python", kPython, "--log-line-prefix-template=<${rank}> ",
-                      (dir / "hello.py").string()},
-                     dir);
+  auto flag = ddprun(
+      {"--python", kPython, "--log-line-prefix-template=<${rank}> ", (dir / "hello.py").string()}, dir);
   CHECK_THAT(flag.out, Catch::Contains("<0> hello\n"));
 }
 
@@ -51,9 +48,8 @@ TEST_CASE("log_dir without rdzv_id gives each run its own directory, as torchrun
   const auto logs = dir / "logs";
   for (const char* word : {"first", "second"}) {
     write_file(dir / "say.py", std::string("print('") + word + "')\n");
-    auto r = ddprun({"--python", kPython, "--log_dir", logs.string(), "--tee=3",
-                     (dir / "say.py").string()},
-                    dir);
+    auto r =
+        ddprun({"--python", kPython, "--log_dir", logs.string(), "--tee=3", (dir / "say.py").string()}, dir);
     INFO(r.err);
     REQUIRE(r.code == 0);
   }

@@ -59,7 +59,9 @@ PtySession::~PtySession() {
 }
 
 void PtySession::pump(std::chrono::milliseconds max_wait) {
-  struct pollfd p {master_, POLLIN, 0};
+  struct pollfd p {
+    master_, POLLIN, 0
+  };
   if (::poll(&p, 1, static_cast<int>(max_wait.count())) <= 0) return;
   char buf[4096];
   const ssize_t n = ::read(master_, buf, sizeof(buf));
@@ -71,8 +73,7 @@ const std::string& PtySession::screen() {
   return screen_;
 }
 
-bool PtySession::wait_for(const std::string& text, std::chrono::milliseconds timeout,
-                          std::size_t from) {
+bool PtySession::wait_for(const std::string& text, std::chrono::milliseconds timeout, std::size_t from) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (screen_.find(text, from) == std::string::npos) {
     if (std::chrono::steady_clock::now() >= deadline) return false;

@@ -18,8 +18,7 @@ class PtySession {
   // Starts argv (argv[0] a path) in `dir` on a terminal of cols x rows, with
   // the test's environment plus `env` (nullopt removes a variable).
   PtySession(std::vector<std::string> argv, const std::string& dir,
-             std::map<std::string, std::optional<std::string>> env, int cols = 100,
-             int rows = 30);
+             std::map<std::string, std::optional<std::string>> env, int cols = 100, int rows = 30);
   ~PtySession();  // SIGKILLs the session if still running
   PtySession(const PtySession&) = delete;
   PtySession& operator=(const PtySession&) = delete;

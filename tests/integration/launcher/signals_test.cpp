@@ -30,11 +30,9 @@ TEST_CASE("a second SIGTERM does not cut short the workers' checkpoint handlers"
              "while True:\n"
              "    time.sleep(1)\n");
   const std::string go = (dir / "go").string();
-  Process agent(ddprun_argv({"--python", kPython, "--nproc_per_node=2",
-                             (dir / "ckpt.py").string(), go}),
+  Process agent(ddprun_argv({"--python", kPython, "--nproc_per_node=2", (dir / "ckpt.py").string(), go}),
                 dir.path(), clean_env({}));
-  REQUIRE(wait_until([&] { return count_lines(agent.out(), "ready") == 2; },
-                     std::chrono::seconds(30)));
+  REQUIRE(wait_until([&] { return count_lines(agent.out(), "ready") == 2; }, std::chrono::seconds(30)));
   agent.signal(SIGTERM);
   REQUIRE(wait_until([&] { return count_lines(agent.out(), "checkpointing") == 2; }));
   agent.signal(SIGTERM);
@@ -57,11 +55,9 @@ TEST_CASE("signals_to_handle with SIGUSR1 forwards a preemption notice and the r
              "    time.sleep(0.01)\n"
              "print('preempted: saving and exiting', flush=True)\n");
   Process agent(ddprun_argv({"--python", kPython, "--nproc_per_node=2",
-                             "--signals_to_handle=SIGTERM,SIGINT,SIGUSR1",
-                             (dir / "preempt.py").string()}),
+                             "--signals_to_handle=SIGTERM,SIGINT,SIGUSR1", (dir / "preempt.py").string()}),
                 dir.path(), clean_env({}));
-  REQUIRE(wait_until([&] { return count_lines(agent.out(), "ready") == 2; },
-                     std::chrono::seconds(30)));
+  REQUIRE(wait_until([&] { return count_lines(agent.out(), "ready") == 2; }, std::chrono::seconds(30)));
   agent.signal(SIGUSR1);
   const auto code = agent.wait(std::chrono::seconds(30));
   INFO(agent.out() << agent.err());

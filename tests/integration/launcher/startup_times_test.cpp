@@ -44,10 +44,11 @@ TEST_CASE("each attempt's rendezvous, spawn and first-step times reach the event
   const std::string endpoint = "127.0.0.1:" + std::to_string(wait_for_port_file(dir / "daemon.port"));
   write_file(dir / "worker.sh", kWorker);
   const auto log = dir / "events.jsonl";
-  Process agent(ddprun_argv({"--nnodes=1", "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
-                             "--rdzv_id=stepjob", "--max_restarts=1", "--stop_timeout=2", "--event_log", log.string(),
-                             "--log_level=warn", "--no_python", "/bin/sh", (dir / "worker.sh").string()}),
-                dir.path(), clean_env({{"DDP_STORE", bin("ddp-store").string()}}), "agent");
+  Process agent(
+      ddprun_argv({"--nnodes=1", "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                   "--rdzv_id=stepjob", "--max_restarts=1", "--stop_timeout=2", "--event_log", log.string(),
+                   "--log_level=warn", "--no_python", "/bin/sh", (dir / "worker.sh").string()}),
+      dir.path(), clean_env({{"DDP_STORE", bin("ddp-store").string()}}), "agent");
 
   REQUIRE(wait_until([&] { return !events_named(log, "first_step").empty(); }, std::chrono::seconds(30)));
   const auto startups = events_named(log, "startup");
@@ -68,7 +69,8 @@ TEST_CASE("each attempt's rendezvous, spawn and first-step times reach the event
   RunResult table;
   const bool shown = wait_until(
       [&] {
-        table = run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id", "stepjob"}, dir.path());
+        table = run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id", "stepjob"},
+                    dir.path());
         return table.code == 0 && table.out.find(" step ") != std::string::npos &&
                table.out.find(" step -") == std::string::npos;
       },

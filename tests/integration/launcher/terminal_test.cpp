@@ -32,8 +32,8 @@ TEST_CASE("breakpoint() in rank 0 prompts on the terminal and reads what the use
              "    print('after', x)\n"
              "else:\n"
              "    print('stdin is', os.path.realpath('/proc/self/fd/0'))\n");
-  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", (dir / "debug.py").string()}),
-               dir.path().string(), clean_env({}));
+  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", (dir / "debug.py").string()}), dir.path().string(),
+               clean_env({}));
   REQUIRE(s.wait_for("[rank 0]:(Pdb) "));
   s.type("p x * 7\n");
   REQUIRE(s.wait_for("42"));
@@ -58,8 +58,7 @@ TEST_CASE("input() in the --local_ranks_filter rank reads the terminal") {
              "import os\n"
              "if os.environ['LOCAL_RANK'] == '1':\n"
              "    print('hello', input('name? '))\n");
-  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", "--local_ranks_filter=1",
-                               (dir / "ask.py").string()}),
+  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", "--local_ranks_filter=1", (dir / "ask.py").string()}),
                dir.path().string(), clean_env({}));
   REQUIRE(s.wait_for("[rank 1]:name? "));
   s.type("ada\n");
@@ -79,8 +78,7 @@ TEST_CASE("Ctrl-C at a pdb prompt stops every worker and ddprun exits 130") {
              "    time.sleep(600)\n");
   // A stop timeout far past the wait below: only a prompt that really stops
   // lets ddprun exit in time.
-  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", "--stop_timeout=600",
-                               (dir / "stuck.py").string()}),
+  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", "--stop_timeout=600", (dir / "stuck.py").string()}),
                dir.path().string(), clean_env({}));
   REQUIRE(s.wait_for("[rank 0]:(Pdb) "));
   REQUIRE(s.wait_for("[rank 1]:sleeping"));
@@ -93,20 +91,20 @@ TEST_CASE("Ctrl-C at a pdb prompt stops every worker and ddprun exits 130") {
 TEST_CASE("a progress bar redrawn with \\r reaches the screen at each update, prefixed") {
   TempDir dir;
   // Each update waits for the test to have seen the previous one on the screen.
-  write_file(dir / "bar.py",
-             "import os, sys, time, signal\n"
-             "go = sys.argv[1]\n"
-             "signal.signal(signal.SIGWINCH, lambda *a: print('resized', *os.get_terminal_size(), flush=True))\n"
-             "print('tty', sys.stdout.isatty(), sys.stderr.isatty(), *os.get_terminal_size(), flush=True)\n"
-             "for i in range(1, 4):\n"
-             "    sys.stderr.write(f'\\rprogress {i}/3')\n"
-             "    sys.stderr.flush()\n"
-             "    while not os.path.exists(f'{go}{i}'):\n"
-             "        time.sleep(0.01)\n"
-             "sys.stderr.write('\\n')\n");
+  write_file(
+      dir / "bar.py",
+      "import os, sys, time, signal\n"
+      "go = sys.argv[1]\n"
+      "signal.signal(signal.SIGWINCH, lambda *a: print('resized', *os.get_terminal_size(), flush=True))\n"
+      "print('tty', sys.stdout.isatty(), sys.stderr.isatty(), *os.get_terminal_size(), flush=True)\n"
+      "for i in range(1, 4):\n"
+      "    sys.stderr.write(f'\\rprogress {i}/3')\n"
+      "    sys.stderr.flush()\n"
+      "    while not os.path.exists(f'{go}{i}'):\n"
+      "        time.sleep(0.01)\n"
+      "sys.stderr.write('\\n')\n");
   const std::string go = (dir / "go").string();
-  PtySession s(ddprun_on(dir, {(dir / "bar.py").string(), go}), dir.path().string(),
-               clean_env({}), 100, 30);
+  PtySession s(ddprun_on(dir, {(dir / "bar.py").string(), go}), dir.path().string(), clean_env({}), 100, 30);
   REQUIRE(s.wait_for("[rank 0]:tty True True 100 30"));
   for (int i = 1; i <= 3; ++i) {
     INFO(s.screen());

@@ -37,16 +37,21 @@ struct HeldPort {
   ~HeldPort() { ::close(fd); }
 };
 
-std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+std::size_t lines(const std::string& s) {
+  return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n'));
+}
 
 }  // namespace
 
 TEST_CASE("print-config shows flag over file over env over default, with sources", "[ops][config]") {
   TempDir dir;
-  write_file(dir / "d.conf", "{\n  \"port\": 4000,\n  \"log_level\": \"debug\",\n  \"max-connections\": 77\n}\n");
-  auto r = run(daemon({"--config", (dir / "d.conf").string(), "--port", "5000", "--print-config"}), dir.path(),
-               {{"DDP_RENDEZVOUSD_PORT", "3000"}, {"DDP_RENDEZVOUSD_HOST", "127.0.0.2"},
-                {"DDP_RENDEZVOUSD_LOG_LEVEL", "error"}});
+  write_file(dir / "d.conf",
+             "{\n  \"port\": 4000,\n  \"log_level\": \"debug\",\n  \"max-connections\": 77\n}\n");
+  auto r =
+      run(daemon({"--config", (dir / "d.conf").string(), "--port", "5000", "--print-config"}), dir.path(),
+          {{"DDP_RENDEZVOUSD_PORT", "3000"},
+           {"DDP_RENDEZVOUSD_HOST", "127.0.0.2"},
+           {"DDP_RENDEZVOUSD_LOG_LEVEL", "error"}});
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("port                   = 5000") && Catch::Contains("(flag --port)"));
@@ -83,7 +88,8 @@ TEST_CASE("config file errors name the file, line and key and exit 2", "[ops][co
     // The global request buffer cap cannot be below one largest frame (80 MiB).
     r = run(daemon({"--max-buffered-request-bytes", "1000", "--print-config"}), dir.path());
     CHECK(r.code == 2);
-    CHECK_THAT(r.err, Catch::Contains("--max-buffered-request-bytes: '1000' is not an integer in 83886080.."));
+    CHECK_THAT(r.err,
+               Catch::Contains("--max-buffered-request-bytes: '1000' is not an integer in 83886080.."));
     r = run(daemon({"--history-max-bytes", "0", "--print-config"}), dir.path());
     CHECK(r.code == 2);
     CHECK_THAT(r.err, Catch::Contains("--history-max-bytes: '0' is not an integer in 1.."));
@@ -110,8 +116,9 @@ TEST_CASE("bad runtime input gives one line, a non-zero exit and no port file", 
   }
   SECTION("store port in use") {
     HeldPort held;
-    auto r = run(daemon({"--host", "127.0.0.1", "--port", std::to_string(held.port), "--port-file", port_file}),
-                 dir.path());
+    auto r =
+        run(daemon({"--host", "127.0.0.1", "--port", std::to_string(held.port), "--port-file", port_file}),
+            dir.path());
     CHECK(r.code == 2);
     CHECK(lines(r.err) == 1);
     CHECK_THAT(r.err, Catch::Contains("127.0.0.1:" + std::to_string(held.port)));

@@ -41,13 +41,16 @@ TEST_CASE("ddprun@ ExecStart runs the job of its config file and stops cleanly o
   REQUIRE(argv[2] == "/etc/ddprun/%i.conf");
   argv[2] = (dir / specifiers("%i.conf", "job42")).string();
 
-  write_file(argv[2], "{\n"
-                      "  \"standalone\": true,\n"
-                      "  \"nproc_per_node\": 2,\n"
-                      "  \"stop_timeout\": 5,\n"
-                      "  \"program\": \"" + bin("fake_worker").string() + "\",\n"
-                      "  \"args\": [\"--epochs\", \"3\"]\n"
-                      "}\n");
+  write_file(argv[2],
+             "{\n"
+             "  \"standalone\": true,\n"
+             "  \"nproc_per_node\": 2,\n"
+             "  \"stop_timeout\": 5,\n"
+             "  \"program\": \"" +
+                 bin("fake_worker").string() +
+                 "\",\n"
+                 "  \"args\": [\"--epochs\", \"3\"]\n"
+                 "}\n");
   Env env{{"FAKE_PID_FILE", (dir / "pids").string()}, {"FAKE_HANG", "1"}};
   unit_environment("ddprun@.service", "job42", env);
   CHECK(env["PET_RDZV_ID"] == "job42");
@@ -58,9 +61,12 @@ TEST_CASE("ddprun@ ExecStart runs the job of its config file and stops cleanly o
   CHECK_THAT(config.out, Catch::Contains("job42") && Catch::Contains("env PET_RDZV_ID"));
 
   Process agent(argv, dir.path(), env, "ddprun");
-  REQUIRE(wait_until([&] { return read_file(dir / "pids").find(" 1 start") != std::string::npos &&
-                                  read_file(dir / "pids").find(" 0 start") != std::string::npos; },
-                     30s));
+  REQUIRE(wait_until(
+      [&] {
+        return read_file(dir / "pids").find(" 1 start") != std::string::npos &&
+               read_file(dir / "pids").find(" 0 start") != std::string::npos;
+      },
+      30s));
 
   // systemctl stop with KillMode=mixed: SIGTERM to the agent only.
   agent.signal(SIGTERM);

@@ -22,9 +22,10 @@ double sample(const std::string& body, const std::string& series) {
 
 TEST_CASE("metrics endpoint reports requests by op, keys, leases, rounds and latency", "[ops][metrics]") {
   TempDir dir;
-  Process daemon({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
-                  (dir / "port").string(), "--metrics-port", "0", "--metrics-port-file", (dir / "mport").string()},
-                 dir.path(), {}, "rendezvousd");
+  Process daemon(
+      {bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
+       (dir / "port").string(), "--metrics-port", "0", "--metrics-port-file", (dir / "mport").string()},
+      dir.path(), {}, "rendezvousd");
   const int port = wait_for_port_file(dir / "port");
   const int mport = wait_for_port_file(dir / "mport");
 

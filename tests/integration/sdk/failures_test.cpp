@@ -1,7 +1,6 @@
 // What a user sees when things go wrong: timeouts, bad env, error files.
-#include <chrono>
-
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "sdk_job.hpp"
@@ -20,8 +19,8 @@ int count_lines(const std::string& s) {
 
 RunResult run_with_env(std::map<std::string, std::optional<std::string>> env) {
   TempDir dir;
-  for (const char* var : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DDP_STORE_ENDPOINT", "LOCAL_RANK",
-                          "LOCAL_WORLD_SIZE", "TORCHELASTIC_ERROR_FILE"}) {
+  for (const char* var : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DDP_STORE_ENDPOINT",
+                          "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_ERROR_FILE"}) {
     if (!env.count(var)) env[var] = std::nullopt;
   }
   return run({bin("ddp-example-train").string()}, dir.path(), env, std::chrono::seconds(30));
@@ -35,18 +34,24 @@ TEST_CASE("a collective where one rank never arrives times out naming the rank a
   INFO(describe(results));
   CHECK(results[0].code == 0);
   CHECK(results[1].code == 0);
-  CHECK_THAT(results[0].out, Catch::Contains("caught TimeoutError: all_reduce timed out after 1000 ms on rank 0 of 2"));
-  CHECK_THAT(results[0].out, Catch::Contains("then BackendError: barrier on rank 0: the process group is unusable"));
+  CHECK_THAT(results[0].out,
+             Catch::Contains("caught TimeoutError: all_reduce timed out after 1000 ms on rank 0 of 2"));
+  CHECK_THAT(results[0].out,
+             Catch::Contains("then BackendError: barrier on rank 0: the process group is unusable"));
 }
 
 TEST_CASE("a rank that never joins the group is named when the group times out") {
   SdkJob job;
   // World size 2, but only rank 0 is started: SdkJob starts `world` ranks, so run rank 0 by hand.
   Process p({worker(), "join-timeout"}, job.dir().path(),
-            {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"DDP_STORE_ENDPOINT", job.endpoint()}, {"DDP_STORE_PREFIX", "jt/"},
+            {{"RANK", "0"},
+             {"WORLD_SIZE", "2"},
+             {"DDP_STORE_ENDPOINT", job.endpoint()},
+             {"DDP_STORE_PREFIX", "jt/"},
              {"TORCHELASTIC_ERROR_FILE", std::nullopt}});
   REQUIRE(p.wait(std::chrono::seconds(30)) == 1);
-  CHECK_THAT(p.err(), Catch::Contains("timed out after 1000 ms waiting for 1 rank(s) of 2 to join (missing: 1)"));
+  CHECK_THAT(p.err(),
+             Catch::Contains("timed out after 1000 ms waiting for 1 rank(s) of 2 to join (missing: 1)"));
 }
 
 TEST_CASE("a missing RANK gives one line naming the variable and exit code 2") {
@@ -57,31 +62,39 @@ TEST_CASE("a missing RANK gives one line naming the variable and exit code 2") {
 }
 
 TEST_CASE("RANK >= WORLD_SIZE gives one line naming both variables") {
-  const auto r = run_with_env({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+  const auto r = run_with_env(
+      {{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
   CHECK(r.code == 2);
   CHECK(count_lines(r.err) == 1);
   CHECK_THAT(r.err, Catch::Contains("RANK=4 is out of range for WORLD_SIZE=4"));
 }
 
 TEST_CASE("a non-numeric WORLD_SIZE names the variable and the value") {
-  const auto r = run_with_env({{"RANK", "0"}, {"WORLD_SIZE", "two"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
+  const auto r = run_with_env(
+      {{"RANK", "0"}, {"WORLD_SIZE", "two"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("WORLD_SIZE='two' is not a number"));
 }
 
 TEST_CASE("an unreachable MASTER_ADDR fails after the bounded retry naming host:port") {
   const int port = unused_port();
-  const auto r = run_with_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                               {"MASTER_PORT", std::to_string(port)}, {"DDP_INIT_TIMEOUT", "1"}});
+  const auto r = run_with_env({{"RANK", "1"},
+                               {"WORLD_SIZE", "2"},
+                               {"MASTER_ADDR", "127.0.0.1"},
+                               {"MASTER_PORT", std::to_string(port)},
+                               {"DDP_INIT_TIMEOUT", "1"}});
   CHECK(r.code == 1);
   CHECK(count_lines(r.err) == 1);
-  CHECK_THAT(r.err, Catch::Contains("cannot reach the store at MASTER_ADDR:MASTER_PORT=127.0.0.1:" + std::to_string(port)));
+  CHECK_THAT(r.err, Catch::Contains("cannot reach the store at MASTER_ADDR:MASTER_PORT=127.0.0.1:" +
+                                    std::to_string(port)));
 }
 
 TEST_CASE("an uncaught exception is written to the error file in torch's format") {
   TempDir dir;
   const auto file = dir / "error.json";
-  const auto before = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto before =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   const auto r = run({worker(), "throw"}, dir.path(), {{"TORCHELASTIC_ERROR_FILE", file.string()}});
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Catch::Contains("boom from the test worker"));

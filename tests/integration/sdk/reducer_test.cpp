@@ -1,8 +1,7 @@
 // The Reducer across ranks as threads, each with its own Gloo group over
 // loopback and a shared in-process store.
-#include <thread>
-
 #include <catch2/catch.hpp>
+#include <thread>
 
 #include "ddp/sdk.hpp"
 #include "ddp/store/memory_store.hpp"
@@ -62,7 +61,8 @@ TEST_CASE("the Reducer averages gradients across ranks whatever order they are m
         fill();
         reducer.finalize();
         for (std::size_t p = 0; p < grads.size(); ++p) {
-          if (grads[p][0] != Approx(grad_value(1, p, 0))) errors[static_cast<std::size_t>(rank)] = "post-scope step not averaged";
+          if (grads[p][0] != Approx(grad_value(1, p, 0)))
+            errors[static_cast<std::size_t>(rank)] = "post-scope step not averaged";
         }
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(rank)] = e.what();

@@ -32,25 +32,29 @@ std::vector<RankResult> SdkJob::run(const std::vector<std::string>& argv, int wo
     env["DDP_STORE_ENDPOINT"] = endpoint();
     env["DDP_STORE_PREFIX"] = prefix;
     if (!extra_env.count("TORCHELASTIC_ERROR_FILE")) env["TORCHELASTIC_ERROR_FILE"] = std::nullopt;
-    procs.push_back(std::make_unique<Process>(argv, dir_.path(), env, prefix.substr(0, prefix.size() - 1) + "_rank" + std::to_string(r)));
+    procs.push_back(std::make_unique<Process>(
+        argv, dir_.path(), env, prefix.substr(0, prefix.size() - 1) + "_rank" + std::to_string(r)));
   }
   // Like ddprun's agent: once a rank fails, the others get a grace period and
   // are then stopped (a rank blocked in a collective with a live but idle peer
   // would otherwise wait out its timeout).
   std::vector<std::optional<int>> codes(procs.size());
   std::optional<std::chrono::steady_clock::time_point> kill_at;
-  wait_until([&] {
-    bool all_done = true;
-    for (std::size_t i = 0; i < procs.size(); ++i) {
-      if (!codes[i] && !procs[i]->running()) codes[i] = procs[i]->wait(std::chrono::milliseconds(0));
-      all_done = all_done && codes[i].has_value();
-      if (codes[i] && *codes[i] != 0 && !kill_at) kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    }
-    if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
-      for (auto& p : procs) p->signal(SIGKILL);
-    }
-    return all_done;
-  }, timeout);
+  wait_until(
+      [&] {
+        bool all_done = true;
+        for (std::size_t i = 0; i < procs.size(); ++i) {
+          if (!codes[i] && !procs[i]->running()) codes[i] = procs[i]->wait(std::chrono::milliseconds(0));
+          all_done = all_done && codes[i].has_value();
+          if (codes[i] && *codes[i] != 0 && !kill_at)
+            kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        }
+        if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
+          for (auto& p : procs) p->signal(SIGKILL);
+        }
+        return all_done;
+      },
+      timeout);
   std::vector<RankResult> results;
   for (std::size_t i = 0; i < procs.size(); ++i) {
     results.push_back({codes[i].value_or(-1), procs[i]->out(), procs[i]->err()});
@@ -73,8 +77,8 @@ int unused_port() {
 std::string describe(const std::vector<RankResult>& results) {
   std::string s;
   for (std::size_t r = 0; r < results.size(); ++r) {
-    s += "rank " + std::to_string(r) + " exit " + std::to_string(results[r].code) + "\n--- stdout\n" + results[r].out +
-         "--- stderr\n" + results[r].err + "\n";
+    s += "rank " + std::to_string(r) + " exit " + std::to_string(results[r].code) + "\n--- stdout\n" +
+         results[r].out + "--- stderr\n" + results[r].err + "\n";
   }
   return s;
 }

@@ -21,34 +21,43 @@ int value(int rank, std::size_t i) { return static_cast<int>(((rank + 1) * (i % 
 
 template <typename T>
 T make(double v) {
-  if constexpr (std::is_same_v<T, ddp::Half> || std::is_same_v<T, ddp::BFloat16>) return T(static_cast<float>(v));
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, ddp::Half> || std::is_same_v<T, ddp::BFloat16>)
+    return T(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
 }
 template <typename T>
 double widen(T v) {
-  if constexpr (std::is_same_v<T, ddp::Half> || std::is_same_v<T, ddp::BFloat16>) return static_cast<float>(v);
-  else return static_cast<double>(v);
+  if constexpr (std::is_same_v<T, ddp::Half> || std::is_same_v<T, ddp::BFloat16>)
+    return static_cast<float>(v);
+  else
+    return static_cast<double>(v);
 }
 
 int g_checks = 0;
 
 template <typename T>
-void expect_equal(const char* op, const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+void expect_equal(const char* op, const std::vector<T>& got, const std::vector<T>& want,
+                  const std::string& what) {
   for (std::size_t i = 0; i < want.size(); ++i) {
     ++g_checks;
     if (widen(got[i]) != widen(want[i])) {
       throw std::runtime_error(std::string("mismatch: ") + op + " " + what + " index " + std::to_string(i) +
-                               " got " + std::to_string(widen(got[i])) + " want " + std::to_string(widen(want[i])));
+                               " got " + std::to_string(widen(got[i])) + " want " +
+                               std::to_string(widen(want[i])));
     }
   }
 }
 
 template <typename T>
 T avg_of(double sum, int size) {
-  if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<T>(sum) / static_cast<T>(size));
-  else if constexpr (std::is_same_v<T, double>) return sum / size;
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(static_cast<T>(sum) / static_cast<T>(size));
+  else if constexpr (std::is_same_v<T, double>)
+    return sum / size;
   // float and the 16-bit types divide in float, as the backend does.
-  else return make<T>(static_cast<float>(widen(make<T>(sum))) / static_cast<float>(size));
+  else
+    return make<T>(static_cast<float>(widen(make<T>(sum))) / static_cast<float>(size));
 }
 
 template <typename T>
@@ -66,8 +75,10 @@ void check_type(ddp::ProcessGroup& pg, const char* type_name) {
           lo = std::min<double>(lo, value(r, i));
           hi = std::max<double>(hi, value(r, i));
         }
-        want[i] = op == ReduceOp::kSum ? make<T>(sum) : op == ReduceOp::kMin ? make<T>(lo)
-                : op == ReduceOp::kMax ? make<T>(hi) : avg_of<T>(sum, size);
+        want[i] = op == ReduceOp::kSum   ? make<T>(sum)
+                  : op == ReduceOp::kMin ? make<T>(lo)
+                  : op == ReduceOp::kMax ? make<T>(hi)
+                                         : avg_of<T>(sum, size);
       }
       pg.all_reduce(buf, op);
       expect_equal("all_reduce", buf, want, what + " op=" + std::string(ddp::to_string(op)));
@@ -127,7 +138,8 @@ int collectives(bool large) {
   }
   for (std::size_t k = bufs.size(); k-- > 0;) {
     works[k].wait();
-    if (!works[k].is_completed() || works[k].exception()) throw std::runtime_error("async work not completed");
+    if (!works[k].is_completed() || works[k].exception())
+      throw std::runtime_error("async work not completed");
     for (std::size_t i = 0; i < 1000; ++i) {
       double hi = 0;
       for (int r = 0; r < pg.size(); ++r) hi = std::max<double>(hi, value(r, i + k));
@@ -144,7 +156,8 @@ int collectives(bool large) {
     for (std::size_t i = 0; i < big.size(); ++i) {
       double sum = 0;
       for (int r = 0; r < pg.size(); ++r) sum += value(r, i);
-      if (big[i] != static_cast<float>(sum)) throw std::runtime_error("mismatch: 64 MiB all_reduce at " + std::to_string(i));
+      if (big[i] != static_cast<float>(sum))
+        throw std::runtime_error("mismatch: 64 MiB all_reduce at " + std::to_string(i));
     }
     ++g_checks;
   }
@@ -203,9 +216,9 @@ int world() {
   std::vector<float> v{static_cast<float>(ctx.rank + 1)};
   pg.all_reduce(v, ReduceOp::kSum);
   const int want = ctx.world_size * (ctx.world_size + 1) / 2;
-  std::printf("world rank=%d world_size=%d local_rank=%d local_world_size=%d group_rank=%d sum=%d %s\n", ctx.rank,
-              ctx.world_size, ctx.local_rank, ctx.local_world_size, ctx.group_rank, static_cast<int>(v[0]),
-              static_cast<int>(v[0]) == want ? "ok" : "WRONG");
+  std::printf("world rank=%d world_size=%d local_rank=%d local_world_size=%d group_rank=%d sum=%d %s\n",
+              ctx.rank, ctx.world_size, ctx.local_rank, ctx.local_world_size, ctx.group_rank,
+              static_cast<int>(v[0]), static_cast<int>(v[0]) == want ? "ok" : "WRONG");
   pg.barrier();
   return static_cast<int>(v[0]) == want ? 0 : 1;
 }
@@ -223,7 +236,9 @@ int scenario(int argc, char** argv) {
     *p = 1;
   }
   if (mode == "abort") std::abort();
-  std::fprintf(stderr, "usage: ddp_sdk_test_worker collectives [--large]|missing-peer|join-timeout|world|throw|config|segv|abort\n");
+  std::fprintf(stderr,
+               "usage: ddp_sdk_test_worker collectives "
+               "[--large]|missing-peer|join-timeout|world|throw|config|segv|abort\n");
   return 2;
 }
 

@@ -1,9 +1,8 @@
 // DDP's promise, checked end to end with ddp-example-train: world 4 x batch B
 // trains to the same parameters as world 1 x batch 4B.
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <sstream>
-
-#include <catch2/catch.hpp>
 
 #include "sdk_job.hpp"
 
@@ -23,22 +22,25 @@ double max_difference(const std::vector<double>& a, const std::vector<double>& b
   REQUIRE(a.size() == b.size());
   REQUIRE(!a.empty());
   double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / (1.0 + std::abs(b[i])));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]) / (1.0 + std::abs(b[i])));
   return worst;
 }
 
-std::vector<std::string> train_args(const SdkJob& job, const std::string& tag, int batch, std::vector<std::string> more = {}) {
+std::vector<std::string> train_args(const SdkJob& job, const std::string& tag, int batch,
+                                    std::vector<std::string> more = {}) {
   std::vector<std::string> argv{bin("ddp-example-train").string(), "--epochs", "2", "--dataset-size", "1024",
                                 "--hidden", "24", "--lr", "0.3", "--batch-size", std::to_string(batch),
                                 // Several small buckets, so a mis-sized or misordered bucket shows.
-                                "--bucket-cap-kb", "1", "--first-bucket-cap-kb", "1",
-                                "--checkpoint", (job.dir() / (tag + ".ckpt")).string(),
-                                "--dump-params", (job.dir() / (tag + ".txt")).string()};
+                                "--bucket-cap-kb", "1", "--first-bucket-cap-kb", "1", "--checkpoint",
+                                (job.dir() / (tag + ".ckpt")).string(), "--dump-params",
+                                (job.dir() / (tag + ".txt")).string()};
   argv.insert(argv.end(), more.begin(), more.end());
   return argv;
 }
 
-std::vector<double> train(SdkJob& job, const std::string& tag, int world, int batch, std::vector<std::string> more = {}) {
+std::vector<double> train(SdkJob& job, const std::string& tag, int world, int batch,
+                          std::vector<std::string> more = {}) {
   const auto results = job.run(train_args(job, tag, batch, std::move(more)), world);
   INFO(describe(results));
   for (const auto& r : results) REQUIRE(r.code == 0);
@@ -74,8 +76,8 @@ TEST_CASE("after a failure every rank resumes from rank 0's checkpoint") {
   CHECK(first[1].code == 1);  // the injected failure
   CHECK_THAT(first[1].err, Catch::Contains("injected failure after epoch 1"));
   CHECK(first[0].code != 0);  // stopped, as the agent would
-  const auto second = job.run(train_args(job, "restart", 8, {"--epochs", "3"}), 2,
-                              {{"TORCHELASTIC_RESTART_COUNT", "1"}});
+  const auto second =
+      job.run(train_args(job, "restart", 8, {"--epochs", "3"}), 2, {{"TORCHELASTIC_RESTART_COUNT", "1"}});
   INFO(describe(second));
   CHECK(second[0].code == 0);
   CHECK(second[1].code == 0);
@@ -95,8 +97,10 @@ TEST_CASE("without ddprun, rank 0 hosts the store on MASTER_PORT") {
         std::vector<std::string>{bin("ddp-example-train").string(), "--epochs", "1", "--dataset-size", "256",
                                  "--checkpoint", (dir / "m.ckpt").string()},
         dir.path(),
-        std::map<std::string, std::optional<std::string>>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
-                                                          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+        std::map<std::string, std::optional<std::string>>{{"RANK", std::to_string(r)},
+                                                          {"WORLD_SIZE", "2"},
+                                                          {"MASTER_ADDR", "127.0.0.1"},
+                                                          {"MASTER_PORT", port},
                                                           {"DDP_STORE_ENDPOINT", std::nullopt}},
         "rank" + std::to_string(r)));
   }

@@ -1,7 +1,6 @@
 // ddp-store against the real ddp-rendezvousd: output and exit codes as a user sees them.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,8 +20,9 @@ namespace {
 class Daemon {
  public:
   explicit Daemon(const TempDir& dir, const std::string& token = "") : dir_(dir) {
-    std::vector<std::string> argv = {bin("ddp-rendezvousd").string(), "--host", "127.0.0.1",
-                                     "--port", "0", "--port-file", (dir / "port").string()};
+    std::vector<std::string> argv = {
+        bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
+        (dir / "port").string()};
     if (!token.empty()) {
       ddp::test::write_file(dir / "token", token + "\n");
       argv.push_back("--token-file");
@@ -106,9 +106,9 @@ TEST_CASE("ddp-store wait returns when the keys appear and exits 1 on timeout", 
 TEST_CASE("ddp-store watch --count 2 prints two events and exits", "[cli]") {
   TempDir dir;
   Daemon d(dir);
-  Process watcher({bin("ddp-store").string(), "--endpoint", d.endpoint(), "watch", "job/", "--from",
-                   "1", "--count", "2"},
-                  dir.path(), {}, "watch");
+  Process watcher(
+      {bin("ddp-store").string(), "--endpoint", d.endpoint(), "watch", "job/", "--from", "1", "--count", "2"},
+      dir.path(), {}, "watch");
   // Watching from revision 1 replays these even if they land before the watch starts.
   REQUIRE(d.cli({"set", "job/x", "1"}).code == 0);
   REQUIRE(d.cli({"set", "other", "ignored"}).code == 0);
@@ -150,8 +150,7 @@ TEST_CASE("ddp-store exits 3 naming the endpoint when nothing listens", "[cli]")
     port = std::stoi(ddp::test::read_file(dir / "port"));
   }
   const auto endpoint = "127.0.0.1:" + std::to_string(port);
-  auto r = ddp::test::run({bin("ddp-store").string(), "--endpoint", endpoint, "--timeout", "0.5",
-                           "get", "k"},
+  auto r = ddp::test::run({bin("ddp-store").string(), "--endpoint", endpoint, "--timeout", "0.5", "get", "k"},
                           dir.path());
   CHECK(r.code == 3);
   CHECK_THAT(r.err, Contains(endpoint));

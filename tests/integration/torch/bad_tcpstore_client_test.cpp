@@ -1,12 +1,12 @@
 // Hostile or foreign TCPStore-protocol clients lose only their own connection,
 // and the daemon's log says which op or what it could not read. Raw sockets,
 // no torch needed.
-#include <catch2/catch.hpp>
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <catch2/catch.hpp>
 
 #include "test_support.hpp"
 
@@ -27,7 +27,9 @@ struct Conn {
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   }
   ~Conn() { ::close(fd); }
-  void send(const std::string& b) { REQUIRE(::send(fd, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size())); }
+  void send(const std::string& b) {
+    REQUIRE(::send(fd, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size()));
+  }
   // True when the server closed the connection (read returns 0 or reset).
   bool closed_by_peer() {
     char c;
@@ -63,10 +65,12 @@ void check_served(int port) {
 
 }  // namespace
 
-TEST_CASE("a TCPStore client sending an unknown op, an oversized or a truncated request loses only its connection") {
+TEST_CASE(
+    "a TCPStore client sending an unknown op, an oversized or a truncated request loses only its "
+    "connection") {
   TempDir dir;
-  Process d({bin("ddp-rendezvousd").string(), "--port", "0", "--port-file", (dir / "port").string()}, dir.path(),
-            {}, "daemon");
+  Process d({bin("ddp-rendezvousd").string(), "--port", "0", "--port-file", (dir / "port").string()},
+            dir.path(), {}, "daemon");
   const int port = wait_for_port_file(dir / "port");
   REQUIRE(port > 0);
 
@@ -96,11 +100,12 @@ TEST_CASE("a TCPStore client sending an unknown op, an oversized or a truncated 
 
 TEST_CASE("a torch 2.x client is validated and answered to its ping") {
   TempDir dir;
-  Process d({bin("ddp-rendezvousd").string(), "--port", "0", "--port-file", (dir / "port").string()}, dir.path(),
-            {}, "daemon");
+  Process d({bin("ddp-rendezvousd").string(), "--port", "0", "--port-file", (dir / "port").string()},
+            dir.path(), {}, "daemon");
   const int port = wait_for_port_file(dir / "port");
   Conn c(port);
-  c.send(std::string("\x00\xCE\xF7\x85\x3C", 5) + std::string("\x0D\x2A\x00\x00\x00", 5));  // VALIDATE, PING 42
+  c.send(std::string("\x00\xCE\xF7\x85\x3C", 5) +
+         std::string("\x0D\x2A\x00\x00\x00", 5));  // VALIDATE, PING 42
   CHECK(c.recv_exact(4) == std::string("\x2A\x00\x00\x00", 4));
   c.send('\x04' + str("/n") + u64(7));  // 2.x ADD
   CHECK(c.recv_exact(8) == u64(7));

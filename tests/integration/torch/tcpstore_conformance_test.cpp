@@ -2,12 +2,12 @@
 // ddp-rendezvousd: every op of each generation as its client writes it, and
 // the exact reply bytes its client reads. Raw sockets, no torch needed (the
 // torch-labelled tests drive a real torch 1.13 client).
-#include <catch2/catch.hpp>
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <catch2/catch.hpp>
 
 #include "test_support.hpp"
 
@@ -30,7 +30,9 @@ struct Conn {
   ~Conn() { ::close(fd); }
   Conn(const Conn&) = delete;
   Conn& operator=(const Conn&) = delete;
-  void send(const std::string& b) { REQUIRE(::send(fd, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size())); }
+  void send(const std::string& b) {
+    REQUIRE(::send(fd, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size()));
+  }
   std::string recv_exact(std::size_t n) {
     std::string s(n, '\0');
     std::size_t got = 0;
@@ -70,7 +72,8 @@ struct Daemon {
     std::vector<std::string> argv = {bin("ddp-rendezvousd").string(), "--port", "0", "--port-file",
                                      (dir / "port").string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    proc = std::make_unique<Process>(argv, dir.path(), std::map<std::string, std::optional<std::string>>{}, "daemon");
+    proc = std::make_unique<Process>(argv, dir.path(), std::map<std::string, std::optional<std::string>>{},
+                                     "daemon");
     port = wait_for_port_file(dir / "port");
     REQUIRE(port > 0);
   }
@@ -107,7 +110,7 @@ TEST_CASE("torch 2.x: every op answers the bytes its client reads") {
   CHECK(c.recv_exact(1) == op(0));
   c.send(op(7));  // GETNUMKEYS: /k /new /n
   CHECK(c.recv_exact(8) == u64(3));
-  c.send(op(9) + str("/k") + str("+tail"));  // APPEND: no reply
+  c.send(op(9) + str("/k") + str("+tail"));                                // APPEND: no reply
   c.send(op(11) + u64(2) + str("/a") + str("1") + str("/b") + str("22"));  // MULTI_SET: no reply
   c.send(op(10) + u64(3) + str("/k") + str("/a") + str("/b"));             // MULTI_GET
   CHECK(c.recv_exact(8 + 7 + 8 + 1 + 8 + 2) == str("v2+tail") + str("1") + str("22"));
@@ -128,7 +131,7 @@ TEST_CASE("torch 2.x queues: push, length, pop in order, and an empty pop") {
   Conn c(d.port);
   c.send(kValidate);
   c.send(op(14) + str("/q") + str("first") + op(14) + str("/q") + str("second"));  // QUEUE_PUSH: no reply
-  c.send(op(16) + str("/q"));                                                       // QUEUE_LEN
+  c.send(op(16) + str("/q"));                                                      // QUEUE_LEN
   CHECK(c.recv_exact(8) == u64(2));
   c.send(op(5) + u64(1) + str("/q"));  // CHECK counts a non-empty queue as present
   CHECK(c.recv_exact(1) == op(0));
@@ -196,7 +199,7 @@ TEST_CASE("early torch 2.x numbering is served when the daemon is told so, and r
   {
     Daemon d({"--torch-legacy-protocol", "2.0"});
     Conn c(d.port);
-    c.send(op(0) + str("/k") + str("v"));  // SET
+    c.send(op(0) + str("/k") + str("v"));   // SET
     c.send(op(8) + str("/k") + str("++"));  // APPEND (8 in 2.0-2.1)
     c.send(op(9) + u64(1) + str("/k"));     // MULTI_GET
     CHECK(c.recv_exact(8 + 3) == str("v++"));
@@ -217,7 +220,9 @@ TEST_CASE("early torch 2.x numbering is served when the daemon is told so, and r
   }
 }
 
-TEST_CASE("an op the configured dialect does not know closes that connection with one log line naming the byte and the peer") {
+TEST_CASE(
+    "an op the configured dialect does not know closes that connection with one log line naming the byte and "
+    "the peer") {
   Daemon d({"--torch-legacy-protocol", "2.0"});
   Conn other(d.port);
   other.send(op(3) + str("/n") + u64(1));  // ADD in 2.0 numbering
@@ -246,5 +251,6 @@ TEST_CASE("a bad --torch-legacy-protocol is a usage error naming the flag") {
   TempDir dir;
   auto r = run({bin("ddp-rendezvousd").string(), "--port", "0", "--torch-legacy-protocol", "3"}, dir.path());
   CHECK(r.code == 2);
-  CHECK_THAT(r.out + r.err, Catch::Contains("--torch-legacy-protocol") && Catch::Contains("use 1 (torch 1.x) or 2.0"));
+  CHECK_THAT(r.out + r.err,
+             Catch::Contains("--torch-legacy-protocol") && Catch::Contains("use 1 (torch 1.x) or 2.0"));
 }

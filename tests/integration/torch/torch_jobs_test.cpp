@@ -2,10 +2,9 @@
 // several torch jobs started together on one ddp-rendezvousd, and a running
 // torch job scaled up and down, each rank checking a job-specific all_reduce.
 // Real python3 + torch 1.13 workers (gloo); label torch.
-#include <catch2/catch.hpp>
-
 #include <signal.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <memory>
 #include <regex>
@@ -43,8 +42,9 @@ struct Daemon {
     REQUIRE(port > 0);
   }
   static std::vector<std::string> argv(const TempDir& dir, const std::vector<std::string>& extra) {
-    std::vector<std::string> a{bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0",
-                               "--port-file", (dir / "port").string(), "--log-level", "warn"};
+    std::vector<std::string> a{
+        bin("ddp-rendezvousd").string(), "--host",      "127.0.0.1", "--port", "0", "--port-file",
+        (dir / "port").string(),         "--log-level", "warn"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -57,14 +57,21 @@ struct Daemon {
 // daemon at `endpoint` (or etcd members with backend "etcd").
 std::unique_ptr<Process> node(const TempDir& dir, const std::string& endpoint, const std::string& id,
                               const std::string& nnodes, int value, const std::string& name, Env extra = {},
-                              const std::string& backend = "c10d", const std::vector<std::string>& flags = {}) {
+                              const std::string& backend = "c10d",
+                              const std::vector<std::string>& flags = {}) {
   Env env = {{"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt},
              {"PET_NNODES", std::nullopt},      {"PET_STANDALONE", std::nullopt},
              {"PYTHONUNBUFFERED", "1"},         {"JOB_VALUE", std::to_string(value)}};
   for (auto& [k, v] : extra) env[k] = v;
-  std::vector<std::string> argv{bin("ddprun").string(), "--python", python(), "--nnodes=" + nnodes,
-                                "--nproc_per_node=1", "--rdzv_backend=" + backend, "--rdzv_endpoint=" + endpoint,
-                                "--rdzv_id=" + id, "--max_restarts=0",
+  std::vector<std::string> argv{bin("ddprun").string(),
+                                "--python",
+                                python(),
+                                "--nnodes=" + nnodes,
+                                "--nproc_per_node=1",
+                                "--rdzv_backend=" + backend,
+                                "--rdzv_endpoint=" + endpoint,
+                                "--rdzv_id=" + id,
+                                "--max_restarts=0",
                                 "--rdzv_conf=last_call_timeout=0.5,keep_alive_interval=1,join_timeout=60"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.push_back((source_dir() / "tests/integration/torch/job_allreduce.py").string());
@@ -74,9 +81,11 @@ std::unique_ptr<Process> node(const TempDir& dir, const std::string& endpoint, c
 // Lines "allreduce job=ID world=W rank=R sum=S restart=N ok" in `out`, as "W/R/S/N".
 std::vector<std::string> results(const std::string& out, const std::string& id) {
   std::vector<std::string> found;
-  static const std::regex re("allreduce job=([^ ]+) world=([0-9]+) rank=([0-9]+) sum=(-?[0-9]+) restart=([0-9]+) ok");
+  static const std::regex re(
+      "allreduce job=([^ ]+) world=([0-9]+) rank=([0-9]+) sum=(-?[0-9]+) restart=([0-9]+) ok");
   for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
-    if ((*it)[1] == id) found.push_back((*it)[2].str() + "/" + (*it)[3].str() + "/" + (*it)[4].str() + "/" + (*it)[5].str());
+    if ((*it)[1] == id)
+      found.push_back((*it)[2].str() + "/" + (*it)[3].str() + "/" + (*it)[4].str() + "/" + (*it)[5].str());
   }
   return found;
 }
@@ -97,7 +106,8 @@ void run_concurrent_jobs(int jobs, int reps) {
     for (int j = 0; j < jobs; ++j) {
       const std::string id = "job" + std::to_string(j) + "-rep" + std::to_string(rep);
       const int value = 100 * (j + 1) + rep;  // world 2: sum = 3 * value
-      for (int n = 0; n < 2; ++n) nodes.push_back(node(dir, d.endpoint(), id, "2", value, id + "-node" + std::to_string(n)));
+      for (int n = 0; n < 2; ++n)
+        nodes.push_back(node(dir, d.endpoint(), id, "2", value, id + "-node" + std::to_string(n)));
     }
     for (int j = 0; j < jobs; ++j) {
       const std::string id = "job" + std::to_string(j) + "-rep" + std::to_string(rep);
@@ -115,7 +125,8 @@ void run_concurrent_jobs(int jobs, int reps) {
     }
   }
   // Each job's torch keys sit under its own run id and round.
-  auto keys = run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/job0-rep0/worker/"}, dir.path());
+  auto keys =
+      run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/job0-rep0/worker/"}, dir.path());
   CHECK_THAT(keys.out, Catch::Contains("/job0-rep0/worker/round_0//worker/attempt_0/"));
 }
 

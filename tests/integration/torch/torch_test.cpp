@@ -6,12 +6,11 @@
 // Without torch these tests print "SKIP: ..." (ctest reports them skipped),
 // except under CI=true, where a missing torch is a failure: scripts/setup.sh
 // installs it.
-#include <catch2/catch.hpp>
-
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <regex>
 #include <thread>
@@ -41,13 +40,17 @@ bool have_torch() {
   return ok;
 }
 
-std::string script(const std::string& name) { return (source_dir() / "tests/integration/torch" / name).string(); }
+std::string script(const std::string& name) {
+  return (source_dir() / "tests/integration/torch" / name).string();
+}
 
 using Env = std::map<std::string, std::optional<std::string>>;
 
 Env worker_env(Env extra = {}) {
-  Env env = {{"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt},
-             {"PET_NNODES", std::nullopt}, {"PET_STANDALONE", std::nullopt},
+  Env env = {{"OMP_NUM_THREADS", std::nullopt},
+             {"PET_NPROC_PER_NODE", std::nullopt},
+             {"PET_NNODES", std::nullopt},
+             {"PET_STANDALONE", std::nullopt},
              {"PYTHONUNBUFFERED", "1"}};
   for (auto& [k, v] : extra) env[k] = v;
   return env;
@@ -94,8 +97,9 @@ struct Daemon {
 // The reference result: ddp_train.py with 2 workers under ddprun --standalone.
 std::string run_reference() {
   TempDir dir;
-  auto r = run(ddprun({"--standalone", "--nproc_per_node=2", script("ddp_train.py"), (dir / "ckpt").string()}),
-               dir.path(), worker_env(), 120s);
+  auto r =
+      run(ddprun({"--standalone", "--nproc_per_node=2", script("ddp_train.py"), (dir / "ckpt").string()}),
+          dir.path(), worker_env(), 120s);
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   return final_params(r.out);
@@ -136,7 +140,8 @@ TEST_CASE("torch's TCPStore client gets every operation right from ddp-rendezvou
   if (!have_torch()) return;
   TempDir dir;
   Daemon d(dir);
-  auto r = run({python(), script("tcpstore_ops.py"), "127.0.0.1", std::to_string(d.port)}, dir.path(), {}, 60s);
+  auto r =
+      run({python(), script("tcpstore_ops.py"), "127.0.0.1", std::to_string(d.port)}, dir.path(), {}, 60s);
   INFO(r.out << r.err);
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("tcpstore ops ok"));
@@ -157,9 +162,10 @@ TEST_CASE("an unmodified torch DDP script gives the same parameters under ddprun
   const auto& ref = reference_params();
   CHECK(ref != "<none>");
   TempDir dir;
-  auto r = run({python(), (source_dir() / "scripts/torchrun_compat.py").string(), "--standalone",
-                "--nproc_per_node=2", "--monitor_interval=0.1", script("ddp_train.py"), (dir / "ckpt").string()},
-               dir.path(), worker_env(), 120s);
+  auto r =
+      run({python(), (source_dir() / "scripts/torchrun_compat.py").string(), "--standalone",
+           "--nproc_per_node=2", "--monitor_interval=0.1", script("ddp_train.py"), (dir / "ckpt").string()},
+          dir.path(), worker_env(), 120s);
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   CHECK(final_params(r.out) == ref);
@@ -190,8 +196,9 @@ TEST_CASE("two dynamic ddprun nodes on ddp-rendezvousd run the torch DDP script 
   TempDir dir;
   Daemon d(dir);
   auto node = [&] {
-    return ddprun({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + d.endpoint(), "--rdzv_id=torchjob",
-                   "--nproc_per_node=1", script("ddp_train.py"), (dir / "ckpt").string()});
+    return ddprun({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + d.endpoint(),
+                   "--rdzv_id=torchjob", "--nproc_per_node=1", script("ddp_train.py"),
+                   (dir / "ckpt").string()});
   };
   Process a(node(), dir.path(), worker_env(), "nodeA");
   Process b(node(), dir.path(), worker_env(), "nodeB");
@@ -231,7 +238,8 @@ TEST_CASE("torch's own reading of ddprun's env is satisfied exactly") {
   const auto port = std::to_string(free_port());
   auto node = [&](const std::string& rank) {
     return ddprun({"--nnodes=2", "--node_rank=" + rank, "--master_addr=127.0.0.1", "--master_port=" + port,
-                   "--rdzv_id=envjob", "--nproc_per_node=2", script("env_check.py"), "envjob", "2", "2", "0"});
+                   "--rdzv_id=envjob", "--nproc_per_node=2", script("env_check.py"), "envjob", "2", "2",
+                   "0"});
   };
   Process n0(node("0"), dir.path(), worker_env(), "node0");
   Process n1(node("1"), dir.path(), worker_env(), "node1");
@@ -258,25 +266,28 @@ TEST_CASE("torchrun uses ddp-rendezvousd as its c10d rendezvous store") {
   const auto& ref = reference_params();
   TempDir dir;
   Daemon d(dir);
-  auto r = run({python(), (source_dir() / "scripts/torchrun_compat.py").string(), "--nnodes=1",
-                "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + d.endpoint(),
-                "--rdzv_id=torchrun-job", "--monitor_interval=0.1", script("ddp_train.py"),
-                (dir / "ckpt").string()},
-               dir.path(), worker_env(), 120s);
+  auto r = run(
+      {python(), (source_dir() / "scripts/torchrun_compat.py").string(), "--nnodes=1", "--nproc_per_node=2",
+       "--rdzv_backend=c10d", "--rdzv_endpoint=" + d.endpoint(), "--rdzv_id=torchrun-job",
+       "--monitor_interval=0.1", script("ddp_train.py"), (dir / "ckpt").string()},
+      dir.path(), worker_env(), 120s);
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   CHECK(final_params(r.out) == ref);
-  auto keys = run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/torch.rendezvous.torchrun-job"},
-                  dir.path());
+  auto keys =
+      run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/torch.rendezvous.torchrun-job"},
+          dir.path());
   CHECK_THAT(keys.out, Catch::Contains("/torch.rendezvous.torchrun-job"));
 }
 
-TEST_CASE("a torch worker reports its first step through torch's TCPStore and ddprun logs the attempt's time") {
+TEST_CASE(
+    "a torch worker reports its first step through torch's TCPStore and ddprun logs the attempt's time") {
   if (!have_torch()) return;
   TempDir dir;
   const auto log = dir / "events.jsonl";
-  auto r = run(ddprun({"--standalone", "--nproc_per_node=2", "--event_log", log.string(), script("first_step.py")}),
-               dir.path(), worker_env(), 120s);
+  auto r = run(
+      ddprun({"--standalone", "--nproc_per_node=2", "--event_log", log.string(), script("first_step.py")}),
+      dir.path(), worker_env(), 120s);
   INFO(r.out << r.err << read_file(log));
   REQUIRE(r.code == 0);
   const auto events = read_file(log);

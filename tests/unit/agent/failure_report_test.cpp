@@ -1,8 +1,9 @@
+#include "ddp/agent/failure_report.hpp"
+
 #include <signal.h>
 
 #include <catch2/catch.hpp>
 
-#include "ddp/agent/failure_report.hpp"
 #include "test_support.hpp"
 
 using namespace ddp::agent;
@@ -76,9 +77,7 @@ FailureReport sample() {
 }
 }  // namespace
 
-TEST_CASE("the root cause is the earliest failure") {
-  CHECK(sample().root_cause() == 1);
-}
+TEST_CASE("the root cause is the earliest failure") { CHECK(sample().root_cause() == 1); }
 
 TEST_CASE("the text report leads with the root cause and lists the others one line each") {
   const auto text = render_text(sample());
@@ -95,7 +94,8 @@ TEST_CASE("the text report leads with the root cause and lists the others one li
   CHECK_THAT(root_part, Catch::Contains("RuntimeError: CUDA out of memory"));
   CHECK_THAT(root_part, Catch::Contains("    Traceback:"));
   CHECK_THAT(root_part, Catch::Contains("    last words"));
-  CHECK_THAT(text.substr(others), Catch::Contains("rank 0 (local_rank 0, host node-a, pid 100): exit code 1"));
+  CHECK_THAT(text.substr(others),
+             Catch::Contains("rank 0 (local_rank 0, host node-a, pid 100): exit code 1"));
 }
 
 TEST_CASE("the JSON report orders failures by time and names the signal") {
@@ -114,7 +114,9 @@ TEST_CASE("invalid UTF-8 in worker output does not break the JSON report") {
 TEST_CASE("a Python traceback in both the error file and stderr is printed once") {
   auto r = sample();
   auto& f = r.failures[1];
-  f.error = ErrorFileContent{"ValueError: bad batch", "Traceback (most recent call last):\n  File \"t.py\", line 3\nValueError: bad batch", "1"};
+  f.error = ErrorFileContent{
+      "ValueError: bad batch",
+      "Traceback (most recent call last):\n  File \"t.py\", line 3\nValueError: bad batch", "1"};
   f.stderr_tail = {"Traceback (most recent call last):", "  File \"t.py\", line 3", "ValueError: bad batch"};
   f.stderr_log = "/logs/stderr.log";
   const auto text = render_text(r);

@@ -1,20 +1,20 @@
 // The process runner against real children (fake_worker, /bin/sh).
+#include "process_runner.hpp"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 
-#include <boost/asio/io_context.hpp>
-
-#include "process_runner.hpp"
 #include "test_support.hpp"
 
 using namespace ddp::agent;
 using ddp::test::bin;
 using ddp::test::read_file;
-using ddp::test::write_file;
 using ddp::test::TempDir;
+using ddp::test::write_file;
 
 namespace {
 struct Outcome {
@@ -58,7 +58,8 @@ TEST_CASE("a child's output and exit code arrive, output before the exit") {
 }
 
 TEST_CASE("no line is lost when a child prints a lot and dies at once") {
-  auto o = run_child({"/bin/sh", {"-c", "i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done; kill -9 $$"},
+  auto o = run_child({"/bin/sh",
+                      {"-c", "i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done; kill -9 $$"},
                       {"PATH=/usr/bin:/bin"}});
   REQUIRE(o.exited);
   CHECK(WIFSIGNALED(o.status));
@@ -71,8 +72,8 @@ TEST_CASE("a child sees exactly the environment it was given and only fds 0, 1 a
   TempDir dir;
   // An fd the agent opened without O_CLOEXEC must not leak either.
   const int leaky = ::dup(2);
-  auto o = run_child({bin("fake_worker").string(), {"a b", "c"},
-                      {"RANK=7", "FAKE_ENV_DUMP=" + (dir.path()).string()}});
+  auto o = run_child(
+      {bin("fake_worker").string(), {"a b", "c"}, {"RANK=7", "FAKE_ENV_DUMP=" + (dir.path()).string()}});
   ::close(leaky);
   REQUIRE(o.exited);
   const auto dump = read_file(dir / "rank_7.env");
@@ -88,7 +89,8 @@ TEST_CASE("a child runs in its own process group, led by its guard, and the pid 
   const auto pidfile = (dir / "pid").string();
   const auto go = (dir / "go").string();
   // The child waits for the test to have looked at it: an exited child has no group.
-  auto o = run_child({"/bin/sh", {"-c", "echo $$ > " + pidfile + "; while [ ! -e " + go + " ]; do sleep 0.01; done"},
+  auto o = run_child({"/bin/sh",
+                      {"-c", "echo $$ > " + pidfile + "; while [ ! -e " + go + " ]; do sleep 0.01; done"},
                       {"PATH=/usr/bin:/bin"}},
                      [&](pid_t pid) {
                        pgid = ::getpgid(pid);
@@ -135,7 +137,8 @@ TEST_CASE("a SIGKILL through signal_group also reaches a grandchild that called 
   const auto pidfile = (dir / "grandchild").string();
   // The grandchild leaves the group and ignores SIGTERM: only a SIGKILL aimed
   // at it by pid (from the guard) ends it.
-  runner.spawn({"/bin/sh", {"-c", "setsid sh -c 'trap \"\" TERM; echo $$ > " + pidfile + "; exec sleep 100' & wait"},
+  runner.spawn({"/bin/sh",
+                {"-c", "setsid sh -c 'trap \"\" TERM; echo $$ > " + pidfile + "; exec sleep 100' & wait"},
                 {"PATH=/usr/bin:/bin"}},
                std::move(h), [&](pid_t pid, const std::string&) {
                  REQUIRE(ddp::test::wait_until([&] { return !read_file(pidfile).empty(); }));

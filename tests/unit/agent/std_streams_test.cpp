@@ -1,6 +1,7 @@
+#include "ddp/agent/std_streams.hpp"
+
 #include <catch2/catch.hpp>
 
-#include "ddp/agent/std_streams.hpp"
 #include "ddp/common/error.hpp"
 
 using namespace ddp::agent;

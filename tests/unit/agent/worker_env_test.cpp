@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "ddp/agent/worker_env.hpp"
+
+#include <catch2/catch.hpp>
 
 using namespace ddp::agent;
 
@@ -55,8 +55,8 @@ TEST_CASE("worker env carries the torchrun contract for a rank on the second nod
 }
 
 TEST_CASE("contract variables replace inherited ones, other variables pass through") {
-  const EnvMap base = {{"RANK", "99"}, {"MASTER_PORT", "1"}, {"HOME", "/home/u"},
-                       {"DDP_TOKEN_FILE", "/stale"}};
+  const EnvMap base = {
+      {"RANK", "99"}, {"MASTER_PORT", "1"}, {"HOME", "/home/u"}, {"DDP_TOKEN_FILE", "/stale"}};
   const auto env = build_worker_env(base, two_node_round(), input(0));
   CHECK(env.at("RANK") == "4");
   CHECK(env.at("MASTER_PORT") == "41234");
@@ -68,8 +68,7 @@ TEST_CASE("OMP_NUM_THREADS defaults to 1 only when unset and several workers sha
   auto in = input(0);
   CHECK(build_worker_env({}, two_node_round(), in).at("OMP_NUM_THREADS") == "1");
   CHECK(sets_default_omp_threads({}, in));
-  CHECK(build_worker_env({{"OMP_NUM_THREADS", "8"}}, two_node_round(), in).at("OMP_NUM_THREADS") ==
-        "8");
+  CHECK(build_worker_env({{"OMP_NUM_THREADS", "8"}}, two_node_round(), in).at("OMP_NUM_THREADS") == "8");
   in.local_world_size = 1;
   CHECK(build_worker_env({}, two_node_round(), in).count("OMP_NUM_THREADS") == 0);
   CHECK_FALSE(sets_default_omp_threads({}, in));
@@ -88,7 +87,8 @@ TEST_CASE("env strings are KEY=VALUE") {
   CHECK(strings[1] == "B=x=y");
 }
 
-TEST_CASE("MASTER_ADDR/MASTER_PORT name the agent's torch store proxy, DDP_STORE_ENDPOINT the round's store") {
+TEST_CASE(
+    "MASTER_ADDR/MASTER_PORT name the agent's torch store proxy, DDP_STORE_ENDPOINT the round's store") {
   auto in = input(0);
   in.torch_store = {"127.0.0.1", 40001};
   const auto env = build_worker_env({}, two_node_round(), in);

@@ -1,10 +1,11 @@
+#include "worker_output.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 
 #include "test_support.hpp"
-#include "worker_output.hpp"
 
 using namespace ddp::agent;
 using ddp::test::read_file;
@@ -132,6 +133,5 @@ TEST_CASE("another worker's line first ends a streaming worker's unfinished line
   wa.feed(StdStream::kOut, "\rstep 1");
   wb.feed(StdStream::kOut, "hello\n");
   wa.feed(StdStream::kOut, "\rstep 2\n");
-  CHECK(console.drain() ==
-        "[rank 0]:\r[rank 0]:step 1\n[rank 1]:hello\n[rank 0]:\r[rank 0]:step 2\n");
+  CHECK(console.drain() == "[rank 0]:\r[rank 0]:step 1\n[rank 1]:hello\n[rank 0]:\r[rank 0]:step 2\n");
 }

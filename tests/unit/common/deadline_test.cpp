@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "ddp/common/deadline.hpp"
+
+#include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 

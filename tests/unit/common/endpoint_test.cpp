@@ -1,6 +1,7 @@
+#include "ddp/common/endpoint.hpp"
+
 #include <catch2/catch.hpp>
 
-#include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 
 using ddp::parse_endpoint;

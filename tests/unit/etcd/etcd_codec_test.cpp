@@ -1,8 +1,9 @@
+#include "etcd_codec.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.hpp"
 #include "ddp/store/etcd_store.hpp"
-#include "etcd_codec.hpp"
 #include "test_support.hpp"
 
 using namespace ddp::store;
@@ -18,7 +19,8 @@ TEST_CASE("etcd codec: base64 matches the RFC 4648 vectors and round-trips every
   CHECK(base64_decode("Zm9vYg==") == "foob");
   std::string all;
   for (int i = 0; i < 256; ++i) all += static_cast<char>(i);
-  for (std::size_t n = 0; n <= all.size(); n += 7) CHECK(base64_decode(base64_encode(all.substr(0, n))) == all.substr(0, n));
+  for (std::size_t n = 0; n <= all.size(); n += 7)
+    CHECK(base64_decode(base64_encode(all.substr(0, n))) == all.substr(0, n));
   CHECK_THROWS_AS(base64_decode("Zm9v!"), ddp::ProtocolError);
 }
 

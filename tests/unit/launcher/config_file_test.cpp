@@ -31,8 +31,9 @@ std::string error_of(std::vector<std::string> args, const Env& env = {}) {
 TEST_CASE("config values fill flags the command line lacks and lose to it") {
   TempDir dir;
   const auto f = (dir / "c.json").string();
-  write_file(f, "{\"nnodes\": \"1:2\", \"nproc-per-node\": 4, \"stop_timeout\": 2.5,\n"
-                " \"standalone\": true, \"role\": \"file\", \"program\": \"train.py\", \"args\": [\"-x\"]}");
+  write_file(f,
+             "{\"nnodes\": \"1:2\", \"nproc-per-node\": 4, \"stop_timeout\": 2.5,\n"
+             " \"standalone\": true, \"role\": \"file\", \"program\": \"train.py\", \"args\": [\"-x\"]}");
   auto o = parse({"--config", f, "--role=cli"}, {{"PET_NNODES", "3"}}).options;
   CHECK(o.nnodes == "1:2");
   CHECK(o.nproc_per_node == "4");
@@ -62,8 +63,7 @@ TEST_CASE("print-config names each value's source with the file line") {
   TempDir dir;
   const auto f = (dir / "c.json").string();
   write_file(f, "{\n\n  \"rdzv_id\": \"job\"\n}\n");
-  const auto out = parse({"--config", f, "--print-config", "--max_restarts=1"},
-                         {{"PET_ROLE", "r"}});
+  const auto out = parse({"--config", f, "--print-config", "--max_restarts=1"}, {{"PET_ROLE", "r"}});
   REQUIRE(out.kind == ParseOutcome::Kind::kPrintConfig);
   CHECK_THAT(out.text, Catch::Contains("job                      file " + f + ":3"));
   CHECK_THAT(out.text, Catch::Contains("1                        flag"));
@@ -73,7 +73,8 @@ TEST_CASE("print-config names each value's source with the file line") {
 
 TEST_CASE("print-config shows a switch's effective value, from env or flag") {
   const auto from_env = parse({"--print-config", "x"}, {{"PET_STANDALONE", "true"}});
-  CHECK_THAT(from_env.text, Catch::Contains("standalone           true                     env PET_STANDALONE"));
+  CHECK_THAT(from_env.text,
+             Catch::Contains("standalone           true                     env PET_STANDALONE"));
   const auto from_flag = parse({"--print-config", "--no_python", "x"}, {});
   CHECK_THAT(from_flag.text, Catch::Contains("no_python            true                     flag"));
   CHECK_THAT(from_flag.text, Catch::Contains("standalone           false                    default"));

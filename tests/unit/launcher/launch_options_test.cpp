@@ -1,12 +1,12 @@
 // ddprun's CLI -> LaunchOptions -> AgentConfig, including every bad input.
+#include "ddp/launcher/launch_options.hpp"
+
 #include <sys/stat.h>
 
+#include <catch2/catch.hpp>
 #include <csignal>
 
-#include <catch2/catch.hpp>
-
 #include "ddp/common/error.hpp"
-#include "ddp/launcher/launch_options.hpp"
 #include "test_support.hpp"
 
 using namespace ddp::launcher;
@@ -69,8 +69,8 @@ TEST_CASE("everything after the program passes through untouched") {
 }
 
 TEST_CASE("short flags and torchrun's compatibility flags are accepted") {
-  auto o = parse({"-r", "3", "-t", "0:1,1:2", "-m", "--monitor_interval=0.1",
-                  "--start_method=fork", "--use_env", "pkg.train"});
+  auto o = parse({"-r", "3", "-t", "0:1,1:2", "-m", "--monitor_interval=0.1", "--start_method=fork",
+                  "--use_env", "pkg.train"});
   CHECK(o.redirects == "3");
   CHECK(o.tee == "0:1,1:2");
   CHECK(o.module);
@@ -79,9 +79,11 @@ TEST_CASE("short flags and torchrun's compatibility flags are accepted") {
 }
 
 TEST_CASE("PET_ variables fill flags the command line lacks") {
-  auto o = parse({"--max_restarts=1", "/bin/true"},
-                 {{"PET_NPROC_PER_NODE", "3"}, {"PET_MAX_RESTARTS", "7"}, {"PET_STANDALONE", "1"},
-                  {"PET_MASTER_PORT", "1234"}, {"PET_LOG_DIR", "/tmp/x"}});
+  auto o = parse({"--max_restarts=1", "/bin/true"}, {{"PET_NPROC_PER_NODE", "3"},
+                                                     {"PET_MAX_RESTARTS", "7"},
+                                                     {"PET_STANDALONE", "1"},
+                                                     {"PET_MASTER_PORT", "1234"},
+                                                     {"PET_LOG_DIR", "/tmp/x"}});
   CHECK(o.nproc_per_node == "3");
   CHECK(o.max_restarts == 1);  // the command line wins
   CHECK(o.standalone);
@@ -104,16 +106,15 @@ TEST_CASE("help and version are answered without running anything") {
 TEST_CASE("an unknown option before the program is an error naming it") {
   CHECK_THROWS_WITH(parse_command_line({"ddprun", "--bogus=1", "/bin/true"}, {}),
                     Catch::StartsWith("--bogus=1: unknown option"));
-  CHECK_THROWS_AS(parse_command_line({"ddprun", "--max_restarts=x", "/bin/true"}, {}),
-                  ddp::ConfigError);
+  CHECK_THROWS_AS(parse_command_line({"ddprun", "--max_restarts=x", "/bin/true"}, {}), ddp::ConfigError);
 }
 
 TEST_CASE("a .py script runs under python3 -u, a module under -m, an executable directly") {
   TempDir dir;
   ddp::test::write_file(dir / "train.py", "print(1)\n");
   auto py = translate({"--standalone", "--python=python3", (dir / "train.py").string(), "--epochs", "2"});
-  CHECK(py.argv == std::vector<std::string>{"/usr/bin/python3", "-u", (dir / "train.py").string(),
-                                            "--epochs", "2"});
+  CHECK(py.argv ==
+        std::vector<std::string>{"/usr/bin/python3", "-u", (dir / "train.py").string(), "--epochs", "2"});
   auto mod = translate({"--standalone", "--python=python3", "-m", "pkg.train", "x"});
   CHECK(mod.argv == std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.train", "x"});
   auto exe = translate({"--standalone", "true", "x"});
@@ -162,18 +163,17 @@ TEST_CASE("the legacy option passes --local_rank right after the program") {
 
 TEST_CASE("a script that defines --local_rank gets it unless --no_legacy_local_rank") {
   TempDir dir;
-  ddp::test::write_file(dir / "launch_style.py",
-                        "p.add_argument(\"--local_rank\", type=int, default=-1)\n");
+  ddp::test::write_file(dir / "launch_style.py", "p.add_argument(\"--local_rank\", type=int, default=-1)\n");
   ddp::test::write_file(dir / "dashed.py", "p.add_argument('--local-rank', type=int)\n");
   ddp::test::write_file(dir / "env_style.py", "rank = int(os.environ['LOCAL_RANK'])\n");
   const auto script = [&](const char* name) { return (dir / name).string(); };
   CHECK(translate({"--standalone", script("launch_style.py"), "--x"}).local_rank_arg_index == 2);
   CHECK(translate({"--standalone", script("dashed.py")}).local_rank_arg_index == 2);
   CHECK(translate({"--standalone", script("env_style.py")}).local_rank_arg_index == -1);
-  CHECK(translate({"--standalone", "--no_legacy_local_rank", script("launch_style.py")})
-            .local_rank_arg_index == -1);
-  CHECK(translate({"--standalone", "--legacy_local_rank", script("env_style.py")})
-            .local_rank_arg_index == 2);
+  CHECK(
+      translate({"--standalone", "--no_legacy_local_rank", script("launch_style.py")}).local_rank_arg_index ==
+      -1);
+  CHECK(translate({"--standalone", "--legacy_local_rank", script("env_style.py")}).local_rank_arg_index == 2);
   CHECK_THAT(error_of({"--legacy_local_rank", "--no_legacy_local_rank", script("dashed.py")}),
              Catch::StartsWith("--legacy_local_rank and --no_legacy_local_rank"));
 }
@@ -224,17 +224,17 @@ TEST_CASE("the backend follows the flags") {
   CHECK(standalone.rendezvous.run_id.size() == 36);
   // One node without a port asked for: a free port instead of a fixed 29500.
   CHECK(translate({"--nproc_per_node=2", "/bin/true"}).rendezvous.backend == "standalone");
-  auto st = translate({"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3",
-                       "--master_port=4000", "/bin/true"});
+  auto st =
+      translate({"--nnodes=2", "--node_rank=1", "--master_addr=10.1.2.3", "--master_port=4000", "/bin/true"});
   CHECK(st.rendezvous.backend == "static");
   CHECK(st.rendezvous.endpoint.host == "10.1.2.3");
   CHECK(st.rendezvous.endpoint.port == 4000);
   CHECK(st.rendezvous.node_rank == 1);
   CHECK(st.rendezvous.min_nodes == 2);
   CHECK_FALSE(st.rendezvous.is_host);
-  auto dyn = translate({"--nnodes=1:4", "--rdzv_backend=ddp", "--rdzv_endpoint=h:1234",
-                        "--rdzv_conf=join_timeout=5,last_call_timeout=0.5,keep_alive_max_attempt=2",
-                        "/bin/true"});
+  auto dyn =
+      translate({"--nnodes=1:4", "--rdzv_backend=ddp", "--rdzv_endpoint=h:1234",
+                 "--rdzv_conf=join_timeout=5,last_call_timeout=0.5,keep_alive_max_attempt=2", "/bin/true"});
   CHECK(dyn.rendezvous.backend == "c10d");
   CHECK(dyn.rendezvous.endpoint.port == 1234);
   CHECK(dyn.rendezvous.min_nodes == 1);
@@ -242,7 +242,8 @@ TEST_CASE("the backend follows the flags") {
   CHECK(dyn.rendezvous.join_timeout == std::chrono::seconds(5));
   CHECK(dyn.rendezvous.last_call_timeout == std::chrono::milliseconds(500));
   CHECK(dyn.rendezvous.keep_alive_max_attempt == 2);
-  CHECK(translate({"--rdzv_backend=c10d", "--rdzv_endpoint=h", "/bin/true"}).rendezvous.endpoint.port == 29400);
+  CHECK(translate({"--rdzv_backend=c10d", "--rdzv_endpoint=h", "/bin/true"}).rendezvous.endpoint.port ==
+        29400);
 }
 
 TEST_CASE("logs, streams, filter and node identity reach the agent config") {
@@ -304,7 +305,8 @@ TEST_CASE("PYTHON_EXEC picks the interpreter as under torchrun, and --python ove
   CHECK(parse_command_line({"ddprun", "train.py"}, {}).options.python.empty());  // torchrun's, or python3
 }
 
-TEST_CASE("rdzv_conf torch_legacy_protocol picks how the hosted store reads TCPStore clients without VALIDATE") {
+TEST_CASE(
+    "rdzv_conf torch_legacy_protocol picks how the hosted store reads TCPStore clients without VALIDATE") {
   CHECK(translate({"--standalone", "/bin/true"}).rendezvous.torch_legacy_protocol ==
         ddp::store::TorchLegacyProtocol::kTorch1);
   CHECK(translate({"--standalone", "--rdzv_conf=torch_legacy_protocol=2.0", "/bin/true"})

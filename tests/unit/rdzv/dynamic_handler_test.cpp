@@ -1,7 +1,6 @@
 // The c10d dynamic rendezvous, several handlers as threads on one in-process store.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <set>
 #include <thread>
 
@@ -133,7 +132,8 @@ TEST_CASE("c10d: a reported failure reaches every other node and all re-form tog
   ddp::test::rendezvous_all(nodes);
   nodes[1]->handler->report_failure("worker 0 exited with code 1");
   REQUIRE(ddp::test::wait_until([&] {
-    return nodes[0]->has_event(RoundEvent::kRestartRequested) && nodes[2]->has_event(RoundEvent::kRestartRequested);
+    return nodes[0]->has_event(RoundEvent::kRestartRequested) &&
+           nodes[2]->has_event(RoundEvent::kRestartRequested);
   }));
   CHECK(nodes[0]->detail_of(RoundEvent::kRestartRequested).find("node1") != std::string::npos);
   CHECK(nodes[0]->detail_of(RoundEvent::kRestartRequested).find("exited with code 1") != std::string::npos);

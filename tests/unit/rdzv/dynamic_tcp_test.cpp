@@ -1,8 +1,7 @@
 // The c10d handler over the real transport: an in-process StoreServer (hosted by
 // the first agent, torchrun's is_host) and one TcpStore per handler.
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <future>
 
 #include "ddp/common/error.hpp"
@@ -59,13 +58,12 @@ TEST_CASE("c10d over TCP: the first agent on the endpoint's host hosts the store
   auto r1 = f1.get();
   CHECK(r0.world_size == 6);
   CHECK(r0.group_world_size == 3);
-  CHECK(r0.rank_offset + r1.rank_offset + r2.rank_offset ==
-        (r0.group_rank == 0 ? 0 : 0) + [&] {
-          // offsets are the prefix sums of nproc in group-rank order
-          std::vector<std::pair<int, int>> g = {{r0.group_rank, 1}, {r1.group_rank, 2}, {r2.group_rank, 3}};
-          std::sort(g.begin(), g.end());
-          return 0 + g[0].second + (g[0].second + g[1].second);
-        }());
+  CHECK(r0.rank_offset + r1.rank_offset + r2.rank_offset == (r0.group_rank == 0 ? 0 : 0) + [&] {
+    // offsets are the prefix sums of nproc in group-rank order
+    std::vector<std::pair<int, int>> g = {{r0.group_rank, 1}, {r1.group_rank, 2}, {r2.group_rank, 3}};
+    std::sort(g.begin(), g.end());
+    return 0 + g[0].second + (g[0].second + g[1].second);
+  }());
   CHECK(r0.store_endpoint.port == cfg.endpoint.port);
   // Workers reach the store through the round's endpoint and prefix.
   ddp::store::TcpStoreOptions wopts;
@@ -78,15 +76,17 @@ TEST_CASE("c10d over TCP: the first agent on the endpoint's host hosts the store
 
   // The hosting agent goes away: the store is gone for the others.
   h0.reset();
-  REQUIRE(ddp::test::wait_until([&] { return ev1.has(RoundEvent::kStoreLost) && ev2.has(RoundEvent::kStoreLost); }, 10s));
+  REQUIRE(ddp::test::wait_until(
+      [&] { return ev1.has(RoundEvent::kStoreLost) && ev2.has(RoundEvent::kStoreLost); }, 10s));
 }
 
 TEST_CASE("c10d over TCP: an unreachable endpoint is a config error naming it") {
   auto cfg = ddp::test::dynamic_config(1, 2);
   cfg.endpoint = ddp::Endpoint{"192.0.2.1", 29400};  // TEST-NET-1: never this machine
   cfg.join_timeout = 300ms;
-  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>(
-                 [&] { ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"n0", "h", 1}); }),
+  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>([&] {
+               ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"n0", "h", 1});
+             }),
              Catch::Matchers::Contains("192.0.2.1:29400") && Catch::Matchers::Contains("--rdzv_endpoint"));
 }
 
@@ -99,7 +99,8 @@ TEST_CASE("c10d over TCP: a wrong token is a config error") {
   auto cfg = ddp::test::dynamic_config(1, 1);
   cfg.endpoint = ddp::Endpoint{"127.0.0.1", server.port()};
   cfg.token = "wrong";
-  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>(
-                 [&] { ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"n0", "h", 1}); }),
+  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>([&] {
+               ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"n0", "h", 1});
+             }),
              Catch::Matchers::Contains("token"));
 }

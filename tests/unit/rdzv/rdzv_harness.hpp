@@ -61,8 +61,8 @@ inline rdzv::RendezvousConfig dynamic_config(int min_nodes, int max_nodes,
 }
 
 inline std::unique_ptr<SimNode> make_node(std::shared_ptr<store::Store> shared,
-                                          const rdzv::RendezvousConfig& config,
-                                          const std::string& id, int nproc = 1) {
+                                          const rdzv::RendezvousConfig& config, const std::string& id,
+                                          int nproc = 1) {
   auto node = std::make_unique<SimNode>();
   node->store = std::make_shared<CountingStore>(std::move(shared));
   rdzv::NodeSpec spec{id, "127.0.0.1", nproc};

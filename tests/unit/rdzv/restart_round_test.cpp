@@ -3,7 +3,6 @@
 // set far past the join timeout, so a round that waited for it fails the test
 // with a RendezvousError instead of passing slowly.
 #include <catch2/catch.hpp>
-
 #include <future>
 
 #include "ddp/store/memory_store.hpp"
@@ -37,7 +36,7 @@ TEST_CASE("c10d restart: survivors of a departed node, then of a failure, re-for
   auto store = std::make_shared<ddp::store::MemoryStore>();
   auto nodes = nodes_of(store, long_last_call(2, 4), 4);
   REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 4);  // MAX closes round 0 at once
-  nodes[3]->handler.reset();  // leaves: its lease is revoked
+  nodes[3]->handler.reset();                                           // leaves: its lease is revoked
   nodes.pop_back();
   REQUIRE(ddp::test::wait_until([&] {
     for (const auto& n : nodes) {

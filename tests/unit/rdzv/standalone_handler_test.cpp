@@ -49,6 +49,8 @@ TEST_CASE("standalone: two jobs on one machine get different ports") {
 TEST_CASE("unknown rendezvous backend is a config error naming the flag") {
   ddp::rdzv::RendezvousConfig cfg;
   cfg.backend = "zookeeper";
-  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>([&] { ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"a", "h", 1}); }),
+  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>([&] {
+               ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"a", "h", 1});
+             }),
              Catch::Matchers::Contains("--rdzv_backend"));
 }

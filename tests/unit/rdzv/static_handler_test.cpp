@@ -1,8 +1,7 @@
 // Static rendezvous (--nnodes=N --node_rank=R): over one in-process store, and
 // for real with node 0 hosting a StoreServer and the others on TcpStore.
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 
 #include "ddp/common/error.hpp"
 #include "ddp/store/memory_store.hpp"
@@ -29,7 +28,9 @@ TEST_CASE("static: group rank is the node rank and offsets follow each node's np
   auto store = std::make_shared<ddp::store::MemoryStore>();
   std::vector<std::unique_ptr<ddp::test::SimNode>> nodes;
   // Created in reverse so arrival order differs from node rank.
-  for (int r = 2; r >= 0; --r) nodes.push_back(ddp::test::make_node(store, static_config(3, r), std::string("n").append(std::to_string(r)), r + 1));
+  for (int r = 2; r >= 0; --r)
+    nodes.push_back(
+        ddp::test::make_node(store, static_config(3, r), std::string("n").append(std::to_string(r)), r + 1));
   auto rs = ddp::test::rendezvous_all(nodes);
   for (std::size_t i = 0; i < rs.size(); ++i) {
     const int rank = 2 - static_cast<int>(i);
@@ -47,7 +48,9 @@ TEST_CASE("static: group rank is the node rank and offsets follow each node's np
 TEST_CASE("static: a failure on one node moves every node to the next round") {
   auto store = std::make_shared<ddp::store::MemoryStore>();
   std::vector<std::unique_ptr<ddp::test::SimNode>> nodes;
-  for (int r = 0; r < 2; ++r) nodes.push_back(ddp::test::make_node(store, static_config(2, r), std::string("n").append(std::to_string(r))));
+  for (int r = 0; r < 2; ++r)
+    nodes.push_back(
+        ddp::test::make_node(store, static_config(2, r), std::string("n").append(std::to_string(r))));
   auto first = ddp::test::rendezvous_all(nodes);
   nodes[0]->handler->report_failure("worker 3 killed by SIGSEGV");
   REQUIRE(ddp::test::wait_until([&] { return nodes[1]->has_event(RoundEvent::kRestartRequested); }));
@@ -65,13 +68,14 @@ TEST_CASE("static: join timeout names the node ranks that never came") {
   auto node = ddp::test::make_node(store, cfg, "n0");
   CHECK_THAT(ddp::test::error_of<ddp::RendezvousError>([&] { node->handler->next_rendezvous(); }),
              Catch::Matchers::Contains("2 more needed: node_rank 1, 2") &&
-                           Catch::Matchers::Contains("n0 (node_rank 0)"));
+                 Catch::Matchers::Contains("n0 (node_rank 0)"));
 }
 
 TEST_CASE("static: bad node rank and MIN:MAX are config errors naming the flag") {
   auto store = std::make_shared<ddp::store::MemoryStore>();
-  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>([&] { ddp::test::make_node(store, static_config(2, 2), "x"); }),
-             Catch::Matchers::Contains("--node_rank"));
+  CHECK_THAT(
+      ddp::test::error_of<ddp::ConfigError>([&] { ddp::test::make_node(store, static_config(2, 2), "x"); }),
+      Catch::Matchers::Contains("--node_rank"));
   auto cfg = static_config(2, 0);
   cfg.min_nodes = 1;
   CHECK_THAT(ddp::test::error_of<ddp::ConfigError>([&] { ddp::test::make_node(store, cfg, "x"); }),
@@ -99,7 +103,8 @@ TEST_CASE("static: node 0 hosts the store and node 1 reaches it over TCP") {
   CHECK(r0.world_size == 5);
   CHECK(r1.rank_offset == 2);
   CHECK(r1.store_endpoint.port == port);
-  h1->set_event_callback([&](RoundEvent e, const std::string&) { got = got || e == RoundEvent::kRestartRequested; });
+  h1->set_event_callback(
+      [&](RoundEvent e, const std::string&) { got = got || e == RoundEvent::kRestartRequested; });
   h0->report_failure("boom");
   CHECK(ddp::test::wait_until([&] { return got.load(); }));
 }
@@ -107,6 +112,8 @@ TEST_CASE("static: node 0 hosts the store and node 1 reaches it over TCP") {
 TEST_CASE("static: a node that cannot reach the master names it and how long it waited") {
   auto cfg = static_config(2, 1, 1);  // port 1: nobody listens there
   cfg.join_timeout = 300ms;
-  CHECK_THAT(ddp::test::error_of<ddp::RendezvousError>([&] { ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"n1", "127.0.0.1", 1}); }),
+  CHECK_THAT(ddp::test::error_of<ddp::RendezvousError>([&] {
+               ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"n1", "127.0.0.1", 1});
+             }),
              Catch::Matchers::Contains("127.0.0.1:1") && Catch::Matchers::Contains("0.3s"));
 }

@@ -1,6 +1,5 @@
-#include <map>
-
 #include <catch2/catch.hpp>
+#include <map>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/hostlist.hpp"
@@ -94,11 +93,15 @@ TEST_CASE("LOCAL_RANK must be below LOCAL_WORLD_SIZE") {
 }
 
 // `srun -N2 --ntasks-per-node=4 ./worker`: task 6 is local task 2 on node 1.
-const std::map<std::string, std::string> kSrunTask{
-    {"SLURM_JOB_ID", "4242"},       {"SLURM_STEP_ID", "0"},           {"SLURM_PROCID", "6"},
-    {"SLURM_NTASKS", "8"},          {"SLURM_STEP_NUM_TASKS", "8"},    {"SLURM_LOCALID", "2"},
-    {"SLURM_NODEID", "1"},          {"SLURM_STEP_NODELIST", "gpu[07-08]"},
-    {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}};
+const std::map<std::string, std::string> kSrunTask{{"SLURM_JOB_ID", "4242"},
+                                                   {"SLURM_STEP_ID", "0"},
+                                                   {"SLURM_PROCID", "6"},
+                                                   {"SLURM_NTASKS", "8"},
+                                                   {"SLURM_STEP_NUM_TASKS", "8"},
+                                                   {"SLURM_LOCALID", "2"},
+                                                   {"SLURM_NODEID", "1"},
+                                                   {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+                                                   {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"}};
 
 // kSrunTask with `changes` applied.
 std::map<std::string, std::string> srun_task(const std::map<std::string, std::string>& changes) {
@@ -132,5 +135,6 @@ TEST_CASE("the torchrun variables win over Slurm's") {
 }
 
 TEST_CASE("a broken Slurm node list names the variable") {
-  CHECK_THROWS_WITH(parse(srun_task({{"SLURM_STEP_NODELIST", "gpu[07-"}})), Catch::StartsWith("SLURM_STEP_NODELIST='gpu[07-' is not a Slurm host list"));
+  CHECK_THROWS_WITH(parse(srun_task({{"SLURM_STEP_NODELIST", "gpu[07-"}})),
+                    Catch::StartsWith("SLURM_STEP_NODELIST='gpu[07-' is not a Slurm host list"));
 }

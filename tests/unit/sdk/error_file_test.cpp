@@ -1,7 +1,7 @@
+#include "error_file.hpp"
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
-
-#include "error_file.hpp"
 
 TEST_CASE("the error file has the layout of torch's @record") {
   const auto text = ddp::detail::error_file_json("std::runtime_error: boom", "#0 main\n", 1700000000);

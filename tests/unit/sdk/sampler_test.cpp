@@ -1,16 +1,17 @@
+#include "ddp/sampler.hpp"
+
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <set>
 
-#include <catch2/catch.hpp>
-
 #include "ddp/common/error.hpp"
-#include "ddp/sampler.hpp"
 
 using ddp::DistributedSampler;
 using ddp::SamplerOptions;
 
 namespace {
-std::vector<std::vector<std::size_t>> shards(std::size_t n, int world, SamplerOptions o, std::uint64_t epoch = 0) {
+std::vector<std::vector<std::size_t>> shards(std::size_t n, int world, SamplerOptions o,
+                                             std::uint64_t epoch = 0) {
   std::vector<std::vector<std::size_t>> out;
   for (int r = 0; r < world; ++r) {
     DistributedSampler s(n, world, r, o);

@@ -1,9 +1,8 @@
-#include <cmath>
-#include <limits>
+#include "ddp/types.hpp"
 
 #include <catch2/catch.hpp>
-
-#include "ddp/types.hpp"
+#include <cmath>
+#include <limits>
 
 using ddp::BFloat16;
 using ddp::Half;
@@ -12,7 +11,7 @@ TEST_CASE("half converts known values exactly") {
   CHECK(Half(1.0f).bits == 0x3c00);
   CHECK(Half(-2.0f).bits == 0xc000);
   CHECK(Half(65504.0f).bits == 0x7bff);
-  CHECK(Half(65520.0f).bits == 0x7c00);  // rounds to infinity
+  CHECK(Half(65520.0f).bits == 0x7c00);        // rounds to infinity
   CHECK(Half(5.9604645e-08f).bits == 0x0001);  // smallest subnormal
   CHECK(static_cast<float>(Half(0.1f)) == Approx(0.0999755859375f));
   CHECK(std::isnan(static_cast<float>(Half(std::numeric_limits<float>::quiet_NaN()))));

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "auth_limiter.hpp"
+
+#include <catch2/catch.hpp>
 
 using namespace ddp::store::server;
 using ddp::Clock;
@@ -57,6 +57,7 @@ TEST_CASE("auth limiter: the summary counts failures and refusals per period and
 
 TEST_CASE("auth limiter: the peer table stays bounded") {
   AuthLimiter lim;
-  for (std::size_t i = 0; i < AuthLimiter::kMaxPeers + 50; ++i) lim.record_failure("p" + std::to_string(i), t0);
+  for (std::size_t i = 0; i < AuthLimiter::kMaxPeers + 50; ++i)
+    lim.record_failure("p" + std::to_string(i), t0);
   CHECK(lim.peers() <= AuthLimiter::kMaxPeers);
 }

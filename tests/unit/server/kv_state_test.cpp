@@ -1,6 +1,7 @@
+#include "kv_state.hpp"
+
 #include <catch2/catch.hpp>
 
-#include "kv_state.hpp"
 #include "store_core.hpp"
 
 using namespace ddp::store;

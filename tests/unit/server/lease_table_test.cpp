@@ -1,8 +1,8 @@
-#include <catch2/catch.hpp>
+#include "lease_table.hpp"
 
+#include <catch2/catch.hpp>
 #include <limits>
 
-#include "lease_table.hpp"
 #include "store_core.hpp"
 
 using namespace ddp::store;

@@ -1,11 +1,11 @@
-#include <catch2/catch.hpp>
+#include "ddp/store/memory_store.hpp"
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <mutex>
 #include <thread>
 
 #include "ddp/common/error.hpp"
-#include "ddp/store/memory_store.hpp"
 #include "test_support.hpp"
 
 using namespace ddp::store;
@@ -68,10 +68,12 @@ TEST_CASE("memory store: an expired lease removes its keys and watchers see the 
   s.set("node/1", "alive", lease);
   CHECK_THROWS_AS(s.set("node/2", "x", lease + 100), ddp::StoreError);
   CHECK(ddp::test::wait_until([&] { return !s.try_get("node/1").has_value(); }, 5s));
-  CHECK(ddp::test::wait_until([&] {
-    std::lock_guard<std::mutex> lk(mu);
-    return seen.size() == 2;
-  }, 5s));
+  CHECK(ddp::test::wait_until(
+      [&] {
+        std::lock_guard<std::mutex> lk(mu);
+        return seen.size() == 2;
+      },
+      5s));
   std::lock_guard<std::mutex> lk(mu);
   CHECK(seen[0].type == EventType::kPut);
   CHECK(seen[1].type == EventType::kDelete);
@@ -103,6 +105,7 @@ TEST_CASE("memory store: a watch from a compacted revision reports an error") {
   MemoryStore s;
   for (int i = 0; i < 100'010; ++i) s.set("k", "v");
   std::atomic<bool> failed{false};
-  auto w = s.watch("", 1, [](const WatchEvent&) {}, [&](const std::string&) { failed = true; });
+  auto w = s.watch(
+      "", 1, [](const WatchEvent&) {}, [&](const std::string&) { failed = true; });
   CHECK(ddp::test::wait_until([&] { return failed.load(); }, 5s));
 }

@@ -1,9 +1,9 @@
-#include <catch2/catch.hpp>
+#include "persistence.hpp"
 
+#include <catch2/catch.hpp>
 #include <fstream>
 
 #include "ddp/common/error.hpp"
-#include "persistence.hpp"
 #include "test_support.hpp"
 
 using namespace ddp::store;

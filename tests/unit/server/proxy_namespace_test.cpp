@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "proxy_namespace.hpp"
+
+#include <catch2/catch.hpp>
 
 using ddp::store::Item;
 using ddp::store::ItemKind;

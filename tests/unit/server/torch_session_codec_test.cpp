@@ -1,10 +1,11 @@
 // The server's TCPStore codec without sockets: torch bytes in, the store
 // Requests they become, and the reply bytes each Response turns into.
+#include "torch_session_codec.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.hpp"
 #include "torch_queues.hpp"
-#include "torch_session_codec.hpp"
 
 using namespace ddp::store;
 using namespace ddp::store::server;

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "waiter_table.hpp"
+
+#include <catch2/catch.hpp>
 
 using namespace ddp::store::server;
 using ddp::Clock;

@@ -1,6 +1,5 @@
 // Store conformance, key-value part: the same scenarios against every Store.
 #include <catch2/catch.hpp>
-
 #include <future>
 #include <thread>
 
@@ -17,8 +16,7 @@ using ddp::store::Store;
 #define STORE_BACKENDS ddp::test::MemoryBackend, ddp::test::TcpBackend
 #endif
 
-TEMPLATE_TEST_CASE("set then get returns the value, and revisions grow", "[conformance]",
-                   STORE_BACKENDS) {
+TEMPLATE_TEST_CASE("set then get returns the value, and revisions grow", "[conformance]", STORE_BACKENDS) {
   TestType backend;
   Store& s = backend.store();
   const auto r1 = s.set("a", "one");
@@ -28,8 +26,7 @@ TEMPLATE_TEST_CASE("set then get returns the value, and revisions grow", "[confo
   CHECK(s.get("a", 1s) == std::string("two\0bytes", 9));
 }
 
-TEMPLATE_TEST_CASE("get blocks until another thread sets the key", "[conformance]",
-                   STORE_BACKENDS) {
+TEMPLATE_TEST_CASE("get blocks until another thread sets the key", "[conformance]", STORE_BACKENDS) {
   TestType backend;
   Store& s = backend.store();
   auto got = std::async(std::launch::async, [&] { return s.get("late", 10s); });
@@ -53,8 +50,7 @@ TEMPLATE_TEST_CASE("try_get answers at once", "[conformance]", STORE_BACKENDS) {
   CHECK(s.try_get("k") == std::optional<std::string>("v"));
 }
 
-TEMPLATE_TEST_CASE("add counts from zero and stores decimal text", "[conformance]",
-                   STORE_BACKENDS) {
+TEMPLATE_TEST_CASE("add counts from zero and stores decimal text", "[conformance]", STORE_BACKENDS) {
   TestType backend;
   Store& s = backend.store();
   CHECK(s.add("n", 5) == 5);
@@ -115,8 +111,7 @@ TEMPLATE_TEST_CASE("wait returns once all keys exist and times out otherwise", "
   CHECK_THROWS_WITH(s.wait({"w3"}, 50ms), Contains("w3"));
 }
 
-TEMPLATE_TEST_CASE("multi_set and multi_get move several keys at once", "[conformance]",
-                   STORE_BACKENDS) {
+TEMPLATE_TEST_CASE("multi_set and multi_get move several keys at once", "[conformance]", STORE_BACKENDS) {
   TestType backend;
   Store& s = backend.store();
   const auto rev = s.multi_set({{"m1", "a"}, {"m2", "b"}});
@@ -148,8 +143,8 @@ TEMPLATE_TEST_CASE("num_keys counts live keys", "[conformance]", STORE_BACKENDS)
   CHECK(s.num_keys() == 1);
 }
 
-TEMPLATE_TEST_CASE("list returns the keys under a prefix, sorted, with revisions",
-                   "[conformance]", STORE_BACKENDS) {
+TEMPLATE_TEST_CASE("list returns the keys under a prefix, sorted, with revisions", "[conformance]",
+                   STORE_BACKENDS) {
   TestType backend;
   Store& s = backend.store();
   const auto rb = s.set("job/b", "2");
@@ -167,8 +162,8 @@ TEMPLATE_TEST_CASE("list returns the keys under a prefix, sorted, with revisions
   CHECK(s.list("nothing/").kvs.empty());
 }
 
-TEMPLATE_TEST_CASE("leases: keepalive, revoke deletes keys, expiry deletes keys",
-                   "[conformance]", STORE_BACKENDS) {
+TEMPLATE_TEST_CASE("leases: keepalive, revoke deletes keys, expiry deletes keys", "[conformance]",
+                   STORE_BACKENDS) {
   TestType backend;
   Store& s = backend.store();
   const auto lease = s.lease_grant(10s);

@@ -1,6 +1,5 @@
 // Store conformance, watch part: ordering, resumption from a listing, cancel.
 #include <catch2/catch.hpp>
-
 #include <mutex>
 #include <vector>
 
@@ -70,8 +69,7 @@ TEMPLATE_TEST_CASE("watch streams puts and deletes under its prefix in order", "
   CHECK(ev[2].revision > r2);
 }
 
-TEMPLATE_TEST_CASE("a watch from list().revision + 1 misses nothing", "[conformance]",
-                   STORE_BACKENDS) {
+TEMPLATE_TEST_CASE("a watch from list().revision + 1 misses nothing", "[conformance]", STORE_BACKENDS) {
   TestType backend;
   Store& s = backend.store();
   s.set("r/1", "a");

@@ -1,7 +1,8 @@
+#include "ddp/store/protocol.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.hpp"
-#include "ddp/store/protocol.hpp"
 
 using namespace ddp::store;
 
@@ -110,8 +111,8 @@ TEST_CASE("absurd key count is rejected without allocating") {
 TEST_CASE("absurd string length is rejected without allocating") {
   std::string body(1 + 4 + 8 + 8, '\0');
   body[0] = static_cast<char>(Op::kSet);
-  body += std::string("\x01\x00\x00\x00", 4);      // one key
-  body += std::string("\xF0\xFF\xFF\x7F", 4);      // of ~2 GiB
+  body += std::string("\x01\x00\x00\x00", 4);  // one key
+  body += std::string("\xF0\xFF\xFF\x7F", 4);  // of ~2 GiB
   Limits limits;
   limits.max_key_bytes = UINT32_MAX;
   CHECK_THROWS_WITH(decode_request(body, limits), Catch::Contains("truncated"));

@@ -1,7 +1,6 @@
 // TcpStore-only behaviour: authentication, pipelining, reconnects, watch resumption.
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <future>
 #include <mutex>
 #include <vector>
@@ -184,8 +183,7 @@ TEST_CASE("a watch reports an error once when the server stays away", "[tcp]") {
   CHECK_THAT(reason, Contains("x/") && Contains("127.0.0.1"));
 }
 
-TEST_CASE("a get pending when the server stops fails with a shutting-down network error",
-          "[tcp]") {
+TEST_CASE("a get pending when the server stops fails with a shutting-down network error", "[tcp]") {
   auto server = start_server(loopback_server_options());
   TcpStore store(client_options(server->port()));
   auto blocked = std::async(std::launch::async, [&] { return store.get("never", 30s); });
@@ -255,10 +253,12 @@ TEST_CASE("a lease bound to its connection ends when the client goes away, an un
     TcpStore unbound(client_options(server->port()));
     unbound.set("node/unbound", "y", unbound.lease_grant(60s));
   }  // both clients close their connections
-  CHECK(ddp::test::wait_until([&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return !deleted.empty();
-  }, 5s));
+  CHECK(ddp::test::wait_until(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return !deleted.empty();
+      },
+      5s));
   CHECK_FALSE(observer.try_get("node/bound"));
   CHECK(observer.try_get("node/unbound") == std::optional<std::string>("y"));
   std::lock_guard<std::mutex> lock(mu);

@@ -1,7 +1,8 @@
+#include "torch_codec.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "ddp/common/error.hpp"
-#include "torch_codec.hpp"
 
 using namespace ddp::store::torch;
 
@@ -17,8 +18,12 @@ std::string str(const std::string& v) { return u64(v.size()) + v; }
 TEST_CASE("sniff tells ddp, torch 1.x and torch 2.x apart") {
   CHECK(sniff("") == Dialect::kNeedMore);
   CHECK(sniff("\xDD") == Dialect::kNeedMore);
-  CHECK(sniff(std::string("\xDD" "DPS", 4)) == Dialect::kNative);
-  CHECK(sniff(std::string("\xDD" "XPS", 4)) == Dialect::kUnknown);
+  CHECK(sniff(std::string("\xDD"
+                          "DPS",
+                          4)) == Dialect::kNative);
+  CHECK(sniff(std::string("\xDD"
+                          "XPS",
+                          4)) == Dialect::kUnknown);
   CHECK(sniff(std::string("\x00\xCE\xF7", 3)) == Dialect::kNeedMore);
   CHECK(sniff(std::string("\x00\xCE\xF7\x85\x3C", 5)) == Dialect::kTorchV2);
   CHECK(sniff(std::string("\x00\x04\x00\x00\x00", 5)) == Dialect::kTorchV1);  // 1.x SET
@@ -153,7 +158,8 @@ std::vector<std::pair<std::string, Expected>> v2_early_ops() {
       {'\x07' + str("/k"), {TorchOp::kDelete, {"/k"}, {}}},
       {'\x08' + str("/k") + str("tail"), {TorchOp::kAppend, {"/k"}, {"tail"}}},
       {'\x09' + u64(2) + str("/a") + str("/b"), {TorchOp::kMultiGet, {"/a", "/b"}, {}}},
-      {'\x0A' + u64(2) + str("/a") + str("1") + str("/b") + str(""), {TorchOp::kMultiSet, {"/a", "/b"}, {"1", ""}}},
+      {'\x0A' + u64(2) + str("/a") + str("1") + str("/b") + str(""),
+       {TorchOp::kMultiSet, {"/a", "/b"}, {"1", ""}}},
       {std::string(1, '\x0B'), {TorchOp::kCancelWait, {}, {}}},
   };
 }

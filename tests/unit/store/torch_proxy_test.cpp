@@ -1,11 +1,12 @@
 // TorchStoreProxy between raw torch 1.x TCPStore clients and an in-process
 // StoreServer on 127.0.0.1: namespacing, blocking ops, retargeting, tokens.
-#include <catch2/catch.hpp>
+#include "ddp/store/torch_proxy.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -13,7 +14,6 @@
 #include "ddp/common/error.hpp"
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
-#include "ddp/store/torch_proxy.hpp"
 #include "store_backends.hpp"
 
 using namespace std::chrono_literals;
@@ -98,7 +98,9 @@ class TorchClient {
     send('\x01' + str(k) + str(e) + str(d));
     return bytes();
   }
-  bool check(const std::vector<std::string>& keys) { return send_keys('\x04', keys), recv(1) == std::string(1, '\0'); }
+  bool check(const std::vector<std::string>& keys) {
+    return send_keys('\x04', keys), recv(1) == std::string(1, '\0');
+  }
   void start_wait(const std::vector<std::string>& keys) { send_keys('\x05', keys); }
   void wait(const std::vector<std::string>& keys) {
     start_wait(keys);
@@ -141,7 +143,9 @@ class TorchClient {
   }
 
  private:
-  void send(const std::string& b) { REQUIRE(::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size())); }
+  void send(const std::string& b) {
+    REQUIRE(::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size()));
+  }
   void send_keys(char type, const std::vector<std::string>& keys) {
     std::string b(1, type);
     b += u64(keys.size());
@@ -189,7 +193,8 @@ TEST_CASE("two proxies on one store keep the same torch keys of two jobs apart",
   CHECK(b.get("/worker/attempt_0/addr") == "job2-rank0");
   CHECK(a.add("/init/", 1) == 1);
   CHECK(b.add("/init/", 1) == 1);
-  CHECK(s.store->try_get("/job1/worker/round_0/worker/attempt_0/addr") == std::optional<std::string>("job1-rank0"));
+  CHECK(s.store->try_get("/job1/worker/round_0/worker/attempt_0/addr") ==
+        std::optional<std::string>("job1-rank0"));
   CHECK(s.store->try_get("/job2/worker/round_0/init/") == std::optional<std::string>("1"));
   CHECK(s.store->num_keys() == 4);
   CHECK(a.num_keys() == 2);  // only job 1's round
@@ -286,7 +291,7 @@ TEST_CASE("a torch 2.x client's CANCEL_WAIT reaches the WAIT it cancels through 
   c.raw(std::string(1, '\x06') + u64(1) + str("/never"));
   CHECK_FALSE(c.replied_within(200));
   c.raw(std::string(1, '\x0C'));
-  CHECK(c.recv(1) == std::string(1, '\x01'));  // WAIT_CANCELED
+  CHECK(c.recv(1) == std::string(1, '\x01'));          // WAIT_CANCELED
   c.raw(std::string(1, '\x04') + str("/n") + u64(2));  // v2 ADD
   CHECK(i64(c.recv(8)) == 2);
   CHECK(s.store->try_get("/j/worker/round_0/n") == std::optional<std::string>("2"));
@@ -345,7 +350,8 @@ TEST_CASE("a rank that closes its store and connects again, as a re-init does, m
   CHECK(p->stats().at("generations") == 2);
 }
 
-TEST_CASE("a rank that re-inits before the others have closed waits for them in the new generation", "[proxy]") {
+TEST_CASE("a rank that re-inits before the others have closed waits for them in the new generation",
+          "[proxy]") {
   Setup s;
   Lanes lanes;
   auto p = s.proxy("/j/worker/round_0/", "", &lanes);
@@ -370,8 +376,16 @@ TEST_CASE("a new round starts every lane at its first generation again", "[proxy
   Lanes lanes;
   auto p = s.proxy("/j/worker/round_0/", "", &lanes);
   // A reply after each set: requests on one connection are answered in order.
-  { TorchClient first(p->port(), &lanes, "0"); first.set("/k", "round0-gen0"); CHECK(first.check({"/k"})); }
-  { TorchClient second(p->port(), &lanes, "0"); second.set("/k", "round0-gen1"); CHECK(second.check({"/k"})); }
+  {
+    TorchClient first(p->port(), &lanes, "0");
+    first.set("/k", "round0-gen0");
+    CHECK(first.check({"/k"}));
+  }
+  {
+    TorchClient second(p->port(), &lanes, "0");
+    second.set("/k", "round0-gen1");
+    CHECK(second.check({"/k"}));
+  }
   p->set_target({{"127.0.0.1", s.server->port()}, "", "/j/worker/round_1/"});
   TorchClient next_round(p->port(), &lanes, "0");
   next_round.set("/k", "round1-gen0");
@@ -384,7 +398,11 @@ TEST_CASE("a client whose lane is unknown keeps the round's keys however often i
   Setup s;
   Lanes lanes;
   auto p = s.proxy("/j/worker/round_0/", "", &lanes);
-  { TorchClient first(p->port()); first.set("/k", "a"); CHECK(first.check({"/k"})); }
+  {
+    TorchClient first(p->port());
+    first.set("/k", "a");
+    CHECK(first.check({"/k"}));
+  }
   TorchClient again(p->port());
   CHECK(again.get("/k") == "a");
   CHECK(p->stats().at("generations") == 0);

@@ -55,8 +55,8 @@ class ProcessGroup {
   // Connects `world_size` ranks through `store`; every rank constructs its group
   // with the same options. Blocks until all ranks have joined or options.timeout
   // passes (ddp::TimeoutError).
-  ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank,
-               int world_size, ProcessGroupOptions options = {});
+  ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank, int world_size,
+               ProcessGroupOptions options = {});
   // Uses the store, prefix, rank and size from ddp::init().
   explicit ProcessGroup(const Context& context, ProcessGroupOptions options = {});
   ~ProcessGroup();
@@ -68,18 +68,16 @@ class ProcessGroup {
   std::string_view backend() const;  // "gloo" or "nccl"
 
   // In place: every rank ends with op(data of all ranks).
-  Work all_reduce_async(void* data, std::size_t count, DataType type, ReduceOp op,
-                        OpOptions options = {});
+  Work all_reduce_async(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options = {});
   // In place: every rank ends with root's data.
-  Work broadcast_async(void* data, std::size_t count, DataType type, int root,
-                       OpOptions options = {});
+  Work broadcast_async(void* data, std::size_t count, DataType type, int root, OpOptions options = {});
   // `output` holds size() * count elements: rank r's `input` lands at r * count.
   Work all_gather_async(const void* input, void* output, std::size_t count, DataType type,
                         OpOptions options = {});
   // `input` holds size() * count elements; rank r receives op over all ranks of
   // the r-th chunk of `count` elements into `output`.
-  Work reduce_scatter_async(const void* input, void* output, std::size_t count, DataType type,
-                            ReduceOp op, OpOptions options = {});
+  Work reduce_scatter_async(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
+                            OpOptions options = {});
   Work barrier_async(OpOptions options = {});
 
   // Blocking forms. When nothing else is queued on the group they run on the
@@ -111,15 +109,18 @@ class ProcessGroup {
   template <std::ranges::contiguous_range In, std::ranges::contiguous_range Out>
   void all_gather(const In& input, Out&& output, OpOptions options = {}) {
     using T = std::ranges::range_value_t<In>;
-    static_assert(std::is_same_v<T, std::ranges::range_value_t<Out>>, "input and output element types differ");
+    static_assert(std::is_same_v<T, std::ranges::range_value_t<Out>>,
+                  "input and output element types differ");
     check_sizes("all_gather", std::ranges::size(input), std::ranges::size(output));
-    all_gather(std::ranges::data(input), std::ranges::data(output), std::ranges::size(input), dtype_of<T>(), options);
+    all_gather(std::ranges::data(input), std::ranges::data(output), std::ranges::size(input), dtype_of<T>(),
+               options);
   }
   // input.size() must be size() * output.size().
   template <std::ranges::contiguous_range In, std::ranges::contiguous_range Out>
   void reduce_scatter(const In& input, Out&& output, ReduceOp op = ReduceOp::kSum, OpOptions options = {}) {
     using T = std::ranges::range_value_t<In>;
-    static_assert(std::is_same_v<T, std::ranges::range_value_t<Out>>, "input and output element types differ");
+    static_assert(std::is_same_v<T, std::ranges::range_value_t<Out>>,
+                  "input and output element types differ");
     check_sizes("reduce_scatter", std::ranges::size(output), std::ranges::size(input));
     reduce_scatter(std::ranges::data(input), std::ranges::data(output), std::ranges::size(output),
                    dtype_of<T>(), op, options);
@@ -130,7 +131,8 @@ class ProcessGroup {
  private:
   // Throws ddp::ConfigError unless big == size() * small.
   void check_sizes(std::string_view op, std::size_t small, std::size_t big) const;
-  Work all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options, bool sync);
+  Work all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options,
+                       bool sync);
   Work broadcast_impl(void* data, std::size_t count, DataType type, int root, OpOptions options, bool sync);
   Work all_gather_impl(const void* input, void* output, std::size_t count, DataType type, OpOptions options,
                        bool sync);

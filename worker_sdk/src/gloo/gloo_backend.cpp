@@ -1,8 +1,4 @@
 // Gloo backend: CPU collectives over Gloo's TCP transport, one op thread per group.
-#include <cstring>
-#include <string>
-#include <vector>
-
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -10,6 +6,10 @@
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "backend.hpp"
 #include "ddp/common/error.hpp"
@@ -38,56 +38,66 @@ class GlooBackend final : public Backend {
 
   std::string_view name() const override { return "gloo"; }
 
-  Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout, bool sync) override {
-    return queue_.submit("all_reduce", [=, this] {
-      dispatch_type(type, [&]<typename T>(std::type_identity<T>) {
-        T* typed = static_cast<T*>(data);
-        if (size_ > 1) {
-          gloo::AllreduceOptions opts(context_);
-          opts.setOutput(typed, count);
-          opts.setReduceFunction(reduce_function<T>(op));
-          opts.setTag(next_tag());
-          opts.setTimeout(timeout);
-          guarded("all_reduce", timeout, [&] { gloo::allreduce(opts); });
-        }
-        if (op == ReduceOp::kAvg) divide_elements(typed, count, size_);
-      });
-    }, sync);
+  Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout,
+                  bool sync) override {
+    return queue_.submit(
+        "all_reduce",
+        [=, this] {
+          dispatch_type(type, [&]<typename T>(std::type_identity<T>) {
+            T* typed = static_cast<T*>(data);
+            if (size_ > 1) {
+              gloo::AllreduceOptions opts(context_);
+              opts.setOutput(typed, count);
+              opts.setReduceFunction(reduce_function<T>(op));
+              opts.setTag(next_tag());
+              opts.setTimeout(timeout);
+              guarded("all_reduce", timeout, [&] { gloo::allreduce(opts); });
+            }
+            if (op == ReduceOp::kAvg) divide_elements(typed, count, size_);
+          });
+        },
+        sync);
   }
 
   Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout, bool sync) override {
     const std::size_t bytes = count * element_size(type);
-    return queue_.submit("broadcast", [=, this] {
-      if (size_ == 1) return;
-      auto* ptr = static_cast<std::uint8_t*>(data);
-      gloo::BroadcastOptions opts(context_);
-      if (rank_ == root) opts.setInput(ptr, bytes);
-      opts.setOutput(ptr, bytes);
-      opts.setRoot(root);
-      opts.setTag(next_tag());
-      opts.setTimeout(timeout);
-      guarded("broadcast", timeout, [&] { gloo::broadcast(opts); });
-    }, sync);
+    return queue_.submit(
+        "broadcast",
+        [=, this] {
+          if (size_ == 1) return;
+          auto* ptr = static_cast<std::uint8_t*>(data);
+          gloo::BroadcastOptions opts(context_);
+          if (rank_ == root) opts.setInput(ptr, bytes);
+          opts.setOutput(ptr, bytes);
+          opts.setRoot(root);
+          opts.setTag(next_tag());
+          opts.setTimeout(timeout);
+          guarded("broadcast", timeout, [&] { gloo::broadcast(opts); });
+        },
+        sync);
   }
 
   Work all_gather(const void* input, void* output, std::size_t count, DataType type, Millis timeout,
                   bool sync) override {
     const std::size_t bytes = count * element_size(type);
-    return queue_.submit("all_gather", [=, this] {
-      auto* out = static_cast<std::uint8_t*>(output);
-      if (size_ == 1) {
-        std::memmove(out, input, bytes);
-        return;
-      }
-      gloo::AllgatherOptions opts(context_);
-      // Gloo's allgather reads `input` through its own buffer, so the const_cast
-      // never leads to a write.
-      opts.setInput(static_cast<std::uint8_t*>(const_cast<void*>(input)), bytes);
-      opts.setOutput(out, bytes * static_cast<std::size_t>(size_));
-      opts.setTag(next_tag());
-      opts.setTimeout(timeout);
-      guarded("all_gather", timeout, [&] { gloo::allgather(opts); });
-    }, sync);
+    return queue_.submit(
+        "all_gather",
+        [=, this] {
+          auto* out = static_cast<std::uint8_t*>(output);
+          if (size_ == 1) {
+            std::memmove(out, input, bytes);
+            return;
+          }
+          gloo::AllgatherOptions opts(context_);
+          // Gloo's allgather reads `input` through its own buffer, so the const_cast
+          // never leads to a write.
+          opts.setInput(static_cast<std::uint8_t*>(const_cast<void*>(input)), bytes);
+          opts.setOutput(out, bytes * static_cast<std::size_t>(size_));
+          opts.setTag(next_tag());
+          opts.setTimeout(timeout);
+          guarded("all_gather", timeout, [&] { gloo::allgather(opts); });
+        },
+        sync);
   }
 
   // Gloo 0.5 has no new-style reduce-scatter: all-reduce the whole input in a
@@ -95,44 +105,52 @@ class GlooBackend final : public Backend {
   // CPU tensors). Costs 2x the bytes of a ring reduce-scatter.
   Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
                       Millis timeout, bool sync) override {
-    return queue_.submit("reduce_scatter", [=, this] {
-      dispatch_type(type, [&]<typename T>(std::type_identity<T>) {
-        const std::size_t total = count * static_cast<std::size_t>(size_);
-        std::vector<T> scratch(static_cast<const T*>(input), static_cast<const T*>(input) + total);
-        if (size_ > 1) {
-          gloo::AllreduceOptions opts(context_);
-          opts.setOutput(scratch.data(), total);
-          opts.setReduceFunction(reduce_function<T>(op));
-          opts.setTag(next_tag());
-          opts.setTimeout(timeout);
-          guarded("reduce_scatter", timeout, [&] { gloo::allreduce(opts); });
-        }
-        T* out = static_cast<T*>(output);
-        std::memcpy(out, scratch.data() + count * static_cast<std::size_t>(rank_), count * sizeof(T));
-        if (op == ReduceOp::kAvg) divide_elements(out, count, size_);
-      });
-    }, sync);
+    return queue_.submit(
+        "reduce_scatter",
+        [=, this] {
+          dispatch_type(type, [&]<typename T>(std::type_identity<T>) {
+            const std::size_t total = count * static_cast<std::size_t>(size_);
+            std::vector<T> scratch(static_cast<const T*>(input), static_cast<const T*>(input) + total);
+            if (size_ > 1) {
+              gloo::AllreduceOptions opts(context_);
+              opts.setOutput(scratch.data(), total);
+              opts.setReduceFunction(reduce_function<T>(op));
+              opts.setTag(next_tag());
+              opts.setTimeout(timeout);
+              guarded("reduce_scatter", timeout, [&] { gloo::allreduce(opts); });
+            }
+            T* out = static_cast<T*>(output);
+            std::memcpy(out, scratch.data() + count * static_cast<std::size_t>(rank_), count * sizeof(T));
+            if (op == ReduceOp::kAvg) divide_elements(out, count, size_);
+          });
+        },
+        sync);
   }
 
   Work barrier(Millis timeout, bool sync) override {
-    return queue_.submit("barrier", [=, this] {
-      if (size_ == 1) return;
-      gloo::BarrierOptions opts(context_);
-      opts.setTag(next_tag());
-      opts.setTimeout(timeout);
-      guarded("barrier", timeout, [&] { gloo::barrier(opts); });
-    }, sync);
+    return queue_.submit(
+        "barrier",
+        [=, this] {
+          if (size_ == 1) return;
+          gloo::BarrierOptions opts(context_);
+          opts.setTag(next_tag());
+          opts.setTimeout(timeout);
+          guarded("barrier", timeout, [&] { gloo::barrier(opts); });
+        },
+        sync);
   }
 
  private:
   void connect(const BackendConfig& config) {
     const GlooAddress address = choose_gloo_address(config.options.interface);
-    const std::string where = address.iface.empty() ? "address " + address.hostname
-                                                    : "interface " + address.iface;
+    const std::string where =
+        address.iface.empty() ? "address " + address.hostname : "interface " + address.iface;
     log::get("sdk")->debug("gloo transport rank={} bind={} reason=\"{}\"", rank_, where, address.reason);
     gloo::transport::tcp::attr attr;
-    if (!address.iface.empty()) attr.iface = address.iface;
-    else attr.hostname = address.hostname;
+    if (!address.iface.empty())
+      attr.iface = address.iface;
+    else
+      attr.hostname = address.hostname;
     try {
       device_ = gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
@@ -148,9 +166,10 @@ class GlooBackend final : public Backend {
     } catch (const ddp::Error&) {
       throw;
     } catch (const std::exception& e) {
-      throw NetworkError("rank " + std::to_string(rank_) + " of group '" + group_ +
-                         "': gloo could not connect to its peers from " + where + ": " + e.what() +
-                         "; if the ranks run on several hosts, set DDP_GLOO_IFNAME to an interface they can reach");
+      throw NetworkError(
+          "rank " + std::to_string(rank_) + " of group '" + group_ +
+          "': gloo could not connect to its peers from " + where + ": " + e.what() +
+          "; if the ranks run on several hosts, set DDP_GLOO_IFNAME to an interface they can reach");
     }
   }
 

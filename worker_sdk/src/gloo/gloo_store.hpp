@@ -2,12 +2,12 @@
 // every process group instance has its own keys.
 #pragma once
 
+#include <gloo/rendezvous/store.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gloo/rendezvous/store.h>
 
 #include "ddp/store/store.hpp"
 

@@ -5,8 +5,9 @@
 namespace ddp::detail {
 
 std::unique_ptr<Backend> make_gloo_backend(const BackendConfig&) {
-  throw ConfigError("backend 'gloo' requested, but this ddp SDK was built without Gloo "
-                    "(install libgloo-dev and reconfigure)");
+  throw ConfigError(
+      "backend 'gloo' requested, but this ddp SDK was built without Gloo "
+      "(install libgloo-dev and reconfigure)");
 }
 
 }  // namespace ddp::detail

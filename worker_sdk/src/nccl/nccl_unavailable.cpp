@@ -11,8 +11,9 @@ namespace detail {
 bool cuda_device_present() { return false; }
 
 std::unique_ptr<Backend> make_nccl_backend(const BackendConfig&) {
-  throw ConfigError("backend 'nccl' requested, but this ddp SDK was built without NCCL "
-                    "(configure with CUDA and NCCL available, DDP_WITH_NCCL=ON); use backend 'gloo'");
+  throw ConfigError(
+      "backend 'nccl' requested, but this ddp SDK was built without NCCL "
+      "(configure with CUDA and NCCL available, DDP_WITH_NCCL=ON); use backend 'gloo'");
 }
 
 }  // namespace detail

@@ -12,9 +12,7 @@ namespace ddp::agent {
 // Bit mask, torchrun's numbering: 0 none, 1 stdout, 2 stderr, 3 both.
 enum class Std : std::uint8_t { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
 
-inline bool has(Std mask, Std bit) {
-  return (static_cast<unsigned>(mask) & static_cast<unsigned>(bit)) != 0;
-}
+inline bool has(Std mask, Std bit) { return (static_cast<unsigned>(mask) & static_cast<unsigned>(bit)) != 0; }
 
 // One value for every local rank ("3") or a map per local rank ("0:1,1:2");
 // local ranks missing from a map get kNone, as in torchrun.

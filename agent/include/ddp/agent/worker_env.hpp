@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "ddp/common/endpoint.hpp"
-
 #include "ddp/rdzv/rendezvous.hpp"
 
 namespace ddp::agent {
@@ -19,8 +18,8 @@ struct WorkerEnvInput {
   int restart_count = 0;
   int max_restarts = 0;
   std::string run_id;
-  std::string error_file;      // TORCHELASTIC_ERROR_FILE
-  std::string token_file;      // DDP_TOKEN_FILE; empty: not set
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE
+  std::string token_file;  // DDP_TOKEN_FILE; empty: not set
   bool default_omp_threads = true;
   // MASTER_ADDR/MASTER_PORT: the agent's torch store proxy, which puts torch's
   // keys under the round's worker_prefix. Port 0: the round's store itself.
@@ -35,8 +34,7 @@ EnvMap current_environment();
 // Builds the worker's complete environment. Contract variables replace any
 // inherited value; OMP_NUM_THREADS=1 is added only when the base lacks it and
 // local_world_size > 1.
-EnvMap build_worker_env(const EnvMap& base, const rdzv::RendezvousResult& round,
-                        const WorkerEnvInput& in);
+EnvMap build_worker_env(const EnvMap& base, const rdzv::RendezvousResult& round, const WorkerEnvInput& in);
 
 // True when build_worker_env would add OMP_NUM_THREADS (the agent logs it once).
 bool sets_default_omp_threads(const EnvMap& base, const WorkerEnvInput& in);

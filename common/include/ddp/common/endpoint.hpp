@@ -8,7 +8,7 @@
 namespace ddp {
 
 struct Endpoint {
-  std::string host;    // name or address; IPv6 without brackets
+  std::string host;  // name or address; IPv6 without brackets
   std::uint16_t port = 0;
 
   // "host:port", with brackets around an IPv6 address.

@@ -68,10 +68,10 @@ std::string errno_text(int err);
 }  // namespace ddp
 
 // Invariant check: throws ddp::InternalError naming the file and line.
-#define DDP_CHECK(cond, msg)                                                               \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
+#define DDP_CHECK(cond, msg)                                                              \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
       throw ::ddp::InternalError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
                                  ": check '" #cond "' failed: " + (msg));                 \
-    }                                                                                      \
+    }                                                                                     \
   } while (0)

@@ -4,10 +4,10 @@
 // SDK stays quiet unless it (or DDP_LOG_LEVEL) asks for more.
 #pragma once
 
+#include <spdlog/logger.h>
+
 #include <memory>
 #include <string>
-
-#include <spdlog/logger.h>
 
 namespace ddp::log {
 

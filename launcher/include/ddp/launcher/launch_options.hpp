@@ -26,7 +26,7 @@ struct LaunchOptions {
   std::string rdzv_id = "none";
   std::string rdzv_conf;
   int max_restarts = 0;
-  double monitor_interval = 5.0;  // accepted for compatibility; monitoring is event-driven
+  double monitor_interval = 5.0;       // accepted for compatibility; monitoring is event-driven
   std::string start_method = "spawn";  // accepted for compatibility; workers are always exec'd
   std::string role = "default";
   std::string log_dir;
@@ -39,8 +39,8 @@ struct LaunchOptions {
   std::string local_addr;
   // Empty: "[rank ${rank}]:". Also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.
   std::string log_line_prefix_template;
-  bool no_prefix = false;  // console lines exactly as the workers wrote them
-  std::string logs_specs;          // torchrun's LogsSpecs plugin: accepted, the default only
+  bool no_prefix = false;                  // console lines exactly as the workers wrote them
+  std::string logs_specs;                  // torchrun's LogsSpecs plugin: accepted, the default only
   std::string event_log_handler = "null";  // torchrun's events handler: accepted, see --event_log
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   // Ours.
@@ -49,18 +49,18 @@ struct LaunchOptions {
   // to a .py script that defines a --local_rank (or --local-rank) argument.
   bool legacy_local_rank = false;
   bool no_legacy_local_rank = false;
-  bool use_env = false;            // torch.distributed.launch's flag: accepted, the default here
+  bool use_env = false;  // torch.distributed.launch's flag: accepted, the default here
   std::string token_file;
   std::string log_level = "info";
   // Interpreter for scripts and -m; empty: torchrun's (the python in the
   // shebang of the torchrun on PATH), else python3 on PATH.
   std::string python;
-  std::string event_log;           // JSON line per lifecycle event; empty: none
+  std::string event_log;  // JSON line per lifecycle event; empty: none
   // One agent per host over ssh (ssh_launch.cpp): "h1,h2" or "h1:4,h2:4", or a
   // hostfile of `HOST slots=N` lines. Both empty: run here.
   std::string hosts;
   std::string hostfile;
-  std::string config;              // --config FILE (JSON), already merged in
+  std::string config;  // --config FILE (JSON), already merged in
   bool print_config = false;
   // The program and its arguments, untouched.
   std::vector<std::string> program;

@@ -1,8 +1,7 @@
 // Every rank contributes rank+1; after the all-reduce each holds the sum.
 #include <cstdio>
-#include <vector>
-
 #include <ddp/sdk.hpp>
+#include <vector>
 
 int main() {
   ddp::Context ctx = ddp::init();

@@ -93,14 +93,13 @@ class EtcdStore final : public Store {
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
   std::optional<std::string> try_get(const std::string& key) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
-  std::string compare_set(const std::string& key, std::string_view expected,
-                          std::string_view desired, LeaseId lease = 0) override;
+  std::string compare_set(const std::string& key, std::string_view expected, std::string_view desired,
+                          LeaseId lease = 0) override;
   bool remove(const std::string& key) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override;
-  Revision multi_set(const std::vector<std::pair<std::string, std::string>>& kvs,
-                     LeaseId lease = 0) override;
+  Revision multi_set(const std::vector<std::pair<std::string, std::string>>& kvs, LeaseId lease = 0) override;
   std::int64_t append(const std::string& key, std::string_view value) override;
   std::int64_t num_keys() override;
   ListResult list(const std::string& prefix) override;
@@ -108,8 +107,7 @@ class EtcdStore final : public Store {
   void lease_keepalive(LeaseId lease) override;
   void lease_revoke(LeaseId lease) override;
   std::unique_ptr<WatchHandle> watch(const std::string& prefix, Revision from_revision,
-                                     WatchCallback on_event,
-                                     WatchErrorCallback on_error = {}) override;
+                                     WatchCallback on_event, WatchErrorCallback on_error = {}) override;
 
   // Ordering by creation, for protocols where many writers must not contend on
   // one key (the rendezvous arrival step, docs/rendezvous.md "etcd backend"):

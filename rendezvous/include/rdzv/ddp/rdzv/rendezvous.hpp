@@ -40,13 +40,13 @@ struct EtcdRendezvousConfig {
 };
 
 struct RendezvousConfig {
-  std::string backend = "c10d";       // standalone | static | c10d
-  std::string run_id = "none";        // --rdzv_id
-  Endpoint endpoint;                  // --rdzv_endpoint, or master for static
+  std::string backend = "c10d";  // standalone | static | c10d
+  std::string run_id = "none";   // --rdzv_id
+  Endpoint endpoint;             // --rdzv_endpoint, or master for static
   int min_nodes = 1;
   int max_nodes = 1;
-  int node_rank = -1;                 // static only
-  std::string token;                  // store auth token (empty: none)
+  int node_rank = -1;  // static only
+  std::string token;   // store auth token (empty: none)
   // --rdzv_conf, torchrun's names and defaults (seconds in the flag).
   std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
   std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
@@ -56,8 +56,8 @@ struct RendezvousConfig {
   // at once). ddprun: every second on a terminal, every 30 s in a log file.
   std::chrono::milliseconds progress_interval{std::chrono::seconds(1)};
   int keep_alive_max_attempt = 3;
-  bool is_host = false;               // this agent hosts the store in-process
-  EtcdRendezvousConfig etcd;          // backend "etcd" (alias "etcd-v2") only
+  bool is_host = false;       // this agent hosts the store in-process
+  EtcdRendezvousConfig etcd;  // backend "etcd" (alias "etcd-v2") only
   // c10d: read every node's record into RendezvousResult::nodes (one list request,
   // O(N) bytes per agent). false: `nodes` holds only this node, O(1) bytes.
   bool list_nodes = true;
@@ -68,12 +68,12 @@ struct RendezvousConfig {
 
 // The outcome of one round: this node's place in the world.
 struct RendezvousResult {
-  std::int64_t round = 0;            // increases by one per completed round of the job
-  int group_rank = 0;                // this node's index among nodes
-  int group_world_size = 1;          // number of nodes
-  int rank_offset = 0;               // global rank of this node's local rank 0
-  int world_size = 1;                // sum of local_world_size over nodes
-  std::vector<NodeSpec> nodes;       // all nodes, by group rank
+  std::int64_t round = 0;       // increases by one per completed round of the job
+  int group_rank = 0;           // this node's index among nodes
+  int group_world_size = 1;     // number of nodes
+  int rank_offset = 0;          // global rank of this node's local rank 0
+  int world_size = 1;           // sum of local_world_size over nodes
+  std::vector<NodeSpec> nodes;  // all nodes, by group rank
   // Where workers bootstrap: MASTER_ADDR/MASTER_PORT point at this store, and
   // keys of this round live under worker_prefix (new per round, so workers of
   // an old round can never mix with a new one).
@@ -83,11 +83,11 @@ struct RendezvousResult {
 
 // Why a running round must end, delivered to the agent asynchronously.
 enum class RoundEvent : std::uint8_t {
-  kRestartRequested = 0,  // a node reported a worker failure (failure fan-out)
-  kMembershipChanged = 1, // a node's lease expired (dead node): re-form
-  kNodesWaiting = 2,      // new agents wait to join: scale up (does not spend a restart)
-  kStoreLost = 3,         // the store is gone past the keep-alive window
-  kJobClosed = 4,         // a joining node closed the job for a mistake no restart mends
+  kRestartRequested = 0,   // a node reported a worker failure (failure fan-out)
+  kMembershipChanged = 1,  // a node's lease expired (dead node): re-form
+  kNodesWaiting = 2,       // new agents wait to join: scale up (does not spend a restart)
+  kStoreLost = 3,          // the store is gone past the keep-alive window
+  kJobClosed = 4,          // a joining node closed the job for a mistake no restart mends
 };
 using RoundEventCallback = std::function<void(RoundEvent, const std::string& detail)>;
 
@@ -119,14 +119,12 @@ class RendezvousHandler {
 // Builds the handler for config.backend ("standalone", "static", "c10d" or its
 // alias "dynamic"). Throws ConfigError for an unknown backend or a bad setting
 // (exit 2), RendezvousError when the store cannot be reached (static: exit 3).
-std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config,
-                                                  const NodeSpec& self);
+std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config, const NodeSpec& self);
 
 // The static or c10d handler over an existing store instead of one reached
 // through config.endpoint (tests, embedding, several handlers on one store).
 // config.endpoint is still what RendezvousResult::store_endpoint reports.
-std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config,
-                                                  const NodeSpec& self,
+std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config, const NodeSpec& self,
                                                   std::shared_ptr<store::Store> store);
 
 }  // namespace ddp::rdzv

@@ -30,36 +30,36 @@ inline constexpr char kPreamble[4] = {'\xDD', 'D', 'P', 'S'};
 inline constexpr std::uint32_t kProtocolVersion = 1;
 
 enum class Op : std::uint8_t {
-  kHello = 1,           // a=protocol version, values[0]=token (may be empty). num=server version
-  kSet = 2,             // keys[0], values[0], a=lease id (0: none)
-  kGet = 3,             // keys[0], b=timeout ms (<0: forever). Waits for the key. items[0]
-  kTryGet = 4,          // keys[0]. NOT_FOUND or items[0]
-  kAdd = 5,             // keys[0], b=delta. num=new value; value stored as decimal text
-  kCompareSet = 6,      // keys[0], values[0]=expected, values[1]=desired, a=lease.
-                        // items[0].value = value after the call; num=1 when swapped.
-                        // Missing key and empty expected: creates. Missing key and
-                        // non-empty expected: returns expected, sets nothing (torch).
-  kDelete = 7,          // keys (one or more). num=number deleted
-  kCheck = 8,           // keys. num=1 when all exist
-  kWait = 9,            // keys, b=timeout ms (<0: forever). OK once all exist, else TIMEOUT
-  kMultiGet = 10,       // keys. one item per key: kind kPresent/kMissing
-  kMultiSet = 11,       // keys, values (same count), a=lease
-  kAppend = 12,         // keys[0], values[0]. num=new length
-  kNumKeys = 13,        // num=number of keys
-  kList = 14,           // keys[0]=prefix. items (sorted by key); revision=as of the read
-  kLeaseGrant = 15,     // b=ttl ms, a=flags (kLeaseBindToConnection). num=lease id
-  kLeaseKeepAlive = 16, // a=lease id. num=ttl ms. LEASE_NOT_FOUND when expired
-  kLeaseRevoke = 17,    // a=lease id. Deletes its keys
-  kWatch = 18,          // keys[0]=prefix, b=from revision (0: from now). OK ack, then
-                        // kEvent responses with the same id, items kPut/kDelete
-  kCancel = 19,         // a=id of a pending get/wait/watch on this connection
-  kStat = 20,           // items: key=name, value=decimal text
-  kPing = 21,           // no fields
+  kHello = 1,            // a=protocol version, values[0]=token (may be empty). num=server version
+  kSet = 2,              // keys[0], values[0], a=lease id (0: none)
+  kGet = 3,              // keys[0], b=timeout ms (<0: forever). Waits for the key. items[0]
+  kTryGet = 4,           // keys[0]. NOT_FOUND or items[0]
+  kAdd = 5,              // keys[0], b=delta. num=new value; value stored as decimal text
+  kCompareSet = 6,       // keys[0], values[0]=expected, values[1]=desired, a=lease.
+                         // items[0].value = value after the call; num=1 when swapped.
+                         // Missing key and empty expected: creates. Missing key and
+                         // non-empty expected: returns expected, sets nothing (torch).
+  kDelete = 7,           // keys (one or more). num=number deleted
+  kCheck = 8,            // keys. num=1 when all exist
+  kWait = 9,             // keys, b=timeout ms (<0: forever). OK once all exist, else TIMEOUT
+  kMultiGet = 10,        // keys. one item per key: kind kPresent/kMissing
+  kMultiSet = 11,        // keys, values (same count), a=lease
+  kAppend = 12,          // keys[0], values[0]. num=new length
+  kNumKeys = 13,         // num=number of keys
+  kList = 14,            // keys[0]=prefix. items (sorted by key); revision=as of the read
+  kLeaseGrant = 15,      // b=ttl ms, a=flags (kLeaseBindToConnection). num=lease id
+  kLeaseKeepAlive = 16,  // a=lease id. num=ttl ms. LEASE_NOT_FOUND when expired
+  kLeaseRevoke = 17,     // a=lease id. Deletes its keys
+  kWatch = 18,           // keys[0]=prefix, b=from revision (0: from now). OK ack, then
+                         // kEvent responses with the same id, items kPut/kDelete
+  kCancel = 19,          // a=id of a pending get/wait/watch on this connection
+  kStat = 20,            // items: key=name, value=decimal text
+  kPing = 21,            // no fields
   // PyTorch TCPStore's queues (torch 2.8+), a namespace of their own beside the
   // keys; native so that a proxy can carry a torch client's queue ops.
-  kQueuePush = 22,      // keys[0]=queue, values[0]. num=length after
-  kQueuePop = 23,       // keys[0]=queue. num=length before; items[0]=value when there was one
-  kQueueLen = 24,       // keys[0]=queue. num=length
+  kQueuePush = 22,  // keys[0]=queue, values[0]. num=length after
+  kQueuePop = 23,   // keys[0]=queue. num=length before; items[0]=value when there was one
+  kQueueLen = 24,   // keys[0]=queue. num=length
 };
 inline constexpr std::uint8_t kMaxOp = 24;
 
@@ -96,11 +96,11 @@ enum class ItemKind : std::uint8_t {
 // Sizes checked before anything is allocated. Defaults for server and client;
 // the server can be configured tighter.
 struct Limits {
-  std::uint32_t max_key_bytes = 8 * 1024;               // torch's libuv server uses 8 KiB
-  std::uint32_t max_value_bytes = 64 * 1024 * 1024;     // checkpoints of metadata, not tensors
-  std::uint32_t max_frame_bytes = 80 * 1024 * 1024;     // a value plus headroom
+  std::uint32_t max_key_bytes = 8 * 1024;            // torch's libuv server uses 8 KiB
+  std::uint32_t max_value_bytes = 64 * 1024 * 1024;  // checkpoints of metadata, not tensors
+  std::uint32_t max_frame_bytes = 80 * 1024 * 1024;  // a value plus headroom
   std::uint32_t max_keys_per_request = 128 * 1024;
-  std::uint32_t max_pending_per_connection = 4096;      // blocked gets, waits and watches
+  std::uint32_t max_pending_per_connection = 4096;  // blocked gets, waits and watches
 };
 
 struct Request {

@@ -82,8 +82,8 @@ class Store {
   virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
   // PyTorch semantics: returns the value after the call. Swaps when the current value
   // equals `expected`; a missing key with empty `expected` is created.
-  virtual std::string compare_set(const std::string& key, std::string_view expected,
-                                  std::string_view desired, LeaseId lease = 0) = 0;
+  virtual std::string compare_set(const std::string& key, std::string_view expected, std::string_view desired,
+                                  LeaseId lease = 0) = 0;
   // Returns true if the key existed.
   virtual bool remove(const std::string& key) = 0;
   virtual bool check(const std::vector<std::string>& keys) = 0;
@@ -108,8 +108,7 @@ class Store {
   // and a watch from its revision + 1. A from_revision older than the retained
   // history is refused: TcpStore throws CompactedError.
   virtual std::unique_ptr<WatchHandle> watch(const std::string& prefix, Revision from_revision,
-                                             WatchCallback on_event,
-                                             WatchErrorCallback on_error = {}) = 0;
+                                             WatchCallback on_event, WatchErrorCallback on_error = {}) = 0;
 };
 
 }  // namespace ddp::store
