@@ -25,6 +25,10 @@ struct LatencySummary {
 // Merges each thread's latencies (nanoseconds) and takes the percentiles.
 LatencySummary summarize_latencies(const std::vector<std::vector<std::int64_t>>& per_thread_ns);
 
+// Raises the soft limit on open files towards `want` (the hard limit too where
+// allowed: root); returns the limit in force.
+std::size_t raise_fd_limit(std::size_t want);
+
 }  // namespace ddp::bench
 
 #define DDP_BENCH_SUBCOMMAND(name, summary, fn) \

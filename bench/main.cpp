@@ -1,4 +1,6 @@
 // ddp-bench: benchmarks that print figures (never asserts). Wiring only.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -38,6 +40,22 @@ LatencySummary summarize_latencies(const std::vector<std::vector<std::int64_t>>&
   s.p50_us = pct(0.50);
   s.p99_us = pct(0.99);
   return s;
+}
+
+std::size_t raise_fd_limit(std::size_t want) {
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_cur >= want) return rl.rlim_cur;
+  rlimit up = rl;
+  up.rlim_cur = want;
+  if (up.rlim_max < want) up.rlim_max = want;  // needs CAP_SYS_RESOURCE
+  if (setrlimit(RLIMIT_NOFILE, &up) != 0) {
+    up.rlim_cur = rl.rlim_max;
+    up.rlim_max = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &up);
+  }
+  getrlimit(RLIMIT_NOFILE, &rl);
+  return rl.rlim_cur;
 }
 
 }  // namespace ddp::bench

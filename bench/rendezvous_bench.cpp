@@ -8,8 +8,6 @@
 // clients would be 10,000 I/O threads, which measures the scheduler rather than
 // the algorithm. The requests are exactly those DynamicHandler sends for one
 // round (list_nodes=false unless --list-nodes). Prints figures, asserts nothing.
-#include <sys/resource.h>
-
 #include <CLI/CLI.hpp>
 #include <array>
 #include <boost/asio/awaitable.hpp>
@@ -389,24 +387,6 @@ void run_once(const Options& o, const Endpoint& where, int n, int seq) {
         s.r_max_bytes, s.early_closer.c_str());
   }
   std::fflush(stdout);
-}
-
-// Raises the soft fd limit towards `want` (the hard limit too where allowed);
-// returns the limit in force.
-std::size_t raise_fd_limit(std::size_t want) {
-  rlimit rl{};
-  getrlimit(RLIMIT_NOFILE, &rl);
-  if (rl.rlim_cur >= want) return rl.rlim_cur;
-  rlimit up = rl;
-  up.rlim_cur = want;
-  if (up.rlim_max < want) up.rlim_max = want;  // needs CAP_SYS_RESOURCE
-  if (setrlimit(RLIMIT_NOFILE, &up) != 0) {
-    up.rlim_cur = rl.rlim_max;
-    up.rlim_max = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &up);
-  }
-  getrlimit(RLIMIT_NOFILE, &rl);
-  return rl.rlim_cur;
 }
 
 int rendezvous_main(int argc, char** argv) {

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Worker bootstrap at scale: N simulated torch ranks do what init_process_group
+# does with the job's store (connect, the rank-0 set and everyone's get of the
+# NCCL id, the store-based barrier; `ddp-bench bootstrap`), against PyTorch's
+# own TCPStore server (torch_tcpstore_server.py in Debian's /usr/bin/python3)
+# and against `ddp-rendezvousd --port 0`, in one run. Each N runs --repeat
+# times, alternating which server goes first; the table shows the median time
+# until the last rank passed the barrier and the ratio torch/ddp (goal >= 10x
+# at the largest N), and the CPU seconds each server spent on it (the clients
+# share this machine's cores with the server; on a cluster they would not). torch 1.13's server speaks the 1.x wire protocol, so both
+# are driven with it; a last column times ddp with torch 2.x's (VALIDATE, PING).
+# The servers and the clients each hold one descriptor per rank: the script
+# raises `ulimit -n` as far as it may (root: --fd-limit) and skips an N that
+# does not fit.
+# A run that is not through after --timeout seconds counts as failed (torch
+# 1.13's server has dropped connections at 19,500 ranks here, and the barrier
+# then never completes).
+# Usage: scripts/bench/bootstrap_vs_torch.sh [--ranks 100,1000,4000,16000] [--repeat N] [--fd-limit N] [--timeout S]
+# Env: BUILD_DIR (default build), PYTHON (default /usr/bin/python3, where python3-torch lives).
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+build="${BUILD_DIR:-$root/build}"
+python="${PYTHON:-/usr/bin/python3}"
+ranks_list=100,1000,4000,16000
+repeat=3
+fd_limit=65536
+timeout=300
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --ranks) ranks_list="$2"; shift 2 ;;
+    --repeat) repeat="$2"; shift 2 ;;
+    --fd-limit) fd_limit="$2"; shift 2 ;;
+    --timeout) timeout="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "bootstrap_vs_torch.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
+  esac
+done
+for b in ddp-rendezvousd ddp-bench; do
+  if [[ ! -x "$build/bin/$b" ]]; then
+    echo "bootstrap_vs_torch.sh: $build/bin/$b not found; run scripts/build.sh (or set BUILD_DIR)" >&2
+    exit 2
+  fi
+done
+"$python" -c 'import torch' 2>/dev/null ||
+  { echo "bootstrap_vs_torch.sh: $python cannot import torch (apt install python3-torch)" >&2; exit 2; }
+
+# Raising the hard limit needs root; otherwise the soft limit goes up to it.
+ulimit -n "$fd_limit" 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+limit=$(ulimit -n)
+
+tmp="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+wait_port() {  # file what
+  for _ in $(seq 200); do [[ -s "$1" ]] && return 0; sleep 0.05; done
+  echo "bootstrap_vs_torch.sh: $2 did not start:" >&2; cat "$tmp"/*.log >&2; exit 1
+}
+"$build/bin/ddp-rendezvousd" --host 127.0.0.1 --port 0 --port-file "$tmp/ddp.port" --log-level warn \
+  >"$tmp/ddp.log" 2>&1 &
+pids+=($!)
+declare -A server_pid=([ddp]=$!)
+"$python" "$here/torch_tcpstore_server.py" 127.0.0.1 "$tmp/torch.port" >"$tmp/torch.log" 2>&1 &
+pids+=($!)
+server_pid[torch]=$!
+wait_port "$tmp/ddp.port" ddp-rendezvousd
+wait_port "$tmp/torch.port" "torch TCPStore server"
+declare -A endpoint=([ddp]="127.0.0.1:$(cat "$tmp/ddp.port")" [torch]="127.0.0.1:$(cat "$tmp/torch.port")")
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p"; }
+
+echo "# $(nproc) cores, open-file limit $limit, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# torch $("$python" -c 'import torch; print(torch.__version__)'); median of $repeat; times in seconds"
+IFS=, read -r -a counts <<<"$ranks_list"
+rows=()
+for n in "${counts[@]}"; do
+  if ((n + 256 > limit)); then
+    echo "# $n ranks skipped: needs $((n + 256)) open files per process, the limit is $limit"
+    continue
+  fi
+  : >"$tmp/ddp.runs"; : >"$tmp/torch.runs"; : >"$tmp/ddp2.runs"
+  for ((r = 0; r < repeat; r++)); do
+    order=(torch ddp); ((r % 2)) && order=(ddp torch)
+    for s in "${order[@]}"; do
+      line="$("$build/bin/ddp-bench" bootstrap --ranks "$n" --endpoint "${endpoint[$s]}" --label "$s" --timeout "$timeout" \
+        --server-pid "${server_pid[$s]}")"
+      echo "$line"
+      echo "$line" >>"$tmp/$s.runs"
+    done
+    line="$("$build/bin/ddp-bench" bootstrap --ranks "$n" --endpoint "${endpoint[ddp]}" --label ddp --dialect 2 \
+      --server-pid "${server_pid[ddp]}")"
+    echo "$line"
+    echo "$line" >>"$tmp/ddp2.runs"
+  done
+  ok() { grep -v FAILED "$tmp/$1.runs" | field "$2" | median; }
+  failed=$(grep -c FAILED "$tmp/torch.runs" || true)
+  rows+=("$(awk -v n="$n" -v t="$(ok torch total_s)" -v d="$(ok ddp total_s)" -v d2="$(ok ddp2 total_s)" \
+    -v tc="$(ok torch connect_s)" -v dc="$(ok ddp connect_s)" -v tu="$(ok torch server_cpu_s)" \
+    -v du="$(ok ddp server_cpu_s)" -v failed="$failed" -v reps="$repeat" '
+    function cell(v) { return v == "nan" ? "failed" : sprintf("%.3f", v) }
+    function ratio(a, b) { return (a == "nan" || b == "nan" || b + 0 == 0) ? "n/a" : sprintf("**%.1fx**", a / b) }
+    BEGIN {
+      note = failed > 0 ? sprintf(" (%d of %d torch runs failed)", failed, reps) : ""
+      printf "| %d%s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", n, note, cell(tc), cell(t), cell(dc),
+        cell(d), ratio(t, d), cell(tu), cell(du), ratio(tu, du), cell(d2)
+    }')")
+done
+echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| ranks | torch: all connected | torch: all past the barrier | ddp: all connected | ddp: all past the barrier | torch/ddp | torch server CPU s | ddp server CPU s | torch/ddp CPU | ddp, torch 2.x protocol: all past the barrier |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+printf '%s\n' "${rows[@]}"
