@@ -151,6 +151,9 @@ class Guard {
     while (true) {
       int status = 0;
       const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      // No child at all: as a subreaper the guard is the parent of every
+      // orphan of its tree, so no descendant is left either.
+      no_children_ = pid < 0 && errno == ECHILD;
       if (pid <= 0) return;
       if (pid == worker_) {
         worker_done_ = true;
@@ -199,6 +202,9 @@ class Guard {
     reap();
     if (phase_ == Phase::kRunning) {
       if (!worker_done_) return;
+      // The usual end: the worker left nothing behind, and reading /proc to
+      // confirm it would cost milliseconds on a busy host.
+      if (no_children_) finish();
       const auto left = descendants(self_);
       if (left.empty()) finish();
       say("worker pid=" + std::to_string(worker_) + " exited; stopping " + std::to_string(left.size()) +
@@ -210,6 +216,7 @@ class Guard {
       deadline_ = Clock::now() + o_.stop_timeout;
       return;
     }
+    if (no_children_ && worker_done_) finish();
     const auto left = descendants(self_);
     if (left.empty() && worker_done_) finish();
     if (Clock::now() < deadline_) {
@@ -256,6 +263,7 @@ class Guard {
   std::unique_ptr<CgroupScope> cgroup_;
   pid_t worker_ = -1;
   bool worker_done_ = false;
+  bool no_children_ = false;
   int worker_status_ = 0;
   bool stop_forwarded_ = false;
   Phase phase_ = Phase::kRunning;
