@@ -29,6 +29,14 @@ LatencySummary summarize_latencies(const std::vector<std::vector<std::int64_t>>&
 // allowed: root); returns the limit in force.
 std::size_t raise_fd_limit(std::size_t want);
 
+// Binds the unconnected IPv4 socket `fd` to loopback address 127.0.1.x, x
+// chosen by `index` among 250, leaving the port to connect(): simulated
+// clients then come from many addresses, as on a cluster. From one address
+// the kernel's search for a free local port grows with every connection, and
+// at ten thousand connections the clients' connects cost more than the
+// server being measured. Returns false (socket unchanged) on error.
+bool bind_spread_loopback(int fd, int index);
+
 }  // namespace ddp::bench
 
 #define DDP_BENCH_SUBCOMMAND(name, summary, fn) \

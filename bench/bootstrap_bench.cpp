@@ -14,7 +14,6 @@
 // the ratio). A rank is one connection driven by a coroutine on one io_context
 // thread (N threads would measure the scheduler). Prints figures, asserts
 // nothing.
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -196,14 +195,8 @@ awaitable<void> rank_main(tcp::endpoint ep, Shared& s, int rank) {
   try {
     tcp::socket sock(exec);
     if (s.spread_sources) {
-      // Ranks come from 250 loopback addresses, as ranks on a cluster come
-      // from their own hosts: with all of them on 127.0.0.1 the kernel's
-      // search for a free local port grows with every connection, and the
-      // client's connects cost more than the server being measured.
       sock.open(ep.protocol());
-      const int one = 1;
-      ::setsockopt(sock.native_handle(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
-      sock.bind(tcp::endpoint(asio::ip::address_v4((127u << 24) | (1u << 8) | (1u + rank % 250)), 0));
+      bind_spread_loopback(sock.native_handle(), rank);
     }
     co_await sock.async_connect(ep, use_awaitable);
     sock.set_option(tcp::no_delay(true));

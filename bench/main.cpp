@@ -1,5 +1,8 @@
 // ddp-bench: benchmarks that print figures (never asserts). Wiring only.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -56,6 +59,15 @@ std::size_t raise_fd_limit(std::size_t want) {
   }
   getrlimit(RLIMIT_NOFILE, &rl);
   return rl.rlim_cur;
+}
+
+bool bind_spread_loopback(int fd, int index) {
+  const int one = 1;
+  if (::setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one)) != 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl((127u << 24) | (1u << 8) | (1u + static_cast<unsigned>(index) % 250u));
+  return ::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) == 0;
 }
 
 }  // namespace ddp::bench

@@ -269,6 +269,10 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     }
     ++s.connecting;
     tcp::socket sock(io);
+    if (ep.address().is_v4() && ep.address().to_v4().is_loopback()) {
+      sock.open(ep.protocol());
+      bind_spread_loopback(sock.native_handle(), id);
+    }
     co_await sock.async_connect(ep, use_awaitable);
     sock.set_option(tcp::no_delay(true));
     Conn c(std::move(sock));
