@@ -68,6 +68,11 @@ CgroupScope::~CgroupScope() { ::rmdir(path_.c_str()); }
 
 bool CgroupScope::join_self() const { return write_text(procs_file_, "0\n", 2); }
 
+bool CgroupScope::join(pid_t pid) const {
+  const std::string text = std::to_string(pid) + "\n";
+  return write_text(procs_file_, text.c_str(), text.size());
+}
+
 bool CgroupScope::kill_all() const { return write_text(path_ + "/cgroup.kill", "1\n", 2); }
 
 bool CgroupScope::populated() const {

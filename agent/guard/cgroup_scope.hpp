@@ -27,6 +27,8 @@ class CgroupScope {
   const std::string& path() const { return path_; }
   // Moves the calling process in (between fork and exec). False on failure.
   bool join_self() const;
+  // Moves process `pid` in (a worker the guard adopted). False on failure.
+  bool join(pid_t pid) const;
   // SIGKILLs every process in the cgroup at once. False without cgroup.kill.
   bool kill_all() const;
   bool populated() const;

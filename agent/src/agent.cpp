@@ -106,6 +106,7 @@ AgentResult Agent::Impl::run() {
   observers.attach_startup(startup);
   terminal->open([this](const winsize& size) { group->resize_ptys(size); });
   start_torch_store();
+  start_preload();
 
   start_rendezvous();
   io.run();
@@ -116,6 +117,7 @@ AgentResult Agent::Impl::run() {
   // Workers are all reaped before finish(); this only matters on an
   // unexpected exit from run(), and then it SIGKILLs what is left.
   group.reset();
+  zygote.reset();
   runner.reset();
   boost::system::error_code ignored;
   signals.cancel(ignored);
