@@ -86,7 +86,7 @@ const char* kFallback = "workers start normally";
 
 }  // namespace
 
-TEST_CASE("--preload torch: the torch DDP script gives the reference parameters, also after a restart") {
+TEST_CASE("with --preload torch, the torch DDP script gives the reference parameters, also after a restart") {
   if (!have_torch()) return;
   const auto ref = reference_params();
   TempDir dir;
@@ -101,7 +101,8 @@ TEST_CASE("--preload torch: the torch DDP script gives the reference parameters,
   CHECK(final_params(r.out) == ref);
 }
 
-TEST_CASE("--preload torch: a forked worker sees what `python3 -u script.py` would, sys.exit(3) included") {
+TEST_CASE(
+    "with --preload torch, a forked worker sees what `python3 -u script.py` would, sys.exit(3) included") {
   if (!have_torch()) return;
   TempDir dir;
   const Env env = worker_env({{"PRELOAD_TEST_VAR", "from the user"}});
@@ -133,7 +134,7 @@ TEST_CASE("--preload torch: a forked worker sees what `python3 -u script.py` wou
   CHECK_THAT(forked.err, Catch::Contains("pid        : " + m[1].str()));
 }
 
-TEST_CASE("--preload torch: an exception in the script is reported with the script's traceback") {
+TEST_CASE("with --preload torch, an exception in the script is reported with the script's traceback") {
   if (!have_torch()) return;
   TempDir dir;
   auto r = run(ddprun({"--standalone", "--nproc_per_node=2", "--stop_timeout=5", "--preload", "torch",
@@ -147,7 +148,8 @@ TEST_CASE("--preload torch: an exception in the script is reported with the scri
   CHECK_THAT(r.err, !Catch::Contains("ddp_zygote.py"));  // no launcher frames in the user's traceback
 }
 
-TEST_CASE("--preload of a module that initialised CUDA or started a thread: a warning, and a normal start") {
+TEST_CASE(
+    "with --preload of a module that initialised CUDA or started a thread: a warning, and a normal start") {
   if (!have_torch()) return;
   const auto [module, why] = GENERATE(table<std::string, std::string>({
       {"fake_cuda_init", "a preloaded module initialised CUDA (torch.cuda.is_initialized())"},
@@ -168,7 +170,8 @@ TEST_CASE("--preload of a module that initialised CUDA or started a thread: a wa
 }
 
 TEST_CASE(
-    "--preload torch: a killed zygote is replaced and the restarted workers are forked from the new one") {
+    "with --preload torch, a killed zygote is replaced and the restarted workers are forked from the new "
+    "one") {
   if (!have_torch()) return;
   TempDir dir;
   Process agent(ddprun({"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--stop_timeout=5",
