@@ -19,6 +19,8 @@ namespace {
 // How long a spawn waits for a starting zygote before spawning normally:
 // its imports (torch on a shared filesystem at scale: tens of seconds).
 constexpr std::chrono::seconds kReadyTimeout{300};
+// sizeof(sockaddr_un::sun_path) less the terminating NUL.
+constexpr std::size_t kMaxSocketPath = 107;
 
 std::string find_zygote_script() {
   std::error_code ec;
@@ -101,6 +103,11 @@ struct PreloadZygote::State : std::enable_shared_from_this<PreloadZygote::State>
     if (zygote_script().empty()) {
       refuse("ddp_zygote.py not found (looked in share/ddprun beside ddprun and at " +
              std::string(DDP_ZYGOTE_INSTALL_PATH) + "); reinstall ddprun");
+      return;
+    }
+    if (socket_path.size() > kMaxSocketPath) {
+      refuse("its socket path " + socket_path + " is longer than " + std::to_string(kMaxSocketPath) +
+             " bytes (a Unix socket's limit); give a shorter --log_dir");
       return;
     }
     std::error_code ec;

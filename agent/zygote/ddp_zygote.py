@@ -82,6 +82,7 @@ class Zygote:
     def __init__(self, path):
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
+        os.chmod(path, 0o600)  # only the agent's user may ask for a worker
         self.listener.listen(64)
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
