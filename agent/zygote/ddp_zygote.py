@@ -234,15 +234,21 @@ def become_worker(req, zygote_path_entries):
     os.environ.update(env)
     script = req["argv"][0]
     sys.argv = list(req["argv"])
-    # sys.path as the interpreter would build it: the script's directory first,
-    # then the worker's PYTHONPATH entries the zygote's start did not have.
-    new_entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in zygote_path_entries]
-    sys.path[0:1] = [os.path.dirname(os.path.realpath(script))] + [os.path.abspath(p) for p in new_entries]
-    if new_entries:
-        # site ran at the zygote's start, without these: what it would have
-        # found there runs now, as at a fresh interpreter's start.
+    # sys.path as the interpreter would build it for this env: the script's
+    # directory, the worker's PYTHONPATH, then the zygote's path without its
+    # own [0] and PYTHONPATH entries (the standard library, site-packages).
+    worker_entries = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    rest = [p for p in sys.path[1:] if os.path.abspath(p) not in zygote_path_entries]
+    sys.path[:] = [os.path.dirname(os.path.realpath(script))] + worker_entries + rest
+    if set(worker_entries) != zygote_path_entries:
+        # site ran at the zygote's start, with the zygote's PYTHONPATH: where the
+        # worker's finds another sitecustomize (or usercustomize) first, that
+        # one runs now, as at a fresh interpreter's start.
         for name in ("sitecustomize", "usercustomize"):
-            if any(os.path.exists(os.path.join(p, name + ".py")) for p in new_entries):
+            first = next((os.path.join(p, name + ".py") for p in sys.path[1:]
+                          if os.path.isfile(os.path.join(p, name + ".py"))), None)
+            loaded = getattr(sys.modules.get(name), "__file__", None)
+            if first is not None and (loaded is None or os.path.realpath(loaded) != os.path.realpath(first)):
                 sys.modules.pop(name, None)
                 try:
                     __import__(name)
@@ -286,7 +292,7 @@ def main():
     if problem:
         print("refused " + problem, flush=True)
         return None
-    zygote_path_entries = set(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+    zygote_path_entries = set(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
     import gc
 
     gc.freeze()  # what the imports allocated stays out of the collector's passes: fewer pages copied per worker
