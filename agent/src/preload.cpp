@@ -21,7 +21,7 @@ void Agent::Impl::start_preload() {
     env["OMP_NUM_THREADS"] = build_worker_env(base_env, rdzv::RendezvousResult{}, in).at("OMP_NUM_THREADS");
   }
   const auto socket = run_dir->path() / "zygote.sock";
-  zygote = std::make_unique<PreloadZygote>(*runner, cfg.argv.at(0), cfg.preload, socket, to_env_strings(env),
+  zygote = std::make_unique<PreloadZygote>(io, cfg.argv.at(0), cfg.preload, socket, to_env_strings(env),
                                            log::get("agent"));
   zygote->start();
   group->use_zygote(zygote.get());

@@ -60,6 +60,7 @@ struct PreloadZygote::State : std::enable_shared_from_this<PreloadZygote::State>
   std::mutex mu;
   std::condition_variable cv;
   Phase phase = Phase::kStarting;
+  int ready_count = 0;                              // how many zygotes were ready so far
   pid_t pid = -1;                                   // io thread only
   int generation = 0;                               // io thread only
   std::string out_line;                             // io thread only
@@ -161,6 +162,10 @@ struct PreloadZygote::State : std::enable_shared_from_this<PreloadZygote::State>
       const auto ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
       log->info("preload zygote ready pid={} modules={} in {} ms", pid, join(), ms.count());
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++ready_count;
+      }
       set_phase(Phase::kReady);
     } else if (line.rfind("refused ", 0) == 0) {
       refuse(line.substr(8));
@@ -181,21 +186,36 @@ struct PreloadZygote::State : std::enable_shared_from_this<PreloadZygote::State>
 
   int connect() {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, kReadyTimeout, [&] { return phase != Phase::kStarting; });
+    const auto deadline = std::chrono::steady_clock::now() + kReadyTimeout;
+    cv.wait_until(lock, deadline, [&] { return phase != Phase::kStarting; });
+    if (phase != Phase::kReady) return -1;
+    const int seen = ready_count;
+    lock.unlock();
+    if (const int fd = connect_zygote(socket_path); fd >= 0) return fd;
+    // It died and its exit is not reported yet (its guard is still stopping
+    // the workers forked from it): wait for the replacement, once.
+    lock.lock();
+    cv.wait_until(lock, deadline, [&] {
+      return phase == Phase::kRefused || phase == Phase::kStopped ||
+             (phase == Phase::kReady && ready_count != seen);
+    });
     if (phase != Phase::kReady) return -1;
     lock.unlock();
-    // -1 when it died just now: this worker starts normally, the next from its replacement.
     return connect_zygote(socket_path);
   }
 };
 
-PreloadZygote::PreloadZygote(ProcessRunner& runner, std::string python, std::vector<std::string> modules,
-                             fs::path socket_path, std::vector<std::string> env,
-                             std::shared_ptr<spdlog::logger> log)
-    : state_(std::make_shared<State>(runner, std::move(python), std::move(modules), socket_path.string(),
+PreloadZygote::PreloadZygote(boost::asio::io_context& io, std::string python,
+                             std::vector<std::string> modules, fs::path socket_path,
+                             std::vector<std::string> env, std::shared_ptr<spdlog::logger> log)
+    : runner_(std::make_unique<ProcessRunner>(io)),
+      state_(std::make_shared<State>(*runner_, std::move(python), std::move(modules), socket_path.string(),
                                      std::move(env), std::move(log))) {}
 
-PreloadZygote::~PreloadZygote() { stop(); }
+PreloadZygote::~PreloadZygote() {
+  stop();
+  runner_.reset();  // before the state it refers to; kills what is left of the zygote's tree
+}
 
 void PreloadZygote::start() { state_->start(); }
 
@@ -210,5 +230,12 @@ void PreloadZygote::stop() {
 }
 
 int PreloadZygote::connect() { return state_->connect(); }
+
+std::function<int()> PreloadZygote::connector() const {
+  return [state = std::weak_ptr<State>(state_)] {
+    auto s = state.lock();
+    return s ? s->connect() : -1;
+  };
+}
 
 }  // namespace ddp::agent

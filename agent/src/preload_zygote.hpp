@@ -1,17 +1,21 @@
 // --preload: the per-node zygote that imports the modules once and forks
 // every Python-script worker (and every replacement) from then on
-// (docs/agent.md, "Preloading"). This class starts it (through the process
-// runner, under its own ddp-guard like any worker), learns whether it is
-// ready or refused, replaces it when it dies, and hands the spawner thread a
+// (docs/agent.md, "Preloading"). This class starts it (under its own
+// ddp-guard like any worker, from a process runner of its own: the workers'
+// runner's spawner thread waits in connect() for the zygote to be ready, so
+// the zygote cannot be spawned from there), learns whether it is ready or
+// refused, replaces it when it dies, and hands the workers' spawner thread a
 // connection to it.
 //
-// Thread-safety: start() and stop() on the io thread (the runner's callbacks
-// too); connect() on the runner's spawner thread. The state is shared under a
-// mutex.
+// Thread-safety: construct, start(), stop() and destroy on the io thread (the
+// runner's callbacks run there too); connect() on another thread. The state
+// is shared under a mutex.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,7 +36,7 @@ class PreloadZygote {
  public:
   // `python`: the workers' interpreter; `env`: the zygote's whole environment
   // (what every worker of this node has in common).
-  PreloadZygote(ProcessRunner& runner, std::string python, std::vector<std::string> modules,
+  PreloadZygote(boost::asio::io_context& io, std::string python, std::vector<std::string> modules,
                 std::filesystem::path socket_path, std::vector<std::string> env,
                 std::shared_ptr<spdlog::logger> log);
   ~PreloadZygote();
@@ -43,13 +47,18 @@ class PreloadZygote {
   void start();
   // Kills it; no replacement follows.
   void stop();
-  // Spawner thread: a connected socket to a ready zygote (waiting while one
-  // is starting), or -1 when workers must be spawned normally.
+  // A connected socket to a ready zygote, or -1 when workers must be spawned
+  // normally. Waits while one is starting, and for the replacement of one
+  // found dead.
   int connect();
+  // connect() as a function that stays valid after this object is gone (it
+  // then returns -1): what a spawn queued on another thread holds.
+  std::function<int()> connector() const;
 
  private:
   struct State;
-  std::shared_ptr<State> state_;  // shared: the runner's callbacks hold weak references
+  std::unique_ptr<ProcessRunner> runner_;  // the zygote's own
+  std::shared_ptr<State> state_;           // shared: the runner's callbacks hold weak references
 };
 
 }  // namespace ddp::agent

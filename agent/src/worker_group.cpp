@@ -102,7 +102,7 @@ void WorkerGroup::start(const GroupLaunch& launch) {
     if (zygote_ != nullptr && spec.args.size() >= 2) {
       // {"-u", SCRIPT, ARGS...}: the zygote runs it as `python3 -u SCRIPT ARGS...` would.
       zygote.argv.assign(spec.args.begin() + 1, spec.args.end());
-      zygote.connect = [z = zygote_] { return z->connect(); };
+      zygote.connect = zygote_->connector();
     }
 
     ChildHandlers handlers;

@@ -39,7 +39,7 @@ Outcome run_forked(const TempDir& dir, const std::vector<std::string>& argv,
                    std::vector<std::string> zygote_env, std::vector<std::string> worker_env) {
   boost::asio::io_context io;
   ProcessRunner runner(io);
-  PreloadZygote zygote(runner, kPython, {"json"}, dir / "zygote.sock", std::move(zygote_env),
+  PreloadZygote zygote(io, kPython, {"json"}, dir / "zygote.sock", std::move(zygote_env),
                        ddp::log::get("agent"));
   zygote.start();
   Outcome o;
