@@ -271,6 +271,8 @@ void Agent::Impl::on_signal(int sig) {
     return;
   }
   signal_received = sig;
+  // A spawn still waiting for the zygote's imports starts normally, to be stopped.
+  if (zygote) zygote->stop_forking();
   switch (life.phase()) {
     case Phase::kRunning:
       log->info("received {}: forwarding to workers, then stopping them{}", signal_name(sig),

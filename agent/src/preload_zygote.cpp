@@ -219,12 +219,16 @@ PreloadZygote::~PreloadZygote() {
 
 void PreloadZygote::start() { state_->start(); }
 
-void PreloadZygote::stop() {
+void PreloadZygote::stop_forking() {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->phase = State::Phase::kStopped;
   }
   state_->cv.notify_all();
+}
+
+void PreloadZygote::stop() {
+  stop_forking();
   if (state_->pid > 0) state_->runner.signal_group(state_->pid, SIGKILL);
   state_->pid = -1;
 }

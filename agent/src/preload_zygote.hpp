@@ -45,8 +45,11 @@ class PreloadZygote {
 
   // Starts the zygote (its imports run while the agent rendezvouses).
   void start();
-  // Kills it; no replacement follows.
+  // Kills it (and so the workers forked from it); no replacement follows.
   void stop();
+  // No worker is forked from now on (a spawn waiting for a starting zygote
+  // stops waiting), and the zygote and its workers are left running.
+  void stop_forking();
   // A connected socket to a ready zygote, or -1 when workers must be spawned
   // normally. Waits while one is starting, and for the replacement of one
   // found dead.
