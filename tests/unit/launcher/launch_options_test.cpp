@@ -315,7 +315,8 @@ TEST_CASE(
              Catch::StartsWith("--rdzv_conf: torch_legacy_protocol='2.1'"));
 }
 
-TEST_CASE("the preload option names modules for a script's workers, from the flag, PET_PRELOAD or a config file") {
+TEST_CASE(
+    "the preload option names modules for a script's workers, from the flag, PET_PRELOAD or a config file") {
   TempDir dir;
   ddp::test::write_file(dir / "train.py", "print(1)\n");
   const auto script = (dir / "train.py").string();
