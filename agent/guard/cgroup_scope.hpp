@@ -20,7 +20,7 @@ class CgroupScope {
   // Creates "<own cgroup>/ddp-guard.<pid>" in the unified hierarchy, or returns
   // null when there is none or it is not writable.
   static std::unique_ptr<CgroupScope> create(pid_t guard_pid);
-  ~CgroupScope();  // removes the cgroup if it is empty
+  ~CgroupScope();  // removes the cgroup (and empty cgroups inside it) if it is empty
   CgroupScope(const CgroupScope&) = delete;
   CgroupScope& operator=(const CgroupScope&) = delete;
 

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
 
 #include "containment_util.hpp"
 
@@ -70,6 +71,24 @@ struct Job {
     return std::make_unique<Process>(ddprun_argv(args), dir.path(), clean_env(env));
   }
 
+  // The directory of the cgroup v2 ddp-guard made for the worker with `pid`
+  // ("" when it made none), and with --preload the zygote's around it.
+  static std::vector<fs::path> guard_cgroups(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+    std::string line;
+    std::vector<fs::path> out;
+    while (std::getline(in, line)) {
+      if (line.rfind("0::/", 0) != 0) continue;
+      for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+        fs::path dir = fs::path(root) / line.substr(4);
+        if (line.size() <= 4 || !fs::exists(dir)) continue;
+        for (; dir.filename().string().rfind("ddp-guard.", 0) == 0; dir = dir.parent_path())
+          out.push_back(dir);
+      }
+    }
+    return out;
+  }
+
   bool ready() const {
     return wait_until([&] { return fs::exists(dir / "ready_0") && fs::exists(dir / "ready_1"); });
   }
@@ -85,10 +104,16 @@ TEST_CASE("kill -9 of ddprun leaves no process of any worker's tree") {
   auto agent = job.start(shape, {}, {}, preload);
   REQUIRE(job.ready());
   if (preload) REQUIRE_THAT(agent->err(), Catch::Contains("preload zygote ready"));
+  const auto cgroups = Job::guard_cgroups(std::stoi(read_file(job.dir / "pid_0")));
   agent->signal(SIGKILL);
   REQUIRE(agent->wait(std::chrono::seconds(5)));
   INFO("survivors:\n" << job.tag.describe());
   CHECK(job.tag.all_gone());
+  // The cgroups the guards made are removed too (none where the hierarchy is not writable).
+  for (const auto& dir : cgroups) {
+    INFO("cgroup " << dir);
+    CHECK(wait_until([&] { return !fs::exists(dir); }));
+  }
 }
 
 TEST_CASE("SIGTERM and SIGHUP stop children that called setsid or double-forked") {
