@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -49,6 +50,18 @@ bool write_text(const std::string& file, const char* text, std::size_t len) {
   return ok;
 }
 
+// rmdir of `dir` after its child cgroups, deepest first: a preload zygote's
+// cgroup holds one per worker forked from it (docs/agent.md, "Preloading"),
+// left behind when those workers' guards were killed with the tree. A cgroup's
+// files cannot be removed and need not be: rmdir takes them.
+bool remove_tree(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.is_directory(ec) && !e.is_symlink(ec)) remove_tree(e.path().string());
+  }
+  return ::rmdir(dir.c_str()) == 0;
+}
+
 }  // namespace
 
 std::unique_ptr<CgroupScope> CgroupScope::create(pid_t guard_pid) {
@@ -64,9 +77,14 @@ std::unique_ptr<CgroupScope> CgroupScope::create(pid_t guard_pid) {
 
 CgroupScope::CgroupScope(std::string path) : path_(std::move(path)), procs_file_(path_ + "/cgroup.procs") {}
 
-CgroupScope::~CgroupScope() { ::rmdir(path_.c_str()); }
+CgroupScope::~CgroupScope() { remove_tree(path_); }
 
 bool CgroupScope::join_self() const { return write_text(procs_file_, "0\n", 2); }
+
+bool CgroupScope::join(pid_t pid) const {
+  const std::string text = std::to_string(pid) + "\n";
+  return write_text(procs_file_, text.c_str(), text.size());
+}
 
 bool CgroupScope::kill_all() const { return write_text(path_ + "/cgroup.kill", "1\n", 2); }
 
@@ -89,7 +107,7 @@ void kill_and_remove_cgroup(const std::string& path) {
     while (in >> pid) ::kill(pid, SIGKILL);
   }
   // rmdir succeeds once the last member is gone; bounded, never blocks the agent long.
-  for (int i = 0; i < 100 && ::rmdir(path.c_str()) != 0 && errno == EBUSY; ++i) {
+  for (int i = 0; i < 100 && !remove_tree(path) && errno == EBUSY; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }

@@ -20,13 +20,15 @@ class CgroupScope {
   // Creates "<own cgroup>/ddp-guard.<pid>" in the unified hierarchy, or returns
   // null when there is none or it is not writable.
   static std::unique_ptr<CgroupScope> create(pid_t guard_pid);
-  ~CgroupScope();  // removes the cgroup if it is empty
+  ~CgroupScope();  // removes the cgroup (and empty cgroups inside it) if it is empty
   CgroupScope(const CgroupScope&) = delete;
   CgroupScope& operator=(const CgroupScope&) = delete;
 
   const std::string& path() const { return path_; }
   // Moves the calling process in (between fork and exec). False on failure.
   bool join_self() const;
+  // Moves process `pid` in (a worker the guard adopted). False on failure.
+  bool join(pid_t pid) const;
   // SIGKILLs every process in the cgroup at once. False without cgroup.kill.
   bool kill_all() const;
   bool populated() const;

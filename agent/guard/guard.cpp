@@ -67,7 +67,11 @@ class Guard {
     ::prctl(PR_SET_PDEATHSIG, kill_now);
     const bool agent_gone = o_.agent_pid > 0 && ::getppid() != o_.agent_pid;
     if (!agent_gone) cgroup_ = CgroupScope::create(self_);
-    spawn_worker();
+    if (o_.adopt_pid > 0) {
+      adopt_worker();
+    } else {
+      spawn_worker();
+    }
     if (agent_gone) start_killing();
     while (true) {
       const auto wait = next_wakeup();
@@ -132,7 +136,21 @@ class Guard {
       ::waitpid(pid, nullptr, 0);
       report_and_exit_127(exec_errno);
     }
-    std::string text = std::string(kInfoPid) + " " + std::to_string(pid) + "\n";
+    report_started();
+  }
+
+  // The worker was forked by our parent-to-be before it exec'd us: it is our
+  // child already and waits (on its own, docs/agent.md) for the report below
+  // before it runs user code, so it is in the cgroup before it can fork.
+  void adopt_worker() {
+    worker_ = o_.adopt_pid;
+    if (cgroup_ && !cgroup_->join(worker_)) cgroup_.reset();
+    report_started();
+    reap();  // it may have ended before the guard took SIGCHLD
+  }
+
+  void report_started() {
+    std::string text = std::string(kInfoPid) + " " + std::to_string(worker_) + "\n";
     if (cgroup_) text += std::string(kInfoCgroup) + " " + cgroup_->path() + "\n";
     if (o_.info_fd >= 0) {
       write_all(o_.info_fd, text);

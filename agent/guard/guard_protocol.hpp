@@ -21,6 +21,10 @@ inline int kill_now_signal() { return SIGRTMIN + 3; }
 inline constexpr const char* kStopTimeoutFlag = "--stop-timeout-ms=";  // grace after SIGTERM
 inline constexpr const char* kInfoFdFlag = "--info-fd=";               // where the guard reports
 inline constexpr const char* kAgentPidFlag = "--agent-pid=";           // died before the guard started?
+// The worker is already the guard's child (forked by the preload zygote, which
+// then exec'd the guard in the worker's parent): watch it instead of starting
+// one. No "--" and no command then (docs/agent.md, "Preloading").
+inline constexpr const char* kAdoptPidFlag = "--adopt-pid=";
 
 // On the info fd the guard writes one of these, then closes it:
 //   "pid <worker pid>\n" [+ "cgroup <path>\n"]   the worker was exec'd

@@ -20,8 +20,9 @@ bool take(const char* arg, const char* flag, long* value) {
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
-               "ddp-guard: %s\nusage: ddp-guard [--stop-timeout-ms=N] [--info-fd=N] [--agent-pid=N] -- "
-               "/abs/path/to/worker [args...]\n(started by ddprun for each worker; see docs/agent.md)\n",
+               "ddp-guard: %s\nusage: ddp-guard [--stop-timeout-ms=N] [--info-fd=N] [--agent-pid=N] "
+               "{-- /abs/path/to/worker [args...] | --adopt-pid=N}\n(started by ddprun for each worker; see "
+               "docs/agent.md)\n",
                why);
   std::exit(2);
 }
@@ -43,9 +44,15 @@ int main(int argc, char** argv) {
       o.info_fd = static_cast<int>(v);
     } else if (take(argv[i], ddp::guard::kAgentPidFlag, &v) && v > 0) {
       o.agent_pid = static_cast<pid_t>(v);
+    } else if (take(argv[i], ddp::guard::kAdoptPidFlag, &v) && v > 0) {
+      o.adopt_pid = static_cast<pid_t>(v);
     } else {
       usage((std::string("unknown or malformed option '") + argv[i] + "'").c_str());
     }
+  }
+  if (o.adopt_pid > 0) {
+    if (i < argc) usage("--adopt-pid takes no worker command");
+    ddp::guard::run_guard(o);
   }
   if (i >= argc) usage("no worker command after '--'");
   if (argv[i][0] != '/') usage("the worker's path must be absolute");

@@ -106,6 +106,7 @@ AgentResult Agent::Impl::run() {
   observers.attach_startup(startup);
   terminal->open([this](const winsize& size) { group->resize_ptys(size); });
   start_torch_store();
+  start_preload();
 
   start_rendezvous();
   io.run();
@@ -116,6 +117,7 @@ AgentResult Agent::Impl::run() {
   // Workers are all reaped before finish(); this only matters on an
   // unexpected exit from run(), and then it SIGKILLs what is left.
   group.reset();
+  zygote.reset();
   runner.reset();
   boost::system::error_code ignored;
   signals.cancel(ignored);
@@ -269,6 +271,8 @@ void Agent::Impl::on_signal(int sig) {
     return;
   }
   signal_received = sig;
+  // A spawn still waiting for the zygote's imports starts normally, to be stopped.
+  if (zygote) zygote->stop_forking();
   switch (life.phase()) {
     case Phase::kRunning:
       log->info("received {}: forwarding to workers, then stopping them{}", signal_name(sig),

@@ -28,6 +28,7 @@
 #include "file_timer_server.hpp"
 #include "lifecycle.hpp"
 #include "observers.hpp"
+#include "preload_zygote.hpp"
 #include "process_runner.hpp"
 #include "rendezvous_calls.hpp"
 #include "run_dir.hpp"
@@ -70,6 +71,8 @@ struct Agent::Impl {
   Endpoint torch_store_endpoint() const;
   // agent_liveness.cpp: the channels workers report liveness on.
   void start_liveness();
+  // preload.cpp: the --preload zygote, started before the first rendezvous.
+  void start_preload();
 
   AgentConfig cfg;
   std::shared_ptr<spdlog::logger> log;
@@ -83,6 +86,7 @@ struct Agent::Impl {
   StartupTimes startup{io};  // rendezvous, spawn and first-step times of the attempt
   Observers observers;
   std::unique_ptr<ProcessRunner> runner;
+  std::unique_ptr<PreloadZygote> zygote;  // --preload; reset before the runner
   std::optional<RunDir> run_dir;
   std::unique_ptr<AgentTerminal> terminal;
   std::unique_ptr<WorkerGroup> group;

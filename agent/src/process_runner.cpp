@@ -12,13 +12,16 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
 #include <boost/process/v2/posix/default_launcher.hpp>
 #include <boost/process/v2/process.hpp>
 #include <boost/process/v2/stdio.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -32,7 +35,9 @@
 
 #include "containment.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
 #include "guard_protocol.hpp"
+#include "zygote_client.hpp"
 
 namespace ddp::agent {
 
@@ -41,6 +46,12 @@ namespace bp = boost::process::v2;
 using error_code = boost::system::error_code;
 
 namespace {
+
+std::string current_dir() {
+  std::error_code ec;
+  const auto p = std::filesystem::current_path(ec);
+  return ec ? std::string("/") : p.string();
+}
 
 // Once a worker has exited, how long its pipes may stay open (a grandchild that
 // inherited them): past this its remaining output is dropped and the exit reported.
@@ -106,11 +117,14 @@ struct Pipe {
 }  // namespace
 
 struct Child : std::enable_shared_from_this<Child> {
-  Child(asio::io_context& io, bp::basic_process<asio::io_context::executor_type> p, int out_fd, int err_fd,
-        ChildHandlers h)
-      : proc(std::move(p)), out(io, out_fd), err(io, err_fd), drain(io), handlers(std::move(h)) {}
+  Child(asio::io_context& io, int out_fd, int err_fd, ChildHandlers h)
+      : out(io, out_fd), err(io, err_fd), drain(io), handlers(std::move(h)) {}
 
-  bp::basic_process<asio::io_context::executor_type> proc;
+  // The guard, our child; or, for a worker forked by the preload zygote (the
+  // guard is the zygote's child), the connection its exit line comes on.
+  std::optional<bp::basic_process<asio::io_context::executor_type>> proc;
+  std::optional<asio::posix::stream_descriptor> zygote_conn;
+  asio::streambuf zygote_buf;
   asio::posix::stream_descriptor out;
   asio::posix::stream_descriptor err;
   asio::steady_timer drain;
@@ -130,25 +144,49 @@ struct Child : std::enable_shared_from_this<Child> {
   void start() {
     read(StdStream::kOut);
     read(StdStream::kErr);
-    proc.async_wait([self = shared_from_this()](error_code ec, int) {
-      self->exited = true;
+    if (zygote_conn) {
+      asio::async_read_until(
+          *zygote_conn, zygote_buf, '\n', [self = shared_from_this()](error_code ec, std::size_t n) {
+            std::optional<int> exit_status;
+            if (!ec) {
+              std::string line(asio::buffers_begin(self->zygote_buf.data()),
+                               asio::buffers_begin(self->zygote_buf.data()) + static_cast<std::ptrdiff_t>(n));
+              exit_status = parse_zygote_exit(line);
+            }
+            // No exit line: the zygote died, and with it (its
+            // parent-death signal) the guard and the worker.
+            self->on_guard_exit(exit_status.value_or(SIGKILL));
+          });
+      return;
+    }
+    proc->async_wait([self = shared_from_this()](error_code ec, int) {
       // ec only if the child was already reaped elsewhere; report it as killed.
-      self->status = ec ? SIGKILL : self->proc.native_exit_code();
+      const int wait_status = ec ? SIGKILL : self->proc->native_exit_code();
       // Reaped: the pid may be reused from now on (pid_max can be 32768), and
       // basic_process's destructor would otherwise waitpid/SIGKILL that pid.
-      self->proc.detach();
-      // Empty and removed unless the guard itself was killed.
-      if (!self->cgroup.empty()) release_cgroup(self->cgroup);
-      if (self->out_open || self->err_open) {
-        self->drain.expires_after(kDrainTimeout);
-        self->drain.async_wait([self](error_code tec) {
-          if (tec) return;
-          self->close_pipes();
-          self->maybe_report();
-        });
-      }
-      self->maybe_report();
+      self->proc->detach();
+      self->on_guard_exit(wait_status);
     });
+  }
+
+  void on_guard_exit(int wait_status) {
+    exited = true;
+    status = wait_status;
+    if (zygote_conn) {
+      error_code ignored;
+      zygote_conn->close(ignored);
+    }
+    // Empty and removed unless the guard itself was killed.
+    if (!cgroup.empty()) release_cgroup(cgroup);
+    if (out_open || err_open) {
+      drain.expires_after(kDrainTimeout);
+      drain.async_wait([self = shared_from_this()](error_code tec) {
+        if (tec) return;
+        self->close_pipes();
+        self->maybe_report();
+      });
+    }
+    maybe_report();
   }
 
   void read(StdStream which) {
@@ -212,7 +250,8 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
   }
 
   // On the spawner thread.
-  void launch(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio) {
+  void launch(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio,
+              const ZygoteSpawn& zygote) {
     // Every fd in stdio is ours now: closed on return unless handed on.
     Pipe out{stdio.out_read, stdio.out_write};
     Pipe err{stdio.err_read, stdio.err_write};
@@ -239,6 +278,31 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
         info.write = fds[1];
         spec.args = guard_args(spec.executable, spec.args, spec.stop_timeout, info.write);
         spec.executable = guard;
+      }
+    }
+    if (error.empty() && !guard.empty() && zygote.connect) {
+      if (const int conn = zygote.connect(); conn >= 0) {
+        int in_fd = in.read >= 0 ? in.read : stdio.in == WorkerStdio::kNull ? -1 : 0;
+        Pipe null_in;
+        if (in_fd < 0) null_in.read = in_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        ZygoteRequest req{zygote.argv, spec.env, current_dir(), guard, spec.stop_timeout};
+        const ZygoteReply reply = request_worker(conn, req, in_fd, out.write, err.write, kGuardReportTimeout);
+        if (reply.error.empty()) {
+          ::close(out.write);
+          ::close(err.write);
+          out.write = err.write = -1;
+          auto child = std::make_shared<Child>(io, out.read, err.read, std::move(handlers));
+          out.read = err.read = -1;
+          child->zygote_conn.emplace(io, conn);
+          child->group = reply.guard_pid;
+          child->guarded = true;
+          child->cgroup = reply.cgroup;
+          report_spawned(child, reply.worker_pid, std::move(on_spawned));
+          return;
+        }
+        ::close(conn);
+        log::get("agent")->warn("preload zygote could not start a worker ({}): starting it normally",
+                                reply.error);
       }
     }
     std::vector<const char*> envp;
@@ -276,18 +340,24 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
       }
     }
 
-    auto self = weak_from_this();
     if (!proc) {
       asio::post(io, [on_spawned = std::move(on_spawned), error] { on_spawned(-1, error); });
       return;
     }
     const pid_t group = proc->id();
     const pid_t pid = report.worker_pid > 0 ? report.worker_pid : group;
-    auto child = std::make_shared<Child>(io, std::move(*proc), out.read, err.read, std::move(handlers));
+    auto child = std::make_shared<Child>(io, out.read, err.read, std::move(handlers));
+    child->proc.emplace(std::move(*proc));
     child->group = group;
     child->guarded = report.worker_pid > 0;
     child->cgroup = report.cgroup;
     out.read = err.read = -1;  // owned by the child's descriptors now
+    report_spawned(child, pid, std::move(on_spawned));
+  }
+
+  // On the spawner thread: hands a started child to the io thread.
+  void report_spawned(const std::shared_ptr<Child>& child, pid_t pid, SpawnedFn on_spawned) {
+    auto self = weak_from_this();
     asio::post(io, [self, child, pid, on_spawned = std::move(on_spawned)] {
       auto impl = self.lock();
       if (!impl) return;
@@ -316,21 +386,23 @@ ProcessRunner::~ProcessRunner() {
   for (auto& [pid, child] : impl_->children) {
     signal_group(pid, SIGKILL);  // a guard kills the tree and exits on its own
     // basic_process's destructor would SIGKILL the guard before it is done.
-    if (child->guarded && !child->exited) child->proc.detach();
+    if (child->proc && child->guarded && !child->exited) child->proc->detach();
     child->handlers = {};
     child->close_pipes();
   }
   impl_->children.clear();
 }
 
-void ProcessRunner::spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio) {
+void ProcessRunner::spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio,
+                          ZygoteSpawn zygote) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     // The work guard keeps io.run() from returning before the spawn is reported.
     impl_->jobs.emplace_back([impl = impl_.get(), work = asio::make_work_guard(impl_->io),
                               spec = std::move(spec), handlers = std::move(handlers),
-                              on_spawned = std::move(on_spawned), stdio]() mutable {
-      impl->launch(std::move(spec), std::move(handlers), std::move(on_spawned), stdio);
+                              on_spawned = std::move(on_spawned), stdio,
+                              zygote = std::move(zygote)]() mutable {
+      impl->launch(std::move(spec), std::move(handlers), std::move(on_spawned), stdio, zygote);
     });
   }
   impl_->cv.notify_one();

@@ -35,6 +35,15 @@ struct SpawnSpec {
   std::chrono::milliseconds stop_timeout{30000};
 };
 
+// --preload: the worker is forked by the preload zygote instead of exec'd
+// (its guard and containment are the same, docs/agent.md "Preloading").
+// `argv` is its sys.argv; `connect` runs on the spawner thread and returns a
+// connection to a ready zygote, or -1 to spawn normally. No `connect`: spawn normally.
+struct ZygoteSpawn {
+  std::vector<std::string> argv;
+  std::function<int()> connect;
+};
+
 struct ChildHandlers {
   // Raw bytes read from the worker's stdout or stderr.
   std::function<void(StdStream, std::string_view)> on_output;
@@ -55,7 +64,8 @@ class ProcessRunner {
 
   // `stdio`: see worker_stdio.hpp; the default is pipes for stdout and stderr
   // and the agent's own stdin.
-  void spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio = {});
+  void spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio = {},
+             ZygoteSpawn zygote = {});
 
   // Sends `sig` to the process group of the worker `pid` (its guard leads it);
   // SIGKILL asks the guard to kill the worker's whole tree instead.

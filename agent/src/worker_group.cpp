@@ -98,6 +98,12 @@ void WorkerGroup::start(const GroupLaunch& launch) {
     }
     spec.env = to_env_strings(env);
     spec.stop_timeout = cfg_.stop_timeout;
+    ZygoteSpawn zygote;
+    if (zygote_ != nullptr && spec.args.size() >= 2) {
+      // {"-u", SCRIPT, ARGS...}: the zygote runs it as `python3 -u SCRIPT ARGS...` would.
+      zygote.argv.assign(spec.args.begin() + 1, spec.args.end());
+      zygote.connect = zygote_->connector();
+    }
 
     ChildHandlers handlers;
     handlers.on_output = [this, lr, att = attempt_](StdStream s, std::string_view bytes) {
@@ -112,7 +118,7 @@ void WorkerGroup::start(const GroupLaunch& launch) {
         [this, lr, att = attempt_](pid_t pid, const std::string& error) {
           if (att == attempt_) on_spawned(lr, pid, error);
         },
-        terminal_.open_stdio(lr, w.terminal));
+        terminal_.open_stdio(lr, w.terminal), std::move(zygote));
   }
 }
 

@@ -23,6 +23,7 @@
 #include "ddp/agent/worker_env.hpp"
 #include "file_timer_server.hpp"
 #include "hang_watch.hpp"
+#include "preload_zygote.hpp"
 #include "process_runner.hpp"
 #include "run_dir.hpp"
 #include "worker_output.hpp"
@@ -96,6 +97,8 @@ class WorkerGroup {
   // Window size of the agent's terminal changed: workers' ptys follow.
   void resize_ptys(const winsize& size);
   void cancel_timers();
+  // --preload: Python-script workers are forked by `zygote` from now on (null: never).
+  void use_zygote(PreloadZygote* zygote) { zygote_ = zygote; }
 
   // Liveness. A torch FileTimer request from a worker (or a process of its tree).
   void on_timer_request(const TimerRequest& r);
@@ -140,6 +143,7 @@ class WorkerGroup {
   int stop_signal_ = SIGTERM;            // what stop() sent; late spawns get it too
   bool count_failures_ = false;
   bool omp_notice_logged_ = false;
+  PreloadZygote* zygote_ = nullptr;
 };
 
 }  // namespace ddp::agent

@@ -188,6 +188,10 @@ struct App {
         "Interpreter for scripts and -m (default $PYTHON_EXEC, else the interpreter of the "
         "torchrun on PATH, else python3 on PATH)",
         ours);
+    opt("preload", o.preload,
+        "Import these Python modules (e.g. torch) once per node in a zygote and fork every worker "
+        "of a script, and every replacement, from it instead of starting a new interpreter",
+        ours);
     opt("event_log", o.event_log,
         "Append one JSON line per lifecycle event (rendezvous, worker_start, worker_exit, "
         "restart, scale, failure, success, shutdown) to this file",

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "ddp/common/endpoint.hpp"
@@ -194,6 +195,29 @@ std::vector<int> parse_filter(const std::string& text, int nproc) {
   return out;
 }
 
+// --preload's module names (dotted Python identifiers). Empty when the
+// workers are no Python script (-m, an executable): they start normally.
+std::vector<std::string> parse_preload(const std::string& text, bool python_script) {
+  std::vector<std::string> out;
+  std::stringstream items(text);
+  std::string item;
+  static const std::regex kModule(R"([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)");
+  while (std::getline(items, item, ',')) {
+    if (!std::regex_match(item, kModule)) {
+      throw ConfigError("--preload: '" + item +
+                        "' is not a Python module name; give a comma-separated list such as torch,numpy");
+    }
+    out.push_back(item);
+  }
+  if (!out.empty() && !python_script) {
+    log::get("ddprun")->info(
+        "--preload applies to Python scripts only: workers of -m modules and "
+        "executables start normally");
+    out.clear();
+  }
+  return out;
+}
+
 std::vector<int> parse_signals(const std::string& text) {
   static const std::map<std::string, int> kSignals = {
       {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT},
@@ -334,6 +358,7 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
         o.program.front());
   }
   cfg.local_rank_arg_index = legacy ? cmd.user_args_index : -1;
+  cfg.preload = parse_preload(o.preload, python_script && cmd.argv.size() >= 3 && cmd.argv[1] == "-u");
 
   cfg.node.node_id = host.hostname + "_" + std::to_string(host.pid);
   cfg.node.host = o.local_addr.empty() ? host.hostname : o.local_addr;

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
 
 #include "containment_util.hpp"
 
@@ -37,6 +38,12 @@ wait
 exec sleep 1234
 )";
 
+// With --preload: a Python script forked from the preload zygote that becomes
+// the shell worker above (exec keeps its pid), so the same trees grow from a
+// forked worker.
+constexpr const char* kPythonWorker = "import os, sys\nos.execv('/bin/sh', ['/bin/sh', sys.argv[1]])\n";
+constexpr const char* kPython = "/usr/bin/python3";
+
 struct Job {
   TempDir dir;
   ProcessTag tag;
@@ -49,13 +56,37 @@ struct Job {
   }
 
   std::unique_ptr<Process> start(const std::string& shape, std::vector<std::string> flags,
-                                 EnvOverrides extra = {}) {
+                                 EnvOverrides extra = {}, bool preload = false) {
     std::vector<std::string> args = {"--nproc_per_node=2"};
     args.insert(args.end(), flags.begin(), flags.end());
-    args.insert(args.end(), {"--no_python", "/bin/sh", script});
+    if (preload) {
+      write_file(dir / "worker.py", kPythonWorker);
+      args.insert(args.end(),
+                  {"--python", kPython, "--preload", "json", (dir / "worker.py").string(), script});
+    } else {
+      args.insert(args.end(), {"--no_python", "/bin/sh", script});
+    }
     EnvOverrides env = {tag.env(), {"SHAPE", shape}, {"MARKS", dir.path().string()}};
     for (auto& [k, v] : extra) env[k] = v;
     return std::make_unique<Process>(ddprun_argv(args), dir.path(), clean_env(env));
+  }
+
+  // The directory of the cgroup v2 ddp-guard made for the worker with `pid`
+  // ("" when it made none), and with --preload the zygote's around it.
+  static std::vector<fs::path> guard_cgroups(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+    std::string line;
+    std::vector<fs::path> out;
+    while (std::getline(in, line)) {
+      if (line.rfind("0::/", 0) != 0) continue;
+      for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+        fs::path dir = fs::path(root) / line.substr(4);
+        if (line.size() <= 4 || !fs::exists(dir)) continue;
+        for (; dir.filename().string().rfind("ddp-guard.", 0) == 0; dir = dir.parent_path())
+          out.push_back(dir);
+      }
+    }
+    return out;
   }
 
   bool ready() const {
@@ -67,21 +98,30 @@ struct Job {
 
 TEST_CASE("kill -9 of ddprun leaves no process of any worker's tree") {
   const auto shape = GENERATE(as<std::string>{}, "shell", "setsid", "double_fork");
-  INFO("shape=" << shape);
+  const bool preload = GENERATE(false, true);
+  INFO("shape=" << shape << " preload=" << preload);
   Job job;
-  auto agent = job.start(shape, {});
+  auto agent = job.start(shape, {}, {}, preload);
   REQUIRE(job.ready());
+  if (preload) REQUIRE_THAT(agent->err(), Catch::Contains("preload zygote ready"));
+  const auto cgroups = Job::guard_cgroups(std::stoi(read_file(job.dir / "pid_0")));
   agent->signal(SIGKILL);
   REQUIRE(agent->wait(std::chrono::seconds(5)));
   INFO("survivors:\n" << job.tag.describe());
   CHECK(job.tag.all_gone());
+  // The cgroups the guards made are removed too (none where the hierarchy is not writable).
+  for (const auto& dir : cgroups) {
+    INFO("cgroup " << dir);
+    CHECK(wait_until([&] { return !fs::exists(dir); }));
+  }
 }
 
 TEST_CASE("SIGTERM and SIGHUP stop children that called setsid or double-forked") {
   const auto sig = GENERATE(SIGTERM, SIGHUP);
-  INFO("signal=" << sig);
+  const bool preload = GENERATE(false, true);
+  INFO("signal=" << sig << " preload=" << preload);
   Job job;
-  auto agent = job.start("all", {"--stop_timeout=1"});
+  auto agent = job.start("all", {"--stop_timeout=1"}, {}, preload);
   REQUIRE(job.ready());
   agent->signal(sig);
   const auto code = agent->wait(std::chrono::seconds(20));
@@ -120,8 +160,10 @@ TEST_CASE("a worker that exits 0 while its child runs: ddprun exits 0 and the ch
 }
 
 TEST_CASE("a worker SIGKILLed from outside: ddprun exits 1 and the worker's children are stopped") {
+  const bool preload = GENERATE(false, true);
+  INFO("preload=" << preload);
   Job job;
-  auto agent = job.start("all", {"--stop_timeout=1"});
+  auto agent = job.start("all", {"--stop_timeout=1"}, {}, preload);
   REQUIRE(job.ready());
   const pid_t worker = std::stoi(read_file(job.dir / "pid_0"));
   ::kill(worker, SIGKILL);

@@ -15,6 +15,9 @@ constexpr const char* kTorchPython = "/usr/bin/python3";
 }  // namespace
 
 TEST_CASE("kill -9 of ddprun leaves no DataLoader worker of a torch worker") {
+  // With --preload torch, the training process is forked from the preload zygote.
+  const bool preload = GENERATE(false, true);
+  INFO("preload=" << preload);
   TempDir dir;
   if (run({kTorchPython, "-c", "import torch.utils.data"}, dir.path()).code != 0) {
     WARN("python3-torch not installed: skipped");
@@ -34,11 +37,15 @@ TEST_CASE("kill -9 of ddprun leaves no DataLoader worker of a torch worker") {
              "next(it); next(it)\n"
              "open(os.path.join(os.environ['MARKS'], 'ready_' + os.environ['RANK']), 'w').close()\n"
              "time.sleep(1234)\n");
-  Process agent(ddprun_argv({"--nproc_per_node=1", "--python", kTorchPython, (dir / "train.py").string()}),
-                dir.path(), clean_env({tag.env(), {"MARKS", dir.path().string()}}));
+  std::vector<std::string> args = {"--nproc_per_node=1", "--python", kTorchPython};
+  if (preload) args.insert(args.end(), {"--preload", "torch"});
+  args.push_back((dir / "train.py").string());
+  Process agent(ddprun_argv(args), dir.path(), clean_env({tag.env(), {"MARKS", dir.path().string()}}));
   REQUIRE(wait_until([&] { return fs::exists(dir / "ready_0"); }, std::chrono::seconds(60)));
-  // The training process, its guard and at least the two DataLoader workers.
-  CHECK(tag.alive().size() >= 4);
+  if (preload) REQUIRE_THAT(agent.err(), Catch::Contains("preload zygote ready"));
+  // The training process, its guard and at least the two DataLoader workers
+  // (and with --preload, the zygote and its guard).
+  CHECK(tag.alive().size() >= (preload ? 6U : 4U));
   agent.signal(SIGKILL);
   REQUIRE(agent.wait(std::chrono::seconds(5)));
   INFO("survivors:\n" << tag.describe());

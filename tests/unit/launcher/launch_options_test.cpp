@@ -314,3 +314,25 @@ TEST_CASE(
   CHECK_THAT(error_of({"--rdzv_conf=torch_legacy_protocol=2.1", "/bin/true"}),
              Catch::StartsWith("--rdzv_conf: torch_legacy_protocol='2.1'"));
 }
+
+TEST_CASE(
+    "the preload option names modules for a script's workers, from the flag, PET_PRELOAD or a config file") {
+  TempDir dir;
+  ddp::test::write_file(dir / "train.py", "print(1)\n");
+  const auto script = (dir / "train.py").string();
+  CHECK(translate({"--standalone", "--python=python3", "--preload", "torch,numpy.linalg", script}).preload ==
+        std::vector<std::string>{"torch", "numpy.linalg"});
+  CHECK(translate({"--standalone", "--python=python3", script}).preload.empty());
+  const auto from_env = parse({"--standalone", script}, {{"PET_PRELOAD", "torch"}});
+  CHECK(from_env.preload == "torch");
+  ddp::test::write_file(dir / "c.json", "{\"preload\": \"torch\"}\n");
+  const auto shown =
+      parse_command_line({"ddprun", "--config", (dir / "c.json").string(), "--print-config", script}, {});
+  CHECK_THAT(shown.text, Catch::Contains("preload") && Catch::Contains("torch"));
+  // -m modules and executables start normally.
+  CHECK(translate({"--standalone", "--python=python3", "--preload", "torch", "-m", "pkg.train"})
+            .preload.empty());
+  CHECK(translate({"--standalone", "--preload", "torch", "true"}).preload.empty());
+  REQUIRE_THAT(error_of({"--standalone", "--python=python3", "--preload", "torch,../evil", script}),
+               Catch::StartsWith("--preload: '../evil' is not a Python module name"));
+}

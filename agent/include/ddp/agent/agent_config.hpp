@@ -19,6 +19,10 @@ struct AgentConfig {
   // Index in argv after which "--local_rank=N" is inserted (the
   // torch.distributed.launch convention); negative: never.
   int local_rank_arg_index = -1;
+  // --preload: modules a per-node zygote imports once; workers are forked from
+  // it. Set only when argv is {python, "-u", SCRIPT, ARGS...} (not -m, not
+  // --no_python): the launcher guarantees it.
+  std::vector<std::string> preload;
 
   int nproc_per_node = 1;
   std::string role = "default";

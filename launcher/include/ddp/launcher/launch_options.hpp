@@ -56,6 +56,9 @@ struct LaunchOptions {
   // shebang of the torchrun on PATH), else python3 on PATH.
   std::string python;
   std::string event_log;  // JSON line per lifecycle event; empty: none
+  // Modules a per-node zygote imports once; Python-script workers are forked
+  // from it (docs/agent.md, "Preloading"). "torch" or "torch,numpy"; empty: none.
+  std::string preload;
   // One agent per host over ssh (ssh_launch.cpp): "h1,h2" or "h1:4,h2:4", or a
   // hostfile of `HOST slots=N` lines. Both empty: run here.
   std::string hosts;

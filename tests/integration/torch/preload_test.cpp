@@ -1,0 +1,193 @@
+// ddprun --preload torch with Debian's python3-torch: workers forked from the
+// per-node zygote give the same parameters as exec'd ones (also across a
+// restart), see exactly what `python3 -u script.py` would, fall back to a
+// normal start when the zygote would be unsound to fork, and a killed zygote
+// is replaced. Skipped (SKIP:) without torch, failed under CI=true.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <regex>
+#include <set>
+
+#include "test_support.hpp"
+
+using namespace ddp::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string python() {
+  const char* p = std::getenv("DDP_TEST_PYTHON");
+  return p && *p ? p : "/usr/bin/python3";
+}
+
+bool have_torch() {
+  static const bool ok = [] {
+    TempDir dir;
+    return run({python(), "-c", "import torch.distributed"}, dir.path()).code == 0;
+  }();
+  if (!ok) {
+    if (std::getenv("CI") != nullptr) FAIL(python() << " cannot import torch under CI; run scripts/setup.sh");
+    WARN("SKIP: " << python() << " cannot import torch (apt install python3-torch)");
+  }
+  return ok;
+}
+
+std::string script(const std::string& name) {
+  return (source_dir() / "tests/integration/torch" / name).string();
+}
+
+using Env = std::map<std::string, std::optional<std::string>>;
+
+Env worker_env(Env extra = {}) {
+  Env env = {{"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt},
+             {"PET_NNODES", std::nullopt},      {"PET_STANDALONE", std::nullopt},
+             {"PET_PRELOAD", std::nullopt},     {"PYTHONUNBUFFERED", "1"}};
+  for (auto& [k, v] : extra) env[k] = v;
+  return env;
+}
+
+std::vector<std::string> ddprun(std::vector<std::string> args) {
+  args.insert(args.begin(), {bin("ddprun").string(), "--python", python()});
+  return args;
+}
+
+std::string final_params(const std::string& out) {
+  std::smatch m;
+  static const std::regex re("final params=(-?[0-9.]+)");
+  return std::regex_search(out, m, re) ? m[1].str() : std::string("<none>");
+}
+
+// ddp_train.py's parameters from the "reference run" fixture (torch_test.cpp).
+std::string reference_params() {
+  const char* f = std::getenv("DDP_TORCH_REFERENCE");
+  if (f != nullptr && fs::exists(f)) return read_file(f);
+  TempDir dir;
+  auto r =
+      run(ddprun({"--standalone", "--nproc_per_node=2", script("ddp_train.py"), (dir / "ckpt").string()}),
+          dir.path(), worker_env(), 120s);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  return final_params(r.out);
+}
+
+// Every "FACTS {...}" line, by rank prefix, as printed.
+std::set<std::string> facts(const std::string& out) {
+  std::set<std::string> lines;
+  static const std::regex re(R"((\[rank [0-9]+\]:FACTS .*))");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it)
+    lines.insert((*it)[1].str());
+  return lines;
+}
+
+const char* kReady = "preload zygote ready";
+const char* kFallback = "workers start normally";
+
+}  // namespace
+
+TEST_CASE("with --preload torch, the torch DDP script gives the reference parameters, also after a restart") {
+  if (!have_torch()) return;
+  const auto ref = reference_params();
+  TempDir dir;
+  auto r = run(ddprun({"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--stop_timeout=5",
+                       "--preload", "torch", script("ddp_train.py"), (dir / "ckpt").string()}),
+               dir.path(), worker_env({{"FAIL_EPOCH", "2"}, {"FAIL_RANK", "1"}}), 120s);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains(kReady) && !Catch::Contains(kFallback));
+  CHECK_THAT(r.err + r.out, Catch::Contains("injected failure at epoch 2"));
+  CHECK_THAT(r.out, Catch::Contains("resumed from epoch 1 restart=1"));
+  CHECK(final_params(r.out) == ref);
+}
+
+TEST_CASE(
+    "with --preload torch, a forked worker sees what `python3 -u script.py` would, sys.exit(3) included") {
+  if (!have_torch()) return;
+  TempDir dir;
+  const Env env = worker_env({{"PRELOAD_TEST_VAR", "from the user"}});
+  const std::vector<std::string> cmd = {script("preload/semantics.py"), "exit3", "two words"};
+  auto base_args = std::vector<std::string>{"--standalone", "--nproc_per_node=2", "--stop_timeout=5"};
+  auto plain_args = base_args;
+  plain_args.insert(plain_args.end(), cmd.begin(), cmd.end());
+  auto preload_args = base_args;
+  preload_args.insert(preload_args.end(), {"--preload", "torch"});
+  preload_args.insert(preload_args.end(), cmd.begin(), cmd.end());
+
+  auto plain = run(ddprun(plain_args), dir.path(), env, 60s);
+  auto forked = run(ddprun(preload_args), dir.path(), env, 60s);
+  INFO("plain:\n" << plain.out << plain.err << "\npreload:\n" << forked.out << forked.err);
+  CHECK_THAT(forked.err, Catch::Contains(kReady) && !Catch::Contains(kFallback));
+  CHECK_THAT(forked.out, Catch::Contains("rank 0 torch preloaded=True"));
+  CHECK_THAT(plain.out, Catch::Contains("rank 0 torch preloaded=False"));
+  // __name__, __file__, argv, sys.path[0], the sibling import, env (Python's
+  // and the C library's), cwd, signal dispositions and mask, process group,
+  // open fds, stdio: the same line for each rank either way.
+  CHECK(facts(forked.out).size() == 2);
+  CHECK(facts(forked.out) == facts(plain.out));
+  // rank 1's sys.exit(3): the same outcome, reported with the worker's own pid.
+  CHECK(plain.code == 1);
+  CHECK(forked.code == 1);
+  CHECK_THAT(forked.err, Catch::Contains("exit code 3"));
+  std::smatch m;
+  REQUIRE(std::regex_search(forked.out, m, std::regex("rank 1 torch preloaded=True pid=([0-9]+)")));
+  CHECK_THAT(forked.err, Catch::Contains("pid        : " + m[1].str()));
+}
+
+TEST_CASE("with --preload torch, an exception in the script is reported with the script's traceback") {
+  if (!have_torch()) return;
+  TempDir dir;
+  auto r = run(ddprun({"--standalone", "--nproc_per_node=2", "--stop_timeout=5", "--preload", "torch",
+                       script("preload/semantics.py"), "raise"}),
+               dir.path(), worker_env(), 60s);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains(kReady));
+  CHECK_THAT(r.err, Catch::Contains("ValueError: raised by the script on rank 0"));
+  CHECK_THAT(r.err, Catch::Contains("semantics.py\", line"));
+  CHECK_THAT(r.err, !Catch::Contains("ddp_zygote.py"));  // no launcher frames in the user's traceback
+}
+
+TEST_CASE(
+    "with --preload of a module that initialised CUDA or started a thread: a warning, and a normal start") {
+  if (!have_torch()) return;
+  const auto [module, why] = GENERATE(table<std::string, std::string>({
+      {"fake_cuda_init", "a preloaded module initialised CUDA (torch.cuda.is_initialized())"},
+      {"starts_thread", "a preloaded module started 1 Python thread(s) (import-time-poller)"},
+  }));
+  INFO("module=" << module);
+  TempDir dir;
+  auto r = run(ddprun({"--standalone", "--nproc_per_node=2", "--preload", "torch," + module,
+                       script("preload/semantics.py"), "ok"}),
+               dir.path(), worker_env({{"PYTHONPATH", script("preload")}}), 60s);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("--preload torch," + module + ": " + why));
+  CHECK_THAT(r.err, Catch::Contains(kFallback));
+  CHECK_THAT(r.err, !Catch::Contains(kReady));
+  CHECK_THAT(r.out, Catch::Contains("rank 0 torch preloaded=False") &&
+                        Catch::Contains("rank 1 torch preloaded=False"));
+}
+
+TEST_CASE(
+    "with --preload torch, a killed zygote is replaced and the restarted workers are forked from the new "
+    "one") {
+  if (!have_torch()) return;
+  TempDir dir;
+  Process agent(ddprun({"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--stop_timeout=5",
+                        "--preload", "torch", script("preload/until_killed.py")}),
+                dir.path(), worker_env({{"MARKS", dir.path().string()}}), "ddprun");
+  REQUIRE(wait_until([&] { return fs::exists(dir / "waiting_0") && fs::exists(dir / "waiting_1"); }, 60s));
+  std::smatch m;
+  const std::string err = agent.err();
+  REQUIRE(std::regex_search(err, m, std::regex("preload zygote ready pid=([0-9]+)")));
+  ::kill(std::stoi(m[1].str()), SIGKILL);
+  const auto code = agent.wait(60s);
+  INFO(agent.out() << agent.err());
+  REQUIRE(code);
+  CHECK(*code == 0);
+  CHECK_THAT(agent.err(), Catch::Contains("pid=" + m[1].str() + " exited (SIGKILL)") &&
+                              Catch::Contains("starting a new one"));
+  CHECK_THAT(agent.out(), Catch::Contains("rank 0 restart=1 torch preloaded=True") &&
+                              Catch::Contains("rank 1 restart=1 torch preloaded=True"));
+}
