@@ -1,6 +1,5 @@
 #include "containment.hpp"
 
-#include <poll.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -53,27 +52,8 @@ std::vector<std::string> guard_args(const std::string& executable, const std::ve
   return out;
 }
 
-GuardReport read_guard_report(int fd, const std::string& executable, std::chrono::milliseconds timeout) {
+GuardReport parse_guard_report(const std::string& text, const std::string& executable) {
   GuardReport r;
-  std::string text;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{fd, POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(std::max<long>(0, left.count())));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      r.error = "cannot start " + executable + ": ddp-guard did not report within " +
-                std::to_string(timeout.count()) + " ms";
-      return r;
-    }
-    char buf[512];
-    const ssize_t got = ::read(fd, buf, sizeof(buf));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    text.append(buf, static_cast<std::size_t>(got));
-  }
   std::istringstream lines(text);
   std::string key;
   while (lines >> key) {

@@ -28,8 +28,9 @@ struct GuardReport {
   std::string error;   // set when the worker could not be started
 };
 
-// Reads the guard's report, waiting at most `timeout` (then `error` says so).
-GuardReport read_guard_report(int fd, const std::string& executable, std::chrono::milliseconds timeout);
+// The guard's report from everything it wrote on its info fd before closing it
+// (`executable` names the worker in errors).
+GuardReport parse_guard_report(const std::string& text, const std::string& executable);
 
 // Kills and removes a worker cgroup its guard left behind (the guard was killed).
 void release_cgroup(const std::string& path);

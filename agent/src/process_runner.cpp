@@ -116,6 +116,53 @@ struct Pipe {
 
 }  // namespace
 
+// A guard's report, read to EOF on the io thread, with a deadline.
+struct PendingReport : std::enable_shared_from_this<PendingReport> {
+  PendingReport(asio::io_context& io, int fd, std::string exe)
+      : desc(io, fd), timer(io), executable(std::move(exe)) {}
+
+  void read(std::function<void(GuardReport)> done) {
+    done_ = std::move(done);
+    timer.expires_after(kGuardReportTimeout);
+    timer.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec) return;
+      GuardReport r;
+      r.error = "cannot start " + self->executable + ": ddp-guard did not report within " +
+                std::to_string(kGuardReportTimeout.count()) + " ms";
+      self->finish(std::move(r));
+    });
+    next();
+  }
+
+  void next() {
+    desc.async_read_some(asio::buffer(chunk), [self = shared_from_this()](error_code ec, std::size_t n) {
+      if (self->finished) return;
+      self->text.append(self->chunk.data(), n);
+      if (!ec) return self->next();
+      // EOF: the guard closed its end after reporting (or died before).
+      self->finish(parse_guard_report(self->text, self->executable));
+    });
+  }
+
+  void finish(GuardReport r) {
+    if (finished) return;
+    finished = true;
+    timer.cancel();
+    error_code ignored;
+    desc.close(ignored);
+    auto done = std::move(done_);
+    done(std::move(r));
+  }
+
+  asio::posix::stream_descriptor desc;
+  asio::steady_timer timer;
+  std::string executable;
+  std::string text;
+  std::array<char, 512> chunk{};
+  bool finished = false;
+  std::function<void(GuardReport)> done_;
+};
+
 struct Child : std::enable_shared_from_this<Child> {
   Child(asio::io_context& io, int out_fd, int err_fd, ChildHandlers h)
       : out(io, out_fd), err(io, err_fd), drain(io), handlers(std::move(h)) {}
@@ -331,43 +378,55 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
     out.write = err.write = -1;
     if (info.write >= 0) ::close(info.write);
     info.write = -1;
-    GuardReport report;
-    if (proc && info.read >= 0) {
-      report = read_guard_report(info.read, worker_exe, kGuardReportTimeout);
-      if (!report.error.empty()) {
-        error = report.error;
-        proc.reset();  // kills (if needed) and reaps the guard
-      }
-    }
-
     if (!proc) {
       asio::post(io, [on_spawned = std::move(on_spawned), error] { on_spawned(-1, error); });
       return;
     }
-    const pid_t group = proc->id();
-    const pid_t pid = report.worker_pid > 0 ? report.worker_pid : group;
     auto child = std::make_shared<Child>(io, out.read, err.read, std::move(handlers));
-    child->proc.emplace(std::move(*proc));
-    child->group = group;
-    child->guarded = report.worker_pid > 0;
-    child->cgroup = report.cgroup;
     out.read = err.read = -1;  // owned by the child's descriptors now
-    report_spawned(child, pid, std::move(on_spawned));
+    child->proc.emplace(std::move(*proc));
+    child->group = child->proc->id();
+    if (info.read < 0) {  // no guard: the worker is our child
+      report_spawned(child, child->group, std::move(on_spawned));
+      return;
+    }
+    // The guard reports its worker's pid once the worker's exec succeeded.
+    // That report is read on the io thread, so that this thread can start the
+    // next guard at once: with eight workers, eight guards start side by side
+    // instead of each waiting for the previous worker's exec.
+    auto pending = std::make_shared<PendingReport>(io, info.read, worker_exe);
+    info.read = -1;
+    pending->read(
+        [self = weak_from_this(), child, on_spawned = std::move(on_spawned)](GuardReport report) mutable {
+          auto impl = self.lock();
+          if (!impl) return;
+          if (!report.error.empty()) {
+            child->proc.reset();  // kills (if needed) and reaps the guard
+            on_spawned(-1, report.error);
+            return;
+          }
+          child->guarded = true;
+          child->cgroup = report.cgroup;
+          impl->adopt(child, report.worker_pid, std::move(on_spawned));
+        });
+  }
+
+  // On the io thread: a started child joins the table and is watched.
+  void adopt(const std::shared_ptr<Child>& child, pid_t pid, SpawnedFn on_spawned) {
+    children[pid] = child;
+    child->on_done = [weak = weak_from_this(), pid] {
+      if (auto i = weak.lock()) i->children.erase(pid);
+    };
+    // Report the spawn before any exit can be reported.
+    on_spawned(pid, "");
+    child->start();
   }
 
   // On the spawner thread: hands a started child to the io thread.
   void report_spawned(const std::shared_ptr<Child>& child, pid_t pid, SpawnedFn on_spawned) {
     auto self = weak_from_this();
-    asio::post(io, [self, child, pid, on_spawned = std::move(on_spawned)] {
-      auto impl = self.lock();
-      if (!impl) return;
-      impl->children[pid] = child;
-      child->on_done = [weak = std::weak_ptr<Impl>(impl), pid] {
-        if (auto i = weak.lock()) i->children.erase(pid);
-      };
-      // Report the spawn before any exit can be reported.
-      on_spawned(pid, "");
-      child->start();
+    asio::post(io, [self, child, pid, on_spawned = std::move(on_spawned)]() mutable {
+      if (auto impl = self.lock()) impl->adopt(child, pid, std::move(on_spawned));
     });
   }
 };
