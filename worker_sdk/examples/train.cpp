@@ -132,12 +132,6 @@ int train(const Options& opt) {
       ddp::Section step_section("step");
       ddp::heartbeat();
       ++global_step;
-      if (ctx.rank == opt.stall_rank && global_step == opt.stall_at_step && ctx.restart_count == 0) {
-        std::printf("rank %d: stalling in step %ld for %.1f s (--stall-rank)\n", ctx.rank, global_step,
-                    opt.stall_seconds);
-        std::fflush(stdout);
-        std::this_thread::sleep_for(std::chrono::duration<double>(opt.stall_seconds));
-      }
       if (opt.step_sleep_ms > 0) {
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt.step_sleep_ms));
       }
@@ -159,6 +153,14 @@ int train(const Options& opt) {
       }
       reducer.finalize();  // with no_overlap: every bucket is reduced here, after backward
       model.sgd_step(opt.lr / static_cast<float>(opt.grad_accum));
+      // At the end of the step: the other ranks go on into the next step and
+      // wait there, so this rank is the one whose step runs over first.
+      if (ctx.rank == opt.stall_rank && global_step == opt.stall_at_step && ctx.restart_count == 0) {
+        std::printf("rank %d: stalling at the end of step %ld for %.1f s (--stall-rank)\n", ctx.rank,
+                    global_step, opt.stall_seconds);
+        std::fflush(stdout);
+        std::this_thread::sleep_for(std::chrono::duration<double>(opt.stall_seconds));
+      }
       if (steps == 0) ddp::report_first_step(ctx);  // ddprun times the attempt's startup
       ++steps;
     }
