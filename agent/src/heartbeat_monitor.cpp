@@ -149,10 +149,12 @@ void HeartbeatMonitor::evaluate(int local_rank, ch::milliseconds) {
   // Ask first, then look again: a change racing with the request is either
   // seen here or notified by the worker.
   lv::u32(base, lv::kOffNotifyBeat).store(p.notify_beat ? 1 : 0);
+  lv::u32(base, lv::kOffNotifySlots).store(p.notify_slots);
   lv::u64(base, lv::kOffNotifyEnterBefore).store(p.notify_enter_before);
   s = lv::read_snapshot(base);
   p = plan_liveness(cfg_, s);
   lv::u32(base, lv::kOffNotifyBeat).store(p.notify_beat ? 1 : 0);
+  lv::u32(base, lv::kOffNotifySlots).store(p.notify_slots);
   lv::u64(base, lv::kOffNotifyEnterBefore).store(p.notify_enter_before);
 
   const MonoNs now = mono_now();

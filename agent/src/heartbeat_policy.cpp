@@ -62,6 +62,15 @@ LivenessPlan plan_liveness(const LivenessConfig& cfg, const liveness::Snapshot& 
     // is picked up when that deadline is re-checked.
     const MonoNs armed = std::min(p.heartbeat_deadline, p.section_deadline);
     p.notify_enter_before = armed == kNever || !shortest ? kNever : armed - std::min(armed, ns(*shortest));
+    for (std::uint32_t i = 0; i < liveness::kMaxSections; ++i) {
+      bool matters = true;
+      if (i < s.slots.size() && !s.slots[i].name.empty()) {
+        const auto& name = s.slots[i].name;
+        matters =
+            cfg.section_timeouts.count(name) > 0 || cfg.sections_auto || cfg.auto_sections.count(name) > 0;
+      }
+      if (matters) p.notify_slots |= 1U << i;
+    }
   }
   return p;
 }

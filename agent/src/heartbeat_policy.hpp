@@ -40,6 +40,9 @@ struct LivenessPlan {
   // What the worker is asked to notify (the liveness file's notify fields).
   bool notify_beat = false;
   MonoNs notify_enter_before = 0;
+  // Slots whose entries matter (a timeout applies, or may once learned);
+  // slots not claimed yet may be any name, so they matter too.
+  std::uint32_t notify_slots = 0;
 };
 
 LivenessPlan plan_liveness(const LivenessConfig& cfg, const liveness::Snapshot& s);

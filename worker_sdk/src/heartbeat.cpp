@@ -84,7 +84,10 @@ struct Channel {
     lv::u64(base, lv::kOffSectionEnterNs).store(at, std::memory_order_relaxed);
     lv::u32(base, lv::kOffSectionSlot).store(slot, std::memory_order_relaxed);
     seq.store(s + 2);
-    if (slot != lv::kNoSection && at < lv::u64(base, lv::kOffNotifyEnterBefore).load()) notify();
+    if (slot != lv::kNoSection && at < lv::u64(base, lv::kOffNotifyEnterBefore).load() &&
+        ((lv::u32(base, lv::kOffNotifySlots).load() >> slot) & 1U) != 0) {
+      notify();
+    }
   }
 };
 

@@ -57,8 +57,11 @@ TEST_CASE("a fixed section timeout applies to that section only") {
   cfg.section_timeouts["checkpoint"] = 600s;
   auto p = plan_liveness(cfg, in_section("step", 100 * kMs, 3, kMs));
   CHECK(p.section_deadline == kNever);
-  CHECK(p.notify_enter_before == kNever);  // nothing armed: hear of every entry
+  CHECK(p.notify_enter_before == kNever);  // nothing armed: hear of entries...
+  CHECK((p.notify_slots & 1U) == 0);       // ...but not of "step", which has no timeout
+  CHECK((p.notify_slots & 2U) != 0);       // an unclaimed slot may be "checkpoint"
   p = plan_liveness(cfg, in_section("checkpoint", 100 * kMs, 0, 0));
+  CHECK((p.notify_slots & 1U) != 0);
   CHECK(p.section_deadline == 100 * kMs + 600'000 * kMs);
   CHECK(p.section == "checkpoint");
   // A later entry cannot end before the armed deadline: no notification needed.

@@ -93,7 +93,11 @@ TEST_CASE("heartbeats and sections land at the documented offsets and wake the a
     CHECK(bytes.substr(136, 4) == "step");
     CHECK(::read(reader, buf, sizeof(buf)) < 0);  // notify_enter_before is 0
     {
+      // The agent wants entries before its deadline, of "checkpoint" (slot 1) only.
       lv::u64(base, lv::kOffNotifyEnterBefore).store(UINT64_MAX);
+      lv::u32(base, lv::kOffNotifySlots).store(0b10);
+      { ddp::Section again("step"); }
+      CHECK(::read(reader, buf, sizeof(buf)) < 0);
       ddp::Section ckpt("checkpoint");
       CHECK(::read(reader, buf, sizeof(buf)) == 1);
       lv::u64(base, lv::kOffNotifyEnterBefore).store(0);
@@ -106,8 +110,8 @@ TEST_CASE("heartbeats and sections land at the documented offsets and wake the a
   }
   bytes = file_bytes(file);
   CHECK(at<std::uint32_t>(bytes, 80) == 0xFFFFFFFF);
-  CHECK(at<std::uint64_t>(bytes, 64) == 8);        // four changes
-  CHECK(at<std::uint64_t>(bytes, 128 + 40) == 1);  // step: one completed
+  CHECK(at<std::uint64_t>(bytes, 64) == 12);       // six changes
+  CHECK(at<std::uint64_t>(bytes, 128 + 40) == 2);  // step: two completed
   CHECK(at<std::uint64_t>(bytes, 128 + 48) > 0);   // its duration
   CHECK(at<std::uint64_t>(bytes, 192 + 40) == 1);  // checkpoint: one
   const auto snap = lv::read_snapshot(base);

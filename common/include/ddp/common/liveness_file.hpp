@@ -42,6 +42,7 @@ inline constexpr std::size_t kOffMaxBeatGapNs = 32;       // u64, worker: longes
 inline constexpr std::size_t kOffNotifyEnterBefore = 40;  // u64, agent: notify a section entered before this
 inline constexpr std::size_t kOffNotifyBeat = 48;         // u32, agent: 1 = notify the next heartbeat
 inline constexpr std::size_t kOffSlotsUsed = 52;          // u32, worker: section slots claimed
+inline constexpr std::size_t kOffNotifySlots = 56;  // u32, agent: bit i set = entries of slot i may notify
 // Current section.
 inline constexpr std::size_t kOffSectionSeq = 64;      // u64, worker: odd while being written
 inline constexpr std::size_t kOffSectionEnterNs = 72;  // u64, worker: when the current section began
