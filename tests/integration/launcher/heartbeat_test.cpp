@@ -178,3 +178,27 @@ TEST_CASE("ddp-store status shows each rank's heartbeat age") {
   job.signal(SIGTERM);
   CHECK(job.wait(20s).has_value());
 }
+
+TEST_CASE("a Python worker writing the liveness file by hand is watched the same way") {
+  // worker_sdk/examples/ddp_liveness.py: the documented layout, no C++ SDK.
+  TempDir dir;
+  write_file(dir / "train.py",
+             "import os, sys, time\n"
+             "sys.path.insert(0, sys.argv[1])\n"
+             "import ddp_liveness as live\n"
+             "for step in range(40):\n"
+             "    with live.section('step'):\n"
+             "        live.heartbeat()\n"
+             "        time.sleep(0.02)\n"
+             "        if step == 5 and os.environ['RANK'] == '1':\n"
+             "            time.sleep(3600)\n");
+  auto r = ddprun(
+      {"--standalone", "--nproc_per_node=2", "--section_timeouts", "step=1", "--python", "/usr/bin/python3",
+       (dir / "train.py").string(), (source_dir() / "worker_sdk" / "examples").string()},
+      dir);
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("worker hung rank=1 local_rank=1"));
+  CHECK_THAT(r.err, Catch::Contains("section 'step' expired"));
+  CHECK(count_lines(r.err, "worker hung") == 1);
+}
