@@ -139,19 +139,40 @@ void HeartbeatMonitor::watch(int local_rank) {
 
 void HeartbeatMonitor::on_deadline(const Deadline& d) { evaluate(d.local_rank, ch::milliseconds(0)); }
 
+lv::Snapshot HeartbeatMonitor::read_learned(void* base) const {
+  auto s = lv::read_snapshot(base);
+  if (!cfg_.heartbeat_auto && !cfg_.sections_auto && cfg_.auto_sections.empty()) return s;
+  // Learned timeouts are the node's, not each worker's: the longest section
+  // (and heartbeat gap) any local worker saw. Ranks waiting in a collective
+  // on a hung one then have the same timeout as it, and it, having entered
+  // its section first, is the one whose deadline passes first.
+  for (const auto& other : files_) {
+    if (other.base == base) continue;
+    const auto o = lv::read_snapshot(other.base);
+    s.max_beat_gap_ns = std::max(s.max_beat_gap_ns, o.max_beat_gap_ns);
+    for (auto& mine : s.slots) {
+      for (const auto& theirs : o.slots) {
+        if (!mine.name.empty() && theirs.name == mine.name)
+          mine.max_ns = std::max(mine.max_ns, theirs.max_ns);
+      }
+    }
+  }
+  return s;
+}
+
 void HeartbeatMonitor::evaluate(int local_rank, ch::milliseconds) {
   if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= files_.size()) return;
   if (!hooks_.running(local_rank)) return;
   if (!cfg_.heartbeats_on() && !cfg_.sections_on()) return;
   void* const base = files_[static_cast<std::size_t>(local_rank)].base;
-  auto s = lv::read_snapshot(base);
+  auto s = read_learned(base);
   auto p = plan_liveness(cfg_, s);
   // Ask first, then look again: a change racing with the request is either
   // seen here or notified by the worker.
   lv::u32(base, lv::kOffNotifyBeat).store(p.notify_beat ? 1 : 0);
   lv::u32(base, lv::kOffNotifySlots).store(p.notify_slots);
   lv::u64(base, lv::kOffNotifyEnterBefore).store(p.notify_enter_before);
-  s = lv::read_snapshot(base);
+  s = read_learned(base);
   p = plan_liveness(cfg_, s);
   lv::u32(base, lv::kOffNotifyBeat).store(p.notify_beat ? 1 : 0);
   lv::u32(base, lv::kOffNotifySlots).store(p.notify_slots);

@@ -80,6 +80,8 @@ class HeartbeatMonitor {
   void open_pipe();
   void read_pipe();
   void evaluate(int local_rank, std::chrono::milliseconds late);
+  // The worker's snapshot with the longest durations of every local worker.
+  liveness::Snapshot read_learned(void* base) const;
   void schedule_status();
 
   boost::asio::io_context& io_;
