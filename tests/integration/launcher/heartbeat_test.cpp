@@ -140,6 +140,27 @@ TEST_CASE("a hang on one node restarts the other node too, within the restart bu
   CHECK_THAT(b.err(), Catch::Contains("restarting workers (1/1) after failure of rank 1 on node1: hung"));
 }
 
+TEST_CASE("with no restarts left a hang on one node fails both nodes, and the hung node's report names it") {
+  TempDir dir;
+  const int port = pick_port();
+  auto node = [&](int rank) {
+    return ddprun_argv(concat(
+        {"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1", "--master_addr=127.0.0.1",
+         "--master_port=" + std::to_string(port), "--local_addr=node" + std::to_string(rank),
+         "--rdzv_conf=join_timeout=30", "--heartbeat_timeout=2", "--no_python"},
+        trainer(dir, {"--step-sleep-ms", "50", "--stall-rank", "1", "--stall-at-step", "3"})));
+  };
+  Process a(node(0), dir.path(), clean_env({}), "node_a");
+  Process b(node(1), dir.path(), clean_env({}), "node_b");
+  const auto cb = b.wait(60s);
+  const auto ca = a.wait(60s);
+  INFO("node A:\n" << a.err() << "node B:\n" << b.err());
+  CHECK(cb == std::optional<int>(1));
+  CHECK(ca == std::optional<int>(1));
+  CHECK_THAT(b.err(), Catch::Contains("hang       : heartbeat missed"));
+  CHECK(count_lines(a.err(), "started 1 workers") == 1);
+}
+
 TEST_CASE("ddp-store status shows each rank's heartbeat age") {
   TempDir dir;
   Process daemon({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
