@@ -101,6 +101,7 @@ AgentResult Agent::Impl::run() {
   events.stopped = [this] {
     if (life.is(Phase::kStopping)) on_all_stopped();
   };
+  events.heartbeat_ages = [this] { observers.publish_status(); };
   group = std::make_unique<WorkerGroup>(io, cfg, *runner, *run_dir, *terminal, log, std::move(events));
   observers.attach(handler, *group);
   observers.attach_startup(startup);

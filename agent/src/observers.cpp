@@ -114,7 +114,14 @@ void Observers::publish_status(const std::string& final_state) {
     } else if (w.spawned) {
       state = "running";
     }
-    ws.push_back({{"local_rank", w.local_rank}, {"rank", w.rank}, {"pid", w.pid}, {"state", state}});
+    nlohmann::json wj = {{"local_rank", w.local_rank}, {"rank", w.rank}, {"pid", w.pid}, {"state", state}};
+    // Seconds since its latest heartbeat, as of "updated" (docs/agent.md).
+    if (const auto hb = group_->heartbeats().status(w.local_rank); hb && w.spawned && !w.done) {
+      if (hb->age_s >= 0) wj["heartbeat_age_s"] = hb->age_s;
+      wj["heartbeats"] = hb->beats;
+      if (!hb->section.empty()) wj["section"] = hb->section;
+    }
+    ws.push_back(std::move(wj));
   }
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);

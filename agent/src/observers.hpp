@@ -1,6 +1,7 @@
 // What the agent tells the outside world about its lifecycle: --event_log
 // lines and the status record other tools (`ddp-store status`) read from the
-// store. Both are written on lifecycle events only, never on a timer.
+// store. Both are written on lifecycle events; the status record also every
+// few seconds while workers heartbeat (WorkerGroupEvents::heartbeat_ages).
 //
 // Thread-safety: the io thread only; status writes go to the store on their
 // own thread so they never wait behind a rendezvous join.

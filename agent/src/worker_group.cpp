@@ -22,12 +22,15 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, const AgentConfig& cfg, Pr
       log_(std::move(log)),
       events_(std::move(events)),
       stop_timer_(io),
-      watch_(io, [this](const Deadline& d) { on_deadline(d); }) {}
+      watch_(io, [this](const Deadline& d) { on_deadline(d); }) {
+  heartbeats_ = std::make_unique<HeartbeatMonitor>(io, cfg_.liveness, run_dir_, log_, heartbeat_hooks());
+}
 
 void WorkerGroup::start(const GroupLaunch& launch) {
   ++attempt_;
   run_dir_.prepare_attempt(attempt_, cfg_.nproc_per_node);
   watch_.clear_all();
+  heartbeats_->start_attempt(attempt_, cfg_.nproc_per_node);
   workers_.clear();
   failures_.clear();
   succeeded_ = 0;
@@ -96,6 +99,7 @@ void WorkerGroup::start(const GroupLaunch& launch) {
     if (launch.extra_env != nullptr) {
       for (const auto& [k, v] : *launch.extra_env) env[k] = v;
     }
+    heartbeats_->add_env(lr, env);
     spec.env = to_env_strings(env);
     spec.stop_timeout = cfg_.stop_timeout;
     ZygoteSpawn zygote;
@@ -155,6 +159,7 @@ void WorkerGroup::on_spawned(int local_rank, pid_t pid, const std::string& error
                attempt_, restart_count_, cfg_.max_restarts, rank_offset_,
                rank_offset_ + cfg_.nproc_per_node - 1, pids);
   }
+  if (state_ == State::kRunning) heartbeats_->watch(local_rank);
 }
 
 void WorkerGroup::on_exit(int local_rank, int wait_status) {

@@ -23,6 +23,7 @@
 #include "ddp/agent/worker_env.hpp"
 #include "file_timer_server.hpp"
 #include "hang_watch.hpp"
+#include "heartbeat_monitor.hpp"
 #include "preload_zygote.hpp"
 #include "process_runner.hpp"
 #include "run_dir.hpp"
@@ -63,6 +64,8 @@ struct WorkerGroupEvents {
   // A worker missed a deadline and is being killed (`late`: how long after
   // the deadline); `failed` follows.
   std::function<void(const Worker&, const HangInfo&, std::chrono::milliseconds late)> hung;
+  // Workers' heartbeat ages moved on (every few seconds while they beat).
+  std::function<void()> heartbeat_ages;
 };
 
 // What one attempt's workers are started with besides the config.
@@ -108,6 +111,7 @@ class WorkerGroup {
   int pending_spawns() const { return pending_spawns_; }
   const std::vector<Worker>& workers() const { return workers_; }
   const std::vector<WorkerFailure>& failures() const { return failures_; }
+  const HeartbeatMonitor& heartbeats() const { return *heartbeats_; }
 
  private:
   enum class State { kIdle, kRunning, kStopping, kSucceeded };
@@ -116,6 +120,7 @@ class WorkerGroup {
   void on_exit(int local_rank, int wait_status);
   void check_stopped();
   void on_deadline(const Deadline& d);
+  HeartbeatMonitor::Hooks heartbeat_hooks();  // worker_heartbeats.cpp
   // Kills a hung worker's tree, records it as a failure and reports it.
   void kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds late);
   // The local rank whose worker is `pid` or an ancestor of it; -1 if none.
@@ -131,6 +136,7 @@ class WorkerGroup {
   WorkerGroupEvents events_;
   boost::asio::steady_timer stop_timer_;
   HangWatch watch_;
+  std::unique_ptr<HeartbeatMonitor> heartbeats_;
 
   State state_ = State::kIdle;
   int attempt_ = -1;  // index of the current spawn of the worker group

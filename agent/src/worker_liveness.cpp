@@ -82,6 +82,10 @@ void WorkerGroup::on_deadline(const Deadline& d) {
   const auto late =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - d.at);
   if (state_ != State::kRunning) return;
+  if (d.source == "heartbeat" || d.source == "section") {
+    heartbeats_->on_deadline(d);  // re-reads the worker's liveness file
+    return;
+  }
   Worker& w = workers_[static_cast<std::size_t>(d.local_rank)];
   if (!w.spawned || w.done || w.hung) return;
   if (d.source == "FileTimer" && d.signal <= 0) {

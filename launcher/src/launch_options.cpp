@@ -173,6 +173,23 @@ struct App {
 
     opt("stop_timeout", o.stop_timeout_s,
         "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, as torchrun)", ours);
+    opt("heartbeat_timeout", o.heartbeat_timeout,
+        "Kill (and restart, as a failure) a worker whose ddp::heartbeat() stops for this many "
+        "seconds, counted from its first heartbeat; `auto` learns it from the worker's own "
+        "heartbeat gaps (default: off)",
+        ours);
+    opt("section_timeouts", o.section_timeouts,
+        "Per-section timeouts for ddp::Section scopes: step=30,checkpoint=600; NAME=auto or `auto` "
+        "(every section) learns them (default: off)",
+        ours);
+    opt("auto_timeout_factor", o.auto_timeout_factor,
+        "An `auto` timeout is this times the longest section (or heartbeat gap) seen, at least 1 s "
+        "(default 5)",
+        ours);
+    opt("auto_timeout_warmup", o.auto_timeout_warmup,
+        "Completed sections (or heartbeat gaps) an `auto` timeout learns from before it applies "
+        "(default 10)",
+        ours);
     flag("legacy_local_rank", o.legacy_local_rank,
          "Pass --local_rank=N to the program, the torch.distributed.launch way (default: only "
          "to a .py script that defines a --local_rank argument)",

@@ -15,6 +15,7 @@
 #include "ddp/common/logging.hpp"
 #include "ddp/launcher/launch_options.hpp"
 #include "ddp/store/etcd_store.hpp"
+#include "liveness_options.hpp"
 #include "program.hpp"
 
 namespace ddp::launcher {
@@ -256,6 +257,7 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
     throw ConfigError("--stop_timeout: must be a number of seconds >= 0");
   }
   cfg.stop_timeout = std::chrono::milliseconds(std::llround(o.stop_timeout_s * 1000.0));
+  cfg.liveness = translate_liveness(o);
   if (o.role.empty()) throw ConfigError("--role: must not be empty");
   cfg.role = o.role;
   if (o.node_rank < 0 || o.node_rank >= max_nodes) {

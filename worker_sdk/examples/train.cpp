@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "ddp/sdk.hpp"
 #include "mlp.hpp"
@@ -33,6 +35,11 @@ struct Options {
   std::string dump_params;
   int fail_at_epoch = -1;
   int fail_rank = -1;
+  // Hang injection for ddprun's hang detection (first attempt only).
+  int stall_rank = -1;
+  long stall_at_step = 1;
+  double stall_seconds = 3600;
+  double step_sleep_ms = 0;  // a slower, steadier step (tests of learned timeouts)
 };
 
 constexpr const char* kMagic = "ddp-example-train-checkpoint-v1";
@@ -68,6 +75,9 @@ int load_checkpoint(const std::string& path, int hidden, std::vector<float>& par
 }
 
 int train(const Options& opt) {
+  // Sections and heartbeats tell ddprun this worker is making progress; with
+  // --section_timeouts / --heartbeat_timeout it kills one that stops.
+  std::optional<ddp::Section> setup(std::in_place, "setup");
   ddp::Context ctx = ddp::init();
   ddp::ProcessGroupOptions group_options;
   group_options.backend = "gloo";  // the model lives in CPU memory
@@ -106,6 +116,8 @@ int train(const Options& opt) {
         ctx.world_size, data.size(), opt.batch_size, opt.hidden, model.flat_params().size(),
         reducer.buckets().size(), opt.no_overlap ? "off" : "on");
   }
+  setup.reset();
+  long global_step = 0;
   const auto mark = [&](std::size_t i) { reducer.mark_ready(i); };
   const auto no_mark = [](std::size_t) {};
 
@@ -117,6 +129,12 @@ int train(const Options& opt) {
     const auto start = std::chrono::steady_clock::now();
     std::size_t pos = 0;
     while (pos < indices.size()) {
+      ddp::Section step_section("step");
+      ddp::heartbeat();
+      ++global_step;
+      if (opt.step_sleep_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt.step_sleep_ms));
+      }
       model.zero_grad();
       for (int micro = 0; micro < opt.grad_accum && pos < indices.size(); ++micro) {
         const std::size_t n = std::min(opt.batch_size, indices.size() - pos);
@@ -135,6 +153,14 @@ int train(const Options& opt) {
       }
       reducer.finalize();  // with no_overlap: every bucket is reduced here, after backward
       model.sgd_step(opt.lr / static_cast<float>(opt.grad_accum));
+      // At the end of the step: the other ranks go on into the next step and
+      // wait there, so this rank is the one whose step runs over first.
+      if (ctx.rank == opt.stall_rank && global_step == opt.stall_at_step && ctx.restart_count == 0) {
+        std::printf("rank %d: stalling at the end of step %ld for %.1f s (--stall-rank)\n", ctx.rank,
+                    global_step, opt.stall_seconds);
+        std::fflush(stdout);
+        std::this_thread::sleep_for(std::chrono::duration<double>(opt.stall_seconds));
+      }
       if (steps == 0) ddp::report_first_step(ctx);  // ddprun times the attempt's startup
       ++steps;
     }
@@ -145,6 +171,7 @@ int train(const Options& opt) {
       std::printf("epoch %d/%d loss %.6f step_ms %.3f\n", epoch + 1, opt.epochs, sums[0] / sums[1],
                   steps ? ms / static_cast<double>(steps) : 0.0);
       std::fflush(stdout);
+      ddp::Section checkpoint_section("checkpoint");
       save_checkpoint(checkpoint, epoch + 1, opt.hidden, model.flat_params());
     }
     if (epoch + 1 == opt.fail_at_epoch && ctx.restart_count == 0) {
@@ -196,6 +223,11 @@ int main(int argc, char** argv) {
     app.add_option("--fail-at-epoch", opt.fail_at_epoch,
                    "fail after this epoch on the first attempt (restart demo)");
     app.add_option("--fail-rank", opt.fail_rank, "rank that fails (default: the last)");
+    app.add_option("--stall-rank", opt.stall_rank,
+                   "this rank stalls inside a step on the first attempt (hang detection demo)");
+    app.add_option("--stall-at-step", opt.stall_at_step, "step (from 1, across epochs) the stall begins in");
+    app.add_option("--stall-seconds", opt.stall_seconds, "how long the stall lasts (default 3600)");
+    app.add_option("--step-sleep-ms", opt.step_sleep_ms, "sleep this long in every step (steady step times)");
     try {
       app.parse(ac, av);
     } catch (const CLI::CallForHelp& e) {

@@ -70,6 +70,31 @@ std::string startup_cell(const nlohmann::json& s) {
   return part("rdzv", "rendezvous_s") + " " + part("spawn", "spawn_s") + " " + part("step", "first_step_s");
 }
 
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// "r0 0.4s step, r1 12.3s step": each worker's time since its latest
+// heartbeat (docs/agent.md, "Heartbeats and sections"), aged by how long ago
+// the record was written; "-" when no worker beats.
+std::string heartbeat_cell(const nlohmann::json& workers, double updated) {
+  std::string out;
+  if (!workers.is_array()) return "-";
+  const double since = std::max(0.0, now_s() - updated);
+  for (const auto& w : workers) {
+    const auto it = w.find("heartbeat_age_s");
+    if (it == w.end() || !it->is_number()) continue;
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "r%s %.1fs", str(w, "rank").c_str(), it->get<double>() + since);
+    if (!out.empty()) out.append(", ");
+    out.append(buf);
+    if (const auto sec = w.find("section"); sec != w.end() && sec->is_string()) {
+      out.append(" ").append(sec->get<std::string>());
+    }
+  }
+  return out.empty() ? "-" : out;
+}
+
 std::string age(double updated) {
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -81,8 +106,9 @@ std::string age(double updated) {
 
 int print_job_status(store::Store& store, const std::string& rdzv_id) {
   const std::string prefix = "/" + rdzv_id + "/agent/status/";
-  const std::vector<std::string> header = {"NODE",     "HOST",  "GROUP_RANK", "RANKS",   "ROUND",
-                                           "RESTARTS", "STATE", "WORKERS",    "STARTUP", "UPDATED"};
+  const std::vector<std::string> header = {"NODE",    "HOST",      "GROUP_RANK", "RANKS",
+                                           "ROUND",   "RESTARTS",  "STATE",      "WORKERS",
+                                           "STARTUP", "HEARTBEAT", "UPDATED"};
   std::vector<Row> rows;
   for (const auto& kv : store.list(prefix).kvs) {
     Row row;
@@ -99,10 +125,11 @@ int print_job_status(store::Store& store, const std::string& rdzv_id) {
                    str(j, "state"),
                    workers_cell(j.value("workers", nlohmann::json::array())),
                    startup_cell(j.value("startup", nlohmann::json())),
+                   heartbeat_cell(j.value("workers", nlohmann::json::array()), j.value("updated", 0.0)),
                    age(j.value("updated", 0.0))};
     } catch (const nlohmann::json::exception&) {
       // A record this version cannot read still shows up, so nothing hides.
-      row.cells = {kv.key.substr(prefix.size()), "?", "?", "?", "?", "?", "unreadable", "-", "-", "-"};
+      row.cells = {kv.key.substr(prefix.size()), "?", "?", "?", "?", "?", "unreadable", "-", "-", "-", "-"};
     }
     rows.push_back(std::move(row));
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/agent/liveness_config.hpp"
 #include "ddp/agent/std_streams.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
 
@@ -29,6 +30,8 @@ struct AgentConfig {
   int max_restarts = 0;
   // SIGTERM -> SIGKILL grace when stopping workers; torchrun's default is 30 s.
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(30)};
+  // Heartbeat and section timeouts; off by default.
+  LivenessConfig liveness;
 
   // Signals the agent handles (torchrun's --signals_to_handle). SIGINT,
   // SIGTERM, SIGHUP and SIGQUIT stop the workers with that signal; any other

@@ -45,6 +45,12 @@ struct LaunchOptions {
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   // Ours.
   double stop_timeout_s = 30.0;
+  // Hang detection for workers using heartbeats and sections (docs/agent.md):
+  // seconds or "auto"; empty: off.
+  std::string heartbeat_timeout;
+  std::string section_timeouts;  // "step=30,checkpoint=600", "auto", "step=auto"
+  double auto_timeout_factor = 5.0;
+  int auto_timeout_warmup = 10;
   // Pass --local_rank=N, the torch.distributed.launch way. Neither switch: only
   // to a .py script that defines a --local_rank (or --local-rank) argument.
   bool legacy_local_rank = false;

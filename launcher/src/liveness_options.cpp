@@ -1,0 +1,79 @@
+#include "liveness_options.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include "ddp/common/error.hpp"
+
+namespace ddp::launcher {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// Seconds > 0 as milliseconds (at least 1 ms).
+std::chrono::milliseconds seconds(const std::string& text, const std::string& flag, const std::string& what) {
+  double v = 0;
+  std::size_t used = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !std::isfinite(v) || v <= 0) {
+    throw ConfigError(flag + ": " + what + "'" + text + "' is not a number of seconds > 0 (or auto)");
+  }
+  return std::max(std::chrono::milliseconds(1), std::chrono::milliseconds(std::llround(v * 1000.0)));
+}
+
+}  // namespace
+
+agent::LivenessConfig translate_liveness(const LaunchOptions& o) {
+  agent::LivenessConfig c;
+  const std::string hb = trim(o.heartbeat_timeout);
+  if (hb == "auto") {
+    c.heartbeat_auto = true;
+  } else if (!hb.empty() && hb != "0" && hb != "off") {
+    c.heartbeat_timeout = seconds(hb, "--heartbeat_timeout", "");
+  }
+  std::stringstream items(o.section_timeouts);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    item = trim(item);
+    if (item.empty()) continue;
+    if (item == "auto") {
+      c.sections_auto = true;
+      continue;
+    }
+    const auto eq = item.find('=');
+    const std::string name = eq == std::string::npos ? "" : trim(item.substr(0, eq));
+    if (eq == std::string::npos || name.empty()) {
+      throw ConfigError("--section_timeouts: '" + item +
+                        "' is not NAME=SECONDS, NAME=auto or auto (e.g. step=30,checkpoint=600)");
+    }
+    if (name.size() > 32) {
+      throw ConfigError("--section_timeouts: section name '" + name + "' is longer than 32 bytes");
+    }
+    const std::string value = trim(item.substr(eq + 1));
+    if (value == "auto") {
+      c.auto_sections.insert(name);
+    } else {
+      c.section_timeouts[name] = seconds(value, "--section_timeouts", name + "=");
+    }
+  }
+  if (!(o.auto_timeout_factor >= 1.0) || !std::isfinite(o.auto_timeout_factor)) {
+    throw ConfigError("--auto_timeout_factor: must be a number >= 1 (default 5)");
+  }
+  c.auto_factor = o.auto_timeout_factor;
+  if (o.auto_timeout_warmup < 1) {
+    throw ConfigError("--auto_timeout_warmup: " + std::to_string(o.auto_timeout_warmup) + " must be >= 1");
+  }
+  c.auto_warmup = o.auto_timeout_warmup;
+  return c;
+}
+
+}  // namespace ddp::launcher

@@ -1,0 +1,225 @@
+// Heartbeats and sections (docs/agent.md, "Heartbeats and sections"): the real
+// ddprun running the example trainer, which heartbeats every step inside a
+// "step" section and stalls one rank on demand.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "launcher_test_util.hpp"
+
+using namespace ddp::test;
+using namespace ddp::test::launcher;
+using namespace std::chrono_literals;
+
+namespace {
+
+int pick_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::vector<std::string> trainer(const TempDir& dir, std::vector<std::string> extra) {
+  std::vector<std::string> args = {bin("ddp-example-train").string(),
+                                   "--epochs",
+                                   "1",
+                                   "--dataset-size",
+                                   "512",
+                                   "--checkpoint",
+                                   (dir / "ckpt").string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a rank stalled past its section timeout is killed, named with its section, and a restart finishes") {
+  TempDir dir;
+  auto r =
+      ddprun(concat({"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--section_timeouts", "step=2",
+                     "--no_python"},
+                    trainer(dir, {"--step-sleep-ms", "50", "--stall-rank", "1", "--stall-at-step", "3"})),
+             dir);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("worker hung rank=1 local_rank=1"));
+  CHECK_THAT(r.err, Catch::Contains("section 'step' expired"));
+  CHECK_THAT(r.err, Catch::Contains("restarting workers (1/1) after failure of rank 1"));
+  CHECK(count_lines(r.err, "worker hung") == 1);
+}
+
+TEST_CASE("without restarts the failure report names the hung rank and its section") {
+  TempDir dir;
+  auto r = ddprun(
+      concat(
+          {"--standalone", "--nproc_per_node=2", "--section_timeouts", "step=2,checkpoint=60", "--no_python"},
+          trainer(dir, {"--step-sleep-ms", "50", "--stall-rank", "0", "--stall-at-step", "2"})),
+      dir);
+  INFO(r.err);
+  CHECK(r.code == 1);
+  // The report's root cause is the hung rank, with what it was doing.
+  CHECK_THAT(r.err, Catch::Contains("Root cause (first failure)"));
+  CHECK_THAT(r.err, Catch::Contains("rank       : 0 (local_rank 0)"));
+  CHECK_THAT(r.err, Catch::Contains("hang       : section 'step' expired"));
+}
+
+TEST_CASE("auto section timeouts learn the normal step and then catch a stall of ten steps") {
+  TempDir dir;
+  // 16 steps of ~200 ms per rank; after the warm-up of 10 the timeout is about
+  // 5 x 200 ms, and rank 1 stalls for 2 s at the end of step 13.
+  auto r = ddprun(concat({"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--section_timeouts",
+                          "auto", "--no_python"},
+                         trainer(dir, {"--dataset-size", "1024", "--step-sleep-ms", "200", "--stall-rank",
+                                       "1", "--stall-at-step", "13", "--stall-seconds", "2"})),
+                  dir);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("worker hung rank=1 local_rank=1"));
+  CHECK_THAT(r.err, Catch::Contains("section 'step' expired"));
+  CHECK_THAT(r.err, Catch::Contains("learned from 12 runs"));
+}
+
+TEST_CASE("heartbeats are off by default: a stalled worker that heartbeats is not killed") {
+  TempDir dir;
+  auto r =
+      ddprun(concat({"--standalone", "--nproc_per_node=2", "--no_python"},
+                    trainer(dir, {"--stall-rank", "1", "--stall-at-step", "2", "--stall-seconds", "1.5"})),
+             dir);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, !Catch::Contains("hung"));
+}
+
+TEST_CASE("a worker that never heartbeats is not killed for it, even with timeouts set") {
+  TempDir dir;
+  auto r = ddprun({"--standalone", "--nproc_per_node=2", "--heartbeat_timeout=0.2", "--section_timeouts",
+                   "step=0.2", "--no_python", bin("fake_worker").string()},
+                  dir, {{"FAKE_SLEEP_MS", "1500"}});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, !Catch::Contains("hung"));
+}
+
+TEST_CASE("a hang on one node restarts the other node too, within the restart budget") {
+  TempDir dir;
+  const int port = pick_port();
+  auto node = [&](int rank) {
+    return ddprun_argv(concat(
+        {"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1", "--master_addr=127.0.0.1",
+         "--master_port=" + std::to_string(port), "--local_addr=node" + std::to_string(rank),
+         "--rdzv_conf=join_timeout=30", "--max_restarts=1", "--section_timeouts", "step=2", "--no_python"},
+        trainer(dir, {"--step-sleep-ms", "50", "--stall-rank", "1", "--stall-at-step", "3"})));
+  };
+  Process a(node(0), dir.path(), clean_env({}), "node_a");
+  Process b(node(1), dir.path(), clean_env({}), "node_b");
+  const auto cb = b.wait(60s);
+  const auto ca = a.wait(60s);
+  INFO("node A:\n" << a.err() << "node B:\n" << b.err());
+  CHECK(cb == std::optional<int>(0));
+  CHECK(ca == std::optional<int>(0));
+  CHECK_THAT(b.err(), Catch::Contains("worker hung rank=1"));
+  // Node A's workers were healthy; they restarted because node B's hung.
+  CHECK(count_lines(a.err(), "worker hung") == 0);
+  CHECK(count_lines(a.err(), "started 1 workers attempt=1") == 1);
+  CHECK_THAT(b.err(), Catch::Contains("restarting workers (1/1) after failure of rank 1 on node1: hung"));
+}
+
+TEST_CASE("with no restarts left a hang on one node fails both nodes, and the hung node's report names it") {
+  TempDir dir;
+  const int port = pick_port();
+  auto node = [&](int rank) {
+    return ddprun_argv(concat(
+        {"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1", "--master_addr=127.0.0.1",
+         "--master_port=" + std::to_string(port), "--local_addr=node" + std::to_string(rank),
+         "--rdzv_conf=join_timeout=30", "--heartbeat_timeout=2", "--no_python"},
+        trainer(dir, {"--step-sleep-ms", "50", "--stall-rank", "1", "--stall-at-step", "3"})));
+  };
+  Process a(node(0), dir.path(), clean_env({}), "node_a");
+  Process b(node(1), dir.path(), clean_env({}), "node_b");
+  const auto cb = b.wait(60s);
+  const auto ca = a.wait(60s);
+  INFO("node A:\n" << a.err() << "node B:\n" << b.err());
+  CHECK(cb == std::optional<int>(1));
+  CHECK(ca == std::optional<int>(1));
+  CHECK_THAT(b.err(), Catch::Contains("hang       : heartbeat missed"));
+  CHECK(count_lines(a.err(), "started 1 workers") == 1);
+}
+
+TEST_CASE("ddp-store status shows each rank's heartbeat age") {
+  TempDir dir;
+  Process daemon({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
+                  (dir / "daemon.port").string(), "--log-level", "warn"},
+                 dir.path(), {}, "daemon");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(wait_for_port_file(dir / "daemon.port"));
+  Process job(ddprun_argv(concat(
+                  {"--nnodes=1", "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                   "--rdzv_id=hbjob", "--stop_timeout=2", "--no_python"},
+                  trainer(dir, {"--epochs", "100000", "--step-sleep-ms", "20"}))),
+              dir.path(), clean_env({}), "job");
+  RunResult table;
+  const bool shown = wait_until(
+      [&] {
+        table = run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id", "hbjob"},
+                    dir.path());
+        return table.code == 0 && table.out.find("r0 ") != std::string::npos &&
+               table.out.find("r1 ") != std::string::npos;
+      },
+      30s);
+  INFO(table.out << table.err << job.err());
+  REQUIRE(shown);
+  CHECK_THAT(table.out, Catch::Contains("HEARTBEAT"));
+  CHECK_THAT(table.out, Catch::Matches("(.|\n)*r0 [0-9]+\\.[0-9]s.*, r1 [0-9]+\\.[0-9]s(.|\n)*"));
+  // The record is republished every few seconds while the workers beat,
+  // with a newer heartbeat count, though no lifecycle event happens.
+  const auto beats = [&] {
+    const auto kv =
+        run({bin("ddp-store").string(), "--endpoint", endpoint, "list", "/hbjob/agent/status/"}, dir.path());
+    const auto at = kv.out.find("\"heartbeats\":");
+    return at == std::string::npos ? -1L : std::stol(kv.out.substr(at + 13));
+  };
+  const long first = beats();
+  CHECK(first > 0);
+  CHECK(wait_until([&] { return beats() > first; }, 30s));
+  job.signal(SIGTERM);
+  CHECK(job.wait(20s).has_value());
+}
+
+TEST_CASE("a Python worker writing the liveness file by hand is watched the same way") {
+  // worker_sdk/examples/ddp_liveness.py: the documented layout, no C++ SDK.
+  TempDir dir;
+  write_file(dir / "train.py",
+             "import os, sys, time\n"
+             "sys.path.insert(0, sys.argv[1])\n"
+             "import ddp_liveness as live\n"
+             "for step in range(40):\n"
+             "    with live.section('step'):\n"
+             "        live.heartbeat()\n"
+             "        time.sleep(0.02)\n"
+             "        if step == 5 and os.environ['RANK'] == '1':\n"
+             "            time.sleep(3600)\n");
+  auto r = ddprun(
+      {"--standalone", "--nproc_per_node=2", "--section_timeouts", "step=1", "--python", "/usr/bin/python3",
+       (dir / "train.py").string(), (source_dir() / "worker_sdk" / "examples").string()},
+      dir);
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("worker hung rank=1 local_rank=1"));
+  CHECK_THAT(r.err, Catch::Contains("section 'step' expired"));
+  CHECK(count_lines(r.err, "worker hung") == 1);
+}
