@@ -348,8 +348,12 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
           return;
         }
         ::close(conn);
-        log::get("agent")->warn("preload zygote could not start a worker ({}): starting it normally",
-                                reply.error);
+        if (reply.nothing_started) {
+          log::get("agent")->warn("preload zygote could not start a worker ({}): starting it normally",
+                                  reply.error);
+        } else {
+          error = "preload zygote: " + reply.error;  // it may run: never start the rank twice
+        }
       }
     }
     std::vector<const char*> envp;

@@ -105,7 +105,10 @@ ZygoteReply request_worker(int conn, const ZygoteRequest& request, int in, int o
   // Invalid UTF-8 in an env value must not throw: replace it, as Python would decode it anyway.
   const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   const int fds[3] = {in, out, err};
-  if (!send_with_fds(conn, text, fds, r.error)) return r;
+  if (!send_with_fds(conn, text, fds, r.error)) {
+    r.nothing_started = true;  // a request cut short is malformed: the zygote forks nothing
+    return r;
+  }
   std::string line;
   if (!read_line(conn, timeout, line, r.error)) return r;
   const auto reply = nlohmann::json::parse(line, nullptr, false);
@@ -113,6 +116,7 @@ ZygoteReply request_worker(int conn, const ZygoteRequest& request, int in, int o
     r.error = "the preload zygote sent a malformed answer";
   } else if (reply.contains("error")) {
     r.error = reply.value("error", std::string("unknown error"));
+    r.nothing_started = true;
   } else {
     r.worker_pid = reply.value("pid", -1);
     r.guard_pid = reply.value("guard_pid", -1);

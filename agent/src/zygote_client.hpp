@@ -29,6 +29,10 @@ struct ZygoteReply {
   pid_t guard_pid = -1;  // leads the worker's process group
   std::string cgroup;    // the worker's cgroup v2, empty when none
   std::string error;     // set when the worker could not be started
+  // With `error`: the zygote surely started nothing (it said so, or never got
+  // the whole request), so the worker may be started normally instead. False
+  // when it may have (no answer in time): a second start would run the rank twice.
+  bool nothing_started = false;
 };
 
 // Connects to the zygote's socket; -1 (errno set) when nobody listens.

@@ -105,7 +105,8 @@ TEST_CASE(
     "with --preload torch, a forked worker sees what `python3 -u script.py` would, sys.exit(3) included") {
   if (!have_torch()) return;
   TempDir dir;
-  const Env env = worker_env({{"PRELOAD_TEST_VAR", "from the user"}});
+  fs::create_directories(dir / "plain");
+  fs::create_directories(dir / "forked");
   const std::vector<std::string> cmd = {script("preload/semantics.py"), "exit3", "two words"};
   auto base_args = std::vector<std::string>{"--standalone", "--nproc_per_node=2", "--stop_timeout=5"};
   auto plain_args = base_args;
@@ -114,8 +115,11 @@ TEST_CASE(
   preload_args.insert(preload_args.end(), {"--preload", "torch"});
   preload_args.insert(preload_args.end(), cmd.begin(), cmd.end());
 
-  auto plain = run(ddprun(plain_args), dir.path(), env, 60s);
-  auto forked = run(ddprun(preload_args), dir.path(), env, 60s);
+  const auto env = [&](const char* marks) {
+    return worker_env({{"PRELOAD_TEST_VAR", "from the user"}, {"MARKS", (dir / marks).string()}});
+  };
+  auto plain = run(ddprun(plain_args), dir.path(), env("plain"), 60s);
+  auto forked = run(ddprun(preload_args), dir.path(), env("forked"), 60s);
   INFO("plain:\n" << plain.out << plain.err << "\npreload:\n" << forked.out << forked.err);
   CHECK_THAT(forked.err, Catch::Contains(kReady) && !Catch::Contains(kFallback));
   CHECK_THAT(forked.out, Catch::Contains("rank 0 torch preloaded=True"));

@@ -1,12 +1,13 @@
 # What a worker sees of how it was started, as one JSON line per rank, for
 # comparing a forked --preload worker with a fresh `python3 -u script.py`.
-# argv[1] picks an ending: "exit3" (rank 1 calls sys.exit(3)), "raise"
-# (rank 0 raises), anything else: exit 0.
+# argv[1] picks an ending: "exit3" (rank 1 calls sys.exit(3), once rank 0
+# has printed: $MARKS/printed_0), "raise" (rank 0 raises), anything else: exit 0.
 import ctypes
 import json
 import os
 import signal
 import sys
+import time
 
 import preload_sibling  # a module next to the script, found through sys.path[0]
 
@@ -37,11 +38,18 @@ facts = {
     "unbuffered": not sys.stdout.line_buffering and sys.stdout.write_through,
 }
 print("FACTS " + json.dumps(facts, sort_keys=True))
-print("rank %s torch preloaded=%s pid=%d" % (rank, "torch" in sys.modules, os.getpid()))
+print("rank %s torch preloaded=%s pid=%d" % (rank, "torch" in sys.modules, os.getpid()), flush=True)
+marks = os.environ.get("MARKS")
+if marks:
+    open(os.path.join(marks, "printed_" + rank), "w").close()
 
 
 def main():
     if sys.argv[1:2] == ["exit3"] and rank == "1":
+        # Not before rank 0 has printed: the agent stops it once this rank fails.
+        deadline = time.monotonic() + 60
+        while marks and not os.path.exists(os.path.join(marks, "printed_0")) and time.monotonic() < deadline:
+            time.sleep(0.01)
         sys.exit(3)
     if sys.argv[1:2] == ["raise"] and rank == "0":
         raise ValueError("raised by the script on rank 0")
