@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
 
 namespace ddp::agent {
 
@@ -37,10 +38,13 @@ void RendezvousCalls::next_round(std::function<void(const rdzv::RendezvousResult
   caller_->call([h = handler_, s = sink_, done = std::move(done), failed = std::move(failed)] {
     try {
       auto r = h->next_rendezvous();
+      log::set_status_line("");  // a "waiting for nodes" line, if one is shown
       post(s, [done, r] { done(r); });
     } catch (const ConfigError& e) {
+      log::set_status_line("");
       post(s, [failed, m = std::string(e.what())] { failed(ExitCode::kConfig, m); });
     } catch (const std::exception& e) {
+      log::set_status_line("");
       post(s, [failed, m = std::string(e.what())] { failed(ExitCode::kRendezvous, m); });
     }
   });

@@ -1,4 +1,6 @@
 // ddprun: parse -> configure logging -> run the agent -> exit code.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +33,12 @@ int main(int argc, char** argv) {
       store_log->set_level(spdlog::level::warn);
     }
     const auto env = ddp::agent::current_environment();
+    // A person at a terminal sees "waiting for nodes" update in place; a log
+    // file, journald or a remote agent's ssh session gets plain lines.
+    if (::isatty(STDERR_FILENO) != 0 && env.count("JOURNAL_STREAM") == 0 &&
+        env.count(std::string(ddp::launcher::kRemoteAgentVar)) == 0) {
+      ddp::log::enable_status_line();
+    }
     if ((!parsed.options.hosts.empty() || !parsed.options.hostfile.empty()) &&
         env.count(std::string(ddp::launcher::kRemoteAgentVar)) == 0) {
       return ddp::launcher::run_over_ssh(parsed.options, args, env);

@@ -273,6 +273,9 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   // A person watching gets a line a second while nodes are missing; a log
   // file gets one at once and then one every 30 s.
   rc.progress_interval = ::isatty(2) != 0 ? std::chrono::seconds(1) : std::chrono::seconds(30);
+  // On a terminal (when ddprun's main enabled it) that line is a live status
+  // line updated in place instead.
+  rc.on_progress = [](const std::string& text) { return ddp::log::set_status_line(text); };
   rc.run_id = o.rdzv_id;
   const std::string backend = o.rdzv_backend;
   if (o.standalone) {

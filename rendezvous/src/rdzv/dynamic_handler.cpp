@@ -314,6 +314,12 @@ void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline) {
     } catch (const TimeoutError&) {
     }
     if (deadline.expired()) throw_timeout(round, true);
+    if (feedback && config_.on_progress &&
+        config_.on_progress("ddprun: waiting for round " + std::to_string(round) +
+                            " to end to join the next; " + detail::seconds_text(deadline.remaining()) +
+                            " left")) {
+      continue;
+    }
     if (feedback && Clock::now() - last_progress_ >= config_.progress_interval) {
       last_progress_ = Clock::now();
       log::get("rdzv")->info("waiting for round {} to end run_id={} time_left={}", round, config_.run_id,
@@ -323,14 +329,25 @@ void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline) {
 }
 
 void DynamicHandler::log_progress(std::int64_t round, const Deadline& deadline) {
-  if (last_progress_ != Clock::time_point{} && Clock::now() - last_progress_ < config_.progress_interval)
+  const bool live = static_cast<bool>(config_.on_progress);
+  if (!live && last_progress_ != Clock::time_point{} &&
+      Clock::now() - last_progress_ < config_.progress_interval)
     return;
-  last_progress_ = Clock::now();
   const std::string prefix = prefix_of(round);
   const int count = detail::packed_count(arrivals_->arrived(prefix));
   std::string names = std::to_string(count) + " node(s)";
   if (count <= kNamesShown) names = name_list(store_->list(prefix + "node/").kvs, prefix.size() + 5, count);
   const int needed = std::max(0, config_.min_nodes - count);
+  // The names come last: a narrow terminal cuts them, not the counts.
+  if (live &&
+      config_.on_progress("ddprun: waiting for nodes: " + std::to_string(count) + " joined, " +
+                          std::to_string(needed) + " more needed (max " + std::to_string(config_.max_nodes) +
+                          "), " + detail::seconds_text(deadline.remaining()) + " left [" + names + "]")) {
+    return;
+  }
+  if (last_progress_ != Clock::time_point{} && Clock::now() - last_progress_ < config_.progress_interval)
+    return;
+  last_progress_ = Clock::now();
   log::get("rdzv")->info("waiting for nodes run_id={} round={} joined={} [{}] needed={} max={} time_left={}",
                          config_.run_id, round, count, names, needed, config_.max_nodes,
                          detail::seconds_text(deadline.remaining()));

@@ -67,11 +67,16 @@ RendezvousResult StaticHandler::next_rendezvous() {
       if (recs.back() && recs.back()->rfind("closed ", 0) == 0) throw_closed(recs.back()->substr(7));
       recs.pop_back();
       if (deadline.expired()) throw_timeout(round, recs);
+      int present = 0;
+      for (const auto& r : recs) present += r ? 1 : 0;
+      if (config_.on_progress && config_.on_progress("ddprun: waiting for nodes: " + std::to_string(present) +
+                                                     " of " + std::to_string(n) + " joined; " +
+                                                     detail::seconds_text(deadline.remaining()) + " left")) {
+        continue;
+      }
       if (logged && Clock::now() - last_logged < config_.progress_interval) continue;
       logged = true;
       last_logged = Clock::now();
-      int present = 0;
-      for (const auto& r : recs) present += r ? 1 : 0;
       logger->info("waiting for nodes run_id={} round={} joined={}/{} time_left={}", config_.run_id, round,
                    present, n, detail::seconds_text(deadline.remaining()));
       continue;

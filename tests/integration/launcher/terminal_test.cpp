@@ -131,3 +131,55 @@ TEST_CASE("with output to a file workers see no terminal and lines arrive whole"
   CHECK_THAT(r.out, Catch::Contains("[rank 0]:tty False False"));
   CHECK_THAT(r.err, Catch::Contains("[rank 0]:\rprogress 1/2\rprogress 2/2\n"));
 }
+
+TEST_CASE("a node waiting for others shows one status line, updated in place and gone once they come") {
+  TempDir dir;
+  Process daemon({bin("ddp-rendezvousd").string(), "--host=127.0.0.1", "--port=0",
+                  "--port-file=" + (dir / "port").string()},
+                 dir.path(), {}, "daemon");
+  const int port = wait_for_port_file(dir / "port");
+  REQUIRE(port > 0);
+  auto node = [&](const std::string& word) {
+    return ddprun_argv({"--nnodes=2", "--rdzv_backend=c10d",
+                        "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--rdzv_id=status",
+                        "--no_python", "/bin/echo", word});
+  };
+  PtySession a(node("hello-from-a"), dir.path().string(), clean_env({}), 160, 30);
+  // Redrawn in place: each update erases the line ("\r" + erase to its end)
+  // and writes the new text, with no newline between two updates.
+  const std::string line = "\r\x1b[Kddprun: waiting for nodes: 1 joined, 1 more needed (max 2), ";
+  REQUIRE(a.wait_for(line));
+  const auto first = a.screen().find(line);
+  REQUIRE(a.wait_for(line, std::chrono::seconds(20), first + 1));
+  const auto second = a.screen().find(line, first + 1);
+  CHECK(a.screen().substr(first, second - first).find('\n') == std::string::npos);
+
+  Process b(node("hello-from-b"), dir.path(), clean_env({}), "nodeB");
+  REQUIRE(b.wait(std::chrono::seconds(60)) == std::optional<int>(0));
+  REQUIRE(a.wait(std::chrono::seconds(60)) == std::optional<int>(0));
+  const std::string screen = a.screen();
+  INFO(screen);
+  // Once the round formed the line was erased, and never drawn again: what
+  // follows starts on a clean line.
+  const auto last = screen.rfind(line);
+  const auto erased = screen.find("\r\x1b[K", last + 1);
+  REQUIRE(erased != std::string::npos);
+  CHECK(screen.find("waiting for nodes", erased) == std::string::npos);
+  CHECK(screen.find("hello-from-a", erased) != std::string::npos);
+}
+
+TEST_CASE("with stderr not a terminal, waiting is a plain log line, not a status line") {
+  TempDir dir;
+  Process daemon({bin("ddp-rendezvousd").string(), "--host=127.0.0.1", "--port=0",
+                  "--port-file=" + (dir / "port").string()},
+                 dir.path(), {}, "daemon");
+  const int port = wait_for_port_file(dir / "port");
+  REQUIRE(port > 0);
+  auto r = ddprun({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+                   "--rdzv_conf=join_timeout=2", "--no_python", "/bin/true"},
+                  dir);
+  INFO(r.err);
+  CHECK(r.code == 3);
+  CHECK_THAT(r.err, Catch::Contains("[rdzv] [info] waiting for nodes"));
+  CHECK(r.err.find("\x1b[K") == std::string::npos);
+}

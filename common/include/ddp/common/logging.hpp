@@ -20,6 +20,16 @@ std::shared_ptr<spdlog::logger> get(const std::string& name);
 // dropped because journald adds its own. Throws ConfigError on a bad level name.
 void setup(const std::string& level, const std::string& program_name);
 
+// A live status line at the bottom of a terminal (ddprun's "waiting for
+// nodes" while a rendezvous waits): for main() to enable, and only when stderr
+// is a terminal. While one is shown, every log line first erases it and then
+// redraws it below itself, so the two never mix. Thread-safe.
+void enable_status_line();
+// Shows `text` in place of the current status line (cut to the terminal's
+// width); an empty `text` erases it. Returns false, doing nothing, when status
+// lines are not enabled: the caller then logs the line instead.
+bool set_status_line(const std::string& text);
+
 // Parses a level name; throws ConfigError naming `flag` on a bad one.
 spdlog::level::level_enum parse_level(const std::string& level, const std::string& flag);
 

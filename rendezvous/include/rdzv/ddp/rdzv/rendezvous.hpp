@@ -55,6 +55,10 @@ struct RendezvousConfig {
   // How often a node that waits logs "waiting for nodes" (the first line comes
   // at once). ddprun: every second on a terminal, every 30 s in a log file.
   std::chrono::milliseconds progress_interval{std::chrono::seconds(1)};
+  // Shows a waiting node's progress in place (ddprun: the terminal's status
+  // line), called about once a second with the line's text. Unset, or
+  // returning false, the handler logs the line every progress_interval.
+  std::function<bool(const std::string&)> on_progress;
   int keep_alive_max_attempt = 3;
   bool is_host = false;       // this agent hosts the store in-process
   EtcdRendezvousConfig etcd;  // backend "etcd" (alias "etcd-v2") only
