@@ -17,16 +17,6 @@ void validate_run_id(const std::string& run_id) {
   }
 }
 
-std::string rdzv_prefix(const std::string& run_id) { return "/" + run_id + "/rdzv/"; }
-
-std::string round_prefix(const std::string& run_id, std::int64_t round) {
-  return rdzv_prefix(run_id) + "round_" + std::to_string(round) + "/";
-}
-
-std::string worker_prefix(const std::string& run_id, std::int64_t round) {
-  return "/" + run_id + "/worker/round_" + std::to_string(round) + "/";
-}
-
 std::string encode_node(const NodeSpec& node) {
   nlohmann::json j = {{"id", node.node_id}, {"host", node.host}, {"nproc", node.local_world_size}};
   return j.dump();
