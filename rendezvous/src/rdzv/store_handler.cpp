@@ -4,6 +4,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/rdzv/backend.hpp"
 #include "keys.hpp"
 
 namespace ddp::rdzv::detail {
@@ -12,7 +13,7 @@ namespace {
 
 // What a lost-store message names: the endpoint the user typed.
 std::string store_name(const RendezvousConfig& c) {
-  if (c.backend == "etcd" || c.backend == "etcd-v2") {
+  if (const auto b = parse_backend(c.backend); b && uses_etcd(*b)) {
     std::string eps;
     for (const auto& ep : c.etcd.endpoints) eps += (eps.empty() ? "" : ",") + ep.to_string();
     return "etcd at " + (eps.empty() ? c.endpoint.to_string() : eps);
