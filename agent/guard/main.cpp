@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "ddp/common/exit_code.hpp"
 #include "guard.hpp"
 #include "guard_protocol.hpp"
 
@@ -23,7 +24,7 @@ bool take(const char* arg, const char* flag, long* value) {
                "ddp-guard: %s\nusage: ddp-guard [--stop-timeout-ms=N] [--info-fd=N] [--agent-pid=N] -- "
                "/abs/path/to/worker [args...]\n(started by ddprun for each worker; see docs/agent.md)\n",
                why);
-  std::exit(2);
+  std::exit(ddp::exit_code(ddp::ExitCode::kConfig));
 }
 
 }  // namespace

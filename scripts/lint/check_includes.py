@@ -47,7 +47,8 @@ LINKS = {
     "store_server": (["store"], ["torch_codec"]),
     "etcd_store": (["store"], []),
     "rdzv": (["store", "store_server"], ["etcd_store"]),
-    "guard": ([], []),
+    # The guard reads common's exit_code.hpp (constants only) and links nothing.
+    "guard": ([], ["common"]),
     "agent": (["rdzv", "common"], ["store_server", "guard"]),
     "launcher": (["agent"], []),
     "sdk": (["store", "common"], ["store_server"]),
