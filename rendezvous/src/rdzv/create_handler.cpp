@@ -44,14 +44,10 @@ std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config
     throw ConfigError("--rdzv_endpoint: c10d rendezvous needs HOST:PORT, got '" +
                       config.endpoint.to_string() + "'");
   }
-  detail::StoreAccess access;
-  try {
-    access = detail::open_store(
-        config, config.is_host ? detail::HostMode::kAlways : detail::HostMode::kIfLocal, "--rdzv_endpoint");
-  } catch (const RendezvousError& e) {
-    // An endpoint nobody serves is a configuration mistake (issue: exit 2).
-    throw ConfigError(e.what());
-  }
+  // An endpoint nobody serves is a configuration mistake (exit 2).
+  auto access =
+      detail::open_store(config, config.is_host ? detail::HostMode::kAlways : detail::HostMode::kIfLocal,
+                         "--rdzv_endpoint", detail::Unreachable::kConfigError);
   return std::make_unique<DynamicHandler>(config, self, std::move(access));
 }
 
