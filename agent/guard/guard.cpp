@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "cgroup_scope.hpp"
+#include "ddp/common/exit_code.hpp"
 #include "guard_protocol.hpp"
 #include "proc_tree.hpp"
 
@@ -115,14 +116,14 @@ class Guard {
       ::sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != self_) ::_exit(128 + SIGKILL);
+      if (::getppid() != self_) ::_exit(signal_exit_code(SIGKILL));
       if (cgroup_) cgroup_->join_self();
       if (o_.info_fd >= 0) ::close(o_.info_fd);
       ::execv(argv[0], argv.data());
       const int e = errno;
       ssize_t ignored = ::write(err_pipe[1], &e, sizeof(e));
       (void)ignored;
-      ::_exit(127);
+      ::_exit(exec_failed_exit_code());
     }
     worker_ = pid;
     ::close(err_pipe[1]);
@@ -161,7 +162,7 @@ class Guard {
   [[noreturn]] void report_and_exit_127(int err) {
     if (o_.info_fd >= 0) write_all(o_.info_fd, std::string(kInfoError) + " " + std::to_string(err) + "\n");
     cgroup_.reset();
-    ::_exit(127);
+    ::_exit(exec_failed_exit_code());
   }
 
   // Reaps every child: the worker, and orphans adopted as subreaper.
@@ -272,7 +273,7 @@ class Guard {
     ::sigaddset(&only, sig);
     ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
     ::raise(sig);
-    ::_exit(128 + sig);  // a signal whose default is to continue or stop
+    ::_exit(signal_exit_code(sig));  // a signal whose default is to continue or stop
   }
 
   const GuardOptions& o_;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "ddp/common/exit_code.hpp"
 #include "guard.hpp"
 #include "guard_protocol.hpp"
 
@@ -24,7 +25,7 @@ bool take(const char* arg, const char* flag, long* value) {
                "{-- /abs/path/to/worker [args...] | --adopt-pid=N}\n(started by ddprun for each worker; see "
                "docs/agent.md)\n",
                why);
-  std::exit(2);
+  std::exit(ddp::exit_code(ddp::ExitCode::kConfig));
 }
 
 }  // namespace

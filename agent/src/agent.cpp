@@ -8,6 +8,7 @@
 #include "agent_impl.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/rdzv/backend.hpp"
 
 namespace ddp::agent {
 
@@ -173,7 +174,8 @@ void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
   point_torch_store(r);
   // On etcd the workers' store is group rank 0's, not the handler's: no
   // first-step times there (docs/agent.md, "Startup times").
-  const bool same_store = cfg.rendezvous.backend != "etcd" && cfg.rendezvous.backend != "etcd-v2";
+  const auto backend = rdzv::parse_backend(cfg.rendezvous.backend);
+  const bool same_store = !(backend && rdzv::uses_etcd(*backend));
   startup.rendezvous_done(r, cfg.nproc_per_node, same_store ? rdzv->handler()->store() : nullptr, [this] {
     observers.emit_startup("first_step");
     observers.publish_status();

@@ -7,6 +7,7 @@
 #include <future>
 
 #include "ddp/common/logging.hpp"
+#include "ddp/store/job_keys.hpp"
 
 namespace ddp::agent {
 
@@ -18,7 +19,7 @@ constexpr std::chrono::milliseconds kStatusFlushTimeout{2000};
 }  // namespace
 
 std::string status_key(const std::string& run_id, const std::string& node_id) {
-  return "/" + run_id + "/agent/status/" + node_id;
+  return store::keys::agent_status_key(run_id, node_id);
 }
 
 Observers::Observers(const AgentConfig& cfg, const Lifecycle& life) : cfg_(cfg), life_(life) {}

@@ -35,6 +35,7 @@
 
 #include "containment.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
 #include "guard_protocol.hpp"
 #include "zygote_client.hpp"
@@ -83,7 +84,7 @@ struct WorkerSetup {
     if (::setpgid(0, 0) != 0) return {errno, boost::system::system_category()};
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return {errno, boost::system::system_category()};
     // The agent may have died before prctl took effect: then nobody would kill us.
-    if (::getppid() != agent_pid) ::_exit(128 + SIGKILL);
+    if (::getppid() != agent_pid) ::_exit(signal_exit_code(SIGKILL));
     // Boost 1.81's close_range path skips fds below its own error pipe (it
     // compares a whitelist entry with itself), so mark every fd >= 3
     // close-on-exec here; its error pipe is close-on-exec already.
@@ -101,7 +102,7 @@ struct WorkerSetup {
   void on_exec_error(bp::posix::default_launcher&, const bp::filesystem::path&, const char* const*,
                      const error_code&) {
     // Not exit(): the forked copy of a threaded agent must not run atexit handlers.
-    ::_exit(127);
+    ::_exit(exec_failed_exit_code());
   }
 };
 

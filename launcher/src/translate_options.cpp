@@ -14,7 +14,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/launcher/launch_options.hpp"
-#include "ddp/store/etcd_store.hpp"
+#include "ddp/rdzv/backend.hpp"
 #include "liveness_options.hpp"
 #include "program.hpp"
 
@@ -277,50 +277,53 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   // line updated in place instead.
   rc.on_progress = [](const std::string& text) { return ddp::log::set_status_line(text); };
   rc.run_id = o.rdzv_id;
-  const std::string backend = o.rdzv_backend;
+  const std::string& backend = o.rdzv_backend;
+  const auto kind = rdzv::parse_backend(backend);
+  if (!o.standalone && (!kind || *kind == rdzv::Backend::kStandalone)) {
+    // Standalone is --standalone, not a --rdzv_backend value.
+    throw ConfigError("--rdzv_backend: unknown backend '" + backend + "'; use static, c10d (alias " +
+                      "dynamic, ddp) or etcd (alias etcd-v2), or --standalone for one node");
+  }
   if (o.standalone) {
     if (max_nodes != 1) {
       throw ConfigError("--standalone: runs a single node, but --nnodes=" + o.nnodes + "; drop one of them");
     }
-    rc.backend = "standalone";
+    rc.backend = rdzv::backend_name(rdzv::Backend::kStandalone);
     rc.run_id = random_run_id();
     rc.is_host = true;
-  } else if (backend == "static") {
+  } else if (*kind == rdzv::Backend::kStatic) {
     const bool fixed_port = o.master_port_given || !o.rdzv_endpoint.empty();
     if (max_nodes == 1 && !fixed_port) {
       // One node and no port asked for: a store on a free port serves the same
       // purpose as torchrun's fixed 29500 without colliding with another job.
-      rc.backend = "standalone";
+      rc.backend = rdzv::backend_name(rdzv::Backend::kStandalone);
       rc.is_host = true;
     } else {
       if (min_nodes != max_nodes) {
         throw ConfigError("--nnodes: the static backend needs a fixed node count, got " + o.nnodes +
                           "; use --rdzv_backend=c10d for a range");
       }
-      rc.backend = "static";
+      rc.backend = rdzv::backend_name(rdzv::Backend::kStatic);
       rc.endpoint = o.rdzv_endpoint.empty()
                         ? parse_endpoint(o.master_addr + ":" + std::to_string(o.master_port), "--master_addr")
                         : parse_endpoint(o.rdzv_endpoint, "--rdzv_endpoint", o.master_port);
       rc.node_rank = o.node_rank;
       rc.is_host = o.node_rank == 0;
     }
-  } else if (backend == "c10d" || backend == "ddp") {
+  } else if (*kind == rdzv::Backend::kC10d) {
     if (o.rdzv_endpoint.empty()) {
       throw ConfigError("--rdzv_endpoint: required with --rdzv_backend=" + backend +
                         " (HOST:PORT of ddp-rendezvousd or of the hosting agent)");
     }
-    rc.backend = "c10d";
+    rc.backend = rdzv::backend_name(rdzv::Backend::kC10d);
     rc.endpoint = parse_endpoint(o.rdzv_endpoint, "--rdzv_endpoint", kDefaultRdzvPort);
-  } else if (backend == "etcd" || backend == "etcd-v2") {
+  } else {
     if (o.rdzv_endpoint.empty()) {
       throw ConfigError("--rdzv_endpoint: required with --rdzv_backend=" + backend);
     }
     rc.backend = backend;  // etcd-v2 is an alias: the handler notes that it speaks v3
-    rc.etcd.endpoints = store::parse_etcd_endpoints(o.rdzv_endpoint, "--rdzv_endpoint");
+    rc.etcd.endpoints = rdzv::parse_etcd_endpoints(o.rdzv_endpoint, "--rdzv_endpoint");
     rc.endpoint = rc.etcd.endpoints.front();
-  } else {
-    throw ConfigError("--rdzv_backend: unknown backend '" + backend +
-                      "'; use static, c10d (alias ddp) or etcd");
   }
 
   cfg.signals_to_handle = parse_signals(o.signals_to_handle);

@@ -1,5 +1,6 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/rdzv/backend.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
 #include "dynamic_handler.hpp"
 #include "etcd_handler.hpp"
@@ -17,42 +18,37 @@ void check_self(const NodeSpec& self) {
   if (self.node_id.empty()) throw InternalError("rendezvous: NodeSpec::node_id is empty");
 }
 
-bool is_dynamic(const std::string& backend) { return backend == "c10d" || backend == "dynamic"; }
-
-[[noreturn]] void unknown_backend(const std::string& backend) {
-  throw ConfigError("--rdzv_backend: unknown backend '" + backend +
-                    "'; use c10d (or dynamic), etcd, static or standalone");
+Backend backend_of(const RendezvousConfig& config) {
+  const auto b = parse_backend(config.backend);
+  if (!b)
+    throw ConfigError("--rdzv_backend: unknown backend '" + config.backend + "'; use " + backend_choices());
+  return *b;
 }
 
 }  // namespace
 
 std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config, const NodeSpec& self) {
   check_self(self);
-  if (config.backend == "standalone") return std::make_unique<StandaloneHandler>(config, self);
-  if (config.backend == "static") return std::make_unique<StaticHandler>(config, self);
-  if (config.backend == "etcd" || config.backend == "etcd-v2") {
-    if (config.backend == "etcd-v2")
-      log::get("rdzv")->warn("rdzv backend etcd-v2 talks to etcd's v3 API (etcd 3.6 removed v2)");
+  const Backend backend = backend_of(config);
+  if (backend == Backend::kStandalone) return std::make_unique<StandaloneHandler>(config, self);
+  if (backend == Backend::kStatic) return std::make_unique<StaticHandler>(config, self);
+  if (backend == Backend::kEtcd) {
+    if (config.backend != backend_name(Backend::kEtcd))
+      log::get("rdzv")->warn("rdzv backend {} talks to etcd's v3 API (etcd 3.6 removed v2)", config.backend);
     detail::validate_run_id(config.run_id);
     return std::make_unique<detail::EtcdHandler>(config, self);
   }
-  if (is_dynamic(config.backend)) {
-    detail::validate_run_id(config.run_id);
-    if (config.endpoint.host.empty() || config.endpoint.port == 0) {
-      throw ConfigError("--rdzv_endpoint: c10d rendezvous needs HOST:PORT, got '" +
-                        config.endpoint.to_string() + "'");
-    }
-    detail::StoreAccess access;
-    try {
-      access = detail::open_store(
-          config, config.is_host ? detail::HostMode::kAlways : detail::HostMode::kIfLocal, "--rdzv_endpoint");
-    } catch (const RendezvousError& e) {
-      // An endpoint nobody serves is a configuration mistake (issue: exit 2).
-      throw ConfigError(e.what());
-    }
-    return std::make_unique<DynamicHandler>(config, self, std::move(access));
+  // Backend::kC10d.
+  detail::validate_run_id(config.run_id);
+  if (config.endpoint.host.empty() || config.endpoint.port == 0) {
+    throw ConfigError("--rdzv_endpoint: c10d rendezvous needs HOST:PORT, got '" +
+                      config.endpoint.to_string() + "'");
   }
-  unknown_backend(config.backend);
+  // An endpoint nobody serves is a configuration mistake (exit 2).
+  auto access =
+      detail::open_store(config, config.is_host ? detail::HostMode::kAlways : detail::HostMode::kIfLocal,
+                         "--rdzv_endpoint", detail::Unreachable::kConfigError);
+  return std::make_unique<DynamicHandler>(config, self, std::move(access));
 }
 
 std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config, const NodeSpec& self,
@@ -60,8 +56,9 @@ std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config
   check_self(self);
   detail::StoreAccess access;
   access.client = std::move(store);
-  if (config.backend == "static") return std::make_unique<StaticHandler>(config, self, std::move(access));
-  if (is_dynamic(config.backend)) return std::make_unique<DynamicHandler>(config, self, std::move(access));
+  const Backend backend = backend_of(config);
+  if (backend == Backend::kStatic) return std::make_unique<StaticHandler>(config, self, std::move(access));
+  if (backend == Backend::kC10d) return std::make_unique<DynamicHandler>(config, self, std::move(access));
   throw ConfigError("--rdzv_backend: '" + config.backend +
                     "' cannot run over a given store; use static or c10d");
 }

@@ -32,11 +32,11 @@ const RendezvousConfig& checked(const RendezvousConfig& c) {
   return c;
 }
 
-std::string name_list(const std::vector<store::KeyValue>& kvs, std::size_t prefix_len, int limit) {
+std::string name_list(const std::vector<store::KeyValue>& kvs, const std::string& round_prefix, int limit) {
   std::string out;
   for (const auto& kv : kvs) {
-    auto rank = detail::parse_int(std::string_view(kv.key).substr(prefix_len));
-    if (rank < 0 || rank >= limit) continue;
+    auto rank = detail::node_index(kv.key, round_prefix);
+    if (!rank || *rank >= limit) continue;
     if (!out.empty()) out += ", ";
     try {
       auto n = detail::decode_node(kv.value, kv.key);
@@ -53,12 +53,13 @@ void logger_info_last_call(const RendezvousConfig& c, std::int64_t round, int co
                          c.run_id, round, count, detail::seconds_text(c.last_call_timeout));
 }
 
-// Node ids of the records of group ranks [0, n) under `prefix`node/.
-std::set<std::string> member_ids(const std::vector<store::KeyValue>& kvs, std::size_t prefix_len, int n) {
+// Node ids of the records of group ranks [0, n) under `round_prefix`node/.
+std::set<std::string> member_ids(const std::vector<store::KeyValue>& kvs, const std::string& round_prefix,
+                                 int n) {
   std::set<std::string> out;
   for (const auto& kv : kvs) {
-    auto r = detail::parse_int(std::string_view(kv.key).substr(prefix_len));
-    if (r >= 0 && r < n) out.insert(detail::decode_node(kv.value, kv.key).node_id);
+    auto r = detail::node_index(kv.key, round_prefix);
+    if (r && *r < n) out.insert(detail::decode_node(kv.value, kv.key).node_id);
   }
   return out;
 }
@@ -110,7 +111,7 @@ RendezvousResult DynamicHandler::next_rendezvous() {
     // Arrival index in the high half, prefix sum of workers in the low.
     const std::int64_t mine = arrivals_->arrive(prefix, self_);
     const int index = detail::packed_count(mine);  // 1-based
-    const std::string my_key = prefix + "node/" + std::to_string(index - 1);
+    const std::string my_key = detail::node_key(prefix, index - 1);
     bool late = index > config_.max_nodes;
     Closed closed;
     if (!late) {
@@ -167,12 +168,12 @@ RendezvousResult DynamicHandler::next_rendezvous() {
     res.rank_offset = detail::packed_workers(mine) - self_.local_world_size;
     res.world_size = closed.workers;
     if (config_.list_nodes) {
-      auto listed = store_->list(prefix + "node/");
+      auto listed = store_->list(detail::nodes_prefix(prefix));
       res.nodes.resize(static_cast<std::size_t>(closed.count));
       for (const auto& kv : listed.kvs) {
-        auto r = detail::parse_int(std::string_view(kv.key).substr(prefix.size() + 5));
-        if (r >= 0 && r < closed.count)
-          res.nodes[static_cast<std::size_t>(r)] = detail::decode_node(kv.value, kv.key);
+        auto r = detail::node_index(kv.key, prefix);
+        if (r && *r < closed.count)
+          res.nodes[static_cast<std::size_t>(*r)] = detail::decode_node(kv.value, kv.key);
       }
     } else {
       res.nodes = {self_};
@@ -190,18 +191,18 @@ DynamicHandler::Closed DynamicHandler::close_round(std::int64_t round, std::int6
   const int n = detail::packed_count(seen);
   std::vector<std::string> keys;
   keys.reserve(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) keys.push_back(prefix + "node/" + std::to_string(r));
+  for (int r = 0; r < n; ++r) keys.push_back(detail::node_key(prefix, r));
   std::string value;
   try {
     // Every counted arrival writes its record right after its add.
     store_->wait(keys, config_.close_timeout);
     // Records of nodes that died before the close are gone by now or vanish after
     // this listing, where the members' watches (from its revision + 1) see them.
-    auto listed = store_->list(prefix + "node/");
+    auto listed = store_->list(detail::nodes_prefix(prefix));
     int present = 0;
     for (const auto& kv : listed.kvs) {
-      auto r = detail::parse_int(std::string_view(kv.key).substr(prefix.size() + 5));
-      if (r >= 0 && r < n) ++present;
+      auto r = detail::node_index(kv.key, prefix);
+      if (r && *r < n) ++present;
     }
     if (present == n) {
       value = std::to_string(n) + " " + std::to_string(detail::packed_workers(seen)) + " " +
@@ -236,17 +237,17 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
   if (n < config_.min_nodes || n >= config_.max_nodes) return false;  // the MAX-th arrival closes it
   std::vector<std::string> keys;
   keys.reserve(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) keys.push_back(prefix + "node/" + std::to_string(r));
+  for (int r = 0; r < n; ++r) keys.push_back(detail::node_key(prefix, r));
   try {
     store_->wait(keys, records_wait);  // each counted arrival writes its record next
   } catch (const TimeoutError&) {
     return false;  // the last call's close_round aborts the round
   }
-  const auto now = store_->list(prefix + "node/");
-  const auto ids = member_ids(now.kvs, prefix.size() + 5, n);
+  const auto now = store_->list(detail::nodes_prefix(prefix));
+  const auto ids = member_ids(now.kvs, prefix, n);
   // The previous round's records share their nodes' leases: those present are
   // the members still alive, whether or not they are back yet.
-  const auto alive = member_ids(store_->list(old + "node/").kvs, old.size() + 5, prev.members);
+  const auto alive = member_ids(store_->list(detail::nodes_prefix(old)).kvs, old, prev.members);
   if (static_cast<int>(ids.size()) != n || ids != alive) {
     for (const auto& id : ids) {
       if (!alive.count(id)) {
@@ -336,7 +337,7 @@ void DynamicHandler::log_progress(std::int64_t round, const Deadline& deadline) 
   const std::string prefix = prefix_of(round);
   const int count = detail::packed_count(arrivals_->arrived(prefix));
   std::string names = std::to_string(count) + " node(s)";
-  if (count <= kNamesShown) names = name_list(store_->list(prefix + "node/").kvs, prefix.size() + 5, count);
+  if (count <= kNamesShown) names = name_list(store_->list(detail::nodes_prefix(prefix)).kvs, prefix, count);
   const int needed = std::max(0, config_.min_nodes - count);
   // The names come last: a narrow terminal cuts them, not the counts.
   if (live &&
@@ -356,8 +357,8 @@ void DynamicHandler::log_progress(std::int64_t round, const Deadline& deadline) 
 void DynamicHandler::throw_timeout(std::int64_t round, bool late) {
   const std::string prefix = prefix_of(round);
   const int count = detail::packed_count(arrivals_->arrived(prefix));
-  const auto listed = store_->list(prefix + "node/");
-  const std::string names = name_list(listed.kvs, prefix.size() + 5, std::min(count, config_.max_nodes));
+  const auto listed = store_->list(detail::nodes_prefix(prefix));
+  const std::string names = name_list(listed.kvs, prefix, std::min(count, config_.max_nodes));
   const std::string head = "rendezvous timed out after " + detail::seconds_text(config_.join_timeout) +
                            " (run_id=" + config_.run_id + ", round " + std::to_string(round) + ", store " +
                            config_.endpoint.to_string() + "): ";

@@ -1,6 +1,5 @@
 #include "keys.hpp"
 
-#include <charconv>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -15,16 +14,6 @@ void validate_run_id(const std::string& run_id) {
                       "' contains '/', which would mix its keys with another job's; use letters, "
                       "digits, '-', '_' or '.'");
   }
-}
-
-std::string rdzv_prefix(const std::string& run_id) { return "/" + run_id + "/rdzv/"; }
-
-std::string round_prefix(const std::string& run_id, std::int64_t round) {
-  return rdzv_prefix(run_id) + "round_" + std::to_string(round) + "/";
-}
-
-std::string worker_prefix(const std::string& run_id, std::int64_t round) {
-  return "/" + run_id + "/worker/round_" + std::to_string(round) + "/";
 }
 
 std::string encode_node(const NodeSpec& node) {
@@ -45,12 +34,7 @@ NodeSpec decode_node(std::string_view text, const std::string& key) {
   return n;
 }
 
-std::int64_t parse_int(std::string_view text) {
-  std::int64_t v = -1;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size() || v < 0) return -1;
-  return v;
-}
+std::int64_t parse_int(std::string_view text) { return store::keys::parse_index(text).value_or(-1); }
 
 std::string seconds_text(std::chrono::milliseconds ms) {
   char buf[32];

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ddp/rdzv/rendezvous.hpp"
+#include "ddp/store/job_keys.hpp"
 
 namespace ddp::rdzv::detail {
 
@@ -15,12 +16,15 @@ namespace ddp::rdzv::detail {
 // or containing '/' which would let one job's prefix cover another's).
 void validate_run_id(const std::string& run_id);
 
-// "/<run>/rdzv/": everything the handlers of one job write.
-std::string rdzv_prefix(const std::string& run_id);
-// "/<run>/rdzv/round_<r>/": one round's keys.
-std::string round_prefix(const std::string& run_id, std::int64_t round);
-// "/<run>/worker/round_<r>/": where this round's workers bootstrap.
-std::string worker_prefix(const std::string& run_id, std::int64_t round);
+// The key layout itself lives in ddp/store/job_keys.hpp, shared with the agent,
+// `ddp-store status` and the server's metrics.
+using store::keys::node_index;
+using store::keys::node_key;
+using store::keys::nodes_prefix;
+using store::keys::rdzv_prefix;
+using store::keys::round_pointer_key;
+using store::keys::round_prefix;
+using store::keys::worker_prefix;
 
 // A node's record, readable in `ddp-store list`: {"id":..,"host":..,"nproc":..}.
 std::string encode_node(const NodeSpec& node);

@@ -166,7 +166,7 @@ void RoundMonitor::begin(WatchedRound r) {
     cv_.notify_all();
   };
   std::vector<std::unique_ptr<store::WatchHandle>> handles;
-  handles.push_back(store_->watch(prefix + "node/", node_from, on_event, on_error));
+  handles.push_back(store_->watch(detail::nodes_prefix(prefix), node_from, on_event, on_error));
   handles.push_back(store_->watch(prefix + "ctl/", ctl_from, on_event, on_error));
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& h : handles) watches_.push_back(std::move(h));
@@ -198,7 +198,7 @@ std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end(
     if (active_ && !watches_.empty()) {
       // Events of the old epoch still queued or yet to come reach the sink.
       departure_epoch_ = epoch_;
-      departure_prefix_ = round_.prefix + "node/";
+      departure_prefix_ = detail::nodes_prefix(round_.prefix);
       departure_sink_ = std::move(on_departure);
       departure_watch_ = std::move(watches_.front());
       departed = departed_;

@@ -50,11 +50,10 @@ RendezvousResult StaticHandler::next_rendezvous() {
   const std::int64_t round = round_to_join();
   const std::string prefix = prefix_of(round);
   check_same_node_count(round);
-  store_->set(prefix + "node/" + std::to_string(config_.node_rank), detail::encode_node(self_),
-              monitor_->lease());
+  store_->set(detail::node_key(prefix, config_.node_rank), detail::encode_node(self_), monitor_->lease());
 
   std::vector<std::string> keys;
-  for (int r = 0; r < n; ++r) keys.push_back(prefix + "node/" + std::to_string(r));
+  for (int r = 0; r < n; ++r) keys.push_back(detail::node_key(prefix, r));
   bool logged = false;
   Clock::time_point last_logged;
   while (true) {
@@ -82,11 +81,11 @@ RendezvousResult StaticHandler::next_rendezvous() {
       continue;
     }
     // A record can vanish between the wait and the list (a node died): wait again.
-    auto listed = store_->list(prefix + "node/");
+    auto listed = store_->list(detail::nodes_prefix(prefix));
     std::vector<std::optional<NodeSpec>> by_rank(static_cast<std::size_t>(n));
     for (const auto& kv : listed.kvs) {
-      auto r = detail::parse_int(std::string_view(kv.key).substr(prefix.size() + 5));
-      if (r >= 0 && r < n) by_rank[static_cast<std::size_t>(r)] = detail::decode_node(kv.value, kv.key);
+      auto r = detail::node_index(kv.key, prefix);
+      if (r && *r < n) by_rank[static_cast<std::size_t>(*r)] = detail::decode_node(kv.value, kv.key);
     }
     bool complete = true;
     for (const auto& s : by_rank) complete = complete && s.has_value();

@@ -83,7 +83,8 @@ bool is_local_host(const std::string& host) {
   return local;
 }
 
-StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std::string& flag) {
+StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std::string& flag,
+                       Unreachable unreachable) {
   StoreAccess access;
   auto logger = log::get("rdzv");
   const std::string where = config.endpoint.to_string();
@@ -129,8 +130,10 @@ StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std:
     opts.bind_leases_to_connection = true;
     access.client = std::make_shared<store::TcpStore>(opts);
   } catch (const NetworkError& e) {
-    throw RendezvousError("cannot reach the rendezvous store at " + where + " (" + flag + ") after waiting " +
-                          seconds_text(config.join_timeout) + ": " + e.what());
+    const std::string what = "cannot reach the rendezvous store at " + where + " (" + flag +
+                             ") after waiting " + seconds_text(config.join_timeout) + ": " + e.what();
+    if (unreachable == Unreachable::kConfigError) throw ConfigError(what);
+    throw RendezvousError(what);
   } catch (const ProtocolError& e) {
     // Something else listens there: say what, at once, instead of waiting out join_timeout.
     throw ConfigError(flag + " " + e.what() +

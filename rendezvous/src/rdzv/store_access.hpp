@@ -22,10 +22,16 @@ enum class HostMode : std::uint8_t {
   kIfLocal,  // host when the endpoint is this machine and its port is free (torchrun's is_host)
 };
 
+// What an endpoint nobody serves within the join timeout is: a RendezvousError
+// for static (exit 3: node 0 may come later), a ConfigError for c10d (exit 2:
+// the endpoint is wrong).
+enum class Unreachable : std::uint8_t { kRendezvousError, kConfigError };
+
 // `flag` names what the user typed the endpoint with (--rdzv_endpoint or
 // --master_addr/--master_port), for error messages. A client connects with
-// retry until config.join_timeout.
-StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std::string& flag);
+// retry until config.join_timeout. Every failure is converted here, once.
+StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std::string& flag,
+                       Unreachable unreachable = Unreachable::kRendezvousError);
 
 // True when `host` names this machine: a loopback address, "localhost", this
 // machine's hostname, or an address of one of its interfaces.

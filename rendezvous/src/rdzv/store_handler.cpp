@@ -4,6 +4,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/rdzv/backend.hpp"
 #include "keys.hpp"
 
 namespace ddp::rdzv::detail {
@@ -12,7 +13,7 @@ namespace {
 
 // What a lost-store message names: the endpoint the user typed.
 std::string store_name(const RendezvousConfig& c) {
-  if (c.backend == "etcd" || c.backend == "etcd-v2") {
+  if (const auto b = parse_backend(c.backend); b && uses_etcd(*b)) {
     std::string eps;
     for (const auto& ep : c.etcd.endpoints) eps += (eps.empty() ? "" : ",") + ep.to_string();
     return "etcd at " + (eps.empty() ? c.endpoint.to_string() : eps);
@@ -58,7 +59,7 @@ void StoreHandler::wait_for_members_to_leave() {
   if (!cur || cur->group_world_size <= 1) return;
   const auto window = config_.keep_alive_interval * std::max(1, config_.keep_alive_max_attempt);
   const auto deadline = Deadline::after(window + std::chrono::milliseconds(500));
-  const std::string nodes = prefix_of(cur->round) + "node/";
+  const std::string nodes = nodes_prefix(prefix_of(cur->round));
   auto delay = std::chrono::milliseconds(2);
   try {
     while (!store_->list(nodes).kvs.empty()) {
@@ -91,12 +92,12 @@ std::int64_t StoreHandler::round_to_join() {
   if (!prev) {
     if (!joined_once_) {
       joined_once_ = true;
-      auto v = store_->multi_get({rdzv_key("round"), rdzv_key("closed")});
+      auto v = store_->multi_get({round_pointer_key(config_.run_id), rdzv_key("closed")});
       if (v[1]) throw_closed(*v[1]);
       return v[0] ? std::max<std::int64_t>(0, parse_int(*v[0])) : 0;
     }
     // A previous call failed before a round closed: try the job's current round.
-    auto p = store_->try_get(rdzv_key("round"));
+    auto p = store_->try_get(round_pointer_key(config_.run_id));
     return p ? std::max<std::int64_t>(0, parse_int(*p)) : 0;
   }
   // Pass on why we leave (the first event we saw), so every member restarts
@@ -118,7 +119,8 @@ std::int64_t StoreHandler::round_to_join() {
 
 void StoreHandler::advance_pointer(std::int64_t round) {
   // Only this chain of compare_sets writes the pointer, so "missing" means 0.
-  store_->compare_set(rdzv_key("round"), round == 0 ? "" : std::to_string(round), std::to_string(round + 1));
+  store_->compare_set(round_pointer_key(config_.run_id), round == 0 ? "" : std::to_string(round),
+                      std::to_string(round + 1));
 }
 
 void StoreHandler::start_round(const RendezvousResult& result, store::Revision node_from, bool can_grow) {
@@ -201,7 +203,7 @@ void StoreHandler::close(const std::string& reason) {
   store_->set(rdzv_key("closed"), why);
   // Wake whoever waits: members of our round (ended), and joiners of the next
   // round and of the job's current round (their round can never close now).
-  auto pointer = store_->try_get(rdzv_key("round"));
+  auto pointer = store_->try_get(round_pointer_key(config_.run_id));
   std::int64_t next = pointer ? std::max<std::int64_t>(0, parse_int(*pointer)) : 0;
   if (cur) {
     monitor_->end();

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <string_view>
 
+#include "ddp/store/job_keys.hpp"
+
 namespace ddp::store::server {
 
 void RequestMetrics::record(Op op, std::chrono::nanoseconds took) {
@@ -31,17 +33,14 @@ void RequestMetrics::append_to(std::map<std::string, std::int64_t>& out) const {
 }
 
 void append_rendezvous_rounds(const KvState& kv, std::map<std::string, std::int64_t>& out) {
-  constexpr std::string_view kSuffix = "/rdzv/round";
   for (const auto& [key, entry] : kv.entries()) {
-    const std::string_view k = key;
-    if (k.size() <= kSuffix.size() + 1 || k.front() != '/' || !k.ends_with(kSuffix)) continue;
-    const auto run = k.substr(1, k.size() - kSuffix.size() - 1);
-    if (run.find('/') != std::string_view::npos) continue;  // a run id never contains '/'
+    const auto run = store::keys::run_of_round_pointer(key);
+    if (!run) continue;
     std::int64_t round = 0;
     const auto* first = entry.value.data();
     const auto* last = first + entry.value.size();
     if (auto [p, ec] = std::from_chars(first, last, round); ec != std::errc() || p != last) continue;
-    out["rdzv_round." + std::string(run)] = round;
+    out["rdzv_round." + std::string(*run)] = round;
   }
 }
 

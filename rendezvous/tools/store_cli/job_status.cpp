@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ddp/store/job_keys.hpp"
+
 namespace ddp::store_cli {
 namespace {
 
@@ -45,13 +47,8 @@ std::map<std::int64_t, std::size_t, std::greater<>> worker_keys_by_round(store::
   std::map<std::int64_t, std::size_t, std::greater<>> out;
   for (const auto& kv : store.list(prefix).kvs) {
     const std::string_view rest = std::string_view(kv.key).substr(prefix.size());
-    if (rest.rfind("round_", 0) != 0) continue;
-    const auto slash = rest.find('/');
-    try {
-      ++out[std::stoll(std::string(rest.substr(6, slash == std::string_view::npos ? slash : slash - 6)))];
-    } catch (const std::exception&) {
-      // Not a round written by ddprun: `ddp-store list` still shows it.
-    }
+    // A key not written by ddprun has no round: `ddp-store list` still shows it.
+    if (const auto round = store::keys::worker_round_of(rest)) ++out[*round];
   }
   return out;
 }
@@ -105,7 +102,7 @@ std::string age(double updated) {
 }  // namespace
 
 int print_job_status(store::Store& store, const std::string& rdzv_id) {
-  const std::string prefix = "/" + rdzv_id + "/agent/status/";
+  const std::string prefix = store::keys::agent_status_prefix(rdzv_id);
   const std::vector<std::string> header = {"NODE",    "HOST",      "GROUP_RANK", "RANKS",
                                            "ROUND",   "RESTARTS",  "STATE",      "WORKERS",
                                            "STARTUP", "HEARTBEAT", "UPDATED"};
@@ -158,12 +155,12 @@ int print_job_status(store::Store& store, const std::string& rdzv_id) {
   print(header);
   for (const auto& r : rows) print(r.cells);
 
-  const std::string worker_prefix = "/" + rdzv_id + "/worker/";
+  const std::string worker_prefix = store::keys::worker_root(rdzv_id);
   const auto rounds = worker_keys_by_round(store, worker_prefix);
   if (!rounds.empty()) {
     std::printf("\nROUND  WORKER_KEYS  PREFIX\n");
     for (const auto& [round, keys] : rounds) {
-      const std::string round_prefix = worker_prefix + "round_" + std::to_string(round) + "/";
+      const std::string round_prefix = store::keys::worker_prefix(rdzv_id, round);
       std::printf("%-5lld  %-11zu  %s\n", static_cast<long long>(round), keys, round_prefix.c_str());
     }
   }

@@ -21,6 +21,9 @@ constexpr int exit_code(ExitCode c) { return static_cast<int>(c); }
 // Stopped by signal `sig`: the shell's convention, 128 + N.
 constexpr int signal_exit_code(int sig) { return 128 + sig; }
 
+// A child whose program could not be executed: the shell's convention, 127.
+constexpr int exec_failed_exit_code() { return 127; }
+
 // ConfigError -> 2, RendezvousError -> 3, anything else -> 1.
 inline int exit_code_of(const std::exception& e) noexcept {
   if (dynamic_cast<const ConfigError*>(&e) != nullptr) return exit_code(ExitCode::kConfig);

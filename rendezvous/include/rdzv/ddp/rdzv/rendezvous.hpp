@@ -1,10 +1,11 @@
 // Rendezvous: how the agents of one job agree on membership, ranks and the store
 // their workers bootstrap from, and how they tell each other to restart.
 //
-// Backends: "standalone" (one node, in-process store), "static" (--node_rank +
-// --master_addr/--master_port; node 0 hosts the store), "c10d" (dynamic, over a
-// ddp-rendezvousd or the store hosted by the agent that owns --rdzv_endpoint),
-// later "etcd". The agent only sees RendezvousHandler.
+// Backends (ddp/rdzv/backend.hpp has their names and aliases): standalone (one
+// node, in-process store), static (--node_rank + --master_addr/--master_port;
+// node 0 hosts the store), c10d (dynamic, over a ddp-rendezvousd or the store
+// hosted by the agent that owns --rdzv_endpoint) and etcd (dynamic, over an
+// etcd v3 cluster). The agent only sees RendezvousHandler.
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "ddp/common/endpoint.hpp"
+#include "ddp/rdzv/backend.hpp"
 #include "ddp/store/store.hpp"
 #include "ddp/store/store_server.hpp"
 
@@ -40,7 +42,7 @@ struct EtcdRendezvousConfig {
 };
 
 struct RendezvousConfig {
-  std::string backend = "c10d";  // standalone | static | c10d
+  std::string backend = "c10d";  // a name or alias parse_backend() knows
   std::string run_id = "none";   // --rdzv_id
   Endpoint endpoint;             // --rdzv_endpoint, or master for static
   int min_nodes = 1;
@@ -120,9 +122,9 @@ class RendezvousHandler {
   virtual std::shared_ptr<store::Store> store() = 0;
 };
 
-// Builds the handler for config.backend ("standalone", "static", "c10d" or its
-// alias "dynamic"). Throws ConfigError for an unknown backend or a bad setting
-// (exit 2), RendezvousError when the store cannot be reached (static: exit 3).
+// Builds the handler for config.backend (any name parse_backend() knows).
+// Throws ConfigError for an unknown backend or a bad setting (exit 2),
+// RendezvousError when the store cannot be reached (static: exit 3).
 std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config, const NodeSpec& self);
 
 // The static or c10d handler over an existing store instead of one reached

@@ -1,0 +1,47 @@
+// Every store key a ddprun job writes, built and parsed in one place
+// (docs/rendezvous.md and docs/store-protocol.md have the layout). Used by the
+// rendezvous handlers, the agent's status record, `ddp-store status` and the
+// server's rdzv_round metrics, so that no other file spells a key or parses one
+// with an offset.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace ddp::store::keys {
+
+// "/<run>/rdzv/": everything the rendezvous handlers of one job write.
+std::string rdzv_prefix(const std::string& run_id);
+// "/<run>/rdzv/round": the job's current round (the c10d pointer).
+std::string round_pointer_key(const std::string& run_id);
+// "/<run>/rdzv/round_<r>/": one round's keys.
+std::string round_prefix(const std::string& run_id, std::int64_t round);
+// "<round prefix>node/": one record per node of the round, by arrival or rank.
+std::string nodes_prefix(const std::string& round_prefix);
+// "<round prefix>node/<index>".
+std::string node_key(const std::string& round_prefix, std::int64_t index);
+// The index of a key under nodes_prefix(round_prefix); nullopt for any other key.
+std::optional<std::int64_t> node_index(std::string_view key, const std::string& round_prefix);
+
+// "/<run>/worker/": where the workers of every round bootstrap.
+std::string worker_root(const std::string& run_id);
+// "/<run>/worker/round_<r>/": this round's workers.
+std::string worker_prefix(const std::string& run_id, std::int64_t round);
+// The round of a key under worker_root ("round_<r>/..."), given the part after
+// the root; nullopt for a key ddprun did not write.
+std::optional<std::int64_t> worker_round_of(std::string_view rest);
+
+// "/<run>/agent/status/": the agents' status records.
+std::string agent_status_prefix(const std::string& run_id);
+// "/<run>/agent/status/<node_id>".
+std::string agent_status_key(const std::string& run_id, const std::string& node_id);
+
+// The run id of a round pointer key "/<run>/rdzv/round"; nullopt for any other key.
+std::optional<std::string_view> run_of_round_pointer(std::string_view key);
+
+// A non-negative decimal integer, the whole of `text`; nullopt otherwise.
+std::optional<std::int64_t> parse_index(std::string_view text);
+
+}  // namespace ddp::store::keys

@@ -1,0 +1,73 @@
+#include "ddp/store/job_keys.hpp"
+
+#include <charconv>
+
+namespace ddp::store::keys {
+namespace {
+
+constexpr std::string_view kRdzvDir = "/rdzv/";
+constexpr std::string_view kRoundPointer = "/rdzv/round";
+constexpr std::string_view kRoundDir = "round_";
+constexpr std::string_view kNodeDir = "node/";
+
+std::string run_root(const std::string& run_id) { return "/" + run_id; }
+
+}  // namespace
+
+std::optional<std::int64_t> parse_index(std::string_view text) {
+  std::int64_t v = -1;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+std::string rdzv_prefix(const std::string& run_id) { return run_root(run_id) + std::string(kRdzvDir); }
+
+std::string round_pointer_key(const std::string& run_id) {
+  return run_root(run_id) + std::string(kRoundPointer);
+}
+
+std::string round_prefix(const std::string& run_id, std::int64_t round) {
+  return rdzv_prefix(run_id) + std::string(kRoundDir) + std::to_string(round) + "/";
+}
+
+std::string nodes_prefix(const std::string& round_prefix) { return round_prefix + std::string(kNodeDir); }
+
+std::string node_key(const std::string& round_prefix, std::int64_t index) {
+  return nodes_prefix(round_prefix) + std::to_string(index);
+}
+
+std::optional<std::int64_t> node_index(std::string_view key, const std::string& round_prefix) {
+  const auto prefix = nodes_prefix(round_prefix);
+  if (!key.starts_with(prefix)) return std::nullopt;
+  return parse_index(key.substr(prefix.size()));
+}
+
+std::string worker_root(const std::string& run_id) { return run_root(run_id) + "/worker/"; }
+
+std::string worker_prefix(const std::string& run_id, std::int64_t round) {
+  return worker_root(run_id) + std::string(kRoundDir) + std::to_string(round) + "/";
+}
+
+std::optional<std::int64_t> worker_round_of(std::string_view rest) {
+  if (!rest.starts_with(kRoundDir)) return std::nullopt;
+  rest.remove_prefix(kRoundDir.size());
+  return parse_index(rest.substr(0, rest.find('/')));
+}
+
+std::string agent_status_prefix(const std::string& run_id) { return run_root(run_id) + "/agent/status/"; }
+
+std::string agent_status_key(const std::string& run_id, const std::string& node_id) {
+  return agent_status_prefix(run_id) + node_id;
+}
+
+std::optional<std::string_view> run_of_round_pointer(std::string_view key) {
+  if (key.size() <= kRoundPointer.size() + 1 || key.front() != '/' || !key.ends_with(kRoundPointer)) {
+    return std::nullopt;
+  }
+  const auto run = key.substr(1, key.size() - kRoundPointer.size() - 1);
+  if (run.find('/') != std::string_view::npos) return std::nullopt;  // a run id never contains '/'
+  return run;
+}
+
+}  // namespace ddp::store::keys

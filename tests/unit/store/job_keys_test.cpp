@@ -1,0 +1,42 @@
+#include "ddp/store/job_keys.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace ddp::store::keys;
+
+TEST_CASE("a job's keys are built under its run id", "[job_keys]") {
+  CHECK(rdzv_prefix("job") == "/job/rdzv/");
+  CHECK(round_pointer_key("job") == "/job/rdzv/round");
+  CHECK(round_prefix("job", 3) == "/job/rdzv/round_3/");
+  CHECK(node_key(round_prefix("job", 3), 7) == "/job/rdzv/round_3/node/7");
+  CHECK(worker_prefix("job", 2) == "/job/worker/round_2/");
+  CHECK(worker_prefix("job", 2).starts_with(worker_root("job")));
+  CHECK(agent_status_key("job", "n1") == "/job/agent/status/n1");
+  CHECK(agent_status_key("job", "n1").starts_with(agent_status_prefix("job")));
+}
+
+TEST_CASE("a node key parses back to its index, and nothing else does", "[job_keys]") {
+  const auto round = round_prefix("job", 1);
+  CHECK(node_index(node_key(round, 12), round) == 12);
+  CHECK_FALSE(node_index(round + "node/", round));
+  CHECK_FALSE(node_index(round + "node/x", round));
+  CHECK_FALSE(node_index(round + "node/-1", round));
+  CHECK_FALSE(node_index(round + "closed", round));
+  CHECK_FALSE(node_index(node_key(round_prefix("job", 2), 0), round));
+}
+
+TEST_CASE("a worker key's round is read from the part after the worker root", "[job_keys]") {
+  CHECK(worker_round_of("round_4/pg/x") == 4);
+  CHECK(worker_round_of("round_0") == 0);
+  CHECK_FALSE(worker_round_of("attempt_1/x"));
+  CHECK_FALSE(worker_round_of("round_/x"));
+  CHECK_FALSE(worker_round_of("round_x/y"));
+}
+
+TEST_CASE("only a round pointer key names a run", "[job_keys]") {
+  CHECK(run_of_round_pointer(round_pointer_key("job-1")) == "job-1");
+  CHECK_FALSE(run_of_round_pointer("/rdzv/round"));
+  CHECK_FALSE(run_of_round_pointer("//rdzv/round"));
+  CHECK_FALSE(run_of_round_pointer("/a/b/rdzv/round"));
+  CHECK_FALSE(run_of_round_pointer("/job/rdzv/round_1/closed"));
+}
