@@ -1,6 +1,7 @@
 #include "stack_dump.hpp"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
@@ -117,7 +118,9 @@ std::vector<RankStack> collect_now(std::vector<StackTarget> targets, std::chrono
   // Native workers: every debugger at once, read in turn.
   const bool eu = on_path("eu-stack");
   const bool gdb = !eu && on_path("gdb");
-  const long secs = std::max<long>(1, std::chrono::duration_cast<std::chrono::seconds>(budget).count());
+  // The debugger gets the budget less a little to read its output, then SIGKILL.
+  const auto ms = std::max<long>(200, static_cast<long>(budget.count()) - 300);
+  const std::string limit = std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100);
   std::vector<FILE*> pipes(targets.size(), nullptr);
   for (std::size_t i = 0; i < targets.size(); ++i) {
     if (!targets[i].python_file.empty()) continue;
@@ -127,8 +130,10 @@ std::vector<RankStack> collect_now(std::vector<StackTarget> targets, std::chrono
     }
     const std::string pid = std::to_string(targets[i].pid);
     const std::string cmd =
-        "timeout -k 1 " + std::to_string(secs) + " " +
-        (eu ? "eu-stack -p " + pid : "gdb -batch -nx -p " + pid + " -ex 'thread apply all bt' </dev/null") +
+        "timeout -k 0.2 " + limit + " " +
+        (eu ? "eu-stack -p " + pid
+            : "gdb -batch -nx -iex 'set debuginfod enabled off' -iex 'set auto-load off' -p " + pid +
+                  " -ex 'thread apply all bt' </dev/null") +
         " 2>&1";
     pipes[i] = ::popen(cmd.c_str(), "re");
   }
@@ -137,9 +142,14 @@ std::vector<RankStack> collect_now(std::vector<StackTarget> targets, std::chrono
     char buf[4096];
     std::size_t n = 0;
     while ((n = std::fread(buf, 1, sizeof(buf), pipes[i])) > 0) out[i].text.append(buf, n);
-    ::pclose(pipes[i]);
+    const int status = ::pclose(pipes[i]);
+    const bool timed_out = WIFEXITED(status) && (WEXITSTATUS(status) == 124 || WEXITSTATUS(status) == 137);
     out[i].top_frames = native_top_frames(out[i].text);
-    if (out[i].top_frames.empty()) out[i].note = native_note(out[i].text);
+    if (out[i].top_frames.empty()) {
+      out[i].note = timed_out
+                        ? std::string(eu ? "eu-stack" : "gdb") + " did not finish within " + limit + " s"
+                        : native_note(out[i].text);
+    }
   }
   // A dump is complete once its file stops growing.
   std::vector<std::uintmax_t> last(targets.size(), 0);

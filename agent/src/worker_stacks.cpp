@@ -14,7 +14,7 @@ namespace ddp::agent {
 namespace {
 
 // Bounds the whole collection: a hung worker is killed at most this late.
-constexpr std::chrono::milliseconds kStackBudget{2000};
+constexpr std::chrono::milliseconds kStackBudget{3000};
 
 std::string waiting_in(const RankStack& s) {
   return "[rank " + std::to_string(s.target.rank) +
