@@ -79,9 +79,14 @@ std::vector<std::string> native_top_frames(const std::string& text) {
       if (in_main && !out.empty() && line.empty()) break;
       continue;
     }
-    auto at = line.find(" in ");
-    std::string frame = at != std::string::npos ? line.substr(at + 4) : line.substr(line.find_first_of(' '));
-    frame.erase(0, frame.find_first_not_of(' '));
+    // "#0  0x00007f... in fn () at f.c:3" (gdb) or "#0  0x00007f... fn" (eu-stack).
+    std::istringstream words(line);
+    std::string number, address;
+    words >> number >> address;
+    if (address.rfind("0x", 0) != 0) words.str(line.substr(line.find_first_of(' ')));
+    std::string frame;
+    std::getline(words >> std::ws, frame);
+    if (frame.rfind("in ", 0) == 0) frame.erase(0, 3);
     if (out.size() < kTopFrames) out.push_back(frame);
   }
   return out;
