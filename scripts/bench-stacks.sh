@@ -2,7 +2,9 @@
 # Cost of collecting the stacks of 8 local workers (ddprun's SIGURG dump):
 # the time from "stack dump requested" to "workers' stacks written" in
 # ddprun's log, for Python workers (faulthandler) and native ones (eu-stack
-# or gdb). Usage: scripts/bench-stacks.sh [build dir] [repeats]
+# or gdb). Usage: [DDPRUN_PATH=dirs] scripts/bench-stacks.sh [build dir] [repeats]
+# (DDPRUN_PATH: the PATH ddprun sees, e.g. a directory with only gdb and
+# timeout to measure gdb where elfutils is installed)
 set -euo pipefail
 build=${1:-build}
 repeats=${2:-5}
@@ -16,7 +18,7 @@ measure() {  # kind, ddprun args...
   local kind=$1
   shift
   for i in $(seq "$repeats"); do
-    "$build/bin/ddprun" --nproc_per_node=8 --log_dir "$tmp/logs" --rdzv_id="$kind$i" "$@" >"$tmp/out" 2>"$tmp/err" &
+    env ${DDPRUN_PATH:+PATH=$DDPRUN_PATH} "$build/bin/ddprun" --nproc_per_node=8 --log_dir "$tmp/logs" --rdzv_id="$kind$i" "$@" >"$tmp/out" 2>"$tmp/err" &
     local pid=$!
     until [ "$(grep -c -e ready -e 'out 0 of rank' "$tmp/out" || true)" -ge 8 ]; do sleep 0.1; done
     kill -URG "$pid"
