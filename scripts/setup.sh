@@ -12,6 +12,7 @@ PACKAGES=(
   python3 python3-torch
   etcd-server etcd-client
   iproute2 procps
+  elfutils gdb               # stacks of native workers (eu-stack, gdb -batch)
   systemd   # systemd-analyze, for the unit-file tests (systemd need not be PID 1)
   slurmctld slurmd slurm-client munge   # the slurm-labelled tests run a cluster here
   openssh-server openssh-client         # the ssh-labelled tests run sshd on 127.0.0.x

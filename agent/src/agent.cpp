@@ -76,6 +76,7 @@ AgentResult Agent::Impl::run() {
   rdzv = std::make_unique<RendezvousCalls>(io, handler);
   rdzv->on_event([this](rdzv::RoundEvent e, const std::string& detail) { on_round_event(e, detail); });
   for (int sig : cfg.signals_to_handle) signals.add(sig);
+  signals.add(kStackDumpSignal);  // on demand: the workers' stacks into the run directory
   std::function<void(boost::system::error_code, int)> on_sig = [this, &on_sig](boost::system::error_code ec,
                                                                                int sig) {
     if (ec) return;
@@ -252,6 +253,10 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
 
 void Agent::Impl::on_signal(int sig) {
   if (life.done()) return;
+  if (sig == kStackDumpSignal) {
+    if (group) group->dump_stacks();
+    return;
+  }
   if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP && sig != SIGQUIT) {
     // A notice for the workers (preemption), not a request to stop.
     log->info("received {}: forwarding to workers", signal_name(sig));

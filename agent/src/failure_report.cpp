@@ -127,6 +127,7 @@ std::string render_text(const FailureReport& r) {
     } else if (!h.stack_note.empty()) {
       os << "  stuck at   : " << h.stack_note << '\n';
     }
+    for (const auto& other : h.other_ranks) os << "  " << other << '\n';
     if (!h.stacks_file.empty()) os << "  stacks     : " << h.stacks_file << '\n';
   }
   if (f.error) {
@@ -206,7 +207,7 @@ std::string render_json(const FailureReport& r) {
       j["hang"] = {{"source", f.hang->source},         {"scope", f.hang->scope},
                    {"detail", f.hang->detail},         {"what", f.hang->what()},
                    {"top_frames", f.hang->top_frames}, {"stacks_file", f.hang->stacks_file},
-                   {"stack_note", f.hang->stack_note}};
+                   {"stack_note", f.hang->stack_note}, {"other_ranks", f.hang->other_ranks}};
     }
     if (f.error) {
       j["message"] = f.error->message;

@@ -22,7 +22,8 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, const AgentConfig& cfg, Pr
       log_(std::move(log)),
       events_(std::move(events)),
       stop_timer_(io),
-      watch_(io, [this](const Deadline& d) { on_deadline(d); }) {
+      watch_(io, [this](const Deadline& d) { on_deadline(d); }),
+      stacks_(io) {
   heartbeats_ = std::make_unique<HeartbeatMonitor>(io, cfg_.liveness, run_dir_, log_, heartbeat_hooks());
 }
 
@@ -34,6 +35,7 @@ void WorkerGroup::start(const GroupLaunch& launch) {
   workers_.clear();
   failures_.clear();
   succeeded_ = 0;
+  stack_dumps_ = 0;
   state_ = State::kRunning;
   const auto& round = *launch.round;
   rank_offset_ = round.rank_offset;
@@ -100,6 +102,10 @@ void WorkerGroup::start(const GroupLaunch& launch) {
       for (const auto& [k, v] : *launch.extra_env) env[k] = v;
     }
     heartbeats_->add_env(lr, env);
+    if (const auto file = (run_dir_.worker(attempt_, lr) / "python_stacks.txt").string();
+        is_python_command(spec.executable) && add_python_stack_hook(env, file)) {
+      w.python_stack_file = file;
+    }
     spec.env = to_env_strings(env);
     spec.stop_timeout = cfg_.stop_timeout;
     ZygoteSpawn zygote;

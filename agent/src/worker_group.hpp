@@ -27,6 +27,7 @@
 #include "preload_zygote.hpp"
 #include "process_runner.hpp"
 #include "run_dir.hpp"
+#include "stack_dump.hpp"
 #include "worker_output.hpp"
 
 namespace spdlog {
@@ -47,7 +48,8 @@ struct Worker {
   std::string stderr_log;
   std::unique_ptr<WorkerOutput> output;
   WorkerTerminal terminal;
-  bool hung = false;  // killed for hanging: its failure is already recorded
+  bool hung = false;              // killed for hanging: its failure is already recorded
+  std::string python_stack_file;  // its faulthandler dump file; empty: native
 };
 
 struct WorkerGroupEvents {
@@ -105,6 +107,8 @@ class WorkerGroup {
 
   // Liveness. A torch FileTimer request from a worker (or a process of its tree).
   void on_timer_request(const TimerRequest& r);
+  // Collects every live worker's stack into the attempt's log directory (SIGURG to ddprun).
+  void dump_stacks();
 
   int attempt() const { return attempt_; }
   int live() const;
@@ -123,6 +127,11 @@ class WorkerGroup {
   HeartbeatMonitor::Hooks heartbeat_hooks();  // worker_heartbeats.cpp
   // Kills a hung worker's tree, records it as a failure and reports it.
   void kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds late);
+  // Collects the local workers' stacks (bounded), then calls kill_hung.
+  void collect_then_kill(int local_rank, HangInfo info, std::chrono::steady_clock::time_point deadline);
+  std::vector<StackTarget> stack_targets() const;
+  // Writes attempt_<k>/stacks_<n>.txt; returns its path (empty on failure).
+  std::string write_stacks(const std::vector<RankStack>& stacks);
   // The local rank whose worker is `pid` or an ancestor of it; -1 if none.
   int local_rank_of(pid_t pid) const;
   WorkerFailure make_failure(const Worker& w) const;
@@ -137,6 +146,8 @@ class WorkerGroup {
   boost::asio::steady_timer stop_timer_;
   HangWatch watch_;
   std::unique_ptr<HeartbeatMonitor> heartbeats_;
+  StackCollector stacks_;
+  int stack_dumps_ = 0;  // stacks files written in this attempt
 
   State state_ = State::kIdle;
   int attempt_ = -1;  // index of the current spawn of the worker group

@@ -97,7 +97,7 @@ void WorkerGroup::on_deadline(const Deadline& d) {
   info.source = d.source;
   info.scope = d.scope;
   info.detail = d.detail;
-  kill_hung(w, std::move(info), late);
+  collect_then_kill(w.local_rank, std::move(info), d.at);
 }
 
 void WorkerGroup::kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds late) {

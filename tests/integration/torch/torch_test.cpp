@@ -299,7 +299,9 @@ TEST_CASE(
   CHECK(std::regex_search(events, std::regex(R"("event":"startup")")));
 }
 
-TEST_CASE("a torch worker stuck past its FileTimer scope is killed, named as the root cause, and restarted") {
+TEST_CASE(
+    "a torch worker stuck past its FileTimer scope is killed, named as the root cause with its stack, and "
+    "restarted") {
   if (!have_torch()) return;
   for (const int restarts : {0, 1}) {
     INFO("max_restarts=" << restarts);
@@ -318,6 +320,12 @@ TEST_CASE("a torch worker stuck past its FileTimer scope is killed, named as the
       CHECK(r.code == 1);
       const auto root = r.err.substr(r.err.find("Root cause"));
       CHECK_THAT(root.substr(0, root.find("last stderr")), Catch::Contains("rank       : 1"));
+      // Where it was stuck: the hanging line of the script, and rank 0 in its barrier.
+      CHECK_THAT(root, Catch::Contains("stuck at   :\n    " + script("file_timer_hang.py") +
+                                       ":12 in stall_forever"));
+      CHECK(std::regex_search(
+          root, std::regex(R"(\[rank 0\] waiting in: .*distributed_c10d\.py:[0-9]+ in barrier)")));
+      CHECK_THAT(root, Catch::Contains("stacks     : "));
     } else {
       CHECK(r.code == 0);
       CHECK_THAT(r.out, Catch::Contains("[rank 0]:rank 0 done"));

@@ -27,12 +27,13 @@ std::string signal_name(int sig);
 
 // Why ddprun killed a worker it found hung, and where its code was.
 struct HangInfo {
-  std::string source;                   // "FileTimer", "heartbeat", "section"
-  std::string scope;                    // the timer's scope or the section; empty for the heartbeat
-  std::string detail;                   // "set to expire after 2.0 s", "no heartbeat for 5.0 s"
-  std::vector<std::string> top_frames;  // of its stack, innermost first ("file:line in fn")
-  std::string stacks_file;              // every local worker's stacks, when collected
-  std::string stack_note;               // why there are no frames, when there are none
+  std::string source;                    // "FileTimer", "heartbeat", "section"
+  std::string scope;                     // the timer's scope or the section; empty for the heartbeat
+  std::string detail;                    // "set to expire after 2.0 s", "no heartbeat for 5.0 s"
+  std::vector<std::string> top_frames;   // of its stack, innermost first ("file:line in fn")
+  std::string stacks_file;               // every local worker's stacks, when collected
+  std::string stack_note;                // why there are no frames, when there are none
+  std::vector<std::string> other_ranks;  // "[rank 0] waiting in: file:line in fn"
   // "FileTimer scope 'step' expired (set to expire after 2.0 s)"
   std::string what() const;
 };
