@@ -49,6 +49,13 @@ TEST_CASE("--numa_binding binds each worker to the CPUs computed for this machin
     REQUIRE(got.size() == 2);
     CHECK(got.at(0) == expected.at(0));
     CHECK(got.at(1) == expected.at(1));
+    if (strategy == "exclusive") {  // the two ranks share no CPU
+      cpu_set_t a = ddp::agent::cpu_set_from_list(got.at(0));
+      cpu_set_t b = ddp::agent::cpu_set_from_list(got.at(1));
+      cpu_set_t both;
+      CPU_AND(&both, &a, &b);
+      CHECK(CPU_COUNT(&both) == 0);
+    }
   }
 }
 
