@@ -28,7 +28,7 @@ std::map<int, std::string> allowed_cpus(const std::string& out) {
 }
 }  // namespace
 
-TEST_CASE("--numa_binding binds each worker to the CPUs computed for this machine") {
+TEST_CASE("ddprun --numa_binding binds each worker to the CPUs computed for this machine") {
   TempDir dir;
   if (!ddp::agent::numa_binding_supported()) {
     WARN("ddprun was built without hwloc: skipped");
@@ -59,7 +59,7 @@ TEST_CASE("--numa_binding binds each worker to the CPUs computed for this machin
   }
 }
 
-TEST_CASE("--numa_binding with an unknown strategy exits 2 naming the accepted values") {
+TEST_CASE("ddprun --numa_binding with an unknown strategy exits 2 naming the accepted values") {
   TempDir dir;
   auto r = ddprun({"--standalone", "--numa_binding=numa", "--no_python", "/bin/true"}, dir);
   CHECK(r.code == 2);
