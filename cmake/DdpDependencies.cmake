@@ -6,6 +6,8 @@ find_package(nlohmann_json 3 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SYSTEMD IMPORTED_TARGET libsystemd)
+# hwloc (--numa_binding): optional; without it the flag is an error.
+pkg_check_modules(HWLOC IMPORTED_TARGET hwloc)
 if(DDP_BUILD_TESTS)
   find_package(Catch2 2 REQUIRED)
 endif()

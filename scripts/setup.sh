@@ -9,6 +9,7 @@ PACKAGES=(
   clang-format               # the lint test's format check
   libboost1.81-all-dev libcli11-dev libspdlog-dev nlohmann-json3-dev catch2
   libgloo-dev libsystemd-dev libssl-dev
+  libhwloc-dev   # --numa_binding (optional: without it the flag is an error)
   python3 python3-torch
   etcd-server etcd-client
   iproute2 procps

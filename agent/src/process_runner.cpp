@@ -64,7 +64,8 @@ constexpr std::chrono::milliseconds kGuardReportTimeout{30000};
 struct WorkerSetup {
   const char* const* envp;
   pid_t agent_pid;
-  int keep_fd = -1;  // the guard's info fd, inherited past exec
+  int keep_fd = -1;                 // the guard's info fd, inherited past exec
+  const cpu_set_t* cpus = nullptr;  // --numa_binding, inherited by the worker
 
   error_code on_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
                       const char* const*) {
@@ -96,6 +97,9 @@ struct WorkerSetup {
       for (int fd = 3; fd < max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
     if (keep_fd >= 0) ::fcntl(keep_fd, F_SETFD, 0);
+    if (cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) {
+      return {errno, boost::system::system_category()};
+    }
     return {};
   }
 
@@ -369,7 +373,8 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
       if (stdio.in == WorkerStdio::kNull) in.read = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       if (in.read >= 0) child_stdio.in = in.read;
       auto p = launcher(io.get_executor(), ec, spec.executable, spec.args, child_stdio,
-                        WorkerSetup{envp.data(), ::getpid(), info.write});
+                        WorkerSetup{envp.data(), ::getpid(), info.write,
+                                    spec.cpu_affinity ? &*spec.cpu_affinity : nullptr});
       if (ec) {
         error = "cannot start " + spec.executable + ": " + ec.message();
       } else {

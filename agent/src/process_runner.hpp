@@ -13,12 +13,14 @@
 // every callback runs on that thread.
 #pragma once
 
+#include <sched.h>
 #include <sys/types.h>
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +35,8 @@ struct SpawnSpec {
   std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
   // Grace between SIGTERM and SIGKILL for what a worker leaves running when it exits.
   std::chrono::milliseconds stop_timeout{30000};
+  // --numa_binding: the CPUs the guard (and so the worker it forks) may run on.
+  std::optional<cpu_set_t> cpu_affinity{};
 };
 
 // --preload: the worker is forked by the preload zygote instead of exec'd

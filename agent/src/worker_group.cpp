@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 
+#include "ddp/agent/numa_binding.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 
@@ -69,6 +70,19 @@ void WorkerGroup::start(const GroupLaunch& launch) {
     w.output = std::make_unique<WorkerOutput>(out);  // throws ConfigError
   }
 
+  std::vector<std::string> cpus;
+  if (cfg_.numa_binding != NumaBinding::kNone) {
+    const auto cvd = launch.base_env->find("CUDA_VISIBLE_DEVICES");
+    std::string notice;
+    cpus = machine_numa_binding(cfg_.numa_binding, cfg_.nproc_per_node,
+                                cvd == launch.base_env->end() ? "" : cvd->second, &notice);
+    if (!notice.empty() && !numa_notice_logged_) log_->info("{}", notice);
+    numa_notice_logged_ = true;
+    for (std::size_t lr = 0; lr < cpus.size(); ++lr) {
+      log_->debug("--numa_binding={}: local rank {} on CPUs {}", numa_binding_name(cfg_.numa_binding), lr,
+                  cpus[lr]);
+    }
+  }
   for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
     Worker& w = workers_[static_cast<std::size_t>(lr)];
     WorkerEnvInput in;
@@ -108,8 +122,10 @@ void WorkerGroup::start(const GroupLaunch& launch) {
     }
     spec.env = to_env_strings(env);
     spec.stop_timeout = cfg_.stop_timeout;
+    if (!cpus.empty()) spec.cpu_affinity = cpu_set_from_list(cpus[static_cast<std::size_t>(lr)]);
     ZygoteSpawn zygote;
-    if (zygote_ != nullptr && spec.args.size() >= 2) {
+    // The zygote's forks would keep its affinity: bound workers are exec'd.
+    if (zygote_ != nullptr && !spec.cpu_affinity && spec.args.size() >= 2) {
       // {"-u", SCRIPT, ARGS...}: the zygote runs it as `python3 -u SCRIPT ARGS...` would.
       zygote.argv.assign(spec.args.begin() + 1, spec.args.end());
       zygote.connect = zygote_->connector();

@@ -160,6 +160,7 @@ class WorkerGroup {
   int stop_signal_ = SIGTERM;            // what stop() sent; late spawns get it too
   bool count_failures_ = false;
   bool omp_notice_logged_ = false;
+  bool numa_notice_logged_ = false;
   PreloadZygote* zygote_ = nullptr;
 };
 

@@ -220,6 +220,10 @@ struct App {
         ours);
     opt("hostfile", o.hostfile, "As --hosts, from a file of `HOST slots=N` lines (DeepSpeed/MPI format)",
         ours);
+    opt("numa_binding", o.numa_binding,
+        "Bind each worker to CPUs near its GPU: node (its NUMA node), socket, exclusive (a "
+        "disjoint share of the node's physical cores), core-complex (one L3 domain)",
+        launch);
     app.add_option(names("config"), o.config,
                    "JSON config file of flag values (also PET_CONFIG / DDP_CONFIG)")
         ->group(ours);

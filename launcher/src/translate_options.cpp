@@ -10,6 +10,7 @@
 #include <regex>
 #include <sstream>
 
+#include "ddp/agent/numa_binding.hpp"
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
@@ -367,6 +368,11 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   }
   cfg.local_rank_arg_index = legacy ? cmd.user_args_index : -1;
   cfg.preload = parse_preload(o.preload, python_script && cmd.argv.size() >= 3 && cmd.argv[1] == "-u");
+
+  cfg.numa_binding = agent::parse_numa_binding(o.numa_binding);
+  if (cfg.numa_binding != agent::NumaBinding::kNone && !agent::numa_binding_supported()) {
+    throw ConfigError("--numa_binding: ddprun was built without hwloc; install libhwloc-dev and rebuild");
+  }
 
   cfg.node.node_id = host.hostname + "_" + std::to_string(host.pid);
   cfg.node.host = o.local_addr.empty() ? host.hostname : o.local_addr;

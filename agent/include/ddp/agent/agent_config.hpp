@@ -13,6 +13,9 @@
 
 namespace ddp::agent {
 
+// --numa_binding strategies (torch.distributed.run's --numa-binding).
+enum class NumaBinding { kNone, kNode, kSocket, kExclusive, kCoreComplex };
+
 struct AgentConfig {
   // The worker command: argv[0] is an absolute path to an executable (python3
   // already prepended for scripts); the rest are passed untouched.
@@ -60,6 +63,9 @@ struct AgentConfig {
 
   // Token file passed to workers as DDP_TOKEN_FILE; empty: none.
   std::filesystem::path token_file;
+
+  // --numa_binding: CPU affinity of each worker (numa_binding.hpp); kNone: none.
+  NumaBinding numa_binding = NumaBinding::kNone;
 
   rdzv::RendezvousConfig rendezvous;
   rdzv::NodeSpec node;  // node_id, host, local_world_size (== nproc_per_node)

@@ -69,6 +69,8 @@ struct LaunchOptions {
   // hostfile of `HOST slots=N` lines. Both empty: run here.
   std::string hosts;
   std::string hostfile;
+  // torchrun's --numa-binding: node, socket, exclusive, core-complex; empty: none.
+  std::string numa_binding;
   std::string config;  // --config FILE (JSON), already merged in
   bool print_config = false;
   // The program and its arguments, untouched.
