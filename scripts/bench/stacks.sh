@@ -2,7 +2,7 @@
 # Cost of collecting the stacks of 8 local workers (ddprun's SIGURG dump):
 # the time from "stack dump requested" to "workers' stacks written" in
 # ddprun's log, for Python workers (faulthandler) and native ones (eu-stack
-# or gdb). Usage: [DDPRUN_PATH=dirs] scripts/bench-stacks.sh [build dir] [repeats]
+# or gdb). Usage: [DDPRUN_PATH=dirs] scripts/bench/stacks.sh [build dir] [repeats]
 # (DDPRUN_PATH: the PATH ddprun sees, e.g. a directory with only gdb and
 # timeout to measure gdb where elfutils is installed)
 set -euo pipefail
