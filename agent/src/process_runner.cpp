@@ -404,21 +404,25 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
     // That report is read on the io thread, so that this thread can start the
     // next guard at once: with eight workers, eight guards start side by side
     // instead of each waiting for the previous worker's exec.
+    // Every operation on the report's descriptor and timer happens on the io
+    // thread (Asio objects are not shared between threads).
     auto pending = std::make_shared<PendingReport>(io, info.read, worker_exe);
     info.read = -1;
-    pending->read(
-        [self = weak_from_this(), child, on_spawned = std::move(on_spawned)](GuardReport report) mutable {
-          auto impl = self.lock();
-          if (!impl) return;
-          if (!report.error.empty()) {
-            child->proc.reset();  // kills (if needed) and reaps the guard
-            on_spawned(-1, report.error);
-            return;
-          }
-          child->guarded = true;
-          child->cgroup = report.cgroup;
-          impl->adopt(child, report.worker_pid, std::move(on_spawned));
-        });
+    auto on_report = [self = weak_from_this(), child,
+                      on_spawned = std::move(on_spawned)](GuardReport report) mutable {
+      auto impl = self.lock();
+      if (!impl) return;
+      if (!report.error.empty()) {
+        child->proc.reset();  // kills (if needed) and reaps the guard
+        on_spawned(-1, report.error);
+        return;
+      }
+      child->guarded = true;
+      child->cgroup = report.cgroup;
+      impl->adopt(child, report.worker_pid, std::move(on_spawned));
+    };
+    asio::post(
+        io, [pending, on_report = std::move(on_report)]() mutable { pending->read(std::move(on_report)); });
   }
 
   // On the io thread: a started child joins the table and is watched.
