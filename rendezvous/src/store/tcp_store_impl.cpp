@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <future>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
@@ -139,27 +140,39 @@ void TcpStore::Impl::refuse_on_io_thread(const char* what) const {
 
 Response TcpStore::Impl::call(Request req, std::chrono::milliseconds reply_timeout) {
   refuse_on_io_thread(op_name(req.op));
-  auto pending = std::make_shared<PendingCall>();
+  std::shared_ptr<PendingCall> pending;
   std::string frame;
   // A connection that broke before this request was sent is not "in flight":
   // reconnect once and send it on the new connection.
   for (int attempt = 0;; ++attempt) {
     ensure_connected();
+    // A fresh call per attempt: the I/O thread may still fail the previous
+    // attempt's (it takes every pending call of a connection it retires), and
+    // that failure must not become this attempt's answer.
+    pending = std::make_shared<PendingCall>();
+    std::uint64_t epoch = 0;
     {
       std::lock_guard<std::mutex> lk(mu_);
       req.id = next_id_++;
       if (next_id_ == 0) next_id_ = 1;  // 0 is the handshake's id
       pending_[req.id] = pending;
+      epoch = connect_epoch_;
     }
     frame.clear();
     encode_request(req, frame);
     try {
       write_frame(frame);
       break;
-    } catch (const NetworkError&) {
-      std::lock_guard<std::mutex> lk(mu_);
-      pending_.erase(req.id);
+    } catch (const NetworkError& e) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        pending_.erase(req.id);
+      }
       if (attempt > 0) throw;
+      // The I/O thread may not have seen the peer go yet; without this the
+      // retry would find the client still "connected" and write to the same
+      // dead socket.
+      retire_connection(epoch, e.what());
     }
   }
   std::unique_lock<std::mutex> lk(pending->mu);
@@ -179,6 +192,22 @@ Response TcpStore::Impl::call(Request req, std::chrono::milliseconds reply_timeo
   }
   if (pending->error) std::rethrow_exception(pending->error);
   return std::move(pending->response);
+}
+
+void TcpStore::Impl::retire_connection(std::uint64_t epoch, const std::string& reason) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto retired = done->get_future();
+  asio::post(io_, [this, epoch, reason, done] {
+    bool same = false;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      same = connected_ && connect_epoch_ == epoch;
+    }
+    if (same) on_broken(reason);
+    done->set_value();
+  });
+  // Bounded: the I/O thread stops during shutdown and would never run this.
+  retired.wait_for(std::chrono::seconds(2));
 }
 
 void TcpStore::Impl::read_more(std::uint64_t seq) {

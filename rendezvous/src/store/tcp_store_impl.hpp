@@ -100,6 +100,9 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   void on_bytes(std::uint64_t seq);
   void dispatch(Response resp);
   void on_broken(const std::string& reason);
+  // From a caller thread: has the I/O thread drop the connection of `epoch`
+  // (if still current) and waits for it, so the next call reconnects.
+  void retire_connection(std::uint64_t epoch, const std::string& reason);
 
   // I/O-thread side (tcp_store_watch.cpp).
   void on_watch_reply(const std::shared_ptr<WatchState>& w, Response resp);
