@@ -85,6 +85,6 @@ rss_mib() {  # launcher command (a binary, not a shell function: $! must be the 
 }
 export FAKE_SLEEP_MS=3000 FAKE_PID_FILE=$work/rss.pids
 d=$(rss_mib "$DDPRUN" --log-level=warn)
-t=$(rss_mib "$PY" "$work/torchrun.py")
+t=$(rss_mib "$PY" "$(dirname "$0")/../torchrun_compat.py")
 unset FAKE_SLEEP_MS FAKE_PID_FILE
 printf "ddprun %s MiB, torchrun %s MiB, ratio %s\n" "$d" "$t" "$(ratio "$t" "$d")"
