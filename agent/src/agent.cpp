@@ -100,6 +100,12 @@ AgentResult Agent::Impl::run() {
                                    {"detail", h.detail},
                                    {"late_ms", late.count()}});
   };
+  events.hang_recorded = [this](const WorkerFailure& f) {
+    hang_reported = true;
+    rdzv->report_failure(describe_failure(f), [this](const std::string& m) {
+      log->warn("could not report the hang to the other nodes: {}", m);
+    });
+  };
   events.stopped = [this] {
     if (life.is(Phase::kStopping)) on_all_stopped();
   };
@@ -193,6 +199,7 @@ void Agent::Impl::spawn_workers() {
   launch.extra_env = &liveness_env;
   life.enter(Phase::kRunning);
   try {
+    hang_reported = false;
     group->start(launch);
   } catch (const ConfigError& e) {
     finish(ExitCode::kConfig, e.what());
@@ -313,16 +320,18 @@ void Agent::Impl::on_all_stopped() {
         // The other nodes' only news of what failed: report it before closing.
         // Closing follows; if the report fails the other nodes see the job end
         // without a cause.
-        rdzv->report_failure(reason);
+        if (!hang_reported) rdzv->report_failure(reason);
         fail_for_good("workers failed and max_restarts=" + std::to_string(cfg.max_restarts) + " is spent");
         return;
       }
       life.spend_restart();
       log->warn("restarting workers ({}/{}) after failure of {}", life.restart_count(), cfg.max_restarts,
                 reason);
-      rdzv->report_failure(reason, [this](const std::string& m) {
-        log->warn("could not report the failure to the other nodes: {}", m);
-      });
+      if (!hang_reported) {
+        rdzv->report_failure(reason, [this](const std::string& m) {
+          log->warn("could not report the failure to the other nodes: {}", m);
+        });
+      }
       start_rendezvous();
       return;
     }

@@ -99,6 +99,9 @@ struct Agent::Impl {
   int signal_received = 0;
   AgentResult result;
   int restarts_announced = 0;
+  // This attempt's hang was already reported to the other nodes, before
+  // its worker was killed (see WorkerGroup::record_hang).
+  bool hang_reported = false;
   std::string last_event_detail;  // of the latest round event, for restart/scale reasons
   std::string final_reason;       // why fail_for_good ended the run
   std::unique_ptr<store::TorchStoreProxy> torch_store;  // bound before any worker exists

@@ -30,6 +30,7 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, const AgentConfig& cfg, Pr
 
 void WorkerGroup::start(const GroupLaunch& launch) {
   ++attempt_;
+  hang_collection_ = -1;
   run_dir_.prepare_attempt(attempt_, cfg_.nproc_per_node);
   watch_.clear_all();
   heartbeats_->start_attempt(attempt_, cfg_.nproc_per_node);
@@ -201,6 +202,7 @@ void WorkerGroup::on_exit(int local_rank, int wait_status) {
   events_.exited(w);
   const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
   if (state_ == State::kRunning) {
+    if (w.hung) return;  // killed for hanging: recorded once the others' stacks are in
     if (!ok) {
       failures_.push_back(make_failure(w));
       log_->warn("worker failed rank={} local_rank={} pid={}: {}", w.rank, w.local_rank, w.pid,

@@ -66,6 +66,8 @@ struct WorkerGroupEvents {
   // A worker missed a deadline and is being killed (`late`: how long after
   // the deadline); `failed` follows.
   std::function<void(const Worker&, const HangInfo&, std::chrono::milliseconds late)> hung;
+  // A hung worker's failure is recorded, just before it is killed.
+  std::function<void(const WorkerFailure&)> hang_recorded;
   // Workers' heartbeat ages moved on (every few seconds while they beat).
   std::function<void()> heartbeat_ages;
 };
@@ -127,7 +129,19 @@ class WorkerGroup {
   HeartbeatMonitor::Hooks heartbeat_hooks();  // worker_heartbeats.cpp
   // Kills a hung worker's tree, records it as a failure and reports it.
   void kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds late);
-  // Collects the local workers' stacks (bounded), then calls kill_hung.
+  // The steps of kill_hung: the failure record (timed now, so that a rank
+  // failing because of the kill does not become the root cause; announced
+  // through hang_recorded), SIGKILL to the tree (the worker is then `hung`:
+  // its exit is not a failure of its own), and the report that stops the
+  // group.
+  void kill_tree(Worker& w);
+  WorkerFailure& record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late);
+  void report_hang(const Worker& w, std::chrono::milliseconds late);
+  // Puts the collected stacks into the hang's record (and the stacks file).
+  void add_hang_stacks(int local_rank, std::vector<RankStack> stacks);
+  // Collects the hung worker's stack (with the Python workers'), records the
+  // failure and kills it, then the native workers' stacks (frozen meanwhile),
+  // adds them to that record and reports it. Each step is bounded.
   void collect_then_kill(int local_rank, HangInfo info, std::chrono::steady_clock::time_point deadline);
   std::vector<StackTarget> stack_targets() const;
   // Writes attempt_<k>/stacks_<n>.txt; returns its path (empty on failure).
@@ -158,6 +172,9 @@ class WorkerGroup {
   int succeeded_ = 0;
   std::vector<WorkerFailure> failures_;  // of the current attempt
   int stop_signal_ = SIGTERM;            // what stop() sent; late spawns get it too
+  // The local rank whose hang is being collected (stacks, then the report);
+  // -1 when none. Other deadlines meanwhile are most likely waiting for it.
+  int hang_collection_ = -1;
   bool count_failures_ = false;
   bool omp_notice_logged_ = false;
   bool numa_notice_logged_ = false;

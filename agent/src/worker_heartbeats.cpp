@@ -1,6 +1,6 @@
 // How the worker group's heartbeat monitor reaches the group: deadlines go
-// on the group's HangWatch, a hung worker goes through kill_hung like a
-// FileTimer expiry (same report, same restart).
+// on the group's HangWatch, a hung worker goes through collect_then_kill like
+// a FileTimer expiry (same stacks, same report, same restart).
 #include "worker_group.hpp"
 
 namespace ddp::agent {
@@ -15,7 +15,7 @@ HeartbeatMonitor::Hooks WorkerGroup::heartbeat_hooks() {
     return w.spawned && !w.done && !w.hung;
   };
   h.hung = [this](int lr, HangInfo info, std::chrono::milliseconds late) {
-    kill_hung(workers_[static_cast<std::size_t>(lr)], std::move(info), late);
+    collect_then_kill(lr, std::move(info), std::chrono::steady_clock::now() - late);
   };
   h.refresh_status = [this] {
     if (events_.heartbeat_ages) events_.heartbeat_ages();

@@ -101,9 +101,18 @@ void WorkerGroup::on_deadline(const Deadline& d) {
 }
 
 void WorkerGroup::kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds late) {
+  record_hang(w, std::move(info), late);
+  kill_tree(w);
+  report_hang(w, late);
+}
+
+void WorkerGroup::kill_tree(Worker& w) {
   runner_.signal_group(w.pid, SIGKILL);  // the guard kills the whole tree
   w.hung = true;
   watch_.clear(w.local_rank);
+}
+
+WorkerFailure& WorkerGroup::record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late) {
   log_->error(
       "worker hung rank={} local_rank={} pid={}: {}; killed its process tree ({} ms after "
       "the deadline)",
@@ -114,8 +123,20 @@ void WorkerGroup::kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds 
   f.error.reset();  // an error file from before the hang is not why it ended
   f.hang = std::move(info);
   failures_.push_back(f);
-  if (events_.hung) events_.hung(w, *failures_.back().hang, late);
-  events_.failed();
+  // Before the kill: the other nodes' ranks fail for the loss of this one
+  // within milliseconds, and must hear of the hang first.
+  if (events_.hang_recorded) events_.hang_recorded(failures_.back());
+  return failures_.back();
+}
+
+void WorkerGroup::report_hang(const Worker& w, std::chrono::milliseconds late) {
+  for (const auto& f : failures_) {
+    if (f.local_rank == w.local_rank && f.hang) {
+      if (events_.hung) events_.hung(w, *f.hang, late);
+      break;
+    }
+  }
+  if (state_ == State::kRunning) events_.failed();
 }
 
 }  // namespace ddp::agent

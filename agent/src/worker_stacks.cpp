@@ -49,6 +49,14 @@ void WorkerGroup::collect_then_kill(int local_rank, HangInfo info,
   const auto late = [deadline] {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - deadline);
   };
+  if (hang_collection_ >= 0) {
+    // Another rank's hang is being collected; this one is most likely waiting
+    // for it (a collective), and the group stops once that report is out.
+    log_->info("worker rank={} also missed its deadline ({}) while rank {}'s stacks are collected", hung.rank,
+               info.what(), workers_[static_cast<std::size_t>(hang_collection_)].rank);
+    watch_.clear(local_rank);
+    return;
+  }
   if (stacks_.busy()) {
     info.stack_note = "not collected: another collection was under way";
     kill_hung(hung, std::move(info), late());
@@ -58,23 +66,66 @@ void WorkerGroup::collect_then_kill(int local_rank, HangInfo info,
   log_->info(
       "worker rank={} missed its deadline ({}): collecting the local workers' stacks before killing it",
       hung.rank, info.what());
-  stacks_.collect(stack_targets(), kStackBudget,
-                  [this, local_rank, att = attempt_, info = std::move(info),
-                   late](std::vector<RankStack> stacks) mutable {
+  hang_collection_ = local_rank;
+  // Two steps, so that the hung worker dies as soon as its own stack is in
+  // and the others' stacks still show what they were waiting in: first the
+  // hung worker with the Python ones (faulthandler answers in a millisecond,
+  // all at once), then the kill, then the native ones, which are frozen
+  // (SIGSTOP) before the kill so that losing their peer cannot move them.
+  std::vector<StackTarget> first, native;
+  for (auto& t : stack_targets()) {
+    (t.local_rank == local_rank || !t.python_file.empty() ? first : native).push_back(std::move(t));
+  }
+  stacks_.collect(std::move(first), kStackBudget,
+                  [this, local_rank, att = attempt_, info = std::move(info), late,
+                   native = std::move(native)](std::vector<RankStack> stacks) mutable {
                     if (att != attempt_ || state_ != State::kRunning) return;
                     Worker& w = workers_[static_cast<std::size_t>(local_rank)];
-                    if (w.done || w.hung) return;  // it exited meanwhile: that exit is its failure
-                    info.stacks_file = write_stacks(stacks);
-                    for (const auto& s : stacks) {
-                      if (s.target.local_rank == local_rank) {
-                        info.top_frames = s.top_frames;
-                        info.stack_note = s.note;
-                      } else {
-                        info.other_ranks.push_back(waiting_in(s));
-                      }
+                    if (w.done || w.hung) {
+                      hang_collection_ = -1;
+                      return;  // it exited meanwhile: that exit is its failure
                     }
-                    kill_hung(w, std::move(info), late());
+                    for (const auto& t : native) ::kill(t.pid, SIGSTOP);
+                    const auto killed_late = late();
+                    record_hang(w, std::move(info), killed_late);  // first: other nodes hear of it now
+                    kill_tree(w);
+                    if (native.empty()) {
+                      hang_collection_ = -1;
+                      add_hang_stacks(local_rank, std::move(stacks));
+                      report_hang(w, killed_late);
+                      return;
+                    }
+                    // Reported (the group stopped) only once the frozen
+                    // workers' stacks are in: stopping would thaw them.
+                    auto frozen = native;
+                    stacks_.collect(std::move(native), kStackBudget,
+                                    [this, local_rank, att, killed_late, stacks = std::move(stacks),
+                                     frozen = std::move(frozen)](std::vector<RankStack> more) mutable {
+                                      for (const auto& t : frozen) ::kill(t.pid, SIGCONT);
+                                      if (att != attempt_) return;
+                                      hang_collection_ = -1;
+                                      stacks.insert(stacks.end(), more.begin(), more.end());
+                                      add_hang_stacks(local_rank, std::move(stacks));
+                                      report_hang(workers_[static_cast<std::size_t>(local_rank)],
+                                                  killed_late);
+                                    });
                   });
+}
+
+void WorkerGroup::add_hang_stacks(int local_rank, std::vector<RankStack> stacks) {
+  const auto file = write_stacks(stacks);
+  for (auto& f : failures_) {
+    if (f.local_rank != local_rank || !f.hang) continue;
+    f.hang->stacks_file = file;
+    for (const auto& s : stacks) {
+      if (s.target.local_rank == local_rank) {
+        f.hang->top_frames = s.top_frames;
+        f.hang->stack_note = s.note;
+      } else {
+        f.hang->other_ranks.push_back(waiting_in(s));
+      }
+    }
+  }
 }
 
 void WorkerGroup::dump_stacks() {

@@ -77,6 +77,12 @@ TEST_CASE("without restarts the failure report names the hung rank and its secti
   CHECK_THAT(r.err, Catch::Contains("Root cause (first failure)"));
   CHECK_THAT(r.err, Catch::Contains("rank       : 0 (local_rank 0)"));
   CHECK_THAT(r.err, Catch::Contains("hang       : section 'step' expired"));
+  // Where it was (eu-stack, a native worker), and what the other rank, whose
+  // own step then outlasts its timeout too, was waiting in; only rank 0 is
+  // blamed.
+  CHECK_THAT(r.err, Catch::Contains("stuck at   :\n") && Catch::Contains("train("));
+  CHECK_THAT(r.err, Catch::Contains("[rank 1] waiting in: "));
+  CHECK(count_lines(r.err, "worker hung") == 1);
 }
 
 TEST_CASE("auto section timeouts learn the normal step and then catch a stall of ten steps") {
