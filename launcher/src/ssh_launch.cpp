@@ -15,7 +15,6 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <random>
@@ -23,7 +22,9 @@
 #include <thread>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/token_file.hpp"
 #include "ddp/store/store_server.hpp"
 
 namespace ddp::launcher {
@@ -173,12 +174,7 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
   store::StoreServerOptions server_options;
   server_options.host = "0.0.0.0";
   server_options.port = o.master_port_given ? static_cast<std::uint16_t>(o.master_port) : 0;
-  if (!o.token_file.empty()) {
-    std::ifstream in(o.token_file);
-    if (!in || !std::getline(in, server_options.token) || server_options.token.empty()) {
-      throw ConfigError("--token_file: cannot read a token from '" + o.token_file + "'");
-    }
-  }
+  if (!o.token_file.empty()) server_options.token = read_token_file(o.token_file, "--token_file");
   store::StoreServer server(server_options);
   server.start();
   char hostname[256] = {};

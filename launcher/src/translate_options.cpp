@@ -14,6 +14,8 @@
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/parse.hpp"
+#include "ddp/common/token_file.hpp"
 #include "ddp/launcher/launch_options.hpp"
 #include "ddp/rdzv/backend.hpp"
 #include "liveness_options.hpp"
@@ -340,12 +342,7 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   if (!o.event_log.empty()) cfg.event_log = fs::absolute(o.event_log);
 
   if (!o.token_file.empty()) {
-    std::ifstream in(o.token_file);
-    std::string token;
-    if (!in || !std::getline(in, token) || token.empty()) {
-      throw ConfigError("--token_file: cannot read a token from '" + o.token_file + "'");
-    }
-    rc.token = token;
+    rc.token = read_token_file(o.token_file, "--token_file");
     cfg.token_file = fs::absolute(o.token_file);
   }
 

@@ -2,12 +2,13 @@
 #include "ddp/init.hpp"
 
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/parse.hpp"
+#include "ddp/common/token_file.hpp"
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
 
@@ -24,14 +25,7 @@ struct HostedStore {
 std::string read_token() {
   const char* path = std::getenv("DDP_TOKEN_FILE");
   if (path == nullptr || *path == '\0') return {};
-  std::ifstream in(path);
-  if (!in) throw ConfigError(std::string("DDP_TOKEN_FILE=") + path + " cannot be read: " + errno_text(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string token = ss.str();
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
-    token.pop_back();
-  return token;
+  return read_token_file(path, "DDP_TOKEN_FILE");
 }
 
 std::chrono::milliseconds connect_timeout(const InitOptions& options) {

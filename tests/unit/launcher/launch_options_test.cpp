@@ -293,7 +293,8 @@ TEST_CASE("every bad input gives one line naming the flag") {
              Catch::StartsWith("--local_ranks_filter: "));
   ddp::test::write_file(dir / "t.py", "");
   CHECK_THAT(error_of({"--python=nopython3", (dir / "t.py").string()}), Catch::StartsWith("--python: "));
-  CHECK_THAT(error_of({"--token_file=/no/such/token", "/bin/true"}), Catch::StartsWith("--token_file: "));
+  CHECK_THAT(error_of({"--token_file=/no/such/token", "/bin/true"}),
+             Catch::StartsWith("--token_file /no/such/token: cannot read: "));
 }
 
 TEST_CASE("PYTHON_EXEC picks the interpreter as under torchrun, and --python overrides it") {
