@@ -31,12 +31,11 @@ std::string read_token() {
 std::chrono::milliseconds connect_timeout(const InitOptions& options) {
   const char* v = std::getenv("DDP_INIT_TIMEOUT");
   if (v == nullptr || *v == '\0') return options.connect_timeout;
-  char* end = nullptr;
-  const double seconds = std::strtod(v, &end);
-  if (end == v || *end != '\0' || seconds <= 0) {
+  const auto timeout = parse_duration(v, TimeUnit::kSeconds);
+  if (!timeout || timeout->count() == 0) {
     throw ConfigError(std::string("DDP_INIT_TIMEOUT='") + v + "' is not a positive number of seconds");
   }
-  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+  return *timeout;
 }
 
 std::string seconds_text(std::chrono::milliseconds ms) {
