@@ -17,18 +17,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-int pick_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 std::vector<std::string> trainer(const TempDir& dir, std::vector<std::string> extra) {
   std::vector<std::string> args = {bin("ddp-example-train").string(),
                                    "--epochs",
@@ -118,7 +106,7 @@ TEST_CASE("a worker that never heartbeats is not killed for it, even with timeou
 
 TEST_CASE("a hang on one node restarts the other node too, within the restart budget") {
   TempDir dir;
-  const int port = pick_port();
+  const int port = free_port();
   auto node = [&](int rank) {
     return ddprun_argv(concat(
         {"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1", "--master_addr=127.0.0.1",
@@ -142,7 +130,7 @@ TEST_CASE("a hang on one node restarts the other node too, within the restart bu
 
 TEST_CASE("with no restarts left a hang on one node fails both nodes, and the hung node's report names it") {
   TempDir dir;
-  const int port = pick_port();
+  const int port = free_port();
   auto node = [&](int rank) {
     return ddprun_argv(concat(
         {"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1", "--master_addr=127.0.0.1",
