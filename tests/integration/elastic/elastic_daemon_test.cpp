@@ -2,9 +2,6 @@
 // within the keep-alive window (with --data-dir) goes unnoticed by the workers,
 // and a daemon gone for good stops every worker and ends the agents with exit 3
 // naming the endpoint. Real agents, daemon and fake_workers on 127.0.0.1.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>

@@ -1,10 +1,7 @@
 // Heartbeats and sections (docs/agent.md, "Heartbeats and sections"): the real
 // ddprun running the example trainer, which heartbeats every step inside a
 // "step" section and stalls one rank on demand.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>

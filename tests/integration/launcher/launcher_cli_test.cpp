@@ -1,8 +1,6 @@
 // ddprun's user-facing surface: logs, prefixes, filters, python scripts,
 // bad input, static multi-node.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>

@@ -1,8 +1,6 @@
 #include "sdk_job.hpp"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 namespace ddp::test {

@@ -6,8 +6,6 @@
 // Without torch these tests print "SKIP: ..." (ctest reports them skipped),
 // except under CI=true, where a missing torch is a failure: scripts/setup.sh
 // installs it.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
