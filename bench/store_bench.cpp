@@ -23,6 +23,7 @@
 #include "bench.hpp"
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/token_file.hpp"
 #include "ddp/store/protocol.hpp"
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
@@ -48,17 +49,6 @@ struct Options {
   double hold_s = 0;
   bool torch_proxy = false;
 };
-
-std::string read_token(const std::string& path) {
-  if (path.empty()) return "";
-  std::ifstream in(path);
-  if (!in) throw ConfigError("--token-file: cannot read '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto t = ss.str();
-  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
-  return t;
-}
 
 // One client's loop; latencies in nanoseconds go to `lat`.
 void client_loop(store::TcpStore& s, const Options& o, int index, std::barrier<>& start,
@@ -244,7 +234,7 @@ int store_main(int argc, char** argv) {
 
   std::unique_ptr<store::StoreServer> server;
   store::TcpStoreOptions base;
-  base.token = read_token(o.token_file);
+  if (!o.token_file.empty()) base.token = read_token_file(o.token_file, "--token-file");
   if (o.endpoint.empty()) {
     store::StoreServerOptions so;
     so.host = "127.0.0.1";

@@ -1,21 +1,19 @@
 #include "ddp/agent/std_streams.hpp"
 
-#include <charconv>
-
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp::agent {
 namespace {
 
-int parse_int(std::string_view text, std::string_view flag, std::string_view whole) {
-  int value = -1;
-  const auto* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) {
+// One number of the spec; any malformed part is reported with the whole spec.
+int number(std::string_view text, std::string_view flag, std::string_view whole) {
+  const auto value = ddp::parse_int<int>(text);
+  if (!value) {
     throw ConfigError(std::string(flag) + ": bad value '" + std::string(whole) +
                       "'; use 0 (none), 1 (stdout), 2 (stderr), 3 (both), or a map like 0:1,1:2");
   }
-  return value;
+  return *value;
 }
 
 Std to_std(int value, std::string_view flag, std::string_view whole) {
@@ -45,7 +43,7 @@ bool StdSpec::any() const {
 StdSpec parse_std_spec(std::string_view text, std::string_view flag) {
   StdSpec spec;
   if (text.find(':') == std::string_view::npos) {
-    spec.all = to_std(parse_int(text, flag, text), flag, text);
+    spec.all = to_std(number(text, flag, text), flag, text);
     return spec;
   }
   std::string_view rest = text;
@@ -53,13 +51,13 @@ StdSpec parse_std_spec(std::string_view text, std::string_view flag) {
     const auto comma = rest.find(',');
     const auto item = rest.substr(0, comma);
     const auto colon = item.find(':');
-    if (colon == std::string_view::npos) parse_int("", flag, text);  // throws
-    const int lr = parse_int(item.substr(0, colon), flag, text);
-    if (lr < 0) parse_int("", flag, text);  // throws: local ranks are >= 0
-    spec.per_rank[lr] = to_std(parse_int(item.substr(colon + 1), flag, text), flag, text);
+    if (colon == std::string_view::npos) number("", flag, text);  // throws
+    const int lr = number(item.substr(0, colon), flag, text);
+    if (lr < 0) number("", flag, text);  // throws: local ranks are >= 0
+    spec.per_rank[lr] = to_std(number(item.substr(colon + 1), flag, text), flag, text);
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
-    if (rest.empty()) parse_int("", flag, text);  // trailing comma
+    if (rest.empty()) number("", flag, text);  // trailing comma
   }
   return spec;
 }

@@ -1,8 +1,7 @@
 #include "ddp/common/endpoint.hpp"
 
-#include <charconv>
-
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp {
 
@@ -12,12 +11,11 @@ std::string Endpoint::to_string() const {
 }
 
 std::uint16_t parse_port(std::string_view text, std::string_view what) {
-  long value = -1;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < 0 || value > 65535) {
+  const auto value = parse_int<std::uint16_t>(text);
+  if (!value) {
     throw ConfigError(std::string(what) + ": port '" + std::string(text) + "' is not a number in 0..65535");
   }
-  return static_cast<std::uint16_t>(value);
+  return *value;
 }
 
 Endpoint parse_endpoint(std::string_view text, std::string_view what, int default_port) {

@@ -1,9 +1,8 @@
 // Slurm hostlist and count-list expansion (see hostlist.hpp for the syntax).
 #include "ddp/common/hostlist.hpp"
 
-#include <charconv>
-
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp {
 namespace {
@@ -21,14 +20,13 @@ bool all_digits(std::string_view s) {
 }
 
 std::uint64_t number(std::string_view s, std::string_view what, std::string_view text) {
-  std::uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (!all_digits(s) || ec != std::errc() || p != s.data() + s.size() || s.size() > 18) {
+  const auto v = all_digits(s) && s.size() <= 18 ? parse_int<std::uint64_t>(s) : std::nullopt;
+  if (!v) {
     std::string why = "'";  // appended, not concatenated: GCC 12 warns on the latter (-Wrestrict)
     why.append(s).append("' is not a number in a range");
     bad(what, text, why);
   }
-  return v;
+  return *v;
 }
 
 // "001-003,007" -> 001, 002, 003, 007.
@@ -128,11 +126,11 @@ std::vector<int> expand_count_list(std::string_view text, std::string_view what)
       if (item.back() != ')') fail();
       const std::string_view times = item.substr(paren + 2, item.size() - paren - 3);
       if (!all_digits(times) || times.size() > 7) fail();
-      repeat = std::stoull(std::string(times));
+      repeat = *parse_int<std::uint64_t>(times);
       item = item.substr(0, paren);
     }
     if (!all_digits(item) || item.size() > 9 || repeat == 0 || out.size() + repeat > kMaxHosts) fail();
-    out.insert(out.end(), repeat, std::stoi(std::string(item)));
+    out.insert(out.end(), repeat, *parse_int<int>(item));
     start = comma + 1;
   }
   return out;

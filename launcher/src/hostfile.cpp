@@ -1,23 +1,21 @@
 // --hosts and --hostfile parsing.
 #include "hostfile.hpp"
 
-#include <charconv>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp::launcher {
 namespace {
 
 int parse_slots(std::string_view text, const std::string& where) {
-  int v = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || p != text.data() + text.size() || v < 1) {
+  const auto v = parse_int<int>(text);
+  if (!v || *v < 1)
     throw ConfigError(where + ": slots '" + std::string(text) + "' is not a positive integer");
-  }
-  return v;
+  return *v;
 }
 
 void check_name(const std::string& name, const std::string& where) {

@@ -9,7 +9,9 @@
 #include <sstream>
 
 #include "config_file.hpp"
+#include "ddp/common/config_sources.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 #include "slurm_env.hpp"
 
 #ifndef DDP_VERSION
@@ -45,9 +47,10 @@ std::string pet_name(const std::string& base, const std::string& prefix = "PET_"
   return out;
 }
 
-bool truthy(const std::string& v) {
-  return v == "1" || v == "true" || v == "True" || v == "TRUE" || v == "yes" || v == "on";
-}
+// Whether a switch's value turns it on: given on the command line, or a
+// boolean that reads true (a file's true/false, an env var's 1/yes/on...; any
+// other text in an env var leaves it off, as under torchrun).
+bool switch_on(const SourcedValue& v) { return v.source == "flag" || parse_bool(v.value).value_or(false); }
 
 // CLI11 2.1 cannot name a positional that prefix_command() leaves alone.
 class UsageFormatter : public CLI::Formatter {
@@ -417,49 +420,60 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   if (file) check_keys(first, *file);
 
   // Then the lower layers become extra arguments in front of the command
-  // line's, each flag taken from the highest layer that sets it.
+  // line's, each flag taken from the highest source that sets it.
+  std::vector<std::string> names;
+  for (const auto& f : first.env_flags) names.push_back(f.option->get_lnames().front());
+  const auto flag_of = [&first](const std::string& name) { return find_flag(first, name); };
+  ConfigSources layers;
+  layers.add("flag", [&](const std::string& name) -> std::optional<SourcedValue> {
+    if (flag_of(name)->option->count() == 0) return std::nullopt;
+    return SourcedValue{"", "flag"};  // parsed again below, from the command line itself
+  });
+  if (file) {
+    layers.add("file", [&file](const std::string& name) -> std::optional<SourcedValue> {
+      const auto it = file->values.find(name);
+      if (it == file->values.end()) return std::nullopt;
+      return SourcedValue{it->second.text, "file " + file->where(it->second)};
+    });
+  }
+  layers.add("env", [&](const std::string& name) -> std::optional<SourcedValue> {
+    const EnvFlag* f = flag_of(name);
+    for (const std::string& var : {f->env, f->ddp_env}) {
+      auto it = var.empty() ? env.end() : env.find(var);
+      if (it != env.end()) return SourcedValue{it->second, "env " + var};
+    }
+    return std::nullopt;
+  });
+  // Slurm: inside an allocation its env fills what the sources above left
+  // unset (only the workers per node when --standalone or --hosts sets the
+  // rendezvous).
+  std::map<std::string, std::string> slurm;
+  layers.add(
+      "slurm",
+      [&slurm](const std::string& name) -> std::optional<SourcedValue> {
+        const auto it = slurm.find(name);
+        if (it == slurm.end()) return std::nullopt;
+        return SourcedValue{it->second, "slurm"};
+      },
+      [&](const std::map<std::string, SourcedValue>& above) {
+        std::map<std::string, std::string> set_above;
+        for (const auto& [name, v] : above) set_above[name] = v.source;
+        const auto standalone = above.find("standalone");
+        const bool own_rendezvous = (standalone != above.end() && switch_on(standalone->second)) ||
+                                    above.count("hosts") != 0 || above.count("hostfile") != 0;
+        slurm = slurm_option_values(env, set_above, own_rendezvous);
+      });
+
   std::map<std::string, std::string> sources;
   std::vector<std::string> extra;
-  for (const auto& f : first.env_flags) {
-    const std::string name = f.option->get_lnames().front();
-    const std::string flag = "--" + name;
-    if (f.option->count() > 0) {
-      sources[name] = "flag";
-      continue;
+  for (const auto& [name, v] : layers.resolve(names)) {
+    sources[name] = v.source;
+    if (v.source == "flag") continue;
+    if (!flag_of(name)->is_flag) {
+      extra.push_back("--" + name + "=" + v.value);
+    } else if (switch_on(v)) {
+      extra.push_back("--" + name);
     }
-    if (file) {
-      if (auto it = file->values.find(name); it != file->values.end()) {
-        const ConfigValue& v = it->second;
-        if (f.is_flag) {
-          if (v.text == "true") extra.push_back(flag);
-        } else {
-          extra.push_back(flag + "=" + v.text);
-        }
-        sources[name] = "file " + file->where(v);
-        continue;
-      }
-    }
-    for (const std::string& var : {f.env, f.ddp_env}) {
-      auto it = var.empty() ? env.end() : env.find(var);
-      if (it == env.end()) continue;
-      if (!f.is_flag) {
-        extra.push_back(flag + "=" + it->second);
-      } else if (truthy(it->second)) {
-        extra.push_back(flag);
-      }
-      sources[name] = "env " + var;
-      break;
-    }
-  }
-
-  // Slurm: inside an allocation its env fills what the layers above left unset
-  // (only the workers per node when --standalone or --hosts sets the rendezvous).
-  const bool own_rendezvous = first.app.get_option("--standalone")->count() > 0 ||
-                              std::find(extra.begin(), extra.end(), "--standalone") != extra.end() ||
-                              sources.count("hosts") != 0 || sources.count("hostfile") != 0;
-  for (const auto& [name, value] : slurm_option_values(env, sources, own_rendezvous)) {
-    extra.push_back("--" + name + "=" + value);
-    sources[name] = "slurm";
   }
 
   ParseOutcome out;

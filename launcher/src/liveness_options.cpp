@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp::launcher {
 
@@ -17,17 +18,11 @@ std::string trim(const std::string& s) {
 
 // Seconds > 0 as milliseconds (at least 1 ms).
 std::chrono::milliseconds seconds(const std::string& text, const std::string& flag, const std::string& what) {
-  double v = 0;
-  std::size_t used = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || !std::isfinite(v) || v <= 0) {
+  const auto d = parse_duration(text, TimeUnit::kSeconds);
+  if (!d || d->count() == 0) {
     throw ConfigError(flag + ": " + what + "'" + text + "' is not a number of seconds > 0 (or auto)");
   }
-  return std::max(std::chrono::milliseconds(1), std::chrono::milliseconds(std::llround(v * 1000.0)));
+  return *d;
 }
 
 }  // namespace

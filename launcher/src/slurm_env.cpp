@@ -13,6 +13,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/hostlist.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -35,10 +36,9 @@ std::pair<std::string, std::string> first_of(const Env& env, std::initializer_li
 }
 
 std::uint64_t number(const std::string& name, const std::string& value) {
-  bool ok = !value.empty() && value.size() <= 18;
-  for (char c : value) ok = ok && c >= '0' && c <= '9';
-  if (!ok) throw ConfigError(name + "='" + value + "' is not a number: the Slurm env is broken" + kOptOut);
-  return std::stoull(value);
+  const auto v = parse_int<std::uint64_t>(value);
+  if (!v) throw ConfigError(name + "='" + value + "' is not a number: the Slurm env is broken" + kOptOut);
+  return *v;
 }
 
 // Devices in CUDA_VISIBLE_DEVICES ("0,1", "GPU-uuid,..."); Slurm writes
@@ -90,10 +90,7 @@ std::map<std::string, std::string> slurm_option_values(const Env& env, const Env
   const auto* job_text = get(env, "SLURM_JOB_ID");
   if (job_text == nullptr) job_text = get(env, "SLURM_JOBID");
   if (job_text == nullptr) return out;
-  if (const auto* opt = get(env, "DDP_SLURM");
-      opt != nullptr && (*opt == "0" || *opt == "false" || *opt == "no")) {
-    return out;
-  }
+  if (const auto* opt = get(env, "DDP_SLURM"); opt != nullptr && parse_bool(*opt) == false) return out;
   const auto above = [&set_above](const char* name) { return set_above.count(name) != 0; };
   const auto set = [&](const char* name, const std::string& value) {
     if (!above(name)) out[name] = value;

@@ -15,7 +15,6 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <random>
@@ -23,11 +22,17 @@
 #include <thread>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/token_file.hpp"
 #include "ddp/store/store_server.hpp"
 
 namespace ddp::launcher {
 namespace {
+
+// ssh's exit status for its own failures (connection refused or lost, bad
+// host key; ssh(1)); the forked child uses it too when it cannot exec ssh.
+constexpr int kSshFailed = 255;
 
 // Env that follows the job to every host (besides the names in DDP_SSH_ENV):
 // what changes how training and its libraries behave.
@@ -99,7 +104,7 @@ pid_t spawn(const std::vector<std::string>& argv, int out_fd, const sigset_t& ol
   if (pid != 0) return pid;
   ::setpgid(0, 0);  // a Ctrl-C on our terminal reaches us, and we decide
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (::getppid() != parent) ::_exit(255);
+  if (::getppid() != parent) ::_exit(kSshFailed);
   const int null_fd = ::open("/dev/null", O_RDONLY);
   ::dup2(null_fd, 0);
   ::dup2(out_fd, 1);
@@ -108,7 +113,7 @@ pid_t spawn(const std::vector<std::string>& argv, int out_fd, const sigset_t& ol
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   ::execvp(cargv[0], cargv.data());
   std::fprintf(stderr, "cannot run %s: %s\n", cargv[0], std::strerror(errno));
-  ::_exit(255);
+  ::_exit(kSshFailed);
 }
 
 }  // namespace
@@ -173,12 +178,7 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
   store::StoreServerOptions server_options;
   server_options.host = "0.0.0.0";
   server_options.port = o.master_port_given ? static_cast<std::uint16_t>(o.master_port) : 0;
-  if (!o.token_file.empty()) {
-    std::ifstream in(o.token_file);
-    if (!in || !std::getline(in, server_options.token) || server_options.token.empty()) {
-      throw ConfigError("--token_file: cannot read a token from '" + o.token_file + "'");
-    }
-  }
+  if (!o.token_file.empty()) server_options.token = read_token_file(o.token_file, "--token_file");
   store::StoreServer server(server_options);
   server.start();
   char hostname[256] = {};
@@ -259,7 +259,7 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
     }
   });
 
-  int code = 0;
+  int code = exit_code(ExitCode::kOk);
   std::size_t running = hosts.size();
   while (running > 0) {
     int status = 0;
@@ -276,17 +276,18 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
       }
       --running;
       const bool killed = WIFSIGNALED(status);
-      const int rc = killed ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-      if (rc != 0 && code == 0 && stop_signal == 0) {
+      const int rc = killed ? signal_exit_code(WTERMSIG(status)) : WEXITSTATUS(status);
+      if (rc != exit_code(ExitCode::kOk) && code == exit_code(ExitCode::kOk) && stop_signal == 0) {
         // ssh's own failures exit 255, and a killed ssh closed its connection:
         // the host is lost to this job (requeue-able, like a lost node).
-        const bool lost = killed || rc == 255;
-        code = lost ? 3 : rc;
+        const bool lost = killed || rc == kSshFailed;
+        code = lost ? exit_code(ExitCode::kRendezvous) : rc;
         std::lock_guard lock(out_mu);
         std::cerr << "ddprun: error: host " << h.spec.name << ": "
-                  << (killed      ? "its ssh was killed by signal " + std::to_string(WTERMSIG(status))
-                      : rc == 255 ? std::string("ssh failed or lost the connection (see its lines above)")
-                                  : "ddprun exited with code " + std::to_string(rc))
+                  << (killed ? "its ssh was killed by signal " + std::to_string(WTERMSIG(status))
+                      : rc == kSshFailed
+                          ? std::string("ssh failed or lost the connection (see its lines above)")
+                          : "ddprun exited with code " + std::to_string(rc))
                   << "; stopping the other hosts" << std::endl;
         stop_all();
       }
@@ -297,7 +298,7 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
   for (auto& h : hosts) h.reader.join();
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   server.stop();
-  if (stop_signal != 0) return 128 + stop_signal;
+  if (stop_signal != 0) return signal_exit_code(stop_signal);
   return code;
 }
 

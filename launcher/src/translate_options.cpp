@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -14,6 +13,8 @@
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/parse.hpp"
+#include "ddp/common/token_file.hpp"
 #include "ddp/launcher/launch_options.hpp"
 #include "ddp/rdzv/backend.hpp"
 #include "liveness_options.hpp"
@@ -27,34 +28,16 @@ namespace fs = std::filesystem;
 // torchrun's default port for c10d rendezvous when --rdzv_endpoint has none.
 constexpr int kDefaultRdzvPort = 29400;
 
-int parse_int(std::string_view text, const std::string& flag, const std::string& what) {
-  int v = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || p != text.data() + text.size()) {
-    throw ConfigError(flag + ": '" + std::string(text) + "' is not " + what);
-  }
-  return v;
-}
-
 std::chrono::milliseconds parse_seconds(const std::string& key, const std::string& value) {
-  double secs = -1;
-  try {
-    std::size_t used = 0;
-    secs = std::stod(value, &used);
-    if (used != value.size()) secs = -1;
-  } catch (const std::exception&) {
-    secs = -1;
-  }
-  if (!(secs >= 0) || !std::isfinite(secs)) {
-    throw ConfigError("--rdzv_conf: " + key + "='" + value + "' is not a number of seconds >= 0");
-  }
-  return std::chrono::milliseconds(static_cast<long long>(std::llround(secs * 1000.0)));
+  const auto d = ddp::parse_duration(value, TimeUnit::kSeconds);
+  if (!d) throw ConfigError("--rdzv_conf: " + key + "='" + value + "' is not a number of seconds >= 0");
+  return *d;
 }
 
 bool parse_bool(const std::string& key, const std::string& value) {
-  if (value == "1" || value == "true" || value == "True" || value == "yes") return true;
-  if (value == "0" || value == "false" || value == "False" || value == "no") return false;
-  throw ConfigError("--rdzv_conf: " + key + "='" + value + "' is not a boolean (true/false)");
+  const auto b = ddp::parse_bool(value);
+  if (!b) throw ConfigError("--rdzv_conf: " + key + "='" + value + "' is not a boolean (true/false)");
+  return *b;
 }
 
 void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
@@ -82,7 +65,7 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
       parse_seconds(key, value);
     } else if (key == "keep_alive_max_attempt") {
       rc.keep_alive_max_attempt =
-          parse_int(value, "--rdzv_conf: keep_alive_max_attempt", "a positive integer");
+          parse_int_or_throw<int>(value, "--rdzv_conf: keep_alive_max_attempt", "a positive integer");
       if (rc.keep_alive_max_attempt < 1) {
         throw ConfigError("--rdzv_conf: keep_alive_max_attempt must be at least 1");
       }
@@ -136,10 +119,10 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
   int lo = 0;
   int hi = 0;
   if (colon == std::string::npos) {
-    lo = hi = parse_int(text, "--nnodes", what);
+    lo = hi = parse_int_or_throw<int>(text, "--nnodes", what);
   } else {
-    lo = parse_int(std::string_view(text).substr(0, colon), "--nnodes", what);
-    hi = parse_int(std::string_view(text).substr(colon + 1), "--nnodes", what);
+    lo = parse_int_or_throw<int>(std::string_view(text).substr(0, colon), "--nnodes", what);
+    hi = parse_int_or_throw<int>(std::string_view(text).substr(colon + 1), "--nnodes", what);
   }
   if (lo < 1 || hi < lo) throw ConfigError("--nnodes: '" + text + "' is not " + what);
   return {lo, hi};
@@ -156,7 +139,7 @@ int resolve_nproc(const std::string& text, const HostInfo& host) {
   }
   if (text == "cpu") return std::max(1, host.cpu_count);
   if (text == "auto") return host.gpu_count > 0 ? host.gpu_count : std::max(1, host.cpu_count);
-  const int n = parse_int(text, "--nproc_per_node", "a positive integer, gpu, cpu or auto");
+  const int n = parse_int_or_throw<int>(text, "--nproc_per_node", "a positive integer, gpu, cpu or auto");
   if (n < 1) {
     throw ConfigError("--nproc_per_node: '" + text + "' is not a positive integer, gpu, cpu or auto");
   }
@@ -187,7 +170,8 @@ std::vector<int> parse_filter(const std::string& text, int nproc) {
   std::stringstream items(text);
   std::string item;
   while (std::getline(items, item, ',')) {
-    const int lr = parse_int(item, "--local_ranks_filter", "a comma-separated list of local ranks");
+    const int lr =
+        parse_int_or_throw<int>(item, "--local_ranks_filter", "a comma-separated list of local ranks");
     if (lr < 0 || lr >= nproc) {
       throw ConfigError("--local_ranks_filter: local rank " + item + " does not exist with " +
                         std::to_string(nproc) + " workers per node");
@@ -340,12 +324,7 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   if (!o.event_log.empty()) cfg.event_log = fs::absolute(o.event_log);
 
   if (!o.token_file.empty()) {
-    std::ifstream in(o.token_file);
-    std::string token;
-    if (!in || !std::getline(in, token) || token.empty()) {
-      throw ConfigError("--token_file: cannot read a token from '" + o.token_file + "'");
-    }
-    rc.token = token;
+    rc.token = read_token_file(o.token_file, "--token_file");
     cfg.token_file = fs::absolute(o.token_file);
   }
 

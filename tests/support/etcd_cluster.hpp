@@ -15,10 +15,6 @@
 
 namespace ddp::test {
 
-// A free TCP port on 127.0.0.1: bound to port 0, then closed. Another process
-// could take it in between; acceptable for a test harness on loopback.
-int free_port();
-
 // A self-signed certificate for 127.0.0.1 (IP SAN), made with the openssl CLI.
 // It is its own CA: a client passes cert_file as its CA file.
 struct TlsFiles {

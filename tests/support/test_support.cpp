@@ -1,7 +1,9 @@
 #include "test_support.hpp"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +21,23 @@ namespace ddp::test {
 fs::path bin_dir() { return fs::path(DDP_BIN_DIR); }
 fs::path bin(const std::string& name) { return bin_dir() / name; }
 fs::path source_dir() { return fs::path(DDP_SOURCE_DIR); }
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("free_port: socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    throw std::runtime_error("free_port: bind to a port on 127.0.0.1 failed");
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");

@@ -84,6 +84,12 @@ RunResult run(std::vector<std::string> argv, const fs::path& dir,
 // True if the process `pid` still exists (and is not a zombie).
 bool pid_alive(pid_t pid);
 
+// A TCP port on 127.0.0.1 that was free a moment ago: bound to port 0, then
+// closed. For flags that need a port up front (--master_port, a fixed
+// --rdzv_endpoint); another process could take it in between, which is the
+// test harness's race on loopback, not the code under test's.
+int free_port();
+
 // Reads a port number written by --port-file, waiting until it appears.
 int wait_for_port_file(const fs::path& path, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 

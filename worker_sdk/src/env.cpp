@@ -6,6 +6,7 @@
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/hostlist.hpp"
+#include "ddp/common/parse.hpp"
 #include "ddp/init.hpp"
 
 namespace ddp {
@@ -32,10 +33,10 @@ class Env {
   }
 
   long long integer(std::string_view name, const std::string& text, long long min, long long max) const {
-    long long value = 0;
-    bool ok = !text.empty() && text.size() <= 18;
-    for (char c : text) ok = ok && c >= '0' && c <= '9';
-    if (ok) value = std::stoll(text);
+    // Digits only: "-1" is "not a number" here, as the env contract has no negative values.
+    const auto parsed = text.starts_with('-') ? std::nullopt : parse_int<long long>(text);
+    const bool ok = parsed.has_value();
+    const long long value = parsed.value_or(0);
     if (!ok || value < min || value > max) {
       throw ConfigError(std::string(name) + "='" + text + "' is not " +
                         (ok ? "in range " + std::to_string(min) + ".." + std::to_string(max)

@@ -2,12 +2,13 @@
 #include "ddp/init.hpp"
 
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/parse.hpp"
+#include "ddp/common/token_file.hpp"
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
 
@@ -24,25 +25,17 @@ struct HostedStore {
 std::string read_token() {
   const char* path = std::getenv("DDP_TOKEN_FILE");
   if (path == nullptr || *path == '\0') return {};
-  std::ifstream in(path);
-  if (!in) throw ConfigError(std::string("DDP_TOKEN_FILE=") + path + " cannot be read: " + errno_text(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string token = ss.str();
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
-    token.pop_back();
-  return token;
+  return read_token_file(path, "DDP_TOKEN_FILE");
 }
 
 std::chrono::milliseconds connect_timeout(const InitOptions& options) {
   const char* v = std::getenv("DDP_INIT_TIMEOUT");
   if (v == nullptr || *v == '\0') return options.connect_timeout;
-  char* end = nullptr;
-  const double seconds = std::strtod(v, &end);
-  if (end == v || *end != '\0' || seconds <= 0) {
+  const auto timeout = parse_duration(v, TimeUnit::kSeconds);
+  if (!timeout || timeout->count() == 0) {
     throw ConfigError(std::string("DDP_INIT_TIMEOUT='") + v + "' is not a positive number of seconds");
   }
-  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+  return *timeout;
 }
 
 std::string seconds_text(std::chrono::milliseconds ms) {

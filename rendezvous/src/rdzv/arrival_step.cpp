@@ -22,7 +22,7 @@ class CounterArrivals final : public ArrivalStep {
   }
   std::int64_t arrived(const std::string& prefix) override {
     auto seq = store_->try_get(prefix + "seq");
-    return seq ? std::max<std::int64_t>(0, parse_int(*seq)) : 0;
+    return seq ? store::keys::parse_index(*seq).value_or(0) : 0;
   }
 
  private:
@@ -81,7 +81,7 @@ class EtcdArrivals final : public ArrivalStep {
     std::int64_t workers = 0;
     for (const auto& k : keys) {
       const auto rest = std::string_view(k).substr(std::min(all.size(), k.size()));
-      const auto n = parse_int(rest.substr(0, rest.find('/')));
+      const auto n = store::keys::parse_index(rest.substr(0, rest.find('/'))).value_or(-1);
       if (n < 0) throw InternalError("malformed rendezvous arrival key '" + k + "' in etcd");
       workers += n;
     }

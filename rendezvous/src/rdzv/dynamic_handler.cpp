@@ -227,7 +227,8 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
   const std::string old = prefix_of(prev.round);
   // Nodes that waited while the previous round ran are newcomers: the last
   // call exists for them (and for any others about to come).
-  if (auto waiting = store_->try_get(old + "ctl/waiting"); waiting && detail::parse_int(*waiting) > 0) {
+  if (auto waiting = store_->try_get(old + "ctl/waiting");
+      waiting && store::keys::parse_index(*waiting).value_or(-1) > 0) {
     logger->info("newcomers waited in round {}: round {} closes after the last call run_id={} newcomers={}",
                  prev.round, round, config_.run_id, *waiting);
     return false;

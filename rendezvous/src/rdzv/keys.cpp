@@ -34,8 +34,6 @@ NodeSpec decode_node(std::string_view text, const std::string& key) {
   return n;
 }
 
-std::int64_t parse_int(std::string_view text) { return store::keys::parse_index(text).value_or(-1); }
-
 std::string seconds_text(std::chrono::milliseconds ms) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1fs", static_cast<double>(ms.count()) / 1000.0);

@@ -42,9 +42,6 @@ inline std::int64_t pack_join(int local_world_size) {
 inline int packed_count(std::int64_t v) { return static_cast<int>(v >> kPackShift); }
 inline int packed_workers(std::int64_t v) { return static_cast<int>(v & kPackLowMask); }
 
-// Parses a non-negative decimal integer; nullopt-like -1 when malformed.
-std::int64_t parse_int(std::string_view text);
-
 std::string seconds_text(std::chrono::milliseconds ms);  // "1.5s"
 
 }  // namespace ddp::rdzv::detail

@@ -32,7 +32,7 @@ std::string encode_event(RoundEvent e, const std::string& detail) {
 
 std::pair<RoundEvent, std::string> decode_event(const std::string& text) {
   auto sp = text.find(' ');
-  auto code = parse_int(std::string_view(text).substr(0, sp));
+  auto code = store::keys::parse_index(std::string_view(text).substr(0, sp)).value_or(-1);
   std::string detail = sp == std::string::npos ? "" : text.substr(sp + 1);
   if (code < 0 || code > static_cast<int>(RoundEvent::kJobClosed)) {
     return {RoundEvent::kRestartRequested, text};
@@ -345,7 +345,8 @@ void RoundMonitor::handle(const Pending& p) {
           !starts_with(p.ev.key, departure_prefix_)) {
         return;
       }
-      const auto rank = parse_int(std::string_view(p.ev.key).substr(departure_prefix_.size()));
+      const auto rank =
+          store::keys::parse_index(std::string_view(p.ev.key).substr(departure_prefix_.size())).value_or(-1);
       lock.unlock();
       std::lock_guard<std::mutex> callback_lock(callback_mu_);
       std::function<void(std::int64_t)> sink;
@@ -371,7 +372,7 @@ void RoundMonitor::handle(const Pending& p) {
   const std::string rel = p.ev.key.substr(r.prefix.size());
   const bool put = p.ev.type == store::EventType::kPut;
   if (starts_with(rel, "node/")) {
-    const auto rank = parse_int(std::string_view(rel).substr(5));
+    const auto rank = store::keys::parse_index(std::string_view(rel).substr(5)).value_or(-1);
     if (put || rank < 0 || rank == r.self_rank || rank >= r.group_world_size) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -396,7 +397,7 @@ void RoundMonitor::handle(const Pending& p) {
       fire(p.epoch, RoundEvent::kRestartRequested, "node " + who + " reported a failure: " + p.ev.value);
     }
   } else if (rel == "ctl/waiting") {
-    if (put && r.can_grow && parse_int(p.ev.value) > 0) {
+    if (put && r.can_grow && store::keys::parse_index(p.ev.value).value_or(-1) > 0) {
       fire(p.epoch, RoundEvent::kNodesWaiting, p.ev.value + " node(s) waiting to join");
     }
   } else if (rel == "ctl/ended") {

@@ -1,20 +1,8 @@
 #include "kv_state.hpp"
 
-#include <charconv>
+#include "ddp/common/parse.hpp"
 
 namespace ddp::store::server {
-namespace {
-
-// Decimal int64 text, the whole string: what torch's add() stores and accepts.
-std::optional<std::int64_t> parse_int(std::string_view text) {
-  std::int64_t v = 0;
-  const auto* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
-  return v;
-}
-
-}  // namespace
 
 const KvEntry* KvState::find(const std::string& key) const {
   auto it = map_.find(key);
@@ -50,7 +38,8 @@ AddResult KvState::add(const std::string& key, std::int64_t delta, Mutation& m) 
   std::int64_t current = 0;
   LeaseId lease = 0;
   if (const auto* e = find(key)) {
-    auto parsed = parse_int(e->value);
+    // Decimal int64 text, the whole string: what torch's add() stores and accepts.
+    auto parsed = ddp::parse_int<std::int64_t>(e->value);
     if (!parsed) return {Status::kNotANumber, 0};
     current = *parsed;
     lease = e->lease;

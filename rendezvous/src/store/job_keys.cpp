@@ -1,6 +1,6 @@
 #include "ddp/store/job_keys.hpp"
 
-#include <charconv>
+#include "ddp/common/parse.hpp"
 
 namespace ddp::store::keys {
 namespace {
@@ -15,10 +15,8 @@ std::string run_root(const std::string& run_id) { return "/" + run_id; }
 }  // namespace
 
 std::optional<std::int64_t> parse_index(std::string_view text) {
-  std::int64_t v = -1;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v < 0) return std::nullopt;
-  return v;
+  const auto v = parse_int<std::int64_t>(text);
+  return v && *v >= 0 ? v : std::nullopt;
 }
 
 std::string rdzv_prefix(const std::string& run_id) { return run_root(run_id) + std::string(kRdzvDir); }

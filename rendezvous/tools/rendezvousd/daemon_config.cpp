@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cstdlib>
 #include <fstream>
 #include <iomanip>
@@ -10,6 +9,7 @@
 #include <sstream>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp::rendezvousd {
 namespace {
@@ -40,15 +40,19 @@ std::string where(const Setting& s) {
 }
 
 std::int64_t to_int(const Setting& s, std::int64_t lo, std::int64_t hi) {
-  std::int64_t v = 0;
-  const auto* first = s.value.data();
-  const auto* last = first + s.value.size();
-  auto [p, ec] = std::from_chars(first, last, v);
-  if (s.value.empty() || ec != std::errc() || p != last || v < lo || v > hi) {
-    throw ConfigError(where(s) + ": '" + s.value + "' is not an integer in " + std::to_string(lo) + ".." +
-                      std::to_string(hi));
+  return parse_int_or_throw<std::int64_t>(
+      s.value, where(s), "an integer in " + std::to_string(lo) + ".." + std::to_string(hi), lo, hi);
+}
+
+// A *_ms key: a duration whose bare number counts milliseconds.
+std::chrono::milliseconds to_ms(const Setting& s, std::chrono::milliseconds lo,
+                                std::chrono::milliseconds hi) {
+  const auto d = parse_duration(s.value, TimeUnit::kMilliseconds);
+  if (!d || *d < lo || *d > hi) {
+    throw ConfigError(where(s) + ": '" + s.value + "' is not a number of milliseconds in " +
+                      std::to_string(lo.count()) + ".." + std::to_string(hi.count()));
   }
-  return v;
+  return *d;
 }
 
 }  // namespace
@@ -71,6 +75,7 @@ DaemonConfig::DaemonConfig() {
       {"metrics_port", "serve /metrics and /healthz on this port; 0 picks one; unset: off", ""},
       {"metrics_port_file", "write the bound metrics port here once listening", ""},
   };
+  for (const auto& s : settings_) defaults_[s.key] = s.value;
 }
 
 Setting& DaemonConfig::at(const std::string& key) {
@@ -80,23 +85,36 @@ Setting& DaemonConfig::at(const std::string& key) {
   throw InternalError("unknown setting " + key);
 }
 
+const Setting& DaemonConfig::at(const std::string& key) const {
+  return const_cast<DaemonConfig*>(this)->at(key);
+}
+
 std::string DaemonConfig::env_name(const std::string& key) {
   std::string out = "DDP_RENDEZVOUSD_";
   for (char c : key) out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return out;
 }
 
-void DaemonConfig::apply_env() {
-  for (auto& s : settings_) {
-    const auto name = env_name(s.key);
-    if (const char* v = std::getenv(name.c_str()); v != nullptr) {
-      s.value = v;
-      s.source = "env " + name;
-    }
-  }
+void DaemonConfig::add_flags(const std::map<std::string, std::string>& given) {
+  sources_.add("flag", [given](const std::string& key) -> std::optional<SourcedValue> {
+    const auto it = given.find(key);
+    if (it == given.end()) return std::nullopt;
+    auto name = key;
+    std::replace(name.begin(), name.end(), '_', '-');
+    return SourcedValue{it->second, "flag --" + name};
+  });
 }
 
-void DaemonConfig::apply_file(const std::string& path) {
+void DaemonConfig::add_env() {
+  sources_.add("env", [](const std::string& key) -> std::optional<SourcedValue> {
+    const auto name = env_name(key);
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return SourcedValue{v, "env " + name};
+  });
+}
+
+void DaemonConfig::add_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError("--config " + path + ": cannot read: " + errno_text(errno));
   std::stringstream ss;
@@ -112,43 +130,56 @@ void DaemonConfig::apply_file(const std::string& path) {
                       ": malformed JSON: " + what);
   }
   if (!doc.is_object()) throw ConfigError("--config " + path + ":1: expected a JSON object of key: value");
+  std::map<std::string, SourcedValue> values;
   for (const auto& [raw_key, value] : doc.items()) {
     std::string key = raw_key;
     std::replace(key.begin(), key.end(), '-', '_');  // "port-file" as on the command line
     const auto line = std::to_string(line_of_key(text, raw_key));
-    Setting* s = nullptr;
-    for (auto& candidate : settings_) {
-      if (candidate.key == key) s = &candidate;
-    }
-    if (s == nullptr) {
-      std::string known;
-      for (const auto& k : settings_) known += (known.empty() ? "" : ", ") + k.key;
+    const bool known =
+        std::any_of(settings_.begin(), settings_.end(), [&key](const Setting& c) { return c.key == key; });
+    if (!known) {
+      std::string names;
+      for (const auto& k : settings_) names += (names.empty() ? "" : ", ") + k.key;
       throw ConfigError("--config " + path + ":" + line + ": unknown key '" + raw_key +
-                        "'; known keys: " + known);
+                        "'; known keys: " + names);
     }
+    SourcedValue v;
     if (value.is_string()) {
-      s->value = value.get<std::string>();
+      v.value = value.get<std::string>();
     } else if (value.is_number_integer()) {
-      s->value = value.dump();
+      v.value = value.dump();
     } else {
       throw ConfigError("--config " + path + ":" + line + ": key '" + raw_key +
                         "' wants a string or an integer");
     }
-    s->source = "file " + path + ":" + line;
+    v.source = "file " + path + ":" + line;
+    values[key] = std::move(v);
+  }
+  sources_.add("file " + path,
+               [values = std::move(values)](const std::string& key) -> std::optional<SourcedValue> {
+                 const auto it = values.find(key);
+                 if (it == values.end()) return std::nullopt;
+                 return it->second;
+               });
+}
+
+void DaemonConfig::resolve() {
+  std::vector<std::string> keys;
+  for (const auto& s : settings_) keys.push_back(s.key);
+  const auto found = sources_.resolve(keys);
+  for (auto& s : settings_) {
+    if (const auto it = found.find(s.key); it != found.end()) {
+      s.value = it->second.value;
+      s.source = it->second.source;
+    } else {
+      s.value = defaults_.at(s.key);
+      s.source = "default";
+    }
   }
 }
 
-void DaemonConfig::apply_flag(const std::string& key, const std::string& value) {
-  auto& s = at(key);
-  s.value = value;
-  s.source = "flag --" + key;
-  std::replace(s.source.begin() + 5, s.source.end(), '_', '-');
-}
-
 DaemonSettings DaemonConfig::to_settings() const {
-  auto get = [this](const std::string& key) -> const Setting& {
-    return const_cast<DaemonConfig*>(this)->at(key);
-  };
+  auto get = [this](const std::string& key) -> const Setting& { return at(key); };
   DaemonSettings out;
   out.server.host = get("host").value;
   if (out.server.host.empty())
@@ -156,10 +187,11 @@ DaemonSettings DaemonConfig::to_settings() const {
   out.server.port = static_cast<std::uint16_t>(to_int(get("port"), 0, 65535));
   out.port_file = get("port_file").value;
   out.token_file = get("token_file").value;
+  out.token_file_source = where(get("token_file"));
   out.server.data_dir = get("data_dir").value;
   out.server.max_connections = static_cast<std::uint32_t>(to_int(get("max_connections"), 1, 1 << 24));
   out.server.idle_frame_timeout =
-      std::chrono::milliseconds(to_int(get("idle_frame_timeout_ms"), 1, std::int64_t{24} * 3600 * 1000));
+      to_ms(get("idle_frame_timeout_ms"), std::chrono::milliseconds(1), std::chrono::hours(24));
   const auto& legacy = get("torch_legacy_protocol");
   if (legacy.value == "1") {
     out.server.torch_legacy_protocol = store::TorchLegacyProtocol::kTorch1;

@@ -1,7 +1,9 @@
 // ddp-rendezvousd's settings and where each came from. Precedence, highest
-// first: command-line flag > --config file > DDP_RENDEZVOUSD_<KEY> env > default.
-// Every value is kept as text with its source until to_options() converts it,
-// so an error can name the flag, file line or variable that holds a bad value.
+// first: command-line flag > --config file > --config-if-exists file >
+// DDP_RENDEZVOUSD_<KEY> env > default: a ddp::ConfigSources list that main()
+// fills in that order. Every value is kept as text with its source until
+// to_settings() converts it, so an error can name the flag, file line or
+// variable that holds a bad value.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/config_sources.hpp"
 #include "ddp/store/store_server.hpp"
 
 namespace ddp::rendezvousd {
@@ -26,6 +29,7 @@ struct DaemonSettings {
   store::StoreServerOptions server;
   std::string port_file;
   std::string token_file;
+  std::string token_file_source;  // the flag, variable or file line that named it, for errors
   std::string log_level;
   int metrics_port = -1;  // -1: no metrics endpoint
   std::string metrics_port_file;
@@ -35,16 +39,20 @@ class DaemonConfig {
  public:
   DaemonConfig();  // every key at its default
 
-  std::vector<Setting>& settings() { return settings_; }
   const std::vector<Setting>& settings() const { return settings_; }
-  Setting& at(const std::string& key);
+  const Setting& at(const std::string& key) const;
 
-  // DDP_RENDEZVOUSD_<KEY upper-cased> for every key that is set in `env`.
-  void apply_env();
-  // A JSON object of key → string or number. Throws ConfigError naming the
-  // file (and line) when it is unreadable, malformed, or has an unknown key.
-  void apply_file(const std::string& path);
-  void apply_flag(const std::string& key, const std::string& value);
+  // The sources, added highest precedence first; resolve() then takes each
+  // key from the first that has it, else its default.
+  // Values given on the command line, by key ("port_file").
+  void add_flags(const std::map<std::string, std::string>& given);
+  // A JSON object of key → string or number, read now. Throws ConfigError
+  // naming the file (and line) when it is unreadable, malformed, or has an
+  // unknown key.
+  void add_file(const std::string& path);
+  // DDP_RENDEZVOUSD_<KEY upper-cased> from the process env.
+  void add_env();
+  void resolve();
 
   // Converts and validates; ConfigError names the key and its source.
   DaemonSettings to_settings() const;
@@ -54,7 +62,11 @@ class DaemonConfig {
   static std::string env_name(const std::string& key);
 
  private:
+  Setting& at(const std::string& key);
+
   std::vector<Setting> settings_;
+  std::map<std::string, std::string> defaults_;
+  ConfigSources sources_;
 };
 
 }  // namespace ddp::rendezvousd

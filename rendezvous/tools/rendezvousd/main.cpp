@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <cctype>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +24,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/token_file.hpp"
 #include "ddp/store/store_server.hpp"
 #include "metrics_http.hpp"
 #include "systemd_notifier.hpp"
@@ -65,17 +65,6 @@ class StopDeadline {
   bool done_ = false;
   std::thread thread_;
 };
-
-std::string read_token(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ddp::ConfigError("--token-file " + path + ": cannot read: " + ddp::errno_text(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto token = ss.str();
-  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
-  if (token.empty()) throw ddp::ConfigError("--token-file " + path + ": file is empty; put the token in it");
-  return token;
-}
 
 // "<port>\n" via a temp file and rename, so a reader never sees a partial number.
 void write_port_file(const std::string& flag, const std::string& path, std::uint16_t port) {
@@ -150,15 +139,19 @@ int main(int argc, char** argv) {
 
   ddp::rendezvousd::DaemonSettings settings;
   try {
-    config.apply_env();
-    if (!optional_config_file.empty() && std::filesystem::exists(optional_config_file))
-      config.apply_file(optional_config_file);
-    if (!config_file.empty()) config.apply_file(config_file);
+    // Highest precedence first.
+    std::map<std::string, std::string> given;
     for (const auto& s : config.settings()) {
       auto name = s.key;
       std::replace(name.begin(), name.end(), '_', '-');
-      if (app.count("--" + name) > 0) config.apply_flag(s.key, flag_values[s.key]);
+      if (app.count("--" + name) > 0) given[s.key] = flag_values[s.key];
     }
+    config.add_flags(given);
+    if (!config_file.empty()) config.add_file(config_file);
+    if (!optional_config_file.empty() && std::filesystem::exists(optional_config_file))
+      config.add_file(optional_config_file);
+    config.add_env();
+    config.resolve();
     settings = config.to_settings();
     ddp::log::parse_level(settings.log_level, "--log-level");
     if (print_config) {
@@ -179,7 +172,8 @@ int main(int argc, char** argv) {
     }
 #endif
     settings.server.recover_corrupt_log = recover_corrupt_log;
-    if (!settings.token_file.empty()) settings.server.token = read_token(settings.token_file);
+    if (!settings.token_file.empty())
+      settings.server.token = ddp::read_token_file(settings.token_file, settings.token_file_source);
 
     // Blocked before any thread exists so that all inherit the mask and only
     // sigwait() below sees the signals.

@@ -2,12 +2,11 @@
 // run one command, map the outcome to an exit code.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/token_file.hpp"
 #include "ddp/store/tcp_store.hpp"
 #include "job_status.hpp"
 #include "store_commands.hpp"
@@ -15,19 +14,6 @@
 namespace {
 
 using namespace ddp::store_cli;
-
-std::string read_token(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ddp::ConfigError("--token-file: cannot read '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto token = ss.str();
-  // Files written by `echo` end with a newline that is not part of the token.
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) {
-    token.pop_back();
-  }
-  return token;
-}
 
 constexpr const char* kFooter =
     "Exit codes: 0 ok; 1 key not found, timed out, or cas not applied; 2 usage error or\n"
@@ -111,7 +97,7 @@ int main(int argc, char** argv) {
     ddp::log::setup(log_level, "ddp-store");
     ddp::store::TcpStoreOptions options;
     options.endpoint = ddp::parse_endpoint(endpoint_text, "--endpoint");
-    if (!token_file.empty()) options.token = read_token(token_file);
+    if (!token_file.empty()) options.token = ddp::read_token_file(token_file, "--token-file");
     options.connect_timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
     options.request_timeout = options.connect_timeout;
     ddp::store::TcpStore store(options);

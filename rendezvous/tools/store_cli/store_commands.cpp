@@ -1,6 +1,5 @@
 #include "store_commands.hpp"
 
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -8,6 +7,7 @@
 #include <mutex>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp::store_cli {
 
@@ -18,15 +18,6 @@ using std::chrono::milliseconds;
 milliseconds to_ms(const std::optional<double>& seconds) {
   if (!seconds) return store::kNoTimeout;
   return milliseconds(static_cast<std::int64_t>(*seconds * 1000.0));
-}
-
-std::int64_t parse_int(const std::string& text, const std::string& what) {
-  std::int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
-    throw ConfigError(what + ": '" + text + "' is not an integer");
-  }
-  return v;
 }
 
 void print_value(const std::string& value) {
@@ -89,7 +80,8 @@ int run_command(store::TcpStore& store, const Command& cmd) {
     return kExitOk;
   }
   if (n == "add") {
-    std::printf("%lld\n", static_cast<long long>(store.add(a.at(0), parse_int(a.at(1), "add N"))));
+    std::printf("%lld\n", static_cast<long long>(store.add(
+                              a.at(0), parse_int_or_throw<std::int64_t>(a.at(1), "add N", "an integer"))));
     return kExitOk;
   }
   if (n == "cas") {

@@ -2,9 +2,6 @@
 // within the keep-alive window (with --data-dir) goes unnoticed by the workers,
 // and a daemon gone for good stops every worker and ends the agents with exit 3
 // naming the endpoint. Real agents, daemon and fake_workers on 127.0.0.1.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -70,26 +67,10 @@ TEST_CASE("elastic c10d: a daemon killed for good stops every worker and agents 
   }
 }
 
-namespace {
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-}  // namespace
-
 TEST_CASE(
     "elastic c10d: the agent hosting the store finishes last and both exit 0 promptly with no warning") {
   TempDir dir;
-  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ddp::test::free_port());
   // The default keep-alive (5 s x 3): a node that lost the store before seeing
   // "done" would warn, and a teardown waiting on the gone store would take 15 s.
   const std::string conf = "last_call_timeout=0.3,join_timeout=30";

@@ -1,10 +1,7 @@
 // Heartbeats and sections (docs/agent.md, "Heartbeats and sections"): the real
 // ddprun running the example trainer, which heartbeats every step inside a
 // "step" section and stalls one rank on demand.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -16,18 +13,6 @@ using namespace ddp::test::launcher;
 using namespace std::chrono_literals;
 
 namespace {
-
-int pick_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::vector<std::string> trainer(const TempDir& dir, std::vector<std::string> extra) {
   std::vector<std::string> args = {bin("ddp-example-train").string(),
@@ -124,7 +109,7 @@ TEST_CASE("a worker that never heartbeats is not killed for it, even with timeou
 
 TEST_CASE("a hang on one node restarts the other node too, within the restart budget") {
   TempDir dir;
-  const int port = pick_port();
+  const int port = free_port();
   auto node = [&](int rank) {
     return ddprun_argv(concat(
         {"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1", "--master_addr=127.0.0.1",
@@ -148,7 +133,7 @@ TEST_CASE("a hang on one node restarts the other node too, within the restart bu
 
 TEST_CASE("with no restarts left a hang on one node fails both nodes, and the hung node's report names it") {
   TempDir dir;
-  const int port = pick_port();
+  const int port = free_port();
   auto node = [&](int rank) {
     return ddprun_argv(concat(
         {"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1", "--master_addr=127.0.0.1",

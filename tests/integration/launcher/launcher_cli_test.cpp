@@ -1,8 +1,6 @@
 // ddprun's user-facing surface: logs, prefixes, filters, python scripts,
 // bad input, static multi-node.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -12,18 +10,6 @@
 
 using namespace ddp::test;
 using namespace ddp::test::launcher;
-
-int ddp::test::launcher::free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 TEST_CASE("worker lines are prefixed with the global rank and teed to per-rank log files") {
   TempDir dir;

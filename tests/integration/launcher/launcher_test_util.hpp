@@ -69,7 +69,4 @@ inline std::vector<pid_t> started_pids(const std::string& text) {
   return out;
 }
 
-// A port that was free a moment ago (for --master_port, which must be known up front).
-int free_port();
-
 }  // namespace ddp::test::launcher

@@ -93,6 +93,13 @@ TEST_CASE("config file errors name the file, line and key and exit 2", "[ops][co
     r = run(daemon({"--history-max-bytes", "0", "--print-config"}), dir.path());
     CHECK(r.code == 2);
     CHECK_THAT(r.err, Catch::Contains("--history-max-bytes: '0' is not an integer in 1.."));
+    r = run(daemon({"--idle-frame-timeout-ms", "0", "--print-config"}), dir.path());
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(
+                          "--idle-frame-timeout-ms: '0' is not a number of milliseconds in 1..86400000"));
+    r = run(daemon({"--print-config"}), dir.path(), {{"DDP_RENDEZVOUSD_IDLE_FRAME_TIMEOUT_MS", "1500"}});
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains("idle_frame_timeout_ms  = 1500"));
   }
   SECTION("missing file, and --config-if-exists skips it") {
     auto r = run(daemon({"--config", (dir / "nope.json").string()}), dir.path());
@@ -113,6 +120,21 @@ TEST_CASE("bad runtime input gives one line, a non-zero exit and no port file", 
     CHECK(r.code == 2);
     CHECK(lines(r.err) == 1);
     CHECK_THAT(r.err, Catch::Contains("--token-file " + (dir / "missing.token").string() + ": cannot read"));
+  }
+  SECTION("a token file from the env is named by its variable; an empty one is refused") {
+    auto r = run(daemon({"--host", "127.0.0.1", "--port", "0", "--port-file", port_file}), dir.path(),
+                 {{"DDP_RENDEZVOUSD_TOKEN_FILE", (dir / "missing.token").string()}});
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("DDP_RENDEZVOUSD_TOKEN_FILE " + (dir / "missing.token").string() +
+                                      ": cannot read: No such file or directory"));
+    write_file(dir / "empty.token", "\n");
+    r = run(daemon({"--host", "127.0.0.1", "--port", "0", "--port-file", port_file, "--token-file",
+                    (dir / "empty.token").string()}),
+            dir.path());
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("--token-file " + (dir / "empty.token").string() +
+                                      ": file is empty; put the token in it"));
   }
   SECTION("store port in use") {
     HeldPort held;

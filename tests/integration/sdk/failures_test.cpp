@@ -77,7 +77,7 @@ TEST_CASE("a non-numeric WORLD_SIZE names the variable and the value") {
 }
 
 TEST_CASE("an unreachable MASTER_ADDR fails after the bounded retry naming host:port") {
-  const int port = unused_port();
+  const int port = free_port();
   const auto r = run_with_env({{"RANK", "1"},
                                {"WORLD_SIZE", "2"},
                                {"MASTER_ADDR", "127.0.0.1"},

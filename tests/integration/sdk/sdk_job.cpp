@@ -1,8 +1,6 @@
 #include "sdk_job.hpp"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 namespace ddp::test {
@@ -60,18 +58,6 @@ std::vector<RankResult> SdkJob::run(const std::vector<std::string>& argv, int wo
     results.push_back({codes[i].value_or(-1), procs[i]->out(), procs[i]->err()});
   }
   return results;
-}
-
-int unused_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  close(fd);
-  return ok ? ntohs(addr.sin_port) : 0;
 }
 
 std::string describe(const std::vector<RankResult>& results) {

@@ -34,9 +34,6 @@ class SdkJob {
   int job_ = 0;
 };
 
-// A port nobody listens on right now (bound to port 0 and closed again).
-int unused_port();
-
 // All of a rank's output for a failure message.
 std::string describe(const std::vector<RankResult>& results);
 

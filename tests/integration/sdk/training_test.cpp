@@ -90,7 +90,7 @@ TEST_CASE("after a failure every rank resumes from rank 0's checkpoint") {
 TEST_CASE("without ddprun, rank 0 hosts the store on MASTER_PORT") {
   TempDir dir;
   // A port that was free a moment ago; the window until rank 0 binds it is tiny.
-  const std::string port = std::to_string(unused_port());
+  const std::string port = std::to_string(free_port());
   std::vector<std::unique_ptr<Process>> procs;
   for (int r = 0; r < 2; ++r) {
     procs.push_back(std::make_unique<Process>(

@@ -6,8 +6,6 @@
 // Without torch these tests print "SKIP: ..." (ctest reports them skipped),
 // except under CI=true, where a missing torch is a failure: scripts/setup.sh
 // installs it.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -66,20 +64,6 @@ std::string final_params(const std::string& out) {
   std::smatch m;
   static const std::regex re("final params=(-?[0-9.]+)");
   return std::regex_search(out, m, re) ? m[1].str() : std::string("<none>");
-}
-
-// A port nobody listens on right now (for --master_port; the race with other
-// processes is the test harness's, not ddprun's).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 struct Daemon {

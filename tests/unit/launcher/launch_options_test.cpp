@@ -92,6 +92,31 @@ TEST_CASE("PET_ variables fill flags the command line lacks") {
   CHECK(o.log_dir == "/tmp/x");
 }
 
+TEST_CASE("a switch in the env is on for the boolean spellings of true, in any case, and off otherwise") {
+  for (const char* on : {"1", "true", "True", "YES", "on"}) {
+    INFO(on);
+    CHECK(parse({"/bin/true"}, {{"PET_STANDALONE", on}}).standalone);
+  }
+  for (const char* off : {"0", "false", "no", "OFF", "maybe"}) {
+    INFO(off);
+    CHECK_FALSE(parse({"/bin/true"}, {{"PET_STANDALONE", off}}).standalone);
+  }
+  auto first = parse_command_line({"ddprun", "--print-config", "/bin/true"}, {{"PET_STANDALONE", "no"}});
+  CHECK_THAT(first.text, Catch::Contains("env PET_STANDALONE"));  // set there, even when off
+}
+
+TEST_CASE(
+    "the token ddprun presents is the token file less its trailing whitespace, as the workers read it") {
+  TempDir dir;
+  ddp::test::write_file(dir / "token", "s3cret\r\n");
+  CHECK(
+      translate({"--standalone", "--token_file=" + (dir / "token").string(), "/bin/true"}).rendezvous.token ==
+      "s3cret");
+  ddp::test::write_file(dir / "empty", "\n");
+  CHECK(error_of({"--standalone", "--token_file=" + (dir / "empty").string(), "/bin/true"}) ==
+        "--token_file " + (dir / "empty").string() + ": file is empty; put the token in it");
+}
+
 TEST_CASE("help and version are answered without running anything") {
   auto help = parse_command_line({"ddprun", "--help"}, {});
   CHECK(help.kind == ParseOutcome::Kind::kHelp);
@@ -293,7 +318,8 @@ TEST_CASE("every bad input gives one line naming the flag") {
              Catch::StartsWith("--local_ranks_filter: "));
   ddp::test::write_file(dir / "t.py", "");
   CHECK_THAT(error_of({"--python=nopython3", (dir / "t.py").string()}), Catch::StartsWith("--python: "));
-  CHECK_THAT(error_of({"--token_file=/no/such/token", "/bin/true"}), Catch::StartsWith("--token_file: "));
+  CHECK_THAT(error_of({"--token_file=/no/such/token", "/bin/true"}),
+             Catch::StartsWith("--token_file /no/such/token: cannot read: "));
 }
 
 TEST_CASE("PYTHON_EXEC picks the interpreter as under torchrun, and --python overrides it") {

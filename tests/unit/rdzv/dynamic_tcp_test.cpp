@@ -15,14 +15,6 @@ using ddp::rdzv::RoundEvent;
 
 namespace {
 
-std::uint16_t free_port() {
-  ddp::store::StoreServerOptions o;
-  o.host = "127.0.0.1";
-  ddp::store::StoreServer probe(o);
-  probe.start();
-  return probe.port();
-}
-
 struct Events {
   std::mutex mu;
   std::vector<RoundEvent> seen;
@@ -42,7 +34,7 @@ struct Events {
 
 TEST_CASE("c10d over TCP: the first agent on the endpoint's host hosts the store, others join") {
   auto cfg = ddp::test::dynamic_config(3, 3);
-  cfg.endpoint = ddp::Endpoint{"127.0.0.1", free_port()};
+  cfg.endpoint = ddp::Endpoint{"127.0.0.1", static_cast<std::uint16_t>(ddp::test::free_port())};
   cfg.keep_alive_interval = 200ms;
   cfg.keep_alive_max_attempt = 2;
   Events ev1, ev2;  // outlive the handlers

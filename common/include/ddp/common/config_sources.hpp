@@ -1,0 +1,55 @@
+// Where a program's settings come from, in precedence order: an ordered list
+// of named sources (command line, config file, env, Slurm, defaults), highest
+// first. For each key the first source that has a value wins, and the value
+// keeps the name of the place it was found, so a later error can say which
+// flag, file line or variable to fix. ddprun and ddp-rendezvousd both resolve
+// their settings through one of these; a new source (a scheduler's env) is one
+// more add(), not another code path.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+struct SourcedValue {
+  std::string value;
+  // Where it was found, as errors and --print-config show it: "flag --port",
+  // "env DDP_RENDEZVOUSD_PORT", "file /etc/d.json:3", "slurm", "default".
+  std::string source;
+};
+
+// Not thread-safe: built and resolved once, at startup.
+class ConfigSources {
+ public:
+  // The value this source has for `key`, if any. May throw ConfigError.
+  using Lookup = std::function<std::optional<SourcedValue>(const std::string& key)>;
+  // Runs once per resolve(), before the source is first asked, with what the
+  // sources above it resolved: for a source whose values depend on those (the
+  // Slurm env fills only what the user left unset).
+  using Prepare = std::function<void(const std::map<std::string, SourcedValue>& above)>;
+
+  // Appends a source below every source added before it.
+  void add(std::string name, Lookup lookup, Prepare prepare = nullptr);
+
+  // For each of `keys`, the value of the first source that has one; keys no
+  // source has are absent. Sources are asked in order, each only for the keys
+  // still unresolved.
+  std::map<std::string, SourcedValue> resolve(const std::vector<std::string>& keys) const;
+
+  // The sources' names, highest precedence first.
+  std::vector<std::string> names() const;
+
+ private:
+  struct Source {
+    std::string name;
+    Lookup lookup;
+    Prepare prepare;
+  };
+  std::vector<Source> sources_;
+};
+
+}  // namespace ddp

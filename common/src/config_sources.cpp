@@ -1,0 +1,27 @@
+#include "ddp/common/config_sources.hpp"
+
+namespace ddp {
+
+void ConfigSources::add(std::string name, Lookup lookup, Prepare prepare) {
+  sources_.push_back({std::move(name), std::move(lookup), std::move(prepare)});
+}
+
+std::map<std::string, SourcedValue> ConfigSources::resolve(const std::vector<std::string>& keys) const {
+  std::map<std::string, SourcedValue> out;
+  for (const auto& s : sources_) {
+    if (s.prepare) s.prepare(out);
+    for (const auto& key : keys) {
+      if (out.count(key) != 0) continue;
+      if (auto v = s.lookup(key)) out.emplace(key, std::move(*v));
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> ConfigSources::names() const {
+  std::vector<std::string> out;
+  for (const auto& s : sources_) out.push_back(s.name);
+  return out;
+}
+
+}  // namespace ddp
