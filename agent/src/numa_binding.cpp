@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 
 #ifdef DDP_HAVE_HWLOC
 #include <hwloc.h>
@@ -195,9 +196,15 @@ std::vector<std::string> machine_numa_binding(NumaBinding strategy, int local_wo
     }
     for (int lr = 0; lr < local_world_size; ++lr) {
       int gpu = lr;
-      if (static_cast<std::size_t>(lr) < visible.size() && !visible[static_cast<std::size_t>(lr)].empty() &&
-          std::isdigit(static_cast<unsigned char>(visible[static_cast<std::size_t>(lr)][0]))) {
-        gpu = std::stoi(visible[static_cast<std::size_t>(lr)]);
+      const std::string item =
+          static_cast<std::size_t>(lr) < visible.size() ? visible[static_cast<std::size_t>(lr)] : "";
+      if (!item.empty() && std::isdigit(static_cast<unsigned char>(item[0]))) {  // else a UUID, or none
+        const auto index = parse_int<int>(item);
+        if (!index) {
+          throw ConfigError("--numa_binding: CUDA_VISIBLE_DEVICES entry '" + item +
+                            "' is neither a GPU index nor a GPU UUID; fix CUDA_VISIBLE_DEVICES");
+        }
+        gpu = *index;
       }
       if (gpu >= static_cast<int>(gpus.size())) {
         throw ConfigError("--numa_binding: local rank " + std::to_string(lr) + " would use GPU " +

@@ -15,6 +15,7 @@
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/parse.hpp"
 #include "nccl/nccl_api.hpp"
 #include "nccl/nccl_bootstrap.hpp"
 #include "work_state.hpp"
@@ -162,7 +163,7 @@ class NcclBackend final : public Backend {
   static int ranks_per_root() {
     const char* v = std::getenv("DDP_NCCL_RANKS_PER_ROOT");
     if (v == nullptr || *v == '\0') return 128;
-    return std::max(0, std::atoi(v));
+    return parse_int_or_throw<int>(v, "DDP_NCCL_RANKS_PER_ROOT", "a number of ranks >= 0", 0);
   }
 
   std::string who() const {
