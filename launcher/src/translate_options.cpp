@@ -36,7 +36,9 @@ std::chrono::milliseconds parse_seconds(const std::string& key, const std::strin
 
 bool parse_bool(const std::string& key, const std::string& value) {
   const auto b = ddp::parse_bool(value);
-  if (!b) throw ConfigError("--rdzv_conf: " + key + "='" + value + "' is not a boolean (true/false)");
+  if (!b)
+    throw ConfigError("--rdzv_conf: " + key + "='" + value +
+                      "' is not a boolean (true/false, 1/0, yes/no, on/off)");
   return *b;
 }
 
