@@ -13,24 +13,7 @@ SC_DIR=""
 SC_PIDS=""
 SC_REASON=""
 
-# A TCP port nobody listens on, below the ephemeral range and below the ports
-# ddprun derives for Slurm jobs (20000+).
-sc_free_port() {
-  while :; do
-    p=$(( 10000 + $(od -An -N2 -tu2 /dev/urandom) % 9000 ))
-    if ! ss -Htln "sport = :$p" 2>/dev/null | grep -q .; then echo "$p"; return; fi
-  done
-}
-
-# Polls a condition for up to $1 tenths of a second.
-sc_wait_for() {
-  n=$1; shift
-  while [ "$n" -gt 0 ]; do
-    if eval "$@"; then return 0; fi
-    sleep 0.1; n=$((n - 1))
-  done
-  return 1
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../../support/shell_lib.sh"  # free_port, wait_for
 
 # Pids of the processes carrying this cluster's mark (not the caller's shell),
 # or its SLURM_CONF (slurmstepd gets a clean env with only that).
@@ -65,9 +48,9 @@ slurm_cluster_start() {
   munged -F --force --socket="$SC_DIR/munge/sock" --key-file="$SC_DIR/key/munge.key" \
     --pid-file="$SC_DIR/munge/pid" --seed-file="$SC_DIR/munge/seed" >"$SC_DIR/log/munged.out" 2>&1 &
   SC_PIDS="$SC_PIDS $!"
-  sc_wait_for 100 '[ -S "$SC_DIR/munge/sock" ]' || { SC_REASON="munged did not start: $(tail -3 "$SC_DIR/log/munged.out")"; return 1; }
+  wait_for 100 '[ -S "$SC_DIR/munge/sock" ]' || { SC_REASON="munged did not start: $(tail -3 "$SC_DIR/log/munged.out")"; return 1; }
 
-  ctld_port=$(sc_free_port) n1_port=$(sc_free_port) n2_port=$(sc_free_port)
+  ctld_port=$(free_port) n1_port=$(free_port) n2_port=$(free_port)
   cat >"$SC_DIR/slurm.conf" <<CONF
 ClusterName=ddptest
 SlurmctldHost=localhost(127.0.0.1)
@@ -107,7 +90,7 @@ CONF
   SC_PIDS="$SC_PIDS $!"
   slurmd -D -N n2 >"$SC_DIR/log/slurmd-n2.out" 2>&1 &
   SC_PIDS="$SC_PIDS $!"
-  if ! sc_wait_for 300 '[ "$(sinfo -h -o "%T" -N 2>/dev/null | grep -cx idle)" = 2 ]'; then
+  if ! wait_for 300 '[ "$(sinfo -h -o "%T" -N 2>/dev/null | grep -cx idle)" = 2 ]'; then
     SC_REASON="the cluster did not come up: $(sinfo -N 2>&1 | tail -2 | tr '\n' ' ') $(tail -2 "$SC_DIR"/log/*.out | tr '\n' ' ')"
     return 1
   fi
@@ -120,12 +103,12 @@ slurm_cluster_stop() {
   trap '' INT TERM HUP  # finish even if `timeout` signals the whole group again
   # Jobs first, while slurmd can still stop their steps.
   scancel --full --quiet --user=root >/dev/null 2>&1
-  sc_wait_for 100 '[ -z "$(squeue -h 2>/dev/null)" ]'
+  wait_for 100 '[ -z "$(squeue -h 2>/dev/null)" ]'
   for p in $SC_PIDS; do kill -TERM "$p" 2>/dev/null; done
-  sc_wait_for 50 '! { for p in $SC_PIDS; do kill -0 $p 2>/dev/null && echo x; done; } | grep -q x'
+  wait_for 50 '! { for p in $SC_PIDS; do kill -0 $p 2>/dev/null && echo x; done; } | grep -q x'
   for p in $SC_PIDS $(sc_marked_pids); do kill -KILL "$p" 2>/dev/null; done
   for p in $SC_PIDS; do wait "$p" 2>/dev/null; done
-  sc_wait_for 50 '[ -z "$(sc_marked_pids)" ]'  # SIGKILL is asynchronous
+  wait_for 50 '[ -z "$(sc_marked_pids)" ]'  # SIGKILL is asynchronous
   rm -rf "$SC_DIR"
   SC_DIR=""
 }

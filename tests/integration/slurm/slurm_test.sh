@@ -84,17 +84,17 @@ srun --ntasks-per-node=1 "$BIN/ddprun" --nproc_per_node=2 --stop_timeout=5 --no_
 JOB
 PIDS=$W/hang.pids sbatch --parsable -N2 -o hang.out hang.sbatch >job.id || fail "sbatch failed"
 JOB=$(cut -d';' -f1 job.id)
-sc_wait_for 600 '[ "$(count hang.pids " start")" = 4 ]' || fail "the 4 workers of job $JOB did not start"
+wait_for 600 '[ "$(count hang.pids " start")" = 4 ]' || fail "the 4 workers of job $JOB did not start"
 WORKERS=$(awk '/ start/ {print $1}' hang.pids)
 scancel --signal=USR1 "$JOB" || fail "scancel --signal=USR1 failed"
 # Each worker gets the notice at least once: from ddprun, and with Slurm's
 # process tracking signalling the whole step, from slurmstepd directly too.
 notified() { awk '$3 == "usr1" {print $1}' hang.pids | sort -u | wc -l; }
-sc_wait_for 300 '[ "$(notified)" = 4 ]' || fail "SIGUSR1 did not reach the 4 workers: $(cat hang.pids)"
+wait_for 300 '[ "$(notified)" = 4 ]' || fail "SIGUSR1 did not reach the 4 workers: $(cat hang.pids)"
 for p in $WORKERS; do kill -0 "$p" 2>/dev/null || fail "worker $p died of SIGUSR1"; done
 scancel "$JOB" || fail "scancel failed"
-sc_wait_for 300 '[ -z "$(sc_pids_with_env "SLURM_JOB_ID=$JOB")" ]' ||
+wait_for 300 '[ -z "$(sc_pids_with_env "SLURM_JOB_ID=$JOB")" ]' ||
   fail "processes of job $JOB outlived scancel: $(sc_pids_with_env "SLURM_JOB_ID=$JOB" | xargs -r ps -o pid,args -p)"
 for p in $WORKERS; do kill -0 "$p" 2>/dev/null && fail "worker $p outlived scancel"; done
-sc_wait_for 300 '[ -z "$(squeue -h -j "$JOB" 2>/dev/null)" ]' || fail "job $JOB is still in the queue"
+wait_for 300 '[ -z "$(squeue -h -j "$JOB" 2>/dev/null)" ]' || fail "job $JOB is still in the queue"
 echo "PASS"

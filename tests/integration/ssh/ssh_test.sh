@@ -34,21 +34,8 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP PIPE
-wait_for() {
-  n=$1; shift
-  while [ "$n" -gt 0 ]; do
-    if eval "$@"; then return 0; fi
-    sleep 0.1; n=$((n - 1))
-  done
-  return 1
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../../support/shell_lib.sh"  # free_port, wait_for
 fail() { echo "FAIL: $*"; for f in "$TMP"/*.log "$TMP"/*.out; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done; exit 1; }
-free_port() {
-  while :; do
-    p=$(( 10000 + $(od -An -N2 -tu2 /dev/urandom) % 9000 ))
-    ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
-  done
-}
 
 mkdir -p /run/sshd  # sshd's privilege separation directory (made by its service otherwise)
 ssh-keygen -q -t ed25519 -N '' -f "$TMP/host_key" || fail "ssh-keygen"
