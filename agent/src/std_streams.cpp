@@ -6,13 +6,16 @@
 namespace ddp::agent {
 namespace {
 
-// One number of the spec; any malformed part is reported with the whole spec.
+// Any malformed part is reported with the whole spec.
+[[noreturn]] void bad_spec(std::string_view flag, std::string_view whole) {
+  throw ConfigError(std::string(flag) + ": bad value '" + std::string(whole) +
+                    "'; use 0 (none), 1 (stdout), 2 (stderr), 3 (both), or a map like 0:1,1:2");
+}
+
+// One number of the spec.
 int number(std::string_view text, std::string_view flag, std::string_view whole) {
   const auto value = ddp::parse_int<int>(text);
-  if (!value) {
-    throw ConfigError(std::string(flag) + ": bad value '" + std::string(whole) +
-                      "'; use 0 (none), 1 (stdout), 2 (stderr), 3 (both), or a map like 0:1,1:2");
-  }
+  if (!value) bad_spec(flag, whole);
   return *value;
 }
 
@@ -51,13 +54,13 @@ StdSpec parse_std_spec(std::string_view text, std::string_view flag) {
     const auto comma = rest.find(',');
     const auto item = rest.substr(0, comma);
     const auto colon = item.find(':');
-    if (colon == std::string_view::npos) number("", flag, text);  // throws
+    if (colon == std::string_view::npos) bad_spec(flag, text);
     const int lr = number(item.substr(0, colon), flag, text);
-    if (lr < 0) number("", flag, text);  // throws: local ranks are >= 0
+    if (lr < 0) bad_spec(flag, text);  // local ranks are >= 0
     spec.per_rank[lr] = to_std(number(item.substr(colon + 1), flag, text), flag, text);
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
-    if (rest.empty()) number("", flag, text);  // trailing comma
+    if (rest.empty()) bad_spec(flag, text);  // trailing comma
   }
   return spec;
 }

@@ -135,7 +135,7 @@ class WorkerGroup {
   // its exit is not a failure of its own), and the report that stops the
   // group.
   void kill_tree(Worker& w);
-  WorkerFailure& record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late);
+  void record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late);
   void report_hang(const Worker& w, std::chrono::milliseconds late);
   // Puts the collected stacks into the hang's record (and the stacks file).
   void add_hang_stacks(int local_rank, std::vector<RankStack> stacks);

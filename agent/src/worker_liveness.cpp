@@ -112,7 +112,7 @@ void WorkerGroup::kill_tree(Worker& w) {
   watch_.clear(w.local_rank);
 }
 
-WorkerFailure& WorkerGroup::record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late) {
+void WorkerGroup::record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late) {
   log_->error(
       "worker hung rank={} local_rank={} pid={}: {}; killed its process tree ({} ms after "
       "the deadline)",
@@ -126,7 +126,6 @@ WorkerFailure& WorkerGroup::record_hang(Worker& w, HangInfo info, std::chrono::m
   // Before the kill: the other nodes' ranks fail for the loss of this one
   // within milliseconds, and must hear of the hang first.
   if (events_.hang_recorded) events_.hang_recorded(failures_.back());
-  return failures_.back();
 }
 
 void WorkerGroup::report_hang(const Worker& w, std::chrono::milliseconds late) {

@@ -141,11 +141,7 @@ int resolve_nproc(const std::string& text, const HostInfo& host) {
   }
   if (text == "cpu") return std::max(1, host.cpu_count);
   if (text == "auto") return host.gpu_count > 0 ? host.gpu_count : std::max(1, host.cpu_count);
-  const int n = parse_int_or_throw<int>(text, "--nproc_per_node", "a positive integer, gpu, cpu or auto");
-  if (n < 1) {
-    throw ConfigError("--nproc_per_node: '" + text + "' is not a positive integer, gpu, cpu or auto");
-  }
-  return n;
+  return parse_int_or_throw<int>(text, "--nproc_per_node", "a positive integer, gpu, cpu or auto", 1);
 }
 
 std::string random_run_id() {
