@@ -193,6 +193,45 @@ ListResult TcpStore::list(const std::string& prefix) {
   return out;
 }
 
+void TcpStore::batch(std::vector<BatchOp>& ops) {
+  if (ops.empty()) return;
+  std::vector<Request> reqs;
+  reqs.reserve(ops.size());
+  for (const auto& op : ops) {
+    switch (op.kind) {
+      case BatchOp::Kind::kSet:
+        reqs.push_back(make(Op::kSet, {op.key}, {op.value}));
+        reqs.back().a = op.lease;
+        break;
+      case BatchOp::Kind::kCompareSet:
+        reqs.push_back(make(Op::kCompareSet, {op.key}, {op.expected, op.value}));
+        reqs.back().a = op.lease;
+        break;
+      case BatchOp::Kind::kAdd:
+        reqs.push_back(make(Op::kAdd, {op.key}));
+        reqs.back().b = op.delta;
+        break;
+    }
+  }
+  auto replies = impl_->call_batch(reqs, impl_->options().request_timeout);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    auto& op = ops[i];
+    const auto& resp = replies[i];
+    try {
+      if (resp.status != Status::kOk) raise(reqs[i], resp, impl_->where());
+      if (op.kind == BatchOp::Kind::kCompareSet) {
+        op.result = first_item(reqs[i], resp, impl_->where()).value;
+      } else {
+        op.number = op.kind == BatchOp::Kind::kSet ? resp.revision : resp.num;
+      }
+    } catch (const NetworkError&) {
+      throw;
+    } catch (...) {
+      op.error = std::current_exception();
+    }
+  }
+}
+
 LeaseId TcpStore::lease_grant(std::chrono::milliseconds ttl) {
   auto req = make(Op::kLeaseGrant);
   req.b = ttl.count();
@@ -227,14 +266,29 @@ class TcpWatchHandle final : public WatchHandle {
 };
 }  // namespace
 
-std::unique_ptr<WatchHandle> TcpStore::watch(const std::string& prefix, Revision from_revision,
-                                             WatchCallback on_event, WatchErrorCallback on_error) {
-  auto state = impl_->start_watch(prefix, from_revision, std::move(on_event), std::move(on_error));
-  std::weak_ptr<Impl> weak = impl_;
+namespace {
+template <typename ImplT>
+std::unique_ptr<WatchHandle> handle_of(const std::shared_ptr<ImplT>& impl,
+                                       std::shared_ptr<WatchState> state) {
+  std::weak_ptr<ImplT> weak = impl;
   return std::make_unique<TcpWatchHandle>([weak, state] {
-    if (auto impl = weak.lock()) impl->cancel_watch(state);
+    if (auto locked = weak.lock()) locked->cancel_watch(state);
     state->cancelled = true;
   });
+}
+}  // namespace
+
+std::unique_ptr<WatchHandle> TcpStore::watch(const std::string& prefix, Revision from_revision,
+                                             WatchCallback on_event, WatchErrorCallback on_error) {
+  return handle_of(impl_,
+                   impl_->start_watch(prefix, from_revision, std::move(on_event), std::move(on_error)));
+}
+
+std::vector<std::unique_ptr<WatchHandle>> TcpStore::watch_all(std::vector<WatchSpec> specs) {
+  std::vector<std::unique_ptr<WatchHandle>> handles;
+  if (specs.empty()) return handles;
+  for (auto& state : impl_->start_watches(specs)) handles.push_back(handle_of(impl_, std::move(state)));
+  return handles;
 }
 
 std::map<std::string, std::string> TcpStore::stat() {

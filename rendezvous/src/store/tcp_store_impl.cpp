@@ -18,6 +18,9 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 // How long a writer blocked on a full socket buffer sleeps before re-checking
 // whether the I/O thread declared the connection dead.
 constexpr int kWritePollMs = 200;
+// A deferred frame (a watch cancel) waits at most this long for a request to
+// share its write: the caller that cancels a watch usually sends one at once.
+constexpr std::chrono::milliseconds kDeferredFlush{5};
 }  // namespace
 
 void PendingCall::complete(Response r) {
@@ -46,6 +49,7 @@ TcpStore::Impl::Impl(TcpStoreOptions options)
       connect_timer_(io_),
       backoff_timer_(io_),
       handshake_timer_(io_),
+      deferred_timer_(io_),
       backoff_(std::chrono::milliseconds(20), std::chrono::milliseconds(1000)),
       rbuf_(kReadChunk) {}
 
@@ -79,6 +83,7 @@ void TcpStore::Impl::shutdown() {
     cycle_active_ = false;
     connect_timer_.cancel();
     backoff_timer_.cancel();
+    deferred_timer_.cancel();
     resolver_.cancel();
     on_broken("the store client was closed");
     io_.stop();
@@ -107,12 +112,24 @@ void TcpStore::Impl::ensure_connected() {
   throw NetworkError("store client for " + where() + " is closed");
 }
 
-void TcpStore::Impl::write_frame(const std::string& frame) {
+void TcpStore::Impl::write_frame(const std::string& frame, std::size_t* sent) {
   std::lock_guard<std::mutex> lk(write_mu_);
   if (write_fd_ < 0) throw NetworkError("connection to store at " + where() + " was lost");
+  std::string joined;
+  const std::string* out = &frame;
+  std::size_t ahead = 0;  // deferred bytes in front of `frame`
+  if (!deferred_.empty()) {
+    joined.swap(deferred_);
+    ahead = joined.size();
+    joined += frame;
+    out = &joined;
+  }
   std::size_t off = 0;
-  while (off < frame.size()) {
-    const auto n = ::send(write_fd_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+  auto report = [&] {
+    if (sent != nullptr) *sent = off > ahead ? off - ahead : 0;
+  };
+  while (off < out->size()) {
+    const auto n = ::send(write_fd_, out->data() + off, out->size() - off, MSG_NOSIGNAL);
     if (n > 0) {
       off += static_cast<std::size_t>(n);
       continue;
@@ -125,9 +142,36 @@ void TcpStore::Impl::write_frame(const std::string& frame) {
       ::poll(&p, 1, kWritePollMs);
       continue;
     }
+    report();
     throw NetworkError("cannot send to store at " + where() + ": " + errno_text(err));
   }
-  if (off < frame.size()) throw NetworkError("connection to store at " + where() + " was lost");
+  report();
+  if (off < out->size()) throw NetworkError("connection to store at " + where() + " was lost");
+}
+
+void TcpStore::Impl::defer_frame(const std::string& frame) {
+  {
+    std::lock_guard<std::mutex> lk(write_mu_);
+    if (write_fd_ < 0) return;  // the server forgets the connection's watches with it
+    deferred_ += frame;
+    if (deferred_armed_) return;
+    deferred_armed_ = true;
+  }
+  asio::post(io_, [this] {
+    deferred_timer_.expires_after(kDeferredFlush);
+    deferred_timer_.async_wait([this](const boost::system::error_code& ec) {
+      {
+        std::lock_guard<std::mutex> lk(write_mu_);
+        deferred_armed_ = false;
+        if (ec || deferred_.empty() || write_fd_ < 0) return;
+      }
+      try {
+        write_frame(std::string());
+      } catch (const NetworkError&) {
+        // The read side sees the break and reconnects; the watches went with it.
+      }
+    });
+  });
 }
 
 void TcpStore::Impl::refuse_on_io_thread(const char* what) const {
@@ -175,6 +219,11 @@ Response TcpStore::Impl::call(Request req, std::chrono::milliseconds reply_timeo
       retire_connection(epoch, e.what());
     }
   }
+  return await_reply(pending, req.id, req.op, reply_timeout);
+}
+
+Response TcpStore::Impl::await_reply(const std::shared_ptr<PendingCall>& pending, std::uint32_t id, Op op,
+                                     std::chrono::milliseconds reply_timeout) {
   std::unique_lock<std::mutex> lk(pending->mu);
   if (reply_timeout.count() < 0) {
     pending->cv.wait(lk, [&] { return pending->done; });
@@ -182,16 +231,66 @@ Response TcpStore::Impl::call(Request req, std::chrono::milliseconds reply_timeo
     lk.unlock();
     {
       std::lock_guard<std::mutex> mlk(mu_);
-      pending_.erase(req.id);
+      pending_.erase(id);
     }
     lk.lock();
     if (!pending->done) {
-      throw TimeoutError("store at " + where() + " did not answer " + op_name(req.op) + " within " +
+      throw TimeoutError("store at " + where() + " did not answer " + op_name(op) + " within " +
                          std::to_string(reply_timeout.count()) + " ms");
     }
   }
   if (pending->error) std::rethrow_exception(pending->error);
   return std::move(pending->response);
+}
+
+std::vector<Response> TcpStore::Impl::call_batch(std::vector<Request>& reqs,
+                                                 std::chrono::milliseconds reply_timeout) {
+  refuse_on_io_thread("batch");
+  std::vector<std::shared_ptr<PendingCall>> pending(reqs.size());
+  std::string frames;
+  for (int attempt = 0;; ++attempt) {
+    ensure_connected();
+    std::uint64_t epoch = 0;
+    {
+      // Fresh calls per attempt, as in call().
+      std::lock_guard<std::mutex> lk(mu_);
+      for (std::size_t i = 0; i < reqs.size(); ++i) {
+        reqs[i].id = next_id_++;
+        if (next_id_ == 0) next_id_ = 1;
+        pending[i] = std::make_shared<PendingCall>();
+        pending_[reqs[i].id] = pending[i];
+      }
+      epoch = connect_epoch_;
+    }
+    frames.clear();
+    for (const auto& req : reqs) encode_request(req, frames);
+    std::size_t sent = 0;
+    try {
+      write_frame(frames, &sent);
+      break;
+    } catch (const NetworkError& e) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (const auto& req : reqs) pending_.erase(req.id);
+      }
+      // Bytes that went out may hold whole requests the server applies: sending
+      // them again could apply them twice.
+      if (attempt > 0 || sent > 0) throw;
+      retire_connection(epoch, e.what());
+    }
+  }
+  std::vector<Response> out;
+  out.reserve(reqs.size());
+  try {
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      out.push_back(await_reply(pending[i], reqs[i].id, reqs[i].op, reply_timeout));
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& req : reqs) pending_.erase(req.id);  // replies still to come are dropped
+    throw;
+  }
+  return out;
 }
 
 void TcpStore::Impl::retire_connection(std::uint64_t epoch, const std::string& reason) {
@@ -290,6 +389,7 @@ void TcpStore::Impl::on_broken(const std::string& reason) {
     if (socket_.is_open()) ::shutdown(socket_.native_handle(), SHUT_RDWR);
     std::lock_guard<std::mutex> lk(write_mu_);
     write_fd_ = -1;
+    deferred_.clear();
   }
   boost::system::error_code ignored;
   socket_.close(ignored);

@@ -74,9 +74,16 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   // reply (kNoTimeout: until the connection breaks). Throws NetworkError when the
   // connection breaks or cannot be made, TimeoutError naming the op when no reply came.
   Response call(Request req, std::chrono::milliseconds reply_timeout);
+  // Several requests in one write, waited for together (each within
+  // `reply_timeout`); replies in request order. Retried on a new connection
+  // only when not a byte of them went out.
+  std::vector<Response> call_batch(std::vector<Request>& reqs, std::chrono::milliseconds reply_timeout);
 
   std::shared_ptr<WatchState> start_watch(const std::string& prefix, Revision from, WatchCallback on_event,
                                           WatchErrorCallback on_error);
+  // Several watches in one write, each acknowledged before this returns; if
+  // one is refused, none stays started and its error is thrown.
+  std::vector<std::shared_ptr<WatchState>> start_watches(std::vector<WatchSpec>& specs);
   void cancel_watch(const std::shared_ptr<WatchState>& w);
 
   const TcpStoreOptions& options() const { return options_; }
@@ -85,7 +92,15 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
  private:
   void refuse_on_io_thread(const char* what) const;
   void ensure_connected();
-  void write_frame(const std::string& frame);
+  // Writes all of `frame`, after any deferred frames; `sent` (when given)
+  // counts the bytes of `frame` that went out before a failure.
+  void write_frame(const std::string& frame, std::size_t* sent = nullptr);
+  // Queues a frame nobody waits for (a watch cancel) to go out with the next
+  // request, or on its own within kDeferredFlush.
+  void defer_frame(const std::string& frame);
+  // Waits for `pending`'s reply; TimeoutError names `op` after `reply_timeout`.
+  Response await_reply(const std::shared_ptr<PendingCall>& pending, std::uint32_t id, Op op,
+                       std::chrono::milliseconds reply_timeout);
 
   // I/O-thread side (tcp_store_connect.cpp): the connect cycle.
   void begin_connect();
@@ -119,6 +134,7 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   asio::steady_timer connect_timer_;  // overall connect_timeout deadline
   asio::steady_timer backoff_timer_;
   asio::steady_timer handshake_timer_;  // a peer that accepts but never answers
+  asio::steady_timer deferred_timer_;   // sends deferred_ when no request comes to carry it
   std::thread thread_;
   std::thread::id io_thread_id_;
 
@@ -137,6 +153,8 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   // Guarded by write_mu_: the fd callers write to, -1 while disconnected.
   std::mutex write_mu_;
   int write_fd_ = -1;
+  std::string deferred_;  // frames for the next write (defer_frame)
+  bool deferred_armed_ = false;
   std::atomic<bool> write_broken_{false};
 
   // I/O thread only.

@@ -14,48 +14,69 @@ std::string describe(const WatchState& w) { return "watch of prefix '" + w.prefi
 
 std::shared_ptr<WatchState> TcpStore::Impl::start_watch(const std::string& prefix, Revision from,
                                                         WatchCallback on_event, WatchErrorCallback on_error) {
+  std::vector<WatchSpec> one;
+  one.push_back(WatchSpec{prefix, from, std::move(on_event), std::move(on_error)});
+  return start_watches(one).front();
+}
+
+std::vector<std::shared_ptr<WatchState>> TcpStore::Impl::start_watches(std::vector<WatchSpec>& specs) {
   refuse_on_io_thread("watch");
-  auto w = std::make_shared<WatchState>();
-  w->prefix = prefix;
-  w->from_revision = from;
-  w->on_event = std::move(on_event);
-  w->on_error = std::move(on_error);
-  auto ack = std::make_shared<PendingCall>();
-  w->ack = ack;
-  std::string frame;
+  std::vector<std::shared_ptr<WatchState>> ws;
+  // Kept here: the I/O thread takes w->ack (nulls it) when the ack arrives.
+  std::vector<std::shared_ptr<PendingCall>> acks;
+  for (auto& spec : specs) {
+    auto w = std::make_shared<WatchState>();
+    w->prefix = spec.prefix;
+    w->from_revision = spec.from_revision;
+    w->on_event = std::move(spec.on_event);
+    w->on_error = std::move(spec.on_error);
+    w->ack = std::make_shared<PendingCall>();
+    acks.push_back(w->ack);
+    ws.push_back(std::move(w));
+  }
+  std::string frames;
   for (int attempt = 0;; ++attempt) {
     ensure_connected();
-    Request req;
-    req.op = Op::kWatch;
-    req.keys.push_back(prefix);
-    req.b = from;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      req.id = w->id = next_id_++;
-      if (next_id_ == 0) next_id_ = 1;
-      w->sent_on = connect_epoch_;
-      watches_[w->id] = w;
+    frames.clear();
+    for (auto& w : ws) {
+      Request req;
+      req.op = Op::kWatch;
+      req.keys.push_back(w->prefix);
+      req.b = w->from_revision;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        req.id = w->id = next_id_++;
+        if (next_id_ == 0) next_id_ = 1;
+        w->sent_on = connect_epoch_;
+        watches_[w->id] = w;
+      }
+      encode_request(req, frames);
     }
-    frame.clear();
-    encode_request(req, frame);
+    std::size_t sent = 0;
     try {
-      write_frame(frame);
+      write_frame(frames, &sent);  // one write for all: one round trip
       break;
     } catch (const NetworkError&) {
       std::lock_guard<std::mutex> lk(mu_);
-      watches_.erase(w->id);
-      if (attempt > 0) throw;
+      for (auto& w : ws) watches_.erase(w->id);
+      if (attempt > 0 || sent > 0) throw;
     }
   }
-  std::unique_lock<std::mutex> lk(ack->mu);
-  if (!ack->cv.wait_for(lk, options_.request_timeout, [&] { return ack->done; })) {
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    const auto& ack = acks[i];
+    std::unique_lock<std::mutex> lk(ack->mu);
+    const bool answered = ack->cv.wait_for(lk, options_.request_timeout, [&] { return ack->done; });
     lk.unlock();
-    cancel_watch(w);
-    throw TimeoutError("store at " + where() + " did not acknowledge the " + describe(*w) + " within " +
-                       std::to_string(options_.request_timeout.count()) + " ms");
+    if (answered && !ack->error) continue;
+    // None of them is started for the caller: end those that were.
+    for (auto& w : ws) cancel_watch(w);
+    if (!answered) {
+      throw TimeoutError("store at " + where() + " did not acknowledge the " + describe(*ws[i]) + " within " +
+                         std::to_string(options_.request_timeout.count()) + " ms");
+    }
+    std::rethrow_exception(ack->error);
   }
-  if (ack->error) std::rethrow_exception(ack->error);
-  return w;
+  return ws;
 }
 
 void TcpStore::Impl::on_watch_reply(const std::shared_ptr<WatchState>& w, Response resp) {
@@ -194,10 +215,9 @@ void TcpStore::Impl::cancel_watch(const std::shared_ptr<WatchState>& w) {
   if (!removed || !connected) return;
   std::string frame;
   encode_request(req, frame);
-  try {
-    write_frame(frame);  // best effort: the server drops the watch with the connection anyway
-  } catch (const NetworkError&) {
-  }
+  // Nobody waits for the answer, and events the server still sends are dropped
+  // here: the cancel goes out with the next request (one write, not two).
+  defer_frame(frame);
 }
 
 }  // namespace ddp::store

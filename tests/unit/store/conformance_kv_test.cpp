@@ -183,3 +183,31 @@ TEMPLATE_TEST_CASE("leases: keepalive, revoke deletes keys, expiry deletes keys"
   CHECK(ddp::test::wait_until([&] { return !s.try_get("expiring").has_value(); }, 5s));
   CHECK_THROWS_AS(s.lease_keepalive(short_lease), ddp::StoreError);
 }
+
+TEMPLATE_TEST_CASE("batch applies its requests in order, each answered or failed on its own", "[conformance]",
+                   STORE_BACKENDS) {
+  using ddp::store::BatchOp;
+  TestType backend;
+  Store& s = backend.store();
+  s.set("b/text", "abc");
+  const auto lease = s.lease_grant(30s);
+  std::vector<BatchOp> ops;
+  ops.push_back(BatchOp::set("b/a", "1"));
+  ops.push_back(BatchOp::compare_set("b/a", "1", "2"));  // sees the set before it
+  ops.push_back(BatchOp::compare_set("b/a", "1", "3"));  // sees "2": not applied
+  ops.push_back(BatchOp::add("b/text", 1));              // not a number: only this one fails
+  ops.push_back(BatchOp::add("b/n", 5));
+  ops.push_back(BatchOp::set("b/leased", "x", lease));
+  s.batch(ops);
+  CHECK(ops[0].number > 0);
+  CHECK(ops[1].result == "2");
+  CHECK(ops[2].result == "2");
+  CHECK(ops[3].error);
+  CHECK(ops[4].number == 5);
+  for (std::size_t i : {0, 1, 2, 4, 5}) CHECK_FALSE(ops[i].error);
+  CHECK_THROWS_AS(ddp::store::rethrow_first_error(ops), ddp::StoreError);
+  CHECK(s.try_get("b/a") == std::optional<std::string>("2"));
+  CHECK(s.try_get("b/n") == std::optional<std::string>("5"));
+  s.lease_revoke(lease);
+  CHECK_FALSE(s.try_get("b/leased"));
+}

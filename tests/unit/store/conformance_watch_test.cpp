@@ -109,3 +109,26 @@ TEMPLATE_TEST_CASE("a cancelled watch receives no more events", "[conformance]",
   s.set("c/3", "z");
   CHECK(witness.events().size() == 2);
 }
+
+TEMPLATE_TEST_CASE("watch_all starts every watch, each from its own revision, before it returns",
+                   "[conformance]", STORE_BACKENDS) {
+  TestType backend;
+  Store& s = backend.store();
+  const auto from = s.set("x/1", "a");
+  s.set("y/1", "b");
+  Recorder xs;
+  Recorder ys;
+  std::vector<ddp::store::WatchSpec> specs;
+  specs.push_back(ddp::store::WatchSpec{"x/", from, xs.callback(), {}});  // replays x/1
+  specs.push_back(ddp::store::WatchSpec{"y/", 0, ys.callback(), {}});     // only what comes next
+  auto handles = s.watch_all(std::move(specs));
+  REQUIRE(handles.size() == 2);
+  s.set("y/2", "c");
+  s.set("x/2", "d");
+  REQUIRE(xs.wait_for(2));
+  REQUIRE(ys.wait_for(1));
+  CHECK(xs.events()[0].key == "x/1");
+  CHECK(xs.events()[1].key == "x/2");
+  CHECK(ys.events().size() == 1);
+  CHECK(ys.events()[0].key == "y/2");
+}

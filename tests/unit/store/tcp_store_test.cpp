@@ -268,3 +268,30 @@ TEST_CASE("a lease bound to its connection ends when the client goes away, an un
   std::lock_guard<std::mutex> lock(mu);
   CHECK(deleted == std::vector<std::string>{"node/bound"});
 }
+
+TEST_CASE("a cancelled watch leaves the server soon even when its client sends nothing more", "[tcp]") {
+  // The cancel waits for the client's next request to share its write, but
+  // not for long: another client sees the server's watch count drop.
+  auto server = start_server(loopback_server_options());
+  TcpStore store(client_options(server->port()));
+  TcpStore other(client_options(server->port()));
+  auto watches = [&] { return other.stat().at("watches"); };
+  auto handle = store.watch("c/", 0, [](const ddp::store::WatchEvent&) {});
+  REQUIRE(watches() == "1");
+  handle.reset();
+  CHECK(ddp::test::wait_until([&] { return watches() == "0"; }, 2s));
+}
+
+TEST_CASE("a watch_all that the server refuses in part leaves no watch running", "[tcp]") {
+  auto opts = loopback_server_options();
+  opts.history_max_bytes = 1024;
+  auto server = start_server(opts);
+  TcpStore store(client_options(server->port()));
+  TcpStore other(client_options(server->port()));
+  for (int i = 0; i < 20; ++i) store.set("k", std::string(100, 'x'));
+  std::vector<ddp::store::WatchSpec> specs;
+  specs.push_back(ddp::store::WatchSpec{"a/", 0, [](const ddp::store::WatchEvent&) {}, {}});
+  specs.push_back(ddp::store::WatchSpec{"k", 1, [](const ddp::store::WatchEvent&) {}, {}});  // compacted
+  CHECK_THROWS_AS(store.watch_all(std::move(specs)), ddp::store::CompactedError);
+  CHECK(ddp::test::wait_until([&] { return other.stat().at("watches") == "0"; }, 2s));
+}

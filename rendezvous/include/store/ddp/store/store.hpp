@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -63,11 +64,64 @@ class CompactedError : public StoreError {
   using StoreError::StoreError;
 };
 
+// One request of Store::batch and, once the batch returns, its answer.
+struct BatchOp {
+  enum class Kind : std::uint8_t { kSet, kCompareSet, kAdd };
+
+  static BatchOp set(std::string key, std::string value, LeaseId lease = 0) {
+    BatchOp op;
+    op.key = std::move(key);
+    op.value = std::move(value);
+    op.lease = lease;
+    return op;
+  }
+  static BatchOp compare_set(std::string key, std::string expected, std::string desired, LeaseId lease = 0) {
+    BatchOp op = set(std::move(key), std::move(desired), lease);
+    op.kind = Kind::kCompareSet;
+    op.expected = std::move(expected);
+    return op;
+  }
+  static BatchOp add(std::string key, std::int64_t delta) {
+    BatchOp op;
+    op.kind = Kind::kAdd;
+    op.key = std::move(key);
+    op.delta = delta;
+    return op;
+  }
+
+  Kind kind = Kind::kSet;
+  std::string key;
+  std::string value;     // set: the value; compare_set: the desired value
+  std::string expected;  // compare_set
+  std::int64_t delta = 0;
+  LeaseId lease = 0;
+
+  // The answer: set's revision or add's new value; compare_set's value after the call.
+  std::int64_t number = 0;
+  std::string result;
+  std::exception_ptr error;  // this request failed; the others still ran
+};
+
+// Throws the first error left in `ops` by Store::batch, if any.
+inline void rethrow_first_error(const std::vector<BatchOp>& ops) {
+  for (const auto& op : ops) {
+    if (op.error) std::rethrow_exception(op.error);
+  }
+}
+
 // Owns a watch: destroying it (or cancel()) stops events.
 class WatchHandle {
  public:
   virtual ~WatchHandle() = default;
   virtual void cancel() = 0;
+};
+
+// One watch of Store::watch_all: the arguments of Store::watch.
+struct WatchSpec {
+  std::string prefix;
+  Revision from_revision = 0;
+  WatchCallback on_event;
+  WatchErrorCallback on_error;
 };
 
 class Store {
@@ -96,6 +150,11 @@ class Store {
   virtual std::int64_t append(const std::string& key, std::string_view value) = 0;
   virtual std::int64_t num_keys() = 0;
   virtual ListResult list(const std::string& prefix) = 0;
+  // Requests that do not depend on each other's answers, applied in order. A
+  // network store sends them together and waits once (one round trip instead
+  // of one each); this default runs them one after the other. Each answer or
+  // error is left in its op; only a failure to reach the store throws.
+  virtual void batch(std::vector<BatchOp>& ops);
 
   // Leases: keys set with a lease vanish when it expires or is revoked.
   virtual LeaseId lease_grant(std::chrono::milliseconds ttl) = 0;
@@ -109,6 +168,10 @@ class Store {
   // history is refused: TcpStore throws CompactedError.
   virtual std::unique_ptr<WatchHandle> watch(const std::string& prefix, Revision from_revision,
                                              WatchCallback on_event, WatchErrorCallback on_error = {}) = 0;
+  // Several watches at once, handles in the order of `specs`: a network store
+  // starts them in one round trip; this default calls watch() for each. If one
+  // cannot start, none is left running and its error is thrown.
+  virtual std::vector<std::unique_ptr<WatchHandle>> watch_all(std::vector<WatchSpec> specs);
 };
 
 }  // namespace ddp::store

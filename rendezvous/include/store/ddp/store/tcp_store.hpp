@@ -65,11 +65,15 @@ class TcpStore final : public Store {
   std::int64_t append(const std::string& key, std::string_view value) override;
   std::int64_t num_keys() override;
   ListResult list(const std::string& prefix) override;
+  // One write and one wait for all of `ops`.
+  void batch(std::vector<BatchOp>& ops) override;
   LeaseId lease_grant(std::chrono::milliseconds ttl) override;
   void lease_keepalive(LeaseId lease) override;
   void lease_revoke(LeaseId lease) override;
   std::unique_ptr<WatchHandle> watch(const std::string& prefix, Revision from_revision,
                                      WatchCallback on_event, WatchErrorCallback on_error = {}) override;
+  // One write for all the watch requests, then their acknowledgements.
+  std::vector<std::unique_ptr<WatchHandle>> watch_all(std::vector<WatchSpec> specs) override;
 
   // Server statistics (connections, keys, leases, watches, revision, ...).
   std::map<std::string, std::string> stat();
