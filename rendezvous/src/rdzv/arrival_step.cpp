@@ -17,8 +17,13 @@ class CounterArrivals final : public ArrivalStep {
  public:
   explicit CounterArrivals(std::shared_ptr<store::Store> store) : store_(std::move(store)) {}
 
-  std::int64_t arrive(const std::string& prefix, const NodeSpec& self) override {
-    return store_->add(prefix + "seq", pack_join(self.local_world_size));
+  std::int64_t arrive(const std::string& prefix, const NodeSpec& self,
+                      std::vector<store::BatchOp> before) override {
+    if (before.empty()) return store_->add(prefix + "seq", pack_join(self.local_world_size));
+    before.push_back(store::BatchOp::add(prefix + "seq", pack_join(self.local_world_size)));
+    store_->batch(before);
+    store::rethrow_first_error(before);
+    return before.back().number;
   }
   std::int64_t arrived(const std::string& prefix) override {
     auto seq = store_->try_get(prefix + "seq");
@@ -47,7 +52,12 @@ class EtcdArrivals final : public ArrivalStep {
  public:
   EtcdArrivals(std::shared_ptr<store::EtcdStore> etcd, int nproc) : etcd_(std::move(etcd)), nproc_(nproc) {}
 
-  std::int64_t arrive(const std::string& prefix, const NodeSpec& self) override {
+  std::int64_t arrive(const std::string& prefix, const NodeSpec& self,
+                      std::vector<store::BatchOp> before) override {
+    if (!before.empty()) {
+      etcd_->batch(before);  // one request each: the arrival is a txn of its own
+      store::rethrow_first_error(before);
+    }
     const std::string all = prefix + "arrive/";
     const int nproc = self.local_world_size;
     const std::string key = all + std::to_string(nproc) + "/" + self.node_id + "." + nonce();

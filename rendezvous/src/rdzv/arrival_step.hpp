@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ddp/rdzv/rendezvous.hpp"
 #include "ddp/store/store.hpp"
@@ -32,8 +33,11 @@ class ArrivalStep {
   virtual ~ArrivalStep() = default;
   // Registers `self` as an arrival of the round with prefix `prefix` (ends with
   // '/'); returns the packed (index, workers up to and including self). Called
-  // once per node and round.
-  virtual std::int64_t arrive(const std::string& prefix, const NodeSpec& self) = 0;
+  // once per node and round. `before` are requests to apply first, sent in the
+  // same round trip where the store allows it (StoreHandler::round_to_join's);
+  // the first error among them and the arrival is thrown.
+  virtual std::int64_t arrive(const std::string& prefix, const NodeSpec& self,
+                              std::vector<store::BatchOp> before = {}) = 0;
   // The packed (arrivals so far, their workers), from one consistent snapshot;
   // 0 before anyone arrived.
   virtual std::int64_t arrived(const std::string& prefix) = 0;

@@ -102,14 +102,16 @@ void DynamicHandler::check_job_config() {
 RendezvousResult DynamicHandler::next_rendezvous() {
   auto logger = log::get("rdzv");
   const auto deadline = Deadline::after(config_.join_timeout);
-  std::int64_t round = round_to_join();
+  // Marking the last round ended and moving the pointer go out with the arrival.
+  std::vector<store::BatchOp> before;
+  std::int64_t round = round_to_join(&before);
   check_job_config();
   const auto lease = monitor_->lease();
   const std::string record = detail::encode_node(self_);
   while (true) {
     const std::string prefix = prefix_of(round);
     // Arrival index in the high half, prefix sum of workers in the low.
-    const std::int64_t mine = arrivals_->arrive(prefix, self_);
+    const std::int64_t mine = arrivals_->arrive(prefix, self_, std::exchange(before, {}));
     const int index = detail::packed_count(mine);  // 1-based
     const std::string my_key = detail::node_key(prefix, index - 1);
     bool late = index > config_.max_nodes;
@@ -181,7 +183,9 @@ RendezvousResult DynamicHandler::next_rendezvous() {
     res.store_endpoint = config_.endpoint;
     if (access_.server) res.store_endpoint.port = access_.server->port();
     res.worker_prefix = detail::worker_prefix(config_.run_id, round);
-    start_round(res, closed.listed + 1, closed.count < config_.max_nodes);
+    // Every ctl/ key of a round that closed is written after its closing
+    // listing (close_listing says why): watch from there, no listing of our own.
+    start_round(res, closed.listed + 1, closed.count < config_.max_nodes, closed.listed + 1);
     return res;
   }
 }
@@ -205,6 +209,7 @@ DynamicHandler::Closed DynamicHandler::close_round(std::int64_t round, std::int6
       if (r && *r < n) ++present;
     }
     if (present == n) {
+      close_listing(prefix);
       value = std::to_string(n) + " " + std::to_string(detail::packed_workers(seen)) + " " +
               std::to_string(listed.revision);
     } else {
@@ -259,6 +264,7 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
     }
     return false;  // a member still on its way arrives and checks again
   }
+  close_listing(prefix);
   const std::string value = std::to_string(n) + " " + std::to_string(detail::packed_workers(seen)) + " " +
                             std::to_string(now.revision);
   if (store_->compare_set(prefix + "closed", "", value) == value) {
@@ -266,6 +272,19 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
                  prev.round, round, config_.run_id, n);
   }
   return true;
+}
+
+void DynamicHandler::close_listing(const std::string& prefix) {
+  // The members watch ctl/ from the closing listing's revision + 1, and every
+  // control key but one is written after the close: failures and "ended" by
+  // members of the running round, "waiting" by nodes that found it closed.
+  // The exception is a node that arrived past MAX before the listing and
+  // counted itself waiting at once: write its count again, after the listing,
+  // so that the members see it (a scale-up) as if it came later.
+  const std::string key = prefix + "ctl/waiting";
+  if (auto waiting = store_->try_get(key); waiting && store::keys::parse_index(*waiting).value_or(0) > 0) {
+    store_->add(key, 0);
+  }
 }
 
 DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index, const Deadline& deadline) {

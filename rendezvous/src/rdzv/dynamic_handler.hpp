@@ -42,6 +42,9 @@ class DynamicHandler final : public detail::StoreHandler {
   // `records_wait` bounds the wait for the counted arrivals' records.
   bool try_close_early(std::int64_t round, const detail::PreviousRound& prev,
                        std::chrono::milliseconds records_wait);
+  // Before a round's closing decision, after its listing: makes every control
+  // key of the round newer than the listing (the members watch from there).
+  void close_listing(const std::string& prefix);
   // A late joiner: counted in P/ctl/waiting (the members see kNodesWaiting),
   // then waits for the round to end.
   void wait_ended(std::int64_t round, const Deadline& deadline);

@@ -1,5 +1,7 @@
 #include "round_monitor.hpp"
 
+#include <utility>
+
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "keys.hpp"
@@ -143,6 +145,7 @@ void RoundMonitor::begin(WatchedRound r) {
     active_ = true;
     fired_mask_ = 0;
     first_event_.reset();
+    marker_seen_ = false;
     departed_.clear();
     for (const auto& kv : r.ctl.kvs) {
       queue_.push_back(
@@ -165,9 +168,10 @@ void RoundMonitor::begin(WatchedRound r) {
     }
     cv_.notify_all();
   };
-  std::vector<std::unique_ptr<store::WatchHandle>> handles;
-  handles.push_back(store_->watch(detail::nodes_prefix(prefix), node_from, on_event, on_error));
-  handles.push_back(store_->watch(prefix + "ctl/", ctl_from, on_event, on_error));
+  std::vector<store::WatchSpec> specs;
+  specs.push_back(store::WatchSpec{detail::nodes_prefix(prefix), node_from, on_event, on_error});
+  specs.push_back(store::WatchSpec{prefix + "ctl/", ctl_from, on_event, on_error});
+  auto handles = store_->watch_all(std::move(specs));  // one round trip
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& h : handles) watches_.push_back(std::move(h));
 }
@@ -181,6 +185,7 @@ std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end() {
     ++epoch_;
     handles.swap(watches_);
     first = first_event_;
+    ended_marker_seen_ = std::exchange(marker_seen_, false);
   }
   { std::lock_guard<std::mutex> wait_out_callback(callback_mu_); }
   // Cancelling waits out a running watch callback, which takes mu_: not under it.
@@ -207,12 +212,18 @@ std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end(
     ++epoch_;
     handles.swap(watches_);
     first = first_event_;
+    ended_marker_seen_ = std::exchange(marker_seen_, false);
   }
   { std::lock_guard<std::mutex> wait_out_callback(callback_mu_); }
   for (auto& h : handles) {
     if (h) h->cancel();
   }
   return first;
+}
+
+bool RoundMonitor::ended_marker_seen() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ended_marker_seen_;
 }
 
 void RoundMonitor::stop_departures() {
@@ -391,17 +402,16 @@ void RoundMonitor::handle(const Pending& p) {
       fire(p.epoch, RoundEvent::kMembershipChanged,
            describe_rank(static_cast<int>(rank)) + " left the round: its lease expired or was revoked");
     }
-  } else if (starts_with(rel, "ctl/failed/")) {
-    const std::string who = rel.substr(11);
-    if (put && who != r.self_id) {
-      fire(p.epoch, RoundEvent::kRestartRequested, "node " + who + " reported a failure: " + p.ev.value);
-    }
   } else if (rel == "ctl/waiting") {
     if (put && r.can_grow && store::keys::parse_index(p.ev.value).value_or(-1) > 0) {
       fire(p.epoch, RoundEvent::kNodesWaiting, p.ev.value + " node(s) waiting to join");
     }
   } else if (rel == "ctl/ended") {
     if (put) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (p.epoch == epoch_) marker_seen_ = true;
+      }
       auto [e, detail] = decode_event(p.ev.value);
       fire(p.epoch, e, detail);
     }

@@ -3,9 +3,9 @@
 //
 // Keys it reads under the round prefix P (docs/rendezvous.md):
 //   P/node/<group_rank>     node records, attached to each node's lease
-//   P/ctl/failed/<node_id>  failure fan-out
 //   P/ctl/waiting           count of late joiners (scale-up)
-//   P/ctl/ended             "<event code> <detail>": a node moved to the next round
+//   P/ctl/ended             "<event code> <detail>": the round is over (a node
+//                           reported a failure, or moved to the next round)
 //   P/success/<group_rank>  the node's workers succeeded (its record may vanish)
 #pragma once
 
@@ -72,6 +72,9 @@ class RoundMonitor {
   // its previous round are gone (rejoin_watch.hpp).
   std::optional<std::pair<RoundEvent, std::string>> end(std::function<void(std::int64_t)> on_departure,
                                                         std::set<std::int64_t>& departed);
+  // Whether the round that the last end() stopped had its ctl/ended marker
+  // written (this node saw it): the next round need not write it again.
+  bool ended_marker_seen() const;
   // Ends what end(on_departure, …) kept; no departure is passed on after it returns.
   void stop_departures();
   // This node already knows about its own kind of event (it reported the failure):
@@ -126,6 +129,8 @@ class RoundMonitor {
   WatchedRound round_;
   std::uint8_t fired_mask_ = 0;  // event kinds already delivered this round
   std::optional<std::pair<RoundEvent, std::string>> first_event_;
+  bool marker_seen_ = false;        // ctl/ended arrived in the current round
+  bool ended_marker_seen_ = false;  // ... in the round the last end() stopped
   std::deque<Pending> queue_;
   std::vector<std::unique_ptr<store::WatchHandle>> watches_;  // node/ first, then ctl/
   std::set<std::int64_t> departed_;  // group ranks of this round whose records vanished

@@ -80,7 +80,7 @@ void StoreHandler::throw_closed(const std::string& reason) const {
                         "; start the job again with a new --rdzv_id");
 }
 
-std::int64_t StoreHandler::round_to_join() {
+std::int64_t StoreHandler::round_to_join(std::vector<store::BatchOp>* defer) {
   std::optional<RendezvousResult> prev;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -108,22 +108,40 @@ std::int64_t StoreHandler::round_to_join() {
   auto first = monitor_->end([rejoin](std::int64_t rank) { rejoin->departed(rank); }, gone);
   for (auto rank : gone) rejoin->departed(rank);
   rejoin_ = rejoin;
-  auto why = first
-                 ? *first
-                 : std::make_pair(RoundEvent::kRestartRequested, "node " + self_.node_id + " started round " +
-                                                                     std::to_string(prev->round + 1));
-  store_->compare_set(prefix_of(prev->round) + "ctl/ended", "", encode_event(why.first, why.second));
-  advance_pointer(prev->round);
+  std::vector<store::BatchOp> ops;
+  // A member that saw the marker knows it is written (a failure report writes
+  // it, and the first member to move on): one request less per member.
+  if (!monitor_->ended_marker_seen()) {
+    auto why =
+        first ? *first
+              : std::make_pair(RoundEvent::kRestartRequested,
+                               "node " + self_.node_id + " started round " + std::to_string(prev->round + 1));
+    ops.push_back(store::BatchOp::compare_set(prefix_of(prev->round) + "ctl/ended", "",
+                                              encode_event(why.first, why.second)));
+  }
+  ops.push_back(advance_pointer_op(prev->round));
+  if (defer != nullptr) {
+    for (auto& op : ops) defer->push_back(std::move(op));
+  } else {
+    store_->batch(ops);
+    store::rethrow_first_error(ops);
+  }
   return prev->round + 1;
 }
 
-void StoreHandler::advance_pointer(std::int64_t round) {
+store::BatchOp StoreHandler::advance_pointer_op(std::int64_t round) const {
   // Only this chain of compare_sets writes the pointer, so "missing" means 0.
-  store_->compare_set(round_pointer_key(config_.run_id), round == 0 ? "" : std::to_string(round),
-                      std::to_string(round + 1));
+  return store::BatchOp::compare_set(round_pointer_key(config_.run_id),
+                                     round == 0 ? "" : std::to_string(round), std::to_string(round + 1));
 }
 
-void StoreHandler::start_round(const RendezvousResult& result, store::Revision node_from, bool can_grow) {
+void StoreHandler::advance_pointer(std::int64_t round) {
+  auto op = advance_pointer_op(round);
+  store_->compare_set(op.key, op.expected, op.value);
+}
+
+void StoreHandler::start_round(const RendezvousResult& result, store::Revision node_from, bool can_grow,
+                               std::optional<store::Revision> ctl_from) {
   const std::string prefix = prefix_of(result.round);
   WatchedRound w;
   w.round = result.round;
@@ -136,7 +154,11 @@ void StoreHandler::start_round(const RendezvousResult& result, store::Revision n
   w.node_from = node_from;
   // Listing ctl/ first and watching from its revision + 1 loses no failure that a
   // faster member reported before this node got here.
-  w.ctl = store_->list(prefix + "ctl/");
+  if (ctl_from) {
+    w.ctl.revision = *ctl_from - 1;
+  } else {
+    w.ctl = store_->list(prefix + "ctl/");
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     current_ = result;
@@ -159,7 +181,11 @@ void StoreHandler::report_failure(const std::string& reason) {
   }
   if (!cur) return;
   monitor_->suppress(RoundEvent::kRestartRequested);
-  store_->set(prefix_of(cur->round) + "ctl/failed/" + self_.node_id, reason);
+  // The failure ends the round: one write that every member's ctl/ watch
+  // delivers once, and whoever moves on first finds the marker already there.
+  store_->compare_set(prefix_of(cur->round) + "ctl/ended", "",
+                      encode_event(RoundEvent::kRestartRequested,
+                                   "node " + self_.node_id + " reported a failure: " + reason));
 }
 
 void StoreHandler::report_success() {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ddp/rdzv/rendezvous.hpp"
 #include "keys.hpp"
@@ -37,13 +38,19 @@ class StoreHandler : public RendezvousHandler {
 
   // The round this call of next_rendezvous joins: the job's current round on the
   // first call (throws RendezvousError if the job was closed), else the one after
-  // ours, after marking ours ended so that every member moves on with us.
-  std::int64_t round_to_join();
+  // ours, after marking ours ended so that every member moves on with us. With
+  // `defer`, those writes are appended there for the caller to send along with
+  // its arrival (one round trip) instead of being sent now.
+  std::int64_t round_to_join(std::vector<store::BatchOp>* defer = nullptr);
   // Publishes `result` as the current round and starts watching it; node records
-  // deleted at or after `node_from` count as departures.
-  void start_round(const RendezvousResult& result, store::Revision node_from, bool can_grow);
+  // deleted at or after `node_from` count as departures. Control keys are
+  // watched from `ctl_from` when the caller knows no control key can predate
+  // it; otherwise they are listed first.
+  void start_round(const RendezvousResult& result, store::Revision node_from, bool can_grow,
+                   std::optional<store::Revision> ctl_from = std::nullopt);
   // Moves the job's round pointer from `round` to `round + 1` (idempotent).
   void advance_pointer(std::int64_t round);
+  store::BatchOp advance_pointer_op(std::int64_t round) const;
   // Closes the job from a node that has no round of its own yet (it found a
   // mistake while joining `round`): members already running `round` end it,
   // and whoever waits to join it or the next one is told `why`.

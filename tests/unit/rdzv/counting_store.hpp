@@ -1,9 +1,12 @@
-// A Store decorator for the rendezvous tests: counts requests and payload bytes
-// one handler sends through it, and can drop keepalives to play a stalled node.
+// A Store decorator for the rendezvous tests: counts requests, round trips
+// (a batch or watch_all is one, however many requests it carries) and payload
+// bytes one handler sends through it, and can drop keepalives to play a
+// stalled node.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "ddp/store/store.hpp"
 
@@ -14,11 +17,13 @@ class CountingStore final : public store::Store {
   explicit CountingStore(std::shared_ptr<store::Store> inner) : inner_(std::move(inner)) {}
 
   std::atomic<long> requests{0};
+  std::atomic<long> round_trips{0};
   std::atomic<long> bytes{0};                // keys + values sent and received
   std::atomic<bool> drop_keepalives{false};  // the lease then expires after its TTL
 
   void reset() {
     requests = 0;
+    round_trips = 0;
     bytes = 0;
   }
 
@@ -86,6 +91,14 @@ class CountingStore final : public store::Store {
     for (const auto& kv : r.kvs) bytes += static_cast<long>(kv.key.size() + kv.value.size());
     return r;
   }
+  void batch(std::vector<store::BatchOp>& ops) override {
+    ++round_trips;
+    for (const auto& op : ops) {
+      requests += 1;
+      bytes += static_cast<long>(op.key.size() + op.value.size() + op.expected.size());
+    }
+    inner_->batch(ops);
+  }
   store::LeaseId lease_grant(std::chrono::milliseconds ttl) override {
     count(0);
     return inner_->lease_grant(ttl);
@@ -103,18 +116,29 @@ class CountingStore final : public store::Store {
                                             store::WatchCallback on_event,
                                             store::WatchErrorCallback on_error = {}) override {
     count(prefix.size());
-    return inner_->watch(
-        prefix, from,
-        [this, cb = std::move(on_event)](const store::WatchEvent& ev) {
-          bytes += static_cast<long>(ev.key.size() + ev.value.size());
-          cb(ev);
-        },
-        std::move(on_error));
+    return inner_->watch(prefix, from, counted(std::move(on_event)), std::move(on_error));
+  }
+  std::vector<std::unique_ptr<store::WatchHandle>> watch_all(std::vector<store::WatchSpec> specs) override {
+    ++round_trips;
+    for (auto& s : specs) {
+      requests += 1;
+      bytes += static_cast<long>(s.prefix.size());
+      s.on_event = counted(std::move(s.on_event));
+    }
+    return inner_->watch_all(std::move(specs));
   }
 
  private:
+  // Counts the bytes of each event delivered to `cb`.
+  store::WatchCallback counted(store::WatchCallback cb) {
+    return [this, cb = std::move(cb)](const store::WatchEvent& ev) {
+      bytes += static_cast<long>(ev.key.size() + ev.value.size());
+      cb(ev);
+    };
+  }
   void count(std::size_t sent) {
     ++requests;
+    ++round_trips;
     bytes += static_cast<long>(sent);
   }
   static std::size_t keys_bytes(const std::vector<std::string>& keys) {

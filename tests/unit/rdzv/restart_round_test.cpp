@@ -100,3 +100,34 @@ TEST_CASE("c10d restart: a round re-formed for a newcomer still waits the last c
   // A lower bound only: the round cannot have closed before its last call.
   CHECK(std::chrono::steady_clock::now() - start >= 300ms);
 }
+
+TEST_CASE(
+    "c10d restart: a rejoining member waits for four store round trips, the last one back for a few more") {
+  // After a failure every member sends: the marker, the round pointer and its
+  // arrival in one batch; its record; the wait for the close; both watches of
+  // the new round in one. Only the last one back also checks and closes.
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto cfg = ddp::test::dynamic_config(2, 16);  // round 0 closes after a short last call
+  cfg.list_nodes = false;
+  auto nodes = nodes_of(store, cfg, 8);
+  REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 8);
+  nodes[0]->handler->report_failure("worker 0 exited with code 1");
+  REQUIRE(ddp::test::wait_until([&] {
+    for (std::size_t i = 1; i < nodes.size(); ++i) {
+      if (!nodes[i]->has_event(RoundEvent::kRestartRequested)) return false;
+    }
+    return true;
+  }));
+  for (auto& n : nodes) n->store->reset();
+  auto again = ddp::test::rendezvous_all(nodes);
+  std::vector<long> trips;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    CHECK(again[i].round == 1);
+    CHECK(again[i].group_world_size == 8);
+    trips.push_back(nodes[i]->store->round_trips.load());
+  }
+  std::sort(trips.begin(), trips.end());
+  INFO("round trips per member, sorted: " << Catch::Detail::stringify(trips));
+  CHECK(trips[trips.size() - 2] <= 4);  // all but the one that closed
+  CHECK(trips.back() <= 11);
+}
