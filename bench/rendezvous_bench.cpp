@@ -62,16 +62,21 @@ class Conn {
   awaitable<store::Response> call(Op op, std::int64_t a, std::int64_t b, std::vector<std::string> keys,
                                   std::vector<std::string> values) {
     const auto id = co_await send(op, a, b, std::move(keys), std::move(values));
-    while (true) {
-      auto r = co_await read_response();
-      if (r.id == id && r.status != store::Status::kEvent) co_return r;
-      if (r.status == store::Status::kEvent) events_.insert(r.id);
-    }
+    co_return co_await answer(id);
   }
 
-  // Sends without waiting for the answer (as TcpStore cancels a watch).
+  // Sends without waiting for the answer: with what queue() holds, in one write.
   awaitable<std::uint32_t> send(Op op, std::int64_t a, std::int64_t b, std::vector<std::string> keys,
                                 std::vector<std::string> values) {
+    const auto id = queue(op, a, b, std::move(keys), std::move(values));
+    co_await flush();
+    co_return id;
+  }
+
+  // Adds a request to the next write (TcpStore's batch, or a watch cancel
+  // that waits for the next request).
+  std::uint32_t queue(Op op, std::int64_t a, std::int64_t b, std::vector<std::string> keys,
+                      std::vector<std::string> values) {
     store::Request req;
     req.op = op;
     req.id = ++next_id_;
@@ -79,12 +84,24 @@ class Conn {
     req.b = b;
     req.keys = std::move(keys);
     req.values = std::move(values);
-    out_.clear();
     store::encode_request(req, out_);
+    ++requests;
+    return req.id;
+  }
+
+  awaitable<void> flush() {
     co_await asio::async_write(sock_, asio::buffer(out_), use_awaitable);
     sent += static_cast<long>(out_.size());
-    ++requests;
-    co_return req.id;
+    out_.clear();
+  }
+
+  // The answer to request `id` (sent earlier); other frames are noted and skipped.
+  awaitable<store::Response> answer(std::uint32_t id) {
+    while (true) {
+      auto r = co_await read_response();
+      if (r.id == id && r.status != store::Status::kEvent) co_return r;
+      if (r.status == store::Status::kEvent) events_.insert(r.id);
+    }
   }
 
   // Until the watch of request `id` delivered an event.
@@ -149,6 +166,8 @@ struct Shared {
   asio::io_context* io = nullptr;
   std::string prefix1;  // round 1's prefix (--restart)
   Clock::time_point restart_start;
+  Clock::time_point restart_seen;     // the last agent saw the failure key
+  Clock::time_point restart_arrived;  // the last agent's record is written
   Clock::time_point restart_closed;
   Clock::time_point restart_done;
   int restarted = 0;
@@ -174,7 +193,7 @@ void check(const store::Response& r, const char* what) {
     throw StoreError(std::string(what) + ": " + store::status_name(r.status) + " " + r.message);
   }
 }
-
+double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 // After a failure report: StoreHandler::round_to_join and DynamicHandler::
 // next_rendezvous for round 1, request for request, with every member of
 // round 0 rejoining (the last one back closes it: try_close_early).
@@ -195,29 +214,41 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
   }
   const long requests0 = c.requests;
   const long bytes0 = c.sent + c.received;
+  const std::string ended = "0 node sim_0 reported a failure: worker 0 exited with 1";
   if (id == 0) {
-    auto r =
-        co_await c.call(Op::kSet, 0, 0, vec(s.prefix + "ctl/failed/sim_0"), vec("worker 0 exited with 1"));
+    // report_failure: the marker that ends the round, delivered once to every member.
+    auto r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix + "ctl/ended"), vec("", ended));
     check(r, "report failure");
   } else {
-    co_await c.wait_event(ctl_watch);  // the round monitor sees the failure key
+    co_await c.wait_event(ctl_watch);  // the round monitor sees the marker
   }
-  // round_to_join: the monitor's ctl watch ends (its node watch stays, to tell
-  // round 1 who is gone), the round is marked ended, the pointer moves on.
-  co_await c.send(Op::kCancel, ctl_watch, 0, vec(), vec());
-  auto r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix + "ctl/ended"),
-                           vec("", "0 node sim_0 reported a failure: worker 0 exited with 1"));
-  check(r, "compare_set ended");
-  r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.rdzv + "round"), vec("", "1"));
+  s.restart_seen = std::max(s.restart_seen, Clock::now());
+  // round_to_join: the monitor's ctl watch ends (its cancel waits for the next
+  // write; its node watch stays, to tell round 1 who is gone). A member that saw
+  // the marker does not write it; the reporter, which did not watch for its own,
+  // writes it again. The pointer moves on. All of it goes out with the arrival.
+  c.queue(Op::kCancel, ctl_watch, 0, vec(), vec());
+  std::uint32_t ended_id = 0;
+  if (id == 0) ended_id = c.queue(Op::kCompareSet, 0, 0, vec(s.prefix + "ctl/ended"), vec("", ended));
+  const auto pointer_id = c.queue(Op::kCompareSet, 0, 0, vec(s.rdzv + "round"), vec("", "1"));
+  const auto add_id = c.queue(Op::kAdd, 0, (std::int64_t{1} << 32) | 1, vec(s.prefix1 + "seq"), vec());
+  co_await c.flush();
+  store::Response r;
+  if (ended_id != 0) {
+    r = co_await c.answer(ended_id);
+    check(r, "compare_set ended");
+  }
+  r = co_await c.answer(pointer_id);
   check(r, "compare_set round");
-  r = co_await c.call(Op::kAdd, 0, (std::int64_t{1} << 32) | 1, vec(s.prefix1 + "seq"), vec());
+  r = co_await c.answer(add_id);
   check(r, "add");
   const int index = static_cast<int>(r.num >> 32);
   r = co_await c.call(Op::kSet, lease, 0, vec(s.prefix1 + "node/" + std::to_string(index - 1)), vec(record));
   check(r, "set record");
+  s.restart_arrived = std::max(s.restart_arrived, Clock::now());
   if (index == s.n) {
     // try_close_early: no newcomer waited, the n arrivals' records, both
-    // listings, the decision.
+    // listings, close_listing, the decision.
     r = co_await c.call(Op::kTryGet, 0, 0, vec(s.prefix + "ctl/waiting"), vec());
     r = co_await c.call(Op::kAdd, 0, 0, vec(s.prefix1 + "seq"), vec());
     check(r, "add 0");
@@ -231,6 +262,7 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
     r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
     check(r, "list round 0");
     if (static_cast<int>(r.items.size()) != s.n) throw StoreError("round 0 lost records");
+    r = co_await c.call(Op::kTryGet, 0, 0, vec(s.prefix1 + "ctl/waiting"), vec());
     const std::string value = std::to_string(s.n) + " " + std::to_string(s.n) + " " + std::to_string(rev);
     r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix1 + "closed"), vec("", value));
     check(r, "close early");
@@ -242,13 +274,15 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
   std::istringstream in(r.items.at(0).value);
   long count = 0, workers = 0, listed = 0;
   in >> count >> workers >> listed;
-  co_await c.send(Op::kCancel, node_watch, 0, vec(), vec());  // start_round: stop_departures
-  r = co_await c.call(Op::kList, 0, 0, vec(s.prefix1 + "ctl/"), vec());
-  check(r, "list ctl");
-  const auto ctl_rev = r.revision;
-  r = co_await c.call(Op::kWatch, 0, listed + 1, vec(s.prefix1 + "node/"), vec());
+  // start_round: both watches from the closing listing's revision + 1; the
+  // kept node watch's cancel (stop_departures) goes out with the first.
+  c.queue(Op::kCancel, node_watch, 0, vec(), vec());
+  const auto node_id = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix1 + "node/"), vec());
+  const auto ctl_id = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix1 + "ctl/"), vec());
+  co_await c.flush();
+  r = co_await c.answer(node_id);
   check(r, "watch nodes");
-  r = co_await c.call(Op::kWatch, 0, ctl_rev + 1, vec(s.prefix1 + "ctl/"), vec());
+  r = co_await c.answer(ctl_id);
   check(r, "watch ctl");
   s.restart_done = std::max(s.restart_done, Clock::now());
   const long requests = c.requests - requests0;
@@ -308,8 +342,9 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
       check(r, "closer wait");
       r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
       check(r, "closer list");
-      const std::string value =
-          std::to_string(s.n) + " " + std::to_string(s.n) + " " + std::to_string(r.revision);
+      const auto rev = r.revision;
+      r = co_await c.call(Op::kTryGet, 0, 0, vec(s.prefix + "ctl/waiting"), vec());  // close_listing
+      const std::string value = std::to_string(s.n) + " " + std::to_string(s.n) + " " + std::to_string(rev);
       r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix + "closed"), vec("", value));
       check(r, "close");
       closed = r.items.at(0).value;
@@ -326,15 +361,14 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
       r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
       check(r, "list nodes");
     }
-    r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "ctl/"), vec());
-    check(r, "list ctl");
-    const auto ctl_rev = r.revision;
-    r = co_await c.call(Op::kWatch, 0, listed + 1, vec(s.prefix + "node/"), vec());
+    // start_round: both watches in one write (watch_all).
+    const auto node_watch = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix + "node/"), vec());
+    const auto ctl_watch = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix + "ctl/"), vec());
+    co_await c.flush();
+    r = co_await c.answer(node_watch);
     check(r, "watch nodes");
-    const auto node_watch = c.last_id();
-    r = co_await c.call(Op::kWatch, 0, ctl_rev + 1, vec(s.prefix + "ctl/"), vec());
+    r = co_await c.answer(ctl_watch);
     check(r, "watch ctl");
-    const auto ctl_watch = c.last_id();
     s.last_done = std::max(s.last_done, Clock::now());
     const long bytes = c.sent + c.received;
     s.requests += c.requests;
@@ -355,8 +389,6 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     if ((s.restart ? s.restarted : s.done) + s.failed == s.n) io.stop();
   }
 }
-
-double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   asio::io_context io(1);
@@ -389,6 +421,8 @@ void run_once(const Options& o, const Endpoint& where, int n, int seq) {
         "", secs(s.restart_closed - s.restart_start), secs(s.restart_done - s.restart_start),
         static_cast<double>(s.r_requests) / n, s.r_max_requests, static_cast<double>(s.r_bytes) / n,
         s.r_max_bytes, s.early_closer.c_str());
+    std::printf("%8s  restart phases: all saw the failure %.3f s, all arrived %.3f s\n", "",
+                secs(s.restart_seen - s.restart_start), secs(s.restart_arrived - s.restart_start));
   }
   std::fflush(stdout);
 }
