@@ -237,8 +237,9 @@ void WorkerGroup::stop(int sig, bool count_failures) {
   count_failures_ = count_failures;
   stop_signal_ = sig;
   terminal_.close_input();  // a worker waiting at a prompt reads EOF
-  if (live() > 0) {
-    log_->info("stopping {} workers with {} (SIGKILL after {} ms)", live(), signal_name(sig),
+  // A worker whose spawn has not reported yet gets `sig` when it does (on_spawned).
+  if (const int n = live() + pending_spawns_; n > 0) {
+    log_->info("stopping {} workers with {} (SIGKILL after {} ms)", n, signal_name(sig),
                cfg_.stop_timeout.count());
   }
   signal_all(sig);
