@@ -152,8 +152,9 @@ void StoreHandler::start_round(const RendezvousResult& result, store::Revision n
   w.can_grow = can_grow;
   w.nodes = result.nodes;
   w.node_from = node_from;
-  // Listing ctl/ first and watching from its revision + 1 loses no failure that a
-  // faster member reported before this node got here.
+  // Watching ctl/ from a revision no control key predates, or else from a
+  // listing's revision + 1, loses no failure that a faster member reported
+  // before this node got here.
   if (ctl_from) {
     w.ctl.revision = *ctl_from - 1;
   } else {

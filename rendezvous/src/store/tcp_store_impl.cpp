@@ -157,21 +157,37 @@ void TcpStore::Impl::defer_frame(const std::string& frame) {
     if (deferred_armed_) return;
     deferred_armed_ = true;
   }
-  asio::post(io_, [this] {
-    deferred_timer_.expires_after(kDeferredFlush);
-    deferred_timer_.async_wait([this](const boost::system::error_code& ec) {
-      {
-        std::lock_guard<std::mutex> lk(write_mu_);
-        deferred_armed_ = false;
-        if (ec || deferred_.empty() || write_fd_ < 0) return;
-      }
-      try {
-        write_frame(std::string());
-      } catch (const NetworkError&) {
-        // The read side sees the break and reconnects; the watches went with it.
-      }
-    });
+  asio::post(io_, [this] { arm_deferred_flush(); });
+}
+
+void TcpStore::Impl::arm_deferred_flush() {
+  deferred_timer_.expires_after(kDeferredFlush);
+  deferred_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) {
+      std::lock_guard<std::mutex> lk(write_mu_);
+      deferred_armed_ = false;
+      return;
+    }
+    if (flush_deferred()) arm_deferred_flush();
   });
+}
+
+bool TcpStore::Impl::flush_deferred() {
+  // This thread also reads the replies: it must never wait for the socket to
+  // take bytes (a server that stops reading until its replies are read would
+  // wait for us in turn). What does not go now goes on the next attempt, or in
+  // front of the next request's bytes.
+  std::lock_guard<std::mutex> lk(write_mu_);
+  if (write_fd_ >= 0 && !deferred_.empty()) {
+    const auto n = ::send(write_fd_, deferred_.data(), deferred_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      deferred_.erase(0, static_cast<std::size_t>(n));
+    } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      deferred_.clear();  // the read side sees the break and reconnects; the watches went with it
+    }
+  }
+  deferred_armed_ = write_fd_ >= 0 && !deferred_.empty();
+  return deferred_armed_;
 }
 
 void TcpStore::Impl::refuse_on_io_thread(const char* what) const {

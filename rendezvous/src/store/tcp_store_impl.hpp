@@ -98,6 +98,11 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   // Queues a frame nobody waits for (a watch cancel) to go out with the next
   // request, or on its own within kDeferredFlush.
   void defer_frame(const std::string& frame);
+  // I/O thread: sends deferred_ after kDeferredFlush unless a request took it.
+  void arm_deferred_flush();
+  // I/O thread: sends what of deferred_ the socket takes without waiting;
+  // true if some is left (then try again later).
+  bool flush_deferred();
   // Waits for `pending`'s reply; TimeoutError names `op` after `reply_timeout`.
   Response await_reply(const std::shared_ptr<PendingCall>& pending, std::uint32_t id, Op op,
                        std::chrono::milliseconds reply_timeout);
