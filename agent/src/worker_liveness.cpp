@@ -6,28 +6,14 @@
 #include <sys/types.h>
 
 #include <cmath>
-#include <fstream>
 
 #include "ddp/common/logging.hpp"
+#include "ddp/common/proc_file.hpp"
 #include "worker_group.hpp"
 
 namespace ddp::agent {
 
 namespace {
-
-// The parent of `pid` from /proc/<pid>/stat; -1 when it is gone.
-pid_t parent_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return -1;
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
-  char state = 0;
-  int ppid = -1;
-  if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2) return -1;
-  return ppid;
-}
 
 std::string seconds_text(double s) {
   char buf[32];
@@ -43,7 +29,7 @@ int WorkerGroup::local_rank_of(pid_t pid) const {
     for (const auto& w : workers_) {
       if (w.spawned && !w.done && w.pid == pid) return w.local_rank;
     }
-    pid = parent_of(pid);
+    pid = proc_parent(pid).value_or(-1);
   }
   return -1;
 }

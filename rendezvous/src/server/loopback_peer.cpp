@@ -5,12 +5,13 @@
 
 #include <charconv>
 #include <cstdio>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
 #include <vector>
+
+#include "ddp/common/proc_file.hpp"
 
 namespace ddp::store::server {
 
@@ -37,7 +38,9 @@ bool is_loopback_port(const std::string& field, std::uint16_t port) {
 
 std::optional<std::string> socket_inode(std::uint16_t server_port, std::uint16_t peer_port) {
   for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream in(table);
+    const auto text = read_proc_file(table);
+    if (!text) continue;
+    std::istringstream in(*text);
     std::string line;
     std::getline(in, line);  // header
     while (std::getline(in, line)) {
@@ -52,19 +55,6 @@ std::optional<std::string> socket_inode(std::uint16_t server_port, std::uint16_t
   return std::nullopt;
 }
 
-std::optional<pid_t> parent_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream rest(stat.substr(close + 1));
-  std::string state;
-  long ppid = 0;
-  if (!(rest >> state >> ppid)) return std::nullopt;
-  return static_cast<pid_t>(ppid);
-}
-
 std::vector<pid_t> descendants(pid_t ancestor) {
   std::multimap<pid_t, pid_t> children;
   if (DIR* d = ::opendir("/proc")) {
@@ -72,7 +62,7 @@ std::vector<pid_t> descendants(pid_t ancestor) {
       pid_t pid = 0;
       const char* end = e->d_name + std::char_traits<char>::length(e->d_name);
       if (std::from_chars(e->d_name, end, pid).ptr != end || pid <= 0) continue;
-      if (auto ppid = parent_of(pid)) children.emplace(*ppid, pid);
+      if (auto ppid = proc_parent(pid)) children.emplace(*ppid, pid);
     }
     ::closedir(d);
   }
@@ -125,8 +115,10 @@ std::optional<std::string> process_env(pid_t pid, const std::string& name, pid_t
   const std::string want = name + "=";
   std::set<pid_t> seen;
   for (std::optional<pid_t> p = pid; p && *p > 1 && *p != stop_at && seen.insert(*p).second;
-       p = parent_of(*p)) {
-    std::ifstream in("/proc/" + std::to_string(*p) + "/environ");
+       p = proc_parent(*p)) {
+    const auto env_text = read_proc_file("/proc/" + std::to_string(*p) + "/environ");
+    if (!env_text) continue;
+    std::istringstream in(*env_text);
     std::string entry;
     while (std::getline(in, entry, '\0')) {
       if (entry.compare(0, want.size(), want) == 0) return entry.substr(want.size());

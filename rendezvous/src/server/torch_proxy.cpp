@@ -170,7 +170,12 @@ class TorchStoreProxy::Impl {
     if (options_.lane_of) {
       error_code ec;
       const auto peer = socket.remote_endpoint(ec);
-      if (!ec) name = options_.lane_of(peer.port());
+      try {
+        if (!ec) name = options_.lane_of(peer.port());
+      } catch (const std::exception& e) {
+        // Never the end of the accept loop: without a lane the client keeps the round's prefix.
+        ddp::log::get("store.proxy")->warn("cannot tell which local rank connected error=\"{}\"", e.what());
+      }
       if (name) lane = &lanes_[*name];
     }
     std::string prefix = prefix_for(lane, target);
