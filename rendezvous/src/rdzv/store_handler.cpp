@@ -49,17 +49,19 @@ void StoreHandler::wait_for_members_to_leave() {
   // store keeps it up until the other members, who may still be between two
   // polls of "done", have seen it and left (each revokes its lease on exit, so
   // its node record vanishes). A member that died instead vanishes when its
-  // lease expires, which bounds the wait by the keep-alive window.
-  std::optional<RendezvousResult> cur;
+  // lease expires, which bounds the wait by the keep-alive window. The same
+  // when this node closed the job: a static node waiting for the others reads
+  // the reason at its next progress tick (a second), not a store that is gone.
+  std::optional<std::int64_t> round;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!done_seen_) return;
-    cur = current_;
+    if (done_seen_ && current_ && current_->group_world_size > 1) round = current_->round;
+    if (closed_round_) round = closed_round_;
   }
-  if (!cur || cur->group_world_size <= 1) return;
+  if (!round) return;
   const auto window = config_.keep_alive_interval * std::max(1, config_.keep_alive_max_attempt);
   const auto deadline = Deadline::after(window + std::chrono::milliseconds(500));
-  const std::string nodes = nodes_prefix(prefix_of(cur->round));
+  const std::string nodes = nodes_prefix(prefix_of(*round));
   auto delay = std::chrono::milliseconds(2);
   try {
     while (!store_->list(nodes).kvs.empty()) {
@@ -239,6 +241,10 @@ void StoreHandler::close(const std::string& reason) {
     next = std::max(next, cur->round + 1);
   }
   store_->compare_set(prefix_of(next) + "closed", "", "closed " + why);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_round_ = cur ? cur->round : next;
+  }
   monitor_->revoke();
   log::get("rdzv")->info("rendezvous closed run_id={} reason={}", config_.run_id, why);
 }
@@ -248,6 +254,10 @@ void StoreHandler::close_while_joining(std::int64_t round, const std::string& wh
   store_->compare_set(prefix_of(round) + "ctl/ended", "", encode_event(RoundEvent::kJobClosed, why));
   store_->compare_set(prefix_of(round) + "closed", "", "closed " + why);
   store_->compare_set(prefix_of(round + 1) + "closed", "", "closed " + why);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_round_ = round;
+  }
   log::get("rdzv")->info("rendezvous closed run_id={} reason={}", config_.run_id, why);
 }
 

@@ -20,8 +20,9 @@ namespace ddp::rdzv::detail {
 // Thread-safety: as RendezvousHandler. The destructor revokes this node's lease
 // (its records vanish at once, or within its TTL if the store does not answer
 // within a second) and stops the hosted store, if any. Once all_succeeded() was
-// true, the node hosting the store first waits (at most the keep-alive window)
-// for the other members to leave: this is the job's exit barrier.
+// true, or once it closed the job, the node hosting the store first waits (at
+// most the keep-alive window) for the other members to leave: this is the
+// job's exit barrier, and it lets the others read why the job ended.
 class StoreHandler : public RendezvousHandler {
  public:
   ~StoreHandler() override;
@@ -74,6 +75,8 @@ class StoreHandler : public RendezvousHandler {
   bool reported_success_ = false;
   bool joined_once_ = false;
   bool done_seen_ = false;  // all_succeeded() was true for current_
+  // This node closed the job while the others were in (or joining) this round.
+  std::optional<std::int64_t> closed_round_;
   // While this node rejoins: the members of the last round it was a member of
   // that are gone (kept across aborted rounds, until a round closes). Only the
   // next_rendezvous() thread sets it.

@@ -117,3 +117,31 @@ TEST_CASE("static: a node that cannot reach the master names it and how long it 
              }),
              Catch::Matchers::Contains("127.0.0.1:1") && Catch::Matchers::Contains("0.3s"));
 }
+
+TEST_CASE("static: a host that closes the job keeps its store up until the waiting node has read why") {
+  std::uint16_t port = 0;
+  {
+    ddp::store::StoreServerOptions o;
+    o.host = "127.0.0.1";
+    ddp::store::StoreServer probe(o);
+    probe.start();
+    port = probe.port();
+  }
+  // Node 1 (--nnodes=2) records its count first and waits for node 0; node 0
+  // (--nnodes=3) finds the mismatch, closes the job and goes away at once.
+  auto h0 = ddp::rdzv::create_handler(static_config(3, 0, port), ddp::rdzv::NodeSpec{"n0", "127.0.0.1", 1});
+  auto h1 = ddp::rdzv::create_handler(static_config(2, 1, port), ddp::rdzv::NodeSpec{"n1", "127.0.0.1", 1});
+  auto f1 = std::async(std::launch::async, [&] {
+    auto error = ddp::test::error_of<ddp::RendezvousError>([&] { h1->next_rendezvous(); });
+    h1.reset();  // ddprun exits: its lease goes, and its record with it
+    return error;
+  });
+  auto store = h0->store();
+  REQUIRE(ddp::test::wait_until([&] { return !store->list("/job/rdzv/round_0/node/").kvs.empty(); }));
+  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>([&] { h0->next_rendezvous(); }),
+             Catch::Matchers::Contains("--nnodes differs between nodes"));
+  store.reset();
+  h0.reset();  // stops the store, after node 1 left
+  CHECK_THAT(f1.get(), Catch::Matchers::Contains("--nnodes differs between nodes") &&
+                           Catch::Matchers::Contains("has --nnodes=3"));
+}
