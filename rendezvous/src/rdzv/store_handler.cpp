@@ -11,6 +11,10 @@ namespace ddp::rdzv::detail {
 
 namespace {
 
+// How long a host that closed the job keeps its store for the others to read
+// why: twice a static waiter's progress tick (static_handler.cpp).
+constexpr std::chrono::milliseconds kClosedJobBarrier{2000};
+
 // What a lost-store message names: the endpoint the user typed.
 std::string store_name(const RendezvousConfig& c) {
   if (const auto b = parse_backend(c.backend); b && uses_etcd(*b)) {
@@ -53,14 +57,21 @@ void StoreHandler::wait_for_members_to_leave() {
   // when this node closed the job: a static node waiting for the others reads
   // the reason at its next progress tick (a second), not a store that is gone.
   std::optional<std::int64_t> round;
+  bool closed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_seen_ && current_ && current_->group_world_size > 1) round = current_->round;
     if (closed_round_) round = closed_round_;
+    closed = closed_round_.has_value();
   }
   if (!round) return;
   const auto window = config_.keep_alive_interval * std::max(1, config_.keep_alive_max_attempt);
-  const auto deadline = Deadline::after(window + std::chrono::milliseconds(500));
+  auto wait = window + std::chrono::milliseconds(500);
+  // After a close the others only need to read why: watchers at once, a
+  // static waiter at its next tick. A member still stopping its workers does
+  // not hold this node up for the whole window.
+  if (closed) wait = std::min<std::chrono::milliseconds>(wait, kClosedJobBarrier);
+  const auto deadline = Deadline::after(wait);
   const std::string nodes = nodes_prefix(prefix_of(*round));
   auto delay = std::chrono::milliseconds(2);
   try {
