@@ -5,7 +5,6 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/store/memory_store.hpp"
-#include "ddp/store/store_server.hpp"
 #include "rdzv_harness.hpp"
 #include "test_support.hpp"
 
@@ -83,15 +82,8 @@ TEST_CASE("static: bad node rank and MIN:MAX are config errors naming the flag")
 }
 
 TEST_CASE("static: node 0 hosts the store and node 1 reaches it over TCP") {
-  // Port 0 is not allowed for N > 1, so find a free port by hosting once.
-  std::uint16_t port = 0;
-  {
-    ddp::store::StoreServerOptions o;
-    o.host = "127.0.0.1";
-    ddp::store::StoreServer probe(o);
-    probe.start();
-    port = probe.port();
-  }
+  // Port 0 is not allowed for N > 1.
+  const auto port = static_cast<std::uint16_t>(ddp::test::free_port());
   std::atomic<bool> got{false};  // outlives the handlers whose callback sets it
   ddp::rdzv::NodeSpec n0{"n0", "127.0.0.1", 2};
   ddp::rdzv::NodeSpec n1{"n1", "127.0.0.1", 3};
@@ -119,14 +111,7 @@ TEST_CASE("static: a node that cannot reach the master names it and how long it 
 }
 
 TEST_CASE("static: a host that closes the job keeps its store up until the waiting node has read why") {
-  std::uint16_t port = 0;
-  {
-    ddp::store::StoreServerOptions o;
-    o.host = "127.0.0.1";
-    ddp::store::StoreServer probe(o);
-    probe.start();
-    port = probe.port();
-  }
+  const auto port = static_cast<std::uint16_t>(ddp::test::free_port());
   // Node 1 (--nnodes=2) records its count first and waits for node 0; node 0
   // (--nnodes=3) finds the mismatch, closes the job and goes away at once.
   auto h0 = ddp::rdzv::create_handler(static_config(3, 0, port), ddp::rdzv::NodeSpec{"n0", "127.0.0.1", 1});
