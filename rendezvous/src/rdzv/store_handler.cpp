@@ -56,21 +56,22 @@ void StoreHandler::wait_for_members_to_leave() {
   // lease expires, which bounds the wait by the keep-alive window. The same
   // when this node closed the job: a static node waiting for the others reads
   // the reason at its next progress tick (a second), not a store that is gone.
+  const auto window = config_.keep_alive_interval * std::max(1, config_.keep_alive_max_attempt);
+  std::chrono::milliseconds wait = window + std::chrono::milliseconds(500);
   std::optional<std::int64_t> round;
-  bool closed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (done_seen_ && current_ && current_->group_world_size > 1) round = current_->round;
-    if (closed_round_) round = closed_round_;
-    closed = closed_round_.has_value();
+    if (closed_round_) {
+      // After a close the others only need to read why: watchers at once, a
+      // static waiter at its next tick. A member still stopping its workers
+      // does not hold this node up for the whole window.
+      round = closed_round_;
+      wait = std::min(wait, kClosedJobBarrier);
+    } else if (done_seen_ && current_ && current_->group_world_size > 1) {
+      round = current_->round;
+    }
   }
   if (!round) return;
-  const auto window = config_.keep_alive_interval * std::max(1, config_.keep_alive_max_attempt);
-  auto wait = window + std::chrono::milliseconds(500);
-  // After a close the others only need to read why: watchers at once, a
-  // static waiter at its next tick. A member still stopping its workers does
-  // not hold this node up for the whole window.
-  if (closed) wait = std::min<std::chrono::milliseconds>(wait, kClosedJobBarrier);
   const auto deadline = Deadline::after(wait);
   const std::string nodes = nodes_prefix(prefix_of(*round));
   auto delay = std::chrono::milliseconds(2);
