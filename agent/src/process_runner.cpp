@@ -1,25 +1,22 @@
 #include "process_runner.hpp"
 
 #include <fcntl.h>
-#include <linux/close_range.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
-#include <boost/process/v2/posix/default_launcher.hpp>
 #include <boost/process/v2/process.hpp>
-#include <boost/process/v2/stdio.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -31,12 +28,11 @@
 #include <boost/process/v2/impl/error.ipp>
 #include <boost/process/v2/impl/pid.ipp>
 #include <boost/process/v2/impl/process_handle.ipp>
-#include <boost/process/v2/posix/detail/close_handles.ipp>
 
 #include "containment.hpp"
 #include "ddp/common/error.hpp"
-#include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
+#include "fork_exec.hpp"
 #include "guard_protocol.hpp"
 #include "zygote_client.hpp"
 
@@ -57,58 +53,13 @@ std::string current_dir() {
 // Once a worker has exited, how long its pipes may stay open (a grandchild that
 // inherited them): past this its remaining output is dropped and the exit reported.
 constexpr std::chrono::milliseconds kDrainTimeout{1000};
-// How long a guard may take to fork and exec its worker before the spawn fails.
-constexpr std::chrono::milliseconds kGuardReportTimeout{30000};
-
-// Runs in the child between fork and exec: only async-signal-safe calls.
-struct WorkerSetup {
-  const char* const* envp;
-  pid_t agent_pid;
-  int keep_fd = -1;                 // the guard's info fd, inherited past exec
-  const cpu_set_t* cpus = nullptr;  // --numa_binding, inherited by the worker
-
-  error_code on_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
-                      const char* const*) {
-    // Replaces the whole environment: the agent built it from its own plus the contract.
-    launcher.env = envp;
-    if (keep_fd >= 0) launcher.fd_whitelist.push_back(keep_fd);
-    return {};
-  }
-
-  error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&, const char* const*) {
-    // Ignored signals and the signal mask survive exec: give the worker the
-    // defaults whatever the agent uses (ddprun ignores SIGPIPE).
-    ::signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    ::sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (::setpgid(0, 0) != 0) return {errno, boost::system::system_category()};
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return {errno, boost::system::system_category()};
-    // The agent may have died before prctl took effect: then nobody would kill us.
-    if (::getppid() != agent_pid) ::_exit(signal_exit_code(SIGKILL));
-    // Boost 1.81's close_range path skips fds below its own error pipe (it
-    // compares a whitelist entry with itself), so mark every fd >= 3
-    // close-on-exec here; its error pipe is close-on-exec already.
-    if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
-      struct rlimit lim {};
-      const long max_fd = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < 65536
-                              ? static_cast<long>(lim.rlim_cur)
-                              : 65536;
-      for (int fd = 3; fd < max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-    }
-    if (keep_fd >= 0) ::fcntl(keep_fd, F_SETFD, 0);
-    if (cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) {
-      return {errno, boost::system::system_category()};
-    }
-    return {};
-  }
-
-  void on_exec_error(bp::posix::default_launcher&, const bp::filesystem::path&, const char* const*,
-                     const error_code&) {
-    // Not exit(): the forked copy of a threaded agent must not run atexit handlers.
-    ::_exit(exec_failed_exit_code());
-  }
-};
+// How long the fork of a guard (or of an unguarded worker) may take to reach
+// its exec, and how long a guard may then take to start its worker and report
+// it, before the spawn fails and what was started is killed. Both take
+// milliseconds; the bounds are for a child stuck on a lock, a full process
+// table or a hung filesystem, which must never hold up a launch for good.
+constexpr std::chrono::milliseconds kExecTimeout{5000};
+constexpr std::chrono::milliseconds kGuardReportTimeout{10000};
 
 struct Pipe {
   int read = -1;
@@ -123,8 +74,14 @@ struct Pipe {
 
 // A guard's report, read to EOF on the io thread, with a deadline.
 struct PendingReport : std::enable_shared_from_this<PendingReport> {
-  PendingReport(asio::io_context& io, int fd, std::string exe)
-      : desc(io, fd), timer(io), executable(std::move(exe)) {}
+  PendingReport(asio::io_context& io, int fd, std::string exe, pid_t guard)
+      : desc(io, fd), timer(io), executable(std::move(exe)), guard_pid(guard) {}
+
+  // The agent is stopping: the guard kills what it started and exits, and
+  // then reports (or closes its end) at once.
+  void cancel() const {
+    if (!finished) ::kill(guard_pid, guard::kill_now_signal());
+  }
 
   void read(std::function<void(GuardReport)> done) {
     done_ = std::move(done);
@@ -162,6 +119,7 @@ struct PendingReport : std::enable_shared_from_this<PendingReport> {
   asio::posix::stream_descriptor desc;
   asio::steady_timer timer;
   std::string executable;
+  pid_t guard_pid;
   std::string text;
   std::array<char, 512> chunk{};
   bool finished = false;
@@ -276,38 +234,66 @@ struct Child : std::enable_shared_from_this<Child> {
 };
 
 struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
-  explicit Impl(asio::io_context& io_ctx) : io(io_ctx) {}
+  explicit Impl(asio::io_context& io_ctx) : io(io_ctx), cancel_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~Impl() {
+    if (cancel_fd >= 0) ::close(cancel_fd);
+  }
+
+  // A spawn waiting for the spawner thread. `work` keeps io.run() from
+  // returning before the spawn is reported.
+  struct Job {
+    std::uint64_t id = 0;
+    asio::executor_work_guard<asio::io_context::executor_type> work;
+    SpawnSpec spec;
+    ChildHandlers handlers;
+    SpawnedFn on_spawned;
+    WorkerStdio stdio;
+    ZygoteSpawn zygote;
+  };
 
   asio::io_context& io;
-  std::map<pid_t, std::shared_ptr<Child>> children;  // io thread only
+  std::map<pid_t, std::shared_ptr<Child>> children;   // io thread only
+  std::vector<std::weak_ptr<PendingReport>> reports;  // io thread only: guards not reported yet
 
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::function<void()>> jobs;
+  std::deque<Job> jobs;
+  std::uint64_t next_job = 0;  // under mu
   bool stopping = false;
   std::thread spawner;
+  // Jobs with an id below this are cancelled; the eventfd wakes a spawn
+  // waiting for its child's exec.
+  std::atomic<std::uint64_t> cancelled_below{0};
+  int cancel_fd;
 
   void spawner_loop() {
     while (true) {
-      std::function<void()> job;
+      std::optional<Job> job;
       {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return stopping || !jobs.empty(); });
         if (stopping) return;
-        job = std::move(jobs.front());
+        job.emplace(std::move(jobs.front()));
         jobs.pop_front();
       }
-      job();
+      launch(*job);
     }
   }
 
+  // Answers a spawn that never started (its fds are closed by the caller's Pipes).
+  void report_cancelled(SpawnedFn on_spawned) {
+    asio::post(io, [on_spawned = std::move(on_spawned)] { on_spawned(0, ""); });
+  }
+
   // On the spawner thread.
-  void launch(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio,
-              const ZygoteSpawn& zygote) {
+  void launch(Job& job) {
+    SpawnSpec& spec = job.spec;
+    const WorkerStdio& stdio = job.stdio;
     // Every fd in stdio is ours now: closed on return unless handed on.
     Pipe out{stdio.out_read, stdio.out_write};
     Pipe err{stdio.err_read, stdio.err_write};
     Pipe in{stdio.in >= 0 ? stdio.in : -1, -1};
+    if (job.id < cancelled_below.load()) return report_cancelled(std::move(job.on_spawned));
     std::string error;
     int fds[2];
     if (out.read < 0 && ::pipe2(fds, O_CLOEXEC) == 0) {
@@ -332,6 +318,7 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
         spec.executable = guard;
       }
     }
+    const ZygoteSpawn& zygote = job.zygote;
     if (error.empty() && !guard.empty() && zygote.connect) {
       if (const int conn = zygote.connect(); conn >= 0) {
         int in_fd = in.read >= 0 ? in.read : stdio.in == WorkerStdio::kNull ? -1 : 0;
@@ -343,13 +330,13 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
           ::close(out.write);
           ::close(err.write);
           out.write = err.write = -1;
-          auto child = std::make_shared<Child>(io, out.read, err.read, std::move(handlers));
+          auto child = std::make_shared<Child>(io, out.read, err.read, std::move(job.handlers));
           out.read = err.read = -1;
           child->zygote_conn.emplace(io, conn);
           child->group = reply.guard_pid;
           child->guarded = true;
           child->cgroup = reply.cgroup;
-          report_spawned(child, reply.worker_pid, std::move(on_spawned));
+          report_spawned(child, reply.worker_pid, std::move(job.on_spawned));
           return;
         }
         ::close(conn);
@@ -361,24 +348,29 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
         }
       }
     }
-    std::vector<const char*> envp;
-    for (const auto& e : spec.env) envp.push_back(e.c_str());
-    envp.push_back(nullptr);
 
-    std::optional<bp::basic_process<asio::io_context::executor_type>> proc;
+    pid_t pid = -1;
     if (error.empty()) {
-      error_code ec;
-      bp::posix::default_launcher launcher;
-      bp::process_stdio child_stdio{{}, out.write, err.write};
       if (stdio.in == WorkerStdio::kNull) in.read = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-      if (in.read >= 0) child_stdio.in = in.read;
-      auto p = launcher(io.get_executor(), ec, spec.executable, spec.args, child_stdio,
-                        WorkerSetup{envp.data(), ::getpid(), info.write,
-                                    spec.cpu_affinity ? &*spec.cpu_affinity : nullptr});
-      if (ec) {
-        error = "cannot start " + spec.executable + ": " + ec.message();
+      ExecSpec exec;
+      exec.executable = spec.executable;
+      exec.argv.reserve(spec.args.size() + 1);
+      exec.argv.push_back(spec.executable);
+      exec.argv.insert(exec.argv.end(), spec.args.begin(), spec.args.end());
+      exec.env = std::move(spec.env);
+      exec.in = in.read;
+      exec.out = out.write;
+      exec.err = err.write;
+      exec.keep_fd = info.write;
+      exec.cpus = spec.cpu_affinity ? &*spec.cpu_affinity : nullptr;
+      exec.agent_pid = ::getpid();
+      const ExecCancel cancel{cancel_fd, [this, id = job.id] { return id < cancelled_below.load(); }};
+      ForkExecResult r = fork_exec(exec, kExecTimeout, cancel);
+      if (r.cancelled) return report_cancelled(std::move(job.on_spawned));
+      if (r.pid > 0) {
+        pid = r.pid;
       } else {
-        proc.emplace(std::move(p));
+        error = "cannot start " + spec.executable + ": " + r.error;
       }
     }
     // The child holds its own copies of the write ends: EOF comes when it (and
@@ -388,16 +380,16 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
     out.write = err.write = -1;
     if (info.write >= 0) ::close(info.write);
     info.write = -1;
-    if (!proc) {
-      asio::post(io, [on_spawned = std::move(on_spawned), error] { on_spawned(-1, error); });
+    if (pid < 0) {
+      asio::post(io, [on_spawned = std::move(job.on_spawned), error] { on_spawned(-1, error); });
       return;
     }
-    auto child = std::make_shared<Child>(io, out.read, err.read, std::move(handlers));
+    auto child = std::make_shared<Child>(io, out.read, err.read, std::move(job.handlers));
     out.read = err.read = -1;  // owned by the child's descriptors now
-    child->proc.emplace(std::move(*proc));
-    child->group = child->proc->id();
+    child->proc.emplace(io.get_executor(), pid);
+    child->group = pid;
     if (info.read < 0) {  // no guard: the worker is our child
-      report_spawned(child, child->group, std::move(on_spawned));
+      report_spawned(child, child->group, std::move(job.on_spawned));
       return;
     }
     // The guard reports its worker's pid once the worker's exec succeeded.
@@ -406,14 +398,17 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
     // instead of each waiting for the previous worker's exec.
     // Every operation on the report's descriptor and timer happens on the io
     // thread (Asio objects are not shared between threads).
-    auto pending = std::make_shared<PendingReport>(io, info.read, worker_exe);
+    auto pending = std::make_shared<PendingReport>(io, info.read, worker_exe, pid);
     info.read = -1;
     auto on_report = [self = weak_from_this(), child,
-                      on_spawned = std::move(on_spawned)](GuardReport report) mutable {
+                      on_spawned = std::move(job.on_spawned)](GuardReport report) mutable {
       auto impl = self.lock();
       if (!impl) return;
       if (!report.error.empty()) {
-        child->proc.reset();  // kills (if needed) and reaps the guard
+        // The guard is exiting, or stuck (no report in time): its whole group
+        // goes, and it is reaped when it is gone, off this thread's back.
+        ::kill(-child->group, SIGKILL);
+        child->proc->async_wait([child](error_code, int) { child->proc->detach(); });
         on_spawned(-1, report.error);
         return;
       }
@@ -421,8 +416,16 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
       child->cgroup = report.cgroup;
       impl->adopt(child, report.worker_pid, std::move(on_spawned));
     };
-    asio::post(
-        io, [pending, on_report = std::move(on_report)]() mutable { pending->read(std::move(on_report)); });
+    asio::post(io, [self = weak_from_this(), pending, on_report = std::move(on_report)]() mutable {
+      if (auto impl = self.lock()) impl->track(pending);
+      pending->read(std::move(on_report));
+    });
+  }
+
+  // On the io thread: remembers a guard whose report is due, for cancel_spawns().
+  void track(const std::shared_ptr<PendingReport>& pending) {
+    std::erase_if(reports, [](const auto& w) { return w.expired(); });
+    reports.push_back(pending);
   }
 
   // On the io thread: a started child joins the table and is watched.
@@ -446,6 +449,7 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
 };
 
 ProcessRunner::ProcessRunner(asio::io_context& io) : impl_(std::make_shared<Impl>(io)) {
+  if (impl_->cancel_fd < 0) throw InternalError("eventfd: " + errno_text(errno));
   impl_->spawner = std::thread([impl = impl_.get()] { impl->spawner_loop(); });
 }
 
@@ -453,9 +457,18 @@ ProcessRunner::~ProcessRunner() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stopping = true;
+    impl_->cancelled_below = impl_->next_job;
   }
   impl_->cv.notify_all();
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t woke = ::write(impl_->cancel_fd, &one, sizeof(one));
   impl_->spawner.join();
+  for (auto& job : impl_->jobs) {  // never started: their fds are still ours
+    for (int fd :
+         {job.stdio.in, job.stdio.out_read, job.stdio.out_write, job.stdio.err_read, job.stdio.err_write}) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
   for (auto& [pid, child] : impl_->children) {
     signal_group(pid, SIGKILL);  // a guard kills the tree and exits on its own
     // basic_process's destructor would SIGKILL the guard before it is done.
@@ -470,15 +483,24 @@ void ProcessRunner::spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_s
                           ZygoteSpawn zygote) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    // The work guard keeps io.run() from returning before the spawn is reported.
-    impl_->jobs.emplace_back([impl = impl_.get(), work = asio::make_work_guard(impl_->io),
-                              spec = std::move(spec), handlers = std::move(handlers),
-                              on_spawned = std::move(on_spawned), stdio,
-                              zygote = std::move(zygote)]() mutable {
-      impl->launch(std::move(spec), std::move(handlers), std::move(on_spawned), stdio, zygote);
-    });
+    impl_->jobs.push_back(Impl::Job{impl_->next_job++, asio::make_work_guard(impl_->io), std::move(spec),
+                                    std::move(handlers), std::move(on_spawned), stdio, std::move(zygote)});
   }
   impl_->cv.notify_one();
+}
+
+void ProcessRunner::cancel_spawns() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->cancelled_below = impl_->next_job;
+  }
+  // Wakes a spawn waiting for its child's exec; queued ones see the bound.
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t woke = ::write(impl_->cancel_fd, &one, sizeof(one));
+  for (const auto& weak : impl_->reports) {
+    if (auto pending = weak.lock()) pending->cancel();
+  }
+  impl_->reports.clear();
 }
 
 void ProcessRunner::signal_group(pid_t pid, int sig) {

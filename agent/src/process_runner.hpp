@@ -1,4 +1,6 @@
-// Spawns and watches worker processes. The only place that uses Boost.Process.
+// Spawns and watches worker processes. The only place that uses Boost.Process
+// (to wait for a child's exit); the fork and exec are fork_exec.hpp's, which
+// is safe in a process with threads.
 //
 // Every worker runs under its own ddp-guard (containment.hpp), which contains
 // the worker's whole process tree; the pid reported is the worker's own.
@@ -7,9 +9,11 @@
 // short-lived thread would kill its workers with it. Each worker gets its own
 // process group (so a stop reaches its children too), SIGKILL as parent-death
 // signal (so `kill -9` of the agent leaves no orphan), exactly fds 0-2, and
-// the environment it is given and nothing else.
+// the environment it is given and nothing else. No spawn waits forever: a
+// child gets kExecTimeout to exec, a guard kGuardReportTimeout to report.
 //
-// Thread-safety: construct, spawn() and destroy on the io_context's thread;
+// Thread-safety: construct, spawn(), cancel_spawns() and destroy on the
+// io_context's thread;
 // every callback runs on that thread.
 #pragma once
 
@@ -56,7 +60,9 @@ struct ChildHandlers {
   std::function<void(int wait_status)> on_exit;
 };
 
-// pid > 0 on success; otherwise `error` says why (exec failure, fork failure).
+// pid > 0 on success; pid 0 when cancel_spawns() cancelled the spawn before
+// anything ran; otherwise (-1) `error` says why (exec failure, fork failure,
+// a child that did not reach its exec in time and was killed).
 using SpawnedFn = std::function<void(pid_t pid, const std::string& error)>;
 
 class ProcessRunner {
@@ -70,6 +76,12 @@ class ProcessRunner {
   // and the agent's own stdin.
   void spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio = {},
              ZygoteSpawn zygote = {});
+
+  // Cancels every spawn asked for so far that has not reported yet: queued
+  // ones never start, a child not yet exec'd is killed, a guard not yet
+  // reported kills its worker. Each is answered with pid 0, or with the pid of
+  // a worker that started anyway (the caller stops it as it would any other).
+  void cancel_spawns();
 
   // Sends `sig` to the process group of the worker `pid` (its guard leads it);
   // SIGKILL asks the guard to kill the worker's whole tree instead.

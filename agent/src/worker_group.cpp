@@ -152,6 +152,12 @@ void WorkerGroup::start(const GroupLaunch& launch) {
 void WorkerGroup::on_spawned(int local_rank, pid_t pid, const std::string& error) {
   --pending_spawns_;
   Worker& w = workers_[static_cast<std::size_t>(local_rank)];
+  if (pid == 0) {  // cancelled by stop() before it started: nothing ran, nothing failed
+    w.done = true;
+    events_.spawn_reported(local_rank, -1);
+    if (state_ == State::kStopping) check_stopped();
+    return;
+  }
   if (pid >= 0) {
     w.pid = pid;
     w.spawned = true;
@@ -243,6 +249,8 @@ void WorkerGroup::stop(int sig, bool count_failures) {
                cfg_.stop_timeout.count());
   }
   signal_all(sig);
+  // Workers not started yet are not started only to be stopped.
+  if (pending_spawns_ > 0) runner_.cancel_spawns();
   stop_timer_.expires_after(cfg_.stop_timeout);
   stop_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || state_ != State::kStopping) return;

@@ -1,13 +1,19 @@
-// The process runner against real children (fake_worker, /bin/sh).
+// The process runner and its fork/exec against real children (fake_worker, /bin/sh).
 #include "process_runner.hpp"
 
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <thread>
 
+#include "fork_exec.hpp"
 #include "test_support.hpp"
 
 using namespace ddp::agent;
@@ -165,4 +171,125 @@ TEST_CASE("a child gets default signal dispositions even when the agent ignores 
   // SigIgn is a hex mask of ignored signals; bit SIGPIPE-1 set would mean inherited SIG_IGN.
   const auto mask = std::stoull(o.out.substr(o.out.find(':') + 1), nullptr, 16);
   CHECK((mask & (1ULL << (SIGPIPE - 1))) == 0);
+}
+
+// A lock another thread holds at the moment of a fork stays held in the child:
+// a child that takes one (Boost.Process's launcher does, through
+// io_context::notify_fork) hangs before exec. The io thread here keeps the
+// reactor's locks busy with zero-length timers while hundreds of guards are forked.
+TEST_CASE("spawns never hang while the io thread is busy, and every child's exit arrives") {
+  constexpr int kSpawns = 1000;
+  boost::asio::io_context io;
+  ProcessRunner runner(io);
+  std::vector<std::unique_ptr<boost::asio::steady_timer>> busy;
+  bool done = false;
+  std::function<void(boost::asio::steady_timer&)> spin = [&](boost::asio::steady_timer& t) {
+    t.expires_after(std::chrono::microseconds(0));
+    t.async_wait([&](boost::system::error_code ec) {
+      if (!ec && !done) spin(t);
+    });
+  };
+  for (int i = 0; i < 4; ++i) {
+    busy.push_back(std::make_unique<boost::asio::steady_timer>(io));
+    spin(*busy.back());
+  }
+  int exited = 0;
+  int failed = 0;
+  std::function<void(int)> start;
+  // Four in flight, like a small group restarting: each end starts the next.
+  auto finished = [&](int i) {
+    if (exited + failed == kSpawns) done = true;
+    if (i + 4 < kSpawns) start(i + 4);
+  };
+  start = [&](int i) {
+    ChildHandlers h;
+    h.on_exit = [&, i](int) {
+      ++exited;
+      finished(i);
+    };
+    runner.spawn({"/bin/true", {}, {}}, std::move(h), [&, i](pid_t pid, const std::string& error) {
+      if (pid > 0) return;
+      UNSCOPED_INFO("spawn " << i << ": " << error);
+      ++failed;
+      finished(i);
+    });
+  };
+  for (int i = 0; i < 4; ++i) start(i);
+  io.run_for(std::chrono::seconds(60));
+  CHECK(failed == 0);
+  CHECK(exited == kSpawns);
+}
+
+TEST_CASE("a child that does not reach its exec in time is killed and reported, not waited on") {
+  ExecSpec spec;
+  spec.executable = "/bin/true";
+  spec.argv = {"/bin/true"};
+  spec.agent_pid = ::getpid();
+  spec.stop_before_exec = true;
+  const auto start = std::chrono::steady_clock::now();
+  const ForkExecResult r = fork_exec(spec, std::chrono::milliseconds(300), {});
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(r.pid < 0);
+  CHECK_FALSE(r.cancelled);
+  CHECK_THAT(r.error, Catch::Contains("did not exec within 300 ms"));
+  CHECK(took < std::chrono::seconds(5));
+  // Killed and reaped: no child of ours is left, not even a zombie.
+  CHECK(::waitpid(-1, nullptr, WNOHANG) < 0);
+  CHECK(errno == ECHILD);
+}
+
+TEST_CASE("cancelling a spawn ends its wait for the exec at once and kills the child") {
+  const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  REQUIRE(efd >= 0);
+  std::atomic<bool> cancelled{false};
+  ExecSpec spec;
+  spec.executable = "/bin/true";
+  spec.argv = {"/bin/true"};
+  spec.agent_pid = ::getpid();
+  spec.stop_before_exec = true;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the child is stopped by then, or soon
+    cancelled = true;
+    const std::uint64_t one = 1;
+    CHECK(::write(efd, &one, sizeof(one)) == sizeof(one));
+  });
+  const ForkExecResult r = fork_exec(spec, std::chrono::seconds(30), {efd, [&] { return cancelled.load(); }});
+  canceller.join();
+  ::close(efd);
+  CHECK(r.pid < 0);
+  CHECK(r.cancelled);
+  CHECK(::waitpid(-1, nullptr, WNOHANG) < 0);
+}
+
+TEST_CASE("cancel_spawns answers queued spawns with pid 0 and starts none of them") {
+  TempDir dir;
+  constexpr int kSpawns = 30;
+  boost::asio::io_context io;
+  ProcessRunner runner(io);
+  int answered = 0;
+  int cancelled = 0;
+  std::vector<pid_t> started;
+  for (int i = 0; i < kSpawns; ++i) {
+    const std::string mark = (dir / ("ran." + std::to_string(i))).string();
+    runner.spawn({"/bin/sh", {"-c", "touch " + mark}, {"PATH=/usr/bin:/bin"}}, {},
+                 [&](pid_t pid, const std::string& error) {
+                   INFO(error);
+                   CHECK(pid >= 0);
+                   if (pid == 0) ++cancelled;
+                   if (pid > 0) started.push_back(pid);
+                   if (++answered == kSpawns) io.stop();
+                 });
+  }
+  runner.cancel_spawns();
+  io.run_for(std::chrono::seconds(30));
+  REQUIRE(answered == kSpawns);
+  // The spawner thread may have been past the queue for the first one or two.
+  CHECK(cancelled >= kSpawns - 3);
+  CHECK(static_cast<int>(started.size()) == kSpawns - cancelled);
+  // Whatever started, started once; nothing cancelled ran.
+  CHECK(ddp::test::wait_until([&] {
+    int ran = 0;
+    for (int i = 0; i < kSpawns; ++i) ran += std::filesystem::exists(dir / ("ran." + std::to_string(i)));
+    return ran == static_cast<int>(started.size());
+  }));
 }
