@@ -17,6 +17,10 @@ namespace ddp::test {
 
 namespace fs = std::filesystem;
 
+// A sanitizer build (CMake DDP_SANITIZE): load tests do less there, where a
+// fork or a syscall costs several times more and the point is the races.
+inline constexpr bool kSanitized = DDP_SANITIZED != 0;
+
 // Directory of the built executables (build/bin).
 fs::path bin_dir();
 fs::path bin(const std::string& name);

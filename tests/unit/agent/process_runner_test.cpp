@@ -178,7 +178,7 @@ TEST_CASE("a child gets default signal dispositions even when the agent ignores 
 // io_context::notify_fork) hangs before exec. The io thread here keeps the
 // reactor's locks busy with zero-length timers while hundreds of guards are forked.
 TEST_CASE("spawns never hang while the io thread is busy, and every child's exit arrives") {
-  constexpr int kSpawns = 1000;
+  constexpr int kSpawns = ddp::test::kSanitized ? 200 : 1000;
   boost::asio::io_context io;
   ProcessRunner runner(io);
   std::vector<std::unique_ptr<boost::asio::steady_timer>> busy;
