@@ -9,16 +9,11 @@
 #include <string_view>
 #include <vector>
 
+#include "ddp/common/json_input.hpp"
 #include "ddp/store/job_keys.hpp"
 
 namespace ddp::store_cli {
 namespace {
-
-struct Row {
-  std::int64_t round = 0;
-  int group_rank = 0;
-  std::vector<std::string> cells;
-};
 
 std::string str(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) return "?";
@@ -101,33 +96,46 @@ std::string age(double updated) {
 
 }  // namespace
 
+NodeRow node_row(std::string_view record) {
+  const auto j = parse_json(record, json_input::kStatusRecord);
+  NodeRow row;
+  row.round = j.value("round", std::int64_t{0});
+  row.group_rank = j.value("group_rank", 0);
+  row.cells = {str(j, "node"),
+               str(j, "host"),
+               str(j, "group_rank") + "/" + str(j, "group_world_size"),
+               str(j, "rank_first") + "-" + str(j, "rank_last"),
+               str(j, "round"),
+               str(j, "restart_count") + "/" + str(j, "max_restarts"),
+               str(j, "state"),
+               workers_cell(j.value("workers", nlohmann::json::array())),
+               startup_cell(j.value("startup", nlohmann::json())),
+               heartbeat_cell(j.value("workers", nlohmann::json::array()), j.value("updated", 0.0)),
+               age(j.value("updated", 0.0))};
+  return row;
+}
+
 int print_job_status(store::Store& store, const std::string& rdzv_id) {
   const std::string prefix = store::keys::agent_status_prefix(rdzv_id);
   const std::vector<std::string> header = {"NODE",    "HOST",      "GROUP_RANK", "RANKS",
                                            "ROUND",   "RESTARTS",  "STATE",      "WORKERS",
                                            "STARTUP", "HEARTBEAT", "UPDATED"};
-  std::vector<Row> rows;
+  std::vector<NodeRow> rows;
   for (const auto& kv : store.list(prefix).kvs) {
-    Row row;
+    std::string problem;
     try {
-      const auto j = nlohmann::json::parse(kv.value);
-      row.round = j.value("round", std::int64_t{0});
-      row.group_rank = j.value("group_rank", 0);
-      row.cells = {str(j, "node"),
-                   str(j, "host"),
-                   str(j, "group_rank") + "/" + str(j, "group_world_size"),
-                   str(j, "rank_first") + "-" + str(j, "rank_last"),
-                   str(j, "round"),
-                   str(j, "restart_count") + "/" + str(j, "max_restarts"),
-                   str(j, "state"),
-                   workers_cell(j.value("workers", nlohmann::json::array())),
-                   startup_cell(j.value("startup", nlohmann::json())),
-                   heartbeat_cell(j.value("workers", nlohmann::json::array()), j.value("updated", 0.0)),
-                   age(j.value("updated", 0.0))};
-    } catch (const nlohmann::json::exception&) {
-      // A record this version cannot read still shows up, so nothing hides.
-      row.cells = {kv.key.substr(prefix.size()), "?", "?", "?", "?", "?", "unreadable", "-", "-", "-", "-"};
+      rows.push_back(node_row(kv.value));
+      continue;
+    } catch (const JsonError& e) {
+      problem = e.what();
+    } catch (const nlohmann::json::exception& e) {
+      problem = std::string("has a field of the wrong type (") + e.what() + ")";
     }
+    // A record this version cannot read still shows up, so nothing hides; the
+    // line on stderr says why, and the other rows are printed as usual.
+    std::fprintf(stderr, "ddp-store: record %s %s; shown as unreadable\n", kv.key.c_str(), problem.c_str());
+    NodeRow row;
+    row.cells = {kv.key.substr(prefix.size()), "?", "?", "?", "?", "?", "unreadable", "-", "-", "-", "-"};
     rows.push_back(std::move(row));
   }
   if (rows.empty()) {
@@ -136,7 +144,7 @@ int print_job_status(store::Store& store, const std::string& rdzv_id) {
     return 1;
   }
   // The current round first; within it, by group rank.
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+  std::sort(rows.begin(), rows.end(), [](const NodeRow& a, const NodeRow& b) {
     return a.round != b.round ? a.round > b.round : a.group_rank < b.group_rank;
   });
   std::vector<std::size_t> width(header.size());

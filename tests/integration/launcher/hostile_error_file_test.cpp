@@ -27,7 +27,7 @@ ddp::test::RunResult fail_with_error_file(const TempDir& dir, const std::string&
 
 }  // namespace
 
-TEST_CASE("an error file nested 100,000 deep: the report says why it is not shown, and the restart happens") {
+TEST_CASE("an error file nested 100000 deep: the report says why it is not shown, and the restart happens") {
   TempDir dir;
   const auto r = fail_with_error_file(dir, "nested:100000");
   INFO(r.err.substr(0, 4000));

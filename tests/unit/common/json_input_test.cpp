@@ -49,7 +49,7 @@ TEST_CASE("outside JSON: nesting past the bound is refused, saying how deep it w
   CHECK_THAT(refusal(R"({"a":{"a":{"a":{"a":{"a":1}}}}})", kSmall).what(), Contains("nests 5 levels"));
 }
 
-TEST_CASE("outside JSON: a 100,000-deep document is one error, not a stack overflow") {
+TEST_CASE("outside JSON: a 100000-deep document is one error, not a stack overflow") {
   const auto text = R"({"message": )" + nested_arrays(100000) + "}";
   const auto e = refusal(text, ddp::json_input::kErrorFile);
   CHECK(e.kind() == JsonError::Kind::kTooDeep);
