@@ -61,8 +61,8 @@ std::string too_large(std::size_t seen, std::size_t max_bytes) {
 
 }  // namespace
 
-JsonError::JsonError(Kind kind, const std::string& what, std::size_t byte, std::string parser_message)
-    : Error(what), kind_(kind), byte_(byte), parser_message_(std::move(parser_message)) {}
+JsonError::JsonError(Kind kind, const std::string& what, std::string detail, std::size_t byte)
+    : Error(what), kind_(kind), detail_(std::move(detail)), byte_(byte) {}
 
 json parse_json(std::string_view text, const JsonLimits& limits) {
   if (text.size() > limits.max_bytes) {
@@ -78,8 +78,8 @@ json parse_json(std::string_view text, const JsonLimits& limits) {
                                                    std::to_string(limits.max_depth) + " are read");
   }
   if (shape.malformed) {
-    throw JsonError(JsonError::Kind::kMalformed, "is not valid JSON: " + shape.error_text, shape.error_byte,
-                    shape.error_text);
+    throw JsonError(JsonError::Kind::kMalformed, "is not valid JSON: " + shape.error_text, shape.error_text,
+                    shape.error_byte);
   }
   return json::parse(text);
 }
@@ -87,7 +87,7 @@ json parse_json(std::string_view text, const JsonLimits& limits) {
 std::optional<std::string> read_json_file(const std::filesystem::path& path, std::size_t max_bytes,
                                           bool regular_only) {
   const auto unreadable = [](const std::string& why) {
-    return JsonError(JsonError::Kind::kUnreadable, "cannot be read: " + why);
+    return JsonError(JsonError::Kind::kUnreadable, "cannot be read: " + why, why);
   };
   // O_NONBLOCK: opening a FIFO nobody writes to must not wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (regular_only ? O_NONBLOCK : 0));

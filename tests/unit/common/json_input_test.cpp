@@ -77,7 +77,7 @@ TEST_CASE("outside JSON: malformed text names where the syntax error is") {
   CHECK(e.kind() == JsonError::Kind::kMalformed);
   CHECK(e.byte() == 10);
   CHECK_THAT(e.what(), Contains("is not valid JSON: parse error at line 1, column 10: syntax error"));
-  CHECK_THAT(e.parser_message(), Contains("syntax error while parsing value"));
+  CHECK_THAT(e.detail(), Contains("syntax error while parsing value"));
   CHECK(refusal("", kSmall).kind() == JsonError::Kind::kMalformed);
   CHECK(refusal("{} {}", kSmall).kind() == JsonError::Kind::kMalformed);
 }

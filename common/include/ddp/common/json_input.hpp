@@ -64,18 +64,19 @@ inline constexpr JsonLimits kFileTimerRequest{4096, kMaxDepth};
 class JsonError : public Error {
  public:
   enum class Kind : std::uint8_t { kMalformed, kTooLarge, kTooDeep, kUnreadable };
-  JsonError(Kind kind, const std::string& what, std::size_t byte = 0, std::string parser_message = {});
+  JsonError(Kind kind, const std::string& what, std::string detail = {}, std::size_t byte = 0);
 
   Kind kind() const noexcept { return kind_; }
+  // kMalformed: nlohmann's description ("parse error at line 1, column 2: ...");
+  // kUnreadable: why ("Permission denied", "it is a FIFO, not a regular file").
+  const std::string& detail() const noexcept { return detail_; }
   // kMalformed: the offset of the syntax error (1-based, as nlohmann counts).
   std::size_t byte() const noexcept { return byte_; }
-  // kMalformed: nlohmann's own description ("parse error at line 1, column 2: ...").
-  const std::string& parser_message() const noexcept { return parser_message_; }
 
  private:
   Kind kind_;
+  std::string detail_;
   std::size_t byte_;
-  std::string parser_message_;
 };
 
 // Parses `text` as one JSON document within `limits`, in two passes: the
