@@ -7,6 +7,7 @@
 
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/json_input.hpp"
 #include "ddp/common/logging.hpp"
 #include "etcd_codec.hpp"
 
@@ -104,7 +105,13 @@ struct EtcdWatch::State {
     for (;;) {
       const auto line = owned->read_line();
       if (line.find_first_not_of(" \r\t") == std::string::npos) continue;
-      const auto msg = json::parse(line, nullptr, false);
+      json msg;
+      try {
+        msg = parse_json(line, json_input::kEtcdReply);
+      } catch (const JsonError& e) {
+        throw EndpointFailure(EndpointFailure::Kind::kBroken,
+                              "etcd at " + where + " sent a watch message that " + e.what());
+      }
       if (!msg.is_object())
         throw EndpointFailure(EndpointFailure::Kind::kBroken,
                               "etcd at " + where + " sent a malformed watch message");
