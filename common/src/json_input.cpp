@@ -84,6 +84,15 @@ json parse_json(std::string_view text, const JsonLimits& limits) {
   return json::parse(text);
 }
 
+json try_parse_json(std::string_view text, const JsonLimits& limits, std::string* why) {
+  try {
+    return parse_json(text, limits);
+  } catch (const JsonError& e) {
+    if (why != nullptr) *why = e.what();
+  }
+  return json(json::value_t::discarded);
+}
+
 std::optional<std::string> read_json_file(const std::filesystem::path& path, std::size_t max_bytes,
                                           bool regular_only) {
   const auto unreadable = [](const std::string& why) {

@@ -82,6 +82,14 @@ TEST_CASE("outside JSON: malformed text names where the syntax error is") {
   CHECK(refusal("{} {}", kSmall).kind() == JsonError::Kind::kMalformed);
 }
 
+TEST_CASE("outside JSON: try_parse_json refuses with a discarded value and says why") {
+  std::string why;
+  CHECK(ddp::try_parse_json(nested_arrays(5), kSmall, &why).is_discarded());
+  CHECK(why == "nests 5 levels deep; at most 4 are read");
+  CHECK(ddp::try_parse_json("{", kSmall).is_discarded());
+  CHECK(ddp::try_parse_json(R"({"pid": 7})", kSmall)["pid"] == 7);
+}
+
 TEST_CASE("outside JSON files: missing, too large, or not a regular file") {
   ddp::test::TempDir dir;
   CHECK_FALSE(read_json_file(dir / "missing.json", 100, true));

@@ -84,6 +84,11 @@ class JsonError : public Error {
 // built. Throws JsonError (kMalformed, kTooLarge, kTooDeep).
 nlohmann::json parse_json(std::string_view text, const JsonLimits& limits);
 
+// The same without exceptions, as nlohmann's parse(text, nullptr, false): a
+// discarded value (is_discarded()) when `text` is refused, and the reason,
+// JsonError's what(), in `why` when given.
+nlohmann::json try_parse_json(std::string_view text, const JsonLimits& limits, std::string* why = nullptr);
+
 // The whole text of the file at `path`, to give to parse_json. nullopt when no
 // such file exists. Throws JsonError: kTooLarge when it holds more than
 // `max_bytes` (nothing past the bound is read), kUnreadable when it cannot be
