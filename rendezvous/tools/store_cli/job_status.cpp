@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ddp/common/json_input.hpp"
+#include "ddp/common/printable.hpp"
 #include "ddp/store/job_keys.hpp"
 
 namespace ddp::store_cli {
@@ -112,6 +113,9 @@ NodeRow node_row(std::string_view record) {
                startup_cell(j.value("startup", nlohmann::json())),
                heartbeat_cell(j.value("workers", nlohmann::json::array()), j.value("updated", 0.0)),
                age(j.value("updated", 0.0))};
+  // A table for people: always escaped, whatever --escape says, and so
+  // measured by what the terminal shows.
+  for (auto& cell : row.cells) cell = printable(cell);
   return row;
 }
 
@@ -133,14 +137,16 @@ int print_job_status(store::Store& store, const std::string& rdzv_id) {
     }
     // A record this version cannot read still shows up, so nothing hides; the
     // line on stderr says why, and the other rows are printed as usual.
-    std::fprintf(stderr, "ddp-store: record %s %s; shown as unreadable\n", kv.key.c_str(), problem.c_str());
+    std::fprintf(stderr, "ddp-store: record %s %s; shown as unreadable\n", printable(kv.key).c_str(),
+                 printable(problem).c_str());
     NodeRow row;
-    row.cells = {kv.key.substr(prefix.size()), "?", "?", "?", "?", "?", "unreadable", "-", "-", "-", "-"};
+    row.cells = {
+        printable(kv.key.substr(prefix.size())), "?", "?", "?", "?", "?", "unreadable", "-", "-", "-", "-"};
     rows.push_back(std::move(row));
   }
   if (rows.empty()) {
     std::fprintf(stderr, "ddp-store: no ddprun node of job '%s' in this store (keys under %s)\n",
-                 rdzv_id.c_str(), prefix.c_str());
+                 printable(rdzv_id).c_str(), printable(prefix).c_str());
     return 1;
   }
   // The current round first; within it, by group rank.
@@ -169,7 +175,8 @@ int print_job_status(store::Store& store, const std::string& rdzv_id) {
     std::printf("\nROUND  WORKER_KEYS  PREFIX\n");
     for (const auto& [round, keys] : rounds) {
       const std::string round_prefix = store::keys::worker_prefix(rdzv_id, round);
-      std::printf("%-5lld  %-11zu  %s\n", static_cast<long long>(round), keys, round_prefix.c_str());
+      std::printf("%-5lld  %-11zu  %s\n", static_cast<long long>(round), keys,
+                  printable(round_prefix).c_str());
     }
   }
   return 0;

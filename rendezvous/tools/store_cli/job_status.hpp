@@ -19,7 +19,7 @@ struct NodeRow {
   std::vector<std::string> cells;  // NODE ... UPDATED
 };
 
-// The row of one status record. Anyone with access to the store can write
+// The row of one status record, its cells escaped with printable(). Anyone with access to the store can write
 // one, so it is read within json_input::kStatusRecord: throws JsonError when
 // it breaks that bound or is not JSON, nlohmann's type_error when a field has
 // the wrong type.
