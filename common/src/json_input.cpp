@@ -68,6 +68,13 @@ json parse_json(std::string_view text, const JsonLimits& limits) {
   if (text.size() > limits.max_bytes) {
     throw JsonError(JsonError::Kind::kTooLarge, too_large(text.size(), limits.max_bytes));
   }
+  // nlohmann stops at a NUL byte as at the end of the input, so "{} <NUL> more"
+  // would parse as {} while a reader of the whole text sees more. JSON has no
+  // raw NUL anywhere (in a string it is \u0000): refuse it.
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
+    const auto where = "a NUL byte at byte " + std::to_string(nul + 1);
+    throw JsonError(JsonError::Kind::kMalformed, "is not valid JSON: " + where, where, nul + 1);
+  }
   Shape shape;
   json::sax_parse(text, &shape);
   // Too deep wins over malformed: a truncated deep document is both, and the

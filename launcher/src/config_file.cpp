@@ -106,7 +106,14 @@ ConfigFile parse_config_file(const std::string& text, const std::string& path) {
       throw ConfigError(path + ":" + std::to_string(line) + ": key '" + key +
                         "' is set twice (first on line " + std::to_string(out.values[name].line) + ")");
     }
-    const auto& j = doc.at(key);
+    // The scanner reads the same valid text the parser did; should the two
+    // ever disagree on a key, that is an error in the file's terms, not an exception.
+    const auto found = doc.find(key);
+    if (found == doc.end()) {
+      throw ConfigError(path + ":" + std::to_string(line) + ": key '" + key +
+                        "' cannot be read; check its quoting");
+    }
+    const auto& j = *found;
     if (j.is_string()) {
       v.type = ConfigValue::Type::kString;
       v.text = j.get<std::string>();

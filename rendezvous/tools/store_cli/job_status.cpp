@@ -89,10 +89,10 @@ std::string heartbeat_cell(const nlohmann::json& workers, double updated) {
 }
 
 std::string age(double updated) {
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const long secs = std::max(0L, static_cast<long>(now - updated));
-  return std::to_string(secs) + "s ago";
+  // "updated" is whatever the record says: clamped before the conversion, which
+  // is undefined for a double out of the integer's range.
+  const double secs = std::clamp(now_s() - updated, 0.0, 1e15);
+  return std::to_string(static_cast<long long>(secs)) + "s ago";
 }
 
 }  // namespace

@@ -79,6 +79,11 @@ TEST_CASE("outside JSON: malformed text names where the syntax error is") {
   CHECK_THAT(e.what(), Contains("is not valid JSON: parse error at line 1, column 10: syntax error"));
   CHECK_THAT(e.detail(), Contains("syntax error while parsing value"));
   CHECK(refusal("", kSmall).kind() == JsonError::Kind::kMalformed);
+  // nlohmann alone would stop at the NUL and accept {}.
+  const auto nul = refusal(std::string("{}\0{\"more\": 1}", 14), kSmall);
+  CHECK(nul.kind() == JsonError::Kind::kMalformed);
+  CHECK_THAT(nul.what(), Equals("is not valid JSON: a NUL byte at byte 3"));
+  CHECK(nul.byte() == 3);
   CHECK(refusal("{} {}", kSmall).kind() == JsonError::Kind::kMalformed);
 }
 

@@ -108,6 +108,9 @@ TEST_CASE(
   CHECK(error_of({"--config", f, "x"}) == "--config " + f + " nests 100001 levels deep; at most 64 are read");
   write_file(f, R"({"role": ")" + std::string(2000000, 'x') + R"("})");
   CHECK(error_of({"--config", f, "x"}) == "--config " + f + " is 2000012 bytes; at most 1048576 are read");
+  // nlohmann alone stops at a NUL: the key after it was read by the line scanner only.
+  write_file(f, std::string("{\"role\": \"a\"}\0{\"nnodes\": 1}", 29));
+  CHECK(error_of({"--config", f, "x"}) == f + ":1: malformed JSON (a NUL byte at byte 14)");
   CHECK_THAT(error_of({"--config", (dir / "none.json").string(), "x"}),
              Catch::Contains("--config: cannot read '" + (dir / "none.json").string() + "'"));
 }
