@@ -16,6 +16,13 @@
 namespace ddp::store_cli {
 namespace {
 
+// An integer field, for sorting rows: 0 when absent or not an integer (a
+// float's conversion is undefined when it is out of the integer's range).
+std::int64_t int_field(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+}
+
 std::string str(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) return "?";
   const auto& v = j.at(key);
@@ -100,8 +107,8 @@ std::string age(double updated) {
 NodeRow node_row(std::string_view record) {
   const auto j = parse_json(record, json_input::kStatusRecord);
   NodeRow row;
-  row.round = j.value("round", std::int64_t{0});
-  row.group_rank = j.value("group_rank", 0);
+  row.round = int_field(j, "round");
+  row.group_rank = int_field(j, "group_rank");
   row.cells = {str(j, "node"),
                str(j, "host"),
                str(j, "group_rank") + "/" + str(j, "group_world_size"),

@@ -15,7 +15,7 @@ namespace ddp::store_cli {
 // One node's row of the table.
 struct NodeRow {
   std::int64_t round = 0;
-  int group_rank = 0;
+  std::int64_t group_rank = 0;
   std::vector<std::string> cells;  // NODE ... UPDATED
 };
 
