@@ -61,6 +61,12 @@ struct TimerPipe {
         std::make_unique<ddp::agent::FileTimerServer>(io, dir / "timer", [this](const auto&) { ++served; });
     writer = ::open((dir / "timer").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   }
+  ~TimerPipe() {
+    server.reset();
+    ::close(writer);
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
 };
 
 void timer_request(const std::string& bytes) {

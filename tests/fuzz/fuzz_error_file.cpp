@@ -20,6 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::fclose(f);
   }
   auto read = ddp::agent::read_error_file(path);
+  std::filesystem::remove(path);
   ddp::agent::FailureReport report;
   ddp::agent::WorkerFailure f;
   f.exit_code = 1;
