@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test but the gpu ones; then two
 # smaller sanitized builds with clang: ASan+UBSan and libFuzzer (build-san/) of
-# the store and server only, running their unit tests, the daemon and store
-# integration tests and a bounded fuzz run of each target; and TSan
+# the store and server, running their unit tests, the daemon and store
+# integration tests and a bounded fuzz run of each target (the store's wire, and
+# every reader of outside JSON with the few files around it); and TSan
 # (build-tsan/) of the threaded parts (store server and client, rendezvous,
 # agent), running their unit tests and the daemon and store integration tests. Any sanitizer
 # report aborts its process and fails the run. Prints how long each stage took.
@@ -35,7 +36,9 @@ cmake -S . -B build-san "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Re
   -DDDP_SANITIZE=address,undefined -DDDP_FUZZ=ON -DDDP_WITH_NCCL=OFF -DDDP_WITH_GLOO=OFF >/dev/null
 san_targets=(ddp_unit_protocol ddp_unit_server ddp_unit_store ddp_unit_torch_codec
              ddp_integration_daemon ddp_integration_store ddp-rendezvousd ddp-store
-             fuzz_native_codec fuzz_torch_codec fuzz_dispatcher)
+             fuzz_native_codec fuzz_torch_codec fuzz_dispatcher
+             fuzz_json_input fuzz_error_file fuzz_agent_lines fuzz_status_record fuzz_rdzv_record
+             fuzz_config_files fuzz_etcd_reply)
 cmake --build build-san --parallel "$(nproc)" --target "${san_targets[@]}"
 stage "sanitized build"
 export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1

@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "ddp/common/json_input.hpp"
 
 namespace ddp::agent {
 namespace {
@@ -40,11 +41,17 @@ void indent_block(std::ostringstream& os, const std::string& text, const char* p
 
 }  // namespace
 
-std::optional<ErrorFileContent> read_error_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || !doc.contains("message")) return std::nullopt;
+ErrorFileRead read_error_file(const std::filesystem::path& path) {
+  json doc;
+  try {
+    // Regular files only: a FIFO left there would block the agent on open.
+    const auto text = read_json_file(path, json_input::kErrorFile.max_bytes, /*regular_only=*/true);
+    if (!text) return {};
+    doc = parse_json(*text, json_input::kErrorFile);
+  } catch (const JsonError& e) {
+    return {std::nullopt, std::string("it ") + e.what()};
+  }
+  if (!doc.is_object() || !doc.contains("message")) return {std::nullopt, "it holds no \"message\""};
   const json& msg = doc["message"];
   ErrorFileContent out;
   if (msg.is_object()) {
@@ -58,7 +65,7 @@ std::optional<ErrorFileContent> read_error_file(const std::filesystem::path& pat
   } else {
     out.message = text_of(msg);
   }
-  return out;
+  return {std::move(out), {}};
 }
 
 std::string signal_name(int sig) {
@@ -142,7 +149,9 @@ std::string render_text(const FailureReport& r) {
   const bool python = std::any_of(f.stderr_tail.begin(), f.stderr_tail.end(), [](const auto& l) {
     return l.rfind("Traceback (most recent call last)", 0) == 0 || l.rfind("  File \"", 0) == 0;
   });
-  if (!f.error && !f.hang) {
+  if (!f.error && !f.hang && !f.error_file_problem.empty()) {
+    os << "  error file : " << f.error_file << " (not used: " << f.error_file_problem << ")\n";
+  } else if (!f.error && !f.hang) {
     // Point it at torch's @record.
     os << "  error file : <none written> ("
        << (python ? "decorate main with torch.distributed.elastic.multiprocessing.errors.record"
@@ -209,6 +218,7 @@ std::string render_json(const FailureReport& r) {
                    {"top_frames", f.hang->top_frames}, {"stacks_file", f.hang->stacks_file},
                    {"stack_note", f.hang->stack_note}, {"other_ranks", f.hang->other_ranks}};
     }
+    if (!f.error_file_problem.empty()) j["error_file_problem"] = f.error_file_problem;
     if (f.error) {
       j["message"] = f.error->message;
       j["traceback"] = f.error->traceback;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/json_input.hpp"
 #include "ddp/common/logging.hpp"
 
 namespace ddp::agent {
@@ -72,7 +73,7 @@ void FileTimerServer::read() {
 }
 
 void FileTimerServer::on_line(const std::string& line) {
-  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  const auto j = try_parse_json(line, json_input::kFileTimerRequest);
   TimerRequest r;
   if (j.is_object() && j.contains("pid") && j["pid"].is_number_integer() && j.contains("scope_id") &&
       j["scope_id"].is_string() && j.contains("expiration_time") && j["expiration_time"].is_number()) {

@@ -305,7 +305,9 @@ WorkerFailure WorkerGroup::make_failure(const Worker& w) const {
   if (!w.spawn_error.empty()) {
     f.error = ErrorFileContent{w.spawn_error, "", ""};
   } else {
-    f.error = read_error_file(w.error_file);
+    auto read = read_error_file(w.error_file);
+    f.error = std::move(read.content);
+    f.error_file_problem = std::move(read.problem);
   }
   if (w.output) f.stderr_tail.assign(w.output->stderr_tail().begin(), w.output->stderr_tail().end());
   f.stderr_log = w.stderr_log;

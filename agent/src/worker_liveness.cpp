@@ -107,6 +107,7 @@ void WorkerGroup::record_hang(Worker& w, HangInfo info, std::chrono::millisecond
   f.signal = SIGKILL;
   f.exit_code = 0;
   f.error.reset();  // an error file from before the hang is not why it ended
+  f.error_file_problem.clear();
   f.hang = std::move(info);
   failures_.push_back(f);
   // Before the kill: the other nodes' ranks fail for the loss of this one

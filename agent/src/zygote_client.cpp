@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/json_input.hpp"
 
 namespace ddp::agent {
 
@@ -111,9 +112,10 @@ ZygoteReply request_worker(int conn, const ZygoteRequest& request, int in, int o
   }
   std::string line;
   if (!read_line(conn, timeout, line, r.error)) return r;
-  const auto reply = nlohmann::json::parse(line, nullptr, false);
+  std::string refused;
+  const auto reply = try_parse_json(line, json_input::kZygoteLine, &refused);
   if (reply.is_discarded() || !reply.is_object()) {
-    r.error = "the preload zygote sent a malformed answer";
+    r.error = "the preload zygote sent a malformed answer" + (refused.empty() ? "" : ": it " + refused);
   } else if (reply.contains("error")) {
     r.error = reply.value("error", std::string("unknown error"));
     r.nothing_started = true;
@@ -127,7 +129,7 @@ ZygoteReply request_worker(int conn, const ZygoteRequest& request, int in, int o
 }
 
 std::optional<int> parse_zygote_exit(const std::string& line) {
-  const auto j = nlohmann::json::parse(line, nullptr, false);
+  const auto j = try_parse_json(line, json_input::kZygoteLine);
   if (j.is_discarded() || !j.is_object() || !j.contains("exit") || !j["exit"].is_number_integer()) {
     return std::nullopt;
   }

@@ -3,11 +3,11 @@
 // finds the line of each top-level key.
 #include "config_file.hpp"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/json_input.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -65,21 +65,30 @@ std::string normalise(std::string key) {
 }  // namespace
 
 ConfigFile load_config_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("--config: cannot read '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw ConfigError("--config: cannot read '" + path + "'");
-  const std::string text = ss.str();
+  std::optional<std::string> text;
+  try {
+    // Any file, not only regular ones: `--config <(generate)` is a pipe.
+    text = read_json_file(path, json_input::kConfigFile.max_bytes, /*regular_only=*/false);
+  } catch (const JsonError& e) {
+    if (e.kind() == JsonError::Kind::kUnreadable) {
+      throw ConfigError("--config: cannot read '" + path + "': " + e.detail());
+    }
+    throw ConfigError("--config " + path + " " + e.what());
+  }
+  if (!text) throw ConfigError("--config: cannot read '" + path + "': no such file");
+  return parse_config_file(*text, path);
+}
 
+ConfigFile parse_config_file(const std::string& text, const std::string& path) {
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.what() carries nlohmann's own prefix; keep the part after "error: ".
-    std::string what = e.what();
+    doc = parse_json(text, json_input::kConfigFile);
+  } catch (const JsonError& e) {
+    if (e.kind() != JsonError::Kind::kMalformed) throw ConfigError("--config " + path + " " + e.what());
+    // Keep nlohmann's text from "syntax error" on; the line is ours.
+    std::string what = e.detail();
     if (const auto p = what.find("syntax error"); p != std::string::npos) what = what.substr(p);
-    throw ConfigError(path + ":" + std::to_string(line_of_offset(text, e.byte == 0 ? 0 : e.byte - 1)) +
+    throw ConfigError(path + ":" + std::to_string(line_of_offset(text, e.byte() == 0 ? 0 : e.byte() - 1)) +
                       ": malformed JSON (" + what + ")");
   }
   if (!doc.is_object()) {
@@ -97,7 +106,14 @@ ConfigFile load_config_file(const std::string& path) {
       throw ConfigError(path + ":" + std::to_string(line) + ": key '" + key +
                         "' is set twice (first on line " + std::to_string(out.values[name].line) + ")");
     }
-    const auto& j = doc.at(key);
+    // The scanner reads the same valid text the parser did; should the two
+    // ever disagree on a key, that is an error in the file's terms, not an exception.
+    const auto found = doc.find(key);
+    if (found == doc.end()) {
+      throw ConfigError(path + ":" + std::to_string(line) + ": key '" + key +
+                        "' cannot be read; check its quoting");
+    }
+    const auto& j = *found;
     if (j.is_string()) {
       v.type = ConfigValue::Type::kString;
       v.text = j.get<std::string>();

@@ -27,8 +27,11 @@ struct ConfigFile {
 };
 
 // Reads and parses `path`. Throws ConfigError with one line naming the file
-// (unreadable, malformed JSON with its line, not an object, a key twice, a
-// value of the wrong kind with its line).
+// (unreadable, over json_input::kConfigFile's size or depth, malformed JSON
+// with its line, not an object, a key twice, a value of the wrong kind with
+// its line).
 ConfigFile load_config_file(const std::string& path);
+// The same for text already read from `path`.
+ConfigFile parse_config_file(const std::string& text, const std::string& path);
 
 }  // namespace ddp::launcher

@@ -9,6 +9,9 @@
 //   FAKE_IGNORE_SIGTERM=1 * ignore SIGTERM
 //   FAKE_IGNORE_SIGINT=1  * ignore SIGINT
 //   FAKE_ERROR_MESSAGE=m  * write a torch @record error file to TORCHELASTIC_ERROR_FILE
+//   FAKE_BAD_ERROR_FILE=x * leave a hostile TORCHELASTIC_ERROR_FILE instead: nested:N
+//                           ({"message": N nested arrays}), bytes:N (N bytes of valid
+//                           JSON) or fifo (a named pipe nobody writes to)
 //   FAKE_CRASH=segv|abort * die by SIGSEGV / SIGABRT
 //   FAKE_EXIT=N           * exit code (default 0)
 //   FAKE_FAIL_ON_RESTART_BELOW=K * fail (FAKE_EXIT or 1) while
@@ -18,6 +21,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -96,6 +100,23 @@ void write_error_file(const std::string& message) {
       << message << "\", \"timestamp\": \"" << std::time(nullptr) << "\"}}}\n";
 }
 
+void write_bad_error_file(const std::string& how) {
+  const auto path = env("TORCHELASTIC_ERROR_FILE");
+  if (path.empty()) return;
+  const auto colon = how.find(':');
+  const std::size_t n = colon == std::string::npos ? 0 : std::strtoul(how.c_str() + colon + 1, nullptr, 10);
+  if (how == "fifo") {
+    ::mkfifo(path.c_str(), 0600);
+    return;
+  }
+  std::ofstream out(path);
+  if (how.rfind("nested:", 0) == 0) {
+    out << "{\"message\": " << std::string(n, '[') << std::string(n, ']') << "}";
+  } else if (how.rfind("bytes:", 0) == 0) {
+    out << "{\"message\": \"" << std::string(n > 16 ? n - 16 : 0, 'x') << "\"}\n";
+  }
+}
+
 [[noreturn]] void finish(int code) {
   pid_line("exit");
   std::fflush(stdout);
@@ -129,6 +150,7 @@ int main(int argc, char** argv) {
     finish(0);
   }
   if (const auto msg = env("FAKE_ERROR_MESSAGE"); !msg.empty()) write_error_file(msg);
+  if (const auto how = env("FAKE_BAD_ERROR_FILE"); !how.empty()) write_bad_error_file(how);
   if (const auto k = env("FAKE_FAIL_ON_RESTART_BELOW"); !k.empty()) {
     const int restart = std::atoi(env("TORCHELASTIC_RESTART_COUNT", "0").c_str());
     if (restart < std::atoi(k.c_str())) finish(std::atoi(env("FAKE_EXIT", "1").c_str()));

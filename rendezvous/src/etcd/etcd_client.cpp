@@ -6,6 +6,7 @@
 
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/json_input.hpp"
 #include "ddp/common/logging.hpp"
 
 namespace ddp::store::etcd {
@@ -23,6 +24,12 @@ constexpr std::size_t kMaxIdlePerMember = 8;
 // restarting, a leader election of ~1 s), capped so a long outage is not hammered.
 constexpr Millis kBackoffBase{50};
 constexpr Millis kBackoffCap{1000};
+
+// A string field of an error answer; `fallback` when absent or of another type.
+std::string text_field(const json& j, const char* name, const std::string& fallback) {
+  const auto it = j.find(name);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
 }  // namespace
 
 struct EtcdClient::Attempt {
@@ -63,36 +70,50 @@ void EtcdClient::checkin(std::size_t index, std::unique_ptr<HttpConnection> conn
 }
 
 json EtcdClient::parse_body(std::size_t index, const std::string& path, const std::string& body) const {
-  auto j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    throw ConfigError(options_.endpoints[index].to_string() + " is not an etcd v3 endpoint (the answer to " +
-                      path + " is not JSON)");
+  const auto where = options_.endpoints[index].to_string();
+  json j;
+  try {
+    j = parse_json(body, json_input::kEtcdReply);
+  } catch (const JsonError& e) {
+    if (e.kind() != JsonError::Kind::kMalformed)
+      throw ProtocolError("etcd at " + where + ": its answer to " + path + " " + e.what());
+  }
+  if (!j.is_object())
+    throw ConfigError(where + " is not an etcd v3 endpoint (the answer to " + path + " is not JSON)");
   return j;
 }
 
 std::string EtcdClient::check_reply(std::size_t index, const std::string& path, const HttpReply& reply,
                                     const std::string& what) const {
   const auto where = options_.endpoints[index].to_string();
-  const auto j = json::parse(reply.body, nullptr, false);
+  json j;
+  std::string refused;  // why the body was not read, when it broke a bound
+  try {
+    j = parse_json(reply.body, json_input::kEtcdReply);
+  } catch (const JsonError& e) {
+    if (e.kind() != JsonError::Kind::kMalformed) refused = std::string("; its body ") + e.what();
+  }
   // etcd's gateway answers errors as {"error": ..., "code": <gRPC code>, "message": ...}.
   const bool etcd_error = j.is_object() && (j.contains("code") || j.contains("error"));
   std::string message;
-  if (etcd_error) message = j.value("error", j.value("message", std::string()));
+  if (etcd_error) message = text_field(j, "error", text_field(j, "message", ""));
   const auto status = std::to_string(reply.status);
   if (reply.status >= 500) {
     // 502-504 without etcd's JSON come from a proxy in front of a member: worth another member.
     if (etcd_error || reply.status == 502 || reply.status == 503 || reply.status == 504)
-      return "etcd at " + where + " answered HTTP " + status + (message.empty() ? "" : ": " + message);
-    throw ConfigError(where + " is not an etcd v3 endpoint (HTTP " + status + " on " + path + ")");
+      return "etcd at " + where + " answered HTTP " + status + (message.empty() ? "" : ": " + message) +
+             refused;
+    throw ConfigError(where + " is not an etcd v3 endpoint (HTTP " + status + " on " + path + refused + ")");
   }
   if (reply.status == 400 && reply.body.find("HTTP request to an HTTPS server") != std::string::npos)
     throw ConfigError("etcd at " + where +
                       " serves https but no TLS option is set: give the cluster's CA file (etcd_cacert)");
   if (!etcd_error)
-    throw ConfigError(where + " is not an etcd v3 endpoint (HTTP " + status + " on " + path + ")");
+    throw ConfigError(where + " is not an etcd v3 endpoint (HTTP " + status + " on " + path + refused + ")");
   // ErrCompacted is gRPC OUT_OF_RANGE (11), which etcd also uses for a future
   // revision: the message tells them apart. Callers branch on the type only.
-  if (j.value("code", 0) == kGrpcOutOfRange && message.find("compacted") != std::string::npos)
+  const auto code = j.find("code");
+  if (code != j.end() && *code == kGrpcOutOfRange && message.find("compacted") != std::string::npos)
     throw CompactedError("etcd at " + where + " rejected " + what + ": " + message);
   throw StoreError("etcd at " + where + " rejected " + what + ": " + message);
 }

@@ -34,7 +34,8 @@ class EtcdClient {
   // reason when another member may do better (5xx).
   std::string check_reply(std::size_t index, const std::string& path, const HttpReply& reply,
                           const std::string& what) const;
-  // Parses a 200 answer; ConfigError when it is not JSON (not an etcd gateway).
+  // Parses a 200 answer; ConfigError when it is not JSON (not an etcd gateway),
+  // ProtocolError when it breaks json_input::kEtcdReply's size or depth.
   nlohmann::json parse_body(std::size_t index, const std::string& path, const std::string& body) const;
   // Throws ConfigError when `failure` of plain http member `index` is because
   // the member serves https; returns otherwise.

@@ -7,6 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "ddp/store/store.hpp"
 
 namespace ddp::store::etcd {
 
@@ -25,5 +28,23 @@ std::string get_bytes(const nlohmann::json& obj, const char* field);
 
 // Parses the decimal text torch's add() keeps; nullopt when not exactly an int64.
 bool parse_decimal(std::string_view text, std::int64_t& out);
+
+// One line of /v3/watch's stream. A member, or a proxy in front of it, sends
+// these, so every field is checked for its type: nothing of nlohmann's
+// exceptions can reach the watch thread.
+struct WatchMessage {
+  std::string error;        // etcd's "error": the stream is over
+  bool has_result = false;  // false: nothing for the watch (a keep-alive)
+  bool created = false;
+  Revision header_revision = 0;  // of a "created" message
+  Revision compact_revision = 0;
+  bool canceled = false;
+  std::string cancel_reason;
+  std::vector<WatchEvent> events;  // keys less their first `strip` bytes
+};
+// Throws ProtocolError whose what() follows "etcd at HOST:PORT " ("sent a
+// watch message that nests 100001 levels deep; ...", "sent a malformed watch
+// message: ..."), json_input::kEtcdReply bounding it.
+WatchMessage decode_watch_message(std::string_view line, std::size_t strip);
 
 }  // namespace ddp::store::etcd

@@ -104,38 +104,30 @@ struct EtcdWatch::State {
     for (;;) {
       const auto line = owned->read_line();
       if (line.find_first_not_of(" \r\t") == std::string::npos) continue;
-      const auto msg = json::parse(line, nullptr, false);
-      if (!msg.is_object())
+      WatchMessage m;
+      try {
+        m = decode_watch_message(line, strip);
+      } catch (const ProtocolError& e) {
+        throw EndpointFailure(EndpointFailure::Kind::kBroken, "etcd at " + where + " " + e.what());
+      }
+      if (!m.error.empty())
         throw EndpointFailure(EndpointFailure::Kind::kBroken,
-                              "etcd at " + where + " sent a malformed watch message");
-      if (auto err = msg.find("error"); err != msg.end())
-        throw EndpointFailure(EndpointFailure::Kind::kBroken,
-                              "etcd at " + where + " broke the watch stream: " + err->dump());
-      const auto it = msg.find("result");
-      if (it == msg.end()) continue;
-      const json& r = *it;
-      if (r.value("created", false)) mark_created(get_i64(r.value("header", json::object()), "revision"));
-      if (const auto compacted = get_i64(r, "compact_revision"); compacted > 0) {
+                              "etcd at " + where + " broke the watch stream: " + m.error);
+      if (!m.has_result) continue;
+      if (m.created) mark_created(m.header_revision);
+      if (m.compact_revision > 0) {
         const auto why = describe() + " from revision " + std::to_string(next_start) +
-                         " failed: etcd compacted its history up to revision " + std::to_string(compacted);
+                         " failed: etcd compacted its history up to revision " +
+                         std::to_string(m.compact_revision);
         finish(std::make_exception_ptr(CompactedError(why)), why);
         return;
       }
-      if (r.value("canceled", false)) {
+      if (m.canceled) {
         finish(nullptr, "etcd cancelled the " + describe() + ": " +
-                            r.value("cancel_reason", std::string("no reason")));
+                            (m.cancel_reason.empty() ? std::string("no reason") : m.cancel_reason));
         return;
       }
-      const auto events = r.find("events");
-      if (events == r.end()) continue;
-      for (const auto& ev : *events) {
-        const json& kv = ev.at("kv");
-        WatchEvent out;
-        out.type = ev.value("type", std::string("PUT")) == "DELETE" ? EventType::kDelete : EventType::kPut;
-        out.key = get_bytes(kv, "key");
-        out.key.erase(0, std::min(strip, out.key.size()));
-        out.value = get_bytes(kv, "value");
-        out.revision = get_i64(kv, "mod_revision");
+      for (const auto& out : m.events) {
         if (is_cancelled()) return;
         try {
           on_event(out);

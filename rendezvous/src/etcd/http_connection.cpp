@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/json_input.hpp"
 
 namespace ddp::store::etcd {
 
@@ -25,8 +26,9 @@ using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
 // Answers of etcd's gateway are small except a large list(); this bounds what a
-// misbehaving server can make us allocate.
-constexpr std::uint64_t kMaxReplyBytes = 256ull << 20;
+// misbehaving server can make us allocate, for an answer and for one watch
+// message alike (the JSON read from them has the same bound).
+constexpr std::uint64_t kMaxReplyBytes = json_input::kEtcdReply.max_bytes;
 
 struct TlsContext::Impl {
   ssl::context ctx{ssl::context::tls_client};
@@ -275,6 +277,11 @@ std::string HttpConnection::read_line() {
       s.pending.erase(0, nl + 1);
       return line;
     }
+    if (s.pending.size() > kMaxReplyBytes)
+      throw EndpointFailure(EndpointFailure::Kind::kBroken,
+                            "etcd at " + where + " sent a watch message of more than " +
+                                std::to_string(kMaxReplyBytes) + " bytes; at most " +
+                                std::to_string(kMaxReplyBytes) + " are read");
     if (s.interrupted) throw EndpointFailure(EndpointFailure::Kind::kBroken, "interrupted");
     if (!s.stream || s.stream->is_done() || !s.open)
       throw EndpointFailure(EndpointFailure::Kind::kBroken, "etcd at " + where + " ended the watch stream");

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/json_input.hpp"
 
 namespace ddp::rdzv::detail {
 
@@ -22,7 +23,13 @@ std::string encode_node(const NodeSpec& node) {
 }
 
 NodeSpec decode_node(std::string_view text, const std::string& key) {
-  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j;
+  try {
+    j = parse_json(text, json_input::kRendezvousRecord);
+  } catch (const JsonError& e) {
+    if (e.kind() != JsonError::Kind::kMalformed)
+      throw InternalError("rendezvous record " + key + " " + e.what());
+  }
   if (!j.is_object() || !j.contains("id") || !j.contains("host") || !j.contains("nproc") ||
       !j["id"].is_string() || !j["host"].is_string() || !j["nproc"].is_number_integer()) {
     throw InternalError("rendezvous record " + key + " is not a node record");

@@ -28,7 +28,8 @@ using store::keys::worker_prefix;
 
 // A node's record, readable in `ddp-store list`: {"id":..,"host":..,"nproc":..}.
 std::string encode_node(const NodeSpec& node);
-// Throws InternalError naming `key` on a malformed record.
+// Throws InternalError naming `key` on a malformed record, or one past
+// json_input::kRendezvousRecord (naming the bound and what it holds).
 NodeSpec decode_node(std::string_view text, const std::string& key);
 
 // One atomic add hands a joiner both its arrival index and its rank offset: the

@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/json_input.hpp"
 #include "ddp/common/parse.hpp"
 
 namespace ddp::rendezvousd {
@@ -115,19 +116,28 @@ void DaemonConfig::add_env() {
 }
 
 void DaemonConfig::add_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError("--config " + path + ": cannot read: " + errno_text(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const auto text = ss.str();
+  std::optional<std::string> text;
+  try {
+    text = read_json_file(path, json_input::kConfigFile.max_bytes, /*regular_only=*/false);
+  } catch (const JsonError& e) {
+    if (e.kind() == JsonError::Kind::kUnreadable) {
+      throw ConfigError("--config " + path + ": cannot read: " + e.detail());
+    }
+    throw ConfigError("--config " + path + " " + e.what());
+  }
+  if (!text) throw ConfigError("--config " + path + ": cannot read: " + errno_text(ENOENT));
+  add_file_text(*text, path);
+}
+
+void DaemonConfig::add_file_text(const std::string& text, const std::string& path) {
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string what = e.what();
-    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    throw ConfigError("--config " + path + ":" + std::to_string(line_of(text, e.byte == 0 ? 0 : e.byte - 1)) +
-                      ": malformed JSON: " + what);
+    doc = parse_json(text, json_input::kConfigFile);
+  } catch (const JsonError& e) {
+    if (e.kind() != JsonError::Kind::kMalformed) throw ConfigError("--config " + path + " " + e.what());
+    throw ConfigError("--config " + path + ":" +
+                      std::to_string(line_of(text, e.byte() == 0 ? 0 : e.byte() - 1)) +
+                      ": malformed JSON: " + e.detail());
   }
   if (!doc.is_object()) throw ConfigError("--config " + path + ":1: expected a JSON object of key: value");
   std::map<std::string, SourcedValue> values;

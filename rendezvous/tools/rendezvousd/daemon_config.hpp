@@ -47,9 +47,11 @@ class DaemonConfig {
   // Values given on the command line, by key ("port_file").
   void add_flags(const std::map<std::string, std::string>& given);
   // A JSON object of key → string or number, read now. Throws ConfigError
-  // naming the file (and line) when it is unreadable, malformed, or has an
-  // unknown key.
+  // naming the file (and line) when it is unreadable, over
+  // json_input::kConfigFile's size or depth, malformed, or has an unknown key.
   void add_file(const std::string& path);
+  // The same for text already read from `path`.
+  void add_file_text(const std::string& text, const std::string& path);
   // DDP_RENDEZVOUSD_<KEY upper-cased> from the process env.
   void add_env();
   void resolve();

@@ -9,16 +9,19 @@
 #include <string_view>
 #include <vector>
 
+#include "ddp/common/json_input.hpp"
+#include "ddp/common/printable.hpp"
 #include "ddp/store/job_keys.hpp"
 
 namespace ddp::store_cli {
 namespace {
 
-struct Row {
-  std::int64_t round = 0;
-  int group_rank = 0;
-  std::vector<std::string> cells;
-};
+// An integer field, for sorting rows: 0 when absent or not an integer (a
+// float's conversion is undefined when it is out of the integer's range).
+std::int64_t int_field(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+}
 
 std::string str(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) return "?";
@@ -93,50 +96,68 @@ std::string heartbeat_cell(const nlohmann::json& workers, double updated) {
 }
 
 std::string age(double updated) {
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const long secs = std::max(0L, static_cast<long>(now - updated));
-  return std::to_string(secs) + "s ago";
+  // "updated" is whatever the record says: clamped before the conversion, which
+  // is undefined for a double out of the integer's range.
+  const double secs = std::clamp(now_s() - updated, 0.0, 1e15);
+  return std::to_string(static_cast<long long>(secs)) + "s ago";
 }
 
 }  // namespace
+
+NodeRow node_row(std::string_view record) {
+  const auto j = parse_json(record, json_input::kStatusRecord);
+  NodeRow row;
+  row.round = int_field(j, "round");
+  row.group_rank = int_field(j, "group_rank");
+  row.cells = {str(j, "node"),
+               str(j, "host"),
+               str(j, "group_rank") + "/" + str(j, "group_world_size"),
+               str(j, "rank_first") + "-" + str(j, "rank_last"),
+               str(j, "round"),
+               str(j, "restart_count") + "/" + str(j, "max_restarts"),
+               str(j, "state"),
+               workers_cell(j.value("workers", nlohmann::json::array())),
+               startup_cell(j.value("startup", nlohmann::json())),
+               heartbeat_cell(j.value("workers", nlohmann::json::array()), j.value("updated", 0.0)),
+               age(j.value("updated", 0.0))};
+  // A table for people: always escaped, whatever --escape says, and so
+  // measured by what the terminal shows.
+  for (auto& cell : row.cells) cell = printable(cell);
+  return row;
+}
 
 int print_job_status(store::Store& store, const std::string& rdzv_id) {
   const std::string prefix = store::keys::agent_status_prefix(rdzv_id);
   const std::vector<std::string> header = {"NODE",    "HOST",      "GROUP_RANK", "RANKS",
                                            "ROUND",   "RESTARTS",  "STATE",      "WORKERS",
                                            "STARTUP", "HEARTBEAT", "UPDATED"};
-  std::vector<Row> rows;
+  std::vector<NodeRow> rows;
   for (const auto& kv : store.list(prefix).kvs) {
-    Row row;
+    std::string problem;
     try {
-      const auto j = nlohmann::json::parse(kv.value);
-      row.round = j.value("round", std::int64_t{0});
-      row.group_rank = j.value("group_rank", 0);
-      row.cells = {str(j, "node"),
-                   str(j, "host"),
-                   str(j, "group_rank") + "/" + str(j, "group_world_size"),
-                   str(j, "rank_first") + "-" + str(j, "rank_last"),
-                   str(j, "round"),
-                   str(j, "restart_count") + "/" + str(j, "max_restarts"),
-                   str(j, "state"),
-                   workers_cell(j.value("workers", nlohmann::json::array())),
-                   startup_cell(j.value("startup", nlohmann::json())),
-                   heartbeat_cell(j.value("workers", nlohmann::json::array()), j.value("updated", 0.0)),
-                   age(j.value("updated", 0.0))};
-    } catch (const nlohmann::json::exception&) {
-      // A record this version cannot read still shows up, so nothing hides.
-      row.cells = {kv.key.substr(prefix.size()), "?", "?", "?", "?", "?", "unreadable", "-", "-", "-", "-"};
+      rows.push_back(node_row(kv.value));
+      continue;
+    } catch (const JsonError& e) {
+      problem = e.what();
+    } catch (const nlohmann::json::exception& e) {
+      problem = std::string("has a field of the wrong type (") + e.what() + ")";
     }
+    // A record this version cannot read still shows up, so nothing hides; the
+    // line on stderr says why, and the other rows are printed as usual.
+    std::fprintf(stderr, "ddp-store: record %s %s; shown as unreadable\n", printable(kv.key).c_str(),
+                 printable(problem).c_str());
+    NodeRow row;
+    row.cells = {
+        printable(kv.key.substr(prefix.size())), "?", "?", "?", "?", "?", "unreadable", "-", "-", "-", "-"};
     rows.push_back(std::move(row));
   }
   if (rows.empty()) {
     std::fprintf(stderr, "ddp-store: no ddprun node of job '%s' in this store (keys under %s)\n",
-                 rdzv_id.c_str(), prefix.c_str());
+                 printable(rdzv_id).c_str(), printable(prefix).c_str());
     return 1;
   }
   // The current round first; within it, by group rank.
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+  std::sort(rows.begin(), rows.end(), [](const NodeRow& a, const NodeRow& b) {
     return a.round != b.round ? a.round > b.round : a.group_rank < b.group_rank;
   });
   std::vector<std::size_t> width(header.size());
@@ -161,7 +182,8 @@ int print_job_status(store::Store& store, const std::string& rdzv_id) {
     std::printf("\nROUND  WORKER_KEYS  PREFIX\n");
     for (const auto& [round, keys] : rounds) {
       const std::string round_prefix = store::keys::worker_prefix(rdzv_id, round);
-      std::printf("%-5lld  %-11zu  %s\n", static_cast<long long>(round), keys, round_prefix.c_str());
+      std::printf("%-5lld  %-11zu  %s\n", static_cast<long long>(round), keys,
+                  printable(round_prefix).c_str());
     }
   }
   return 0;

@@ -1,11 +1,14 @@
 // ddp-store: command-line client of ddp-rendezvousd. Wiring only: parse, connect,
 // run one command, map the outcome to an exit code.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/printable.hpp"
 #include "ddp/common/token_file.hpp"
 #include "ddp/store/tcp_store.hpp"
 #include "job_status.hpp"
@@ -20,6 +23,11 @@ constexpr const char* kFooter =
     "wrong token; 3 store unreachable (after retrying for --timeout seconds).\n"
     "get without --timeout answers at once; with it, waits for the key.";
 
+// Error messages can carry what a store or a server sent: escaped like its keys.
+void fail(const std::exception& e) {
+  std::fprintf(stderr, "ddp-store: %s\n", ddp::printable(e.what()).c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -33,6 +41,11 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "file holding the auth token");
   app.add_option("--timeout", timeout_s, "seconds to keep trying to connect, and to wait for a reply");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
+  std::string escape = "auto";
+  app.add_option("--escape", escape,
+                 "auto|always|never: show control characters in keys and values as escapes (\\x1b); "
+                 "auto: when stdout is a terminal")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
 
   Command cmd;
   std::vector<std::string> keys;
@@ -72,7 +85,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ddp-store: %s; run 'ddp-store --help'\n", e.what());
+    std::fprintf(stderr, "ddp-store: %s; run 'ddp-store --help'\n", ddp::printable(e.what()).c_str());
     return kExitUsage;
   }
   if (app.get_subcommands().empty()) {
@@ -92,6 +105,7 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   cmd.name = app.get_subcommands().front()->get_name();
+  cmd.escape = escape == "always" || (escape == "auto" && ::isatty(STDOUT_FILENO) == 1);
 
   try {
     ddp::log::setup(log_level, "ddp-store");
@@ -105,19 +119,19 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return code;
   } catch (const ddp::ConfigError& e) {
-    std::fprintf(stderr, "ddp-store: %s\n", e.what());
+    fail(e);
     return kExitUsage;
   } catch (const ddp::store::AuthError& e) {
-    std::fprintf(stderr, "ddp-store: %s\n", e.what());
+    fail(e);
     return kExitUsage;
   } catch (const ddp::TimeoutError& e) {
-    std::fprintf(stderr, "ddp-store: %s\n", e.what());
+    fail(e);
     return kExitNotFound;
   } catch (const ddp::NetworkError& e) {
-    std::fprintf(stderr, "ddp-store: %s\n", e.what());
+    fail(e);
     return kExitUnreachable;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ddp-store: %s\n", e.what());
+    fail(e);
     return kExitNotFound;
   }
 }

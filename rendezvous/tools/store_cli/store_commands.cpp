@@ -8,6 +8,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/parse.hpp"
+#include "ddp/common/printable.hpp"
 
 namespace ddp::store_cli {
 
@@ -20,8 +21,19 @@ milliseconds to_ms(const std::optional<double>& seconds) {
   return milliseconds(static_cast<std::int64_t>(*seconds * 1000.0));
 }
 
-void print_value(const std::string& value) {
-  std::fwrite(value.data(), 1, value.size(), stdout);
+// One value on its own: newlines and tabs stay, so a multi-line value reads as one.
+void print_value(const std::string& value, bool escape) {
+  const std::string shown = escape ? printable(value, Newlines::kKeep) : value;
+  std::fwrite(shown.data(), 1, shown.size(), stdout);
+  std::fputc('\n', stdout);
+}
+
+// A key or value in a line of several (list, watch, stat): escaped, nothing
+// in it can start another line.
+std::string field(const std::string& text, bool escape) { return escape ? printable(text) : text; }
+
+void print_line(const std::string& line) {
+  std::fwrite(line.data(), 1, line.size(), stdout);
   std::fputc('\n', stdout);
 }
 
@@ -34,9 +46,9 @@ int watch(store::TcpStore& store, const Command& cmd) {
       cmd.args.at(0), cmd.from_revision,
       [&](const store::WatchEvent& ev) {
         if (ev.type == store::EventType::kPut) {
-          std::printf("PUT %s %s\n", ev.key.c_str(), ev.value.c_str());
+          print_line("PUT " + field(ev.key, cmd.escape) + " " + field(ev.value, cmd.escape));
         } else {
-          std::printf("DELETE %s\n", ev.key.c_str());
+          print_line("DELETE " + field(ev.key, cmd.escape));
         }
         std::fflush(stdout);  // a watcher reads events as they happen
         std::lock_guard<std::mutex> lk(mu);
@@ -70,13 +82,13 @@ int run_command(store::TcpStore& store, const Command& cmd) {
     if (!cmd.wait_seconds) {
       auto v = store.try_get(a.at(0));
       if (!v) {
-        std::fprintf(stderr, "ddp-store: key '%s' not found\n", a.at(0).c_str());
+        std::fprintf(stderr, "ddp-store: key '%s' not found\n", printable(a.at(0)).c_str());
         return kExitNotFound;
       }
-      print_value(*v);
+      print_value(*v, cmd.escape);
       return kExitOk;
     }
-    print_value(store.get(a.at(0), to_ms(cmd.wait_seconds)));
+    print_value(store.get(a.at(0), to_ms(cmd.wait_seconds)), cmd.escape);
     return kExitOk;
   }
   if (n == "add") {
@@ -86,17 +98,17 @@ int run_command(store::TcpStore& store, const Command& cmd) {
   }
   if (n == "cas") {
     const auto after = store.compare_set(a.at(0), a.at(1), a.at(2));
-    print_value(after);
+    print_value(after, cmd.escape);
     return after == a.at(2) ? kExitOk : kExitNotFound;
   }
   if (n == "del") {
     if (store.remove(a.at(0))) return kExitOk;
-    std::fprintf(stderr, "ddp-store: key '%s' not found\n", a.at(0).c_str());
+    std::fprintf(stderr, "ddp-store: key '%s' not found\n", printable(a.at(0)).c_str());
     return kExitNotFound;
   }
   if (n == "list") {
     for (const auto& kv : store.list(a.empty() ? std::string() : a.at(0)).kvs) {
-      std::printf("%s\t%s\n", kv.key.c_str(), kv.value.c_str());
+      print_line(field(kv.key, cmd.escape) + "\t" + field(kv.value, cmd.escape));
     }
     return kExitOk;
   }
@@ -106,7 +118,9 @@ int run_command(store::TcpStore& store, const Command& cmd) {
     return kExitOk;
   }
   if (n == "stat") {
-    for (const auto& [name, value] : store.stat()) std::printf("%s %s\n", name.c_str(), value.c_str());
+    for (const auto& [name, value] : store.stat()) {
+      print_line(field(name, cmd.escape) + " " + field(value, cmd.escape));
+    }
     return kExitOk;
   }
   throw ConfigError("unknown command '" + n + "'; run 'ddp-store --help'");

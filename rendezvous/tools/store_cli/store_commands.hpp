@@ -1,5 +1,6 @@
 // ddp-store's commands, one function each, over an open TcpStore. Output is plain
-// text for shells and tests; the return value is the process exit code.
+// text for shells and tests; the return value is the process exit code. Keys
+// and values come from whoever wrote them: see Command::escape.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,9 @@ struct Command {
   std::optional<double> wait_seconds;  // get/wait --timeout
   std::int64_t count = 0;              // watch --count (0: forever)
   std::int64_t from_revision = 0;      // watch --from
+  // Store keys and values through printable() (--escape; by default when
+  // stdout is a terminal); otherwise byte for byte, for scripts.
+  bool escape = false;
 };
 
 int run_command(store::TcpStore& store, const Command& cmd);

@@ -77,6 +77,17 @@ TEST_CASE("config file errors name the file, line and key and exit 2", "[ops][co
     CHECK(lines(r.err) == 1);
     CHECK_THAT(r.err, Catch::Contains("c.json:3: malformed JSON"));
   }
+  SECTION("nested or sized past the bound") {
+    write_file(dir / "c.json", "{\"port\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+    auto r = run(daemon({"--config", (dir / "c.json").string()}), dir.path());
+    CHECK(r.code == 2);
+    CHECK(r.err == "ddp-rendezvousd: --config " + (dir / "c.json").string() +
+                       " nests 100001 levels deep; at most 64 are read\n");
+    write_file(dir / "c.json", "{\"host\": \"" + std::string(2000000, 'x') + "\"}");
+    r = run(daemon({"--config", (dir / "c.json").string()}), dir.path());
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains("c.json is 2000012 bytes; at most 1048576 are read"));
+  }
   SECTION("bad value names its source") {
     write_file(dir / "c.json", "{\"port\": 70000}");
     auto r = run(daemon({"--config", (dir / "c.json").string()}), dir.path());

@@ -15,7 +15,7 @@ TEST_CASE("torch's @record error file gives message, traceback and timestamp") {
   write_file(dir / "error.json",
              R"({"message": {"message": "RuntimeError: boom", "extraInfo": )"
              R"({"py_callstack": "Traceback (most recent call last):\n  x", "timestamp": "1700000000"}}})");
-  const auto content = read_error_file(dir / "error.json");
+  const auto content = read_error_file(dir / "error.json").content;
   REQUIRE(content);
   CHECK(content->message == "RuntimeError: boom");
   CHECK(content->traceback == "Traceback (most recent call last):\n  x");
@@ -25,19 +25,43 @@ TEST_CASE("torch's @record error file gives message, traceback and timestamp") {
 TEST_CASE("the plain string form of an error file is accepted") {
   TempDir dir;
   write_file(dir / "error.json", R"({"message": "plain failure"})");
-  const auto content = read_error_file(dir / "error.json");
+  const auto content = read_error_file(dir / "error.json").content;
   REQUIRE(content);
   CHECK(content->message == "plain failure");
   CHECK(content->traceback.empty());
 }
 
-TEST_CASE("a missing or malformed error file gives nothing") {
+TEST_CASE("a missing error file gives nothing; a malformed one gives why it is not used") {
   TempDir dir;
-  CHECK_FALSE(read_error_file(dir / "none.json"));
+  const auto none = read_error_file(dir / "none.json");
+  CHECK_FALSE(none.content);
+  CHECK(none.problem.empty());
   write_file(dir / "bad.json", "{not json");
-  CHECK_FALSE(read_error_file(dir / "bad.json"));
+  CHECK_FALSE(read_error_file(dir / "bad.json").content);
+  CHECK_THAT(read_error_file(dir / "bad.json").problem,
+             Catch::StartsWith("it is not valid JSON: parse error"));
   write_file(dir / "other.json", R"({"error": "x"})");
-  CHECK_FALSE(read_error_file(dir / "other.json"));
+  CHECK_FALSE(read_error_file(dir / "other.json").content);
+  CHECK(read_error_file(dir / "other.json").problem == "it holds no \"message\"");
+}
+
+TEST_CASE("an error file nested past the bound is refused by its depth, and the report says so") {
+  TempDir dir;
+  write_file(dir / "deep.json",
+             R"({"message": )" + std::string(100000, '[') + std::string(100000, ']') + "}");
+  const auto read = read_error_file(dir / "deep.json");
+  CHECK_FALSE(read.content);
+  CHECK(read.problem == "it nests 100001 levels deep; at most 64 are read");
+
+  FailureReport r;
+  WorkerFailure f;
+  f.exit_code = 1;
+  f.error_file = (dir / "deep.json").string();
+  f.error_file_problem = read.problem;
+  r.failures.push_back(f);
+  CHECK_THAT(render_text(r),
+             Catch::Contains("error file : " + f.error_file + " (not used: " + read.problem + ")"));
+  CHECK_THAT(render_json(r), Catch::Contains(R"("error_file_problem": ")" + read.problem));
 }
 
 TEST_CASE("signals are reported by name") {

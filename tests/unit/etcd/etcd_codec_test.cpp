@@ -77,3 +77,27 @@ TEST_CASE("etcd store: unreadable or half-given TLS files are a ConfigError nami
 TEST_CASE("etcd store: no endpoint is a ConfigError") {
   CHECK_THROWS_AS(EtcdStore(EtcdStoreOptions{}), ddp::ConfigError);
 }
+
+TEST_CASE("etcd codec: a watch message decodes its events, and a malformed one is a ProtocolError") {
+  using ddp::store::etcd::decode_watch_message;
+  const auto m = decode_watch_message(
+      R"({"result": {"header": {"revision": "9"}, "created": true, "events": [)"
+      R"({"kv": {"key": "L3Avaw==", "value": "dg==", "mod_revision": "8"}}, {"type": "DELETE", "kv": {"key": "L3AveA=="}}]}})",
+      3);
+  CHECK(m.has_result);
+  CHECK(m.created);
+  CHECK(m.header_revision == 9);
+  REQUIRE(m.events.size() == 2);
+  CHECK(m.events[0].key == "k");
+  CHECK(m.events[0].value == "v");
+  CHECK(m.events[0].revision == 8);
+  CHECK(m.events[1].type == ddp::store::EventType::kDelete);
+  CHECK(decode_watch_message(R"({"error": {"grpc_code": 14}})", 0).error == R"({"grpc_code":14})");
+  CHECK_FALSE(decode_watch_message("{}", 0).has_result);
+  CHECK_THROWS_WITH(decode_watch_message(R"({"result": {"events": [{}]}})", 0),
+                    "sent a malformed watch message: an event has no 'kv' object");
+  CHECK_THROWS_WITH(decode_watch_message(R"({"result": {"compact_revision": 1.5}})", 0),
+                    "sent a malformed watch message: etcd sent a non-integer 'compact_revision'");
+  CHECK_THROWS_WITH(decode_watch_message("[" + std::string(100, '[') + std::string(101, ']'), 0),
+                    "sent a watch message that nests 101 levels deep; at most 64 are read");
+}

@@ -99,3 +99,18 @@ TEST_CASE("bad config files name the file, the line and the key") {
   write_file(f, "{\"role\": \"a \\\" , \\\"zz\\\": 1\",\n \"\\u006e\\u006e\": 1}");
   CHECK_THAT(error_of({"--config", f, "x"}), Catch::Contains(":2: key 'nn' is not a ddprun option"));
 }
+
+TEST_CASE(
+    "a config file nested or sized past its bound is one error naming the file, the bound and the size") {
+  TempDir dir;
+  const auto f = (dir / "c.json").string();
+  write_file(f, R"({"nnodes": 1, "args": )" + std::string(100000, '[') + std::string(100000, ']') + "}");
+  CHECK(error_of({"--config", f, "x"}) == "--config " + f + " nests 100001 levels deep; at most 64 are read");
+  write_file(f, R"({"role": ")" + std::string(2000000, 'x') + R"("})");
+  CHECK(error_of({"--config", f, "x"}) == "--config " + f + " is 2000012 bytes; at most 1048576 are read");
+  // nlohmann alone stops at a NUL: the key after it was read by the line scanner only.
+  write_file(f, std::string("{\"role\": \"a\"}\0{\"nnodes\": 1}", 29));
+  CHECK(error_of({"--config", f, "x"}) == f + ":1: malformed JSON (a NUL byte at byte 14)");
+  CHECK_THAT(error_of({"--config", (dir / "none.json").string(), "x"}),
+             Catch::Contains("--config: cannot read '" + (dir / "none.json").string() + "'"));
+}

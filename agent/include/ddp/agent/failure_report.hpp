@@ -19,8 +19,17 @@ struct ErrorFileContent {
   std::string timestamp;  // extraInfo.timestamp, seconds since the epoch as text
 };
 
-// nullopt when the file is missing or not one of the accepted JSON shapes.
-std::optional<ErrorFileContent> read_error_file(const std::filesystem::path& path);
+// What became of a worker's error file: its content, or why a file that
+// exists was not used. The worker wrote it, so it is outside input
+// (json_input::kErrorFile bounds it): a hostile file costs its own message,
+// never the agent.
+struct ErrorFileRead {
+  std::optional<ErrorFileContent> content;
+  // "it nests 100001 levels deep; at most 64 are read", "it is not valid JSON: ...",
+  // "it holds no \"message\""; empty when the file is used or does not exist.
+  std::string problem;
+};
+ErrorFileRead read_error_file(const std::filesystem::path& path);
 
 // "SIGSEGV" for 11; "SIG<n>" for a number without a name.
 std::string signal_name(int sig);
@@ -48,6 +57,7 @@ struct WorkerFailure {
   std::chrono::system_clock::time_point time;  // when the agent saw it end
   std::string error_file;
   std::optional<ErrorFileContent> error;
+  std::string error_file_problem;  // why error_file, which exists, gave no `error`
   std::vector<std::string> stderr_tail;
   std::string stderr_log;        // path of its stderr log file, if any
   std::optional<HangInfo> hang;  // set when ddprun killed it for hanging

@@ -1,0 +1,25 @@
+// libFuzzer target: one agent status record as `ddp-store status` reads it
+// (node_row, json_input::kStatusRecord). Input: the record's bytes.
+// Findings: a crash, a sanitizer report, an exception other than the two
+// node_row documents, or a cell that holds a control byte.
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "ddp/common/json_input.hpp"
+#include "job_status.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  try {
+    const auto row = ddp::store_cli::node_row(std::string_view(reinterpret_cast<const char*>(data), size));
+    for (const auto& cell : row.cells) {
+      for (const char c : cell) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) __builtin_trap();
+      }
+    }
+  } catch (const ddp::JsonError&) {
+  } catch (const nlohmann::json::type_error&) {
+  }
+  return 0;
+}
