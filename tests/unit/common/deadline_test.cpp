@@ -26,3 +26,12 @@ TEST_CASE("backoff delays stay under the growing ceiling and the cap") {
   }
   CHECK(b.attempts() == 50);
 }
+
+TEST_CASE("a deadline past the clock's range is never, not one in the past") {
+  CHECK_FALSE(ddp::Deadline::after(ddp::Millis::max()).expired());
+  CHECK(ddp::Deadline::after(ddp::Millis::max()).is_never());
+  CHECK_FALSE(
+      ddp::Deadline::after(std::chrono::duration_cast<ddp::Millis>(std::chrono::hours(24 * 365 * 300)))
+          .expired());
+  CHECK(ddp::Deadline::after(ddp::Millis::min()).expired());
+}

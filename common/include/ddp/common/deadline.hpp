@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <random>
 
+#include "ddp/common/time_bounds.hpp"
+
 namespace ddp {
 
 using Clock = std::chrono::steady_clock;
@@ -13,7 +15,8 @@ using Millis = std::chrono::milliseconds;
 // A point in time after which an operation gives up. Copyable value type.
 class Deadline {
  public:
-  static Deadline after(Millis timeout) { return Deadline(Clock::now() + timeout); }
+  // A timeout that reaches past the clock's range (Millis::max()) is never.
+  static Deadline after(Millis timeout) { return Deadline(saturating_add(Clock::now(), timeout)); }
   static Deadline never() { return Deadline(Clock::time_point::max()); }
   explicit Deadline(Clock::time_point at) : at_(at) {}
 
