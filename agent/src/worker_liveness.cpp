@@ -9,6 +9,7 @@
 
 #include "ddp/common/logging.hpp"
 #include "ddp/common/proc_file.hpp"
+#include "ddp/common/time_bounds.hpp"
 #include "worker_group.hpp"
 
 namespace ddp::agent {
@@ -17,7 +18,8 @@ namespace {
 
 std::string seconds_text(double s) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  // %.1f of 1e300 fills the buffer before its unit.
+  std::snprintf(buf, sizeof(buf), std::fabs(s) < 1e9 ? "%.1f s" : "%.3g s", s);
   return buf;
 }
 
@@ -48,6 +50,7 @@ void WorkerGroup::on_timer_request(const TimerRequest& r) {
     watch_.disarm(lr, "FileTimer", r.scope);
     return;
   }
+  Worker& w = workers_[static_cast<std::size_t>(lr)];
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const double left = r.expiration_time - now;
@@ -56,11 +59,11 @@ void WorkerGroup::on_timer_request(const TimerRequest& r) {
   d.source = "FileTimer";
   d.scope = r.scope;
   d.signal = r.signal;
-  d.at = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                std::chrono::duration<double>(std::max(0.0, left)));
+  // Anything from a worker: a scope "1e12 s" ahead (past int64 nanoseconds)
+  // is kMaxDuration ahead, which no job outlives, not a time in the past.
+  d.at = saturating_add(std::chrono::steady_clock::now(), clamp_duration(left, TimeUnit::kSeconds));
   d.detail = "set to expire " + seconds_text(std::max(0.0, left)) + " later";
-  log_->debug("FileTimer armed rank={} scope={} in={}", workers_[static_cast<std::size_t>(lr)].rank, r.scope,
-              seconds_text(left));
+  log_->debug("FileTimer armed rank={} scope={} in={}", w.rank, r.scope, seconds_text(left));
   watch_.arm(d);
 }
 
