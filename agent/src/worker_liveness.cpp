@@ -16,6 +16,13 @@ namespace ddp::agent {
 
 namespace {
 
+// Live FileTimer scopes one worker may have. torch's `timer.expires()`
+// releases its scope when the block ends, so a worker has as many as it nests
+// (a handful); past this it leaks them, and each costs the agent memory and
+// time. Bounds the agent's memory too: a scope name is at most one request
+// line (kMaxLine, 4 KiB), so 1024 of them take at most ~5 MiB per worker.
+constexpr std::size_t kMaxTimerScopesPerWorker = 1024;
+
 std::string seconds_text(double s) {
   char buf[32];
   // %.1f of 1e300 fills the buffer before its unit.
@@ -51,6 +58,17 @@ void WorkerGroup::on_timer_request(const TimerRequest& r) {
     return;
   }
   Worker& w = workers_[static_cast<std::size_t>(lr)];
+  if (watch_.count(lr, "FileTimer") >= kMaxTimerScopesPerWorker && !watch_.armed(lr, "FileTimer", r.scope)) {
+    if (!w.timer_scopes_full) {
+      w.timer_scopes_full = true;
+      log_->warn(
+          "worker rank={} local_rank={} has {} live FileTimer scopes, the most ddprun keeps per worker: "
+          "new scope '{}' is not armed, nor any new scope after it until some are released (scopes armed "
+          "already still expire; torch's timer.expires() releases its scope when the block ends)",
+          w.rank, lr, kMaxTimerScopesPerWorker, r.scope);
+    }
+    return;
+  }
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const double left = r.expiration_time - now;

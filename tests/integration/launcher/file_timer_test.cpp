@@ -56,3 +56,44 @@ TEST_CASE("FileTimer scopes armed 1e12 s ahead, or at the largest double, never 
   CHECK(code == 0);
   CHECK_THAT(p.err(), !Catch::Contains("worker hung"));
 }
+
+TEST_CASE("a worker past 1024 live FileTimer scopes is warned once, and the scopes it has keep working") {
+  TempDir dir;
+  const auto worker = dir / "worker.py";
+  write_file(worker,
+             "import json, os, time\n"
+             "def req(scope, expiration, sig):\n"
+             "    line = json.dumps({'version': 1, 'pid': os.getpid(), 'scope_id': scope,\n"
+             "                       'expiration_time': expiration, 'signal': sig}) + '\\n'\n"
+             "    while True:\n"
+             "        fd = os.open(os.environ['TORCHELASTIC_TIMER_FILE'], os.O_WRONLY | os.O_NONBLOCK)\n"
+             "        try:\n"
+             "            os.write(fd, line.encode())\n"
+             "            return\n"
+             "        except BlockingIOError:\n"
+             "            time.sleep(0.001)  # the agent is behind: the pipe is full\n"
+             "        finally:\n"
+             "            os.close(fd)\n"
+             "ahead = time.time() + 3600\n"
+             "for i in range(1030):\n"
+             "    req('scope-%d' % i, ahead, 9)\n"
+             "req('scope-0', 0, 0)  # an armed scope can still be moved\n"
+             "req('scope-1', -1, 0)  # released: room for one new scope\n"
+             "req('probe', 0, 0)\n"
+             "while not os.path.exists(os.path.join(os.path.dirname(__file__), 'go')):\n"
+             "    time.sleep(0.02)\n");
+  Process p(
+      ddprun_argv({"--standalone", "--nproc_per_node=1", "--no_python", "/usr/bin/python3", worker.string()}),
+      dir.path(), clean_env({{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}), "ddprun");
+  CHECK(wait_until([&] { return probe_seen(p) || !p.running(); }, 60s));
+  write_file(dir / "go", "");
+  const auto code = p.wait(30s);
+  const std::string err = p.err();
+  INFO(err);
+  CHECK(code == 0);
+  CHECK(count_lines(err, "live FileTimer scopes") == 1);
+  CHECK_THAT(err, Catch::Contains("rank=0 local_rank=0 has 1024 live FileTimer scopes") &&
+                      Catch::Contains("'scope-1024' is not armed"));
+  CHECK_THAT(err, Catch::Contains("FileTimer expired rank=0 scope=scope-0 with no signal"));
+  CHECK_THAT(err, !Catch::Contains("worker hung"));
+}
