@@ -22,11 +22,8 @@ Work::Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   std::unique_lock lock(state_->mu);
-  // wait_for() adds the timeout to now unchecked; past the clock's range it is kForever.
-  const auto deadline = Deadline::after(timeout);
-  if (timeout == kForever || deadline.is_never()) {
-    state_->cv.wait(lock, [&] { return state_->done; });
-  } else if (!state_->cv.wait_until(lock, deadline.at(), [&] { return state_->done; })) {
+  // A timeout past the clock's range (kForever among them) is no timeout.
+  if (!wait_within(state_->cv, lock, Deadline::after(timeout), [&] { return state_->done; })) {
     throw TimeoutError(std::string("Work::wait: ") + state_->op + " on rank " + std::to_string(state_->rank) +
                        " did not complete within " + std::to_string(timeout.count()) +
                        " ms (the operation keeps running)");

@@ -30,6 +30,17 @@ class Deadline {
   Clock::time_point at_;
 };
 
+// cv.wait_until(lock, d.at(), pred), or cv.wait(lock, pred) for a deadline
+// that never comes. Unlike cv.wait_for(lock, timeout, pred), which adds the
+// timeout to now unchecked (a caller's milliseconds::max() times out at once).
+// Returns pred().
+template <class CondVar, class Lock, class Pred>
+bool wait_within(CondVar& cv, Lock& lock, const Deadline& d, Pred pred) {
+  if (!d.is_never()) return cv.wait_until(lock, d.at(), pred);
+  cv.wait(lock, pred);
+  return true;
+}
+
 // Exponential backoff with full jitter (AWS architecture blog's "full jitter"):
 // the n-th delay is uniform in [0, min(cap, base * 2^n)], so many clients that lost
 // the same server do not reconnect in lockstep. Not thread-safe.
