@@ -14,6 +14,7 @@
 
 #include "cgroup_scope.hpp"
 #include "ddp/common/exit_code.hpp"
+#include "ddp/common/time_bounds.hpp"
 #include "guard_protocol.hpp"
 #include "proc_tree.hpp"
 
@@ -203,7 +204,7 @@ class Guard {
   void start_killing() {
     if (phase_ == Phase::kKilling) return;
     phase_ = Phase::kKilling;
-    deadline_ = Clock::now() + o_.kill_wait;
+    deadline_ = ddp::saturating_add(Clock::now(), o_.kill_wait);
     kill_tree();
   }
 
@@ -232,7 +233,8 @@ class Guard {
         for (const auto& p : left) ::kill(p.pid, SIGTERM);
       }
       phase_ = Phase::kDraining;
-      deadline_ = Clock::now() + o_.stop_timeout;
+      // --stop-timeout-ms is any long the command line held.
+      deadline_ = ddp::saturating_add(Clock::now(), o_.stop_timeout);
       return;
     }
     if (no_children_ && worker_done_) finish();

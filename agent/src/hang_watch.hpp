@@ -11,8 +11,10 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 
 namespace ddp::agent {
 
@@ -41,16 +43,39 @@ class HangWatch {
   void clear(int local_rank);
   void clear_all();
   bool armed(int local_rank, const std::string& source, const std::string& scope) const;
-  std::size_t size() const { return deadlines_.size(); }
+  // How many deadlines one worker has from one source (its live FileTimer scopes).
+  std::size_t count(int local_rank, const std::string& source) const;
+  std::size_t size() const { return by_key_.size(); }
 
  private:
-  using Key = std::tuple<int, std::string, std::string>;
+  // Each deadline is in two ordered indexes, by what it watches and by when it
+  // is due: arming, moving, disarming and expiring one are O(log n), however
+  // many a worker arms (a linear scan per request made 30,000 torch scopes
+  // quadratic).
+  using Key = std::tuple<int, std::string, std::string>;  // local rank, source, scope
+  struct Entry {
+    std::chrono::steady_clock::time_point at;
+    std::string detail;
+    int signal = 9;
+  };
+  using ByKey = std::map<Key, Entry>;
+  using When = std::pair<std::chrono::steady_clock::time_point, const Key*>;  // the key lives in by_key_
+  struct EarlierFirst {
+    bool operator()(const When& a, const When& b) const {
+      if (a.first != b.first) return a.first < b.first;
+      return std::less<const Key*>()(a.second, b.second);
+    }
+  };
+
+  ByKey::iterator erase(ByKey::iterator it);
   void reschedule();
   void on_timer();
 
   boost::asio::steady_timer timer_;
   Expired expired_;
-  std::map<Key, Deadline> deadlines_;
+  ByKey by_key_;
+  std::set<When, EarlierFirst> by_time_;
+  std::map<std::pair<int, std::string>, std::size_t> counts_;  // (local rank, source) -> deadlines
   std::chrono::steady_clock::time_point scheduled_ = std::chrono::steady_clock::time_point::max();
 };
 

@@ -7,9 +7,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/time_bounds.hpp"
 
 namespace ddp::agent {
 
@@ -26,8 +28,15 @@ MonoNs mono_now() {
       ch::duration_cast<ch::nanoseconds>(ch::steady_clock::now().time_since_epoch()).count());
 }
 
+// A deadline past int64 nanoseconds (the worker wrote its times) is the
+// clock's end: as a negative time it would be due at once, and the timer would
+// fire, find the worker alive, re-arm and fire again without end.
 ch::steady_clock::time_point to_steady(MonoNs ns) {
-  return ch::steady_clock::time_point(ch::duration_cast<ch::steady_clock::duration>(ch::nanoseconds(ns)));
+  if (ns > static_cast<MonoNs>(std::numeric_limits<ch::nanoseconds::rep>::max())) {
+    return ch::steady_clock::time_point::max();
+  }
+  return ch::steady_clock::time_point(
+      saturating_cast<ch::steady_clock::duration>(ch::nanoseconds(static_cast<ch::nanoseconds::rep>(ns))));
 }
 
 std::string secs(double s) {

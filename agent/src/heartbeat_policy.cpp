@@ -3,13 +3,32 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ddp/common/time_bounds.hpp"
+
 namespace ddp::agent {
 
 namespace ch = std::chrono;
 
+namespace {
+
+MonoNs to_ns(ch::milliseconds t) {
+  return static_cast<MonoNs>(std::max<std::int64_t>(0, saturating_cast<ch::nanoseconds>(t).count()));
+}
+
+// start + timeout on the worker's clock. The worker wrote `start`: near the
+// clock's end the sum saturates just short of kNever ("no deadline"), so the
+// worker stays watched but is never declared hung for a wrapped deadline.
+MonoNs deadline_after(MonoNs start, ch::milliseconds timeout) {
+  return std::min(saturating_add(start, to_ns(timeout)), kNever - 1);
+}
+
+}  // namespace
+
 ch::milliseconds learned_timeout(const LivenessConfig& cfg, std::uint64_t longest_ns) {
+  // The worker writes longest_ns and the user chose the factor: the product
+  // may be past any integer, hence the clamp (at most kMaxDuration).
   const double ms = static_cast<double>(longest_ns) / 1e6 * cfg.auto_factor;
-  return std::max(cfg.auto_min, ch::milliseconds(static_cast<std::int64_t>(std::ceil(ms))));
+  return std::max(cfg.auto_min, clamp_duration(std::ceil(ms), TimeUnit::kMilliseconds));
 }
 
 std::optional<ch::milliseconds> section_timeout(const LivenessConfig& cfg, const liveness::SectionStats& s) {
@@ -31,11 +50,10 @@ std::optional<ch::milliseconds> heartbeat_timeout(const LivenessConfig& cfg, con
 
 LivenessPlan plan_liveness(const LivenessConfig& cfg, const liveness::Snapshot& s) {
   LivenessPlan p;
-  const auto ns = [](ch::milliseconds t) { return static_cast<MonoNs>(ch::nanoseconds(t).count()); };
   if (const auto t = heartbeat_timeout(cfg, s)) {
     p.heartbeat_timeout = *t;
     p.heartbeat_learned = cfg.heartbeat_timeout.count() == 0;
-    p.heartbeat_deadline = s.last_beat_ns + ns(*t);
+    p.heartbeat_deadline = deadline_after(s.last_beat_ns, *t);
   }
   p.notify_beat = cfg.heartbeats_on() && p.heartbeat_deadline == kNever;
 
@@ -45,7 +63,7 @@ LivenessPlan plan_liveness(const LivenessConfig& cfg, const liveness::Snapshot& 
     if (const auto t = section_timeout(cfg, s.slots[s.section_slot])) {
       p.section_timeout = *t;
       p.section_learned = cfg.section_timeouts.count(s.section) == 0;
-      p.section_deadline = s.section_enter_ns + ns(*t);
+      p.section_deadline = deadline_after(s.section_enter_ns, *t);
     }
   }
   if (cfg.sections_on()) {
@@ -61,7 +79,7 @@ LivenessPlan plan_liveness(const LivenessConfig& cfg, const liveness::Snapshot& 
     // every entry. A section still warming up while another deadline is armed
     // is picked up when that deadline is re-checked.
     const MonoNs armed = std::min(p.heartbeat_deadline, p.section_deadline);
-    p.notify_enter_before = armed == kNever || !shortest ? kNever : armed - std::min(armed, ns(*shortest));
+    p.notify_enter_before = armed == kNever || !shortest ? kNever : armed - std::min(armed, to_ns(*shortest));
     for (std::uint32_t i = 0; i < liveness::kMaxSections; ++i) {
       bool matters = true;
       if (i < s.slots.size() && !s.slots[i].name.empty()) {

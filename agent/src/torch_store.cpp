@@ -31,7 +31,7 @@ void Agent::Impl::start_torch_store() {
   options.lane_env = "LOCAL_RANK";
   options.torch_legacy_protocol = cfg.rendezvous.torch_legacy_protocol;
   // A store restarting under systemd comes back within the keep-alive window.
-  options.connect_timeout = cfg.rendezvous.keep_alive_interval * cfg.rendezvous.keep_alive_max_attempt;
+  options.connect_timeout = rdzv::keep_alive_window(cfg.rendezvous);
   torch_store = std::make_unique<store::TorchStoreProxy>(options);
   torch_store->start();
 }

@@ -48,8 +48,9 @@ struct Worker {
   std::string stderr_log;
   std::unique_ptr<WorkerOutput> output;
   WorkerTerminal terminal;
-  bool hung = false;              // killed for hanging: its failure is already recorded
-  std::string python_stack_file;  // its faulthandler dump file; empty: native
+  bool hung = false;               // killed for hanging: its failure is already recorded
+  bool timer_scopes_full = false;  // warned that it has the most FileTimer scopes ddprun keeps
+  std::string python_stack_file;   // its faulthandler dump file; empty: native
 };
 
 struct WorkerGroupEvents {

@@ -9,15 +9,24 @@
 
 #include "ddp/common/logging.hpp"
 #include "ddp/common/proc_file.hpp"
+#include "ddp/common/time_bounds.hpp"
 #include "worker_group.hpp"
 
 namespace ddp::agent {
 
 namespace {
 
+// Live FileTimer scopes one worker may have. torch's `timer.expires()`
+// releases its scope when the block ends, so a worker has as many as it nests
+// (a handful); past this it leaks them, and each costs the agent memory and
+// time. Bounds the agent's memory too: a scope name is at most one request
+// line (kMaxLine, 4 KiB), so 1024 of them take at most ~5 MiB per worker.
+constexpr std::size_t kMaxTimerScopesPerWorker = 1024;
+
 std::string seconds_text(double s) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  // %.1f of 1e300 fills the buffer before its unit.
+  std::snprintf(buf, sizeof(buf), std::fabs(s) < 1e9 ? "%.1f s" : "%.3g s", s);
   return buf;
 }
 
@@ -48,6 +57,18 @@ void WorkerGroup::on_timer_request(const TimerRequest& r) {
     watch_.disarm(lr, "FileTimer", r.scope);
     return;
   }
+  Worker& w = workers_[static_cast<std::size_t>(lr)];
+  if (watch_.count(lr, "FileTimer") >= kMaxTimerScopesPerWorker && !watch_.armed(lr, "FileTimer", r.scope)) {
+    if (!w.timer_scopes_full) {
+      w.timer_scopes_full = true;
+      log_->warn(
+          "worker rank={} local_rank={} has {} live FileTimer scopes, the most ddprun keeps per worker: "
+          "new scope '{}' is not armed, nor any new scope after it until some are released (scopes armed "
+          "already still expire; torch's timer.expires() releases its scope when the block ends)",
+          w.rank, lr, kMaxTimerScopesPerWorker, r.scope);
+    }
+    return;
+  }
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const double left = r.expiration_time - now;
@@ -56,11 +77,11 @@ void WorkerGroup::on_timer_request(const TimerRequest& r) {
   d.source = "FileTimer";
   d.scope = r.scope;
   d.signal = r.signal;
-  d.at = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                std::chrono::duration<double>(std::max(0.0, left)));
+  // Anything from a worker: a scope "1e12 s" ahead (past int64 nanoseconds)
+  // is kMaxDuration ahead, which no job outlives, not a time in the past.
+  d.at = saturating_add(std::chrono::steady_clock::now(), clamp_duration(left, TimeUnit::kSeconds));
   d.detail = "set to expire " + seconds_text(std::max(0.0, left)) + " later";
-  log_->debug("FileTimer armed rank={} scope={} in={}", workers_[static_cast<std::size_t>(lr)].rank, r.scope,
-              seconds_text(left));
+  log_->debug("FileTimer armed rank={} scope={} in={}", w.rank, r.scope, seconds_text(left));
   watch_.arm(d);
 }
 

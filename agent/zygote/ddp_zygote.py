@@ -14,8 +14,10 @@ Replies on the same connection, one JSON line each:
     {"pid": WORKER, "guard_pid": GUARD, "cgroup": PATH-or-""}   the worker runs
     {"error": TEXT}                                              it could not start
     {"exit": WAIT_STATUS}                                        the guard ended
-then the zygote closes the connection. docs/agent.md ("Preloading") has the
-process layout and what a forked worker shares with the zygote.
+then the zygote closes the connection. Connections are served side by side;
+one that has not sent its whole request within READ_TIMEOUT_S is dropped.
+docs/agent.md ("Preloading") has the process layout and what a forked worker
+shares with the zygote.
 """
 
 import ctypes
@@ -26,9 +28,19 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 PR_SET_PDEATHSIG = 1
 MAX_REQUEST_BYTES = 16 << 20  # argv + env; ARG_MAX-sized envs fit
+# One connection that is slow, silent or hostile must cost only itself: the
+# zygote never blocks on one (every socket and pipe is non-blocking, served
+# from one selector), and drops it when it is past its time or its share.
+# One thread only: the zygote forks, and a fork copies only the calling
+# thread (a lock another thread held stays locked in the child forever).
+READ_TIMEOUT_S = 10.0  # to send the whole request; the agent sends it at once
+REPORT_TIMEOUT_S = 20.0  # for a forked ddp-guard to report its worker; the agent waits 30 s
+MAX_RECEIVING = 64  # connections still sending their request; past it the oldest is dropped
+MAX_RECEIVING_BYTES = 64 << 20  # what they sent so far, together
 
 
 def fork_soundness_problem():
@@ -47,35 +59,42 @@ def fork_soundness_problem():
     return None
 
 
-def recv_request(conn):
-    """The request's JSON and its three fds."""
-    data = b""
-    fds = []
-    while not data.endswith(b"\n"):
-        msg, anc, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(3 * 4))
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                usable = len(payload) - len(payload) % 4
-                fds += list(memoryview(payload)[:usable].cast("i"))
-        if not msg:
-            break
-        data += msg
-        if len(data) > MAX_REQUEST_BYTES:
-            break
-    for fd in fds:
-        os.set_inheritable(fd, False)
-    if not data.endswith(b"\n") or len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
-        raise ValueError("malformed request (%d bytes, %d fds)" % (len(data), len(fds)))
-    return json.loads(data), fds
-
-
 def send_line(conn, obj):
+    # Non-blocking: a reply is a line and a connection gets two, far less than
+    # a socket buffer; a peer that lets it fill up loses its replies.
     try:
-        conn.sendall((json.dumps(obj) + "\n").encode())
+        conn.send((json.dumps(obj) + "\n").encode())
     except OSError:
         pass  # the agent is gone; the guard's parent-death chain cleans up
+
+
+def close_fd(fd):
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+class Request:
+    """One connection, from its accept to its last reply."""
+
+    def __init__(self, conn, deadline):
+        self.conn = conn
+        self.deadline = deadline
+        self.data = bytearray()
+        self.fds = []  # the worker's stdin, stdout, stderr, once received
+        self.guard_pid = None  # once forked
+        self.info_r = None  # the guard's report, read until EOF
+        self.go_w = None  # closed once the report is in: the worker goes on
+        self.report = b""
+        self.exit_status = None  # the guard ended before its report was read
+
+    def close_all(self):
+        """Closes every fd of this request (os.close only: safe in a forked child)."""
+        for fd in self.fds + [fd for fd in (self.info_r, self.go_w) if fd is not None]:
+            close_fd(fd)
+        self.fds, self.info_r, self.go_w = [], None, None
+        self.conn.close()
 
 
 class Zygote:
@@ -84,27 +103,177 @@ class Zygote:
         self.listener.bind(path)
         os.chmod(path, 0o600)  # only the agent's user may ask for a worker
         self.listener.listen(64)
+        self.listener.setblocking(False)
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         self.selector = selectors.DefaultSelector()
-        self.selector.register(self.listener, selectors.EVENT_READ)
-        self.selector.register(self.wake_r, selectors.EVENT_READ)
-        self.guards = {}  # guard pid -> the connection its exit is reported on
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "reap")
+        self.receiving = {}  # conn fd -> Request still sending its request
+        self.receiving_bytes = 0
+        self.starting = {}  # guard pid -> Request whose guard has not reported yet
+        self.running = {}  # guard pid -> Request: its exit is reported on its connection
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w)
 
     def serve(self):
         """Returns only in a forked worker, with its request."""
         while True:
-            for key, _ in self.selector.select():
-                if key.fileobj is self.listener:
-                    conn, _ = self.listener.accept()
-                    job = self.handle(conn)
+            for key, _ in self.selector.select(self.next_timeout()):
+                if key.data == "accept":
+                    self.accept()
+                elif key.data == "reap":
+                    os.read(self.wake_r, 4096)
+                    self.reap()
+                elif key.data[0] == "request":
+                    job = self.receive(key.data[1])
                     if job is not None:
                         return job
                 else:
-                    os.read(self.wake_r, 4096)
-                    self.reap()
+                    self.read_report(key.data[1])
+            self.expire()
+
+    def next_timeout(self):
+        pending = list(self.receiving.values()) + list(self.starting.values())
+        if not pending:
+            return None
+        return max(0.0, min(r.deadline for r in pending) - time.monotonic())
+
+    def accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # out of fds: the next wakeup tries again
+            conn.setblocking(False)
+            if len(self.receiving) >= MAX_RECEIVING:
+                oldest = min(self.receiving.values(), key=lambda r: r.deadline)
+                self.drop(oldest, "%d connections were sending requests at once; the oldest was dropped"
+                          % MAX_RECEIVING)
+            req = Request(conn, time.monotonic() + READ_TIMEOUT_S)
+            self.receiving[conn.fileno()] = req
+            self.selector.register(conn, selectors.EVENT_READ, ("request", req))
+
+    def drop(self, req, why):
+        """Ends a request that has not forked anything: an error reply, then closed."""
+        self.receiving.pop(req.conn.fileno())
+        self.receiving_bytes -= len(req.data)
+        self.selector.unregister(req.conn)
+        send_line(req.conn, {"error": "ddp-zygote: " + why})
+        req.close_all()
+
+    def receive(self, req):
+        if self.receiving.get(req.conn.fileno()) is not req:
+            return None  # dropped earlier in this round of events
+        try:
+            # CLOEXEC at once: a worker forked for another request must not inherit these.
+            msg, anc, _flags, _addr = req.conn.recvmsg(65536, socket.CMSG_SPACE(3 * 4), socket.MSG_CMSG_CLOEXEC)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError as e:
+            return self.drop(req, "cannot read the request: %s" % e)
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(payload) - len(payload) % 4
+                req.fds += list(memoryview(payload)[:usable].cast("i"))
+        req.data += msg
+        self.receiving_bytes += len(msg)
+        if len(req.fds) > 3 or (not msg and not req.data.endswith(b"\n")):
+            return self.drop(req, "malformed request (%d bytes, %d fds)" % (len(req.data), len(req.fds)))
+        if len(req.data) > MAX_REQUEST_BYTES or self.receiving_bytes > MAX_RECEIVING_BYTES:
+            return self.drop(req, "request too large (%d bytes so far)" % len(req.data))
+        if not req.data.endswith(b"\n"):
+            return None
+        self.receiving.pop(req.conn.fileno())
+        self.receiving_bytes -= len(req.data)
+        self.selector.unregister(req.conn)
+        try:
+            body = json.loads(bytes(req.data)) if len(req.fds) == 3 else None
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            send_line(req.conn, {"error": "ddp-zygote: malformed request (%d bytes, %d fds)"
+                                 % (len(req.data), len(req.fds))})
+            req.close_all()
+            return None
+        req.data = bytearray()
+        return self.start(req, body)
+
+    def start(self, req, body):
+        info_r, info_w = os.pipe()
+        go_r, go_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        me = os.getpid()
+        guard_pid = os.fork()
+        if guard_pid == 0:
+            os.close(info_r)
+            return self.in_guard_child(req, body, me, info_w, go_r, go_w)
+        for fd in req.fds + [info_w, go_r]:
+            os.close(fd)
+        req.fds = []
+        req.guard_pid, req.info_r, req.go_w = guard_pid, info_r, go_w
+        req.deadline = time.monotonic() + REPORT_TIMEOUT_S
+        os.set_blocking(info_r, False)
+        self.starting[guard_pid] = req
+        self.selector.register(info_r, selectors.EVENT_READ, ("report", req))
+        return None
+
+    def read_report(self, req):
+        if self.starting.get(req.guard_pid) is not req:
+            return  # done earlier in this round of events
+        try:
+            chunk = os.read(req.info_r, 4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        if chunk and len(req.report) < 65536:
+            req.report += chunk
+            return
+        # EOF: the guard reported and closed its end, or it died.
+        self.starting.pop(req.guard_pid)
+        self.selector.unregister(req.info_r)
+        os.close(req.info_r)
+        os.close(req.go_w)  # the worker goes on once it reads EOF
+        req.info_r = req.go_w = None
+        reply = {"guard_pid": req.guard_pid, "cgroup": ""}
+        for line in req.report.decode(errors="replace").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "pid" and value.isdigit():
+                reply["pid"] = int(value)
+            elif key == "cgroup":
+                reply["cgroup"] = value
+        if "pid" not in reply:
+            reply = {"error": "ddp-guard (pid %d) did not start: %r" % (req.guard_pid, req.report)}
+        send_line(req.conn, reply)
+        self.finish_or_run(req)
+
+    def finish_or_run(self, req):
+        if req.exit_status is not None:
+            send_line(req.conn, {"exit": req.exit_status})
+            req.conn.close()
+        else:
+            self.running[req.guard_pid] = req
+
+    def expire(self):
+        now = time.monotonic()
+        for req in [r for r in self.receiving.values() if r.deadline <= now]:
+            self.drop(req, "no whole request within %g s" % READ_TIMEOUT_S)
+        for req in [r for r in self.starting.values() if r.deadline <= now]:
+            # Its group holds the worker, still waiting for its go: nothing ran.
+            try:
+                os.killpg(req.guard_pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.starting.pop(req.guard_pid)
+            self.selector.unregister(req.info_r)
+            os.close(req.info_r)
+            os.close(req.go_w)
+            req.info_r = req.go_w = None
+            send_line(req.conn, {"error": "ddp-guard (pid %d) did not report its worker within %g s; killed it"
+                                 % (req.guard_pid, REPORT_TIMEOUT_S)})
+            self.finish_or_run(req)
 
     def reap(self):
         while True:
@@ -114,68 +283,34 @@ class Zygote:
                 return
             if pid == 0:
                 return
-            conn = self.guards.pop(pid, None)
-            if conn is not None:
-                send_line(conn, {"exit": status})
-                conn.close()
+            req = self.running.pop(pid, None)
+            if req is not None:
+                send_line(req.conn, {"exit": status})
+                req.conn.close()
+            elif pid in self.starting:
+                self.starting[pid].exit_status = status  # sent after its report
 
-    def handle(self, conn):
-        try:
-            req, fds = recv_request(conn)
-        except (OSError, ValueError) as e:
-            send_line(conn, {"error": "ddp-zygote: " + str(e)})
-            conn.close()
-            return None
-        info_r, info_w = os.pipe()
-        go_r, go_w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        me = os.getpid()
-        guard_pid = os.fork()
-        if guard_pid == 0:
-            conn.close()
-            os.close(info_r)
-            return self.in_guard_child(req, fds, me, info_w, go_r, go_w)
-        for fd in fds + [info_w, go_r]:
-            os.close(fd)
-        report = b""
-        while True:
-            chunk = os.read(info_r, 4096)
-            if not chunk:
-                break
-            report += chunk
-        os.close(info_r)
-        os.close(go_w)  # the worker goes on once it reads EOF
-        reply = {"guard_pid": guard_pid, "cgroup": ""}
-        for line in report.decode(errors="replace").splitlines():
-            key, _, value = line.partition(" ")
-            if key == "pid":
-                reply["pid"] = int(value)
-            elif key == "cgroup":
-                reply["cgroup"] = value
-        if "pid" not in reply:
-            reply = {"error": "ddp-guard (pid %d) did not start: %r" % (guard_pid, report)}
-        send_line(conn, reply)
-        self.guards[guard_pid] = conn
-        self.reap()  # a guard that ended already
-        return None
+    def requests(self):
+        return list(self.receiving.values()) + list(self.starting.values()) + list(self.running.values())
 
-    def in_guard_child(self, req, fds, zygote_pid, info_w, go_r, go_w):
+    def in_guard_child(self, req, body, zygote_pid, info_w, go_r, go_w):
         """The forked child that becomes the worker's ddp-guard; forks the worker first."""
         try:
             os.setpgid(0, 0)  # the worker's own group, led by its guard as after a normal spawn
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # kept across exec for the guard
-            for target, fd in enumerate(fds):
+            req.conn.close()
+            for target, fd in enumerate(req.fds):
                 os.dup2(fd, target)
                 os.close(fd)
+            req.fds = []
             worker_pid = os.fork()
             if worker_pid == 0:
                 os.close(info_w)
                 os.close(go_w)
-                return self.in_worker(req, go_r)
+                return self.in_worker(body, go_r)
             os.set_inheritable(info_w, True)
-            guard = req["guard"]
-            os.execv(guard, [guard, "--stop-timeout-ms=%d" % int(req.get("stop_timeout_ms", 30000)),
+            guard = body["guard"]
+            os.execv(guard, [guard, "--stop-timeout-ms=%d" % int(body.get("stop_timeout_ms", 30000)),
                              "--info-fd=%d" % info_w, "--agent-pid=%d" % zygote_pid,
                              "--adopt-pid=%d" % worker_pid])
         except BaseException as e:  # noqa: B902 - nothing may return into the zygote's loop
@@ -184,16 +319,18 @@ class Zygote:
             finally:
                 os._exit(127)
 
-    def in_worker(self, req, go_r):
+    def in_worker(self, body, go_r):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         guard_pid = os.getppid()
-        # Nothing of the zygote's stays open in the worker.
+        # Nothing of the zygote's stays open in the worker: its socket, other
+        # requests' connections, stdio and pipes (one of another worker's
+        # stdout held open here would keep the agent from its EOF).
         signal.set_wakeup_fd(-1)
         self.selector.close()
         self.listener.close()
-        for conn in self.guards.values():
-            conn.close()
+        for other in self.requests():
+            other.close_all()
         os.close(self.wake_r)
         os.close(self.wake_w)
         # Wait until the guard has it in its cgroup (the zygote closes its end then).
@@ -202,7 +339,7 @@ class Zygote:
         os.close(go_r)
         if os.getppid() != guard_pid:
             os._exit(128 + signal.SIGKILL)
-        return req
+        return body
 
 
 def reset_signals():

@@ -6,8 +6,10 @@ namespace ddp {
 
 Millis Deadline::remaining() const {
   if (is_never()) return Millis::max();
-  auto left = std::chrono::duration_cast<Millis>(at_ - Clock::now());
-  return std::max(left, Millis(0));
+  const auto now = Clock::now();
+  // Compared first: at_ - now would overflow for a point near the clock's start.
+  if (at_ <= now) return Millis(0);
+  return std::chrono::duration_cast<Millis>(at_ - now);
 }
 
 Backoff::Backoff(Millis base, Millis cap)

@@ -1,6 +1,7 @@
 #include "ddp/common/parse.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "ddp/common/error.hpp"
@@ -43,29 +44,49 @@ bool parse_bool_or_throw(std::string_view text, std::string_view what) {
   return *v;
 }
 
-std::optional<std::chrono::milliseconds> parse_duration(std::string_view text, TimeUnit unit) noexcept {
-  // strtod's spelling as the flags took it before, less its locale and hex
-  // forms: an optional '+', digits, fraction, exponent.
+namespace {
+
+// strtod's spelling as the flags took it before, less its locale and hex
+// forms: an optional '+', digits, fraction, exponent (and "inf"). nullopt for
+// anything else, nan included; a number past double's range is infinity.
+std::optional<double> parse_number(std::string_view text) noexcept {
   if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-  double v = -1;
+  double v = 0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, v, std::chars_format::general);
-  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(v) || v < 0) return std::nullopt;
-  const double ms = unit == TimeUnit::kSeconds ? v * 1000.0 : v;
-  if (ms > static_cast<double>(kMaxDuration.count())) return std::nullopt;
-  const auto rounded = std::chrono::milliseconds(std::llround(ms));
-  return ms > 0 && rounded.count() == 0 ? std::chrono::milliseconds(1) : rounded;
+  if (text.empty() || ptr != end || std::isnan(v)) return std::nullopt;
+  if (ec == std::errc::result_out_of_range) {
+    // from_chars leaves v unset on overflow and on underflow alike; strtod
+    // gives infinity for the one and zero (or a denormal) for the other.
+    return std::strtod(std::string(text).c_str(), nullptr);
+  }
+  if (ec != std::errc()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text, TimeUnit unit) noexcept {
+  const auto v = parse_number(text);
+  if (!v || std::isinf(*v)) return std::nullopt;
+  return to_duration(*v, unit);
+}
+
+bool duration_too_long(std::string_view text, TimeUnit unit) noexcept {
+  const auto v = parse_number(text);
+  return v && *v > 0 && !to_duration(*v, unit);
 }
 
 std::chrono::milliseconds parse_duration_or_throw(std::string_view text, TimeUnit unit,
                                                   std::string_view what) {
   const auto v = parse_duration(text, unit);
-  if (!v) {
-    detail::throw_not(
-        what, text,
-        unit == TimeUnit::kSeconds ? "a number of seconds >= 0" : "a number of milliseconds >= 0");
+  if (v) return *v;
+  // A number, only too large: say the bound, not "is not a number".
+  if (duration_too_long(text, unit)) {
+    throw ConfigError(std::string(what) + ": '" + std::string(text) + "' " + std::string(kDurationTooLong));
   }
-  return *v;
+  detail::throw_not(
+      what, text, unit == TimeUnit::kSeconds ? "a number of seconds >= 0" : "a number of milliseconds >= 0");
 }
 
 }  // namespace ddp

@@ -19,10 +19,10 @@ std::string trim(const std::string& s) {
 // Seconds > 0 as milliseconds (at least 1 ms).
 std::chrono::milliseconds seconds(const std::string& text, const std::string& flag, const std::string& what) {
   const auto d = parse_duration(text, TimeUnit::kSeconds);
-  if (!d || d->count() == 0) {
-    throw ConfigError(flag + ": " + what + "'" + text + "' is not a number of seconds > 0 (or auto)");
-  }
-  return *d;
+  if (d && d->count() > 0) return *d;
+  const std::string head = flag + ": " + what + "'" + text + "' ";
+  if (duration_too_long(text, TimeUnit::kSeconds)) throw ConfigError(head + std::string(kDurationTooLong));
+  throw ConfigError(head + "is not a number of seconds > 0 (or auto)");
 }
 
 }  // namespace

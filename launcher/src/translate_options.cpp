@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -17,6 +16,7 @@
 #include "ddp/common/token_file.hpp"
 #include "ddp/launcher/launch_options.hpp"
 #include "ddp/rdzv/backend.hpp"
+#include "ddp/rdzv/rendezvous.hpp"
 #include "liveness_options.hpp"
 #include "program.hpp"
 
@@ -30,8 +30,17 @@ constexpr int kDefaultRdzvPort = 29400;
 
 std::chrono::milliseconds parse_seconds(const std::string& key, const std::string& value) {
   const auto d = ddp::parse_duration(value, TimeUnit::kSeconds);
-  if (!d) throw ConfigError("--rdzv_conf: " + key + "='" + value + "' is not a number of seconds >= 0");
-  return *d;
+  if (d) return *d;
+  const std::string head = "--rdzv_conf: " + key + "='" + value + "' ";
+  if (duration_too_long(value, TimeUnit::kSeconds)) throw ConfigError(head + std::string(kDurationTooLong));
+  throw ConfigError(head + "is not a number of seconds >= 0");
+}
+
+// A number CLI11 already parsed, quoted for a message ('1e+300').
+std::string number_text(double v) {
+  std::ostringstream out;
+  out << v;
+  return "'" + out.str() + "'";
 }
 
 bool parse_bool(const std::string& key, const std::string& value) {
@@ -236,10 +245,14 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
     throw ConfigError("--max_restarts: " + std::to_string(o.max_restarts) + " must be >= 0");
   }
   cfg.max_restarts = o.max_restarts;
-  if (!(o.stop_timeout_s >= 0) || !std::isfinite(o.stop_timeout_s)) {
+  if (const auto t = to_duration(o.stop_timeout_s, TimeUnit::kSeconds)) {
+    cfg.stop_timeout = *t;
+  } else if (o.stop_timeout_s > 0) {
+    throw ConfigError("--stop_timeout: " + number_text(o.stop_timeout_s) + " " +
+                      std::string(kDurationTooLong));
+  } else {
     throw ConfigError("--stop_timeout: must be a number of seconds >= 0");
   }
-  cfg.stop_timeout = std::chrono::milliseconds(std::llround(o.stop_timeout_s * 1000.0));
   cfg.liveness = translate_liveness(o);
   if (o.role.empty()) throw ConfigError("--role: must not be empty");
   cfg.role = o.role;
@@ -253,6 +266,7 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   rc.min_nodes = min_nodes;
   rc.max_nodes = max_nodes;
   apply_rdzv_conf(o.rdzv_conf, rc);
+  rdzv::check_keep_alive(rc);
   // A person watching gets a line a second while nodes are missing; a log
   // file gets one at once and then one every 30 s.
   rc.progress_interval = ::isatty(2) != 0 ? std::chrono::seconds(1) : std::chrono::seconds(30);

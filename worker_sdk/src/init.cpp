@@ -31,11 +31,11 @@ std::string read_token() {
 std::chrono::milliseconds connect_timeout(const InitOptions& options) {
   const char* v = std::getenv("DDP_INIT_TIMEOUT");
   if (v == nullptr || *v == '\0') return options.connect_timeout;
-  const auto timeout = parse_duration(v, TimeUnit::kSeconds);
-  if (!timeout || timeout->count() == 0) {
-    throw ConfigError(std::string("DDP_INIT_TIMEOUT='") + v + "' is not a positive number of seconds");
+  const auto timeout = parse_duration_or_throw(v, TimeUnit::kSeconds, "DDP_INIT_TIMEOUT");
+  if (timeout.count() == 0) {
+    throw ConfigError(std::string("DDP_INIT_TIMEOUT: '") + v + "' is not a positive number of seconds");
   }
-  return *timeout;
+  return timeout;
 }
 
 std::string seconds_text(std::chrono::milliseconds ms) {

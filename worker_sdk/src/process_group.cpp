@@ -8,6 +8,7 @@
 #include "backend.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/time_bounds.hpp"
 #include "ddp/init.hpp"
 #include "ddp/store/store.hpp"
 
@@ -21,7 +22,7 @@ class ProcessGroup::Impl {
   std::unique_ptr<detail::Backend> backend;
 
   std::chrono::milliseconds resolve(const OpOptions& options) const {
-    return options.timeout.count() > 0 ? options.timeout : timeout;
+    return options.timeout.count() > 0 ? clamp_duration(options.timeout) : timeout;
   }
 };
 
@@ -67,6 +68,9 @@ ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_
                       "'");
   }
   options.backend = resolve_backend(options.backend);
+  // Gloo and NCCL add it to now unchecked: milliseconds::max() ("forever")
+  // timed out at once. kMaxDuration (about 34 years) is as good as forever.
+  options.timeout = clamp_duration(options.timeout);
   impl_->rank = rank;
   impl_->size = world_size;
   impl_->timeout = options.timeout;

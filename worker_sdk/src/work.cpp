@@ -1,5 +1,6 @@
 #include <string>
 
+#include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
 #include "work_state.hpp"
 
@@ -21,9 +22,8 @@ Work::Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   std::unique_lock lock(state_->mu);
-  if (timeout == kForever) {
-    state_->cv.wait(lock, [&] { return state_->done; });
-  } else if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
+  // A timeout past the clock's range (kForever among them) is no timeout.
+  if (!wait_within(state_->cv, lock, Deadline::after(timeout), [&] { return state_->done; })) {
     throw TimeoutError(std::string("Work::wait: ") + state_->op + " on rank " + std::to_string(state_->rank) +
                        " did not complete within " + std::to_string(timeout.count()) +
                        " ms (the operation keeps running)");

@@ -7,6 +7,7 @@
 
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/time_bounds.hpp"
 #include "etcd_client.hpp"
 #include "etcd_codec.hpp"
 #include "etcd_watch.hpp"
@@ -442,8 +443,9 @@ std::vector<std::string> EtcdStore::keys_created(const std::string& prefix, Revi
 LeaseId EtcdStore::lease_grant(std::chrono::milliseconds ttl) {
   if (ttl.count() <= 0)
     throw StoreError("lease_grant needs a ttl > 0 ms, got " + std::to_string(ttl.count()));
-  // etcd counts whole seconds: round up so a lease never lives shorter than asked.
-  const auto seconds = (ttl.count() + 999) / 1000;
+  // etcd counts whole seconds: round up so a lease never lives shorter than
+  // asked (saturating: milliseconds::max() + 999 would wrap negative).
+  const auto seconds = saturating_add<std::int64_t>(ttl.count(), 999) / 1000;
   const auto answer = impl_->call("/v3/lease/grant", {{"TTL", std::to_string(seconds)}}, "lease grant");
   if (const auto error = answer.value("error", std::string()); !error.empty())
     throw StoreError("etcd refused a lease of " + std::to_string(seconds) + " s: " + error);

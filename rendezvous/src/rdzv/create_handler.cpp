@@ -1,9 +1,14 @@
+#include <algorithm>
+
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/time_bounds.hpp"
 #include "ddp/rdzv/backend.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
+#include "ddp/store/protocol.hpp"
 #include "dynamic_handler.hpp"
 #include "etcd_handler.hpp"
+#include "keys.hpp"
 #include "standalone_handler.hpp"
 #include "static_handler.hpp"
 
@@ -27,8 +32,28 @@ Backend backend_of(const RendezvousConfig& config) {
 
 }  // namespace
 
+std::chrono::milliseconds keep_alive_window(const RendezvousConfig& config) {
+  return clamp_product(config.keep_alive_interval, std::max(1, config.keep_alive_max_attempt));
+}
+
+void check_keep_alive(const RendezvousConfig& config) {
+  if (config.keep_alive_interval.count() <= 0) {
+    throw ConfigError("--rdzv_conf: keep_alive_interval must be positive");
+  }
+  if (config.keep_alive_max_attempt < 1) {
+    throw ConfigError("--rdzv_conf: keep_alive_max_attempt must be at least 1");
+  }
+  if (keep_alive_window(config).count() > store::kMaxLeaseTtlMs) {
+    throw ConfigError("--rdzv_conf: keep_alive_interval=" + detail::seconds_text(config.keep_alive_interval) +
+                      " x keep_alive_max_attempt=" + std::to_string(config.keep_alive_max_attempt) +
+                      " is a keep-alive window longer than one year, the longest lease a store keeps; "
+                      "lower either");
+  }
+}
+
 std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config, const NodeSpec& self) {
   check_self(self);
+  check_keep_alive(config);
   const Backend backend = backend_of(config);
   if (backend == Backend::kStandalone) return std::make_unique<StandaloneHandler>(config, self);
   if (backend == Backend::kStatic) return std::make_unique<StaticHandler>(config, self);
@@ -54,6 +79,7 @@ std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config
 std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config, const NodeSpec& self,
                                                   std::shared_ptr<store::Store> store) {
   check_self(self);
+  check_keep_alive(config);
   detail::StoreAccess access;
   access.client = std::move(store);
   const Backend backend = backend_of(config);

@@ -26,9 +26,7 @@ const RendezvousConfig& checked(const RendezvousConfig& c) {
                       std::to_string(c.max_nodes));
   }
   if (c.max_nodes >= (1 << 30)) throw ConfigError("--nnodes: MAX is too large");
-  if (c.keep_alive_interval.count() <= 0) {
-    throw ConfigError("--rdzv_conf keep_alive_interval: must be positive");
-  }
+  check_keep_alive(c);
   return c;
 }
 
@@ -290,7 +288,8 @@ void DynamicHandler::close_listing(const std::string& prefix) {
 DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index, const Deadline& deadline) {
   const std::string key = prefix_of(round) + "closed";
   const bool candidate = index >= config_.min_nodes;
-  auto last_call = candidate ? Clock::now() + config_.last_call_timeout : Clock::time_point::max();
+  auto last_call =
+      candidate ? saturating_add(Clock::now(), config_.last_call_timeout) : Clock::time_point::max();
   int seen = index;
   const bool feedback = log::get("rdzv")->should_log(spdlog::level::info);
   while (true) {
@@ -310,7 +309,7 @@ DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index
         last_call = Clock::time_point::max();  // the MAX-th arrival closes it
       } else if (count > seen) {
         seen = count;
-        last_call = Clock::now() + config_.last_call_timeout;
+        last_call = saturating_add(Clock::now(), config_.last_call_timeout);
       } else {
         logger_info_last_call(config_, round, count);
         return close_round(round, now_seen);

@@ -24,8 +24,7 @@ std::shared_ptr<store::Store> open_etcd_store(const RendezvousConfig& config) {
   o.ca_file = config.etcd.cacert;
   o.cert_file = config.etcd.cert;
   o.key_file = config.etcd.key;
-  const auto window = config.keep_alive_interval * std::max(1, config.keep_alive_max_attempt);
-  o.connect_timeout = std::max(window, std::chrono::milliseconds(1000));
+  o.connect_timeout = std::max(keep_alive_window(config), std::chrono::milliseconds(1000));
   o.request_timeout = std::max(config.keep_alive_interval, std::chrono::milliseconds(1000));
   auto etcd = std::make_shared<store::EtcdStore>(o);
   try {

@@ -43,11 +43,11 @@ std::pair<RoundEvent, std::string> decode_event(const std::string& text) {
 }
 
 RoundMonitor::RoundMonitor(std::shared_ptr<store::Store> store, std::chrono::milliseconds keep_alive_interval,
-                           int keep_alive_max_attempt, std::string store_name)
+                           std::chrono::milliseconds keep_alive_window, std::string store_name)
     : store_(std::move(store)),
       store_name_(std::move(store_name)),
       interval_(keep_alive_interval),
-      ttl_(keep_alive_interval * std::max(1, keep_alive_max_attempt)),
+      ttl_(keep_alive_window),
       keepalive_(std::make_shared<Keepalive>()) {
   keepalive_->store = store_;
   keepalive_->last_ok = Clock::now();

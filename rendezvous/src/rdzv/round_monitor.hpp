@@ -45,10 +45,12 @@ struct WatchedRound {
 // of the ended round reaches the callback.
 class RoundMonitor {
  public:
-  // `store_name` ("the rendezvous store at HOST:PORT") starts every kStoreLost
-  // detail, so that the agent's error names what it lost.
+  // `keep_alive_window` (rdzv::keep_alive_window) is the lease's TTL and how
+  // long the store may stay silent. `store_name` ("the rendezvous store at
+  // HOST:PORT") starts every kStoreLost detail, so that the agent's error
+  // names what it lost.
   RoundMonitor(std::shared_ptr<store::Store> store, std::chrono::milliseconds keep_alive_interval,
-               int keep_alive_max_attempt, std::string store_name = "the rendezvous store");
+               std::chrono::milliseconds keep_alive_window, std::string store_name = "the rendezvous store");
   ~RoundMonitor();  // cancels watches, stops and joins the thread; does not revoke
   RoundMonitor(const RoundMonitor&) = delete;
   RoundMonitor& operator=(const RoundMonitor&) = delete;

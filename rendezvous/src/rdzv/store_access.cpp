@@ -122,8 +122,7 @@ StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std:
       store::TcpStore first(opts);
       first.ping();
     }
-    const auto window = config.keep_alive_interval * std::max(1, config.keep_alive_max_attempt);
-    opts.connect_timeout = std::max(window, std::chrono::milliseconds(1000));
+    opts.connect_timeout = std::max(keep_alive_window(config), std::chrono::milliseconds(1000));
     opts.request_timeout = std::max(config.keep_alive_interval, std::chrono::milliseconds(1000));
     // A node's lease also ends with its connection: an agent killed with -9 is
     // seen gone at once; the TTL still covers a hung or unreachable agent.

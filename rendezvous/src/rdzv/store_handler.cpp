@@ -32,8 +32,8 @@ StoreHandler::StoreHandler(const RendezvousConfig& config, const NodeSpec& self,
       self_(self),
       access_(std::move(access)),
       store_(access_.client),
-      monitor_(std::make_unique<RoundMonitor>(store_, config.keep_alive_interval,
-                                              config.keep_alive_max_attempt, store_name(config))),
+      monitor_(std::make_unique<RoundMonitor>(store_, config.keep_alive_interval, keep_alive_window(config),
+                                              store_name(config))),
       rdzv_prefix_(rdzv_prefix(config.run_id)) {}
 
 StoreHandler::~StoreHandler() {
@@ -56,8 +56,7 @@ void StoreHandler::wait_for_members_to_leave() {
   // lease expires, which bounds the wait by the keep-alive window. The same
   // when this node closed the job: a static node waiting for the others reads
   // the reason at its next progress tick (a second), not a store that is gone.
-  const auto window = config_.keep_alive_interval * std::max(1, config_.keep_alive_max_attempt);
-  std::chrono::milliseconds wait = window + std::chrono::milliseconds(500);
+  std::chrono::milliseconds wait = keep_alive_window(config_) + std::chrono::milliseconds(500);
   std::optional<std::int64_t> round;
   {
     std::lock_guard<std::mutex> lock(mu_);

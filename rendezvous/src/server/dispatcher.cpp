@@ -11,8 +11,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-// Timeouts beyond this are "forever": now + a huge duration would overflow.
-constexpr std::int64_t kMaxTimeoutMs = 10LL * 365 * 24 * 3600 * 1000;
 // How long a graceful stop waits for sessions to take their last replies.
 constexpr std::chrono::seconds kShutdownGrace{2};
 // Compaction retries after a failure: 1 s, doubling up to 60 s.
@@ -273,7 +271,8 @@ void Dispatcher::handle_blocking(const std::shared_ptr<Session>& s, Request& req
     return s->send(resp);
   }
   if (refuse_pending(s, req)) return;
-  const auto deadline = (req.b < 0 || req.b > kMaxTimeoutMs) ? Clock::time_point::max() : now + Millis(req.b);
+  // A timeout past the clock's range is forever, as a negative one.
+  const auto deadline = req.b < 0 ? Clock::time_point::max() : saturating_add(now, Millis(req.b));
   const WaiterId id = next_handle_++;
   waiters_.add(id, still_missing(req), deadline);
   s->pending()[req.id] = {Pending::Kind::kWaiter, id};

@@ -3,12 +3,9 @@
 namespace ddp::store::server {
 namespace {
 
-// now + ttl without signed overflow: a TTL past the clock's range never expires.
+// A TTL past the clock's range (an old log's) never expires.
 Clock::time_point expiry_after(Clock::time_point now, Millis ttl) {
-  if (ttl <= Millis::zero()) return now;
-  const auto room = Clock::time_point::max() - now;
-  if (ttl >= std::chrono::duration_cast<Millis>(room)) return Clock::time_point::max();
-  return now + ttl;
+  return ttl <= Millis::zero() ? now : saturating_add(now, ttl);
 }
 
 }  // namespace

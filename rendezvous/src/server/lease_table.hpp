@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ddp/common/deadline.hpp"
+#include "ddp/store/protocol.hpp"
 #include "ddp/store/store.hpp"
 
 namespace ddp::store::server {
@@ -29,10 +30,8 @@ struct Lease {
 
 class LeaseTable {
  public:
-  // Why one year: leases stand for a live agent or worker and are kept alive
-  // every few seconds; a TTL beyond a year is a unit mistake (seconds given as
-  // ms twice over, or a sentinel such as INT64_MAX), refused as BAD_REQUEST.
-  static constexpr Millis kMaxTtl{365LL * 24 * 3600 * 1000};
+  // One year: why, in protocol.hpp.
+  static constexpr Millis kMaxTtl{kMaxLeaseTtlMs};
 
   LeaseId grant(Millis ttl, Clock::time_point now);
   // Re-creates a persisted lease after a restart, with its full TTL counted from

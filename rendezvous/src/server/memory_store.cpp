@@ -8,6 +8,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
 #include "store_core.hpp"
 #include "watch_hub.hpp"
@@ -61,8 +62,9 @@ class MemoryStore::Impl {
 
   // Blocks until `req` (a kGet or kWait) stops answering kNotFound.
   Response block(const Request& req, std::chrono::milliseconds timeout, const std::string& what) {
-    const bool forever = timeout.count() < 0;
-    const auto deadline = forever ? Clock::time_point::max() : Clock::now() + timeout;
+    // A timeout past the clock's range is forever too.
+    const auto deadline = timeout.count() < 0 ? Deadline::never() : Deadline::after(timeout);
+    const bool forever = deadline.is_never();
     std::unique_lock<std::mutex> lk(mu_);
     while (true) {
       auto resp = core_.execute(req, Clock::now());
@@ -70,7 +72,7 @@ class MemoryStore::Impl {
       if (stop_) throw StoreError(what + ": store is shutting down");
       if (forever) {
         changed_.wait(lk);
-      } else if (changed_.wait_until(lk, deadline) == std::cv_status::timeout && Clock::now() >= deadline) {
+      } else if (changed_.wait_until(lk, deadline.at()) == std::cv_status::timeout && deadline.expired()) {
         throw TimeoutError(what + ": timed out after " + std::to_string(timeout.count()) + " ms");
       }
     }

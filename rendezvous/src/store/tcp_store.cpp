@@ -3,6 +3,7 @@
 #include "ddp/store/tcp_store.hpp"
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/time_bounds.hpp"
 #include "tcp_store_impl.hpp"
 
 namespace ddp::store {
@@ -62,6 +63,14 @@ const Item& first_item(const Request& req, const Response& resp, const std::stri
 
 std::int64_t to_ms(std::chrono::milliseconds t) { return t.count() < 0 ? -1 : t.count(); }
 
+// How long the client waits for a get's or wait's reply: the server owns the
+// timer, the grace covers its reply's trip back. Saturating: a caller's
+// milliseconds::max() plus the grace would wrap to a wait in the past.
+std::chrono::milliseconds reply_wait(std::int64_t timeout_ms, std::chrono::milliseconds grace) {
+  if (timeout_ms < 0) return kNoTimeout;
+  return std::chrono::milliseconds(saturating_add<std::int64_t>(timeout_ms, grace.count()));
+}
+
 }  // namespace
 
 TcpStore::TcpStore(TcpStoreOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {
@@ -100,8 +109,7 @@ Revision TcpStore::set(const std::string& key, std::string_view value, LeaseId l
 std::string TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   auto req = make(Op::kGet, {key});
   req.b = to_ms(timeout);
-  // The server owns the timer; the grace covers its reply's trip back.
-  const auto wait = req.b < 0 ? kNoTimeout : timeout + impl_->options().request_timeout;
+  const auto wait = reply_wait(req.b, impl_->options().request_timeout);
   auto resp = impl_->call(req, wait);
   if (resp.status != Status::kOk) raise(req, resp, impl_->where());
   first_item(req, resp, impl_->where());
@@ -139,7 +147,7 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   auto req = make(Op::kWait, keys);
   req.b = to_ms(timeout);
-  const auto wait = req.b < 0 ? kNoTimeout : timeout + impl_->options().request_timeout;
+  const auto wait = reply_wait(req.b, impl_->options().request_timeout);
   auto resp = impl_->call(req, wait);
   if (resp.status != Status::kOk) raise(req, resp, impl_->where());
 }

@@ -241,9 +241,8 @@ Response TcpStore::Impl::call(Request req, std::chrono::milliseconds reply_timeo
 Response TcpStore::Impl::await_reply(const std::shared_ptr<PendingCall>& pending, std::uint32_t id, Op op,
                                      std::chrono::milliseconds reply_timeout) {
   std::unique_lock<std::mutex> lk(pending->mu);
-  if (reply_timeout.count() < 0) {
-    pending->cv.wait(lk, [&] { return pending->done; });
-  } else if (!pending->cv.wait_for(lk, reply_timeout, [&] { return pending->done; })) {
+  const auto deadline = reply_timeout.count() < 0 ? Deadline::never() : Deadline::after(reply_timeout);
+  if (!wait_within(pending->cv, lk, deadline, [&] { return pending->done; })) {
     lk.unlock();
     {
       std::lock_guard<std::mutex> mlk(mu_);

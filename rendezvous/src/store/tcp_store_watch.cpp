@@ -65,7 +65,8 @@ std::vector<std::shared_ptr<WatchState>> TcpStore::Impl::start_watches(std::vect
   for (std::size_t i = 0; i < ws.size(); ++i) {
     const auto& ack = acks[i];
     std::unique_lock<std::mutex> lk(ack->mu);
-    const bool answered = ack->cv.wait_for(lk, options_.request_timeout, [&] { return ack->done; });
+    const bool answered =
+        wait_within(ack->cv, lk, Deadline::after(options_.request_timeout), [&] { return ack->done; });
     lk.unlock();
     if (answered && !ack->error) continue;
     // None of them is started for the caller: end those that were.

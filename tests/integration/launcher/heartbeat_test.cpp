@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <sstream>
 
 #include "launcher_test_util.hpp"
 
@@ -213,4 +214,46 @@ TEST_CASE("a Python worker writing the liveness file by hand is watched the same
   CHECK_THAT(r.err, Catch::Contains("worker hung rank=1 local_rank=1"));
   CHECK_THAT(r.err, Catch::Contains("section 'step' expired"));
   CHECK(count_lines(r.err, "worker hung") == 1);
+}
+
+namespace {
+
+// User plus system CPU time of a process, from /proc/PID/stat.
+std::chrono::milliseconds cpu_time(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+  std::string f;
+  long long ticks = 0;
+  for (int i = 3; fields >> f && i <= 15; ++i) {
+    if (i >= 14) ticks += std::stoll(f);  // utime, stime
+  }
+  return std::chrono::milliseconds(ticks * 1000 / ::sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+TEST_CASE("a heartbeat time near the clock's end in a liveness file does not make the agent spin") {
+  // A deadline past int64 nanoseconds used to become a time in the past: the
+  // agent's timer fired, found the worker alive, re-armed it, fired again.
+  TempDir dir;
+  write_file(dir / "w.py",
+             "import mmap, os, struct, time\n"
+             "m = mmap.mmap(os.open(os.environ['DDP_LIVENESS_FILE'], os.O_RDWR), 4096)\n"
+             "struct.pack_into('<Q', m, 24, 2**63 + 5)  # last heartbeat\n"
+             "struct.pack_into('<Q', m, 16, 1)          # heartbeat count\n"
+             "os.write(os.open(os.environ['DDP_LIVENESS_PIPE'], os.O_WRONLY | os.O_NONBLOCK), b'x')\n"
+             "print('beat', flush=True)\n"
+             "while not os.path.exists(os.path.join(os.path.dirname(__file__), 'go')):\n"
+             "    time.sleep(0.02)\n");
+  Process job(ddprun_argv({"--standalone", "--nproc_per_node=1", "--heartbeat_timeout=5", "--no_python",
+                           "/usr/bin/python3", (dir / "w.py").string()}),
+              dir.path(), clean_env({}), "ddprun");
+  REQUIRE(wait_until([&] { return job.out().find("[rank 0]:beat") != std::string::npos; }, 20s));
+  const auto before = cpu_time(job.pid());
+  // Idle, the agent uses next to no CPU; spinning, a core's worth.
+  CHECK_FALSE(wait_until([&] { return cpu_time(job.pid()) - before > 300ms; }, 2s));
+  write_file(dir / "go", "");
+  CHECK(job.wait(20s) == 0);
+  INFO(job.err());
+  CHECK_THAT(job.err(), !Catch::Contains("worker hung"));
 }

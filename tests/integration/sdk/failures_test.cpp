@@ -89,6 +89,17 @@ TEST_CASE("an unreachable MASTER_ADDR fails after the bounded retry naming host:
                                     std::to_string(port)));
 }
 
+TEST_CASE("a DDP_INIT_TIMEOUT too long to keep is refused naming the variable and the longest accepted") {
+  const auto r = run_with_env({{"RANK", "1"},
+                               {"WORLD_SIZE", "2"},
+                               {"MASTER_ADDR", "127.0.0.1"},
+                               {"MASTER_PORT", std::to_string(free_port())},
+                               {"DDP_INIT_TIMEOUT", "1e12"}});
+  CHECK(r.code == 2);
+  CHECK(count_lines(r.err) == 1);
+  CHECK_THAT(r.err, Catch::Contains("DDP_INIT_TIMEOUT: '1e12' is longer than 1099511627 s"));
+}
+
 TEST_CASE("an uncaught exception is written to the error file in torch's format") {
   TempDir dir;
   const auto file = dir / "error.json";

@@ -206,6 +206,23 @@ int join_timeout() {
   return 0;
 }
 
+// Timeouts past the clock's range, as a program may write "forever": the
+// group's, one collective's and a wait's.
+int far_timeouts() {
+  ddp::Context ctx = ddp::init();
+  ddp::ProcessGroupOptions options;
+  options.backend = "gloo";
+  options.timeout = std::chrono::milliseconds::max();
+  ddp::ProcessGroup pg(ctx, options);
+  std::vector<float> v{1.0f};
+  ddp::OpOptions op;
+  op.timeout = std::chrono::milliseconds(1'000'000'000'000'000);  // 1e12 s
+  pg.all_reduce_async(v, ReduceOp::kSum, op).wait(std::chrono::milliseconds(1'000'000'000'000'000));
+  pg.barrier();
+  std::printf("far timeouts ok rank %d sum %d\n", ctx.rank, static_cast<int>(v[0]));
+  return static_cast<int>(v[0]) == ctx.world_size ? 0 : 1;
+}
+
 // The world this rank joined, checked by an all_reduce of rank + 1; for jobs
 // started by a scheduler.
 int world() {
@@ -229,6 +246,7 @@ int scenario(int argc, char** argv) {
   if (mode == "missing-peer") return missing_peer();
   if (mode == "join-timeout") return join_timeout();
   if (mode == "world") return world();
+  if (mode == "far-timeouts") return far_timeouts();
   if (mode == "throw") throw std::runtime_error("boom from the test worker");
   if (mode == "config") throw ddp::ConfigError("--flag is wrong");
   if (mode == "segv") {

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "ddp/common/time_bounds.hpp"
+
 using namespace ddp::agent;
 using namespace std::chrono_literals;
 namespace lv = ddp::liveness;
@@ -127,4 +129,37 @@ TEST_CASE("a section entered before the armed deadline minus the shortest timeou
   const auto p = plan_liveness(cfg, s);
   CHECK(p.heartbeat_deadline == 60'000 * kMs);
   CHECK(p.notify_enter_before == 50'000 * kMs);
+}
+
+TEST_CASE("times a worker writes near the clock's end give deadlines that saturate, never wrap") {
+  LivenessConfig cfg;
+  cfg.heartbeat_timeout = 5s;
+  cfg.section_timeouts["step"] = 30s;
+  lv::Snapshot s = in_section("step", kNever - 5, 1, kMs);
+  s.beat_count = 1;
+  s.last_beat_ns = kNever - 1000;
+  const auto p = plan_liveness(cfg, s);
+  // Wrapped, these would be a few seconds after the clock's start: "hung" at once.
+  CHECK(p.heartbeat_deadline >= s.last_beat_ns);
+  CHECK(p.section_deadline >= s.section_enter_ns);
+  // Still deadlines (the worker is watched), not "none".
+  CHECK(p.heartbeat_deadline != kNever);
+  CHECK(p.section_deadline != kNever);
+}
+
+TEST_CASE("a learned timeout from a huge gap or factor is capped at the longest duration") {
+  LivenessConfig cfg;
+  CHECK(learned_timeout(cfg, UINT64_MAX) == ddp::kMaxDuration);
+  cfg.auto_factor = 1e300;
+  CHECK(learned_timeout(cfg, 10 * kMs) == ddp::kMaxDuration);
+  cfg.auto_factor = 5;
+  cfg.heartbeat_auto = true;
+  cfg.auto_warmup = 1;
+  lv::Snapshot s;
+  s.beat_count = 5;
+  s.last_beat_ns = 1000 * kMs;
+  s.max_beat_gap_ns = UINT64_MAX;  // milliseconds x 1e6 would overflow as nanoseconds
+  const auto p = plan_liveness(cfg, s);
+  CHECK(p.heartbeat_timeout == ddp::kMaxDuration);
+  CHECK(p.heartbeat_deadline > s.last_beat_ns);
 }

@@ -1,16 +1,25 @@
 // The preload zygote (agent/zygote/ddp_zygote.py) behind the process runner,
 // with a stdlib module preloaded (no torch needed): a forked worker comes back
-// with its own pid, output and exit status from under its own ddp-guard, and
-// PYTHONPATH entries only the worker has behave as at a fresh start.
+// with its own pid, output and exit status from under its own ddp-guard,
+// PYTHONPATH entries only the worker has behave as at a fresh start, and
+// connections that never finish their request cost only themselves.
 #include "preload_zygote.hpp"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <filesystem>
+#include <functional>
+#include <thread>
 
 #include "ddp/common/logging.hpp"
 #include "process_runner.hpp"
@@ -34,9 +43,14 @@ struct Outcome {
 };
 
 // Runs `script args...` forked from a zygote that preloaded json, with
-// `zygote_env` for the zygote and `worker_env` for the worker.
+// `zygote_env` for the zygote and `worker_env` for the worker. `before` runs
+// on a thread of its own once the zygote is started (the zygote gets ready on
+// the io thread), and the worker's spawn asks the zygote after it; `after`
+// runs on that thread next, the zygote still up.
 Outcome run_forked(const TempDir& dir, const std::vector<std::string>& argv,
-                   std::vector<std::string> zygote_env, std::vector<std::string> worker_env) {
+                   std::vector<std::string> zygote_env, std::vector<std::string> worker_env,
+                   const std::function<void(PreloadZygote&)>& before = {},
+                   const std::function<void()>& after = {}) {
   boost::asio::io_context io;
   ProcessRunner runner(io);
   PreloadZygote zygote(io, kPython, {"json"}, dir / "zygote.sock", std::move(zygote_env),
@@ -51,16 +65,28 @@ Outcome run_forked(const TempDir& dir, const std::vector<std::string>& argv,
   };
   SpawnSpec spec{kPython, {"-u"}, std::move(worker_env)};
   spec.args.insert(spec.args.end(), argv.begin(), argv.end());
-  ZygoteSpawn fork{argv, [&] { return zygote.connect(); }};
-  runner.spawn(
-      std::move(spec), std::move(h),
-      [&](pid_t pid, const std::string& error) {
-        o.pid = pid;
-        o.error = error;
-        if (pid < 0) io.stop();
-      },
-      {}, std::move(fork));
+  const auto spawn = [&] {
+    runner.spawn(
+        std::move(spec), std::move(h),
+        [&](pid_t pid, const std::string& error) {
+          o.pid = pid;
+          o.error = error;
+          if (pid < 0) io.stop();
+        },
+        {}, ZygoteSpawn{argv, [&] { return zygote.connect(); }});
+  };
+  std::thread prepare;
+  if (before) {
+    prepare = std::thread([&] {
+      before(zygote);
+      boost::asio::post(io, spawn);
+      if (after) after();
+    });
+  } else {
+    spawn();
+  }
   io.run_for(std::chrono::seconds(60));
+  if (prepare.joinable()) prepare.join();
   return o;
 }
 
@@ -125,4 +151,117 @@ TEST_CASE("PYTHONPATH entries only a forked worker has come first on sys.path an
     CHECK_THAT(o.out, !Catch::Contains("sitecustomize ran"));
     CHECK_THAT(o.out, Catch::Contains("path ['" + common + "', '" + worker_only + "']"));
   }
+}
+
+namespace {
+
+// Sends `text` with `fds` (SCM_RIGHTS) on a Unix socket.
+void send_with_fds(int conn, const std::string& text, const std::vector<int>& fds) {
+  iovec iov{const_cast<char*>(text.data()), text.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  REQUIRE(::sendmsg(conn, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(text.size()));
+}
+
+// What the zygote sent on `conn` until it closed it, waiting at most `timeout`.
+std::string read_until_closed(int conn, std::chrono::milliseconds timeout) {
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{conn, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[512];
+    const ssize_t n = ::read(conn, buf, sizeof(buf));
+    if (n <= 0) return out;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out + "<still open>";
+}
+
+std::string pipe_name(int fd) {
+  struct stat st {};
+  REQUIRE(::fstat(fd, &st) == 0);
+  return "pipe:[" + std::to_string(st.st_ino) + "]";
+}
+
+}  // namespace
+
+TEST_CASE("connections that never finish their request neither delay a worker's spawn nor leak into it") {
+  TempDir dir;
+  if (::access(kPython, X_OK) != 0) {
+    WARN("SKIP: no " << kPython);
+    return;
+  }
+  const auto script = (dir / "w.py").string();
+  write_file(script,
+             "import os\n"
+             "names = []\n"
+             "for f in os.listdir('/proc/self/fd'):\n"
+             "    try:\n"
+             "        names.append(os.readlink('/proc/self/fd/' + f))\n"
+             "    except OSError:\n"
+             "        pass  # listdir's own fd\n"
+             "print('fds', sorted(names))\n");
+  int silent = -1;
+  int partial = -1;
+  int sent[2] = {-1, -1};  // a pipe whose write end a half-sent request carries
+  REQUIRE(::pipe(sent) == 0);
+  std::string silent_got;
+  std::string partial_got;
+  auto o = run_forked(
+      dir, {script}, {"PATH=/usr/bin:/bin"}, {"PATH=/usr/bin:/bin"},
+      [&](PreloadZygote& z) {
+        silent = z.connect();  // waits until the zygote is ready
+        partial = z.connect();
+        REQUIRE(silent >= 0);
+        REQUIRE(partial >= 0);
+        send_with_fds(partial, "{\"argv\": [\"half", {sent[1], sent[1], sent[1]});
+      },
+      [&] {
+        // Each is dropped after its read timeout, told why.
+        silent_got = read_until_closed(silent, std::chrono::seconds(20));
+        partial_got = read_until_closed(partial, std::chrono::seconds(5));
+      });
+  INFO(o.out << o.err << o.error);
+  REQUIRE(o.pid > 0);
+  CHECK(WIFEXITED(o.status));
+  // The worker holds none of the stdio another request sent.
+  CHECK_THAT(o.out, Catch::Contains("fds [") && !Catch::Contains(pipe_name(sent[1])));
+  CHECK(silent_got == "{\"error\": \"ddp-zygote: no whole request within 10 s\"}\n");
+  CHECK_THAT(partial_got, Catch::Contains("no whole request"));
+  for (int fd : {silent, partial, sent[0], sent[1]}) ::close(fd);
+}
+
+TEST_CASE("past 64 connections sending requests at once the oldest is dropped") {
+  TempDir dir;
+  if (::access(kPython, X_OK) != 0) {
+    WARN("SKIP: no " << kPython);
+    return;
+  }
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  PreloadZygote zygote(io, kPython, {"json"}, dir / "zygote.sock", {"PATH=/usr/bin:/bin"},
+                       ddp::log::get("agent"));
+  zygote.start();
+  std::thread loop([&] { io.run(); });  // the zygote gets ready on the io thread
+  std::vector<int> conns;
+  for (int i = 0; i < 65; ++i) {
+    conns.push_back(zygote.connect());
+    CHECK(conns.back() >= 0);  // not REQUIRE: the io thread must be joined
+  }
+  const std::string dropped = read_until_closed(conns.front(), std::chrono::seconds(5));
+  io.stop();
+  loop.join();
+  CHECK_THAT(dropped,
+             Catch::Contains("64 connections were sending requests at once; the oldest was dropped"));
+  for (int fd : conns) ::close(fd);
 }

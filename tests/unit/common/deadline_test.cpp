@@ -1,6 +1,9 @@
 #include "ddp/common/deadline.hpp"
 
 #include <catch2/catch.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 using namespace std::chrono_literals;
 
@@ -25,4 +28,30 @@ TEST_CASE("backoff delays stay under the growing ceiling and the cap") {
     CHECK(d.count() <= ceiling);
   }
   CHECK(b.attempts() == 50);
+}
+
+TEST_CASE("a deadline past the clock's range is never, not one in the past") {
+  CHECK_FALSE(ddp::Deadline::after(ddp::Millis::max()).expired());
+  CHECK(ddp::Deadline::after(ddp::Millis::max()).is_never());
+  CHECK_FALSE(
+      ddp::Deadline::after(std::chrono::duration_cast<ddp::Millis>(std::chrono::hours(24 * 365 * 300)))
+          .expired());
+  CHECK(ddp::Deadline::after(ddp::Millis::min()).expired());
+}
+
+TEST_CASE("wait_within waits without a timeout for a deadline that never comes, and times out otherwise") {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unique_lock<std::mutex> lock(mu);
+  bool ready = false;
+  CHECK_FALSE(ddp::wait_within(cv, lock, ddp::Deadline::after(5ms), [&] { return ready; }));
+  std::thread setter([&] {
+    std::lock_guard<std::mutex> l(mu);
+    ready = true;
+    cv.notify_all();
+  });
+  // With wait_for(), milliseconds::max() would wrap into the past and return false at once.
+  CHECK(ddp::wait_within(cv, lock, ddp::Deadline::after(ddp::Millis::max()), [&] { return ready; }));
+  lock.unlock();
+  setter.join();
 }

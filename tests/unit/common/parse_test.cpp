@@ -98,3 +98,17 @@ TEST_CASE("parse_duration_or_throw names the key and the unit") {
   CHECK_THROWS_WITH(ddp::parse_duration_or_throw("-5", TimeUnit::kMilliseconds, "DDP_X"),
                     "DDP_X: '-5' is not a number of milliseconds >= 0");
 }
+
+TEST_CASE("a duration that is a number, only too long, is refused saying the longest accepted") {
+  for (const char* big : {"1e12", "1e300", "1e400", "inf", "+1099511628"}) {
+    INFO(big);
+    CHECK_FALSE(ddp::parse_duration(big, TimeUnit::kSeconds).has_value());
+    CHECK_THROWS_WITH(ddp::parse_duration_or_throw(big, TimeUnit::kSeconds, "--x"),
+                      "--x: '" + std::string(big) +
+                          "' is longer than 1099511627 s (about 34 years), the longest duration ddp accepts");
+  }
+  CHECK(ddp::parse_duration("1099511627", TimeUnit::kSeconds) == 1099511627000ms);
+  CHECK(ddp::parse_duration("1e-400", TimeUnit::kSeconds) == 0ms);  // underflow: no time, not an error
+  CHECK_THROWS_WITH(ddp::parse_duration_or_throw("1e400x", TimeUnit::kSeconds, "--x"),
+                    "--x: '1e400x' is not a number of seconds >= 0");
+}

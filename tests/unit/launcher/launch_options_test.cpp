@@ -322,6 +322,28 @@ TEST_CASE("every bad input gives one line naming the flag") {
              Catch::StartsWith("--token_file /no/such/token: cannot read: "));
 }
 
+TEST_CASE("a duration too long for its flag is refused naming the flag and the longest accepted") {
+  CHECK_THAT(error_of({"--stop_timeout=1e300", "/bin/true"}),
+             Catch::StartsWith("--stop_timeout: ") && Catch::Contains("longer than 1099511627 s"));
+  CHECK_THAT(error_of({"--stop_timeout=1e16", "/bin/true"}), Catch::StartsWith("--stop_timeout: "));
+  CHECK_THAT(error_of({"--stop_timeout=-1", "/bin/true"}), Catch::StartsWith("--stop_timeout: "));
+  CHECK(translate({"--stop_timeout=1e9", "/bin/true"}).stop_timeout == std::chrono::seconds(1'000'000'000));
+  CHECK_THAT(error_of({"--rdzv_conf=join_timeout=1e12", "/bin/true"}),
+             Catch::StartsWith("--rdzv_conf: join_timeout") && Catch::Contains("longer than 1099511627 s"));
+  // The keep-alive window (interval x attempts) is a lease TTL in the store,
+  // which keeps a lease at most a year.
+  for (const char* conf :
+       {"keep_alive_interval=1e9,keep_alive_max_attempt=2000000000", "keep_alive_interval=40000000",
+        "keep_alive_interval=1e9,keep_alive_max_attempt=9000"}) {
+    INFO(conf);
+    CHECK_THAT(error_of({std::string("--rdzv_conf=") + conf, "/bin/true"}),
+               Catch::StartsWith("--rdzv_conf: keep_alive_interval") && Catch::Contains("one year"));
+  }
+  const auto c =
+      translate({"--rdzv_conf=keep_alive_interval=100000,keep_alive_max_attempt=300", "/bin/true"});
+  CHECK(c.rendezvous.keep_alive_interval == std::chrono::seconds(100000));
+}
+
 TEST_CASE("PYTHON_EXEC picks the interpreter as under torchrun, and --python overrides it") {
   auto from_env = parse_command_line({"ddprun", "train.py"}, {{"PYTHON_EXEC", "/opt/py/bin/python3"}});
   CHECK(from_env.options.python == "/opt/py/bin/python3");

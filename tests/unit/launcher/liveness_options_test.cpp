@@ -72,3 +72,15 @@ TEST_CASE("bad liveness values name their flag") {
   CHECK_THAT(error_of({"--auto_timeout_factor=0.5"}), Catch::StartsWith("--auto_timeout_factor:"));
   CHECK_THAT(error_of({"--auto_timeout_warmup=0"}), Catch::StartsWith("--auto_timeout_warmup:"));
 }
+
+TEST_CASE(
+    "a liveness timeout past the longest duration is refused saying so; a huge auto factor is allowed") {
+  CHECK_THAT(error_of({"--heartbeat_timeout=1e12"}),
+             Catch::StartsWith("--heartbeat_timeout: '1e12' is longer than 1099511627 s"));
+  CHECK_THAT(error_of({"--section_timeouts=step=1e300"}),
+             Catch::StartsWith("--section_timeouts: step='1e300' is longer than 1099511627 s"));
+  CHECK_THAT(error_of({"--heartbeat_timeout=soon"}),
+             Catch::Equals("--heartbeat_timeout: 'soon' is not a number of seconds > 0 (or auto)"));
+  // The learned timeout it gives is capped (heartbeat_policy_test).
+  CHECK(translate_liveness(parse({"--auto_timeout_factor=1e300"})).auto_factor == 1e300);
+}

@@ -42,6 +42,28 @@ TEMPLATE_TEST_CASE("get times out naming the key", "[conformance]", STORE_BACKEN
   CHECK_THROWS_WITH(backend.store().get("never-set", 50ms), Contains("never-set") && Contains("50 ms"));
 }
 
+TEMPLATE_TEST_CASE("get and wait with a timeout past the clock's range wait for the key", "[conformance]",
+                   STORE_BACKENDS) {
+  TestType backend;
+  Store& s = backend.store();
+  // Added to now (or to the client's grace), these overflow into the past.
+  for (const auto huge :
+       {std::chrono::milliseconds::max(), std::chrono::milliseconds(1'000'000'000'000'000)}) {
+    INFO(huge.count());
+    const std::string key = "far-" + std::to_string(huge.count());
+    auto got = std::async(std::launch::async, [&] { return s.get(key, huge); });
+    auto waited = std::async(std::launch::async, [&] { s.wait({key + "/w"}, huge); });
+    CHECK(got.wait_for(100ms) == std::future_status::timeout);
+    CHECK(waited.wait_for(0ms) == std::future_status::timeout);
+    s.set(key, "here");
+    s.set(key + "/w", "");
+    REQUIRE(got.wait_for(5s) == std::future_status::ready);
+    REQUIRE(waited.wait_for(5s) == std::future_status::ready);
+    CHECK(got.get() == "here");
+    CHECK_NOTHROW(waited.get());
+  }
+}
+
 TEMPLATE_TEST_CASE("try_get answers at once", "[conformance]", STORE_BACKENDS) {
   TestType backend;
   Store& s = backend.store();

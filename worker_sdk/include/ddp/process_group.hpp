@@ -26,6 +26,8 @@ struct ProcessGroupOptions {
   // Default per-operation timeout (torch's default is 30 minutes too). A
   // collective that has not completed by then fails with ddp::TimeoutError
   // naming the rank and the operation, and the group becomes unusable.
+  // Longer than about 34 years (ddp::kMaxDuration; milliseconds::max() for
+  // "forever") counts as that long.
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
   // Names the group's keys in the store. Groups are numbered per name in the
   // order each rank creates them, so every rank must create its groups in the
@@ -39,7 +41,7 @@ struct ProcessGroupOptions {
 
 // Per-call settings.
 struct OpOptions {
-  // 0: the group's default timeout.
+  // 0: the group's default timeout. Capped like ProcessGroupOptions::timeout.
   std::chrono::milliseconds timeout{0};
 };
 

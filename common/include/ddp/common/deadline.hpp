@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <random>
 
+#include "ddp/common/time_bounds.hpp"
+
 namespace ddp {
 
 using Clock = std::chrono::steady_clock;
@@ -13,7 +15,8 @@ using Millis = std::chrono::milliseconds;
 // A point in time after which an operation gives up. Copyable value type.
 class Deadline {
  public:
-  static Deadline after(Millis timeout) { return Deadline(Clock::now() + timeout); }
+  // A timeout that reaches past the clock's range (Millis::max()) is never.
+  static Deadline after(Millis timeout) { return Deadline(saturating_add(Clock::now(), timeout)); }
   static Deadline never() { return Deadline(Clock::time_point::max()); }
   explicit Deadline(Clock::time_point at) : at_(at) {}
 
@@ -26,6 +29,17 @@ class Deadline {
  private:
   Clock::time_point at_;
 };
+
+// cv.wait_until(lock, d.at(), pred), or cv.wait(lock, pred) for a deadline
+// that never comes. Unlike cv.wait_for(lock, timeout, pred), which adds the
+// timeout to now unchecked (a caller's milliseconds::max() times out at once).
+// Returns pred().
+template <class CondVar, class Lock, class Pred>
+bool wait_within(CondVar& cv, Lock& lock, const Deadline& d, Pred pred) {
+  if (!d.is_never()) return cv.wait_until(lock, d.at(), pred);
+  cv.wait(lock, pred);
+  return true;
+}
 
 // Exponential backoff with full jitter (AWS architecture blog's "full jitter"):
 // the n-th delay is uniform in [0, min(cap, base * 2^n)], so many clients that lost

@@ -13,6 +13,8 @@
 #include <optional>
 #include <string_view>
 
+#include "ddp/common/time_bounds.hpp"
+
 namespace ddp {
 
 // A whole-string decimal integer of type T: "42", "-3". No '+', no spaces, no
@@ -48,25 +50,26 @@ std::optional<bool> parse_bool(std::string_view text) noexcept;
 // 1/0, yes/no, on/off)".
 bool parse_bool_or_throw(std::string_view text, std::string_view what);
 
-// The unit a bare number of a duration is counted in: each flag, variable or
-// key documents its own (--rdzv_conf timeouts are seconds, the daemon's
-// idle_frame_timeout_ms is milliseconds).
-enum class TimeUnit : std::uint8_t { kMilliseconds, kSeconds };
-
 // A duration written as a non-negative decimal number of `unit`, with an
 // optional fraction and exponent ("30", "0.5", "1e3"), as milliseconds rounded
 // to the nearest; a value above zero is at least 1 ms, so it never reads as
 // "no time". nullopt for "", trailing text, a negative number, inf, nan, or
-// more than kMaxDuration.
+// more than kMaxDuration (ddp::to_duration, time_bounds.hpp).
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text, TimeUnit unit) noexcept;
 
 // As parse_duration; else ConfigError "<what>: '<text>' is not a number of
-// seconds >= 0" (or milliseconds).
+// seconds >= 0" (or milliseconds), or, for a number past kMaxDuration,
+// "<what>: '<text>' is longer than 1099511627 s (about 34 years), the longest
+// duration ddp accepts".
 std::chrono::milliseconds parse_duration_or_throw(std::string_view text, TimeUnit unit,
                                                   std::string_view what);
 
-// Longest duration parse_duration accepts (about 31 years): keeps the
-// arithmetic on it (deadlines, sums) far from overflow.
-inline constexpr std::chrono::milliseconds kMaxDuration{std::int64_t{1} << 40};
+// For callers that parse a duration with rules of their own (a "> 0", an
+// "auto") and word their own message: whether `text` is a number that is only
+// too long (past kMaxDuration, infinity included), and what to say of it.
+bool duration_too_long(std::string_view text, TimeUnit unit) noexcept;
+inline constexpr std::string_view kDurationTooLong =
+    "is longer than 1099511627 s (about 34 years), the longest duration ddp accepts";
+static_assert(kMaxDurationSeconds == 1099511627, "kDurationTooLong states kMaxDuration");
 
 }  // namespace ddp

@@ -72,6 +72,17 @@ struct RendezvousConfig {
   store::TorchLegacyProtocol torch_legacy_protocol = store::TorchLegacyProtocol::kTorch1;
 };
 
+// keep_alive_interval x keep_alive_max_attempt: how long a node, or the store,
+// may go unheard before it is taken for dead, and the TTL of each node's
+// lease. Saturating (ddp::clamp_product): both factors come from --rdzv_conf.
+std::chrono::milliseconds keep_alive_window(const RendezvousConfig& config);
+
+// Throws ConfigError naming --rdzv_conf for keep-alive settings no store can
+// honour: an interval <= 0, no attempt, or a window longer than the longest
+// lease a store grants (one year, store::kMaxLeaseTtlMs). create_handler
+// checks it; the launcher too, to fail before anything starts.
+void check_keep_alive(const RendezvousConfig& config);
+
 // The outcome of one round: this node's place in the world.
 struct RendezvousResult {
   std::int64_t round = 0;       // increases by one per completed round of the job

@@ -69,6 +69,13 @@ inline constexpr std::uint8_t kMaxOp = 24;
 // server itself stops: a restarted daemon restores leases with their TTL.
 inline constexpr std::int64_t kLeaseBindToConnection = 1;
 
+// The longest lease TTL a server grants (kLeaseGrant's b), one year. Leases
+// stand for a live agent or worker and are kept alive every few seconds; a
+// TTL beyond a year is a unit mistake (seconds given as ms twice over, or a
+// sentinel such as INT64_MAX), refused as BAD_REQUEST. Clients check their
+// own settings against it to name the flag instead.
+inline constexpr std::int64_t kMaxLeaseTtlMs = 365LL * 24 * 3600 * 1000;
+
 enum class Status : std::uint8_t {
   kOk = 0,
   kNotFound = 1,
