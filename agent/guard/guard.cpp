@@ -16,6 +16,7 @@
 #include "ddp/common/exit_code.hpp"
 #include "guard_protocol.hpp"
 #include "proc_tree.hpp"
+#include "stale_cgroups.hpp"
 
 namespace ddp::guard {
 
@@ -67,7 +68,12 @@ class Guard {
     // catchable so that the tree is killed before the guard goes.
     ::prctl(PR_SET_PDEATHSIG, kill_now);
     const bool agent_gone = o_.agent_pid > 0 && ::getppid() != o_.agent_pid;
-    if (!agent_gone) cgroup_ = CgroupScope::create(self_);
+    if (!agent_gone) {
+      // Where ddprun and its guards were all SIGKILLed at once, what their
+      // workers left still runs in their cgroups, beside the one made here.
+      for (const auto& stale : reap_stale_guard_cgroups(own_cgroup_dir(), 1)) say(describe(stale));
+      cgroup_ = CgroupScope::create(self_);
+    }
     if (o_.adopt_pid > 0) {
       adopt_worker();
     } else {

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "agent_impl.hpp"
+#include "containment.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/rdzv/backend.hpp"
@@ -67,6 +68,9 @@ Agent::Impl::~Impl() { rdzv.reset(); }
 
 AgentResult Agent::Impl::run() {
   observers.open();  // a bad --event_log fails before anything connects
+  // A walk of the cgroup hierarchy (milliseconds on a big host), done while
+  // the first rendezvous runs; waited for before any guard of ours starts.
+  stale_cgroups = std::async(std::launch::async, reap_stale_cgroups);
   std::shared_ptr<rdzv::RendezvousHandler> handler =
       initial_handler ? std::move(initial_handler) : rdzv::create_handler(cfg.rendezvous, cfg.node);
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id);
@@ -115,6 +119,7 @@ AgentResult Agent::Impl::run() {
   observers.attach_startup(startup);
   terminal->open([this](const winsize& size) { group->resize_ptys(size); });
   start_torch_store();
+  if (!cfg.preload.empty()) stale_cgroups.wait();
   start_preload();
 
   start_rendezvous();
@@ -198,6 +203,7 @@ void Agent::Impl::spawn_workers() {
   launch.base_env = &base_env;
   launch.extra_env = &liveness_env;
   life.enter(Phase::kRunning);
+  if (stale_cgroups.valid()) stale_cgroups.get();
   try {
     hang_reported = false;
     group->start(launch);

@@ -16,6 +16,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,6 +106,7 @@ struct Agent::Impl {
   std::string last_event_detail;  // of the latest round event, for restart/scale reasons
   std::string final_reason;       // why fail_for_good ended the run
   std::unique_ptr<store::TorchStoreProxy> torch_store;  // bound before any worker exists
+  std::future<void> stale_cgroups;                      // reap_stale_cgroups(), before the first guard starts
 };
 
 }  // namespace ddp::agent

@@ -9,6 +9,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "guard_protocol.hpp"
+#include "stale_cgroups.hpp"
 
 namespace ddp::agent {
 
@@ -73,5 +74,15 @@ GuardReport parse_guard_report(const std::string& text, const std::string& execu
 }
 
 void release_cgroup(const std::string& path) { guard::kill_and_remove_cgroup(path); }
+
+void reap_stale_cgroups() {
+  // The guards' cgroups sit in their agent's cgroup, which may be anywhere (a
+  // login session, a service, a job step): the next ddprun may run elsewhere.
+  // Deep enough for any real layout, and a walk of names only.
+  constexpr int kMaxDepth = 16;
+  for (const auto& stale : guard::reap_stale_guard_cgroups(guard::unified_root(), kMaxDepth)) {
+    log::get("agent")->warn("{}", guard::describe(stale));
+  }
+}
 
 }  // namespace ddp::agent

@@ -35,4 +35,9 @@ GuardReport parse_guard_report(const std::string& text, const std::string& execu
 // Kills and removes a worker cgroup its guard left behind (the guard was killed).
 void release_cgroup(const std::string& path);
 
+// Kills and removes, anywhere in the unified cgroup hierarchy, the cgroups of
+// guards that are gone (ddprun and its guards were all SIGKILLed at once:
+// agent/guard/stale_cgroups.hpp); one warning per cgroup.
+void reap_stale_cgroups();
+
 }  // namespace ddp::agent
