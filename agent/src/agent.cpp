@@ -35,6 +35,8 @@ const char* event_name(rdzv::RoundEvent e) {
       return "store lost";
     case rdzv::RoundEvent::kJobClosed:
       return "job closed";
+    case rdzv::RoundEvent::kLeaseLost:
+      return "lease lost";
   }
   return "unknown";
 }
@@ -233,14 +235,21 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
       case rdzv::RoundEvent::kNodesWaiting:
         begin_stop(StopReason::kMembership, SIGTERM);
         break;
+      // The store may count this node gone and the others start their next
+      // world: no grace for a checkpoint (docs/rendezvous.md, "Fencing").
       case rdzv::RoundEvent::kStoreLost:
         store_lost = detail;
-        begin_stop(StopReason::kStoreLost, SIGTERM);
+        begin_stop(StopReason::kStoreLost, SIGKILL);
+        break;
+      case rdzv::RoundEvent::kLeaseLost:
+        begin_stop(StopReason::kMembership, SIGKILL);
         break;
       case rdzv::RoundEvent::kJobClosed:
         begin_stop(StopReason::kJobClosed, SIGTERM);
         break;
     }
+  } else if (life.is(Phase::kStopping)) {
+    fence_while_stopping(event, detail);
   } else if (life.is(Phase::kSucceeded)) {
     // Our workers are done, but a group's attempt succeeds together: when
     // another node's workers fail, this node rejoins and reruns with them.
@@ -257,10 +266,24 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
       case rdzv::RoundEvent::kNodesWaiting:
         break;  // a finished job takes no new nodes
       case rdzv::RoundEvent::kStoreLost:
+      case rdzv::RoundEvent::kLeaseLost:
       case rdzv::RoundEvent::kJobClosed:
         succeed_unconfirmed(detail);
         break;
     }
+  }
+}
+
+void Agent::Impl::fence_while_stopping(rdzv::RoundEvent event, const std::string& detail) {
+  // Workers still inside their --stop_timeout (a checkpoint on SIGTERM, or
+  // ignoring it) when the store may count this node gone: the grace ends now.
+  if (event != rdzv::RoundEvent::kStoreLost && event != rdzv::RoundEvent::kLeaseLost) return;
+  log->warn("{} while stopping workers: killing them now", event_name(event));
+  group->signal_all(SIGKILL);
+  // A signal decides the exit code as before; otherwise the lost store does.
+  if (event == rdzv::RoundEvent::kStoreLost && life.stop_reason() != StopReason::kSignal) {
+    store_lost = detail;
+    life.restop(StopReason::kStoreLost);
   }
 }
 
@@ -349,7 +372,7 @@ void Agent::Impl::on_all_stopped() {
       start_rendezvous();
       return;
     case StopReason::kStoreLost:
-      finish(ExitCode::kRendezvous, "rendezvous store lost (" + store_lost + "); workers stopped");
+      finish(ExitCode::kRendezvous, "rendezvous store lost (" + store_lost + "); workers killed");
       return;
     case StopReason::kJobClosed:
       // last_event_detail is "job closed: <why>".

@@ -53,6 +53,7 @@ struct Agent::Impl {
   void announce_rendezvous_start();
   void on_round(const rdzv::RendezvousResult& round);
   void on_round_event(rdzv::RoundEvent event, const std::string& detail);
+  void fence_while_stopping(rdzv::RoundEvent event, const std::string& detail);
   void on_signal(int sig);
   void spawn_workers();
   void begin_stop(StopReason reason, int sig);

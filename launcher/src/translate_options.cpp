@@ -68,8 +68,11 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
     } else if (key == "keep_alive_max_attempt") {
       rc.keep_alive_max_attempt =
           parse_int_or_throw<int>(value, "--rdzv_conf: keep_alive_max_attempt", "a positive integer");
-      if (rc.keep_alive_max_attempt < 1) {
-        throw ConfigError("--rdzv_conf: keep_alive_max_attempt must be at least 1");
+      // With 1 the lease ends before the next keep-alive can renew it, and a
+      // node would fence itself (kill its workers) every interval.
+      if (rc.keep_alive_max_attempt < 2) {
+        throw ConfigError("--rdzv_conf: keep_alive_max_attempt must be at least 2 (with " + value +
+                          " a node's lease ends before its next keep-alive can renew it)");
       }
     } else if (key == "is_host") {
       rc.is_host = parse_bool(key, value);

@@ -24,11 +24,16 @@ const char* event_name(RoundEvent e) {
       return "store_lost";
     case RoundEvent::kJobClosed:
       return "job_closed";
+    case RoundEvent::kLeaseLost:
+      return "lease_lost";
   }
   return "unknown";
 }
 
 std::string encode_event(RoundEvent e, const std::string& detail) {
+  // Losing the store or its own lease is this node's news; for the others it
+  // is a member leaving, and they must not kill their workers for it.
+  if (e == RoundEvent::kStoreLost || e == RoundEvent::kLeaseLost) e = RoundEvent::kMembershipChanged;
   return std::to_string(static_cast<int>(e)) + " " + detail;
 }
 
@@ -42,15 +47,21 @@ std::pair<RoundEvent, std::string> decode_event(const std::string& text) {
   return {static_cast<RoundEvent>(code), detail};
 }
 
+std::chrono::milliseconds fence_margin(std::chrono::milliseconds keep_alive_interval) {
+  return keep_alive_interval / 2;
+}
+
 RoundMonitor::RoundMonitor(std::shared_ptr<store::Store> store, std::chrono::milliseconds keep_alive_interval,
                            int keep_alive_max_attempt, std::string store_name)
     : store_(std::move(store)),
       store_name_(std::move(store_name)),
       interval_(keep_alive_interval),
       ttl_(keep_alive_interval * std::max(1, keep_alive_max_attempt)),
+      fence_margin_(fence_margin(keep_alive_interval)),
       keepalive_(std::make_shared<Keepalive>()) {
   keepalive_->store = store_;
   keepalive_->last_ok = Clock::now();
+  keepalive_->acked_send = keepalive_->last_ok;
   keepalive_->on_lease_lost = [this](store::LeaseId id, const std::string& why) { on_lease_lost(id, why); };
   thread_ = std::thread([this] { loop(); });
   keepalive_thread_ = std::thread(keepalive_loop, keepalive_, interval_);
@@ -80,14 +91,16 @@ store::LeaseId RoundMonitor::lease() {
     std::lock_guard<std::mutex> lock(keepalive_->mu);
     if (keepalive_->lease != 0) return keepalive_->lease;
   }
+  const auto sent = Clock::now();
   auto id = store_->lease_grant(ttl_);
   std::lock_guard<std::mutex> lock(keepalive_->mu);
   keepalive_->lease = id;
   keepalive_->last_ok = Clock::now();
+  keepalive_->acked_send = sent;
   return id;
 }
 
-void RoundMonitor::revoke(std::chrono::milliseconds deadline) {
+void RoundMonitor::revoke(std::chrono::milliseconds deadline, const std::string& stopped_key) {
   store::LeaseId id = 0;
   bool reachable = false;
   {
@@ -109,9 +122,10 @@ void RoundMonitor::revoke(std::chrono::milliseconds deadline) {
     std::string error;
   };
   auto out = std::make_shared<Outcome>();
-  std::thread([out, store = store_, id] {
+  std::thread([out, store = store_, id, stopped_key] {
     std::string error;
     try {
+      if (!stopped_key.empty()) store->set(stopped_key, "1");
       store->lease_revoke(id);
     } catch (const std::exception& e) {
       error = e.what();
@@ -204,6 +218,7 @@ std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end(
       // Events of the old epoch still queued or yet to come reach the sink.
       departure_epoch_ = epoch_;
       departure_prefix_ = detail::nodes_prefix(round_.prefix);
+      departure_round_prefix_ = round_.prefix;
       departure_sink_ = std::move(on_departure);
       departure_watch_ = std::move(watches_.front());
       departed = departed_;
@@ -244,11 +259,56 @@ void RoundMonitor::suppress(RoundEvent e) {
   fired_mask_ |= static_cast<std::uint8_t>(1u << static_cast<int>(e));
 }
 
+Clock::time_point RoundMonitor::fence_until() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_departure_ == Clock::time_point{} ? last_departure_ : last_departure_ + fence_margin_;
+}
+
+void RoundMonitor::keepalive_now() {
+  {
+    std::lock_guard<std::mutex> lock(keepalive_->mu);
+    keepalive_->send_now = true;
+  }
+  keepalive_->cv.notify_all();
+}
+
+Clock::time_point RoundMonitor::fence_deadline() const {
+  std::lock_guard<std::mutex> lock(keepalive_->mu);
+  return keepalive_->acked_send + ttl_ - fence_margin_;
+}
+
+std::optional<RoundMonitor::Departure> RoundMonitor::read_departure(const std::string& round_prefix,
+                                                                    std::int64_t rank) {
+  const std::string g = std::to_string(rank);
+  try {
+    const auto v = store_->multi_get({round_prefix + "success/" + g, round_prefix + "stopped/" + g});
+    return Departure{v[0].has_value(), v[1].has_value()};
+  } catch (const Error& e) {
+    log::get("rdzv")->debug("cannot tell how group rank {} of {} left: {}", rank, round_prefix, e.what());
+    return std::nullopt;
+  }
+}
+
+void RoundMonitor::note_departure(const std::optional<Departure>& d) {
+  // Only a node that may still be running workers is fenced: not one that
+  // succeeded, nor one that stopped its workers and left on purpose. One the
+  // store cannot tell about counts, which only delays the next round.
+  if (d && (d->succeeded || d->stopped)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  last_departure_ = Clock::now();
+}
+
 void RoundMonitor::loop() {
-  // Silence is checked a few times per keep-alive interval: kStoreLost comes at
-  // most a fraction of an interval after the window closes.
+  // Silence is checked a few times per keep-alive interval, and at the fence
+  // deadline itself: the workers' kill must not wait for the next check.
   const auto check_period = std::max(interval_ / 4, std::chrono::milliseconds(10));
-  auto next_check = Clock::now() + check_period;
+  auto next_wakeup = [&](bool stalled) {
+    const auto now = Clock::now();
+    const auto deadline = fence_deadline();
+    const auto next = now + (stalled ? interval_ : check_period);
+    return !stalled && deadline > now ? std::min(next, deadline) : next;
+  };
+  auto next_check = next_wakeup(false);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait_until(lock, next_check, [&] { return stop_ || !queue_.empty(); });
@@ -268,8 +328,9 @@ void RoundMonitor::loop() {
       const bool stalled = Clock::now() - next_check > interval_;
       lock.unlock();
       if (!stalled) check_store_silence();
+      // Not under mu_: the keepalive thread takes the keepalive lock, then mu_.
+      next_check = next_wakeup(stalled);
       lock.lock();
-      next_check = Clock::now() + (stalled ? interval_ : check_period);
     }
   }
 }
@@ -277,11 +338,13 @@ void RoundMonitor::loop() {
 void RoundMonitor::keepalive_loop(std::shared_ptr<Keepalive> k, std::chrono::milliseconds interval) {
   std::unique_lock<std::mutex> lock(k->mu);
   while (true) {
-    k->cv.wait_for(lock, interval, [&] { return k->stop; });
+    k->cv.wait_for(lock, interval, [&] { return k->stop || k->send_now; });
     if (k->stop) return;
+    k->send_now = false;
     const store::LeaseId id = k->lease;
     if (id == 0) continue;
     lock.unlock();
+    const auto sent = Clock::now();
     std::string lost;
     bool answered = false;
     try {
@@ -309,6 +372,7 @@ void RoundMonitor::keepalive_loop(std::shared_ptr<Keepalive> k, std::chrono::mil
     if (k->stop) return;
     if (answered) {
       k->last_ok = Clock::now();
+      k->acked_send = std::max(k->acked_send, sent);
     } else if (!lost.empty() && k->lease == id) {
       k->lease = 0;
       // Called under k->mu: the destructor clears it under the same lock, so it
@@ -324,7 +388,7 @@ void RoundMonitor::on_lease_lost(store::LeaseId, const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     epoch = epoch_;
   }
-  fire(epoch, RoundEvent::kMembershipChanged, "the lease of this node expired: " + why);
+  fire(epoch, RoundEvent::kLeaseLost, "the lease of this node expired: " + why);
 }
 
 void RoundMonitor::check_store_silence() {
@@ -338,12 +402,15 @@ void RoundMonitor::check_store_silence() {
   {
     std::lock_guard<std::mutex> lock(keepalive_->mu);
     if (keepalive_->lease == 0) return;
-    silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - keepalive_->last_ok);
+    silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - keepalive_->acked_send);
   }
-  if (silent >= ttl_) {
+  // The store renewed the lease after acked_send, so it keeps this node until
+  // acked_send + TTL at the earliest; the workers die a fence margin before.
+  if (silent >= ttl_ - fence_margin_) {
     fire(epoch, RoundEvent::kStoreLost,
          "no answer from " + store_name_ + " for " + seconds_text(silent) + " (keep-alive window " +
-             seconds_text(ttl_) + ")");
+             seconds_text(ttl_) + "; this node's workers are killed " + seconds_text(fence_margin_) +
+             " before the store can count it gone)");
   }
 }
 
@@ -358,7 +425,9 @@ void RoundMonitor::handle(const Pending& p) {
       }
       const auto rank =
           store::keys::parse_index(std::string_view(p.ev.key).substr(departure_prefix_.size())).value_or(-1);
+      const std::string round_prefix = departure_round_prefix_;
       lock.unlock();
+      if (rank >= 0) note_departure(read_departure(round_prefix, rank));
       std::lock_guard<std::mutex> callback_lock(callback_mu_);
       std::function<void(std::int64_t)> sink;
       {
@@ -392,13 +461,9 @@ void RoundMonitor::handle(const Pending& p) {
     // A node that succeeded and left is not a failure: its success key was written
     // before its lease went away. A store that cannot answer cannot tell us who
     // left either; losing it is reported by the watch or the keep-alive instead.
-    bool succeeded = true;
-    try {
-      succeeded = store_->try_get(r.prefix + "success/" + std::to_string(rank)).has_value();
-    } catch (const Error& e) {
-      log::get("rdzv")->debug("cannot tell whether group rank {} succeeded: {}", rank, e.what());
-    }
-    if (!succeeded) {
+    const auto departure = read_departure(r.prefix, rank);
+    note_departure(departure);
+    if (departure && !departure->succeeded) {
       fire(p.epoch, RoundEvent::kMembershipChanged,
            describe_rank(static_cast<int>(rank)) + " left the round: its lease expired or was revoked");
     }

@@ -88,12 +88,16 @@ struct RendezvousResult {
 };
 
 // Why a running round must end, delivered to the agent asynchronously.
+// kStoreLost and kLeaseLost mean the store may count this node gone: its
+// workers must die at once (SIGKILL, no grace), before the other nodes' next
+// world can start (docs/rendezvous.md, "Fencing").
 enum class RoundEvent : std::uint8_t {
   kRestartRequested = 0,   // a node reported a worker failure (failure fan-out)
-  kMembershipChanged = 1,  // a node's lease expired (dead node): re-form
+  kMembershipChanged = 1,  // another node's lease ended (dead node): re-form
   kNodesWaiting = 2,       // new agents wait to join: scale up (does not spend a restart)
-  kStoreLost = 3,          // the store is gone past the keep-alive window
+  kStoreLost = 3,          // no keep-alive answered for the fence window: exit 3
   kJobClosed = 4,          // a joining node closed the job for a mistake no restart mends
+  kLeaseLost = 5,          // this node's own lease ended (it stalled past its TTL): rejoin
 };
 using RoundEventCallback = std::function<void(RoundEvent, const std::string& detail)>;
 
