@@ -14,6 +14,7 @@
 
 #include "cgroup_scope.hpp"
 #include "ddp/common/exit_code.hpp"
+#include "fence_deadline.hpp"
 #include "guard_protocol.hpp"
 #include "proc_tree.hpp"
 #include "stale_cgroups.hpp"
@@ -50,7 +51,8 @@ std::string seconds(milliseconds ms) {
 
 class Guard {
  public:
-  explicit Guard(const GuardOptions& o) : o_(o), self_(::getpid()), pgid_(::getpgrp()) {}
+  explicit Guard(const GuardOptions& o)
+      : o_(o), self_(::getpid()), pgid_(::getpgrp()), fence_(o.fence_file) {}
 
   [[noreturn]] void run() {
     // Every signal but the synchronous faults is taken here: a notice that
@@ -100,6 +102,7 @@ class Guard {
       } else if (sig > 0) {
         relay(sig);
       }
+      check_fence();
       step();
     }
   }
@@ -219,8 +222,21 @@ class Guard {
   }
 
   milliseconds next_wakeup() const {
-    if (phase_ == Phase::kRunning && !worker_done_) return milliseconds(-1);
-    return kPollPeriod;
+    const milliseconds poll = phase_ == Phase::kRunning && !worker_done_ ? milliseconds(-1) : kPollPeriod;
+    const milliseconds fence = phase_ == Phase::kKilling ? milliseconds(-1) : fence_.left();
+    if (fence.count() < 0) return poll;
+    return poll.count() < 0 ? fence : std::min(poll, fence);
+  }
+
+  // The agent moves the deadline on while the store answers it. Past it, the
+  // store may count this node gone and the others start a new world: the
+  // tree dies now, whether or not the agent can still see to it.
+  void check_fence() {
+    if (phase_ == Phase::kKilling || fence_.left().count() != 0) return;
+    say("no word from the rendezvous store by this node's fence deadline (is ddprun stopped or hung?): "
+        "killing worker pid=" +
+        std::to_string(worker_) + " and everything it started");
+    start_killing();
   }
 
   void step() {
@@ -286,6 +302,7 @@ class Guard {
   const pid_t self_;
   const pid_t pgid_;
   std::unique_ptr<CgroupScope> cgroup_;
+  FenceDeadline fence_;
   pid_t worker_ = -1;
   bool worker_done_ = false;
   bool no_children_ = false;

@@ -73,9 +73,11 @@ AgentResult Agent::Impl::run() {
   // A walk of the cgroup hierarchy (milliseconds on a big host), done while
   // the first rendezvous runs; waited for before any guard of ours starts.
   stale_cgroups = std::async(std::launch::async, reap_stale_cgroups);
+  cfg.rendezvous.on_fence_deadline = [f = fence](std::chrono::steady_clock::time_point t) { f->publish(t); };
   std::shared_ptr<rdzv::RendezvousHandler> handler =
       initial_handler ? std::move(initial_handler) : rdzv::create_handler(cfg.rendezvous, cfg.node);
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id);
+  if (fence->open(run_dir->path() / "fence")) set_guard_fence_file(fence->path());
   if (!cfg.log_dir.empty()) log->info("worker logs in {}", run_dir->path().string());
   base_env = current_environment();
   start_liveness();  // a pipe that cannot be made fails before anything connects

@@ -26,6 +26,7 @@
 #include "ddp/agent/failure_report.hpp"
 #include "ddp/agent/worker_env.hpp"
 #include "ddp/store/torch_proxy.hpp"
+#include "fence_file.hpp"
 #include "file_timer_server.hpp"
 #include "lifecycle.hpp"
 #include "observers.hpp"
@@ -108,6 +109,8 @@ struct Agent::Impl {
   std::string final_reason;       // why fail_for_good ended the run
   std::unique_ptr<store::TorchStoreProxy> torch_store;  // bound before any worker exists
   std::future<void> stale_cgroups;                      // reap_stale_cgroups(), before the first guard starts
+  // The fence backstop the guards read; the rendezvous moves its deadline.
+  std::shared_ptr<FenceFile> fence = std::make_shared<FenceFile>();
 };
 
 }  // namespace ddp::agent

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <mutex>
 #include <sstream>
 
 #include "cgroup_scope.hpp"
@@ -33,7 +34,15 @@ std::string find_guard() {
   return "";
 }
 
+std::mutex fence_mu;
+std::string fence_file;  // under fence_mu: set on the io thread, read on the spawner thread
+
 }  // namespace
+
+void set_guard_fence_file(const std::string& path) {
+  std::lock_guard<std::mutex> lock(fence_mu);
+  fence_file = path;
+}
 
 const std::string& guard_executable() {
   static const std::string path = find_guard();
@@ -46,9 +55,13 @@ std::vector<std::string> guard_args(const std::string& executable, const std::ve
       guard::kStopTimeoutFlag + std::to_string(stop_timeout.count()),
       guard::kInfoFdFlag + std::to_string(info_fd),
       guard::kAgentPidFlag + std::to_string(::getpid()),
-      "--",
-      executable,
   };
+  {
+    std::lock_guard<std::mutex> lock(fence_mu);
+    if (!fence_file.empty()) out.push_back(guard::kFenceFileFlag + fence_file);
+  }
+  out.push_back("--");
+  out.push_back(executable);
   out.insert(out.end(), args.begin(), args.end());
   return out;
 }

@@ -62,6 +62,7 @@ RoundMonitor::RoundMonitor(std::shared_ptr<store::Store> store, std::chrono::mil
   keepalive_->store = store_;
   keepalive_->last_ok = Clock::now();
   keepalive_->acked_send = keepalive_->last_ok;
+  keepalive_->backstop = ttl_ - fence_margin_ / 2;
   keepalive_->on_lease_lost = [this](store::LeaseId id, const std::string& why) { on_lease_lost(id, why); };
   thread_ = std::thread([this] { loop(); });
   keepalive_thread_ = std::thread(keepalive_loop, keepalive_, interval_);
@@ -80,6 +81,7 @@ RoundMonitor::~RoundMonitor() {
     std::lock_guard<std::mutex> lock(keepalive_->mu);
     keepalive_->stop = true;
     keepalive_->on_lease_lost = nullptr;
+    keepalive_->fence_sink = nullptr;
   }
   keepalive_->cv.notify_all();
   // A keepalive blocked on an unreachable store must not hold up the agent's exit.
@@ -97,6 +99,7 @@ store::LeaseId RoundMonitor::lease() {
   keepalive_->lease = id;
   keepalive_->last_ok = Clock::now();
   keepalive_->acked_send = sent;
+  if (keepalive_->fence_sink) keepalive_->fence_sink(sent + keepalive_->backstop);
   return id;
 }
 
@@ -264,6 +267,11 @@ Clock::time_point RoundMonitor::fence_until() const {
   return last_departure_ == Clock::time_point{} ? last_departure_ : last_departure_ + fence_margin_;
 }
 
+void RoundMonitor::set_fence_sink(std::function<void(Clock::time_point)> sink) {
+  std::lock_guard<std::mutex> lock(keepalive_->mu);
+  keepalive_->fence_sink = std::move(sink);
+}
+
 void RoundMonitor::keepalive_now() {
   {
     std::lock_guard<std::mutex> lock(keepalive_->mu);
@@ -373,6 +381,7 @@ void RoundMonitor::keepalive_loop(std::shared_ptr<Keepalive> k, std::chrono::mil
     if (answered) {
       k->last_ok = Clock::now();
       k->acked_send = std::max(k->acked_send, sent);
+      if (k->fence_sink) k->fence_sink(k->acked_send + k->backstop);
     } else if (!lost.empty() && k->lease == id) {
       k->lease = 0;
       // Called under k->mu: the destructor clears it under the same lock, so it

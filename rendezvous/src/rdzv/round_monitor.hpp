@@ -97,6 +97,9 @@ class RoundMonitor {
   // The client reconnected: a lease bound to the old connection may be gone.
   // Sends a keep-alive now rather than at the next interval.
   void keepalive_now();
+  // Passes the fence backstop's deadline to `sink` each time it moves
+  // (RendezvousConfig::on_fence_deadline). Set before the first lease().
+  void set_fence_sink(std::function<void(Clock::time_point)> sink);
 
  private:
   struct Pending {
@@ -120,6 +123,8 @@ class RoundMonitor {
     Clock::time_point acked_send;
     bool send_now = false;                                                  // keepalive_now() asked
     std::function<void(store::LeaseId, const std::string&)> on_lease_lost;  // cleared on stop
+    std::chrono::milliseconds backstop{0};                                  // TTL less half a fence margin
+    std::function<void(Clock::time_point)> fence_sink;                      // cleared on stop
   };
   static void keepalive_loop(std::shared_ptr<Keepalive> k, std::chrono::milliseconds interval);
 

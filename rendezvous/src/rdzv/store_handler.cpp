@@ -42,6 +42,8 @@ StoreHandler::StoreHandler(const RendezvousConfig& config, const NodeSpec& self,
   if (auto tcp = std::dynamic_pointer_cast<store::TcpStore>(store_)) {
     tcp->on_reconnect([m = monitor_.get()] { m->keepalive_now(); });
   }
+  // A store in this process cannot be cut off from this node.
+  if (!access_.server && config.on_fence_deadline) monitor_->set_fence_sink(config.on_fence_deadline);
 }
 
 StoreHandler::~StoreHandler() {

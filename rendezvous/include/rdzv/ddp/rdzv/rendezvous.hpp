@@ -62,6 +62,13 @@ struct RendezvousConfig {
   // returning false, the handler logs the line every progress_interval.
   std::function<bool(const std::string&)> on_progress;
   int keep_alive_max_attempt = 3;
+  // The fence backstop (docs/rendezvous.md, "Fencing"): called with the time
+  // (steady clock, CLOCK_MONOTONIC) by which this node's workers must be dead
+  // even if the agent itself cannot act (stopped, hung), unless the store
+  // answers again; called again each time an answered keep-alive moves it.
+  // Half a fence margin after kStoreLost is due. Never called when the store is
+  // hosted in this process. Runs on an internal thread: it must not block.
+  std::function<void(std::chrono::steady_clock::time_point)> on_fence_deadline;
   bool is_host = false;       // this agent hosts the store in-process
   EtcdRendezvousConfig etcd;  // backend "etcd" (alias "etcd-v2") only
   // c10d: read every node's record into RendezvousResult::nodes (one list request,
