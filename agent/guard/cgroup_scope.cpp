@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "stale_cgroups.hpp"
+
 namespace ddp::guard {
 
 namespace {
@@ -21,15 +23,6 @@ namespace {
 bool is_cgroup2(const std::string& dir) {
   struct statfs fs {};
   return ::statfs(dir.c_str(), &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC;
-}
-
-// The unified hierarchy: /sys/fs/cgroup on a pure v2 system, .../unified on a
-// hybrid one (systemd's layout, also what this machine has).
-std::string unified_root() {
-  for (const char* dir : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
-    if (is_cgroup2(dir)) return dir;
-  }
-  return "";
 }
 
 // This process's cgroup in the unified hierarchy ("0::/path" in /proc/self/cgroup).
@@ -50,27 +43,55 @@ bool write_text(const std::string& file, const char* text, std::size_t len) {
   return ok;
 }
 
+std::vector<std::string> nested_cgroups(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.is_directory(ec) && !e.is_symlink(ec)) out.push_back(e.path().string());
+  }
+  return out;
+}
+
 // rmdir of `dir` after its child cgroups, deepest first: a preload zygote's
 // cgroup holds one per worker forked from it (docs/agent.md, "Preloading"),
 // left behind when those workers' guards were killed with the tree. A cgroup's
 // files cannot be removed and need not be: rmdir takes them.
 bool remove_tree(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    if (e.is_directory(ec) && !e.is_symlink(ec)) remove_tree(e.path().string());
-  }
+  for (const auto& child : nested_cgroups(dir)) remove_tree(child);
   return ::rmdir(dir.c_str()) == 0;
+}
+
+std::vector<pid_t> members(const std::string& dir) {
+  std::ifstream in(dir + "/cgroup.procs");
+  std::vector<pid_t> out;
+  pid_t pid = 0;
+  while (in >> pid) out.push_back(pid);
+  return out;
 }
 
 }  // namespace
 
-std::unique_ptr<CgroupScope> CgroupScope::create(pid_t guard_pid) {
+std::string unified_root() {
+  for (const char* dir : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    if (is_cgroup2(dir)) return dir;
+  }
+  return "";
+}
+
+std::string own_cgroup_dir() {
   const std::string root = unified_root();
-  if (root.empty()) return nullptr;
-  std::string parent = own_cgroup();
-  if (parent.empty() || parent.find("..") != std::string::npos) return nullptr;
-  if (parent == "/") parent.clear();
-  const std::string path = root + parent + "/ddp-guard." + std::to_string(guard_pid);
+  if (root.empty()) return "";
+  std::string own = own_cgroup();
+  if (own.empty() || own.find("..") != std::string::npos) return "";
+  if (own == "/") own.clear();
+  return root + own;
+}
+
+std::unique_ptr<CgroupScope> CgroupScope::create(pid_t guard_pid) {
+  const std::string parent = own_cgroup_dir();
+  const std::string owner = owner_name(guard_pid);
+  if (parent.empty() || owner.empty()) return nullptr;
+  const std::string path = parent + "/" + std::string(kGuardCgroupPrefix) + owner;
   if (::mkdir(path.c_str(), 0755) != 0) return nullptr;
   return std::unique_ptr<CgroupScope>(new CgroupScope(path));
 }
@@ -98,18 +119,37 @@ bool CgroupScope::populated() const {
   return false;
 }
 
-void kill_and_remove_cgroup(const std::string& path) {
-  if (path.empty() || ::access(path.c_str(), F_OK) != 0) return;
-  if (!write_text(path + "/cgroup.kill", "1\n", 2)) {
-    // No cgroup.kill (before Linux 5.14): signal each member.
-    std::ifstream in(path + "/cgroup.procs");
-    pid_t pid = 0;
-    while (in >> pid) ::kill(pid, SIGKILL);
+std::size_t kill_cgroup_tree(const std::string& path) {
+  std::size_t found = members(path).size();
+  std::vector<std::string> nested = nested_cgroups(path);
+  for (std::size_t i = 0; i < nested.size(); ++i) {
+    found += members(nested[i]).size();
+    for (auto& deeper : nested_cgroups(nested[i])) nested.push_back(std::move(deeper));
   }
-  // rmdir succeeds once the last member is gone; bounded, never blocks the agent long.
-  for (int i = 0; i < 100 && !remove_tree(path) && errno == EBUSY; ++i) {
+  // One write kills the whole subtree; before Linux 5.14, each member.
+  if (!write_text(path + "/cgroup.kill", "1\n", 2)) {
+    nested.push_back(path);
+    for (const auto& dir : nested) {
+      for (pid_t pid : members(dir)) ::kill(pid, SIGKILL);
+    }
+  }
+  return found;
+}
+
+bool remove_cgroup_tree(const std::string& path) {
+  // rmdir succeeds once the last member is gone; bounded, never blocks the caller long.
+  for (int i = 0; i < 100; ++i) {
+    if (remove_tree(path)) return true;
+    if (errno != EBUSY) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  return false;
+}
+
+void kill_and_remove_cgroup(const std::string& path) {
+  if (path.empty() || ::access(path.c_str(), F_OK) != 0) return;
+  kill_cgroup_tree(path);
+  remove_cgroup_tree(path);
 }
 
 }  // namespace ddp::guard

@@ -1,7 +1,8 @@
 // An optional cgroup v2 for one worker's process tree, used by ddp-guard in
 // addition to the subreaper where the unified hierarchy is writable (root, a
 // delegated subtree). It catches what the subreaper cannot: processes left
-// behind when the guard itself is SIGKILLed (the agent kills the cgroup then),
+// behind when the guard itself is SIGKILLed (the agent kills the cgroup then,
+// or, when the agent died too, the next ddprun or ddp-guard: stale_cgroups.hpp),
 // and it kills a whole tree with one write (cgroup.kill, Linux 5.14+).
 // Nothing depends on it: every step falls back to signalling pids.
 //
@@ -10,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -17,8 +19,9 @@ namespace ddp::guard {
 
 class CgroupScope {
  public:
-  // Creates "<own cgroup>/ddp-guard.<pid>" in the unified hierarchy, or returns
-  // null when there is none or it is not writable.
+  // Creates "<own cgroup>/ddp-guard.<owner>" in the unified hierarchy, <owner>
+  // naming the guard `guard_pid` for good (stale_cgroups.hpp); null when there
+  // is no such hierarchy or it is not writable.
   static std::unique_ptr<CgroupScope> create(pid_t guard_pid);
   ~CgroupScope();  // removes the cgroup (and empty cgroups inside it) if it is empty
   CgroupScope(const CgroupScope&) = delete;
@@ -38,6 +41,20 @@ class CgroupScope {
   std::string path_;
   std::string procs_file_;  // built up front: join_self() may not allocate
 };
+
+// The unified (v2) hierarchy's mount point: /sys/fs/cgroup on a pure v2
+// system, /sys/fs/cgroup/unified on a hybrid one; "" when there is none.
+std::string unified_root();
+// The calling process's own cgroup directory in it ("" when unknown): where
+// its guards' cgroups go.
+std::string own_cgroup_dir();
+
+// SIGKILLs every process in cgroup `path` and in the cgroups nested in it;
+// returns how many there were.
+std::size_t kill_cgroup_tree(const std::string& path);
+// Removes `path` after the cgroups nested in it, waiting (at most a second)
+// for the killed processes to leave. False when it could not.
+bool remove_cgroup_tree(const std::string& path);
 
 // For the agent: kills and removes a cgroup a guard left behind (it was killed).
 void kill_and_remove_cgroup(const std::string& path);

@@ -15,8 +15,10 @@
 #include "cgroup_scope.hpp"
 #include "ddp/common/exit_code.hpp"
 #include "ddp/common/time_bounds.hpp"
+#include "fence_deadline.hpp"
 #include "guard_protocol.hpp"
 #include "proc_tree.hpp"
+#include "stale_cgroups.hpp"
 
 namespace ddp::guard {
 
@@ -50,7 +52,8 @@ std::string seconds(milliseconds ms) {
 
 class Guard {
  public:
-  explicit Guard(const GuardOptions& o) : o_(o), self_(::getpid()), pgid_(::getpgrp()) {}
+  explicit Guard(const GuardOptions& o)
+      : o_(o), self_(::getpid()), pgid_(::getpgrp()), fence_(o.fence_file) {}
 
   [[noreturn]] void run() {
     // Every signal but the synchronous faults is taken here: a notice that
@@ -68,7 +71,12 @@ class Guard {
     // catchable so that the tree is killed before the guard goes.
     ::prctl(PR_SET_PDEATHSIG, kill_now);
     const bool agent_gone = o_.agent_pid > 0 && ::getppid() != o_.agent_pid;
-    if (!agent_gone) cgroup_ = CgroupScope::create(self_);
+    if (!agent_gone) {
+      // Where ddprun and its guards were all SIGKILLed at once, what their
+      // workers left still runs in their cgroups, beside the one made here.
+      for (const auto& stale : reap_stale_guard_cgroups(own_cgroup_dir(), 1)) say(describe(stale));
+      cgroup_ = CgroupScope::create(self_);
+    }
     if (o_.adopt_pid > 0) {
       adopt_worker();
     } else {
@@ -95,6 +103,7 @@ class Guard {
       } else if (sig > 0) {
         relay(sig);
       }
+      check_fence();
       step();
     }
   }
@@ -214,8 +223,21 @@ class Guard {
   }
 
   milliseconds next_wakeup() const {
-    if (phase_ == Phase::kRunning && !worker_done_) return milliseconds(-1);
-    return kPollPeriod;
+    const milliseconds poll = phase_ == Phase::kRunning && !worker_done_ ? milliseconds(-1) : kPollPeriod;
+    const milliseconds fence = phase_ == Phase::kKilling ? milliseconds(-1) : fence_.left();
+    if (fence.count() < 0) return poll;
+    return poll.count() < 0 ? fence : std::min(poll, fence);
+  }
+
+  // The agent moves the deadline on while the store answers it. Past it, the
+  // store may count this node gone and the others start a new world: the
+  // tree dies now, whether or not the agent can still see to it.
+  void check_fence() {
+    if (phase_ == Phase::kKilling || fence_.left().count() != 0) return;
+    say("no word from the rendezvous store by this node's fence deadline (is ddprun stopped or hung?): "
+        "killing worker pid=" +
+        std::to_string(worker_) + " and everything it started");
+    start_killing();
   }
 
   void step() {
@@ -282,6 +304,7 @@ class Guard {
   const pid_t self_;
   const pid_t pgid_;
   std::unique_ptr<CgroupScope> cgroup_;
+  FenceDeadline fence_;
   pid_t worker_ = -1;
   bool worker_done_ = false;
   bool no_children_ = false;

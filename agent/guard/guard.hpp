@@ -23,6 +23,7 @@ struct GuardOptions {
   pid_t agent_pid = 0;
   std::vector<std::string> argv;  // the worker's; argv[0] is an absolute path
   pid_t adopt_pid = 0;            // > 0: the worker is this child, already running (argv empty)
+  std::string fence_file;         // the fence backstop's deadline (guard_protocol.hpp), or none
 };
 
 // Runs the worker and returns only by exiting the process: with the worker's

@@ -25,6 +25,13 @@ inline constexpr const char* kAgentPidFlag = "--agent-pid=";           // died b
 // then exec'd the guard in the worker's parent): watch it instead of starting
 // one. No "--" and no command then (docs/agent.md, "Preloading").
 inline constexpr const char* kAdoptPidFlag = "--adopt-pid=";
+// The fence backstop (docs/rendezvous.md, "Fencing"): a file of 8 bytes, one
+// native-endian int64 the agent keeps storing to, the CLOCK_MONOTONIC
+// nanosecond by which the guard kills the worker's tree unless the value has
+// moved on since; 0 means no deadline. The preload zygote passes on the path
+// it finds in its environment, kFenceFileEnv.
+inline constexpr const char* kFenceFileFlag = "--fence-file=";
+inline constexpr const char* kFenceFileEnv = "DDP_FENCE_FILE";
 
 // On the info fd the guard writes one of these, then closes it:
 //   "pid <worker pid>\n" [+ "cgroup <path>\n"]   the worker was exec'd

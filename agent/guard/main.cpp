@@ -22,6 +22,7 @@ bool take(const char* arg, const char* flag, long* value) {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "ddp-guard: %s\nusage: ddp-guard [--stop-timeout-ms=N] [--info-fd=N] [--agent-pid=N] "
+               "[--fence-file=PATH] "
                "{-- /abs/path/to/worker [args...] | --adopt-pid=N}\n(started by ddprun for each worker; see "
                "docs/agent.md)\n",
                why);
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
       o.agent_pid = static_cast<pid_t>(v);
     } else if (take(argv[i], ddp::guard::kAdoptPidFlag, &v) && v > 0) {
       o.adopt_pid = static_cast<pid_t>(v);
+    } else if (std::strncmp(argv[i], ddp::guard::kFenceFileFlag, std::strlen(ddp::guard::kFenceFileFlag)) ==
+               0) {
+      o.fence_file = argv[i] + std::strlen(ddp::guard::kFenceFileFlag);
     } else {
       usage((std::string("unknown or malformed option '") + argv[i] + "'").c_str());
     }

@@ -30,7 +30,10 @@ bool read_proc(pid_t pid, ProcInfo* out) {
   out->state = *p;
   char* end = nullptr;
   out->ppid = static_cast<pid_t>(std::strtol(p + 1, &end, 10));
-  out->pgid = static_cast<pid_t>(std::strtol(end, nullptr, 10));
+  out->pgid = static_cast<pid_t>(std::strtol(end, &end, 10));
+  // Fields 6 to 21 (session ... itrealvalue) lie between pgrp and starttime.
+  for (int field = 6; field <= 21; ++field) std::strtoll(end, &end, 10);
+  out->start_time = std::strtoull(end, nullptr, 10);
   return true;
 }
 

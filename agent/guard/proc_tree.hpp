@@ -20,6 +20,9 @@ struct ProcInfo {
   pid_t pgid = 0;
   char state = '?';  // R, S, D, Z, T, ... as in /proc/PID/stat
   std::string comm;
+  // Clock ticks after boot when the process started: with the pid, it names
+  // one process even after the pid is reused.
+  unsigned long long start_time = 0;
 };
 
 // /proc/PID/stat of one process; false when it is gone.

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "agent_impl.hpp"
+#include "containment.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/rdzv/backend.hpp"
@@ -34,6 +35,8 @@ const char* event_name(rdzv::RoundEvent e) {
       return "store lost";
     case rdzv::RoundEvent::kJobClosed:
       return "job closed";
+    case rdzv::RoundEvent::kLeaseLost:
+      return "lease lost";
   }
   return "unknown";
 }
@@ -67,9 +70,14 @@ Agent::Impl::~Impl() { rdzv.reset(); }
 
 AgentResult Agent::Impl::run() {
   observers.open();  // a bad --event_log fails before anything connects
+  // A walk of the cgroup hierarchy (milliseconds on a big host), done while
+  // the first rendezvous runs; waited for before any guard of ours starts.
+  stale_cgroups = std::async(std::launch::async, reap_stale_cgroups);
+  cfg.rendezvous.on_fence_deadline = [f = fence](std::chrono::steady_clock::time_point t) { f->publish(t); };
   std::shared_ptr<rdzv::RendezvousHandler> handler =
       initial_handler ? std::move(initial_handler) : rdzv::create_handler(cfg.rendezvous, cfg.node);
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id);
+  if (fence->open(run_dir->path() / "fence")) set_guard_fence_file(fence->path());
   if (!cfg.log_dir.empty()) log->info("worker logs in {}", run_dir->path().string());
   base_env = current_environment();
   start_liveness();  // a pipe that cannot be made fails before anything connects
@@ -115,6 +123,7 @@ AgentResult Agent::Impl::run() {
   observers.attach_startup(startup);
   terminal->open([this](const winsize& size) { group->resize_ptys(size); });
   start_torch_store();
+  if (!cfg.preload.empty()) stale_cgroups.wait();
   start_preload();
 
   start_rendezvous();
@@ -198,6 +207,7 @@ void Agent::Impl::spawn_workers() {
   launch.base_env = &base_env;
   launch.extra_env = &liveness_env;
   life.enter(Phase::kRunning);
+  if (stale_cgroups.valid()) stale_cgroups.get();
   try {
     hang_reported = false;
     group->start(launch);
@@ -227,14 +237,21 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
       case rdzv::RoundEvent::kNodesWaiting:
         begin_stop(StopReason::kMembership, SIGTERM);
         break;
+      // The store may count this node gone and the others start their next
+      // world: no grace for a checkpoint (docs/rendezvous.md, "Fencing").
       case rdzv::RoundEvent::kStoreLost:
         store_lost = detail;
-        begin_stop(StopReason::kStoreLost, SIGTERM);
+        begin_stop(StopReason::kStoreLost, SIGKILL);
+        break;
+      case rdzv::RoundEvent::kLeaseLost:
+        begin_stop(StopReason::kMembership, SIGKILL);
         break;
       case rdzv::RoundEvent::kJobClosed:
         begin_stop(StopReason::kJobClosed, SIGTERM);
         break;
     }
+  } else if (life.is(Phase::kStopping)) {
+    fence_while_stopping(event, detail);
   } else if (life.is(Phase::kSucceeded)) {
     // Our workers are done, but a group's attempt succeeds together: when
     // another node's workers fail, this node rejoins and reruns with them.
@@ -251,10 +268,24 @@ void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& deta
       case rdzv::RoundEvent::kNodesWaiting:
         break;  // a finished job takes no new nodes
       case rdzv::RoundEvent::kStoreLost:
+      case rdzv::RoundEvent::kLeaseLost:
       case rdzv::RoundEvent::kJobClosed:
         succeed_unconfirmed(detail);
         break;
     }
+  }
+}
+
+void Agent::Impl::fence_while_stopping(rdzv::RoundEvent event, const std::string& detail) {
+  // Workers still inside their --stop_timeout (a checkpoint on SIGTERM, or
+  // ignoring it) when the store may count this node gone: the grace ends now.
+  if (event != rdzv::RoundEvent::kStoreLost && event != rdzv::RoundEvent::kLeaseLost) return;
+  log->warn("{} while stopping workers: killing them now", event_name(event));
+  group->signal_all(SIGKILL);
+  // A signal decides the exit code as before; otherwise the lost store does.
+  if (event == rdzv::RoundEvent::kStoreLost && life.stop_reason() != StopReason::kSignal) {
+    store_lost = detail;
+    life.restop(StopReason::kStoreLost);
   }
 }
 
@@ -343,7 +374,7 @@ void Agent::Impl::on_all_stopped() {
       start_rendezvous();
       return;
     case StopReason::kStoreLost:
-      finish(ExitCode::kRendezvous, "rendezvous store lost (" + store_lost + "); workers stopped");
+      finish(ExitCode::kRendezvous, "rendezvous store lost (" + store_lost + "); workers killed");
       return;
     case StopReason::kJobClosed:
       // last_event_detail is "job closed: <why>".

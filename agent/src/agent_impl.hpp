@@ -16,6 +16,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,7 @@
 #include "ddp/agent/failure_report.hpp"
 #include "ddp/agent/worker_env.hpp"
 #include "ddp/store/torch_proxy.hpp"
+#include "fence_file.hpp"
 #include "file_timer_server.hpp"
 #include "lifecycle.hpp"
 #include "observers.hpp"
@@ -52,6 +54,7 @@ struct Agent::Impl {
   void announce_rendezvous_start();
   void on_round(const rdzv::RendezvousResult& round);
   void on_round_event(rdzv::RoundEvent event, const std::string& detail);
+  void fence_while_stopping(rdzv::RoundEvent event, const std::string& detail);
   void on_signal(int sig);
   void spawn_workers();
   void begin_stop(StopReason reason, int sig);
@@ -105,6 +108,9 @@ struct Agent::Impl {
   std::string last_event_detail;  // of the latest round event, for restart/scale reasons
   std::string final_reason;       // why fail_for_good ended the run
   std::unique_ptr<store::TorchStoreProxy> torch_store;  // bound before any worker exists
+  std::future<void> stale_cgroups;                      // reap_stale_cgroups(), before the first guard starts
+  // The fence backstop the guards read; the rendezvous moves its deadline.
+  std::shared_ptr<FenceFile> fence = std::make_shared<FenceFile>();
 };
 
 }  // namespace ddp::agent

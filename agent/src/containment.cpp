@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <mutex>
 #include <sstream>
 
 #include "cgroup_scope.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "guard_protocol.hpp"
+#include "stale_cgroups.hpp"
 
 namespace ddp::agent {
 
@@ -32,7 +34,15 @@ std::string find_guard() {
   return "";
 }
 
+std::mutex fence_mu;
+std::string fence_file;  // under fence_mu: set on the io thread, read on the spawner thread
+
 }  // namespace
+
+void set_guard_fence_file(const std::string& path) {
+  std::lock_guard<std::mutex> lock(fence_mu);
+  fence_file = path;
+}
 
 const std::string& guard_executable() {
   static const std::string path = find_guard();
@@ -45,9 +55,13 @@ std::vector<std::string> guard_args(const std::string& executable, const std::ve
       guard::kStopTimeoutFlag + std::to_string(stop_timeout.count()),
       guard::kInfoFdFlag + std::to_string(info_fd),
       guard::kAgentPidFlag + std::to_string(::getpid()),
-      "--",
-      executable,
   };
+  {
+    std::lock_guard<std::mutex> lock(fence_mu);
+    if (!fence_file.empty()) out.push_back(guard::kFenceFileFlag + fence_file);
+  }
+  out.push_back("--");
+  out.push_back(executable);
   out.insert(out.end(), args.begin(), args.end());
   return out;
 }
@@ -73,5 +87,15 @@ GuardReport parse_guard_report(const std::string& text, const std::string& execu
 }
 
 void release_cgroup(const std::string& path) { guard::kill_and_remove_cgroup(path); }
+
+void reap_stale_cgroups() {
+  // The guards' cgroups sit in their agent's cgroup, which may be anywhere (a
+  // login session, a service, a job step): the next ddprun may run elsewhere.
+  // Deep enough for any real layout, and a walk of names only.
+  constexpr int kMaxDepth = 16;
+  for (const auto& stale : guard::reap_stale_guard_cgroups(guard::unified_root(), kMaxDepth)) {
+    log::get("agent")->warn("{}", guard::describe(stale));
+  }
+}
 
 }  // namespace ddp::agent

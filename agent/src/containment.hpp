@@ -17,6 +17,10 @@ namespace ddp::agent {
 // when neither exists (the agent then warns once and spawns workers directly).
 const std::string& guard_executable();
 
+// Every guard started from now on gets this fence file (fence_file.hpp);
+// empty: none.
+void set_guard_fence_file(const std::string& path);
+
 // The guard's argv (after its own path) for running `executable args...`.
 std::vector<std::string> guard_args(const std::string& executable, const std::vector<std::string>& args,
                                     std::chrono::milliseconds stop_timeout, int info_fd);
@@ -34,5 +38,10 @@ GuardReport parse_guard_report(const std::string& text, const std::string& execu
 
 // Kills and removes a worker cgroup its guard left behind (the guard was killed).
 void release_cgroup(const std::string& path);
+
+// Kills and removes, anywhere in the unified cgroup hierarchy, the cgroups of
+// guards that are gone (ddprun and its guards were all SIGKILLed at once:
+// agent/guard/stale_cgroups.hpp); one warning per cgroup.
+void reap_stale_cgroups();
 
 }  // namespace ddp::agent

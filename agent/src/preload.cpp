@@ -4,6 +4,7 @@
 
 #include "agent_impl.hpp"
 #include "ddp/common/logging.hpp"
+#include "guard_protocol.hpp"
 
 namespace ddp::agent {
 
@@ -20,6 +21,8 @@ void Agent::Impl::start_preload() {
     // The per-worker value, so that the two never differ.
     env["OMP_NUM_THREADS"] = build_worker_env(base_env, rdzv::RendezvousResult{}, in).at("OMP_NUM_THREADS");
   }
+  // The zygote starts the guards of the workers it forks: it passes this on.
+  if (!fence->path().empty()) env[guard::kFenceFileEnv] = fence->path();
   const auto socket = run_dir->path() / "zygote.sock";
   zygote = std::make_unique<PreloadZygote>(io, cfg.argv.at(0), cfg.preload, socket, to_env_strings(env),
                                            log::get("agent"));

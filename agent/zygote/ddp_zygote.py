@@ -310,9 +310,12 @@ class Zygote:
                 return self.in_worker(body, go_r)
             os.set_inheritable(info_w, True)
             guard = body["guard"]
-            os.execv(guard, [guard, "--stop-timeout-ms=%d" % int(body.get("stop_timeout_ms", 30000)),
-                             "--info-fd=%d" % info_w, "--agent-pid=%d" % zygote_pid,
-                             "--adopt-pid=%d" % worker_pid])
+            argv = [guard, "--stop-timeout-ms=%d" % int(body.get("stop_timeout_ms", 30000)),
+                    "--info-fd=%d" % info_w, "--agent-pid=%d" % zygote_pid, "--adopt-pid=%d" % worker_pid]
+            # The fence backstop's deadline file (guard_protocol.hpp), from ddprun.
+            if os.environ.get("DDP_FENCE_FILE"):
+                argv.append("--fence-file=" + os.environ["DDP_FENCE_FILE"])
+            os.execv(guard, argv)
         except BaseException as e:  # noqa: B902 - nothing may return into the zygote's loop
             try:
                 os.write(2, ("ddprun: cannot start worker from the preload zygote: %s\n" % e).encode())

@@ -77,9 +77,6 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
     } else if (key == "keep_alive_max_attempt") {
       rc.keep_alive_max_attempt =
           parse_int_or_throw<int>(value, "--rdzv_conf: keep_alive_max_attempt", "a positive integer");
-      if (rc.keep_alive_max_attempt < 1) {
-        throw ConfigError("--rdzv_conf: keep_alive_max_attempt must be at least 1");
-      }
     } else if (key == "is_host") {
       rc.is_host = parse_bool(key, value);
     } else if (key == "etcd_prefix") {

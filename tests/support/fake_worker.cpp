@@ -17,6 +17,9 @@
 //   FAKE_FAIL_ON_RESTART_BELOW=K * fail (FAKE_EXIT or 1) while
 //                           TORCHELASTIC_RESTART_COUNT < K, then succeed
 //   FAKE_HANG=1           * never exit on its own
+//   FAKE_TICK_FILE=path   * while hanging, append "<GROUP_WORLD_SIZE> <RANK>
+//                           <CLOCK_MONOTONIC ns>" every 10 ms: which world
+//                           was still writing when (fencing tests)
 //   FAKE_SLEEP_MS=n         sleep before exiting
 #include <dirent.h>
 #include <fcntl.h>
@@ -58,6 +61,22 @@ void pid_line(const std::string& what) {
   // One write with O_APPEND: lines of concurrent workers never interleave.
   [[maybe_unused]] auto n = ::write(fd, line.data(), line.size());
   ::close(fd);
+}
+
+[[noreturn]] void tick_forever(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  char head[64];
+  std::snprintf(head, sizeof(head), "%s %s ", env("GROUP_WORLD_SIZE", "-1").c_str(),
+                env("RANK", "-1").c_str());
+  while (true) {
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    char line[128];
+    const int len = std::snprintf(line, sizeof(line), "%s%lld\n", head,
+                                  static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec);
+    [[maybe_unused]] auto n = ::write(fd, line, static_cast<std::size_t>(len));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 std::string open_fds() {
@@ -165,6 +184,7 @@ int main(int argc, char** argv) {
     ::raise(SIGSEGV);
   }
   if (env("FAKE_HANG") == "1") {
+    if (const auto path = env("FAKE_TICK_FILE"); !path.empty()) tick_forever(path);
     while (true) ::pause();
   }
   finish(std::atoi(env("FAKE_EXIT", "0").c_str()));

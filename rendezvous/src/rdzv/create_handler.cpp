@@ -40,8 +40,12 @@ void check_keep_alive(const RendezvousConfig& config) {
   if (config.keep_alive_interval.count() <= 0) {
     throw ConfigError("--rdzv_conf: keep_alive_interval must be positive");
   }
-  if (config.keep_alive_max_attempt < 1) {
-    throw ConfigError("--rdzv_conf: keep_alive_max_attempt must be at least 1");
+  // With 1 the lease ends before the next keep-alive can renew it, and a node
+  // would fence itself (kill its workers) every interval.
+  if (config.keep_alive_max_attempt < 2) {
+    throw ConfigError("--rdzv_conf: keep_alive_max_attempt must be at least 2 (with " +
+                      std::to_string(config.keep_alive_max_attempt) +
+                      " a node's lease ends before its next keep-alive can renew it)");
   }
   if (keep_alive_window(config).count() > store::kMaxLeaseTtlMs) {
     throw ConfigError("--rdzv_conf: keep_alive_interval=" + detail::seconds_text(config.keep_alive_interval) +

@@ -2,6 +2,7 @@
 
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
@@ -82,8 +83,36 @@ DynamicHandler::Closed DynamicHandler::parse_closed(const std::string& text) {
     if (!(in >> c.count >> c.workers >> c.listed)) {
       throw InternalError("malformed rendezvous close record '" + text + "'");
     }
+    long long fence_ms = 0;
+    if (in >> fence_ms && fence_ms > 0) c.fence = std::chrono::milliseconds(fence_ms);
   }
   return c;
+}
+
+std::string DynamicHandler::final_decision(int count, int workers, store::Revision listed) const {
+  std::string value = std::to_string(count) + " " + std::to_string(workers) + " " + std::to_string(listed);
+  const auto left = monitor_->fence_until() - Clock::now();
+  if (left > Clock::duration::zero()) {
+    // Rounded up: a member must never wait less than the closer would.
+    value += " " + std::to_string(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+  }
+  return value;
+}
+
+void DynamicHandler::wait_out_fence(std::int64_t round, const Closed& closed, Clock::time_point read_at) {
+  auto until = std::max(monitor_->fence_until(), read_at + closed.fence);
+  if (until <= Clock::now()) return;
+  log::get("rdzv")->info(
+      "fence: waiting {} before round {}'s workers start run_id={} (a member of the last round left without "
+      "succeeding; were it only cut off, its workers are killed before this)",
+      detail::seconds_text(std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now())), round,
+      config_.run_id);
+  // A member that leaves meanwhile (seen by the previous round's kept watch)
+  // moves the fence on.
+  while (until > Clock::now()) {
+    std::this_thread::sleep_until(until);
+    until = std::max(until, monitor_->fence_until());
+  }
 }
 
 void DynamicHandler::check_job_config() {
@@ -155,12 +184,14 @@ RendezvousResult DynamicHandler::next_rendezvous() {
       late = index > closed.count;
       if (late) store_->remove(my_key);
     }
+    const auto decided_at = Clock::now();
     if (late) {
       wait_ended(round, deadline);
       ++round;
       continue;
     }
 
+    wait_out_fence(round, closed, decided_at);
     RendezvousResult res;
     res.round = round;
     res.group_rank = index - 1;
@@ -208,8 +239,7 @@ DynamicHandler::Closed DynamicHandler::close_round(std::int64_t round, std::int6
     }
     if (present == n) {
       close_listing(prefix);
-      value = std::to_string(n) + " " + std::to_string(detail::packed_workers(seen)) + " " +
-              std::to_string(listed.revision);
+      value = final_decision(n, detail::packed_workers(seen), listed.revision);
     } else {
       value = "abort " + std::to_string(n - present) + " node(s) left before round " + std::to_string(round) +
               " closed";
@@ -263,8 +293,7 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
     return false;  // a member still on its way arrives and checks again
   }
   close_listing(prefix);
-  const std::string value = std::to_string(n) + " " + std::to_string(detail::packed_workers(seen)) + " " +
-                            std::to_string(now.revision);
+  const std::string value = final_decision(n, detail::packed_workers(seen), now.revision);
   if (store_->compare_set(prefix + "closed", "", value) == value) {
     logger->info("every live member of round {} rejoined: round {} closed at once run_id={} nodes={}",
                  prev.round, round, config_.run_id, n);

@@ -18,15 +18,25 @@ class DynamicHandler final : public detail::StoreHandler {
   RendezvousResult next_rendezvous() override;
 
  private:
-  // P/closed: "<count> <workers> <list revision>", "abort <why>" or "closed <why>".
+  // P/closed: "<count> <workers> <list revision>[ <fence ms>]", "abort <why>" or
+  // "closed <why>". The fence is what the closer still had to wait after a
+  // departure when it decided: every member waits that long from its reading.
   struct Closed {
     enum class Kind : std::uint8_t { kFinal, kAbort, kJobClosed } kind = Kind::kFinal;
     int count = 0;
     int workers = 0;
     store::Revision listed = 0;
+    std::chrono::milliseconds fence{0};
     std::string why;
   };
   static Closed parse_closed(const std::string& text);
+  // The decision closing a round of `count` arrivals with `workers` workers,
+  // listed at `listed`, with this node's fence still to wait.
+  std::string final_decision(int count, int workers, store::Revision listed) const;
+  // Before this node's workers of `round` start: waits until every departure
+  // this node saw, and the one the closer saw, is a fence margin old
+  // (docs/rendezvous.md, "Fencing").
+  void wait_out_fence(std::int64_t round, const Closed& closed, Clock::time_point read_at);
 
   void check_job_config();
   // Decides the round's members (the arrivals counted in `seen`) unless some

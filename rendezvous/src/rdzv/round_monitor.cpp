@@ -24,11 +24,16 @@ const char* event_name(RoundEvent e) {
       return "store_lost";
     case RoundEvent::kJobClosed:
       return "job_closed";
+    case RoundEvent::kLeaseLost:
+      return "lease_lost";
   }
   return "unknown";
 }
 
 std::string encode_event(RoundEvent e, const std::string& detail) {
+  // Losing the store or its own lease is this node's news; for the others it
+  // is a member leaving, and they must not kill their workers for it.
+  if (e == RoundEvent::kStoreLost || e == RoundEvent::kLeaseLost) e = RoundEvent::kMembershipChanged;
   return std::to_string(static_cast<int>(e)) + " " + detail;
 }
 
@@ -48,9 +53,12 @@ RoundMonitor::RoundMonitor(std::shared_ptr<store::Store> store, std::chrono::mil
       store_name_(std::move(store_name)),
       interval_(keep_alive_interval),
       ttl_(keep_alive_window),
+      fence_margin_(fence_margin(keep_alive_interval)),
       keepalive_(std::make_shared<Keepalive>()) {
   keepalive_->store = store_;
   keepalive_->last_ok = Clock::now();
+  keepalive_->acked_send = keepalive_->last_ok;
+  keepalive_->backstop = ttl_ - fence_margin_ / 2;
   keepalive_->on_lease_lost = [this](store::LeaseId id, const std::string& why) { on_lease_lost(id, why); };
   thread_ = std::thread([this] { loop(); });
   keepalive_thread_ = std::thread(keepalive_loop, keepalive_, interval_);
@@ -69,64 +77,11 @@ RoundMonitor::~RoundMonitor() {
     std::lock_guard<std::mutex> lock(keepalive_->mu);
     keepalive_->stop = true;
     keepalive_->on_lease_lost = nullptr;
+    keepalive_->fence_sink = nullptr;
   }
   keepalive_->cv.notify_all();
   // A keepalive blocked on an unreachable store must not hold up the agent's exit.
   keepalive_thread_.detach();
-}
-
-store::LeaseId RoundMonitor::lease() {
-  {
-    std::lock_guard<std::mutex> lock(keepalive_->mu);
-    if (keepalive_->lease != 0) return keepalive_->lease;
-  }
-  auto id = store_->lease_grant(ttl_);
-  std::lock_guard<std::mutex> lock(keepalive_->mu);
-  keepalive_->lease = id;
-  keepalive_->last_ok = Clock::now();
-  return id;
-}
-
-void RoundMonitor::revoke(std::chrono::milliseconds deadline) {
-  store::LeaseId id = 0;
-  bool reachable = false;
-  {
-    std::lock_guard<std::mutex> lock(keepalive_->mu);
-    std::swap(id, keepalive_->lease);
-    reachable = Clock::now() - keepalive_->last_ok < interval_ * 2;
-  }
-  // An unreachable store would hold the exit up for a reconnect cycle; the
-  // lease then simply expires.
-  if (id == 0 || !reachable) return;
-  // A store that went away a moment ago (the node hosting it finished first)
-  // still looks reachable, and the client would retry it for its whole connect
-  // timeout. The request runs on its own thread, which owns what it uses, and
-  // is abandoned past `deadline`: the lease then expires within its TTL.
-  struct Outcome {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    std::string error;
-  };
-  auto out = std::make_shared<Outcome>();
-  std::thread([out, store = store_, id] {
-    std::string error;
-    try {
-      store->lease_revoke(id);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    std::lock_guard<std::mutex> lock(out->mu);
-    out->done = true;
-    out->error = std::move(error);
-    out->cv.notify_all();
-  }).detach();
-  std::unique_lock<std::mutex> lock(out->mu);
-  if (!out->cv.wait_for(lock, deadline, [&] { return out->done; })) {
-    log::get("rdzv")->debug("lease revoke gave up after {} lease={}", seconds_text(deadline), id);
-  } else if (!out->error.empty()) {
-    log::get("rdzv")->debug("lease revoke failed lease={} error={}", id, out->error);
-  }
 }
 
 void RoundMonitor::set_callback(RoundEventCallback cb) {
@@ -204,6 +159,7 @@ std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end(
       // Events of the old epoch still queued or yet to come reach the sink.
       departure_epoch_ = epoch_;
       departure_prefix_ = detail::nodes_prefix(round_.prefix);
+      departure_round_prefix_ = round_.prefix;
       departure_sink_ = std::move(on_departure);
       departure_watch_ = std::move(watches_.front());
       departed = departed_;
@@ -244,11 +200,43 @@ void RoundMonitor::suppress(RoundEvent e) {
   fired_mask_ |= static_cast<std::uint8_t>(1u << static_cast<int>(e));
 }
 
+Clock::time_point RoundMonitor::fence_until() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_departure_ == Clock::time_point{} ? last_departure_ : last_departure_ + fence_margin_;
+}
+
+std::optional<RoundMonitor::Departure> RoundMonitor::read_departure(const std::string& round_prefix,
+                                                                    std::int64_t rank) {
+  const std::string g = std::to_string(rank);
+  try {
+    const auto v = store_->multi_get({round_prefix + "success/" + g, round_prefix + "stopped/" + g});
+    return Departure{v[0].has_value(), v[1].has_value()};
+  } catch (const Error& e) {
+    log::get("rdzv")->debug("cannot tell how group rank {} of {} left: {}", rank, round_prefix, e.what());
+    return std::nullopt;
+  }
+}
+
+void RoundMonitor::note_departure(const std::optional<Departure>& d) {
+  // Only a node that may still be running workers is fenced: not one that
+  // succeeded, nor one that stopped its workers and left on purpose. One the
+  // store cannot tell about counts, which only delays the next round.
+  if (d && (d->succeeded || d->stopped)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  last_departure_ = Clock::now();
+}
+
 void RoundMonitor::loop() {
-  // Silence is checked a few times per keep-alive interval: kStoreLost comes at
-  // most a fraction of an interval after the window closes.
+  // Silence is checked a few times per keep-alive interval, and at the fence
+  // deadline itself: the workers' kill must not wait for the next check.
   const auto check_period = std::max(interval_ / 4, std::chrono::milliseconds(10));
-  auto next_check = Clock::now() + check_period;
+  auto next_wakeup = [&](bool stalled) {
+    const auto now = Clock::now();
+    const auto deadline = fence_deadline();
+    const auto next = now + (stalled ? interval_ : check_period);
+    return !stalled && deadline > now ? std::min(next, deadline) : next;
+  };
+  auto next_check = next_wakeup(false);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait_until(lock, next_check, [&] { return stop_ || !queue_.empty(); });
@@ -268,82 +256,10 @@ void RoundMonitor::loop() {
       const bool stalled = Clock::now() - next_check > interval_;
       lock.unlock();
       if (!stalled) check_store_silence();
+      // Not under mu_: the keepalive thread takes the keepalive lock, then mu_.
+      next_check = next_wakeup(stalled);
       lock.lock();
-      next_check = Clock::now() + (stalled ? interval_ : check_period);
     }
-  }
-}
-
-void RoundMonitor::keepalive_loop(std::shared_ptr<Keepalive> k, std::chrono::milliseconds interval) {
-  std::unique_lock<std::mutex> lock(k->mu);
-  while (true) {
-    k->cv.wait_for(lock, interval, [&] { return k->stop; });
-    if (k->stop) return;
-    const store::LeaseId id = k->lease;
-    if (id == 0) continue;
-    lock.unlock();
-    std::string lost;
-    bool answered = false;
-    try {
-      // Bounded: the TcpStore client gives up after its request timeout (one
-      // keep-alive interval, at least 1 s: store_access.cpp), the etcd client
-      // within the keep-alive window (etcd_handler.cpp). A frozen server that
-      // keeps the connection open costs misses, never a hung thread, and
-      // check_store_silence() judges by the clock even while this call waits.
-      k->store->lease_keepalive(id);
-      answered = true;
-    } catch (const StoreError& e) {
-      // The store answered and the lease is gone: this node stalled past its TTL
-      // or the store lost its state. Everyone else already saw this node leave.
-      lost = e.what();
-    } catch (const Error& e) {
-      // A miss: last_ok stays where it was, and check_store_silence() declares
-      // the store lost once the misses fill the keep-alive window. The client
-      // keeps reconnecting meanwhile. Once stopped (detached, maybe at process
-      // exit) it stays silent.
-      std::lock_guard<std::mutex> relock(k->mu);
-      if (k->stop) return;
-      log::get("rdzv")->warn("lease keepalive failed lease={} error={}", id, e.what());
-    }
-    lock.lock();
-    if (k->stop) return;
-    if (answered) {
-      k->last_ok = Clock::now();
-    } else if (!lost.empty() && k->lease == id) {
-      k->lease = 0;
-      // Called under k->mu: the destructor clears it under the same lock, so it
-      // never runs on a destroyed monitor.
-      if (k->on_lease_lost) k->on_lease_lost(id, lost);
-    }
-  }
-}
-
-void RoundMonitor::on_lease_lost(store::LeaseId, const std::string& why) {
-  std::uint64_t epoch = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    epoch = epoch_;
-  }
-  fire(epoch, RoundEvent::kMembershipChanged, "the lease of this node expired: " + why);
-}
-
-void RoundMonitor::check_store_silence() {
-  std::uint64_t epoch = 0;
-  std::chrono::milliseconds silent{0};
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!active_) return;
-    epoch = epoch_;
-  }
-  {
-    std::lock_guard<std::mutex> lock(keepalive_->mu);
-    if (keepalive_->lease == 0) return;
-    silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - keepalive_->last_ok);
-  }
-  if (silent >= ttl_) {
-    fire(epoch, RoundEvent::kStoreLost,
-         "no answer from " + store_name_ + " for " + seconds_text(silent) + " (keep-alive window " +
-             seconds_text(ttl_) + ")");
   }
 }
 
@@ -358,7 +274,9 @@ void RoundMonitor::handle(const Pending& p) {
       }
       const auto rank =
           store::keys::parse_index(std::string_view(p.ev.key).substr(departure_prefix_.size())).value_or(-1);
+      const std::string round_prefix = departure_round_prefix_;
       lock.unlock();
+      if (rank >= 0) note_departure(read_departure(round_prefix, rank));
       std::lock_guard<std::mutex> callback_lock(callback_mu_);
       std::function<void(std::int64_t)> sink;
       {
@@ -392,13 +310,9 @@ void RoundMonitor::handle(const Pending& p) {
     // A node that succeeded and left is not a failure: its success key was written
     // before its lease went away. A store that cannot answer cannot tell us who
     // left either; losing it is reported by the watch or the keep-alive instead.
-    bool succeeded = true;
-    try {
-      succeeded = store_->try_get(r.prefix + "success/" + std::to_string(rank)).has_value();
-    } catch (const Error& e) {
-      log::get("rdzv")->debug("cannot tell whether group rank {} succeeded: {}", rank, e.what());
-    }
-    if (!succeeded) {
+    const auto departure = read_departure(r.prefix, rank);
+    note_departure(departure);
+    if (departure && !departure->succeeded) {
       fire(p.epoch, RoundEvent::kMembershipChanged,
            describe_rank(static_cast<int>(rank)) + " left the round: its lease expired or was revoked");
     }

@@ -39,6 +39,12 @@ struct WatchedRound {
   store::ListResult ctl;          // ctl/ as listed before watching from ctl.revision + 1
 };
 
+// How much earlier than its lease can end a silent node kills its workers, and
+// how long after a member's lease ended the others wait before their next
+// round's workers start: half a keep-alive interval each way. The inequality
+// it keeps is in docs/rendezvous.md, "Fencing".
+std::chrono::milliseconds fence_margin(std::chrono::milliseconds keep_alive_interval);
+
 // Thread-safety: all methods may be called from any thread. Events run on one
 // internal thread and keepalives on another; both may call the event callback
 // (never at the same time); watch callbacks only enqueue. After end() returns, no event
@@ -58,8 +64,11 @@ class RoundMonitor {
   // This node's lease, granted on first use and again after it expired.
   store::LeaseId lease();
   // Revokes the lease now, so this node's records vanish without waiting for the
-  // TTL. Returns within `deadline` even when the store does not answer.
-  void revoke(std::chrono::milliseconds deadline = std::chrono::milliseconds(1000));
+  // TTL. Returns within `deadline` even when the store does not answer. With
+  // `stopped_key`, sets it first: this node's workers are gone, its departure
+  // needs no fence.
+  void revoke(std::chrono::milliseconds deadline = std::chrono::milliseconds(1000),
+              const std::string& stopped_key = "");
   void set_callback(RoundEventCallback cb);
 
   // Starts watching; events already visible in r.ctl are delivered at once.
@@ -82,6 +91,17 @@ class RoundMonitor {
   // This node already knows about its own kind of event (it reported the failure):
   // do not echo it back to the agent.
   void suppress(RoundEvent e);
+  // The earliest time the workers of this node's next round may start: the
+  // fence margin after the latest departure seen (a member's record vanished
+  // without its success key), so that the departed node, if it is only cut
+  // off, has killed its workers by then. Clock::time_point{} when none.
+  Clock::time_point fence_until() const;
+  // The client reconnected: a lease bound to the old connection may be gone.
+  // Sends a keep-alive now rather than at the next interval.
+  void keepalive_now();
+  // Passes the fence backstop's deadline to `sink` each time it moves
+  // (RendezvousConfig::on_fence_deadline). Set before the first lease().
+  void set_fence_sink(std::function<void(Clock::time_point)> sink);
 
  private:
   struct Pending {
@@ -100,7 +120,13 @@ class RoundMonitor {
     bool stop = false;
     store::LeaseId lease = 0;
     Clock::time_point last_ok;
+    // When the latest keep-alive (or the grant) the store answered was sent:
+    // the store renewed the lease after this, so it cannot end before this + TTL.
+    Clock::time_point acked_send;
+    bool send_now = false;                                                  // keepalive_now() asked
     std::function<void(store::LeaseId, const std::string&)> on_lease_lost;  // cleared on stop
+    std::chrono::milliseconds backstop{0};                                  // TTL less half a fence margin
+    std::function<void(Clock::time_point)> fence_sink;                      // cleared on stop
   };
   static void keepalive_loop(std::shared_ptr<Keepalive> k, std::chrono::milliseconds interval);
 
@@ -108,6 +134,18 @@ class RoundMonitor {
   void handle(const Pending& p);
   void on_lease_lost(store::LeaseId id, const std::string& why);
   void check_store_silence();
+  // When this node must have killed its workers unless the store answers again.
+  Clock::time_point fence_deadline() const;
+  // What a member that left wrote before its lease went: success/<g> (its
+  // workers succeeded) and stopped/<g> (its workers are gone: it left on
+  // purpose). nullopt when the store cannot say.
+  struct Departure {
+    bool succeeded = false;
+    bool stopped = false;
+  };
+  std::optional<Departure> read_departure(const std::string& round_prefix, std::int64_t rank);
+  // Starts the fence for a departure unless it needs none.
+  void note_departure(const std::optional<Departure>& d);
   // Delivers at most one event of each kind per round, and none once the round
   // of `epoch` ended.
   void fire(std::uint64_t epoch, RoundEvent e, const std::string& detail);
@@ -117,6 +155,7 @@ class RoundMonitor {
   const std::string store_name_;
   const std::chrono::milliseconds interval_;
   const std::chrono::milliseconds ttl_;
+  const std::chrono::milliseconds fence_margin_;
 
   // Held while the agent's callback runs, so that end() returns only once no
   // callback of the ended round can still be running (the callback must not
@@ -135,11 +174,13 @@ class RoundMonitor {
   bool ended_marker_seen_ = false;  // ... in the round the last end() stopped
   std::deque<Pending> queue_;
   std::vector<std::unique_ptr<store::WatchHandle>> watches_;  // node/ first, then ctl/
-  std::set<std::int64_t> departed_;  // group ranks of this round whose records vanished
+  std::set<std::int64_t> departed_;     // group ranks of this round whose records vanished
+  Clock::time_point last_departure_{};  // when the latest departure that is no success was seen
   // Kept by end(on_departure, …): the ended round's node watch and where its deletions go.
   std::unique_ptr<store::WatchHandle> departure_watch_;
   std::uint64_t departure_epoch_ = 0;
   std::string departure_prefix_;
+  std::string departure_round_prefix_;
   std::function<void(std::int64_t)> departure_sink_;
   std::thread thread_;
   // Keepalives block while the client reconnects (up to its connect timeout), so

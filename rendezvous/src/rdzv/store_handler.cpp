@@ -5,6 +5,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/rdzv/backend.hpp"
+#include "ddp/store/tcp_store.hpp"
 #include "keys.hpp"
 
 namespace ddp::rdzv::detail {
@@ -34,13 +35,31 @@ StoreHandler::StoreHandler(const RendezvousConfig& config, const NodeSpec& self,
       store_(access_.client),
       monitor_(std::make_unique<RoundMonitor>(store_, config.keep_alive_interval, keep_alive_window(config),
                                               store_name(config))),
-      rdzv_prefix_(rdzv_prefix(config.run_id)) {}
+      rdzv_prefix_(rdzv_prefix(config.run_id)) {
+  // A lease is bound to the connection that granted it: after a reconnect,
+  // learn at once whether it is gone (and the workers must die) rather than
+  // at the next keep-alive (docs/rendezvous.md, "Fencing").
+  if (auto tcp = std::dynamic_pointer_cast<store::TcpStore>(store_)) {
+    tcp->on_reconnect([m = monitor_.get()] { m->keepalive_now(); });
+  }
+  // A store in this process cannot be cut off from this node.
+  if (!access_.server && config.on_fence_deadline) monitor_->set_fence_sink(config.on_fence_deadline);
+}
 
 StoreHandler::~StoreHandler() {
+  if (auto tcp = std::dynamic_pointer_cast<store::TcpStore>(store_)) tcp->on_reconnect(nullptr);
   monitor_->stop_departures();
   rejoin_.reset();
   monitor_->end();
-  monitor_->revoke();
+  // The agent destroys the handler once its workers are gone: saying so lets
+  // the others re-form without waiting out the fence for this node.
+  std::string stopped_key;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (current_)
+      stopped_key = prefix_of(current_->round) + "stopped/" + std::to_string(current_->group_rank);
+  }
+  monitor_->revoke(std::chrono::milliseconds(1000), stopped_key);
   if (access_.server) wait_for_members_to_leave();
   monitor_.reset();
   store_.reset();

@@ -19,7 +19,9 @@ namespace ddp::rdzv::detail {
 
 // Thread-safety: as RendezvousHandler. The destructor revokes this node's lease
 // (its records vanish at once, or within its TTL if the store does not answer
-// within a second) and stops the hosted store, if any. Once all_succeeded() was
+// within a second) and stops the hosted store, if any. It first writes
+// P/stopped/<group rank>: the caller's workers must be gone by then, and the
+// others start their next round without waiting out the fence for this node. Once all_succeeded() was
 // true, or once it closed the job, the node hosting the store first waits (at
 // most the keep-alive window) for the other members to leave: this is the
 // job's exit barrier, and it lets the others read why the job ended.

@@ -81,6 +81,8 @@ TcpStore::~TcpStore() { impl_->shutdown(); }
 
 const Endpoint& TcpStore::endpoint() const { return impl_->options().endpoint; }
 
+void TcpStore::on_reconnect(std::function<void()> fn) { impl_->set_on_reconnect(std::move(fn)); }
+
 namespace {
 // Sends a request with the client's request timeout and raises on any status but kOk.
 // A template because TcpStore::Impl is private to TcpStore; only members name it.

@@ -191,6 +191,10 @@ void TcpStore::Impl::finish_connect(std::exception_ptr error) {
     }
     connect_cv_.notify_all();
     resend_watches();
+    if (std::exchange(had_connection_, true)) {
+      std::lock_guard<std::mutex> lk(reconnect_mu_);
+      if (on_reconnect_) on_reconnect_();
+    }
     return;
   }
   ++attempt_seq_;
@@ -211,6 +215,11 @@ void TcpStore::Impl::finish_connect(std::exception_ptr error) {
     reason = e.what();
   }
   fail_watches(reason);
+}
+
+void TcpStore::Impl::set_on_reconnect(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lk(reconnect_mu_);
+  on_reconnect_ = std::move(fn);
 }
 
 }  // namespace ddp::store

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -88,6 +89,7 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
 
   const TcpStoreOptions& options() const { return options_; }
   std::string where() const { return options_.endpoint.to_string(); }
+  void set_on_reconnect(std::function<void()> fn);
 
  private:
   void refuse_on_io_thread(const char* what) const;
@@ -177,6 +179,11 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   // else, or not at all, is not a store: the connect fails at once instead
   // of retrying for the whole connect_timeout.
   bool ever_connected_ = false;
+  bool had_connection_ = false;  // a connection succeeded before: the next one is a reconnect
+  // TcpStore::on_reconnect's callback; held while it runs, so that setting
+  // another waits a running call out.
+  std::mutex reconnect_mu_;
+  std::function<void()> on_reconnect_;
   // The first connect's ProtocolError for a peer that is not a store.
   void not_a_store(const std::string& what_happened);
   // The unparsed bytes received, quoted for a message.

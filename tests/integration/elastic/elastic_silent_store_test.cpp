@@ -38,3 +38,37 @@ TEST_CASE("elastic " ELASTIC_NAME ": a SIGSTOPped store stops every worker and b
     CHECK(contains(err, "no answer from"));
   }
 }
+
+TEST_CASE("elastic " ELASTIC_NAME
+          ": a store falling silent while a node's workers use their stop grace ends it") {
+  TempDir dir;
+  Service svc(dir);
+  const std::string conf =
+      "last_call_timeout=0.3,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=30";
+  // a's worker fails once; b's ignores the SIGTERM of the restart, so b would
+  // wait out its whole --stop_timeout while a re-forms.
+  Agent a(dir, "a",
+          AgentOptions{svc.backend(), svc.endpoint(), "2:2", 1, conf, {{"FAKE_FAIL_ON_RESTART_BELOW", "1"}}});
+  Agent b(dir, "b",
+          AgentOptions{svc.backend(),
+                       svc.endpoint(),
+                       "2:2",
+                       1,
+                       conf,
+                       {{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGTERM", "1"}},
+                       3,
+                       "job",
+                       {"--stop_timeout=60"}});
+  REQUIRE(wait_until([&] { return contains(b.proc->err(), "stopping 1 workers with SIGTERM"); }, 30s));
+
+  // The store may now count b gone at any moment, and a start a world without
+  // it: b's workers must not see out their 60 s.
+  svc.signal(SIGSTOP);
+  const auto cb = b.proc->wait(20s);
+  svc.signal(SIGCONT);
+  INFO("agent b:\n" << b.proc->err());
+  CHECK(cb == std::optional<int>(3));
+  CHECK(all_dead(b.started()));
+  CHECK(contains(b.proc->err(), "store lost while stopping workers: killing them now"));
+  CHECK(contains(b.proc->err(), "rendezvous store lost"));
+}

@@ -271,6 +271,14 @@ TEST_CASE("the backend follows the flags") {
         29400);
 }
 
+TEST_CASE("keep_alive_max_attempt below 2 is refused: the lease would end before its renewal") {
+  CHECK_THAT(
+      error_of({"--rdzv_conf=keep_alive_max_attempt=1", "/bin/true"}),
+      Catch::StartsWith("--rdzv_conf: keep_alive_max_attempt must be at least 2 (with 1 a node's lease"));
+  CHECK_THAT(error_of({"--rdzv_conf=keep_alive_max_attempt=0", "/bin/true"}),
+             Catch::StartsWith("--rdzv_conf: keep_alive_max_attempt must be at least 2"));
+}
+
 TEST_CASE("logs, streams, filter and node identity reach the agent config") {
   auto c = translate({"--nproc_per_node=4", "--log_dir=rel/logs", "-r", "0:1", "-t", "3",
                       "--local_ranks_filter=0,2", "--local_addr=10.0.0.9", "--role=trainer",

@@ -1,13 +1,14 @@
 // A Store decorator for the rendezvous tests: counts requests, round trips
 // (a batch or watch_all is one, however many requests it carries) and payload
 // bytes one handler sends through it, and can drop keepalives to play a
-// stalled node.
+// stalled node, or fail them to play a node cut off from the store.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <vector>
 
+#include "ddp/common/error.hpp"
 #include "ddp/store/store.hpp"
 
 namespace ddp::test {
@@ -20,6 +21,7 @@ class CountingStore final : public store::Store {
   std::atomic<long> round_trips{0};
   std::atomic<long> bytes{0};                // keys + values sent and received
   std::atomic<bool> drop_keepalives{false};  // the lease then expires after its TTL
+  std::atomic<bool> fail_keepalives{false};  // ... and the node hears nothing back
 
   void reset() {
     requests = 0;
@@ -104,6 +106,7 @@ class CountingStore final : public store::Store {
     return inner_->lease_grant(ttl);
   }
   void lease_keepalive(store::LeaseId l) override {
+    if (fail_keepalives) throw NetworkError("keepalive lost: the test cut this node off");
     if (drop_keepalives) return;
     count(0);
     inner_->lease_keepalive(l);

@@ -62,6 +62,13 @@ struct RendezvousConfig {
   // returning false, the handler logs the line every progress_interval.
   std::function<bool(const std::string&)> on_progress;
   int keep_alive_max_attempt = 3;
+  // The fence backstop (docs/rendezvous.md, "Fencing"): called with the time
+  // (steady clock, CLOCK_MONOTONIC) by which this node's workers must be dead
+  // even if the agent itself cannot act (stopped, hung), unless the store
+  // answers again; called again each time an answered keep-alive moves it.
+  // Half a fence margin after kStoreLost is due. Never called when the store is
+  // hosted in this process. Runs on an internal thread: it must not block.
+  std::function<void(std::chrono::steady_clock::time_point)> on_fence_deadline;
   bool is_host = false;       // this agent hosts the store in-process
   EtcdRendezvousConfig etcd;  // backend "etcd" (alias "etcd-v2") only
   // c10d: read every node's record into RendezvousResult::nodes (one list request,
@@ -99,12 +106,16 @@ struct RendezvousResult {
 };
 
 // Why a running round must end, delivered to the agent asynchronously.
+// kStoreLost and kLeaseLost mean the store may count this node gone: its
+// workers must die at once (SIGKILL, no grace), before the other nodes' next
+// world can start (docs/rendezvous.md, "Fencing").
 enum class RoundEvent : std::uint8_t {
   kRestartRequested = 0,   // a node reported a worker failure (failure fan-out)
-  kMembershipChanged = 1,  // a node's lease expired (dead node): re-form
+  kMembershipChanged = 1,  // another node's lease ended (dead node): re-form
   kNodesWaiting = 2,       // new agents wait to join: scale up (does not spend a restart)
-  kStoreLost = 3,          // the store is gone past the keep-alive window
+  kStoreLost = 3,          // no keep-alive answered for the fence window: exit 3
   kJobClosed = 4,          // a joining node closed the job for a mistake no restart mends
+  kLeaseLost = 5,          // this node's own lease ended (it stalled past its TTL): rejoin
 };
 using RoundEventCallback = std::function<void(RoundEvent, const std::string& detail)>;
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,6 +80,13 @@ class TcpStore final : public Store {
   std::map<std::string, std::string> stat();
   void ping();
   const Endpoint& endpoint() const;
+  // Called on the I/O thread each time the client connects again after a
+  // broken connection (not on the first connect): a lease bound to the old
+  // connection is gone, or will be once the server sees it closed, unless the
+  // server itself restarted. It may only hand work off (no call of this store
+  // from it). nullptr removes it; once this returns, no call of the previous
+  // callback is running.
+  void on_reconnect(std::function<void()> fn);
 
  private:
   class Impl;

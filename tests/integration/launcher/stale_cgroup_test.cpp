@@ -1,0 +1,169 @@
+// Stale guard cgroups: SIGKILL ddprun and every ddp-guard at the same moment
+// and nobody is left to kill what the workers started. Those processes stay,
+// in the cgroups the guards made. The next ddprun on the node, and a ddp-guard
+// on its next start, must find the cgroups whose guard is gone, kill what is
+// in them, remove them, and say so once per cgroup.
+//
+// Registered RUN_SERIAL: any ddprun started meanwhile by another test would
+// clean these cgroups up first, and the line this test looks for would be in
+// that test's output instead.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "containment_util.hpp"
+
+using namespace ddp::test;
+using namespace ddp::test::launcher;
+
+namespace {
+
+// Each worker leaves two processes that the guard alone would kill: a child in
+// its own session and the orphan of a double fork, both ignoring SIGTERM.
+constexpr const char* kWorker = R"(#!/bin/sh
+echo $$ > "$MARKS/pid_$RANK"
+setsid sh -c 'trap "" TERM HUP INT; exec sleep 1234' &
+( trap "" TERM HUP INT; sleep 1234 & )
+touch "$MARKS/ready_$RANK"
+exec sleep 1234
+)";
+
+// State letter and parent of a process, from /proc/PID/stat.
+std::pair<char, pid_t> stat_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return {'?', -1};
+  std::istringstream rest(text.substr(close + 2));
+  char state = '?';
+  pid_t ppid = -1;
+  rest >> state >> ppid;
+  return {state, ppid};
+}
+
+int sleeping(const ProcessTag& tag) {
+  int n = 0;
+  for (pid_t pid : tag.alive()) n += read_file("/proc/" + std::to_string(pid) + "/comm") == "sleep\n";
+  return n;
+}
+
+// The worker's cgroup v2 directory when ddp-guard made one for it, else "".
+fs::path guard_cgroup_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::/", 0) != 0) continue;
+    for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+      const fs::path dir = fs::path(root) / line.substr(4);
+      if (dir.filename().string().rfind("ddp-guard.", 0) == 0 && fs::exists(dir)) return dir;
+    }
+  }
+  return {};
+}
+
+// What the test leaves behind when it fails: killed and removed at the end.
+struct LeftoverCgroups {
+  std::vector<fs::path> dirs;
+  ~LeftoverCgroups() {
+    for (const auto& d : dirs) {
+      std::ofstream(d / "cgroup.kill") << "1\n";
+      wait_until([&] { return ::rmdir(d.c_str()) == 0 || errno == ENOENT; }, std::chrono::seconds(2));
+    }
+  }
+};
+
+// Two workers under ddprun; then ddprun and both guards SIGKILLed with no
+// chance to react. Fills `cgroups` with the
+// guards' cgroups, still holding the processes the workers started; leaves it
+// empty when the guards could make none (no writable cgroup v2 hierarchy).
+void leave_stale_cgroups(const TempDir& dir, const ProcessTag& tag, LeftoverCgroups& cgroups) {
+  const std::string script = (dir / "worker.sh").string();
+  write_file(script, kWorker);
+  ::chmod(script.c_str(), 0755);
+  Process agent(ddprun_argv({"--nproc_per_node=2", "--no_python", "/bin/sh", script}), dir.path(),
+                clean_env({tag.env(), {"MARKS", dir.path().string()}}));
+  REQUIRE(wait_until([&] { return fs::exists(dir / "ready_0") && fs::exists(dir / "ready_1"); }));
+  // The two workers and the four processes they left, each one up to its sleep.
+  REQUIRE(wait_until([&] { return sleeping(tag) == 6; }));
+  std::vector<pid_t> guards;
+  for (const char* mark : {"pid_0", "pid_1"}) {
+    const pid_t worker = std::stoi(read_file(dir / mark));
+    guards.push_back(stat_of(worker).second);
+    if (auto cg = guard_cgroup_of(worker); !cg.empty()) cgroups.dirs.push_back(cg);
+  }
+  if (cgroups.dirs.size() != guards.size()) {
+    cgroups.dirs.clear();
+    return;
+  }
+  // Stopped, the agent cannot clean up after the guards it sees die; SIGKILLed
+  // first, the guards cannot act on their parent-death signal. (Stopping the
+  // guards instead would not do: when the agent dies, the kernel sends a
+  // stopped guard's orphaned process group SIGCONT.)
+  agent.signal(SIGSTOP);
+  REQUIRE(wait_until([&] { return stat_of(agent.pid()).first == 'T'; }));
+  for (pid_t g : guards) ::kill(g, SIGKILL);
+  REQUIRE(wait_until([&] {
+    for (pid_t g : guards)
+      if (stat_of(g).first != 'Z') return false;
+    return true;
+  }));
+  agent.signal(SIGKILL);
+  REQUIRE(agent.wait(std::chrono::seconds(5)));
+  REQUIRE(wait_until([&] {
+    for (pid_t g : guards)
+      if (pid_alive(g)) return false;
+    return true;
+  }));
+  // The bug this guards against: the workers' children outlive everyone.
+  INFO("alive:\n" << tag.describe());
+  REQUIRE(tag.alive().size() == 4);
+  for (const auto& cg : cgroups.dirs) REQUIRE(fs::exists(cg));
+}
+
+}  // namespace
+
+TEST_CASE("after kill -9 of ddprun and its guards, the next ddprun kills and removes their cgroups") {
+  TempDir dir;
+  ProcessTag tag;
+  LeftoverCgroups leftovers;
+  leave_stale_cgroups(dir, tag, leftovers);
+  if (leftovers.dirs.empty()) {
+    WARN("no writable cgroup v2 hierarchy here (ddp-guard made no cgroup): skipped");
+    return;
+  }
+  const auto r = ddprun({"--nproc_per_node=1", "--no_python", "/bin/true"}, dir);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  INFO("survivors:\n" << tag.describe());
+  CHECK(tag.all_gone(std::chrono::seconds(2)));
+  for (const auto& cg : leftovers.dirs) {
+    INFO("cgroup " << cg);
+    CHECK(!fs::exists(cg));
+    CHECK(count_lines(r.err, "removed stale cgroup " + cg.string() + ":") == 1);
+  }
+}
+
+TEST_CASE("after kill -9 of ddprun and its guards, a ddp-guard started next to their cgroups removes them") {
+  TempDir dir;
+  ProcessTag tag;
+  LeftoverCgroups leftovers;
+  leave_stale_cgroups(dir, tag, leftovers);
+  if (leftovers.dirs.empty()) {
+    WARN("no writable cgroup v2 hierarchy here (ddp-guard made no cgroup): skipped");
+    return;
+  }
+  // The stale cgroups are in this process's cgroup (ddprun's was the same), as
+  // a new guard's own will be.
+  const auto r = run({bin("ddp-guard").string(), "--", "/bin/true"}, dir.path());
+  INFO(r.err);
+  CHECK(r.code == 0);
+  INFO("survivors:\n" << tag.describe());
+  CHECK(tag.all_gone(std::chrono::seconds(2)));
+  for (const auto& cg : leftovers.dirs) {
+    INFO("cgroup " << cg);
+    CHECK(!fs::exists(cg));
+    CHECK(count_lines(r.err, "removed stale cgroup " + cg.string() + ":") == 1);
+  }
+}
