@@ -497,6 +497,9 @@ void ProcessRunner::cancel_spawns() {
   // Wakes a spawn waiting for its child's exec; queued ones see the bound.
   const std::uint64_t one = 1;
   [[maybe_unused]] const ssize_t woke = ::write(impl_->cancel_fd, &one, sizeof(one));
+}
+
+void ProcessRunner::kill_unreported() {
   for (const auto& weak : impl_->reports) {
     if (auto pending = weak.lock()) pending->cancel();
   }

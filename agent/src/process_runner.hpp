@@ -12,8 +12,8 @@
 // the environment it is given and nothing else. No spawn waits forever: a
 // child gets kExecTimeout to exec, a guard kGuardReportTimeout to report.
 //
-// Thread-safety: construct, spawn(), cancel_spawns() and destroy on the
-// io_context's thread;
+// Thread-safety: construct, spawn(), cancel_spawns(), kill_unreported() and
+// destroy on the io_context's thread;
 // every callback runs on that thread.
 #pragma once
 
@@ -77,11 +77,15 @@ class ProcessRunner {
   void spawn(SpawnSpec spec, ChildHandlers handlers, SpawnedFn on_spawned, WorkerStdio stdio = {},
              ZygoteSpawn zygote = {});
 
-  // Cancels every spawn asked for so far that has not reported yet: queued
-  // ones never start, a child not yet exec'd is killed, a guard not yet
-  // reported kills its worker. Each is answered with pid 0, or with the pid of
-  // a worker that started anyway (the caller stops it as it would any other).
+  // Cancels every spawn asked for so far that has not started its worker:
+  // queued ones never start, a child not yet exec'd is killed. Each is
+  // answered with pid 0. A guard already exec'd goes on and reports its
+  // worker, which the caller stops like any other (it may be running).
   void cancel_spawns();
+
+  // Tells every guard that has not reported its worker yet to kill what it
+  // started and exit: for when the stop's grace is over.
+  void kill_unreported();
 
   // Sends `sig` to the process group of the worker `pid` (its guard leads it);
   // SIGKILL asks the guard to kill the worker's whole tree instead.

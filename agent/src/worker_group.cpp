@@ -254,8 +254,10 @@ void WorkerGroup::stop(int sig, bool count_failures) {
   stop_timer_.expires_after(cfg_.stop_timeout);
   stop_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || state_ != State::kStopping) return;
-    log_->warn("{} workers still running after {} ms: sending SIGKILL", live(), cfg_.stop_timeout.count());
+    log_->warn("{} workers still running after {} ms: sending SIGKILL", live() + pending_spawns_,
+               cfg_.stop_timeout.count());
     signal_all(SIGKILL);
+    runner_.kill_unreported();  // a guard stuck before its report must not outlast the grace
   });
   if (live() == 0 && pending_spawns_ == 0) {
     boost::asio::post(io_, [this, att = attempt_] {

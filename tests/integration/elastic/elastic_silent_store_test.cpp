@@ -69,6 +69,10 @@ TEST_CASE("elastic " ELASTIC_NAME
   INFO("agent b:\n" << b.proc->err());
   CHECK(cb == std::optional<int>(3));
   CHECK(all_dead(b.started()));
-  CHECK(contains(b.proc->err(), "store lost while stopping workers: killing them now"));
-  CHECK(contains(b.proc->err(), "rendezvous store lost"));
+  // The keep-alive finds the store gone (while b still waits for its worker,
+  // "store lost while stopping workers", or in the next round's rendezvous,
+  // which b starts beside the stop), or that rendezvous's own call finds it
+  // silent first: each ends b with its workers killed, none of them after 60 s.
+  const auto err = b.proc->err();
+  CHECK((contains(err, "ddprun: error: rendezvous store lost") || contains(err, "ddprun: error: store at ")));
 }

@@ -85,10 +85,10 @@ TEST_CASE("a guard that never reports fails its spawn within the deadline, and i
   CHECK(wait_until([&] { return all_gone(guards); }, std::chrono::seconds(5)));
 }
 
-TEST_CASE("SIGTERM while a spawn is stuck ends the job within --stop_timeout") {
+TEST_CASE("SIGTERM while a spawn is stuck ends the job once --stop_timeout is over") {
   TempDir dir;
   const auto ddprun_copy = ddprun_with_stuck_guard(dir);
-  Process agent({ddprun_copy.string(), "--standalone", "--nproc_per_node=4", "--stop_timeout=2",
+  Process agent({ddprun_copy.string(), "--standalone", "--nproc_per_node=4", "--stop_timeout=1",
                  "--no_python", "/bin/true"},
                 dir.path(), clean_env({}));
   REQUIRE(wait_until([&] { return guard_pids(dir).size() == 4; }));
@@ -98,6 +98,8 @@ TEST_CASE("SIGTERM while a spawn is stuck ends the job within --stop_timeout") {
   const auto took = std::chrono::steady_clock::now() - start;
   INFO(agent.err());
   CHECK(code == std::optional<int>(143));
-  CHECK(took < std::chrono::milliseconds(2500));
+  // The grace, not the guards' 10 s report deadline, bounds it.
+  CHECK(took >= std::chrono::seconds(1));
+  CHECK(took < std::chrono::seconds(5));
   CHECK(wait_until([&] { return all_gone(guard_pids(dir)); }, std::chrono::seconds(5)));
 }
