@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "ddp/common/error.hpp"
@@ -70,8 +72,21 @@ bool read_line(int conn, std::chrono::milliseconds timeout, std::string& line, s
       return false;
     }
     if (c == '\n') return true;
+    if (line.size() >= json_input::kZygoteLine.max_bytes) {
+      error = "the preload zygote sent an answer longer than " +
+              std::to_string(json_input::kZygoteLine.max_bytes) + " bytes";
+      return false;
+    }
     line.push_back(c);
   }
+}
+
+// A pid in the zygote's answer: a positive integer that fits pid_t, else -1.
+pid_t pid_field(const nlohmann::json& reply, const char* key) {
+  const auto it = reply.find(key);
+  if (it == reply.end() || !it->is_number_integer()) return -1;
+  const auto v = it->get<std::int64_t>();  // an unsigned past int64 comes out negative
+  return v > 0 && v <= std::numeric_limits<pid_t>::max() ? static_cast<pid_t>(v) : -1;
 }
 
 }  // namespace
@@ -116,13 +131,16 @@ ZygoteReply request_worker(int conn, const ZygoteRequest& request, int in, int o
   const auto reply = try_parse_json(line, json_input::kZygoteLine, &refused);
   if (reply.is_discarded() || !reply.is_object()) {
     r.error = "the preload zygote sent a malformed answer" + (refused.empty() ? "" : ": it " + refused);
-  } else if (reply.contains("error")) {
-    r.error = reply.value("error", std::string("unknown error"));
+  } else if (const auto e = reply.find("error"); e != reply.end()) {
+    // It answered, so it said what it did: an error means it started nothing.
+    r.error = e->is_string() ? e->get<std::string>() : "the preload zygote sent a malformed error";
     r.nothing_started = true;
+  } else if (const auto cg = reply.find("cgroup"); cg != reply.end() && !cg->is_string()) {
+    r.error = "the preload zygote sent a malformed answer: its cgroup is not a string";
   } else {
-    r.worker_pid = reply.value("pid", -1);
-    r.guard_pid = reply.value("guard_pid", -1);
-    r.cgroup = reply.value("cgroup", std::string());
+    r.worker_pid = pid_field(reply, "pid");
+    r.guard_pid = pid_field(reply, "guard_pid");
+    if (cg != reply.end()) r.cgroup = cg->get<std::string>();
     if (r.worker_pid <= 0 || r.guard_pid <= 0) r.error = "the preload zygote sent no worker pid";
   }
   return r;
@@ -133,7 +151,10 @@ std::optional<int> parse_zygote_exit(const std::string& line) {
   if (j.is_discarded() || !j.is_object() || !j.contains("exit") || !j["exit"].is_number_integer()) {
     return std::nullopt;
   }
-  return j["exit"].get<int>();
+  // A wait status fits 16 bits; anything else is not one.
+  const auto status = j["exit"].get<std::int64_t>();
+  if (status < 0 || status > 0xffff) return std::nullopt;
+  return static_cast<int>(status);
 }
 
 }  // namespace ddp::agent

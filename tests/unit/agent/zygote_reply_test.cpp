@@ -52,3 +52,21 @@ TEST_CASE("a zygote exit line is read within the same bound") {
   CHECK_FALSE(
       parse_zygote_exit(R"({"exit": 1, "x": )" + std::string(100, '[') + std::string(100, ']') + "}"));
 }
+
+TEST_CASE("a zygote answer with fields of the wrong type or range is a start error, not an exception") {
+  CHECK(answer_of("{\"pid\": \"41\", \"guard_pid\": 40}\n").error == "the preload zygote sent no worker pid");
+  CHECK(answer_of("{\"pid\": 1e300, \"guard_pid\": 40}\n").error == "the preload zygote sent no worker pid");
+  CHECK(answer_of("{\"pid\": 18446744073709551615, \"guard_pid\": 40}\n").error ==
+        "the preload zygote sent no worker pid");
+  CHECK(answer_of("{\"pid\": 41, \"guard_pid\": 40, \"cgroup\": 7}\n").error ==
+        "the preload zygote sent a malformed answer: its cgroup is not a string");
+  const auto e = answer_of("{\"error\": [1]}\n");
+  CHECK(e.error == "the preload zygote sent a malformed error");
+  CHECK(e.nothing_started);
+  CHECK_FALSE(parse_zygote_exit("{\"exit\": 4294967552}").has_value());
+}
+
+TEST_CASE("a zygote answer longer than the bound is cut off at the bound, not read to its end") {
+  const auto r = answer_of(std::string(70 * 1024, 'x') + "\n");
+  CHECK(r.error == "the preload zygote sent an answer longer than 65536 bytes");
+}
