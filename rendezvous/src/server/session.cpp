@@ -5,6 +5,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "failpoints.hpp"
 
 namespace ddp::store::server {
 namespace asio = boost::asio;
@@ -33,6 +34,20 @@ std::string describe(const asio::ip::tcp::socket& s) {
 }
 
 }  // namespace
+
+template <typename F>
+void Session::guarded(F&& work) {
+  try {
+    work();
+  } catch (const std::exception& e) {
+    ddp::log::get("store.server")
+        ->error("closing connection: its handler failed peer={} error=\"{}\"", peer_, e.what());
+    close("handler failed");
+  } catch (...) {
+    ddp::log::get("store.server")->error("closing connection: its handler failed peer={}", peer_);
+    close("handler failed");
+  }
+}
 
 Session::Session(asio::ip::tcp::socket socket, SessionHost& host, const SessionOptions& options,
                  std::string* shared_read_buffer)
@@ -86,7 +101,10 @@ void Session::read() {
       if (ec && ec != asio::error::operation_aborted) self->close(ec.message());
       return;
     }
-    self->on_readable();
+    self->guarded([&] {
+      failpoints::maybe_throw("server.read");
+      self->on_readable();
+    });
   });
 }
 
@@ -99,7 +117,7 @@ void Session::on_readable() {
       in_read_handler_ = false;
       flush();
       asio::post(socket_.get_executor(), [self = shared_from_this()] {
-        if (!self->closed_ && !self->closing_) self->on_readable();
+        if (!self->closed_ && !self->closing_) self->guarded([&] { self->on_readable(); });
       });
       return;
     }
@@ -217,7 +235,7 @@ void Session::flush() {
       } else if (drain_wanted_) {
         drain_wanted_ = false;
         asio::post(socket_.get_executor(), [self = shared_from_this()] {
-          if (!self->closed_) self->host_.on_drained(self);
+          if (!self->closed_) self->guarded([&] { self->host_.on_drained(self); });
         });
       }
       return;
@@ -249,7 +267,7 @@ void Session::flush() {
                           std::string().swap(self->writing_);
                         else
                           self->writing_.clear();
-                        self->flush();
+                        self->guarded([&] { self->flush(); });
                       });
   }
 }

@@ -96,6 +96,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // the server past its global cap (the session is then closed).
   bool account_buffered();
   void flush();
+  // Runs the work of one of this connection's handlers: an exception it lets
+  // out (a bug) closes this connection and never reaches the loop.
+  template <typename F>
+  void guarded(F&& work);
 
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer idle_timer_;

@@ -11,6 +11,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "dispatcher.hpp"
+#include "failpoints.hpp"
 #include "session.hpp"
 
 namespace ddp::store {
@@ -145,21 +146,35 @@ class StoreServer::Impl {
         });
         return;
       }
-      if (dispatcher_->connections() >= options_.max_connections) {
-        error_code pec;
-        auto peer = socket.remote_endpoint(pec);
-        log->warn("closing connection: max_connections={} reached peer={}:{}", options_.max_connections,
-                  pec ? "unknown" : peer.address().to_string(), pec ? 0 : peer.port());
-        socket.close(pec);
-      } else {
-        auto session = std::make_shared<server::Session>(std::move(socket), *dispatcher_, session_options_,
-                                                         &read_buffer_);
-        dispatcher_->add_session(session);
-        log->debug("connection accepted peer={}", session->peer());
-        session->start();
+      // Whatever admitting this one does, the next accept is armed: a handler
+      // that throws must not leave a daemon that accepts no one.
+      try {
+        admit(std::move(socket));
+      } catch (const std::exception& e) {
+        log->error("accepting a connection failed; accepting goes on error=\"{}\"", e.what());
+      } catch (...) {
+        log->error("accepting a connection failed with a non-standard exception; accepting goes on");
       }
       accept();
     });
+  }
+
+  void admit(tcp::socket socket) {
+    server::failpoints::maybe_throw("server.accept");
+    auto log = ddp::log::get("store.server");
+    if (dispatcher_->connections() >= options_.max_connections) {
+      error_code pec;
+      auto peer = socket.remote_endpoint(pec);
+      log->warn("closing connection: max_connections={} reached peer={}:{}", options_.max_connections,
+                pec ? "unknown" : peer.address().to_string(), pec ? 0 : peer.port());
+      socket.close(pec);
+      return;
+    }
+    auto session =
+        std::make_shared<server::Session>(std::move(socket), *dispatcher_, session_options_, &read_buffer_);
+    dispatcher_->add_session(session);
+    log->debug("connection accepted peer={}", session->peer());
+    session->start();
   }
 
   void run() {

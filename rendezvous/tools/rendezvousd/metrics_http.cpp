@@ -12,6 +12,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "failpoints.hpp"
 
 namespace ddp::rendezvousd {
 namespace asio = boost::asio;
@@ -36,10 +37,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->header_limit(kMaxRequestBytes);
     parser_->body_limit(kMaxRequestBytes);
     stream_.expires_after(kIoTimeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                       if (!ec) self->respond();
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+          if (ec) return;
+          try {
+            self->respond();
+          } catch (const std::exception& e) {
+            // A bug answering this one request: it loses its connection, nothing more.
+            ddp::log::get("store.server")->error("metrics request failed error=\"{}\"", e.what());
+          }
+        });
   }
 
  private:
@@ -118,7 +125,7 @@ class MetricsHttp::Impl {
     if (ec) throw NetworkError("cannot listen on " + where + " (--metrics-port): " + ec.message());
     port_ = acceptor_.local_endpoint().port();
     accept();
-    thread_ = std::thread([this] { io_.run(); });
+    thread_ = std::thread([this] { run(); });
     ddp::log::get("store.server")
         ->info("metrics listening host={} port={} paths=/metrics,/healthz", host_, port_.load());
   }
@@ -137,11 +144,34 @@ class MetricsHttp::Impl {
   std::uint16_t port() const { return port_.load(); }
 
  private:
+  // An exception escaping a handler is a bug; it must neither end this thread
+  // (std::terminate would take the store down with it) nor stop the probes.
+  void run() {
+    while (true) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {
+        ddp::log::get("store.server")
+            ->error("metrics loop handler failed; loop goes on error=\"{}\"", e.what());
+      } catch (...) {
+        ddp::log::get("store.server")->error("metrics loop handler failed; loop goes on");
+      }
+    }
+  }
+
   void accept() {
     acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (!acceptor_.is_open()) return;
       if (!ec) {
-        std::make_shared<Connection>(std::move(socket), source_, health_)->start();
+        // Whatever starting this one does, the next accept is armed.
+        try {
+          store::server::failpoints::maybe_throw("metrics.accept");
+          std::make_shared<Connection>(std::move(socket), source_, health_)->start();
+        } catch (const std::exception& e) {
+          ddp::log::get("store.server")
+              ->error("accepting a metrics connection failed; accepting goes on error=\"{}\"", e.what());
+        }
         return accept();
       }
       // EMFILE and friends: back off instead of spinning on the metrics thread.

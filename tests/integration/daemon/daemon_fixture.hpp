@@ -1,5 +1,6 @@
 // Starts the real ddp-rendezvousd on 127.0.0.1 with --port 0 in a temp dir and
-// reads its port from --port-file.
+// reads its port from --port-file. With `failpoints`, the test build
+// ddp-rendezvousd-failpoints runs instead, with them in $DDP_FAILPOINTS.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -13,14 +14,18 @@
 namespace ddp::test {
 
 struct Daemon {
-  Daemon(const fs::path& dir, std::vector<std::string> extra = {}) : dir_(dir) {
+  Daemon(const fs::path& dir, std::vector<std::string> extra = {}, const std::string& failpoints = {})
+      : dir_(dir) {
     std::error_code ec;
     fs::remove(dir / "port", ec);
+    const auto binary = failpoints.empty() ? "ddp-rendezvousd" : "ddp-rendezvousd-failpoints";
     std::vector<std::string> argv = {
-        bin("ddp-rendezvousd").string(), "--host",      "127.0.0.1", "--port", "0", "--port-file",
-        (dir / "port").string(),         "--log-level", "debug"};
+        bin(binary).string(),    "--host",      "127.0.0.1", "--port", "0", "--port-file",
+        (dir / "port").string(), "--log-level", "debug"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    proc = std::make_unique<Process>(argv, dir, std::map<std::string, std::optional<std::string>>{}, "rdzvd");
+    std::map<std::string, std::optional<std::string>> env;
+    if (!failpoints.empty()) env["DDP_FAILPOINTS"] = failpoints;
+    proc = std::make_unique<Process>(argv, dir, env, "rdzvd");
     port = wait_for_port_file(dir / "port");
     INFO("daemon stderr: " << proc->err());
     REQUIRE(port > 0);
