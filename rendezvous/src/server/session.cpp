@@ -125,7 +125,8 @@ void Session::on_readable() {
     const auto n = socket_.read_some(asio::buffer(read_buffer_->data(), read_buffer_->size()), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) break;
     if (ec == asio::error::eof) {
-      close("peer closed the connection");
+      // A client may half-close after its last request: it still gets the replies.
+      close_after_flush();
       break;
     }
     if (ec) {
@@ -166,9 +167,10 @@ bool Session::feed(std::string_view bytes) {
       return !closed_ && !closing_;
     });
   } catch (const ProtocolError& e) {
+    // The requests before the bad frame were valid: their replies go out first.
     log->warn("closing connection: malformed frame peer={} protocol={} error=\"{}\"", peer_, codec_->name(),
               e.what());
-    close("malformed frame");
+    close_after_flush();
     return false;
   }
   if (closed_) return false;
@@ -178,6 +180,7 @@ bool Session::feed(std::string_view bytes) {
 }
 
 void Session::update_idle_timer(bool frame_completed) {
+  if (closing_) return;  // the timer now bounds the last write
   // A connection that has sent nothing yet is left alone on a server that serves
   // torch clients: torch 1.x opens a second, silent connection per store for key
   // callbacks and busy-loops if the server closes it. With a token required, no
@@ -191,18 +194,27 @@ void Session::update_idle_timer(bool frame_completed) {
   // The clock measures one frame (or the handshake), not the gap since the
   // last byte: a client trickling a byte a second is still stalled.
   if (idle_armed_ && !frame_completed) return;
+  arm_timer(options_.idle_frame_timeout);
+}
+
+void Session::arm_timer(std::chrono::milliseconds after) {
   idle_armed_ = true;
-  idle_timer_.expires_after(options_.idle_frame_timeout);
+  idle_timer_.expires_after(after);
   idle_timer_.async_wait([self = shared_from_this()](error_code ec) {
     if (ec || self->closed_ || !self->idle_armed_) return;
     if (self->idle_timer_.expiry() > asio::steady_timer::clock_type::now()) return;  // re-armed
     self->idle_armed_ = false;
-    const char* why = self->hello_done() ? "stalled mid-frame" : "no hello";
-    ddp::log::get("store.server")
-        ->warn("closing connection: {} peer={} timeout_ms={}", why, self->peer_,
-               self->options_.idle_frame_timeout.count());
-    self->close(why);
+    self->guarded([&] { self->on_timer(); });
   });
+}
+
+void Session::on_timer() {
+  const char* why = closing_       ? "did not read its last replies"
+                    : hello_done() ? "stalled mid-frame"
+                                   : "no hello";
+  ddp::log::get("store.server")
+      ->warn("closing connection: {} peer={} timeout_ms={}", why, peer_, options_.idle_frame_timeout.count());
+  close(why);
 }
 
 void Session::send(const Response& resp) {
@@ -274,6 +286,8 @@ void Session::flush() {
 
 void Session::close_after_flush() {
   if (closed_) return;
+  // A client that does not read its last replies is not waited for forever.
+  if (!closing_) arm_timer(options_.idle_frame_timeout);
   closing_ = true;
   if (!in_read_handler_) flush();
 }

@@ -3,7 +3,8 @@
 // responses in order through a bounded write queue.
 //
 // Defences, each closing only this connection: unknown first byte; malformed
-// frame (ProtocolError from the codec, logged with the peer); no complete
+// frame (ProtocolError from the codec, logged with the peer; the replies to the
+// requests before it are written first); no complete
 // HELLO, or a frame stalled mid-way, for idle_frame_timeout; more than
 // max_queued_bytes of responses the client does not read; before HELLO, a
 // frame larger than a HELLO can be; buffered request bytes that would take all
@@ -72,7 +73,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Closes now; pending output is dropped.
   void close(const std::string& reason);
   // Stops reading and closes once queued output is written (an error reply
-  // before a close, or a graceful shutdown).
+  // before a close, a malformed frame after valid ones, the client's EOF, a
+  // graceful shutdown), or after idle_frame_timeout if the client does not read.
   void close_after_flush();
   bool closed() const { return closed_; }
 
@@ -92,6 +94,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_readable();
   bool feed(std::string_view bytes);
   void update_idle_timer(bool frame_completed);
+  // One timer per connection: the handshake or a stalled frame, or once
+  // closing, the last write; on_timer() closes the connection.
+  void arm_timer(std::chrono::milliseconds after);
+  void on_timer();
   // Re-counts this session's buffered request bytes; false when that takes
   // the server past its global cap (the session is then closed).
   bool account_buffered();

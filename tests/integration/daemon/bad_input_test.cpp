@@ -32,6 +32,44 @@ TEST_CASE("garbage bytes close only that connection") {
   CHECK_THAT(d.proc->err(), Catch::Contains("malformed frame"));
 }
 
+TEST_CASE("requests before a malformed frame in the same read are answered, then the connection closes") {
+  TempDir dir;
+  Daemon d(dir.path());
+  auto c = d.client();
+  std::string burst;
+  encode_request(make_request(Op::kSet, {"k"}, {"v"}, 0, 0, 1), burst);
+  encode_request(make_request(Op::kTryGet, {"k"}, {}, 0, 0, 2), burst);
+  burst += le32(5) + std::string("\xff\xff\xff\xff\xff", 5);  // unknown op
+  c->send_bytes(burst);
+  auto set = c->recv(5s);
+  REQUIRE(set);
+  CHECK(set->id == 1);
+  CHECK(set->status == Status::kOk);
+  auto get = c->recv(5s);
+  REQUIRE(get);
+  CHECK(get->id == 2);
+  REQUIRE(get->items.size() == 1);
+  CHECK(get->items[0].value == "v");
+  CHECK(c->closed_by_peer());
+  CHECK_THAT(d.proc->err(), Catch::Contains("malformed frame"));
+}
+
+TEST_CASE("a client that half-closes after a request still gets the whole reply") {
+  TempDir dir;
+  Daemon d(dir.path());
+  auto c = d.client();
+  const std::string big(8 << 20, 'b');  // more than the socket buffers hold
+  REQUIRE(c->call(make_request(Op::kSet, {"big"}, {big})).status == Status::kOk);
+  c->send(make_request(Op::kTryGet, {"big"}, {}, 0, 0, 7));
+  c->shutdown_write();
+  auto get = c->recv(10s);
+  REQUIRE(get);
+  CHECK(get->id == 7);
+  REQUIRE(get->items.size() == 1);
+  CHECK(get->items[0].value.size() == big.size());
+  CHECK(c->closed_by_peer());
+}
+
 TEST_CASE("an absurd frame length closes the connection before anything is allocated") {
   TempDir dir;
   Daemon d(dir.path());
