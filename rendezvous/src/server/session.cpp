@@ -59,8 +59,17 @@ Session::Session(asio::ip::tcp::socket socket, SessionHost& host, const SessionO
       peer_(describe(socket_)),
       peer_address_(address_of(socket_)) {}
 
+Session::~Session() { leave_preauth(); }
+
+void Session::leave_preauth() {
+  if (!in_preauth_) return;
+  in_preauth_ = false;
+  options_.preauth->leave(*this);
+}
+
 void Session::set_hello_done() {
   hello_done_ = true;
+  leave_preauth();
   if (codec_) codec_->limit_frame_bytes(options_.limits.max_frame_bytes);
 }
 
@@ -70,8 +79,10 @@ void Session::notify_when_drained() {
 }
 
 bool Session::account_buffered() {
-  if (options_.buffered_total == nullptr) return true;
   const auto now = codec_ ? codec_->buffered_bytes() : 0;
+  if (in_preauth_ && hello_done()) leave_preauth();  // a protocol without a handshake
+  if (in_preauth_) return options_.preauth->charge(*this, now);
+  if (options_.buffered_total == nullptr) return true;
   *options_.buffered_total += now;
   *options_.buffered_total -= buffered_;
   buffered_ = now;
@@ -91,6 +102,10 @@ void Session::start() {
   error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
   socket_.non_blocking(true, ec);
+  if (options_.preauth != nullptr) {
+    in_preauth_ = true;
+    options_.preauth->enter(*this);
+  }
   update_idle_timer(false);
   read();
 }
@@ -209,6 +224,12 @@ void Session::arm_timer(std::chrono::milliseconds after) {
 }
 
 void Session::on_timer() {
+  if (held_) {
+    held_ = false;
+    arm_timer(options_.idle_frame_timeout);
+    flush();
+    return;
+  }
   const char* why = closing_       ? "did not read its last replies"
                     : hello_done() ? "stalled mid-frame"
                                    : "no hello";
@@ -240,6 +261,7 @@ void Session::send(const Response& resp) {
 }
 
 void Session::flush() {
+  if (held_) return;
   while (!closed_ && !write_in_flight_) {
     if (out_.empty()) {
       if (closing_) {
@@ -284,11 +306,18 @@ void Session::flush() {
   }
 }
 
-void Session::close_after_flush() {
+void Session::close_after_flush(std::chrono::milliseconds hold) {
   if (closed_) return;
-  // A client that does not read its last replies is not waited for forever.
-  if (!closing_) arm_timer(options_.idle_frame_timeout);
+  const bool first = !closing_;
   closing_ = true;
+  if (first && hold > std::chrono::milliseconds::zero()) {
+    held_ = true;
+    arm_timer(hold);
+    return;
+  }
+  // A client that does not read its last replies is not waited for forever.
+  if (first || held_) arm_timer(options_.idle_frame_timeout);
+  held_ = false;
   if (!in_read_handler_) flush();
 }
 
@@ -303,6 +332,7 @@ void Session::close(const std::string& reason) {
   out_.clear();
   if (options_.buffered_total != nullptr) *options_.buffered_total -= buffered_;
   buffered_ = 0;
+  leave_preauth();
   host_.on_closed(*this);
 }
 
