@@ -63,8 +63,9 @@ class StoreServer::Impl {
     started_ = true;
     thread_ = std::thread([this] { run(); });
     ddp::log::get("store.server")
-        ->info("listening host={} port={} data_dir={} auth={}", options_.host, port_.load(),
-               options_.data_dir.empty() ? "none" : options_.data_dir, options_.token.empty() ? "off" : "on");
+        ->info("listening host={} port={} data_dir={} auth={} max_connections={}", options_.host,
+               port_.load(), options_.data_dir.empty() ? "none" : options_.data_dir,
+               options_.token.empty() ? "off" : "on", options_.max_connections);
   }
 
   void stop() {

@@ -26,6 +26,7 @@
 #include "ddp/common/logging.hpp"
 #include "ddp/common/token_file.hpp"
 #include "ddp/store/store_server.hpp"
+#include "descriptor_budget.hpp"
 #include "metrics_http.hpp"
 #include "systemd_notifier.hpp"
 #ifdef DDP_FAILPOINTS
@@ -172,6 +173,8 @@ int main(int argc, char** argv) {
     }
 #endif
     settings.server.recover_corrupt_log = recover_corrupt_log;
+    ddp::rendezvousd::fit_max_connections(settings,
+                                          ddp::rendezvousd::measure_descriptors(settings.metrics_port >= 0));
     if (!settings.token_file.empty())
       settings.server.token = ddp::read_token_file(settings.token_file, settings.token_file_source);
 

@@ -42,6 +42,14 @@ std::size_t unread_bytes_at(int port) {
   return unread;
 }
 
+std::optional<store::Status> try_handshake(RawClient& c, const std::string& token,
+                                           std::chrono::milliseconds timeout) {
+  c.send_preamble();
+  c.send(make_request(store::Op::kHello, {}, {token}, store::kProtocolVersion, 0, 1));
+  auto r = c.recv(timeout);
+  return r ? std::optional<store::Status>(r->status) : std::nullopt;
+}
+
 bool raise_nofile(std::size_t want) {
   rlimit r{};
   if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_max < want) return false;

@@ -75,6 +75,10 @@ long rss_kib(pid_t pid);
 // TCP sockets bound to 127.0.0.1:<port> (rx_queue in /proc/net/tcp): 0 once the
 // daemon has read everything clients sent it.
 std::size_t unread_bytes_at(int port);
+// Preamble and HELLO; the HELLO's status, or nullopt when the connection
+// closed or nothing came within `timeout`.
+std::optional<store::Status> try_handshake(RawClient& c, const std::string& token,
+                                           std::chrono::milliseconds timeout = std::chrono::seconds(5));
 // Raises this process's RLIMIT_NOFILE soft limit to `want` (at most the hard
 // limit; children inherit it); false when the hard limit is lower.
 bool raise_nofile(std::size_t want);

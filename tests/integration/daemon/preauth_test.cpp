@@ -22,15 +22,6 @@ struct TokenDaemon {
   std::unique_ptr<Daemon> d;
 };
 
-// The HELLO status, or nullopt when the connection closed or nothing came.
-std::optional<Status> try_handshake(RawClient& c, const std::string& token,
-                                    std::chrono::milliseconds timeout = 5s) {
-  c.send_preamble();
-  c.send(make_request(Op::kHello, {}, {token}, kProtocolVersion, 0, 1));
-  auto r = c.recv(timeout);
-  return r ? std::optional<Status>(r->status) : std::nullopt;
-}
-
 std::int64_t connections(RawClient& c) {
   for (const auto& item : c.call(make_request(Op::kStat)).items)
     if (item.key == "connections") return std::stoll(item.value);
