@@ -45,12 +45,8 @@ struct Registry {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, const MetricsSource& source, const HealthSource& health, Registry& registry)
-      : stream_(std::move(socket)),
-        source_(source),
-        health_(health),
-        registry_(registry),
-        seq_(registry.next++) {}
+  Connection(tcp::socket socket, const MetricsSources& sources, Registry& registry)
+      : stream_(std::move(socket)), sources_(sources), registry_(registry), seq_(registry.next++) {}
   ~Connection() { registry_.open.erase(seq_); }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -94,22 +90,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else if (path == "/metrics") {
       std::string body;
       try {
-        body = render_prometheus(source_());
+        body = render_prometheus(sources_.metrics());
       } catch (const std::exception& e) {
         return reply(http::status::service_unavailable, "text/plain", std::string(e.what()) + "\n");
       }
       reply(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", std::move(body));
     } else if (path == "/healthz") {
-      std::string body = "ok\n";
-      try {
-        if (health_) body = health_();
-      } catch (const std::exception& e) {
-        return reply(http::status::service_unavailable, "text/plain", std::string(e.what()) + "\n");
-      }
-      reply(http::status::ok, "text/plain", std::move(body));
+      probe(sources_.health);
+    } else if (path == "/readyz") {
+      probe(sources_.ready);
     } else {
-      reply(http::status::not_found, "text/plain", "try /metrics or /healthz\n");
+      reply(http::status::not_found, "text/plain", "try /metrics, /healthz or /readyz\n");
     }
+  }
+
+  void probe(const HealthSource& source) {
+    std::string body = "ok\n";
+    try {
+      if (source) body = source();
+    } catch (const std::exception& e) {
+      return reply(http::status::service_unavailable, "text/plain", std::string(e.what()) + "\n");
+    }
+    reply(http::status::ok, "text/plain", std::move(body));
   }
 
   void reply(http::status status, const char* type, std::string body) {
@@ -126,8 +128,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   beast::tcp_stream stream_;
-  const MetricsSource& source_;
-  const HealthSource& health_;
+  const MetricsSources& sources_;
   Registry& registry_;
   const std::uint64_t seq_;
   bool responding_ = false;
@@ -140,11 +141,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 class MetricsHttp::Impl {
  public:
-  Impl(std::string host, std::uint16_t port, MetricsSource source, HealthSource health)
+  Impl(std::string host, std::uint16_t port, MetricsSources sources)
       : host_(std::move(host)),
         requested_port_(port),
-        source_(std::move(source)),
-        health_(std::move(health)),
+        sources_(std::move(sources)),
         acceptor_(io_),
         retry_(io_) {}
   ~Impl() { stop(); }
@@ -164,7 +164,7 @@ class MetricsHttp::Impl {
     accept();
     thread_ = std::thread([this] { run(); });
     ddp::log::get("store.server")
-        ->info("metrics listening host={} port={} paths=/metrics,/healthz", host_, port_.load());
+        ->info("metrics listening host={} port={} paths=/metrics,/healthz,/readyz", host_, port_.load());
   }
 
   void stop() {
@@ -224,7 +224,7 @@ class MetricsHttp::Impl {
       socket.close(ignored);
       return;
     }
-    std::make_shared<Connection>(std::move(socket), source_, health_, registry_)->start();
+    std::make_shared<Connection>(std::move(socket), sources_, registry_)->start();
   }
 
   bool close_oldest_idle() {
@@ -252,8 +252,7 @@ class MetricsHttp::Impl {
 
   std::string host_;
   std::uint16_t requested_port_;
-  MetricsSource source_;
-  HealthSource health_;
+  MetricsSources sources_;
   // Before io_: connections still owned by handlers leave it as io_ goes.
   Registry registry_;
   std::uint64_t accept_failures_ = 0;
@@ -264,8 +263,8 @@ class MetricsHttp::Impl {
   std::thread thread_;
 };
 
-MetricsHttp::MetricsHttp(std::string host, std::uint16_t port, MetricsSource source, HealthSource health)
-    : impl_(std::make_unique<Impl>(std::move(host), port, std::move(source), std::move(health))) {}
+MetricsHttp::MetricsHttp(std::string host, std::uint16_t port, MetricsSources sources)
+    : impl_(std::make_unique<Impl>(std::move(host), port, std::move(sources))) {}
 MetricsHttp::~MetricsHttp() = default;
 void MetricsHttp::start() { impl_->start(); }
 void MetricsHttp::stop() { impl_->stop(); }
