@@ -93,6 +93,13 @@ TEST_CASE("at --max-connections the oldest unauthenticated connection makes room
 }
 
 TEST_CASE("out of descriptors, the oldest unauthenticated connection makes room for a new client") {
+#ifdef DDP_TEST_ASAN
+  // UBSan (built with ASan here) checks a vptr by probing memory through a
+  // pipe; in a process out of descriptors that fails and it reports a false
+  // "invalid vptr" at the first virtual call.
+  WARN("skipped in the sanitized build: UBSan needs a free descriptor");
+  return;
+#endif
   // --max-connections set above what 64 descriptors allow: the daemon keeps
   // the operator's value, so accept() itself runs out (EMFILE).
   TokenDaemon t({"--max-connections", "1000", "--idle-frame-timeout-ms", "60000"}, 64);
