@@ -79,6 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   so.max_queued_bytes = 1 << 20;
   so.max_buffered_request_bytes = 1 << 20;
   so.buffered_total = &buffered_total;
+  so.preauth = &dispatcher.preauth();
   {
     asio::ip::tcp::socket socket(io);
     socket.assign(asio::ip::tcp::v4(), fds[0]);  // a stream fd is all the session needs
@@ -99,6 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
   if (buffered_total != 0) __builtin_trap();  // the global counter returns to zero
+  if (dispatcher.preauth().size() != 0 || dispatcher.preauth().bytes() != 0) __builtin_trap();
   ::close(fds[1]);
   return 0;
 }

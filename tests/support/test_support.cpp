@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -178,6 +179,31 @@ bool pid_alive(pid_t pid) {
   auto close = line.rfind(')');
   if (close == std::string::npos || close + 2 >= line.size()) return false;
   return line[close + 2] != 'Z';
+}
+
+HttpReply http_get(int port, const std::string& path, std::chrono::milliseconds timeout) {
+  HttpReply reply;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return reply;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const auto ms = std::max<long>(1, static_cast<long>(timeout.count()));
+  timeval tv{ms / 1000, (ms % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const auto req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      std::string raw;
+      char buf[4096];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) raw.append(buf, static_cast<std::size_t>(n));
+      if (raw.rfind("HTTP/1.", 0) == 0 && raw.size() > 12) reply.status = std::stoi(raw.substr(9, 3));
+      if (auto p = raw.find("\r\n\r\n"); p != std::string::npos) reply.body = raw.substr(p + 4);
+    }
+  }
+  ::close(fd);
+  return reply;
 }
 
 int wait_for_port_file(const fs::path& path, std::chrono::milliseconds timeout) {

@@ -94,6 +94,15 @@ bool pid_alive(pid_t pid);
 // test harness's race on loopback, not the code under test's.
 int free_port();
 
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+// GET http://127.0.0.1:<port><path>, Connection: close; status 0 when nothing
+// complete came back within `timeout`.
+HttpReply http_get(int port, const std::string& path,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
 // Reads a port number written by --port-file, waiting until it appears.
 int wait_for_port_file(const fs::path& path, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 

@@ -31,8 +31,8 @@ void AuthLimiter::record_failure(const std::string& address, Clock::time_point n
   count(address);
 }
 
-void AuthLimiter::record_refused(const std::string& address) {
-  ++period_.refused;
+void AuthLimiter::record_delayed(const std::string& address) {
+  ++period_.delayed;
   count(address);
 }
 

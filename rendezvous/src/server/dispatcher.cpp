@@ -46,6 +46,7 @@ Dispatcher::Dispatcher(asio::io_context& io, const StoreServerOptions& options)
       core_(HistoryLimits{
           options.history_max_events != 0 ? options.history_max_events : HistoryLimits::kDefaultMaxEvents,
           options.history_max_bytes != 0 ? options.history_max_bytes : HistoryLimits::kDefaultMaxBytes}),
+      preauth_(options.max_preauth_buffered_bytes),
       waiter_timer_(io),
       lease_timer_(io),
       grace_timer_(io),
@@ -87,6 +88,9 @@ std::map<std::string, std::int64_t> Dispatcher::metrics() const {
   auto out = stats();
   out["history_bytes"] = static_cast<std::int64_t>(core_.history().bytes());
   out["auth_failures"] = auth_failures_;
+  out["unauthenticated_connections"] = static_cast<std::int64_t>(preauth_.size());
+  out["unauthenticated_bytes"] = static_cast<std::int64_t>(preauth_.bytes());
+  out["unauthenticated_closed"] = static_cast<std::int64_t>(preauth_.closed());
   request_metrics_.append_to(out);
   append_rendezvous_rounds(core_.kv(), out);
   return out;
@@ -182,27 +186,26 @@ void Dispatcher::handle_hello(const std::shared_ptr<Session>& s, const Request& 
     return;
   }
   if (!options_.token.empty()) {
-    const auto now = Clock::now();
-    if (const auto wait = auth_.wait_for(s->peer_address(), now); wait > Millis::zero()) {
-      // Not even compared: guessing from one address goes no faster than the delay.
-      auth_.record_refused(s->peer_address());
-      resp.status = Status::kAuthFailed;
-      resp.message = "too many failed authentication attempts from " + s->peer_address() + "; retry in " +
-                     std::to_string(wait.count()) + " ms";
-      log_auth_failure(*s, "refused, too many failures");
-      s->send(resp);
-      s->close_after_flush();
-      return;
-    }
+    // Compared whatever the address's back-off: a guesser sharing the address
+    // (a NAT, a host) must not lock out the client that has the token.
     const std::string_view given = req.values.empty() ? std::string_view() : std::string_view(req.values[0]);
     if (!same_token(given, options_.token)) {
+      const auto now = Clock::now();
       auth_.record_failure(s->peer_address(), now);
+      // Past the free failures the verdict is held: one guesser from an
+      // address waits for each answer, 100 ms doubling up to the maximum.
+      const auto hold = std::min(auth_.wait_for(s->peer_address(), now), options_.auth_backoff_max);
       resp.status = Status::kAuthFailed;
       resp.message = given.empty() ? "this server requires a token; pass --token-file"
                                    : "wrong token; check --token-file";
+      if (hold > Millis::zero()) {
+        auth_.record_delayed(s->peer_address());
+        resp.message += " (too many failed authentication attempts from " + s->peer_address() +
+                        ": this answer was held " + std::to_string(hold.count()) + " ms)";
+      }
       log_auth_failure(*s, given.empty() ? "token=missing" : "token=wrong");
       s->send(resp);
-      s->close_after_flush();
+      s->close_after_flush(hold);
       return;
     }
   }
@@ -227,15 +230,15 @@ void Dispatcher::log_auth_failure(const Session& s, const char* what) {
 
 void Dispatcher::on_auth_log_timer() {
   const auto sum = auth_.take_summary();
-  if (sum.failed + sum.refused == 0) {
+  if (sum.failed == 0) {
     auth_period_open_ = false;  // quiet: the next failure is logged at once
     return;
   }
   ddp::log::get("store.server")
       ->warn(
-          "authentication failures in the last {} ms: failed={} refused={} peers={} top_peer={} "
+          "authentication failures in the last {} ms: failed={} delayed={} peers={} top_peer={} "
           "top_peer_count={}",
-          options_.auth_log_period.count(), sum.failed, sum.refused, sum.peers, sum.top_peer, sum.top_count);
+          options_.auth_log_period.count(), sum.failed, sum.delayed, sum.peers, sum.top_peer, sum.top_count);
   auth_log_timer_.expires_after(options_.auth_log_period);
   auth_log_timer_.async_wait([this](boost::system::error_code ec) {
     if (!ec) on_auth_log_timer();

@@ -19,6 +19,7 @@
 #include "auth_limiter.hpp"
 #include "ddp/store/store_server.hpp"
 #include "persistence.hpp"
+#include "preauth_pool.hpp"
 #include "request_metrics.hpp"
 #include "session.hpp"
 #include "store_core.hpp"
@@ -47,6 +48,8 @@ class Dispatcher final : public SessionHost {
   void open_persistence();
   void add_session(const std::shared_ptr<Session>& session);
   std::size_t connections() const { return sessions_.size(); }
+  // Connections still in their handshake (SessionOptions::preauth).
+  PreauthPool& preauth() { return preauth_; }
   std::map<std::string, std::int64_t> stats() const;
   // stats() plus per-op request counts, the latency histogram and rendezvous
   // rounds (see RequestMetrics); for the daemon's /metrics.
@@ -118,6 +121,8 @@ class Dispatcher final : public SessionHost {
   std::unique_ptr<Persistence> persistence_;
   std::unordered_map<WaiterId, WaiterInfo> waiter_info_;
   std::unordered_map<WatchId, WatchInfo> watch_info_;
+  // Before sessions_: a session leaves it when it is destroyed.
+  PreauthPool preauth_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
   // Leases granted with kLeaseBindToConnection, by the session that granted them.
   std::unordered_map<Session*, std::vector<LeaseId>> bound_leases_;

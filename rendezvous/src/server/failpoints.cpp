@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 #include "ddp/common/error.hpp"
 
@@ -81,12 +82,20 @@ void arm(const std::string& spec) {
       a.fault = {Action::kShort, ENOSPC};
     else if (rest == "crash")
       a.fault = {Action::kCrash, 0};
+    else if (rest == "throw")
+      a.fault = {Action::kThrow, 0};
     else
-      throw ConfigError("DDP_FAILPOINTS entry '" + entry + "': action must be enospc, eio, short or crash");
+      throw ConfigError("DDP_FAILPOINTS entry '" + entry +
+                        "': action must be enospc, eio, short, crash or throw");
     std::lock_guard lock(g_mu);
     g_points[entry.substr(0, eq)] = a;
   }
   g_any = !g_points.empty();
+}
+
+void maybe_throw(std::string_view point) {
+  if (check(point).action == Action::kThrow)
+    throw std::runtime_error("failpoint " + std::string(point) + ": injected exception");
 }
 
 void crash(std::string_view point) {

@@ -9,6 +9,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "failpoints.hpp"
 
 namespace ddp::store::server {
 
@@ -24,6 +25,20 @@ constexpr std::chrono::milliseconds kMaxBackoff{1000};
 constexpr std::uint32_t kHelloId = 0;
 
 }  // namespace
+
+template <typename F>
+void ProxyConnection::guarded(F&& work) {
+  try {
+    work();
+  } catch (const std::exception& e) {
+    ddp::log::get("store.proxy")
+        ->error("closing torch client: its handler failed peer={} error=\"{}\"", peer_, e.what());
+    close("handler failed");
+  } catch (...) {
+    ddp::log::get("store.proxy")->error("closing torch client: its handler failed peer={}", peer_);
+    close("handler failed");
+  }
+}
 
 ProxyConnection::ProxyConnection(asio::io_context& io, tcp::socket down,
                                  std::shared_ptr<const TorchProxyTarget> target, std::string key_prefix,
@@ -69,7 +84,7 @@ void ProxyConnection::connect_up() {
       retry_.expires_after(backoff_);
       backoff_ = std::min(backoff_ * 2, kMaxBackoff);
       retry_.async_wait([this, self](error_code ec) {
-        if (!ec && !closed_) connect_up();
+        if (!ec && !closed_) guarded([&] { connect_up(); });
       });
       return;
     }
@@ -83,16 +98,21 @@ void ProxyConnection::connect_up() {
   resolver_.async_resolve(
       target_->store.host, std::to_string(target_->store.port),
       [this, self, retry_or_fail](error_code ec, const tcp::resolver::results_type& results) {
-        if (closed_) return;
-        if (ec) return retry_or_fail(ec.message());
-        asio::async_connect(up_, results, [this, self, retry_or_fail](error_code cec, const tcp::endpoint&) {
+        guarded([&] {
           if (closed_) return;
-          if (cec) {
-            error_code ignored;
-            up_.close(ignored);
-            return retry_or_fail(cec.message());
-          }
-          on_connected();
+          if (ec) return retry_or_fail(ec.message());
+          asio::async_connect(up_, results,
+                              [this, self, retry_or_fail](error_code cec, const tcp::endpoint&) {
+                                guarded([&] {
+                                  if (closed_) return;
+                                  if (cec) {
+                                    error_code ignored;
+                                    up_.close(ignored);
+                                    return retry_or_fail(cec.message());
+                                  }
+                                  on_connected();
+                                });
+                              });
         });
       });
 }
@@ -127,29 +147,37 @@ void ProxyConnection::choose_mode(char first_byte) {
 void ProxyConnection::read_down() {
   auto self = shared_from_this();
   down_.async_read_some(asio::buffer(down_in_), [this, self](error_code ec, std::size_t n) {
-    if (closed_) return;
-    if (ec) return close(ec == asio::error::eof ? "client closed" : "client: " + ec.message());
-    if (!mode_chosen_) {
-      mode_chosen_ = true;
-      choose_mode(down_in_[0]);
+    guarded([&] { on_down_read(ec, n); });
+  });
+}
+
+void ProxyConnection::on_down_read(error_code ec, std::size_t n) {
+  if (closed_) return;
+  if (ec) return close(ec == asio::error::eof ? "client closed" : "client: " + ec.message());
+  failpoints::maybe_throw("proxy.read");
+  if (!mode_chosen_) {
+    mode_chosen_ = true;
+    choose_mode(down_in_[0]);
+  }
+  if (relay_) {
+    up_out_.append(down_in_.data(), n);
+  } else {
+    try {
+      codec_.feed(std::string_view(down_in_.data(), n), [this](Request&& req) {
+        ++counters_.requests;
+        ns_.to_store(req);
+        encode_request(req, up_out_);
+        return true;
+      });
+    } catch (const Error& e) {
+      ddp::log::get("store.proxy")->warn("closing torch client peer={} error=\"{}\"", peer_, e.what());
+      return close("bad request");
     }
-    if (relay_) {
-      up_out_.append(down_in_.data(), n);
-    } else {
-      try {
-        codec_.feed(std::string_view(down_in_.data(), n), [this](Request&& req) {
-          ++counters_.requests;
-          ns_.to_store(req);
-          encode_request(req, up_out_);
-          return true;
-        });
-      } catch (const Error& e) {
-        ddp::log::get("store.proxy")->warn("closing torch client peer={} error=\"{}\"", peer_, e.what());
-        return close("bad request");
-      }
-    }
-    if (up_out_.empty()) return read_down();
-    asio::async_write(up_, asio::buffer(up_out_), [this, self](error_code wec, std::size_t) {
+  }
+  if (up_out_.empty()) return read_down();
+  auto self = shared_from_this();
+  asio::async_write(up_, asio::buffer(up_out_), [this, self](error_code wec, std::size_t) {
+    guarded([&] {
       if (closed_) return;
       if (wec) return close("write to store: " + wec.message());
       up_out_.clear();
@@ -160,22 +188,28 @@ void ProxyConnection::read_down() {
 
 void ProxyConnection::read_up() {
   auto self = shared_from_this();
-  up_.async_read_some(asio::buffer(up_read_), [this, self](error_code ec, std::size_t n) {
-    if (closed_) return;
-    if (ec) {
-      ddp::log::get("store.proxy")
-          ->warn("the job's store closed the connection store={} error=\"{}\"; closing torch client peer={}",
-                 target_->store.to_string(), ec.message(), peer_);
-      return close("store closed");
-    }
-    if (relay_) {
-      down_out_.append(up_read_.data(), n);
-    } else {
-      up_in_.append(up_read_.data(), n);
-      if (!drain_up_frames()) return;
-    }
-    if (down_out_.empty()) return read_up();
-    asio::async_write(down_, asio::buffer(down_out_), [this, self](error_code wec, std::size_t) {
+  up_.async_read_some(asio::buffer(up_read_),
+                      [this, self](error_code ec, std::size_t n) { guarded([&] { on_up_read(ec, n); }); });
+}
+
+void ProxyConnection::on_up_read(error_code ec, std::size_t n) {
+  if (closed_) return;
+  if (ec) {
+    ddp::log::get("store.proxy")
+        ->warn("the job's store closed the connection store={} error=\"{}\"; closing torch client peer={}",
+               target_->store.to_string(), ec.message(), peer_);
+    return close("store closed");
+  }
+  if (relay_) {
+    down_out_.append(up_read_.data(), n);
+  } else {
+    up_in_.append(up_read_.data(), n);
+    if (!drain_up_frames()) return;
+  }
+  if (down_out_.empty()) return read_up();
+  auto self = shared_from_this();
+  asio::async_write(down_, asio::buffer(down_out_), [this, self](error_code wec, std::size_t) {
+    guarded([&] {
       if (closed_) return;
       if (wec) return close("write to client: " + wec.message());
       down_out_.clear();

@@ -56,7 +56,13 @@ class ProxyConnection : public std::enable_shared_from_this<ProxyConnection> {
   // From the client's first byte: a TCPStore client (translated) or a native one (relayed).
   void choose_mode(char first_byte);
   void read_down();
+  void on_down_read(boost::system::error_code ec, std::size_t n);
   void read_up();
+  void on_up_read(boost::system::error_code ec, std::size_t n);
+  // Runs the work of one of this connection's handlers: an exception it lets
+  // out (a bug) closes this client and never reaches the proxy's loop.
+  template <typename F>
+  void guarded(F&& work);
   // Decodes the complete frames in up_in_ into down_out_; false after close().
   bool drain_up_frames();
 

@@ -5,6 +5,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "failpoints.hpp"
 
 namespace ddp::store::server {
 namespace asio = boost::asio;
@@ -34,6 +35,20 @@ std::string describe(const asio::ip::tcp::socket& s) {
 
 }  // namespace
 
+template <typename F>
+void Session::guarded(F&& work) {
+  try {
+    work();
+  } catch (const std::exception& e) {
+    ddp::log::get("store.server")
+        ->error("closing connection: its handler failed peer={} error=\"{}\"", peer_, e.what());
+    close("handler failed");
+  } catch (...) {
+    ddp::log::get("store.server")->error("closing connection: its handler failed peer={}", peer_);
+    close("handler failed");
+  }
+}
+
 Session::Session(asio::ip::tcp::socket socket, SessionHost& host, const SessionOptions& options,
                  std::string* shared_read_buffer)
     : socket_(std::move(socket)),
@@ -44,8 +59,17 @@ Session::Session(asio::ip::tcp::socket socket, SessionHost& host, const SessionO
       peer_(describe(socket_)),
       peer_address_(address_of(socket_)) {}
 
+Session::~Session() { leave_preauth(); }
+
+void Session::leave_preauth() {
+  if (!in_preauth_) return;
+  in_preauth_ = false;
+  options_.preauth->leave(*this);
+}
+
 void Session::set_hello_done() {
   hello_done_ = true;
+  leave_preauth();
   if (codec_) codec_->limit_frame_bytes(options_.limits.max_frame_bytes);
 }
 
@@ -55,8 +79,10 @@ void Session::notify_when_drained() {
 }
 
 bool Session::account_buffered() {
-  if (options_.buffered_total == nullptr) return true;
   const auto now = codec_ ? codec_->buffered_bytes() : 0;
+  if (in_preauth_ && hello_done()) leave_preauth();  // a protocol without a handshake
+  if (in_preauth_) return options_.preauth->charge(*this, now);
+  if (options_.buffered_total == nullptr) return true;
   *options_.buffered_total += now;
   *options_.buffered_total -= buffered_;
   buffered_ = now;
@@ -76,6 +102,10 @@ void Session::start() {
   error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
   socket_.non_blocking(true, ec);
+  if (options_.preauth != nullptr) {
+    in_preauth_ = true;
+    options_.preauth->enter(*this);
+  }
   update_idle_timer(false);
   read();
 }
@@ -86,7 +116,10 @@ void Session::read() {
       if (ec && ec != asio::error::operation_aborted) self->close(ec.message());
       return;
     }
-    self->on_readable();
+    self->guarded([&] {
+      failpoints::maybe_throw("server.read");
+      self->on_readable();
+    });
   });
 }
 
@@ -99,7 +132,7 @@ void Session::on_readable() {
       in_read_handler_ = false;
       flush();
       asio::post(socket_.get_executor(), [self = shared_from_this()] {
-        if (!self->closed_ && !self->closing_) self->on_readable();
+        if (!self->closed_ && !self->closing_) self->guarded([&] { self->on_readable(); });
       });
       return;
     }
@@ -107,7 +140,8 @@ void Session::on_readable() {
     const auto n = socket_.read_some(asio::buffer(read_buffer_->data(), read_buffer_->size()), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) break;
     if (ec == asio::error::eof) {
-      close("peer closed the connection");
+      // A client may half-close after its last request: it still gets the replies.
+      close_after_flush();
       break;
     }
     if (ec) {
@@ -148,9 +182,10 @@ bool Session::feed(std::string_view bytes) {
       return !closed_ && !closing_;
     });
   } catch (const ProtocolError& e) {
+    // The requests before the bad frame were valid: their replies go out first.
     log->warn("closing connection: malformed frame peer={} protocol={} error=\"{}\"", peer_, codec_->name(),
               e.what());
-    close("malformed frame");
+    close_after_flush();
     return false;
   }
   if (closed_) return false;
@@ -160,6 +195,7 @@ bool Session::feed(std::string_view bytes) {
 }
 
 void Session::update_idle_timer(bool frame_completed) {
+  if (closing_) return;  // the timer now bounds the last write
   // A connection that has sent nothing yet is left alone on a server that serves
   // torch clients: torch 1.x opens a second, silent connection per store for key
   // callbacks and busy-loops if the server closes it. With a token required, no
@@ -173,18 +209,33 @@ void Session::update_idle_timer(bool frame_completed) {
   // The clock measures one frame (or the handshake), not the gap since the
   // last byte: a client trickling a byte a second is still stalled.
   if (idle_armed_ && !frame_completed) return;
+  arm_timer(options_.idle_frame_timeout);
+}
+
+void Session::arm_timer(std::chrono::milliseconds after) {
   idle_armed_ = true;
-  idle_timer_.expires_after(options_.idle_frame_timeout);
+  idle_timer_.expires_after(after);
   idle_timer_.async_wait([self = shared_from_this()](error_code ec) {
     if (ec || self->closed_ || !self->idle_armed_) return;
     if (self->idle_timer_.expiry() > asio::steady_timer::clock_type::now()) return;  // re-armed
     self->idle_armed_ = false;
-    const char* why = self->hello_done() ? "stalled mid-frame" : "no hello";
-    ddp::log::get("store.server")
-        ->warn("closing connection: {} peer={} timeout_ms={}", why, self->peer_,
-               self->options_.idle_frame_timeout.count());
-    self->close(why);
+    self->guarded([&] { self->on_timer(); });
   });
+}
+
+void Session::on_timer() {
+  if (held_) {
+    held_ = false;
+    arm_timer(options_.idle_frame_timeout);
+    flush();
+    return;
+  }
+  const char* why = closing_       ? "did not read its last replies"
+                    : hello_done() ? "stalled mid-frame"
+                                   : "no hello";
+  ddp::log::get("store.server")
+      ->warn("closing connection: {} peer={} timeout_ms={}", why, peer_, options_.idle_frame_timeout.count());
+  close(why);
 }
 
 void Session::send(const Response& resp) {
@@ -210,6 +261,7 @@ void Session::send(const Response& resp) {
 }
 
 void Session::flush() {
+  if (held_) return;
   while (!closed_ && !write_in_flight_) {
     if (out_.empty()) {
       if (closing_) {
@@ -217,7 +269,7 @@ void Session::flush() {
       } else if (drain_wanted_) {
         drain_wanted_ = false;
         asio::post(socket_.get_executor(), [self = shared_from_this()] {
-          if (!self->closed_) self->host_.on_drained(self);
+          if (!self->closed_) self->guarded([&] { self->host_.on_drained(self); });
         });
       }
       return;
@@ -249,14 +301,23 @@ void Session::flush() {
                           std::string().swap(self->writing_);
                         else
                           self->writing_.clear();
-                        self->flush();
+                        self->guarded([&] { self->flush(); });
                       });
   }
 }
 
-void Session::close_after_flush() {
+void Session::close_after_flush(std::chrono::milliseconds hold) {
   if (closed_) return;
+  const bool first = !closing_;
   closing_ = true;
+  if (first && hold > std::chrono::milliseconds::zero()) {
+    held_ = true;
+    arm_timer(hold);
+    return;
+  }
+  // A client that does not read its last replies is not waited for forever.
+  if (first || held_) arm_timer(options_.idle_frame_timeout);
+  held_ = false;
   if (!in_read_handler_) flush();
 }
 
@@ -271,6 +332,7 @@ void Session::close(const std::string& reason) {
   out_.clear();
   if (options_.buffered_total != nullptr) *options_.buffered_total -= buffered_;
   buffered_ = 0;
+  leave_preauth();
   host_.on_closed(*this);
 }
 

@@ -3,11 +3,14 @@
 // responses in order through a bounded write queue.
 //
 // Defences, each closing only this connection: unknown first byte; malformed
-// frame (ProtocolError from the codec, logged with the peer); no complete
-// HELLO, or a frame stalled mid-way, for idle_frame_timeout; more than
-// max_queued_bytes of responses the client does not read; before HELLO, a
-// frame larger than a HELLO can be; buffered request bytes that would take all
-// connections together past max_buffered_request_bytes.
+// frame (ProtocolError from the codec, logged with the peer; the replies to the
+// requests before it are written first); no complete HELLO, or a frame stalled
+// mid-way, for idle_frame_timeout; more than max_queued_bytes of responses the
+// client does not read; before HELLO, a frame larger than a HELLO can be;
+// buffered request bytes that would take all authenticated connections
+// together past max_buffered_request_bytes. Until its handshake is done a
+// connection's bytes count in the PreauthPool instead, which closes the
+// oldest unauthenticated connections when they hold too much.
 //
 // Thread-safety: loop thread only. Lifetime: shared_ptr held by pending async
 // operations and by the host until on_closed().
@@ -22,6 +25,7 @@
 #include <unordered_map>
 
 #include "codec.hpp"
+#include "preauth_pool.hpp"
 
 namespace ddp::store::server {
 
@@ -52,6 +56,9 @@ struct SessionOptions {
   // (0: none); `buffered_total` is the loop's shared counter.
   std::size_t max_buffered_request_bytes = 0;
   std::size_t* buffered_total = nullptr;
+  // Where the connection waits, and its bytes count, until its handshake is
+  // done (nullptr: nowhere, its bytes count in buffered_total from the start).
+  PreauthPool* preauth = nullptr;
 };
 
 // A blocked get/wait or a watch of this session, by request id.
@@ -65,6 +72,9 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(boost::asio::ip::tcp::socket socket, SessionHost& host, const SessionOptions& options,
           std::string* shared_read_buffer);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
   void start();
 
   // Queues a response; written in order.
@@ -72,8 +82,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // Closes now; pending output is dropped.
   void close(const std::string& reason);
   // Stops reading and closes once queued output is written (an error reply
-  // before a close, or a graceful shutdown).
-  void close_after_flush();
+  // before a close, a malformed frame after valid ones, the client's EOF, a
+  // graceful shutdown), or after idle_frame_timeout if the client does not read.
+  // With `hold`, the queued output waits that long first (a held answer to a
+  // wrong token); a later call without one releases it at once.
+  void close_after_flush(std::chrono::milliseconds hold = std::chrono::milliseconds::zero());
   bool closed() const { return closed_; }
 
   const std::string& peer() const { return peer_; }
@@ -92,10 +105,21 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_readable();
   bool feed(std::string_view bytes);
   void update_idle_timer(bool frame_completed);
+  // One timer per connection: the handshake or a stalled frame, or once
+  // closing, a held answer and then the last write; on_timer() releases the
+  // held answer or closes the connection.
+  void arm_timer(std::chrono::milliseconds after);
+  void on_timer();
   // Re-counts this session's buffered request bytes; false when that takes
   // the server past its global cap (the session is then closed).
   bool account_buffered();
+  // Out of the PreauthPool: the handshake is done, or the connection closed.
+  void leave_preauth();
   void flush();
+  // Runs the work of one of this connection's handlers: an exception it lets
+  // out (a bug) closes this connection and never reaches the loop.
+  template <typename F>
+  void guarded(F&& work);
 
   boost::asio::ip::tcp::socket socket_;
   boost::asio::steady_timer idle_timer_;
@@ -107,6 +131,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string peer_;
   std::string peer_address_;
   std::size_t buffered_ = 0;  // this session's share of *options_.buffered_total
+  bool in_preauth_ = false;
   std::unique_ptr<Codec> codec_;
   std::unordered_map<std::uint32_t, Pending> pending_;
 
@@ -117,6 +142,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool idle_armed_ = false;
   bool hello_done_ = false;
   bool closing_ = false;
+  bool held_ = false;  // close_after_flush(hold): output waits for the timer
   bool drain_wanted_ = false;
   bool closed_ = false;
 };

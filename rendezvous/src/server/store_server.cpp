@@ -11,6 +11,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "dispatcher.hpp"
+#include "failpoints.hpp"
 #include "session.hpp"
 
 namespace ddp::store {
@@ -55,14 +56,16 @@ class StoreServer::Impl {
     std::lock_guard<std::mutex> lk(mu_);
     if (started_) return;
     dispatcher_ = std::make_unique<server::Dispatcher>(io_, options_);
+    session_options_.preauth = &dispatcher_->preauth();
     dispatcher_->open_persistence();
     listen();
     accept();
     started_ = true;
     thread_ = std::thread([this] { run(); });
     ddp::log::get("store.server")
-        ->info("listening host={} port={} data_dir={} auth={}", options_.host, port_.load(),
-               options_.data_dir.empty() ? "none" : options_.data_dir, options_.token.empty() ? "off" : "on");
+        ->info("listening host={} port={} data_dir={} auth={} max_connections={}", options_.host,
+               port_.load(), options_.data_dir.empty() ? "none" : options_.data_dir,
+               options_.token.empty() ? "off" : "on", options_.max_connections);
   }
 
   void stop() {
@@ -137,29 +140,65 @@ class StoreServer::Impl {
     acceptor_.async_accept([this](error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
       auto log = ddp::log::get("store.server");
-      if (ec) {
-        log->warn("accept failed error=\"{}\"; retrying in {} ms", ec.message(), kAcceptRetry.count());
-        accept_retry_.expires_after(kAcceptRetry);
-        accept_retry_.async_wait([this](error_code wec) {
-          if (!wec) accept();
-        });
-        return;
+      if (ec) return accept_failed(ec);
+      if (accept_failures_ > 0) {
+        log->info("accepting again after {} failed accepts", accept_failures_);
+        accept_failures_ = 0;
       }
-      if (dispatcher_->connections() >= options_.max_connections) {
-        error_code pec;
-        auto peer = socket.remote_endpoint(pec);
-        log->warn("closing connection: max_connections={} reached peer={}:{}", options_.max_connections,
-                  pec ? "unknown" : peer.address().to_string(), pec ? 0 : peer.port());
-        socket.close(pec);
-      } else {
-        auto session = std::make_shared<server::Session>(std::move(socket), *dispatcher_, session_options_,
-                                                         &read_buffer_);
-        dispatcher_->add_session(session);
-        log->debug("connection accepted peer={}", session->peer());
-        session->start();
+      // Whatever admitting this one does, the next accept is armed: a handler
+      // that throws must not leave a daemon that accepts no one.
+      try {
+        admit(std::move(socket));
+      } catch (const std::exception& e) {
+        log->error("accepting a connection failed; accepting goes on error=\"{}\"", e.what());
+      } catch (...) {
+        log->error("accepting a connection failed with a non-standard exception; accepting goes on");
       }
       accept();
     });
+  }
+
+  // Closing an unauthenticated connection to make room for a new one is only
+  // fair when a token is required: without one, a silent connection may be a
+  // torch 1.x client's (it opens one that never sends), as good as any other.
+  bool make_room(const char* why) {
+    return !options_.token.empty() && dispatcher_->preauth().close_oldest(why);
+  }
+
+  void accept_failed(error_code ec) {
+    auto log = ddp::log::get("store.server");
+    const bool no_fds =
+        ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system;
+    // One line per streak: at EMFILE this runs ten times a second.
+    if (accept_failures_++ == 0) {
+      log->warn("accept failed error=\"{}\"; retrying every {} ms{}", ec.message(), kAcceptRetry.count(),
+                no_fds ? "; raise LimitNOFILE (ulimit -n) or lower max_connections" : "");
+    }
+    // The descriptor of the oldest connection still in its handshake goes to
+    // the one waiting: a flood of them cannot lock authenticated clients out.
+    if (no_fds && make_room("out of descriptors")) return accept();
+    accept_retry_.expires_after(kAcceptRetry);
+    accept_retry_.async_wait([this](error_code wec) {
+      if (!wec) accept();
+    });
+  }
+
+  void admit(tcp::socket socket) {
+    server::failpoints::maybe_throw("server.accept");
+    auto log = ddp::log::get("store.server");
+    if (dispatcher_->connections() >= options_.max_connections && !make_room("max_connections reached")) {
+      error_code pec;
+      auto peer = socket.remote_endpoint(pec);
+      log->warn("closing connection: max_connections={} reached peer={}:{}", options_.max_connections,
+                pec ? "unknown" : peer.address().to_string(), pec ? 0 : peer.port());
+      socket.close(pec);
+      return;
+    }
+    auto session =
+        std::make_shared<server::Session>(std::move(socket), *dispatcher_, session_options_, &read_buffer_);
+    dispatcher_->add_session(session);
+    log->debug("connection accepted peer={}", session->peer());
+    session->start();
   }
 
   void run() {
@@ -186,6 +225,7 @@ class StoreServer::Impl {
   asio::steady_timer accept_retry_;
   std::string read_buffer_;
   std::size_t buffered_request_bytes_ = 0;  // all sessions' incomplete requests (loop thread)
+  std::uint64_t accept_failures_ = 0;       // in a row (loop thread)
   std::unique_ptr<server::Dispatcher> dispatcher_;
   std::atomic<std::uint16_t> port_{0};
   std::mutex mu_;

@@ -15,6 +15,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "failpoints.hpp"
 #include "loopback_peer.hpp"
 #include "proxy_connection.hpp"
 
@@ -127,19 +128,28 @@ class TorchStoreProxy::Impl {
         });
         return;
       }
-      ++counters_.accepted;
-      std::shared_ptr<const TorchProxyTarget> target;
-      {
-        std::lock_guard<std::mutex> lk(target_mu_);
-        target = target_;
-      }
-      if (!target) {
-        // No round yet: no worker of this agent can be asking.
-        ddp::log::get("store.proxy")->warn("closing a connection that came before any round");
-        error_code ignored;
-        socket.close(ignored);
-      } else {
-        admit(std::move(socket), std::move(target));
+      // Whatever admitting this one does, the next accept is armed.
+      try {
+        server::failpoints::maybe_throw("proxy.accept");
+        ++counters_.accepted;
+        std::shared_ptr<const TorchProxyTarget> target;
+        {
+          std::lock_guard<std::mutex> lk(target_mu_);
+          target = target_;
+        }
+        if (!target) {
+          // No round yet: no worker of this agent can be asking.
+          ddp::log::get("store.proxy")->warn("closing a connection that came before any round");
+          error_code ignored;
+          socket.close(ignored);
+        } else {
+          admit(std::move(socket), std::move(target));
+        }
+      } catch (const std::exception& e) {
+        ddp::log::get("store.proxy")
+            ->error("accepting a torch client failed; accepting goes on error=\"{}\"", e.what());
+      } catch (...) {
+        ddp::log::get("store.proxy")->error("accepting a torch client failed; accepting goes on");
       }
       accept();
     });
@@ -195,10 +205,18 @@ class TorchStoreProxy::Impl {
   }
 
   void run() {
-    try {
-      io_.run();
-    } catch (const std::exception& e) {
-      ddp::log::get("store.proxy")->error("proxy loop failed error=\"{}\"", e.what());
+    // Handlers contain their own failures; one that still escapes is a bug,
+    // and the loop goes on serving the other clients rather than end.
+    while (true) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {
+        ddp::log::get("store.proxy")->error("proxy loop handler failed; loop goes on error=\"{}\"", e.what());
+      } catch (...) {
+        ddp::log::get("store.proxy")
+            ->error("proxy loop handler failed with a non-standard exception; loop goes on");
+      }
     }
   }
 

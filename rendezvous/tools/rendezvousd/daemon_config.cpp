@@ -200,6 +200,7 @@ DaemonSettings DaemonConfig::to_settings() const {
   out.token_file_source = where(get("token_file"));
   out.server.data_dir = get("data_dir").value;
   out.server.max_connections = static_cast<std::uint32_t>(to_int(get("max_connections"), 1, 1 << 24));
+  out.max_connections_set = get("max_connections").source != "default";
   out.server.idle_frame_timeout =
       to_ms(get("idle_frame_timeout_ms"), std::chrono::milliseconds(1), std::chrono::hours(24));
   const auto& legacy = get("torch_legacy_protocol");

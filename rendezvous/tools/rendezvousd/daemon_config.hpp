@@ -27,6 +27,7 @@ struct Setting {
 // Everything main() needs after conversion.
 struct DaemonSettings {
   store::StoreServerOptions server;
+  bool max_connections_set = false;  // by a flag, file or variable, not the default
   std::string port_file;
   std::string token_file;
   std::string token_file_source;  // the flag, variable or file line that named it, for errors

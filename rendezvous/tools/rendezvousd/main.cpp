@@ -26,6 +26,7 @@
 #include "ddp/common/logging.hpp"
 #include "ddp/common/token_file.hpp"
 #include "ddp/store/store_server.hpp"
+#include "descriptor_budget.hpp"
 #include "metrics_http.hpp"
 #include "systemd_notifier.hpp"
 #ifdef DDP_FAILPOINTS
@@ -172,6 +173,8 @@ int main(int argc, char** argv) {
     }
 #endif
     settings.server.recover_corrupt_log = recover_corrupt_log;
+    ddp::rendezvousd::fit_max_connections(settings,
+                                          ddp::rendezvousd::measure_descriptors(settings.metrics_port >= 0));
     if (!settings.token_file.empty())
       settings.server.token = ddp::read_token_file(settings.token_file, settings.token_file_source);
 
@@ -187,17 +190,29 @@ int main(int argc, char** argv) {
     server.start();
     std::unique_ptr<ddp::rendezvousd::MetricsHttp> metrics;
     if (settings.metrics_port >= 0) {
+      // stats() goes through the loop with a deadline: a wedged loop is a 503.
+      auto degraded = [&server] {
+        const auto s = server.stats();
+        const auto it = s.find("degraded");
+        return it != s.end() && it->second != 0;
+      };
+      ddp::rendezvousd::MetricsSources sources;
+      sources.metrics = [&server] { return server.metrics(); };
+      // Liveness: a full disk is no reason to restart (and drop every client).
+      sources.health = [degraded]() -> std::string {
+        if (degraded()) return "ok, degraded: the data dir refuses writes (disk full?); reads are served\n";
+        return "ok\n";
+      };
+      // Readiness: writes would fail, so a load balancer should send no one.
+      sources.ready = [degraded]() -> std::string {
+        if (degraded())
+          throw ddp::StoreError(
+              "not ready, cannot persist: the data dir refuses writes (disk full?); reads, watches and "
+              "keep-alives are served, writes answer INTERNAL");
+        return "ok\n";
+      };
       metrics = std::make_unique<ddp::rendezvousd::MetricsHttp>(
-          settings.server.host, static_cast<std::uint16_t>(settings.metrics_port),
-          [&server] { return server.metrics(); },
-          [&server]() -> std::string {
-            // stats() goes through the loop with a deadline: a wedged loop is a 503.
-            const auto s = server.stats();
-            const auto degraded = s.find("degraded");
-            if (degraded != s.end() && degraded->second != 0)
-              return "ok, degraded: the data dir refuses writes (disk full?); reads are served\n";
-            return "ok\n";
-          });
+          settings.server.host, static_cast<std::uint16_t>(settings.metrics_port), std::move(sources));
       metrics->start();
     }
     PortFiles files;

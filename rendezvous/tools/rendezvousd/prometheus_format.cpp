@@ -48,10 +48,15 @@ std::string render_prometheus(const std::map<std::string, std::int64_t>& m) {
   gauge("ddp_store_revision", "store revision (bumped by every change)", "revision");
   gauge("ddp_store_history_bytes", "key and value bytes of the watch history (capped by history_max_bytes)",
         "history_bytes");
-  o << "# HELP ddp_store_auth_failures_total hellos refused for a wrong or missing token, or while "
-       "rate-limited\n"
+  o << "# HELP ddp_store_auth_failures_total hellos refused for a wrong or missing token\n"
        "# TYPE ddp_store_auth_failures_total counter\nddp_store_auth_failures_total "
     << value("auth_failures") << "\n";
+  gauge("ddp_store_unauthenticated_connections", "connections that have not completed their hello",
+        "unauthenticated_connections");
+  o << "# HELP ddp_store_unauthenticated_closed_total connections closed before their hello to make room "
+       "for others\n"
+       "# TYPE ddp_store_unauthenticated_closed_total counter\nddp_store_unauthenticated_closed_total "
+    << value("unauthenticated_closed") << "\n";
 
   o << "# HELP ddp_store_requests_total requests handled, by op\n# TYPE ddp_store_requests_total counter\n";
   for (const auto& [k, v] : m) {

@@ -41,6 +41,8 @@ void RawClient::send_bytes(const std::string& bytes) {
   }
 }
 
+void RawClient::shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+
 void RawClient::send_preamble() { send_bytes(std::string(kPreamble, sizeof kPreamble)); }
 
 void RawClient::send(const Request& req) {

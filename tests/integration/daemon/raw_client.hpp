@@ -21,6 +21,8 @@ class RawClient {
   RawClient& operator=(const RawClient&) = delete;
 
   void send_bytes(const std::string& bytes);
+  // shutdown(SHUT_WR): the server reads EOF, this side can still read.
+  void shutdown_write();
   void send_preamble();
   void send(const store::Request& req);
   // The next response; nullopt when the server closed the connection or

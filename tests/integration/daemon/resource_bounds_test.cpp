@@ -2,9 +2,6 @@
 // is capped in bytes, a watch from before it answers COMPACTED, a full-history
 // watch is streamed, unauthenticated clients may buffer only a HELLO, and all
 // clients together only --max-buffered-request-bytes of incomplete requests.
-#include <fstream>
-#include <sstream>
-
 #include "daemon_fixture.hpp"
 
 using namespace ddp::test;
@@ -12,33 +9,6 @@ using namespace ddp::store;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string le32(std::uint32_t v) {
-  std::string s(4, '\0');
-  for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
-  return s;
-}
-
-std::string preamble() { return std::string(kPreamble, sizeof kPreamble); }
-
-// VmRSS of `pid` in KiB, from /proc/<pid>/status.
-long rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define DDP_TEST_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define DDP_TEST_ASAN 1
-#endif
 
 // The bound docs/operations.md states for this workload with default flags.
 [[maybe_unused]] constexpr long kDocumentedRssBoundMiB = 256;

@@ -33,6 +33,7 @@ TEST_CASE("metrics endpoint reports requests by op, keys, leases, rounds and lat
   CHECK(health.status == 200);
   CHECK(health.body == "ok\n");
   CHECK(http_get(mport, "/nope").status == 404);
+  CHECK(http_get(mport, "/readyz").status == 200);
 
   auto before = http_get(mport, "/metrics");
   REQUIRE(before.status == 200);
@@ -61,6 +62,8 @@ TEST_CASE("metrics endpoint reports requests by op, keys, leases, rounds and lat
   CHECK(sample(after.body, "ddp_store_requests_total{op=\"lease_grant\"}") == 1);
   CHECK(sample(after.body, "ddp_store_history_bytes") > 0);
   CHECK(sample(after.body, "ddp_store_auth_failures_total") == 0);
+  CHECK(sample(after.body, "ddp_store_unauthenticated_connections") == 0);
+  CHECK(sample(after.body, "ddp_store_unauthenticated_closed_total") == 0);
   CHECK(sample(after.body, "ddp_rendezvous_round{run_id=\"job7\"}") == 3);
   CHECK(sample(after.body, "ddp_rendezvous_round{run_id=\"job8\"}") == 1);
   CHECK(sample(after.body, "ddp_rendezvous_round{run_id=\"other\"}") == -1);

@@ -1,5 +1,5 @@
 // Helpers for the operations tests: the ExecStart line of a generated unit, a
-// raw HTTP GET, a TcpStore client on 127.0.0.1.
+// TcpStore client on 127.0.0.1 (the raw HTTP GET is test_support's).
 #pragma once
 
 #include <memory>
@@ -14,13 +14,6 @@ namespace ddp::test {
 // argv of the ExecStart= line of a unit generated for this build (test-units/
 // point at build/bin), so the tests run exactly what systemd would run.
 std::vector<std::string> unit_exec_start(const std::string& unit);
-
-struct HttpReply {
-  int status = 0;
-  std::string body;
-};
-// GET http://127.0.0.1:<port><path>, Connection: close; status 0 when no reply.
-HttpReply http_get(int port, const std::string& path);
 
 std::unique_ptr<store::TcpStore> store_client(int port);
 

@@ -43,16 +43,16 @@ TEST_CASE("auth limiter: an address is forgotten a while after its last failure"
 TEST_CASE("auth limiter: the summary counts failures and refusals per period and names the top peer") {
   AuthLimiter lim;
   for (int i = 0; i < 5; ++i) lim.record_failure("x", t0);
-  lim.record_refused("x");
+  lim.record_delayed("x");
   lim.record_failure("y", t0);
   auto s = lim.take_summary();
   CHECK(s.failed == 6);
-  CHECK(s.refused == 1);
+  CHECK(s.delayed == 1);
   CHECK(s.peers == 2);
   CHECK(s.top_peer == "x");
   CHECK(s.top_count == 6);
   auto empty = lim.take_summary();
-  CHECK(empty.failed + empty.refused == 0);
+  CHECK(empty.failed + empty.delayed == 0);
 }
 
 TEST_CASE("auth limiter: the peer table stays bounded") {

@@ -14,6 +14,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
+#include "failpoints.hpp"
 #include "store_backends.hpp"
 
 using namespace std::chrono_literals;
@@ -406,4 +407,31 @@ TEST_CASE("a client whose lane is unknown keeps the round's keys however often i
   TorchClient again(p->port());
   CHECK(again.get("/k") == "a");
   CHECK(p->stats().at("generations") == 0);
+}
+
+TEST_CASE("an exception in the proxy's accept handler does not stop the proxy accepting", "[proxy]") {
+  Setup s;
+  auto p = s.proxy("/job1/worker/round_0/");
+  ddp::store::server::failpoints::arm("proxy.accept=throw*1");
+  TorchClient first(p->port());  // its accept throws
+  CHECK(first.closed_by_peer());
+  TorchClient second(p->port());
+  second.set("/k", "v");
+  CHECK(second.get("/k") == "v");
+}
+
+TEST_CASE("an exception in a proxy connection's handler closes that client only", "[proxy]") {
+  Setup s;
+  auto p = s.proxy("/job1/worker/round_0/");
+  TorchClient good(p->port());
+  good.set("/before", "1");
+  CHECK(good.get("/before") == "1");
+  ddp::store::server::failpoints::arm("proxy.read=throw*1");
+  TorchClient bad(p->port());
+  bad.set("/bad", "x");  // its first read throws
+  CHECK(bad.closed_by_peer());
+  good.set("/after", "2");
+  CHECK(good.get("/after") == "2");
+  TorchClient later(p->port());
+  CHECK(later.get("/after") == "2");
 }

@@ -28,6 +28,9 @@ struct StoreServerOptions {
   // Start from a damaged data dir by keeping every intact record (and reporting
   // what was dropped) instead of refusing to start. An operator's decision.
   bool recover_corrupt_log = false;
+  // Past this, a new connection is closed at accept; with a token required,
+  // the oldest connection still in its handshake is closed instead to make
+  // room (likewise when accept() runs out of descriptors).
   std::uint32_t max_connections = 65536;
   Limits limits;
   // Connections that send no complete frame within this time after connecting
@@ -41,17 +44,26 @@ struct StoreServerOptions {
   // that takes the total past this is dropped. 0: no cap. Why 256 MiB: three
   // largest frames (max_frame_bytes) arriving at once still fit.
   std::size_t max_buffered_request_bytes = 256u << 20;
+  // The same for connections that have not completed their handshake, which
+  // count here and not above; past it the oldest of them holding bytes are
+  // closed. Why 16 MiB: a real HELLO is tens of bytes and nearly always read
+  // whole; this is 128 clients stalled in the largest HELLO a server takes
+  // (64 KiB, buffered in up to 128 KiB), and no flood of them costs more.
+  std::size_t max_preauth_buffered_bytes = 16u << 20;
   // Watch history kept for watches from a past revision, capped in events and
   // in key + value bytes (0: the defaults, 100,000 events and 64 MiB).
   std::size_t history_max_events = 0;
   std::size_t history_max_bytes = 0;
   // Failed authentication, per peer address: the first auth_free_failures are
-  // answered at once; after that the address must wait auth_backoff_base,
-  // doubling per failure up to auth_backoff_max, before a token is checked
-  // again. Failures are logged once, then summarised every auth_log_period.
+  // answered at once; after that the answer to each wrong token is held
+  // auth_backoff_base, doubling per failure up to auth_backoff_max. The right
+  // token is always let in at once. Failures are logged once, then summarised
+  // every auth_log_period. Why 4 s at most: a held answer must reach TcpStore
+  // before its 5 s handshake timeout, or a client with a stale token reports a
+  // silent server instead of a wrong token.
   int auth_free_failures = 3;
   std::chrono::milliseconds auth_backoff_base{100};
-  std::chrono::milliseconds auth_backoff_max{std::chrono::seconds(10)};
+  std::chrono::milliseconds auth_backoff_max{std::chrono::seconds(4)};
   std::chrono::milliseconds auth_log_period{std::chrono::seconds(10)};
 };
 
