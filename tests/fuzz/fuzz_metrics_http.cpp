@@ -1,0 +1,86 @@
+// libFuzzer target: what a client sends to ddp-rendezvousd's metrics port.
+// Each input is written whole to a new connection of a real MetricsHttp
+// (Beast's request parser within the endpoint's limits, then our routing),
+// which is then half-closed; the answer is read to its end. Findings: a
+// crash or sanitizer report, an answer that is not HTTP, no answer to a
+// request that parsed, or a server that stops answering /healthz.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "metrics_http.hpp"
+
+namespace {
+
+ddp::rendezvousd::MetricsHttp& server() {
+  static ddp::rendezvousd::MetricsHttp* http = [] {
+    ddp::rendezvousd::MetricsSources sources;
+    sources.metrics = [] {
+      return std::map<std::string, std::int64_t>{{"connections", 1}, {"requests_total{op=\"get\"}", 7}};
+    };
+    sources.ready = []() -> std::string { throw std::runtime_error("not ready, cannot persist: test"); };
+    auto* h = new ddp::rendezvousd::MetricsHttp("127.0.0.1", 0, std::move(sources));
+    h->start();
+    return h;
+  }();
+  return *http;
+}
+
+// Sends `request`, half-closes, and returns everything the server wrote
+// before closing (or before 5 s of silence, which is a finding: the server
+// waits at most 2 s for a request and answers at once).
+std::string exchange(std::string_view request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) std::abort();
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server().port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) std::abort();
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  std::size_t off = 0;
+  while (off < request.size()) {
+    const auto n = ::send(fd, request.data() + off, request.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) break;  // the server closed early (a request over its limit): fine
+    off += static_cast<std::size_t>(n);
+  }
+  ::shutdown(fd, SHUT_WR);
+  std::string answer;
+  char buf[65536];
+  for (;;) {
+    const auto n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) std::abort();  // no answer and no close
+      break;                                                      // reset: fine
+    }
+    answer.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return answer;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size > 64 * 1024) return 0;
+  const std::string_view request(reinterpret_cast<const char*>(data), size);
+  const auto answer = exchange(request);
+  if (!answer.empty() && answer.rfind("HTTP/1.", 0) != 0) std::abort();
+  // A plain GET of a known path always gets its answer, whatever came before.
+  static constexpr std::string_view kProbe = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  const auto probe = exchange(kProbe);
+  if (probe.rfind("HTTP/1.1 200", 0) != 0) std::abort();
+  return 0;
+}
