@@ -135,4 +135,17 @@ void setup(const std::string& level, const std::string& program_name) {
   });
 }
 
+void run_surviving(const std::function<void()>& run, const std::string& logger, const std::string& loop) {
+  while (true) {
+    try {
+      run();
+      return;
+    } catch (const std::exception& e) {
+      get(logger)->error("{} loop handler failed; loop goes on error=\"{}\"", loop, e.what());
+    } catch (...) {
+      get(logger)->error("{} loop handler failed with a non-standard exception; loop goes on", loop);
+    }
+  }
+}
+
 }  // namespace ddp::log

@@ -204,18 +204,7 @@ class StoreServer::Impl {
   void run() {
     // Handlers contain their own failures; an exception reaching here is a bug,
     // and the loop goes on serving rather than leave a daemon that answers nothing.
-    while (true) {
-      try {
-        io_.run();
-        return;
-      } catch (const std::exception& e) {
-        ddp::log::get("store.server")
-            ->error("server loop handler failed; loop goes on error=\"{}\"", e.what());
-      } catch (...) {
-        ddp::log::get("store.server")
-            ->error("server loop handler failed with a non-standard exception; loop goes on");
-      }
-    }
+    ddp::log::run_surviving([this] { io_.run(); }, "store.server", "server");
   }
 
   StoreServerOptions options_;

@@ -207,17 +207,7 @@ class TorchStoreProxy::Impl {
   void run() {
     // Handlers contain their own failures; one that still escapes is a bug,
     // and the loop goes on serving the other clients rather than end.
-    while (true) {
-      try {
-        io_.run();
-        return;
-      } catch (const std::exception& e) {
-        ddp::log::get("store.proxy")->error("proxy loop handler failed; loop goes on error=\"{}\"", e.what());
-      } catch (...) {
-        ddp::log::get("store.proxy")
-            ->error("proxy loop handler failed with a non-standard exception; loop goes on");
-      }
-    }
+    ddp::log::run_surviving([this] { io_.run(); }, "store.proxy", "proxy");
   }
 
   TorchProxyOptions options_;

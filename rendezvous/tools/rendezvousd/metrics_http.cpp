@@ -184,17 +184,7 @@ class MetricsHttp::Impl {
   // An exception escaping a handler is a bug; it must neither end this thread
   // (std::terminate would take the store down with it) nor stop the probes.
   void run() {
-    while (true) {
-      try {
-        io_.run();
-        return;
-      } catch (const std::exception& e) {
-        ddp::log::get("store.server")
-            ->error("metrics loop handler failed; loop goes on error=\"{}\"", e.what());
-      } catch (...) {
-        ddp::log::get("store.server")->error("metrics loop handler failed; loop goes on");
-      }
-    }
+    ddp::log::run_surviving([this] { io_.run(); }, "store.server", "metrics");
   }
 
   void accept() {

@@ -6,6 +6,7 @@
 
 #include <spdlog/logger.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,13 @@ void enable_status_line();
 // width); an empty `text` erases it. Returns false, doing nothing, when status
 // lines are not enabled: the caller then logs the line instead.
 bool set_status_line(const std::string& text);
+
+// For a server's event loop thread: calls `run` (an io_context's run()) until
+// it returns. An exception it lets out is a bug in a handler, which contains
+// its own failures: it is logged on `logger` as "`loop` loop handler failed;
+// loop goes on" and `run` is called again, so that one bad handler never ends
+// the thread (std::terminate) nor leaves a loop that serves no one.
+void run_surviving(const std::function<void()>& run, const std::string& logger, const std::string& loop);
 
 // Parses a level name; throws ConfigError naming `flag` on a bad one.
 spdlog::level::level_enum parse_level(const std::string& level, const std::string& flag);
