@@ -7,50 +7,8 @@
 # Needs root (ip netns); exits 77 (skipped) with the reason otherwise.
 set -u
 BIN=$1
-skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root for ip netns"
-command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installed"
-
-P=ddp$$  # short: interface names have at most 15 characters
-NS_D=${P}d NS_A=${P}a NS_B=${P}b
-TMP=$(mktemp -d)
-PIDS=""
-cleanup() {
-  for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-  for ns in $NS_D $NS_A $NS_B; do ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null; done
-  for ns in $NS_D $NS_A $NS_B; do ip netns del "$ns" 2>/dev/null; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP PIPE
-ip netns add $NS_D 2>/dev/null || skip "ip netns add is not allowed here"
-ip netns add $NS_A && ip netns add $NS_B || exit 1
-
-# D has 10.77.1.1 towards A (10.77.1.2) and 10.77.2.1 towards B (10.77.2.2).
-ip link add ${P}da netns $NS_D type veth peer name ${P}ad netns $NS_A || skip "cannot create veth pairs"
-ip link add ${P}db netns $NS_D type veth peer name ${P}bd netns $NS_B || exit 1
-ip -n $NS_D addr add 10.77.1.1/24 dev ${P}da && ip -n $NS_A addr add 10.77.1.2/24 dev ${P}ad &&
-ip -n $NS_D addr add 10.77.2.1/24 dev ${P}db && ip -n $NS_B addr add 10.77.2.2/24 dev ${P}bd || exit 1
-for ns in $NS_D $NS_A $NS_B; do ip -n "$ns" link set lo up; done
-ip -n $NS_D link set ${P}da up && ip -n $NS_D link set ${P}db up &&
-ip -n $NS_A link set ${P}ad up && ip -n $NS_B link set ${P}bd up || exit 1
-
-# Polls a condition for up to $1 tenths of a second.
-wait_for() {
-  n=$1; shift
-  while [ "$n" -gt 0 ]; do
-    if eval "$@"; then return 0; fi
-    sleep 0.1; n=$((n - 1))
-  done
-  return 1
-}
-fail() { echo "FAIL: $*"; for f in "$TMP"/*.log; do echo "--- $f"; cat "$f"; done; exit 1; }
-
-ip netns exec $NS_D "$BIN/ddp-rendezvousd" --host 0.0.0.0 --port 0 --port-file "$TMP/port" \
-  --log-level warn >"$TMP/daemon.log" 2>&1 &
-PIDS="$PIDS $!"
-wait_for 100 '[ -s "$TMP/port" ]' || fail "the daemon did not start"
-PORT=$(cat "$TMP/port")
+P=ddp$$ NET=10.77
+. "$(dirname "$0")/netns_three_hosts.sh"
 
 # Keep-alive window 1 s x 3 = 3 s. (An interval of at least 1 s matters: each
 # keepalive request may wait one interval, at least 1 s, for its answer.)
