@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <charconv>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
@@ -147,6 +148,8 @@ void Dispatcher::dispatch(const std::shared_ptr<Session>& s, Request& req) {
       return handle_watch(s, req);
     case Op::kCancel:
       return handle_cancel(s, req);
+    case Op::kBarrier:
+      return handle_barrier(s, req);
     default:
       if (is_queue_op(req.op)) return handle_queue(s, req);
       break;
@@ -273,18 +276,64 @@ void Dispatcher::handle_blocking(const std::shared_ptr<Session>& s, Request& req
     resp.message = "timed out after 0 ms";
     return s->send(resp);
   }
+  park(s, req, still_missing(req), now);
+}
+
+void Dispatcher::park(const std::shared_ptr<Session>& s, Request& req, const std::vector<std::string>& keys,
+                      Clock::time_point now) {
   if (refuse_pending(s, req)) return;
   // A timeout past the clock's range is forever, as a negative one.
   const auto deadline = req.b < 0 ? Clock::time_point::max() : saturating_add(now, Millis(req.b));
   const WaiterId id = next_handle_++;
-  waiters_.add(id, still_missing(req), deadline);
+  waiters_.add(id, keys, deadline);
   s->pending()[req.id] = {Pending::Kind::kWaiter, id};
   waiter_info_[id] = {s, std::move(req), deadline};
+}
+
+void Dispatcher::handle_barrier(const std::shared_ptr<Session>& s, Request& req) {
+  if (req.keys.size() != 1) return s->send(reply(req.id, Status::kBadRequest, "barrier takes one key"));
+  const auto now = Clock::now();
+  Request arrive;
+  arrive.op = Op::kAdd;
+  arrive.keys = req.keys;
+  arrive.b = 1;
+  auto resp = core_.execute(arrive, now);
+  resp.id = req.id;
+  if (resp.status != Status::kOk || resp.num >= req.a) return s->send(resp);
+  if (req.b == 0) return s->send(reply(req.id, Status::kTimeout, "barrier timed out after 0 ms"));
+  park(s, req, req.keys, now);
+}
+
+std::optional<Response> Dispatcher::barrier_reached(const Request& req) {
+  Request read;
+  read.op = Op::kTryGet;
+  read.keys = req.keys;
+  const auto now = core_.execute(read, Clock::now());
+  if (now.items.empty()) return std::nullopt;  // deleted: the next arrival starts it again
+  const auto& text = now.items[0].value;
+  std::int64_t count = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), count);
+  if (ec != std::errc() || end != text.data() + text.size() || count < req.a) return std::nullopt;
+  auto resp = reply(req.id, Status::kOk);
+  resp.num = count;
+  return resp;
 }
 
 void Dispatcher::release_waiter(WaiterId id) {
   auto it = waiter_info_.find(id);
   if (it == waiter_info_.end()) return;
+  if (it->second.req.op == Op::kBarrier) {
+    auto reached = barrier_reached(it->second.req);
+    if (!reached) {  // another write to the counter, not yet the count: keep waiting
+      waiters_.add(id, it->second.req.keys, it->second.deadline);
+      return;
+    }
+    auto info = std::move(it->second);
+    waiter_info_.erase(it);
+    info.session->pending().erase(info.req.id);
+    info.session->send(*reached);
+    return;
+  }
   auto resp = core_.execute(it->second.req, Clock::now());
   if (resp.status == Status::kNotFound && it->second.req.op == Op::kWait &&
       still_missing(it->second.req).empty()) {
@@ -426,6 +475,13 @@ void Dispatcher::on_waiter_timer() {
     auto info = std::move(it->second);
     waiter_info_.erase(it);
     info.session->pending().erase(info.req.id);
+    if (info.req.op == Op::kBarrier) {
+      info.session->send(reply(info.req.id, Status::kTimeout,
+                               "barrier on '" + info.req.keys[0] + "' timed out after " +
+                                   std::to_string(info.req.b) + " ms; fewer than " +
+                                   std::to_string(info.req.a) + " arrived"));
+      continue;
+    }
     auto missing = core_.missing(info.req.keys);
     std::string msg = std::string(op_name(info.req.op)) + " timed out after " + std::to_string(info.req.b) +
                       " ms; missing key(s):";

@@ -85,6 +85,14 @@ class Dispatcher final : public SessionHost {
   void handle_blocking(const std::shared_ptr<Session>& s, Request& req);
   void handle_watch(const std::shared_ptr<Session>& s, const Request& req);
   void handle_cancel(const std::shared_ptr<Session>& s, const Request& req);
+  // kBarrier: counts the arrival; parks it until the count reaches the world size.
+  void handle_barrier(const std::shared_ptr<Session>& s, Request& req);
+  // A parked barrier's answer now: OK with the count once it is reached,
+  // nullopt while it is not (or the counter was deleted).
+  std::optional<Response> barrier_reached(const Request& req);
+  // Parks `req` until a put of one of `keys`, or its deadline (b ms; <0: never).
+  void park(const std::shared_ptr<Session>& s, Request& req, const std::vector<std::string>& keys,
+            Clock::time_point now);
   // TCPStore queue ops (dispatcher_queues.cpp).
   void handle_queue(const std::shared_ptr<Session>& s, Request& req);
   // Keys a get/wait/check still lacks; a non-empty queue counts as present for wait/check.

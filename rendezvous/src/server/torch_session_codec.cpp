@@ -114,6 +114,13 @@ bool TorchCodec::translate(torch::TorchCommand&& cmd, const std::function<bool(R
     case TorchOp::kQueueLen:
       req.op = kOpQueueLen;
       break;
+    case TorchOp::kBarrier:
+      // Parked like a WAIT: the client owns the timeout and cancels with CANCEL_WAIT.
+      req.op = Op::kBarrier;
+      req.a = cmd.delta;
+      req.b = -1;
+      last_wait_ = req.id;
+      break;
     case TorchOp::kList:
       req.op = Op::kList;
       cmd.keys.assign(1, std::string());  // every key; the client strips its prefix
@@ -174,6 +181,7 @@ void TorchCodec::encode(const Response& resp, std::string& out) {
       torch::put_u8(out, resp.num == 1 ? torch::kCheckReady : torch::kCheckNotReady);
       return;
     case TorchOp::kWait:
+    case TorchOp::kBarrier:
       torch::put_u8(out, torch::kWaitStopWaiting);
       return;
     case TorchOp::kCancelWait:

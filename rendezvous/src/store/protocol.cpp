@@ -133,6 +133,8 @@ const char* op_name(Op op) {
       return "queue_pop";
     case Op::kQueueLen:
       return "queue_len";
+    case Op::kBarrier:
+      return "barrier";
   }
   return "unknown";
 }

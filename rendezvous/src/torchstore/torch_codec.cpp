@@ -19,11 +19,11 @@ constexpr std::array<TorchOp, 12> kV2EarlyOps = {
     TorchOp::kSet,    TorchOp::kCompareSet, TorchOp::kGet,      TorchOp::kAdd,
     TorchOp::kCheck,  TorchOp::kWait,       TorchOp::kNumKeys,  TorchOp::kDelete,
     TorchOp::kAppend, TorchOp::kMultiGet,   TorchOp::kMultiSet, TorchOp::kCancelWait};
-constexpr std::array<TorchOp, 18> kV2Ops = {
+constexpr std::array<TorchOp, 19> kV2Ops = {
     TorchOp::kValidate, TorchOp::kSet,      TorchOp::kCompareSet, TorchOp::kGet,    TorchOp::kAdd,
     TorchOp::kCheck,    TorchOp::kWait,     TorchOp::kNumKeys,    TorchOp::kDelete, TorchOp::kAppend,
     TorchOp::kMultiGet, TorchOp::kMultiSet, TorchOp::kCancelWait, TorchOp::kPing,   TorchOp::kQueuePush,
-    TorchOp::kQueuePop, TorchOp::kQueueLen, TorchOp::kList};
+    TorchOp::kQueuePop, TorchOp::kQueueLen, TorchOp::kList,       TorchOp::kBarrier};
 
 // The fields of a request, in wire order: `fixed` first; when it ends with a
 // count, `group` then repeats that many times.
@@ -53,6 +53,7 @@ Layout layout_of(TorchOp op) {
     case TorchOp::kQueueLen:
       return {{F::kKey}, 1, {}, 0};
     case TorchOp::kAdd:
+    case TorchOp::kBarrier:
       return {{F::kKey, F::kI64}, 2, {}, 0};
     case TorchOp::kCheck:
     case TorchOp::kWait:
@@ -156,6 +157,8 @@ const char* torch_op_name(TorchOp op) {
       return "QUEUE_LEN";
     case TorchOp::kList:
       return "LIST";
+    case TorchOp::kBarrier:
+      return "BARRIER";
   }
   return "UNKNOWN";
 }

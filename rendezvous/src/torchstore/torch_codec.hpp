@@ -4,8 +4,9 @@
 //   v2-early: torch 2.0–2.1 — no handshake, no WATCH_KEY, query types 0..11.
 //             Its first bytes look like v1's, so a server only speaks it when
 //             configured to (it is never sniffed).
-//   v2:       torch 2.2+ — opens with VALIDATE + magic, query types 0..17
-//             (queues 14..16 from 2.8, LIST 17 from 2.10).
+//   v2:       torch 2.2+ — opens with VALIDATE + magic, query types 0..18
+//             (queues 14..16 from 2.8, LIST 17 from 2.10, BARRIER 18 seen
+//             from torch 2.15's client: key, i64 world size).
 // Integers are little-endian (x86 and arm64 hosts); strings and byte values are
 // u64 length + bytes. Pure code, no sockets: the store session feeds it bytes.
 #pragma once
@@ -50,6 +51,7 @@ enum class TorchOp : std::uint8_t {
   kQueuePop,
   kQueueLen,
   kList,
+  kBarrier,
 };
 const char* torch_op_name(TorchOp op);
 
@@ -57,7 +59,7 @@ struct TorchCommand {
   TorchOp op = TorchOp::kPing;
   std::vector<std::string> keys;
   std::vector<std::string> values;  // set/append: [value]; compare_set: [expected, desired]
-  std::int64_t delta = 0;           // add
+  std::int64_t delta = 0;           // add; barrier: the world size
   std::uint32_t word = 0;           // validate magic, ping nonce
 };
 

@@ -205,3 +205,34 @@ TEST_CASE("16 clients hammering set/get/add leave an exact counter") {
   REQUIRE(total.items.size() == 1);
   CHECK(total.items[0].value == std::to_string(kClients * kOps));
 }
+
+TEST_CASE("a barrier releases its arrivals once the world size has arrived, and counts one that timed out") {
+  TempDir dir;
+  Daemon d(dir.path());
+  auto a = d.client();
+  auto b = d.client();
+  auto c = d.client();
+  a->send(make_request(Op::kBarrier, {"job/b"}, {}, 3, -1, 7));
+  // The parked arrival holds nothing up on its connection.
+  CHECK(a->call(make_request(Op::kPing)).status == Status::kOk);
+  auto late = b->call(make_request(Op::kBarrier, {"job/b"}, {}, 3, 200));
+  CHECK(late.status == Status::kTimeout);
+  CHECK_THAT(late.message,
+             Catch::Contains("barrier on 'job/b' timed out after 200 ms; fewer than 3 arrived"));
+  // The timed-out arrival counted: the third completes the barrier at once.
+  auto last = c->call(make_request(Op::kBarrier, {"job/b"}, {}, 3, -1));
+  CHECK(last.status == Status::kOk);
+  CHECK(last.num == 3);
+  auto first = a->recv();
+  REQUIRE(first);
+  CHECK(first->id == 7);
+  CHECK(first->status == Status::kOk);
+  // The counter is a key like add's, and never resets.
+  auto counter = c->call(make_request(Op::kGet, {"job/b"}, {}, 0, 0));
+  REQUIRE(counter.items.size() == 1);
+  CHECK(counter.items[0].value == "3");
+  CHECK(c->call(make_request(Op::kBarrier, {"job/b"}, {}, 2, -1)).num == 4);
+  // A counter that is not a number is refused, as an add on it.
+  CHECK(c->call(make_request(Op::kSet, {"job/text"}, {"x"})).status == Status::kOk);
+  CHECK(c->call(make_request(Op::kBarrier, {"job/text"}, {}, 1, -1)).status != Status::kOk);
+}

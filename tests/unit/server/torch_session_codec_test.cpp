@@ -105,3 +105,30 @@ TEST_CASE("an op outside the dialect is a ProtocolError naming the byte, after t
   REQUIRE(got.size() == 1);
   CHECK(got[0].op == Op::kNumKeys);
 }
+
+TEST_CASE("torch 2.15's BARRIER is a store barrier, answered like a WAIT and cancelled by CANCEL_WAIT") {
+  // The bytes torch 2.15's client sent for barrier("mykey", 1) and, timing out,
+  // barrier("k2", 2) followed by CANCEL_WAIT (captured on loopback).
+  const std::string arrive("\x12\x06\x00\x00\x00\x00\x00\x00\x00/mykey\x01\x00\x00\x00\x00\x00\x00\x00", 23);
+  const std::string timed_out("\x12\x03\x00\x00\x00\x00\x00\x00\x00/k2\x02\x00\x00\x00\x00\x00\x00\x00", 20);
+  TorchCodec c(Limits{}, torch::Dialect::kTorchV1);
+  auto reqs = feed(c, kValidate + arrive + timed_out + op(12));
+  REQUIRE(reqs.size() == 3);
+  CHECK(reqs[0].op == Op::kBarrier);
+  CHECK(reqs[0].keys == std::vector<std::string>{"/mykey"});
+  CHECK(reqs[0].a == 1);
+  CHECK(reqs[0].b < 0);  // the client owns the timeout
+  CHECK(reqs[1].a == 2);
+  CHECK(reqs[2].op == Op::kCancel);
+  CHECK(reqs[2].a == reqs[1].id);
+
+  std::string out;
+  c.encode(ok(reqs[0].id), out);
+  CHECK(out == std::string(1, '\x00'));  // STOP_WAITING, as torch's own server answers
+  out.clear();
+  Response cancelled = ok(reqs[1].id);
+  cancelled.status = Status::kCancelled;
+  c.encode(cancelled, out);
+  c.encode(ok(reqs[2].id), out);
+  CHECK(out == std::string(1, '\x01'));  // only WAIT_CANCELED, as torch's own server answers
+}

@@ -184,6 +184,7 @@ std::vector<std::pair<std::string, Expected>> v2_ops() {
       {'\x0F' + str("/q"), {TorchOp::kQueuePop, {"/q"}, {}}},
       {'\x10' + str("/q"), {TorchOp::kQueueLen, {"/q"}, {}}},
       {std::string(1, '\x11'), {TorchOp::kList, {}, {}}},
+      {'\x12' + str("/b") + u64(3), {TorchOp::kBarrier, {"/b"}, {}, 3}},
   };
 }
 
@@ -235,7 +236,8 @@ TEST_CASE("op numbering of the three dialects") {
   CHECK_FALSE(op_of(Dialect::kTorchV2Early, 12));
   CHECK(op_of(Dialect::kTorchV2, 14) == TorchOp::kQueuePush);
   CHECK(op_of(Dialect::kTorchV2, 17) == TorchOp::kList);
-  CHECK_FALSE(op_of(Dialect::kTorchV2, 18));
+  CHECK(op_of(Dialect::kTorchV2, 18) == TorchOp::kBarrier);
+  CHECK_FALSE(op_of(Dialect::kTorchV2, 19));
 }
 
 TEST_CASE("commands before an unknown op are returned, then the error names the op byte") {

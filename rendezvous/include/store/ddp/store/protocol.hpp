@@ -60,8 +60,14 @@ enum class Op : std::uint8_t {
   kQueuePush = 22,  // keys[0]=queue, values[0]. num=length after
   kQueuePop = 23,   // keys[0]=queue. num=length before; items[0]=value when there was one
   kQueueLen = 24,   // keys[0]=queue. num=length
+  // PyTorch TCPStore's BARRIER (Store::barrier): adds 1 to the counter keys[0]
+  // (decimal text, as kAdd) and answers OK, num=the count, once the count
+  // reaches a (the world size); b=timeout ms (<0: forever), then TIMEOUT. As
+  // in torch's server, every arrival stays counted (a timed-out one too) and
+  // the counter never resets.
+  kBarrier = 25,
 };
-inline constexpr std::uint8_t kMaxOp = 24;
+inline constexpr std::uint8_t kMaxOp = 25;
 
 // kLeaseGrant flag: the lease is also revoked when the connection that granted
 // it closes (the peer's kernel closed it: the process died or let go), so a
