@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency from Debian packages. Idempotent and
-# quick when everything is already installed. Uses sudo when not root.
+# Installs every build and test dependency: Debian packages, then torch 2.x
+# from PyPI into .venv in the checkout (git ignores it; the torch2-labelled
+# tests and the peer benchmarks use it). Idempotent and quick when everything
+# is already installed. Uses sudo when not root. DDP_SKIP_TORCH2=1 skips the
+# venv (the torch2 tests then skip, and fail under CI).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
@@ -11,6 +15,7 @@ PACKAGES=(
   libgloo-dev libsystemd-dev libssl-dev
   libhwloc-dev   # --numa_binding (optional: without it the flag is an error)
   python3 python3-torch
+  python3-venv               # .venv with torch 2.x (below)
   etcd-server etcd-client
   iproute2 procps
   elfutils gdb               # stacks of native workers (eu-stack, gdb -batch)
@@ -28,12 +33,33 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=()
+  if [[ $(id -u) -ne 0 ]]; then SUDO=(sudo); fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${SUDO[@]}" apt-get update -qq
+  "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=()
-if [[ $(id -u) -ne 0 ]]; then SUDO=(sudo); fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" apt-get update -qq
-"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Torch 2.x: Debian's python3 (not whatever python3 comes first on PATH) in a
+# venv, with the pinned torch and what it pulls in. About 5.5 GB; a minute or
+# two from PyPI.
+if [[ ${DDP_SKIP_TORCH2:-0} == 1 ]]; then exit 0; fi
+venv=.venv
+requirements=scripts/requirements-torch2.txt
+want=$(sed -n 's/^torch==//p' "$requirements")
+have_torch() {
+  "$venv/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$want')" 2>/dev/null
+}
+if have_torch && cmp -s "$requirements" "$venv/requirements.txt"; then
+  echo "setup: torch $want present in $venv"
+  exit 0
+fi
+echo "setup: installing torch $want into $venv (pinned in $requirements)"
+start=$SECONDS
+[[ -x $venv/bin/pip ]] || /usr/bin/python3 -m venv --clear "$venv"
+"$venv/bin/pip" install --disable-pip-version-check --no-input -q -r "$requirements"
+have_torch || { echo "setup: $venv/bin/python cannot import torch $want after installing it" >&2; exit 1; }
+cp "$requirements" "$venv/requirements.txt"
+echo "setup: torch $want installed in $((SECONDS - start)) s"

@@ -2,6 +2,7 @@
 import os
 import sys
 
+import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
@@ -22,8 +23,9 @@ assert env["TORCHELASTIC_RESTART_COUNT"] == "0", "TORCHELASTIC_RESTART_COUNT"
 assert env["TORCHELASTIC_MAX_RESTARTS"] == max_restarts, "TORCHELASTIC_MAX_RESTARTS"
 assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True", "TORCHELASTIC_USE_AGENT_STORE"
 assert get_error_handler()._get_error_file_path() == env["TORCHELASTIC_ERROR_FILE"], "error file"
-# torch's own env:// rendezvous: with the agent's store, keys live under the
-# per-attempt prefix of the store at MASTER_ADDR:MASTER_PORT.
+# torch's own env:// rendezvous: with the agent's store, keys live in the store
+# at MASTER_ADDR:MASTER_PORT, under the per-attempt prefix in torch 1.x; torch
+# 2.x (checked with 2.15, under torchrun too) hands out that store unprefixed.
 import datetime  # noqa: E402
 from torch.distributed.rendezvous import rendezvous  # noqa: E402
 
@@ -31,6 +33,7 @@ store, r_rank, r_world = next(rendezvous("env://"))
 assert (r_rank, r_world) == (rank, world), "env:// rendezvous rank/world"
 store.set(f"env_check_{rank}", "ok")
 t = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world, False, timeout=datetime.timedelta(seconds=10))
-assert t.get(f"/worker/attempt_0/env_check_{rank}") == b"ok", "attempt prefix"
+prefix = "/worker/attempt_0/" if torch.__version__.startswith("1.") else ""
+assert t.get(f"{prefix}env_check_{rank}") == b"ok", "the rendezvous store's key layout"
 dist.barrier()
 print(f"env ok rank={rank}", flush=True)

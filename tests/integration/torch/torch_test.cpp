@@ -14,35 +14,13 @@
 #include <thread>
 
 #include "test_support.hpp"
+#include "torch_support.hpp"
 
 using namespace ddp::test;
+using namespace ddp::test::torch;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string python() {
-  const char* p = std::getenv("DDP_TEST_PYTHON");
-  return p && *p ? p : "/usr/bin/python3";
-}
-
-// True when torch can be imported; otherwise skips (or fails under CI).
-bool have_torch() {
-  static const bool ok = [] {
-    TempDir dir;
-    return run({python(), "-c", "import torch.distributed"}, dir.path()).code == 0;
-  }();
-  if (!ok) {
-    if (std::getenv("CI") != nullptr) FAIL(python() << " cannot import torch under CI; run scripts/setup.sh");
-    WARN("SKIP: " << python() << " cannot import torch (apt install python3-torch)");
-  }
-  return ok;
-}
-
-std::string script(const std::string& name) {
-  return (source_dir() / "tests/integration/torch" / name).string();
-}
-
-using Env = std::map<std::string, std::optional<std::string>>;
 
 Env worker_env(Env extra = {}) {
   Env env = {{"OMP_NUM_THREADS", std::nullopt},
