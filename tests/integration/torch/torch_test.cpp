@@ -119,6 +119,19 @@ TEST_CASE("torch's TCPStore client gets every operation right from the store ddp
   CHECK_THAT(r.out, Catch::Contains("tcpstore ops ok"));
 }
 
+TEST_CASE("new_group, monitored_barrier and re-inits of the default group work under ddprun") {
+  if (!have_torch()) return;
+  for (const std::string mode : {"groups", "reinit"}) {
+    TempDir dir;
+    auto r = run(ddprun({"--standalone", "--nproc_per_node=3", script("pg_ops.py"), mode}), dir.path(),
+                 worker_env(), 120s);
+    INFO(mode << "\n" << r.out << r.err);
+    CHECK(r.code == 0);
+    for (int rank = 0; rank < 3; ++rank)
+      CHECK_THAT(r.out, Catch::Contains("pg ops ok rank=" + std::to_string(rank)));
+  }
+}
+
 TEST_CASE("an unmodified torch DDP script gives the same parameters under ddprun and torchrun") {
   if (!have_torch()) return;
   const auto& ref = reference_params();
