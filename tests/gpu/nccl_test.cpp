@@ -5,13 +5,16 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "ddp/reducer.hpp"
 #include "ddp/sdk.hpp"
 #include "ddp/store/memory_store.hpp"
 
@@ -188,6 +191,96 @@ int duplicate_gpu() {
   return g_failures ? 1 : 0;
 }
 
+// The Reducer over device gradients: buckets on the GPU, copies in and out at
+// the right offsets, and ordering after the program's own work on the legacy
+// default stream (an async host-to-device copy not yet finished when the
+// gradient is marked ready, and likewise before an out-of-place all_gather).
+int reducer() {
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  ddp::ProcessGroup pg(store, "t/", 0, 1, nccl_options());
+  const std::vector<std::size_t> sizes{1000, 300000, 50, 8u << 20};  // the last one: 32 MiB, its own bucket
+  std::vector<float*> device(sizes.size());
+  std::vector<std::span<float>> grads;
+  std::vector<float*> pinned(sizes.size());
+  for (std::size_t p = 0; p < sizes.size(); ++p) {
+    cudaMalloc(reinterpret_cast<void**>(&device[p]), sizes[p] * sizeof(float));
+    cudaMemset(device[p], 0, sizes[p] * sizeof(float));
+    cudaMallocHost(reinterpret_cast<void**>(&pinned[p]), sizes[p] * sizeof(float));
+    grads.emplace_back(device[p], sizes[p]);
+  }
+  ddp::Reducer reducer(pg, grads);
+  expect(reducer.buckets().size() >= 2, "more than one bucket");
+  for (int step = 1; step <= 3; ++step) {
+    for (std::size_t p = 0; p < sizes.size(); ++p) {
+      for (std::size_t i = 0; i < sizes[p]; ++i) pinned[p][i] = static_cast<float>(step * 100 + p) + i % 7;
+    }
+    // Backward fills the gradients on the default stream, last parameter first.
+    for (std::size_t p = sizes.size(); p-- > 0;) {
+      cudaMemcpyAsync(device[p], pinned[p], sizes[p] * sizeof(float), cudaMemcpyHostToDevice,
+                      cudaStreamLegacy);
+      reducer.mark_ready(p);
+    }
+    reducer.finalize();
+    bool same = true;
+    for (std::size_t p = 0; p < sizes.size(); ++p) {
+      const auto back = host_copy(device[p], sizes[p]);
+      same = same && std::equal(back.begin(), back.end(), pinned[p]);
+    }
+    expect(same, "step " + std::to_string(step) + ": every device gradient holds the average (world of one)");
+  }
+  // An out-of-place collective after an async copy on the default stream reads the copied data.
+  float* out = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&out), sizes[3] * sizeof(float));
+  for (std::size_t i = 0; i < sizes[3]; ++i) pinned[3][i] = static_cast<float>(i % 1009);
+  cudaMemcpyAsync(device[3], pinned[3], sizes[3] * sizeof(float), cudaMemcpyHostToDevice, cudaStreamLegacy);
+  pg.all_gather(device[3], out, sizes[3], ddp::DataType::kFloat32);
+  const auto gathered = host_copy(out, sizes[3]);
+  expect(std::equal(gathered.begin(), gathered.end(), pinned[3]),
+         "all_gather after an async copy on the default stream gathers the copied data");
+  cudaFree(out);
+  for (std::size_t p = 0; p < sizes.size(); ++p) {
+    cudaFree(device[p]);
+    cudaFreeHost(pinned[p]);
+  }
+  return g_failures ? 1 : 0;
+}
+
+// An NCCL error on an operation aborts the communicator: the failing call
+// names the op, the rank and NCCL's reason; every later call fails with that
+// first error instead of touching the aborted communicator; destruction
+// returns promptly. NCCL_CHECK_POINTERS=1 makes NCCL refuse a host pointer
+// synchronously (ncclInvalidArgument) instead of faulting on the device.
+int abort_on_error() {
+  setenv("NCCL_CHECK_POINTERS", "1", 1);
+  const auto start = Clock::now();
+  {
+    auto store = std::make_shared<ddp::store::MemoryStore>();
+    ddp::ProcessGroup pg(store, "t/", 0, 1, nccl_options(std::chrono::seconds(10)));
+    std::vector<float> host(1024, 1.0f);
+    try {
+      pg.all_reduce(host.data(), host.size(), ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
+      expect(false, "all_reduce of a host pointer must fail");
+    } catch (const std::exception& e) {
+      std::printf("message: %s\n", e.what());
+      expect(contains(e.what(), "all_reduce failed on rank 0 of 1"), "the failing op names the op and rank");
+    }
+    float* d = device_copy(host);
+    try {
+      pg.all_reduce(d, host.size(), ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
+      expect(false, "an op after the abort must fail");
+    } catch (const std::exception& e) {
+      std::printf("message: %s\n", e.what());
+      expect(
+          contains(e.what(), "aborted after an earlier failure") && contains(e.what(), "all_reduce failed"),
+          "a later op fails with the first error");
+    }
+    cudaFree(d);
+  }
+  expect(Clock::now() - start < std::chrono::seconds(15), "the aborted group is destroyed promptly");
+  unsetenv("NCCL_CHECK_POINTERS");
+  return g_failures ? 1 : 0;
+}
+
 // Single-rank SDK all-reduce against raw NCCL on the same device (a figure, not an assert).
 int bench() {
   auto store = std::make_shared<ddp::store::MemoryStore>();
@@ -198,29 +291,49 @@ int bench() {
   ncclCommInitRank(&comm, 1, id, 0);
   cudaStream_t stream;
   cudaStreamCreate(&stream);
-  std::printf("%12s %8s %12s %12s %9s\n", "bytes", "iters", "raw us", "sdk us", "overhead");
-  for (std::size_t bytes = 4096; bytes <= (256u << 20); bytes *= 4) {
+  int nccl_version = 0, driver = 0, runtime = 0;
+  ncclGetVersion(&nccl_version);
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("device: %s; CUDA driver API %d, runtime %d; NCCL %d\n", prop.name, driver, runtime,
+              nccl_version);
+  // One rank: NCCL's in-place all-reduce moves no data, so its columns are
+  // the fixed cost of a call; the out-of-place all-gather is a device copy.
+  std::printf("%12s %8s %10s %10s %9s %10s %10s %9s\n", "bytes", "iters", "ar raw us", "ar sdk us",
+              "overhead", "ag raw us", "ag sdk us", "overhead");
+  auto time_us = [](int iters, auto&& body) {
+    double best = 1e30;
+    for (int round = 0; round < 5; ++round) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) body();
+      best = std::min(best, std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+    }
+    return best;
+  };
+  for (std::size_t bytes = 4096; bytes <= (std::size_t{1} << 30); bytes *= 4) {
     const std::size_t n = bytes / 4;
     float* d = nullptr;
+    float* out = nullptr;
     cudaMalloc(reinterpret_cast<void**>(&d), bytes);
-    const int iters = bytes < (1u << 20) ? 2000 : 100;
-    double best_raw = 1e30, best_sdk = 1e30;
-    for (int round = 0; round < 5; ++round) {
-      auto t0 = Clock::now();
-      for (int i = 0; i < iters; ++i) {
-        ncclAllReduce(d, d, n, ncclFloat32, ncclSum, comm, stream);
-        cudaStreamSynchronize(stream);
-      }
-      best_raw =
-          std::min(best_raw, std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
-      t0 = Clock::now();
-      for (int i = 0; i < iters; ++i) pg.all_reduce(d, n, ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
-      best_sdk =
-          std::min(best_sdk, std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
-    }
-    std::printf("%12zu %8d %12.2f %12.2f %+8.1f%%\n", bytes, iters, best_raw, best_sdk,
-                (best_sdk - best_raw) / best_raw * 100);
+    cudaMalloc(reinterpret_cast<void**>(&out), bytes);
+    const int iters = bytes < (1u << 20) ? 2000 : bytes < (64u << 20) ? 200 : 20;
+    const double ar_raw = time_us(iters, [&] {
+      ncclAllReduce(d, d, n, ncclFloat32, ncclSum, comm, stream);
+      cudaStreamSynchronize(stream);
+    });
+    const double ar_sdk =
+        time_us(iters, [&] { pg.all_reduce(d, n, ddp::DataType::kFloat32, ddp::ReduceOp::kSum); });
+    const double ag_raw = time_us(iters, [&] {
+      ncclAllGather(d, out, n, ncclFloat32, comm, stream);
+      cudaStreamSynchronize(stream);
+    });
+    const double ag_sdk = time_us(iters, [&] { pg.all_gather(d, out, n, ddp::DataType::kFloat32); });
+    std::printf("%12zu %8d %10.2f %10.2f %+8.1f%% %10.2f %10.2f %+8.1f%%\n", bytes, iters, ar_raw, ar_sdk,
+                (ar_sdk - ar_raw) / ar_raw * 100, ag_raw, ag_sdk, (ag_sdk - ag_raw) / ag_raw * 100);
     cudaFree(d);
+    cudaFree(out);
   }
   ncclCommDestroy(comm);
   return 0;
@@ -241,6 +354,8 @@ int main(int argc, char** argv) {
     if (mode == "duplicate-gpu") return duplicate_gpu();
     if (mode == "id-never-published") return id_never_published();
     if (mode == "scalable-ids") return scalable_ids();
+    if (mode == "abort-on-error") return abort_on_error();
+    if (mode == "reducer") return reducer();
     if (mode == "bench") return bench();
   } catch (const std::exception& e) {
     std::printf("FAILED: %s\n", e.what());
@@ -248,6 +363,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: ddp_gpu_nccl_test "
-               "world-of-one|init-timeout|duplicate-gpu|id-never-published|scalable-ids|bench\n");
+               "world-of-one|init-timeout|duplicate-gpu|id-never-published|scalable-ids|reducer|abort-on-"
+               "error|bench\n");
   return 2;
 }

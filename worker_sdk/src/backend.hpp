@@ -41,7 +41,21 @@ class Backend {
   virtual Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
                               Millis timeout, bool sync) = 0;
   virtual Work barrier(Millis timeout, bool sync) = 0;
+
+  // Device memory, for a backend whose buffers live on a GPU (nccl): the
+  // Reducer keeps its buckets there. A host backend has none.
+  virtual bool device_buffers() const { return false; }
+  virtual void* device_alloc(std::size_t bytes);
+  virtual void device_free(void* p) noexcept;
+  // Device to device on the group's stream, after the work already queued on
+  // the CUDA legacy default stream and before the group's next collective.
+  virtual void device_copy(void* dst, const void* src, std::size_t bytes);
+  // Returns when everything queued on the group's stream has finished.
+  virtual void device_synchronize();
 };
+
+// The backend behind a group (for the Reducer).
+Backend& backend_of(ProcessGroup& group);
 
 std::unique_ptr<Backend> make_gloo_backend(const BackendConfig& config);
 // Throws ConfigError when the SDK was built without NCCL.

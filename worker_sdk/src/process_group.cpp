@@ -26,6 +26,21 @@ class ProcessGroup::Impl {
   }
 };
 
+namespace detail {
+
+void* Backend::device_alloc(std::size_t) {
+  throw BackendError("backend '" + std::string(name()) + "' has no device memory");
+}
+void Backend::device_free(void*) noexcept {}
+void Backend::device_copy(void*, const void*, std::size_t) {
+  throw BackendError("backend '" + std::string(name()) + "' has no device memory");
+}
+void Backend::device_synchronize() {}
+
+Backend& backend_of(ProcessGroup& group) { return *group.impl_->backend; }
+
+}  // namespace detail
+
 namespace {
 
 // The n-th group called `name` that rank `rank` creates under `prefix`. Every

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/process_group.hpp"
 
@@ -32,7 +33,7 @@ std::vector<std::vector<std::size_t>> plan_buckets(const std::vector<std::size_t
 }
 
 Reducer::Reducer(ProcessGroup& group, std::vector<std::span<float>> grads, ReducerOptions options)
-    : group_(group), grads_(std::move(grads)) {
+    : group_(group), device_(detail::backend_of(group).device_buffers()), grads_(std::move(grads)) {
   std::vector<std::size_t> bytes;
   bytes.reserve(grads_.size());
   for (const auto& g : grads_) bytes.push_back(g.size_bytes());
@@ -46,7 +47,13 @@ Reducer::Reducer(ProcessGroup& group, std::vector<std::span<float>> grads, Reduc
       elements += grads_[p].size();
     }
     buckets_[b].params = plan_[b];
-    buckets_[b].flat.resize(elements);
+    buckets_[b].elements = elements;
+    if (device_) {
+      buckets_[b].device =
+          static_cast<float*>(detail::backend_of(group_).device_alloc(elements * sizeof(float)));
+    } else {
+      buckets_[b].flat.resize(elements);
+    }
   }
   ready_.assign(grads_.size(), false);
   reset_step();
@@ -74,6 +81,7 @@ Reducer::~Reducer() {
       bucket.work.wait();
     } catch (...) {
     }
+    if (bucket.device != nullptr) detail::backend_of(group_).device_free(bucket.device);
   }
 }
 
@@ -106,13 +114,19 @@ void Reducer::mark_ready(std::size_t index) {
 void Reducer::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_++];
-    float* out = bucket.flat.data();
+    float* out = bucket_data(bucket);
     for (std::size_t p : bucket.params) {
-      std::memcpy(out, grads_[p].data(), grads_[p].size_bytes());
+      if (device_) {
+        detail::backend_of(group_).device_copy(out, grads_[p].data(), grads_[p].size_bytes());
+      } else {
+        std::memcpy(out, grads_[p].data(), grads_[p].size_bytes());
+      }
       out += grads_[p].size();
     }
-    bucket.work =
-        group_.all_reduce_async(bucket.flat.data(), bucket.flat.size(), DataType::kFloat32, ReduceOp::kSum);
+    // On a device the average is the collective's (NCCL's ncclAvg); on the
+    // host a sum, scaled while copying back.
+    bucket.work = group_.all_reduce_async(bucket_data(bucket), bucket.elements, DataType::kFloat32,
+                                          device_ ? ReduceOp::kAvg : ReduceOp::kSum);
     bucket.launched = true;
   }
 }
@@ -130,13 +144,18 @@ void Reducer::finalize() {
       if (!error) error = std::current_exception();
       continue;
     }
-    const float* in = bucket.flat.data();
+    const float* in = bucket_data(bucket);
     for (std::size_t p : bucket.params) {
       float* g = grads_[p].data();
-      for (std::size_t i = 0, n = grads_[p].size(); i < n; ++i) g[i] = in[i] * scale;
+      if (device_) {
+        detail::backend_of(group_).device_copy(g, in, grads_[p].size_bytes());
+      } else {
+        for (std::size_t i = 0, n = grads_[p].size(); i < n; ++i) g[i] = in[i] * scale;
+      }
       in += grads_[p].size();
     }
   }
+  if (device_ && !error) detail::backend_of(group_).device_synchronize();
   reset_step();
   if (error) std::rethrow_exception(error);
 }

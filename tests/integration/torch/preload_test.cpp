@@ -153,6 +153,30 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "with --preload of a module that started a native thread: a warning that names OMP_NUM_THREADS unless it "
+    "is 1") {
+  if (!have_torch()) return;
+  // ddprun sets OMP_NUM_THREADS=1 itself only with more than one worker per node.
+  const int nproc = GENERATE(1, 2);
+  INFO("nproc_per_node=" << nproc);
+  TempDir dir;
+  auto r = run(ddprun({"--standalone", "--nproc_per_node=" + std::to_string(nproc), "--preload",
+                       "starts_native_thread", script("preload/semantics.py"), "ok"}),
+               dir.path(), worker_env({{"PYTHONPATH", script("preload")}}), 60s);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("--preload starts_native_thread: a preloaded module started 1 native "
+                                    "thread(s), which a fork does not copy"));
+  CHECK_THAT(r.err, Catch::Contains(kFallback));
+  const std::string hint = "set OMP_NUM_THREADS=1 (ddprun sets it itself only with --nproc_per_node > 1)";
+  if (nproc == 1) {
+    CHECK_THAT(r.err, Catch::Contains(hint));
+  } else {
+    CHECK_THAT(r.err, !Catch::Contains(hint));
+  }
+}
+
+TEST_CASE(
     "with --preload torch, a killed zygote is replaced and the restarted workers are forked from the new "
     "one") {
   if (!have_torch()) return;

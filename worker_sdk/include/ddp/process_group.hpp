@@ -14,6 +14,12 @@
 
 namespace ddp {
 
+class ProcessGroup;
+namespace detail {
+class Backend;
+Backend& backend_of(ProcessGroup& group);  // SDK-internal
+}  // namespace detail
+
 namespace store {
 class Store;
 }
@@ -131,6 +137,7 @@ class ProcessGroup {
   class Impl;
 
  private:
+  friend detail::Backend& detail::backend_of(ProcessGroup&);
   // Throws ddp::ConfigError unless big == size() * small.
   void check_sizes(std::string_view op, std::size_t small, std::size_t big) const;
   Work all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options,

@@ -35,6 +35,12 @@ std::vector<std::vector<std::size_t>> plan_buckets(const std::vector<std::size_t
 //
 // Not thread-safe: call from the thread running backward. The spans must stay
 // valid for the Reducer's lifetime; the group must outlive it.
+//
+// With an NCCL group the gradients are device memory (spans over device
+// pointers): the buckets are then device buffers too, a gradient is copied in
+// on the group's stream after the work already queued on the CUDA legacy
+// default stream, the average is NCCL's, and finalize() returns once the
+// averaged gradients are back in place on the device.
 class Reducer {
  public:
   Reducer(ProcessGroup& group, std::vector<std::span<float>> grads, ReducerOptions options = {});
@@ -74,7 +80,9 @@ class Reducer {
  private:
   struct Bucket {
     std::vector<std::size_t> params;
-    std::vector<float> flat;
+    std::vector<float> flat;  // host backends
+    float* device = nullptr;  // device backends: `elements` floats on the group's GPU
+    std::size_t elements = 0;
     std::size_t pending = 0;  // gradients not yet ready this step
     bool launched = false;
     Work work;
@@ -82,7 +90,10 @@ class Reducer {
   void launch_ready_buckets();
   void reset_step();
 
+  float* bucket_data(Bucket& bucket) { return device_ ? bucket.device : bucket.flat.data(); }
+
   ProcessGroup& group_;
+  bool device_ = false;  // the group's buffers live on a GPU
   std::vector<std::span<float>> grads_;
   std::vector<std::vector<std::size_t>> plan_;
   std::vector<Bucket> buckets_;

@@ -36,7 +36,10 @@
   X(cudaEventCreateWithFlags)  \
   X(cudaEventRecord)           \
   X(cudaEventQuery)            \
-  X(cudaEventDestroy)
+  X(cudaEventDestroy)          \
+  X(cudaStreamWaitEvent)       \
+  X(cudaStreamSynchronize)     \
+  X(cudaMemcpyAsync)
 
 #define DDP_API_MEMBER(name) decltype(&::name) name = nullptr;
 

@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "backend.hpp"
 #include "ddp/common/deadline.hpp"
@@ -103,6 +105,7 @@ class NcclBackend final : public Backend {
         timings.nccl_init.count(),
         std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - started).count());
     check_cuda(cuda_.cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cuda_.cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cuda_.cudaMalloc(&barrier_buffer_, sizeof(float)), "cudaMalloc");
     watchdog_ = std::thread([this] { watch(); });
   }
@@ -116,38 +119,63 @@ class NcclBackend final : public Backend {
     cv_.notify_all();
     watchdog_.join();
     if (!aborted_) nccl_.ncclCommDestroy(comm_);
+    for (cudaEvent_t e : spare_events_) cuda_.cudaEventDestroy(e);
+    cuda_.cudaEventDestroy(order_event_);
     cuda_.cudaFree(barrier_buffer_);
     cuda_.cudaStreamDestroy(stream_);
   }
 
   std::string_view name() const override { return "nccl"; }
 
-  Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout, bool) override {
-    return enqueue("all_reduce", timeout, [&] {
+  Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout,
+                  bool sync) override {
+    return enqueue("all_reduce", timeout, sync, [&] {
       return nccl_.ncclAllReduce(data, data, count, to_nccl(type), to_nccl(op), comm_, stream_);
     });
   }
-  Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout, bool) override {
-    return enqueue("broadcast", timeout, [&] {
+  Work broadcast(void* data, std::size_t count, DataType type, int root, Millis timeout, bool sync) override {
+    return enqueue("broadcast", timeout, sync, [&] {
       return nccl_.ncclBroadcast(data, data, count, to_nccl(type), root, comm_, stream_);
     });
   }
   Work all_gather(const void* input, void* output, std::size_t count, DataType type, Millis timeout,
-                  bool) override {
-    return enqueue("all_gather", timeout,
+                  bool sync) override {
+    return enqueue("all_gather", timeout, sync,
                    [&] { return nccl_.ncclAllGather(input, output, count, to_nccl(type), comm_, stream_); });
   }
   Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
-                      Millis timeout, bool) override {
-    return enqueue("reduce_scatter", timeout, [&] {
+                      Millis timeout, bool sync) override {
+    return enqueue("reduce_scatter", timeout, sync, [&] {
       return nccl_.ncclReduceScatter(input, output, count, to_nccl(type), to_nccl(op), comm_, stream_);
     });
   }
   // NCCL has no barrier: a one-element all-reduce is one (what torch does).
-  Work barrier(Millis timeout, bool) override {
-    return enqueue("barrier", timeout, [&] {
+  Work barrier(Millis timeout, bool sync) override {
+    return enqueue("barrier", timeout, sync, [&] {
       return nccl_.ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, stream_);
     });
+  }
+
+  bool device_buffers() const override { return true; }
+  void* device_alloc(std::size_t bytes) override {
+    void* p = nullptr;
+    cuda_.cudaSetDevice(device_);
+    check_cuda(cuda_.cudaMalloc(&p, bytes), "cudaMalloc");
+    return p;
+  }
+  void device_free(void* p) noexcept override {
+    cuda_.cudaSetDevice(device_);
+    cuda_.cudaFree(p);
+  }
+  void device_copy(void* dst, const void* src, std::size_t bytes) override {
+    std::lock_guard lock(mu_);
+    cuda_.cudaSetDevice(device_);
+    after_default_stream_locked();
+    check_cuda(cuda_.cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+  }
+  void device_synchronize() override {
+    cuda_.cudaSetDevice(device_);
+    check_cuda(cuda_.cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
  private:
@@ -176,8 +204,30 @@ class NcclBackend final : public Backend {
     }
   }
 
+  // The group's stream waits for what the program already queued on the
+  // legacy default stream (its kernels and cudaMemcpy, unless it uses streams
+  // of its own), as torch's NCCL stream waits on the current stream.
+  void after_default_stream_locked() {
+    check_cuda(cuda_.cudaEventRecord(order_event_, cudaStreamLegacy), "cudaEventRecord");
+    check_cuda(cuda_.cudaStreamWaitEvent(stream_, order_event_, 0), "cudaStreamWaitEvent");
+  }
+
+  cudaEvent_t take_event_locked() {
+    if (!spare_events_.empty()) {
+      cudaEvent_t e = spare_events_.back();
+      spare_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e;
+    check_cuda(cuda_.cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    return e;
+  }
+
+  // `sync`: the caller waits at once. With nothing else in flight the op is
+  // then completed on the calling thread, saving two thread hand-offs (to
+  // the watchdog and back); otherwise the watchdog completes ops in order.
   template <typename F>
-  Work enqueue(const char* op, Millis timeout, F&& launch) {
+  Work enqueue(const char* op, Millis timeout, bool sync, F&& launch) {
     auto state = std::make_shared<Work::State>();
     state->op = op;
     state->rank = rank_;
@@ -189,6 +239,7 @@ class NcclBackend final : public Backend {
       return Work(state);
     }
     cuda_.cudaSetDevice(device_);
+    after_default_stream_locked();
     // A non-blocking communicator may answer ncclInProgress while it enqueues.
     ncclResult_t r = launch();
     while (r == ncclInProgress) nccl_.ncclCommGetAsyncError(comm_, &r);
@@ -197,13 +248,50 @@ class NcclBackend final : public Backend {
       state->complete(std::make_exception_ptr(BackendError(failure_)));
       return Work(state);
     }
-    cudaEvent_t event;
-    check_cuda(cuda_.cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
-    check_cuda(cuda_.cudaEventRecord(event, stream_), "cudaEventRecord");
-    pending_.push_back(Pending{event, state, Deadline::after(timeout), timeout});
+    Pending pending{take_event_locked(), state, Deadline::after(timeout), timeout};
+    check_cuda(cuda_.cudaEventRecord(pending.event, stream_), "cudaEventRecord");
+    if (sync && pending_.empty()) {
+      for (;;) {
+        if (auto outcome = poll_locked(pending)) {
+          spare_events_.push_back(pending.event);
+          lock.unlock();
+          state->complete(*outcome);
+          return Work(state);
+        }
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+      }
+    }
+    pending_.push_back(pending);
     lock.unlock();
     cv_.notify_all();
     return Work(state);
+  }
+
+  // Whether `p` has finished: nullopt while it runs, else its outcome (null:
+  // success). An asynchronous NCCL error or the op's deadline aborts the
+  // communicator. Called with mu_ held.
+  std::optional<std::exception_ptr> poll_locked(const Pending& p) {
+    const cudaError_t q = cuda_.cudaEventQuery(p.event);
+    if (q == cudaSuccess) return std::exception_ptr{};
+    ncclResult_t async = ncclSuccess;
+    if (!aborted_) nccl_.ncclCommGetAsyncError(comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      fail_locked(std::string(p.state->op) + " failed on " + who() + ": " + nccl_error_text(nccl_, async));
+      return std::make_exception_ptr(BackendError(failure_));
+    }
+    if (aborted_) {
+      return std::make_exception_ptr(BackendError(std::string(p.state->op) + " on " + who() +
+                                                  ": the NCCL communicator was aborted: " + failure_));
+    }
+    if (p.deadline.expired()) {
+      fail_locked(std::string(p.state->op) + " timed out after " + std::to_string(p.timeout.count()) +
+                  " ms on " + who() +
+                  ": a peer did not arrive or is stuck; the NCCL communicator was aborted");
+      return std::make_exception_ptr(TimeoutError(failure_));
+    }
+    return std::nullopt;
   }
 
   void fail_locked(const std::string& reason) {
@@ -223,33 +311,17 @@ class NcclBackend final : public Backend {
       cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
       if (pending_.empty()) return;
       Pending& head = pending_.front();
-      const cudaError_t q = cuda_.cudaEventQuery(head.event);
-      ncclResult_t async = ncclSuccess;
-      if (!aborted_) nccl_.ncclCommGetAsyncError(comm_, &async);
-      std::exception_ptr error;
-      if (q == cudaSuccess) {
-      } else if (async != ncclSuccess && async != ncclInProgress) {
-        fail_locked(std::string(head.state->op) + " failed on " + who() + ": " +
-                    nccl_error_text(nccl_, async));
-        error = std::make_exception_ptr(BackendError(failure_));
-      } else if (aborted_) {
-        error = std::make_exception_ptr(BackendError(std::string(head.state->op) + " on " + who() +
-                                                     ": the NCCL communicator was aborted: " + failure_));
-      } else if (head.deadline.expired()) {
-        fail_locked(std::string(head.state->op) + " timed out after " + std::to_string(head.timeout.count()) +
-                    " ms on " + who() +
-                    ": a peer did not arrive or is stuck; the NCCL communicator was aborted");
-        error = std::make_exception_ptr(TimeoutError(failure_));
-      } else {
+      auto outcome = poll_locked(head);
+      if (!outcome) {
         lock.unlock();
         std::this_thread::yield();
         lock.lock();
         continue;
       }
-      cuda_.cudaEventDestroy(head.event);
+      spare_events_.push_back(head.event);
       auto state = head.state;
       pending_.pop_front();
-      state->complete(error);
+      state->complete(*outcome);
       cv_.notify_all();
     }
   }
@@ -263,6 +335,8 @@ class NcclBackend final : public Backend {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* barrier_buffer_ = nullptr;
+  cudaEvent_t order_event_ = nullptr;      // orders stream_ after the legacy default stream
+  std::vector<cudaEvent_t> spare_events_;  // completed ops' events, for reuse
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> pending_;
