@@ -55,7 +55,12 @@ def fork_soundness_problem():
             threading.active_count() - 1, names)
     tasks = len(os.listdir("/proc/self/task"))
     if tasks > 1:
-        return "a preloaded module started %d native thread(s), which a fork does not copy" % (tasks - 1)
+        why = "a preloaded module started %d native thread(s), which a fork does not copy" % (tasks - 1)
+        if os.environ.get("OMP_NUM_THREADS", "") != "1":
+            # torch 2.x (CUDA builds) starts an OpenMP pool of one thread per core at import.
+            why += ("; an OpenMP pool is the usual one (torch starts one at import): set OMP_NUM_THREADS=1 "
+                    "(ddprun sets it itself only with --nproc_per_node > 1)")
+        return why
     return None
 
 
