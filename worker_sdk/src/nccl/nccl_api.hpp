@@ -72,7 +72,9 @@ struct CudaApi {
   std::string library;
   int runtime_version = 0;  // cudaRuntimeGetVersion, e.g. 13000
   DDP_CUDA_FUNCTIONS(DDP_API_MEMBER)
-  cudaError_t (*cudaMalloc)(void**, size_t) = nullptr;  // the C function; C++ adds template overloads
+  // The header's C function (C++ adds template overloads): the cast picks it,
+  // and fails to compile if the header has no such overload.
+  decltype(static_cast<cudaError_t (*)(void**, size_t)>(&::cudaMalloc)) cudaMalloc = nullptr;
 };
 
 // libnccl.so.2 (or $DDP_NCCL_LIBRARY), loaded once per process; a failure is
