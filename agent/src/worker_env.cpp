@@ -42,8 +42,11 @@ EnvMap build_worker_env(const EnvMap& base, const rdzv::RendezvousResult& round,
   // Python spelling, as torchrun writes str(True).
   put("TORCHELASTIC_USE_AGENT_STORE", "True");
   put("TORCHELASTIC_ERROR_FILE", in.error_file);
-  // torchrun 1.13 defaults this so that NCCL errors abort instead of hanging.
-  if (base.count("NCCL_ASYNC_ERROR_HANDLING") == 0) put("NCCL_ASYNC_ERROR_HANDLING", "1");
+  // torchrun 2.x defaults this so that NCCL errors abort instead of hanging.
+  // Torch before 2.2 read NCCL_ASYNC_ERROR_HANDLING instead (torchrun 1.13 set
+  // that), but torch 2.2+ warns in every process where that one is set, so it
+  // is left to the user.
+  if (base.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0) put("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (sets_default_omp_threads(base, in)) put("OMP_NUM_THREADS", "1");
   put("DDP_STORE_ENDPOINT", round.store_endpoint.to_string());
   put("DDP_STORE_PREFIX", round.worker_prefix);

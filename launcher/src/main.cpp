@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
       return ddp::launcher::run_over_ssh(parsed.options, args, env);
     }
     auto config = ddp::launcher::translate_options(parsed.options, ddp::launcher::current_host());
+    // torchrun puts its --signals_to_handle in its own environment, so its
+    // workers inherit it; theirs and ours then see the same value.
+    ::setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", parsed.options.signals_to_handle.c_str(), 1);
     ddp::agent::Agent agent(std::move(config));
     const auto result = agent.run();
     if (!result.error.empty()) std::cerr << "ddprun: error: " << result.error << std::endl;

@@ -10,7 +10,9 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <map>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "test_support.hpp"
@@ -154,6 +156,73 @@ TEST_CASE("an unmodified torch DDP script gives the same parameters under ddprun
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   CHECK(final_params(r.out) == ref);
+}
+
+// rank -> NAME -> VALUE, from env_dump.py's output.
+std::map<std::string, std::map<std::string, std::string>> dumped_env(const std::string& out) {
+  std::map<std::string, std::map<std::string, std::string>> env;
+  static const std::regex re(
+      "(?:^|\n)(?:\\[rank [0-9]+\\]:)?env rank=([0-9]+) ([A-Za-z_][A-Za-z0-9_]*)=([^\n]*)");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    env[(*it)[1].str()][(*it)[2].str()] = (*it)[3].str();
+  }
+  return env;
+}
+
+TEST_CASE("a torch worker's environment under ddprun is torchrun's, variable by variable") {
+  if (!have_torch()) return;
+  TempDir dir;
+  auto t = run({python(), (source_dir() / "scripts/torchrun_compat.py").string(), "--standalone",
+                "--nproc_per_node=2", "--monitor_interval=0.1", script("env_dump.py")},
+               dir.path(), worker_env(), 120s);
+  auto d = run(ddprun({"--standalone", "--nproc_per_node=2", script("env_dump.py")}), dir.path(),
+               worker_env(), 120s);
+  INFO("torchrun:\n" << t.out << t.err << "\nddprun:\n" << d.out << d.err);
+  REQUIRE(t.code == 0);
+  REQUIRE(d.code == 0);
+  const bool torch1 = t.out.find("version=1.") != std::string::npos;
+  const auto theirs = dumped_env(t.out);
+  const auto ours = dumped_env(d.out);
+  REQUIRE(theirs.size() == 2);
+  REQUIRE(ours.size() == 2);
+  // Differ by nature: fresh ports, run ids and run directories. torchrun's
+  // --standalone names its store "localhost", ddprun the address it bound.
+  // (And, below, what torch 1.x's torchrun did differently from 2.x's.)
+  std::set<std::string> per_run = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
+                                   "MASTER_ADDR"};
+  // Ours alone, documented in docs/agent.md ("Worker environment").
+  std::set<std::string> ours_only = {"DDP_STORE_ENDPOINT", "DDP_STORE_PREFIX",  "DDP_LIVENESS_FILE",
+                                     "DDP_LIVENESS_PIPE",  "DDPRUN_STACK_FILE", "PYTHONPATH"};
+  std::set<std::string> theirs_only;
+  if (torch1) {
+    // torchrun 1.13 set the pre-2.2 name; ddprun sets torch 2.x's (and the
+    // signal list, which torchrun 1.13 did not have).
+    theirs_only = {"NCCL_ASYNC_ERROR_HANDLING"};
+    // torchrun 1.13 says False for its c10d backend (2.x says True); ddprun's
+    // workers always get the agent's store, as 2.x's do.
+    per_run.insert("TORCHELASTIC_USE_AGENT_STORE");
+    ours_only.insert({"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"});
+  }
+  for (const std::string rank : {"0", "1"}) {
+    const auto& a = theirs.at(rank);
+    const auto& b = ours.at(rank);
+    for (const auto& [name, value] : a) {
+      INFO("rank " << rank << " " << name << ": torchrun '" << value << "'");
+      if (theirs_only.count(name) != 0) continue;
+      REQUIRE(b.count(name) == 1);
+      if (per_run.count(name) == 0) CHECK(b.at(name) == value);
+    }
+    for (const auto& [name, value] : b) {
+      INFO("rank " << rank << " " << name << ": ddprun '" << value << "'");
+      if (a.count(name) == 0) CHECK(ours_only.count(name) == 1);
+    }
+    // The per-run ones still have the same shape.
+    CHECK(b.at("TORCHELASTIC_ERROR_FILE").ends_with("/attempt_0/" + rank + "/error.json"));
+    CHECK(a.at("TORCHELASTIC_ERROR_FILE").ends_with("/attempt_0/" + rank + "/error.json"));
+    CHECK(b.at("MASTER_ADDR") == "127.0.0.1");
+  }
+  if (!torch1) CHECK(ours.at("0").at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(ours.at("0").count("NCCL_ASYNC_ERROR_HANDLING") == 0);
 }
 
 TEST_CASE("two static ddprun nodes run the torch DDP script to the same parameters") {
