@@ -133,7 +133,10 @@ ZygoteReply request_worker(int conn, const ZygoteRequest& request, int in, int o
     r.error = "the preload zygote sent a malformed answer" + (refused.empty() ? "" : ": it " + refused);
   } else if (const auto e = reply.find("error"); e != reply.end()) {
     // It answered, so it said what it did: an error means it started nothing.
+    // An empty error must still be one: callers take an empty `error` for a
+    // started worker and would signal its guard pid of -1, i.e. kill(-1, sig).
     r.error = e->is_string() ? e->get<std::string>() : "the preload zygote sent a malformed error";
+    if (r.error.empty()) r.error = "the preload zygote refused to start the worker without saying why";
     r.nothing_started = true;
   } else if (const auto cg = reply.find("cgroup"); cg != reply.end() && !cg->is_string()) {
     r.error = "the preload zygote sent a malformed answer: its cgroup is not a string";

@@ -63,6 +63,11 @@ TEST_CASE("a zygote answer with fields of the wrong type or range is a start err
   const auto e = answer_of("{\"error\": [1]}\n");
   CHECK(e.error == "the preload zygote sent a malformed error");
   CHECK(e.nothing_started);
+  // An empty error is still a refusal, never a start with pids of -1.
+  const auto empty = answer_of("{\"error\": \"\"}\n");
+  CHECK(empty.error == "the preload zygote refused to start the worker without saying why");
+  CHECK(empty.nothing_started);
+  CHECK(empty.worker_pid == -1);
   CHECK_FALSE(parse_zygote_exit("{\"exit\": 4294967552}").has_value());
 }
 
