@@ -1,5 +1,9 @@
 #include "ddp/agent/worker_env.hpp"
 
+#include <sstream>
+
+#include "ddp/common/error.hpp"
+
 extern char** environ;
 
 namespace ddp::agent {
@@ -48,6 +52,30 @@ EnvMap build_worker_env(const EnvMap& base, const rdzv::RendezvousResult& round,
   // is left to the user.
   if (base.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0) put("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (sets_default_omp_threads(base, in)) put("OMP_NUM_THREADS", "1");
+  if (in.virtual_local_rank) {
+    // As torchrun 2.x: the local rank's entry of the visible devices (HIP's
+    // when set, else CUDA's), else its index; HIP_VISIBLE_DEVICES follows.
+    put("LOCAL_RANK", "0");
+    const auto hip = base.find("HIP_VISIBLE_DEVICES");
+    const bool use_hip = hip != base.end() && !hip->second.empty();
+    const auto parent = use_hip ? hip : base.find("CUDA_VISIBLE_DEVICES");
+    std::string gpu = std::to_string(in.local_rank);
+    if (parent != base.end()) {
+      std::vector<std::string> items;
+      std::stringstream list(parent->second);
+      for (std::string item; std::getline(list, item, ',');) items.push_back(item);
+      if (static_cast<std::size_t>(in.local_rank) >= items.size()) {
+        throw ConfigError("--virtual_local_rank: local rank " + std::to_string(in.local_rank) +
+                          " has no GPU in " + parent->first + "=" + parent->second +
+                          "; fix --nproc_per_node or " + parent->first);
+      }
+      gpu = items[static_cast<std::size_t>(in.local_rank)];
+      gpu.erase(0, gpu.find_first_not_of(" \t"));
+      gpu.erase(gpu.find_last_not_of(" \t") + 1);
+    }
+    put("CUDA_VISIBLE_DEVICES", gpu);
+    if (use_hip) put("HIP_VISIBLE_DEVICES", gpu);
+  }
   put("DDP_STORE_ENDPOINT", round.store_endpoint.to_string());
   put("DDP_STORE_PREFIX", round.worker_prefix);
   if (!in.token_file.empty()) {

@@ -48,6 +48,14 @@ void WorkerGroup::start(const GroupLaunch& launch) {
            std::find(cfg_.local_ranks_filter.begin(), cfg_.local_ranks_filter.end(), lr) !=
                cfg_.local_ranks_filter.end();
   };
+  // torchrun's --duplicate_std*_filters: one file per attempt, every rank's lines.
+  std::shared_ptr<SharedLog> filtered_out, filtered_err;
+  if (!cfg_.duplicate_stdout_filters.empty()) {
+    filtered_out = std::make_shared<SharedLog>(run_dir_.attempt(attempt_) / "filtered_stdout.log");
+  }
+  if (!cfg_.duplicate_stderr_filters.empty()) {
+    filtered_err = std::make_shared<SharedLog>(run_dir_.attempt(attempt_) / "filtered_stderr.log");
+  }
   // Build every Worker first: output callbacks index into `workers_`, which must
   // not reallocate once spawning starts.
   workers_.resize(static_cast<std::size_t>(cfg_.nproc_per_node));
@@ -66,6 +74,10 @@ void WorkerGroup::start(const GroupLaunch& launch) {
     out.console_err = !has(redirect, Std::kErr) && console_ok(lr);
     if (has(redirect, Std::kOut) || has(tee, Std::kOut)) out.out_file = dir / "stdout.log";
     if (has(redirect, Std::kErr) || has(tee, Std::kErr)) out.err_file = dir / "stderr.log";
+    out.out_filters = cfg_.duplicate_stdout_filters;
+    out.err_filters = cfg_.duplicate_stderr_filters;
+    out.filtered_out = filtered_out;
+    out.filtered_err = filtered_err;
     w.stderr_log = out.err_file.string();
     w.terminal = terminal_.plan(lr, out);
     w.output = std::make_unique<WorkerOutput>(out);  // throws ConfigError
@@ -97,6 +109,7 @@ void WorkerGroup::start(const GroupLaunch& launch) {
     in.token_file = cfg_.token_file.string();
     in.default_omp_threads = cfg_.default_omp_threads;
     in.torch_store = launch.torch_store;
+    in.virtual_local_rank = cfg_.virtual_local_rank;
     if (!omp_notice_logged_ && sets_default_omp_threads(*launch.base_env, in)) {
       omp_notice_logged_ = true;
       log_->info(

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "ddp/common/error.hpp"
@@ -23,6 +24,17 @@ int open_log(const std::filesystem::path& path) {
 }
 
 }  // namespace
+
+SharedLog::SharedLog(const std::filesystem::path& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw ConfigError("--log_dir: cannot create " + path.string() + ": " + errno_text(errno));
+}
+
+SharedLog::~SharedLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 std::string expand_prefix(const std::string& templ, int rank, int local_rank, const std::string& role) {
   const std::pair<std::string, std::string> vars[] = {{"${rank}", std::to_string(rank)},
@@ -137,6 +149,15 @@ void WorkerOutput::emit_line(Channel& ch, StdStream stream, std::string_view lin
   if (stream == StdStream::kErr && options_.tail_lines > 0) {
     tail_.emplace_back(line);
     if (tail_.size() > options_.tail_lines) tail_.pop_front();
+  }
+  const auto& filters = stream == StdStream::kOut ? options_.out_filters : options_.err_filters;
+  const auto& filtered = stream == StdStream::kOut ? options_.filtered_out : options_.filtered_err;
+  if (filtered && std::any_of(filters.begin(), filters.end(), [&](const std::string& word) {
+        return line.find(word) != std::string_view::npos;
+      })) {
+    std::string text;
+    text.append(prefix_).append(line).push_back('\n');
+    write_fully(filtered->fd(), text);  // one write per line: O_APPEND keeps the workers' lines whole
   }
   if (!ch.console || ch.stream) return;
   end_foreign_line(ch);

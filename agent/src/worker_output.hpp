@@ -30,6 +30,8 @@ struct ConsoleLine {
   bool* at_line_start = nullptr;  // the unfinished line's writer; null: none
 };
 
+class SharedLog;
+
 struct WorkerOutputOptions {
   int rank = 0;
   std::optional<std::string> prefix;  // console line prefix; nullopt: "[rank N]:"
@@ -43,6 +45,12 @@ struct WorkerOutputOptions {
   bool stream_out = false;                    // stdout's console gets bytes as they come
   bool stream_err = false;                    // stderr's likewise
   std::shared_ptr<ConsoleLine> console_line;  // null: this output's own
+  // torchrun's --duplicate_std*_filters: a line holding any of the words also
+  // goes, prefixed, to the fd (shared by the group's workers, O_APPEND).
+  std::vector<std::string> out_filters;
+  std::vector<std::string> err_filters;
+  std::shared_ptr<SharedLog> filtered_out;
+  std::shared_ptr<SharedLog> filtered_err;
 };
 
 class WorkerOutput {
@@ -83,6 +91,22 @@ class WorkerOutput {
 // A console line prefix from torchrun's template syntax: ${rank},
 // ${local_rank} and ${role_name} replaced, anything else kept as written.
 std::string expand_prefix(const std::string& templ, int rank, int local_rank, const std::string& role);
+
+// A log file every worker of an attempt writes to (the filtered lines):
+// opened with O_APPEND so each line lands whole, closed with the last owner.
+class SharedLog {
+ public:
+  // Creates the parent directories and the file (truncated). Throws ConfigError
+  // naming the path, as the per-worker logs do.
+  explicit SharedLog(const std::filesystem::path& path);
+  ~SharedLog();
+  SharedLog(const SharedLog&) = delete;
+  SharedLog& operator=(const SharedLog&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
 
 // Writes all of `bytes` to `fd`, retrying on EINTR and short writes.
 void write_fully(int fd, std::string_view bytes);

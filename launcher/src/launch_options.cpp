@@ -143,6 +143,10 @@ struct App {
         "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP, SIGQUIT stop the workers with that "
         "signal; others (SIGUSR1, SIGUSR2) are forwarded to the workers, which keep running",
         launch);
+    flag("virtual_local_rank", o.virtual_local_rank,
+         "Every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only its own GPU (the "
+         "local rank's entry of CUDA_VISIBLE_DEVICES, else its index)",
+         launch);
     opt("local_addr", o.local_addr, "Address of this node as other nodes reach it (default: the hostname)",
         launch);
 
@@ -166,6 +170,12 @@ struct App {
     flag("no_prefix", o.no_prefix, "Console lines exactly as the workers wrote them, no prefix", logs);
     opt("local_ranks_filter", o.local_ranks_filter,
         "Only show the console output of these local ranks (e.g. 0,2)", logs);
+    opt("duplicate_stdout_filters", o.duplicate_stdout_filters,
+        "Also write the stdout lines holding any of these words (e.g. 'loss,error'; ',,' is a "
+        "comma) to <log dir>/attempt_<k>/filtered_stdout.log",
+        logs);
+    opt("duplicate_stderr_filters", o.duplicate_stderr_filters,
+        "As --duplicate_stdout_filters, for stderr: filtered_stderr.log", logs);
 
     opt("node_rank", o.node_rank, "Rank of the node for multi-node distributed training", legacy);
     opt("master_addr", o.master_addr, "Address of the master node (rank 0); IPv6 as [::1]", legacy);
@@ -174,8 +184,12 @@ struct App {
     port->group(legacy);
     env_flags.push_back({port, "PET_MASTER_PORT", false, ""});
 
-    opt("stop_timeout", o.stop_timeout_s,
-        "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, as torchrun)", ours);
+    // torchrun 2.x calls it --shutdown_timeout (env TORCH_ELASTIC_SHUTDOWN_TIMEOUT).
+    auto* stop = app.add_option(names("stop_timeout") + "," + names("shutdown_timeout"), o.stop_timeout_s,
+                                "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, as "
+                                "torchrun; also TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
+    stop->group(ours);
+    env_flags.push_back({stop, pet_name("stop_timeout"), false, pet_name("stop_timeout", "DDP_")});
     opt("heartbeat_timeout", o.heartbeat_timeout,
         "Kill (and restart, as a failure) a worker whose ddp::heartbeat() stops for this many "
         "seconds, counted from its first heartbeat; `auto` learns it from the worker's own "
@@ -235,6 +249,10 @@ struct App {
                  "exit without launching")
         ->group(ours);
     app.add_flag("--version", version, "Print the version and exit")->group(ours);
+    app.add_option(names("print_completion"), o.print_completion,
+                   "Print a shell completion script for ddprun (bash, zsh, tcsh) and exit")
+        ->check(CLI::IsMember({"bash", "zsh", "tcsh"}))
+        ->group(ours);
   }
 };
 
@@ -291,6 +309,31 @@ std::vector<std::string> expand_prefixes(const CLI::App& app, std::vector<std::s
   return argv;
 }
 
+// A completion script for `shell` (bash, zsh, tcsh): ddprun's long flags, then
+// files for the program. zsh uses bash's through bashcompinit.
+std::string completion_script(const CLI::App& app, const std::string& shell) {
+  std::string words;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const auto& l : o->get_lnames()) words += (words.empty() ? "--" : " --") + l;
+  }
+  if (shell == "tcsh") return "complete ddprun 'c/--/(" + words + ")/' 'p/*/f/'\n";
+  std::string out;
+  if (shell == "zsh") out += "autoload -U +X bashcompinit && bashcompinit\n";
+  out +=
+      "_ddprun() {\n"
+      "  local cur=${COMP_WORDS[COMP_CWORD]}\n"
+      "  if [[ $cur == -* ]]; then\n"
+      "    COMPREPLY=($(compgen -W \"" +
+      words +
+      "\" -- \"$cur\"))\n"
+      "  else\n"
+      "    COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+      "  fi\n"
+      "}\n"
+      "complete -o filenames -F _ddprun ddprun\n";
+  return out;
+}
+
 // Parses argv with CLI11 into `o`; help/version end the parse early.
 std::optional<ParseOutcome> parse_into(App& cli, const std::vector<std::string>& given) {
   const std::vector<std::string> argv = expand_prefixes(cli.app, given);
@@ -310,6 +353,11 @@ std::optional<ParseOutcome> parse_into(App& cli, const std::vector<std::string>&
   if (cli.version) {
     out.kind = ParseOutcome::Kind::kVersion;
     out.text = std::string("ddprun ") + DDP_VERSION + "\n";
+    return out;
+  }
+  if (const std::string shell = cli.app.get_option("--print_completion")->as<std::string>(); !shell.empty()) {
+    out.kind = ParseOutcome::Kind::kHelp;
+    out.text = completion_script(cli.app, shell);
     return out;
   }
   return std::nullopt;
@@ -409,6 +457,10 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   // torchrun's env spelling of --log_line_prefix_template.
   if (auto t = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); t != env.end()) {
     env.emplace("PET_LOG_LINE_PREFIX_TEMPLATE", t->second);
+  }
+  // torchrun 2.x's names of --stop_timeout's env fallback.
+  for (const char* name : {"PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"}) {
+    if (auto t = env.find(name); t != env.end()) env.emplace("PET_STOP_TIMEOUT", t->second);
   }
   // First the command line alone: it says which flags are set there and names
   // the config file.

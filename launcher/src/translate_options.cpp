@@ -185,6 +185,25 @@ std::vector<int> parse_filter(const std::string& text, int nproc) {
   return out;
 }
 
+// torchrun's --duplicate_std*_filters: comma-separated words, ",," a literal
+// comma; empty words dropped (an empty list duplicates nothing).
+std::vector<std::string> parse_line_filters(const std::string& text) {
+  std::vector<std::string> out;
+  std::string word;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i + 1 < text.size() && text[i] == ',' && text[i + 1] == ',') {
+      word += ',';
+      ++i;
+    } else if (i == text.size() || text[i] == ',') {
+      if (!word.empty()) out.push_back(word);
+      word.clear();
+    } else {
+      word += text[i];
+    }
+  }
+  return out;
+}
+
 // --preload's module names (dotted Python identifiers). Empty when the
 // workers are no Python script (-m, an executable): they start normally.
 std::vector<std::string> parse_preload(const std::string& text, bool python_script) {
@@ -329,6 +348,9 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   cfg.redirects = agent::parse_std_spec(o.redirects, "--redirects");
   cfg.tee = agent::parse_std_spec(o.tee, "--tee");
   cfg.local_ranks_filter = parse_filter(o.local_ranks_filter, cfg.nproc_per_node);
+  cfg.duplicate_stdout_filters = parse_line_filters(o.duplicate_stdout_filters);
+  cfg.duplicate_stderr_filters = parse_line_filters(o.duplicate_stderr_filters);
+  cfg.virtual_local_rank = o.virtual_local_rank;
   if (!o.log_dir.empty()) cfg.log_dir = fs::absolute(o.log_dir);
   if (!o.event_log.empty()) cfg.event_log = fs::absolute(o.event_log);
 

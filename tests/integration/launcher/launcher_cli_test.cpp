@@ -197,3 +197,71 @@ TEST_CASE("Ctrl-C while waiting for the other nodes exits 130 at once") {
   REQUIRE(code);
   CHECK(*code == 130);
 }
+
+// torchrun 2.x flags: --duplicate_std*_filters, --virtual_local_rank,
+// --shutdown_timeout (and TORCH_ELASTIC_SHUTDOWN_TIMEOUT), --print_completion.
+TEST_CASE("matching lines of every rank are duplicated into the attempt's filtered logs") {
+  TempDir dir;
+  const auto logs = dir / "logs";
+  auto r = ddprun(
+      {"--nproc_per_node=2", "--rdzv_id=filt", "--log_dir", logs.string(), "--duplicate_stdout_filters",
+       "loss,a,,b", "--duplicate_stderr_filters", "warn", "--no_python", "/bin/sh", "-c",
+       "echo \"step loss=$RANK\"; echo noise; echo \"x a,b $RANK\"; echo warn $RANK >&2; echo other >&2"},
+      dir);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0]:noise"));  // the console still gets every line
+  const std::string out = read_file(logs / "filt" / "attempt_0" / "filtered_stdout.log");
+  const std::string err = read_file(logs / "filt" / "attempt_0" / "filtered_stderr.log");
+  INFO(out << "--\n" << err);
+  for (const std::string rank : {"0", "1"}) {
+    CHECK_THAT(out, Catch::Contains("[rank " + rank + "]:step loss=" + rank + "\n"));
+    CHECK_THAT(out, Catch::Contains("[rank " + rank + "]:x a,b " + rank + "\n"));  // ",," is a comma
+    CHECK_THAT(err, Catch::Contains("[rank " + rank + "]:warn " + rank + "\n"));
+  }
+  CHECK(count_lines(out, "[rank") == 4);
+  CHECK(count_lines(err, "[rank") == 2);
+}
+
+TEST_CASE("--virtual_local_rank gives each worker LOCAL_RANK=0 and only its own GPU") {
+  TempDir dir;
+  const std::vector<std::string> worker = {
+      "--no_python", "/bin/sh", "-c",
+      "echo \"LOCAL_RANK=$LOCAL_RANK CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\""};
+  std::vector<std::string> args = {"--nproc_per_node=2", "--virtual_local_rank"};
+  args.insert(args.end(), worker.begin(), worker.end());
+  auto r = ddprun(args, dir, {{"CUDA_VISIBLE_DEVICES", "4, 6"}});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0]:LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=4\n"));
+  CHECK_THAT(r.out, Catch::Contains("[rank 1]:LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=6\n"));
+  auto unset = ddprun(args, dir, {{"CUDA_VISIBLE_DEVICES", std::nullopt}});
+  REQUIRE(unset.code == 0);
+  CHECK_THAT(unset.out, Catch::Contains("[rank 1]:LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=1\n"));
+  auto few = ddprun(args, dir, {{"CUDA_VISIBLE_DEVICES", "4"}});
+  CHECK(few.code == 2);
+  CHECK_THAT(few.err,
+             Catch::Contains("--virtual_local_rank: local rank 1 has no GPU in CUDA_VISIBLE_DEVICES=4; "
+                             "fix --nproc_per_node or CUDA_VISIBLE_DEVICES"));
+}
+
+TEST_CASE("--shutdown_timeout and TORCH_ELASTIC_SHUTDOWN_TIMEOUT set the SIGTERM-to-SIGKILL grace") {
+  TempDir dir;
+  auto from_env =
+      ddprun({"--print-config", "--standalone", "/bin/true"}, dir, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}});
+  REQUIRE(from_env.code == 0);
+  CHECK_THAT(from_env.out, Catch::Matches("(.|\n)*stop_timeout +7 (.|\n)*"));
+  auto flag = ddprun({"--print-config", "--shutdown-timeout", "4", "--standalone", "/bin/true"}, dir,
+                     {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}});
+  REQUIRE(flag.code == 0);
+  CHECK_THAT(flag.out, Catch::Matches("(.|\n)*stop_timeout +4 +flag(.|\n)*"));
+}
+
+TEST_CASE("--print_completion prints a completion script with ddprun's flags") {
+  TempDir dir;
+  auto bash = ddprun({"--print_completion", "bash"}, dir);
+  REQUIRE(bash.code == 0);
+  CHECK_THAT(bash.out, Catch::Contains("complete -o filenames -F _ddprun ddprun") &&
+                           Catch::Contains("--nproc_per_node") && Catch::Contains("--virtual_local_rank"));
+  auto fish = ddprun({"--print_completion", "fish"}, dir);
+  CHECK(fish.code == 2);
+  CHECK_THAT(fish.err, Catch::Contains("--print_completion: fish not in {bash,zsh,tcsh}"));
+}

@@ -13,6 +13,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "test_support.hpp"
@@ -223,6 +224,35 @@ TEST_CASE("a torch worker's environment under ddprun is torchrun's, variable by 
   }
   if (!torch1) CHECK(ours.at("0").at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
   CHECK(ours.at("0").count("NCCL_ASYNC_ERROR_HANDLING") == 0);
+}
+
+TEST_CASE("every flag of the installed torchrun's --help is a ddprun flag") {
+  if (!have_torch()) return;
+  TempDir dir;
+  auto theirs = run({python(), (source_dir() / "scripts/torchrun_compat.py").string(), "--help"}, dir.path(),
+                    worker_env(), 60s);
+  auto ours = run(ddprun({"--help"}), dir.path(), worker_env(), 60s);
+  REQUIRE(theirs.code == 0);
+  REQUIRE(ours.code == 0);
+  // argparse's option lines: "  -r REDIRECTS, --redirects REDIRECTS", "  --standalone  Start ...".
+  std::set<std::string> flags;
+  static const std::regex line_re("^  (?:-[a-zA-Z](?: [A-Z_]+)?, )?--[a-z].*");
+  static const std::regex flag_re("(?:^|[ ,])(--[a-z][a-z0-9_-]*)");
+  std::istringstream lines(theirs.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!std::regex_match(line, line_re)) continue;
+    line = line.substr(0, line.find("  ", 2));  // the flags, not the help text after them
+    for (std::sregex_iterator it(line.begin(), line.end(), flag_re), end; it != end; ++it) {
+      flags.insert((*it)[1].str());
+    }
+  }
+  INFO(theirs.out);
+  CHECK(flags.size() > 15);
+  for (const auto& flag : flags) {
+    INFO(flag);
+    // Listed in ddprun --help under that spelling (both spellings are).
+    CHECK(std::regex_search(ours.out, std::regex("(^|[ ,\n])" + flag + "([ ,=\n]|$)")));
+  }
 }
 
 TEST_CASE("two static ddprun nodes run the torch DDP script to the same parameters") {

@@ -52,6 +52,13 @@ struct AgentConfig {
   std::string line_prefix_template = "[rank ${rank}]:";
   // Local ranks whose lines reach the console; empty: all.
   std::vector<int> local_ranks_filter;
+  // Lines holding any of these also go to attempt_<k>/filtered_stdout.log
+  // (stderr: filtered_stderr.log), every local rank's, prefixed; empty: none.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  // torchrun's --virtual_local_rank: every worker gets LOCAL_RANK=0 and only
+  // its own GPU in CUDA_VISIBLE_DEVICES.
+  bool virtual_local_rank = false;
 
   // Set OMP_NUM_THREADS=1 for workers when the agent's env lacks it and
   // nproc_per_node > 1 (torchrun does the same to avoid oversubscription).

@@ -21,6 +21,8 @@ struct WorkerEnvInput {
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
   std::string token_file;  // DDP_TOKEN_FILE; empty: not set
   bool default_omp_threads = true;
+  // torchrun's --virtual_local_rank: LOCAL_RANK=0 and only this rank's GPU visible.
+  bool virtual_local_rank = false;
   // MASTER_ADDR/MASTER_PORT: the agent's torch store proxy, which puts torch's
   // keys under the round's worker_prefix. Port 0: the round's store itself.
   Endpoint torch_store;

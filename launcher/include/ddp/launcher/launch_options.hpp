@@ -43,8 +43,15 @@ struct LaunchOptions {
   std::string logs_specs;                  // torchrun's LogsSpecs plugin: accepted, the default only
   std::string event_log_handler = "null";  // torchrun's events handler: accepted, see --event_log
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  // torchrun 2.x: LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming the worker's one GPU.
+  bool virtual_local_rank = false;
+  // torchrun 2.x: lines holding any of these (comma-separated, ",," a comma)
+  // are also written to <run dir>/attempt_<k>/filtered_std{out,err}.log.
+  std::string duplicate_stdout_filters;
+  std::string duplicate_stderr_filters;
+  std::string print_completion;  // bash, zsh, tcsh: print a completion script and exit
   // Ours.
-  double stop_timeout_s = 30.0;
+  double stop_timeout_s = 30.0;  // also torchrun 2.x's --shutdown_timeout, TORCH_ELASTIC_SHUTDOWN_TIMEOUT
   // Hang detection for workers using heartbeats and sections (docs/agent.md):
   // seconds or "auto"; empty: off.
   std::string heartbeat_timeout;
