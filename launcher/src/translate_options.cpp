@@ -89,16 +89,15 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
       }
       rc.etcd.https = value == "https";
     } else if (key == "torch_legacy_protocol") {
-      // TCPStore clients without VALIDATE: torch 1.x, or 2.0-2.1 (same first bytes,
-      // different op numbers; docs/store-protocol.md).
-      if (value == "1") {
-        rc.torch_legacy_protocol = store::TorchLegacyProtocol::kTorch1;
-      } else if (value == "2.0") {
-        rc.torch_legacy_protocol = store::TorchLegacyProtocol::kTorch20;
-      } else {
+      // The torch version of the TCPStore clients without VALIDATE: 1.x and 2.0
+      // share one op numbering, 2.1 has its own (same first bytes; docs/store-protocol.md).
+      const auto legacy = store::parse_torch_legacy_protocol(value);
+      if (!legacy) {
         throw ConfigError("--rdzv_conf: torch_legacy_protocol='" + value +
-                          "' is not 1 (torch 1.x) or 2.0 (torch 2.0-2.1)");
+                          "' is not a torch version this setting knows; use " +
+                          store::kTorchLegacyProtocolValues);
       }
+      rc.torch_legacy_protocol = *legacy;
     } else if (key == "etcd_cacert" || key == "cacert" || key == "ca_cert") {
       rc.etcd.cacert = value;
     } else if (key == "etcd_cert" || key == "cert" || key == "ssl_cert") {

@@ -17,11 +17,12 @@ constexpr std::size_t kKeptBufferBytes = 256 * 1024;
 std::unique_ptr<Codec> make_codec(unsigned char first_byte, const Limits& limits, bool allow_torch,
                                   TorchLegacyProtocol legacy) {
   if (first_byte == static_cast<unsigned char>(kPreamble[0])) return std::make_unique<NativeCodec>(limits);
-  // PyTorch TCPStore clients start with a query type byte (torch 1.x: 0..8,
-  // torch 2.x: VALIDATE = 0); TorchCodec tells the two dialects apart.
+  // PyTorch TCPStore clients start with a query type byte (torch 1.x and 2.0:
+  // 0..8, 2.1: 0..11, 2.2+: VALIDATE = 0); TorchCodec tells VALIDATE apart and
+  // `legacy` says which numbering the others speak.
   if (allow_torch && torch::sniff(std::string_view(reinterpret_cast<const char*>(&first_byte), 1)) !=
                          torch::Dialect::kUnknown) {
-    return std::make_unique<TorchCodec>(limits, legacy == TorchLegacyProtocol::kTorch20
+    return std::make_unique<TorchCodec>(limits, legacy == TorchLegacyProtocol::kTorch21
                                                     ? torch::Dialect::kTorchV2Early
                                                     : torch::Dialect::kTorchV1);
   }

@@ -52,7 +52,7 @@ ProxyConnection::ProxyConnection(asio::io_context& io, tcp::socket down,
       options_(options),
       counters_(counters),
       on_closed_(std::move(on_closed)),
-      codec_(options.limits, options.torch_legacy_protocol == TorchLegacyProtocol::kTorch20
+      codec_(options.limits, options.torch_legacy_protocol == TorchLegacyProtocol::kTorch21
                                  ? torch::Dialect::kTorchV2Early
                                  : torch::Dialect::kTorchV1),
       ns_(std::move(key_prefix)),

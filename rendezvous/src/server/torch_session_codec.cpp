@@ -126,7 +126,10 @@ bool TorchCodec::translate(torch::TorchCommand&& cmd, const std::function<bool(R
       cmd.keys.assign(1, std::string());  // every key; the client strips its prefix
       break;
     case TorchOp::kWatchKey:
-      throw ProtocolError("WATCH_KEY (torch 1.x key callbacks) is not supported");
+      // torch 1.13's and 2.0's Python APIs never send it; a torch 2.1 client's DELETE_KEY has the same byte.
+      throw ProtocolError(
+          "WATCH_KEY (torch 1.x key callbacks) is not supported; if this is a torch 2.1 client's DELETE_KEY, "
+          "torch 2.1 clients need torch_legacy_protocol=2.1");
   }
   req.keys = std::move(cmd.keys);
   req.values = std::move(cmd.values);

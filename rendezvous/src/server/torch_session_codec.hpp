@@ -20,7 +20,8 @@ namespace ddp::store::server {
 class TorchCodec final : public Codec {
  public:
   // `unvalidated`: the dialect of a client that opens without VALIDATE
-  // (kTorchV1 or kTorchV2Early, per the server's configuration).
+  // (kTorchV1: torch 1.x and 2.0; kTorchV2Early: torch 2.1; per the server's
+  // configuration).
   TorchCodec(const Limits& limits, torch::Dialect unvalidated);
 
   void feed(std::string_view bytes, const std::function<bool(Request&&)>& on_request) override;

@@ -84,7 +84,7 @@ Dialect sniff(std::string_view b) {
     return n == sizeof(kPreamble) ? Dialect::kNative : Dialect::kNeedMore;
   }
   if (first == 0) {
-    // torch 2.x: VALIDATE(0) + magic CE F7 85 3C. torch 1.x / early 2.x: SET(0) +
+    // torch 2.2+: VALIDATE(0) + magic CE F7 85 3C. torch 1.x, 2.0, 2.1: SET(0) +
     // u64 key length, whose low bytes would have to spell the magic: a 1 GB key,
     // never sent.
     static constexpr unsigned char kMagic[4] = {0xCE, 0xF7, 0x85, 0x3C};
@@ -94,7 +94,7 @@ Dialect sniff(std::string_view b) {
     }
     return Dialect::kTorchV2;
   }
-  // Without VALIDATE: torch 1.x or early 2.x; the server's configuration says which.
+  // Without VALIDATE: torch 1.x, 2.0 or 2.1; the server's configuration says which.
   if (first < kV2EarlyOps.size()) return Dialect::kTorchV1;
   return Dialect::kUnknown;
 }
@@ -194,8 +194,12 @@ void TorchParser::begin(std::uint8_t type) {
   if (!op) {
     char hex[8];
     std::snprintf(hex, sizeof(hex), "0x%02x", type);
+    // A torch 2.1 client read as 1.x/2.0 fails here at MULTI_GET, MULTI_SET or
+    // CANCEL_WAIT (9..11): say what the operator has to change.
+    const bool maybe_21 = dialect_ == Dialect::kTorchV1 && type < kV2EarlyOps.size();
     throw ProtocolError(std::string("unknown query type ") + std::to_string(type) + " (" + hex + ") for " +
-                        dialect_name(dialect_));
+                        dialect_name(dialect_) +
+                        (maybe_21 ? " (torch 2.1 clients need torch_legacy_protocol=2.1)" : ""));
   }
   active_ = true;
   type_ = type;

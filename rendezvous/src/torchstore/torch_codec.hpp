@@ -1,10 +1,12 @@
 // PyTorch TCPStore wire protocol, server side: sniffing, request parsing and
-// reply encoding. Three numberings exist (see docs/store-protocol.md):
-//   v1:       torch 1.x (verified with 1.13) — no handshake, query types 0..8.
-//   v2-early: torch 2.0–2.1 — no handshake, no WATCH_KEY, query types 0..11.
-//             Its first bytes look like v1's, so a server only speaks it when
-//             configured to (it is never sniffed).
-//   v2:       torch 2.2+ — opens with VALIDATE + magic, query types 0..18
+// reply encoding. Three numberings exist (see docs/store-protocol.md; each
+// verified with a real client's bytes, tests/unit/server/torch_captures/):
+//   v1:       torch 1.x and 2.0 (1.13.1, 2.0.1) — no handshake, query types 0..8.
+//   v2-early: torch 2.1 only (2.1.2) — no handshake, no WATCH_KEY, query types
+//             0..11. Its first bytes look like v1's, so a server only speaks it
+//             when configured to (it is never sniffed).
+//   v2:       torch 2.2+ — opens with VALIDATE + magic (2.2.2: no PING;
+//             2.15.0: PING next), query types 0..18
 //             (queues 14..16 from 2.8, LIST 17 from 2.10, BARRIER 18 seen
 //             from torch 2.15's client: key, i64 world size).
 // Integers are little-endian (x86 and arm64 hosts); strings and byte values are
@@ -21,7 +23,7 @@ namespace ddp::store::torch {
 
 // What the first bytes of a connection say it speaks.
 // sniff() answers kTorchV1 for every connection without VALIDATE; a server
-// configured for the early 2.x numbering parses those with kTorchV2Early.
+// configured for torch 2.1's numbering parses those with kTorchV2Early.
 enum class Dialect : std::uint8_t { kNeedMore, kNative, kTorchV1, kTorchV2, kUnknown, kTorchV2Early };
 
 // Needs at most 5 bytes to decide; returns kNeedMore while it cannot.

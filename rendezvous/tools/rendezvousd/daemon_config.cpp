@@ -68,7 +68,7 @@ DaemonConfig::DaemonConfig() {
       {"max_connections", "refuse connections beyond this many", "65536"},
       {"idle_frame_timeout_ms", "close clients that send no HELLO, or stall mid-frame, this long", "30000"},
       {"torch_legacy_protocol",
-       "TCPStore clients that open without VALIDATE are torch '1' (1.x) or torch '2.0' (2.0-2.1)", "1"},
+       "torch version of the TCPStore clients that open without VALIDATE: 1 (1.x), 2.0 or 2.1", "1"},
       {"history_max_bytes", "keep at most this many key+value bytes of past events for watches", "67108864"},
       {"max_buffered_request_bytes", "drop a client that takes all clients' incomplete requests past this",
        "268435456"},
@@ -204,14 +204,13 @@ DaemonSettings DaemonConfig::to_settings() const {
   out.server.idle_frame_timeout =
       to_ms(get("idle_frame_timeout_ms"), std::chrono::milliseconds(1), std::chrono::hours(24));
   const auto& legacy = get("torch_legacy_protocol");
-  if (legacy.value == "1") {
-    out.server.torch_legacy_protocol = store::TorchLegacyProtocol::kTorch1;
-  } else if (legacy.value == "2.0") {
-    out.server.torch_legacy_protocol = store::TorchLegacyProtocol::kTorch20;
-  } else {
+  const auto legacy_protocol = store::parse_torch_legacy_protocol(legacy.value);
+  if (!legacy_protocol) {
     throw ConfigError(where(legacy) + ": '" + legacy.value +
-                      "' is not a TCPStore generation; use 1 (torch 1.x) or 2.0 (torch 2.0-2.1)");
+                      "' is not a torch version this setting knows; use " +
+                      store::kTorchLegacyProtocolValues);
   }
+  out.server.torch_legacy_protocol = *legacy_protocol;
   out.server.history_max_bytes =
       static_cast<std::size_t>(to_int(get("history_max_bytes"), 1, std::int64_t{1} << 40));
   out.server.max_buffered_request_bytes = static_cast<std::size_t>(

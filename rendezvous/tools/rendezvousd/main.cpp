@@ -112,7 +112,11 @@ int main(int argc, char** argv) {
     auto* opt = app.add_option("--" + name, flag_values[s.key], s.help);
     if (!s.value.empty()) opt->default_str(s.value);
     const bool path = name.ends_with("file") || name == "data-dir";
-    opt->type_name(path ? "PATH" : name == "host" ? "ADDR" : name == "log-level" ? "LEVEL" : "INT");
+    opt->type_name(path                              ? "PATH"
+                   : name == "host"                  ? "ADDR"
+                   : name == "log-level"             ? "LEVEL"
+                   : name == "torch-legacy-protocol" ? "VERSION"
+                                                     : "INT");
   }
   std::string config_file, optional_config_file;
   bool print_config = false;

@@ -1,15 +1,21 @@
 // Byte-level conformance of the TCPStore dialect against the real
 // ddp-rendezvousd: every op of each generation as its client writes it, and
 // the exact reply bytes its client reads. Raw sockets, no torch needed (the
-// torch-labelled tests drive a real torch 1.13 client).
+// torch-labelled tests drive a real torch 1.13 client); real torch 2.0.1,
+// 2.1.2, 2.2.2 and 2.15.0 clients' bytes are replayed from their captures
+// (tests/unit/server/torch_captures/).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <map>
+#include <memory>
 
 #include "test_support.hpp"
+#include "torch_capture.hpp"
 
 using namespace ddp::test;
 using namespace std::chrono_literals;
@@ -82,7 +88,75 @@ struct Daemon {
   int port = 0;
 };
 
+// Plays a capture's client side against the daemon on `port`: opens each
+// connection when the capture does, sends what the client sent, reads as many
+// bytes as torch's server answered and compares them. "" when all matched,
+// else the capture line, the request and both replies.
+std::string replay(const std::string& capture, int port) {
+  std::map<int, std::unique_ptr<Conn>> conns;
+  std::map<int, std::string> last_sent;
+  for (const auto& e : load_capture(capture)) {
+    const auto where = capture + ":" + std::to_string(e.line) + ": ";
+    switch (e.kind) {
+      case CaptureEvent::Kind::kOpen:
+        conns[e.conn] = std::make_unique<Conn>(port);
+        break;
+      case CaptureEvent::Kind::kSend:
+        conns.at(e.conn)->send(e.bytes);
+        last_sent[e.conn] = e.note;
+        break;
+      case CaptureEvent::Kind::kReply: {
+        const auto got = conns.at(e.conn)->recv_exact(e.bytes.size());
+        const bool same = e.unordered ? sorted_list_reply(got) == sorted_list_reply(e.bytes) : got == e.bytes;
+        if (!same) {
+          return where + "reply to" + last_sent[e.conn] + ": torch's server sent " + to_hex(e.bytes) +
+                 ", the daemon " + (got.empty() ? "nothing (or closed)" : to_hex(got));
+        }
+        break;
+      }
+      case CaptureEvent::Kind::kClose:
+        conns.erase(e.conn);
+        break;
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+TEST_CASE("real torch 2.0.1, 2.1.2, 2.2.2 and 2.15.0 clients get torch's own replies from the daemon") {
+  // Each capture on a fresh daemon told the clients' torch version; 2.2+ needs
+  // no setting. The replies must be torch's own server's, byte for byte.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {"torch-2.0.1-store-methods.txt", {"--torch-legacy-protocol", "2.0"}},
+      {"torch-2.0.1-store-methods.txt", {}},  // the default, 1, is the same numbering
+      {"torch-2.0.1-init-process-group.txt", {"--torch-legacy-protocol", "2.0"}},
+      {"torch-2.1.2-store-methods.txt", {"--torch-legacy-protocol", "2.1"}},
+      {"torch-2.1.2-init-process-group.txt", {"--torch-legacy-protocol", "2.1"}},
+      {"torch-2.2.2-store-methods.txt", {}},
+      {"torch-2.2.2-init-process-group.txt", {"--torch-legacy-protocol", "2.1"}},
+      {"torch-2.15.0-no-libuv-store-methods.txt", {}},
+  };
+  for (const auto& [capture, flags] : runs) {
+    INFO(capture << (flags.empty() ? " (no flag)" : " --torch-legacy-protocol " + flags[1]));
+    Daemon d(flags);
+    CHECK(replay(capture, d.port) == "");
+  }
+}
+
+TEST_CASE("torch 2.1.2's DELETE_KEY on a daemon left at torch 1.x/2.0 closes the connection naming the fix") {
+  Daemon d;  // the default: 1 (torch 1.x and 2.0)
+  const auto result = replay("torch-2.1.2-store-methods.txt", d.port);
+  CHECK_THAT(result,
+             Catch::Contains("reply to DELETE_KEY \"/fresh\"") && Catch::Contains("nothing (or closed)"));
+  CHECK(wait_until(
+      [&] {
+        return d.proc->err().find(
+                   "if this is a torch 2.1 client's DELETE_KEY, torch 2.1 clients need "
+                   "torch_legacy_protocol=2.1") != std::string::npos;
+      },
+      5s));
+}
 
 TEST_CASE("torch 2.x: every op answers the bytes its client reads") {
   Daemon d;
@@ -195,12 +269,12 @@ TEST_CASE("torch 1.x: every op answers the bytes its client reads") {
   CHECK(c.recv_exact(8) == u64(1));
 }
 
-TEST_CASE("early torch 2.x numbering is served when the daemon is told so, and refused otherwise") {
+TEST_CASE("torch 2.1's numbering is served when the daemon is told so, and refused otherwise") {
   {
-    Daemon d({"--torch-legacy-protocol", "2.0"});
+    Daemon d({"--torch-legacy-protocol", "2.1"});
     Conn c(d.port);
     c.send(op(0) + str("/k") + str("v"));   // SET
-    c.send(op(8) + str("/k") + str("++"));  // APPEND (8 in 2.0-2.1)
+    c.send(op(8) + str("/k") + str("++"));  // APPEND (8 in 2.1)
     c.send(op(9) + u64(1) + str("/k"));     // MULTI_GET
     CHECK(c.recv_exact(8 + 3) == str("v++"));
     c.send(op(10) + u64(1) + str("/m") + str("1"));  // MULTI_SET
@@ -211,27 +285,38 @@ TEST_CASE("early torch 2.x numbering is served when the daemon is told so, and r
     c.send(op(5) + u64(1) + str("/never") + op(11));  // WAIT, CANCEL_WAIT
     CHECK(c.recv_exact(1) == op(1));
   }
-  {
-    Daemon d;  // default: 1.x numbering, where 7 is WATCH_KEY
+  for (const auto& flags :
+       {std::vector<std::string>{}, std::vector<std::string>{"--torch-legacy-protocol", "2.0"}}) {
+    Daemon d(flags);  // 1.x and 2.0 numbering, where 7 is WATCH_KEY
     Conn c(d.port);
     c.send(op(7) + str("/k"));
     CHECK(c.closed_by_peer());
     CHECK(wait_until([&] { return d.proc->err().find("WATCH_KEY") != std::string::npos; }, 5s));
+    Conn multi_get(d.port);  // 9..11: 2.1's MULTI_GET, MULTI_SET, CANCEL_WAIT
+    multi_get.send(op(9) + u64(1) + str("/k"));
+    CHECK(multi_get.closed_by_peer());
+    CHECK(wait_until(
+        [&] {
+          return d.proc->err().find(
+                     "unknown query type 9 (0x09) for torch-tcpstore-v1 (torch 2.1 clients need "
+                     "torch_legacy_protocol=2.1)") != std::string::npos;
+        },
+        5s));
   }
 }
 
 TEST_CASE(
     "an op the configured dialect does not know closes that connection with one log line naming the byte and "
     "the peer") {
-  Daemon d({"--torch-legacy-protocol", "2.0"});
+  Daemon d({"--torch-legacy-protocol", "2.1"});
   Conn other(d.port);
-  other.send(op(3) + str("/n") + u64(1));  // ADD in 2.0 numbering
+  other.send(op(3) + str("/n") + u64(1));  // ADD in 2.1 numbering
   CHECK(other.recv_exact(8) == u64(1));
 
   Conn bad(d.port);
-  bad.send(op(6));  // GETNUMKEYS: a 2.0-2.1 client, so far
+  bad.send(op(6));  // GETNUMKEYS: a 2.1 client, so far
   CHECK(bad.recv_exact(8) == u64(1));
-  bad.send(op(12) + str("/x"));  // 12: past 2.0-2.1's CANCEL_WAIT (11)
+  bad.send(op(12) + str("/x"));  // 12: past 2.1's CANCEL_WAIT (11)
   CHECK(bad.closed_by_peer());
   CHECK(wait_until([&] { return d.proc->err().find("query type 12 (0x0c)") != std::string::npos; }, 5s));
   const auto log = d.proc->err();
@@ -247,10 +332,23 @@ TEST_CASE(
   CHECK(v2.recv_exact(8) == u64(0));
 }
 
-TEST_CASE("a bad --torch-legacy-protocol is a usage error naming the flag") {
-  TempDir dir;
-  auto r = run({bin("ddp-rendezvousd").string(), "--port", "0", "--torch-legacy-protocol", "3"}, dir.path());
+TEST_CASE(
+    "a --torch-legacy-protocol naming no torch version it knows is one usage error line naming the flag") {
+  // 2.2 and later open with VALIDATE: there is nothing to set for them.
+  for (const std::string bad : {"3", "2.2", "2", "1.13"}) {
+    INFO(bad);
+    TempDir dir;
+    auto r =
+        run({bin("ddp-rendezvousd").string(), "--port", "0", "--torch-legacy-protocol", bad}, dir.path());
+    CHECK(r.code == 2);
+    const auto text = r.out + r.err;
+    CHECK(std::count(text.begin(), text.end(), '\n') == 1);
+    CHECK_THAT(text, Catch::Contains("--torch-legacy-protocol: '" + bad + "' is not a torch version") &&
+                         Catch::Contains("use 1 (torch 1.x), 2.0 or 2.1"));
+  }
+  TempDir dir;  // the environment variable is checked the same way
+  auto r = run({bin("ddp-rendezvousd").string(), "--port", "0"}, dir.path(),
+               {{"DDP_RENDEZVOUSD_TORCH_LEGACY_PROTOCOL", "2.0-2.1"}});
   CHECK(r.code == 2);
-  CHECK_THAT(r.out + r.err,
-             Catch::Contains("--torch-legacy-protocol") && Catch::Contains("use 1 (torch 1.x) or 2.0"));
+  CHECK_THAT(r.out + r.err, Catch::Contains("DDP_RENDEZVOUSD_TORCH_LEGACY_PROTOCOL: '2.0-2.1'"));
 }

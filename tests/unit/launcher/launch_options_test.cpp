@@ -363,12 +363,23 @@ TEST_CASE("PYTHON_EXEC picks the interpreter as under torchrun, and --python ove
 
 TEST_CASE(
     "rdzv_conf torch_legacy_protocol picks how the hosted store reads TCPStore clients without VALIDATE") {
+  using ddp::store::TorchLegacyProtocol;
+  auto legacy = [](const std::string& value) {
+    return translate({"--standalone", "--rdzv_conf=torch_legacy_protocol=" + value, "/bin/true"})
+        .rendezvous.torch_legacy_protocol;
+  };
   CHECK(translate({"--standalone", "/bin/true"}).rendezvous.torch_legacy_protocol ==
-        ddp::store::TorchLegacyProtocol::kTorch1);
-  CHECK(translate({"--standalone", "--rdzv_conf=torch_legacy_protocol=2.0", "/bin/true"})
-            .rendezvous.torch_legacy_protocol == ddp::store::TorchLegacyProtocol::kTorch20);
-  CHECK_THAT(error_of({"--rdzv_conf=torch_legacy_protocol=2.1", "/bin/true"}),
-             Catch::StartsWith("--rdzv_conf: torch_legacy_protocol='2.1'"));
+        TorchLegacyProtocol::kTorch1);
+  CHECK(legacy("1") == TorchLegacyProtocol::kTorch1);
+  // A real torch 2.0.1 client speaks the 1.x numbering (DELETE_KEY = 8); 2.1.2 has its own.
+  CHECK(legacy("2.0") == TorchLegacyProtocol::kTorch1);
+  CHECK(legacy("2.1") == TorchLegacyProtocol::kTorch21);
+  for (const std::string bad : {"2.2", "2", "1.13", "3"}) {
+    INFO(bad);
+    CHECK_THAT(error_of({"--rdzv_conf=torch_legacy_protocol=" + bad, "/bin/true"}),
+               Catch::StartsWith("--rdzv_conf: torch_legacy_protocol='" + bad + "'") &&
+                   Catch::Contains("use 1 (torch 1.x), 2.0 or 2.1"));
+  }
 }
 
 TEST_CASE(

@@ -88,8 +88,8 @@ TEST_CASE("a client without VALIDATE is read with the numbering the server is co
   TorchCodec early(Limits{}, torch::Dialect::kTorchV2Early);
   auto b = feed(early, op(8) + str("/k") + str("x") + op(7) + str("/k"));
   REQUIRE(b.size() == 2);
-  CHECK(b[0].op == Op::kAppend);  // 2.0-2.1 APPEND = 8
-  CHECK(b[1].op == Op::kDelete);  // 2.0-2.1 DELETE_KEY = 7
+  CHECK(b[0].op == Op::kAppend);  // 2.1 APPEND = 8
+  CHECK(b[1].op == Op::kDelete);  // 2.1 DELETE_KEY = 7
   CHECK(std::string(early.name()) == "torch-tcpstore-v2-early");
 }
 

@@ -219,7 +219,7 @@ TEST_CASE("every torch 1.x op parses byte for byte, whatever the read sizes") {
   check_dialect(Dialect::kTorchV1, v1_ops());
 }
 
-TEST_CASE("every early torch 2.x (2.0-2.1) op parses byte for byte, whatever the read sizes") {
+TEST_CASE("every torch 2.1 op (the early 2.x numbering) parses byte for byte, whatever the read sizes") {
   check_dialect(Dialect::kTorchV2Early, v2_early_ops());
 }
 

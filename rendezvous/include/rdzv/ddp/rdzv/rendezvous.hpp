@@ -75,7 +75,7 @@ struct RendezvousConfig {
   // O(N) bytes per agent). false: `nodes` holds only this node, O(1) bytes.
   bool list_nodes = true;
   // --rdzv_conf torch_legacy_protocol: how a store this agent hosts reads
-  // TCPStore clients that open without VALIDATE (torch 1.x or 2.0-2.1).
+  // TCPStore clients that open without VALIDATE (torch 1.x and 2.0, or 2.1).
   store::TorchLegacyProtocol torch_legacy_protocol = store::TorchLegacyProtocol::kTorch1;
 };
 

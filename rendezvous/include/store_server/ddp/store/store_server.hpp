@@ -8,17 +8,37 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "ddp/store/protocol.hpp"
 
 namespace ddp::store {
 
 // How a server reads PyTorch TCPStore clients that open without VALIDATE. torch
-// 1.x and torch 2.0–2.1 both do, with different op numbering and the same first
-// bytes, so the server cannot tell them apart and is told (docs/store-protocol.md).
-// torch 2.2+ opens with VALIDATE and is recognised whatever this says.
-enum class TorchLegacyProtocol : std::uint8_t { kTorch1, kTorch20 };
+// 1.x, 2.0 and 2.1 all do, with the same first bytes; 1.x and 2.0 share one op
+// numbering, 2.1 has another (DELETE_KEY 7, APPEND 8, MULTI_GET 9, MULTI_SET 10,
+// CANCEL_WAIT 11), so the server cannot tell them apart and is told. Verified
+// with real clients: 1.13.1, 2.0.1, 2.1.2 (docs/store-protocol.md). torch 2.2+
+// opens with VALIDATE and is recognised whatever this says.
+//
+// There is deliberately no kTorch20: before this was checked against a real
+// client, a kTorch20 meant the numbering that turned out to be torch 2.1's,
+// which a real 2.0 client does not speak. Code that named it now fails to
+// compile and must choose: kTorch1 for torch 1.x and 2.0, kTorch21 for 2.1.
+enum class TorchLegacyProtocol : std::uint8_t { kTorch1, kTorch21 };
+
+// The values `--torch-legacy-protocol` and `torch_legacy_protocol=` accept, for
+// messages, and the parse of one: the torch version of the clients that open
+// without VALIDATE ("1" for any 1.x). nullopt for anything else.
+inline constexpr const char* kTorchLegacyProtocolValues =
+    "1 (torch 1.x), 2.0 or 2.1; torch 2.2 and later open with VALIDATE and need no setting";
+inline std::optional<TorchLegacyProtocol> parse_torch_legacy_protocol(std::string_view value) {
+  if (value == "1" || value == "2.0") return TorchLegacyProtocol::kTorch1;
+  if (value == "2.1") return TorchLegacyProtocol::kTorch21;
+  return std::nullopt;
+}
 
 struct StoreServerOptions {
   std::string host = "0.0.0.0";

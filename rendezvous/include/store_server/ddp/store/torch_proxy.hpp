@@ -49,7 +49,7 @@ struct TorchProxyOptions {
   // How long a connection's first connect to the store keeps retrying (the
   // store may be restarting) before the client's connection is closed.
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
-  // How a client that opens without VALIDATE is read (torch 1.x or 2.0–2.1);
+  // How a client that opens without VALIDATE is read (torch 1.x and 2.0, or 2.1);
   // the same choice as the store the agent would host (--rdzv_conf).
   TorchLegacyProtocol torch_legacy_protocol = TorchLegacyProtocol::kTorch1;
 };
