@@ -8,7 +8,8 @@
 # until the last rank passed the barrier and the ratio torch/ddp (goal >= 10x
 # at the largest N), and the CPU seconds each server spent on it (the clients
 # share this machine's cores with the server; on a cluster they would not). torch 1.13's server speaks the 1.x wire protocol, so both
-# are driven with it; a last column times ddp with torch 2.x's (VALIDATE, PING).
+# are driven with it; a last column times ddp with torch 2.x's (VALIDATE, PING). With a torch 2.x PYTHON (e.g. the
+# .venv of scripts/setup.sh) the server is torch's libuv one and both are driven with the 2.x protocol.
 # The servers and the clients each hold one descriptor per rank: the script
 # raises `ulimit -n` as far as it may (root: --fd-limit) and skips an N that
 # does not fit.
@@ -16,7 +17,7 @@
 # 1.13's server has dropped connections at 19,500 ranks here, and the barrier
 # then never completes).
 # Usage: scripts/bench/bootstrap_vs_torch.sh [--ranks 100,1000,4000,16000] [--repeat N] [--fd-limit N] [--timeout S]
-# Env: BUILD_DIR (default build), PYTHON (default /usr/bin/python3, where python3-torch lives).
+# Env: BUILD_DIR (default build), PYTHON (default /usr/bin/python3, where python3-torch lives; .venv/bin/python: torch 2.x).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -76,8 +77,11 @@ declare -A endpoint=([ddp]="127.0.0.1:$(cat "$tmp/ddp.port")" [torch]="127.0.0.1
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p"; }
 
+torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)
+dialect=()
+[[ $torch_version == 1.* ]] || dialect=(--dialect 2)  # torch 2.x's server speaks only the 2.x protocol
 echo "# $(nproc) cores, open-file limit $limit, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# torch $("$python" -c 'import torch; print(torch.__version__)'); median of $repeat; times in seconds"
+echo "# torch $torch_version (protocol ${dialect[1]:-1}.x); median of $repeat; times in seconds"
 IFS=, read -r -a counts <<<"$ranks_list"
 rows=()
 for n in "${counts[@]}"; do
@@ -90,21 +94,25 @@ for n in "${counts[@]}"; do
     order=(torch ddp); ((r % 2)) && order=(ddp torch)
     for s in "${order[@]}"; do
       line="$("$build/bin/ddp-bench" bootstrap --ranks "$n" --endpoint "${endpoint[$s]}" --label "$s" --timeout "$timeout" \
-        --server-pid "${server_pid[$s]}")"
+        --server-pid "${server_pid[$s]}" "${dialect[@]}")"
       echo "$line"
       echo "$line" >>"$tmp/$s.runs"
     done
-    line="$("$build/bin/ddp-bench" bootstrap --ranks "$n" --endpoint "${endpoint[ddp]}" --label ddp --dialect 2 \
-      --server-pid "${server_pid[ddp]}")"
-    echo "$line"
-    echo "$line" >>"$tmp/ddp2.runs"
+    if ((${#dialect[@]} == 0)); then  # with torch 2.x the runs above already use its protocol
+      line="$("$build/bin/ddp-bench" bootstrap --ranks "$n" --endpoint "${endpoint[ddp]}" --label ddp --dialect 2 \
+        --server-pid "${server_pid[ddp]}")"
+      echo "$line"
+      echo "$line" >>"$tmp/ddp2.runs"
+    fi
   done
   ok() { grep -v FAILED "$tmp/$1.runs" | field "$2" | median; }
   failed=$(grep -c FAILED "$tmp/torch.runs" || true)
-  rows+=("$(awk -v n="$n" -v t="$(ok torch total_s)" -v d="$(ok ddp total_s)" -v d2="$(ok ddp2 total_s)" \
+  d2=$(ok ddp2 total_s)
+  ((${#dialect[@]} == 0)) || d2=same  # torch 2.x: the ddp column is already its protocol
+  rows+=("$(awk -v n="$n" -v t="$(ok torch total_s)" -v d="$(ok ddp total_s)" -v d2="$d2" \
     -v tc="$(ok torch connect_s)" -v dc="$(ok ddp connect_s)" -v tu="$(ok torch server_cpu_s)" \
     -v du="$(ok ddp server_cpu_s)" -v failed="$failed" -v reps="$repeat" '
-    function cell(v) { return v == "nan" ? "failed" : sprintf("%.3f", v) }
+    function cell(v) { return v == "same" ? "(as ddp)" : v == "nan" ? "failed" : sprintf("%.3f", v) }
     function ratio(a, b) { return (a == "nan" || b == "nan" || b + 0 == 0) ? "n/a" : sprintf("**%.1fx**", a / b) }
     BEGIN {
       note = failed > 0 ? sprintf(" (%d of %d torch runs failed)", failed, reps) : ""
