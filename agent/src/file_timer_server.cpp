@@ -63,11 +63,18 @@ void FileTimerServer::read() {
     buf_.append(chunk_, n);
     std::size_t start = 0;
     for (auto nl = buf_.find('\n'); nl != std::string::npos; nl = buf_.find('\n', start)) {
-      on_line(buf_.substr(start, nl - start));
+      if (discarding_) {
+        discarding_ = false;  // the tail of an overlong line: not a request of its own
+      } else {
+        on_line(buf_.substr(start, nl - start));
+      }
       start = nl + 1;
     }
     buf_.erase(0, start);
-    if (buf_.size() > kMaxLine) buf_.clear();
+    if (buf_.size() > kMaxLine) {
+      buf_.clear();
+      discarding_ = true;  // up to the line's end
+    }
     read();
   });
 }

@@ -50,6 +50,7 @@ class FileTimerServer {
   boost::asio::posix::stream_descriptor pipe_;
   int keep_open_ = -1;  // our own write end: no EOF when the last client closes
   std::string buf_;
+  bool discarding_ = false;  // inside a line longer than the limit, dropped to its end
   char chunk_[4096];
   bool warned_ = false;
 };
