@@ -222,7 +222,7 @@ TEST_CASE("matching lines of every rank are duplicated into the attempt's filter
   CHECK(count_lines(err, "[rank") == 2);
 }
 
-TEST_CASE("--virtual_local_rank gives each worker LOCAL_RANK=0 and only its own GPU") {
+TEST_CASE("torchrun's --virtual_local_rank gives each worker LOCAL_RANK=0 and only its own GPU") {
   TempDir dir;
   const std::vector<std::string> worker = {
       "--no_python", "/bin/sh", "-c",
@@ -243,7 +243,7 @@ TEST_CASE("--virtual_local_rank gives each worker LOCAL_RANK=0 and only its own 
                              "fix --nproc_per_node or CUDA_VISIBLE_DEVICES"));
 }
 
-TEST_CASE("--shutdown_timeout and TORCH_ELASTIC_SHUTDOWN_TIMEOUT set the SIGTERM-to-SIGKILL grace") {
+TEST_CASE("torchrun's --shutdown_timeout and TORCH_ELASTIC_SHUTDOWN_TIMEOUT set the SIGTERM-to-SIGKILL grace") {
   TempDir dir;
   auto from_env =
       ddprun({"--print-config", "--standalone", "/bin/true"}, dir, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}});
@@ -255,7 +255,7 @@ TEST_CASE("--shutdown_timeout and TORCH_ELASTIC_SHUTDOWN_TIMEOUT set the SIGTERM
   CHECK_THAT(flag.out, Catch::Matches("(.|\n)*stop_timeout +4 +flag(.|\n)*"));
 }
 
-TEST_CASE("--print_completion prints a completion script with ddprun's flags") {
+TEST_CASE("torchrun's --print_completion prints a completion script with ddprun's flags") {
   TempDir dir;
   auto bash = ddprun({"--print_completion", "bash"}, dir);
   REQUIRE(bash.code == 0);
