@@ -243,7 +243,8 @@ TEST_CASE("torchrun's --virtual_local_rank gives each worker LOCAL_RANK=0 and on
                              "fix --nproc_per_node or CUDA_VISIBLE_DEVICES"));
 }
 
-TEST_CASE("torchrun's --shutdown_timeout and TORCH_ELASTIC_SHUTDOWN_TIMEOUT set the SIGTERM-to-SIGKILL grace") {
+TEST_CASE(
+    "torchrun's --shutdown_timeout and TORCH_ELASTIC_SHUTDOWN_TIMEOUT set the SIGTERM-to-SIGKILL grace") {
   TempDir dir;
   auto from_env =
       ddprun({"--print-config", "--standalone", "/bin/true"}, dir, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}});
