@@ -4,10 +4,11 @@ launcher. Prints "pg ops ok rank=R" at the end.
   pg_ops.py groups   init_process_group("gloo", "env://"), new_group and a
                      collective on it, monitored_barrier, destroy_process_group
   pg_ops.py reinit   three inits of the default group in one process, each
-                     destroyed before the next (torch writes the same store
-                     keys at every init: docs/rendezvous.md, "Re-initialising
-                     a process group"; torchrun 2.15 fails this, its second
-                     init reading the first one's Gloo addresses)
+                     with a subgroup, each destroyed before the next (torch
+                     writes the same store keys at every init:
+                     docs/rendezvous.md, "Re-initialising a process group";
+                     torchrun 2.15 fails this, its second init reading the
+                     first one's Gloo addresses)
 """
 import datetime
 import sys
@@ -37,5 +38,12 @@ else:
         t = torch.tensor([float(rank + 10 * attempt)])
         dist.all_reduce(t)
         assert t.item() == world * (world - 1) / 2 + 10 * attempt * world, f"all_reduce {t.item()}"
+        group = dist.new_group(list(range(world)))
+        s = torch.tensor([1.0])
+        dist.all_reduce(s, group=group)
+        assert s.item() == world, f"subgroup all_reduce {s.item()}"
+        # The subgroup holds the store's connection: let it go before the
+        # re-init (docs/rendezvous.md says why).
+        del group
         dist.destroy_process_group()
 print(f"pg ops ok rank={rank}", flush=True)
