@@ -74,9 +74,11 @@ std::unique_ptr<RendezvousHandler> create_handler(const RendezvousConfig& config
                       config.endpoint.to_string() + "'");
   }
   // An endpoint nobody serves is a configuration mistake (exit 2).
-  auto access =
-      detail::open_store(config, config.is_host ? detail::HostMode::kAlways : detail::HostMode::kIfLocal,
-                         "--rdzv_endpoint", detail::Unreachable::kConfigError);
+  auto access = detail::open_store(config,
+                                   !config.is_host   ? detail::HostMode::kIfLocal
+                                   : *config.is_host ? detail::HostMode::kAlways
+                                                     : detail::HostMode::kNever,
+                                   "--rdzv_endpoint", detail::Unreachable::kConfigError);
   return std::make_unique<DynamicHandler>(config, self, std::move(access));
 }
 

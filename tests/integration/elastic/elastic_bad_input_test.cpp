@@ -152,6 +152,20 @@ TEST_CASE("elastic bad input: an unreachable endpoint fails after join_timeout w
   CHECK(contains(line, "--rdzv_endpoint"));
 }
 
+// torchrun's is_host=0: a client only, even when the endpoint is this
+// machine and its port is free (unset, the agent would host the store there).
+TEST_CASE("elastic bad input: is_host=0 with nobody serving a local endpoint fails instead of hosting") {
+  TempDir dir;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ddp::test::free_port());
+  Agent a(dir, "a",
+          AgentOptions{"c10d", endpoint, "1:1", 1, "is_host=0,join_timeout=1,keep_alive_interval=0.2"});
+  REQUIRE(a.proc->wait(30s) == std::optional<int>(2));
+  const auto line = error_line(a.proc->err());
+  INFO(a.proc->err());
+  CHECK(contains(line, "cannot reach the rendezvous store at " + endpoint));
+  CHECK_FALSE(contains(a.proc->err(), "hosting"));
+}
+
 TEST_CASE("elastic bad input: a wrong --token_file exits 2 telling to check the token") {
   TempDir dir;
   {

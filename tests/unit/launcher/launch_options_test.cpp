@@ -256,7 +256,7 @@ TEST_CASE("the backend follows the flags") {
   CHECK(st.rendezvous.endpoint.port == 4000);
   CHECK(st.rendezvous.node_rank == 1);
   CHECK(st.rendezvous.min_nodes == 2);
-  CHECK_FALSE(st.rendezvous.is_host);
+  CHECK(st.rendezvous.is_host == false);
   auto dyn =
       translate({"--nnodes=1:4", "--rdzv_backend=ddp", "--rdzv_endpoint=h:1234",
                  "--rdzv_conf=join_timeout=5,last_call_timeout=0.5,keep_alive_max_attempt=2", "/bin/true"});
@@ -267,6 +267,12 @@ TEST_CASE("the backend follows the flags") {
   CHECK(dyn.rendezvous.join_timeout == std::chrono::seconds(5));
   CHECK(dyn.rendezvous.last_call_timeout == std::chrono::milliseconds(500));
   CHECK(dyn.rendezvous.keep_alive_max_attempt == 2);
+  CHECK_FALSE(dyn.rendezvous.is_host.has_value());  // torchrun's default: host when local and free
+  for (const auto& [conf, host] : {std::pair{"is_host=0", false}, std::pair{"is_host=1", true}}) {
+    const auto c = translate({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1234",
+                              std::string("--rdzv_conf=") + conf, "/bin/true"});
+    CHECK(c.rendezvous.is_host == host);
+  }
   CHECK(translate({"--rdzv_backend=c10d", "--rdzv_endpoint=h", "/bin/true"}).rendezvous.endpoint.port ==
         29400);
 }

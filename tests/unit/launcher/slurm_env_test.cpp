@@ -98,14 +98,14 @@ TEST_CASE("the Slurm step becomes a static rendezvous with the first node hostin
   const auto cfg = translate_options(parse({"--no_python", "/bin/true"}, srun_env()), host());
   CHECK(cfg.rendezvous.backend == "static");
   CHECK(cfg.rendezvous.node_rank == 1);
-  CHECK_FALSE(cfg.rendezvous.is_host);
+  CHECK(cfg.rendezvous.is_host == false);
   CHECK(cfg.rendezvous.min_nodes == 2);
   CHECK(cfg.rendezvous.max_nodes == 2);
   CHECK(cfg.rendezvous.endpoint.host == "localhost");
   CHECK(cfg.rendezvous.endpoint.port == ddp::slurm_store_port(4242, 3));
   const auto first =
       translate_options(parse({"--no_python", "/bin/true"}, srun_env({{"SLURM_NODEID", "0"}})), host());
-  CHECK(first.rendezvous.is_host);
+  CHECK(first.rendezvous.is_host == true);
 }
 
 TEST_CASE("sbatch --signal notices are forwarded to the workers under Slurm") {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,10 @@ struct RendezvousConfig {
   // Half a fence margin after kStoreLost is due. Never called when the store is
   // hosted in this process. Runs on an internal thread: it must not block.
   std::function<void(std::chrono::steady_clock::time_point)> on_fence_deadline;
-  bool is_host = false;       // this agent hosts the store in-process
+  // This agent hosts the store in-process: always (true), never (false, a
+  // client only), or unset: c10d hosts it when the endpoint is this machine
+  // and its port is free (torchrun's default without --rdzv_conf is_host).
+  std::optional<bool> is_host;
   EtcdRendezvousConfig etcd;  // backend "etcd" (alias "etcd-v2") only
   // c10d: read every node's record into RendezvousResult::nodes (one list request,
   // O(N) bytes per agent). false: `nodes` holds only this node, O(1) bytes.
