@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -95,10 +96,14 @@ void relay(int fd, const std::string& prefix, std::mutex& mu) {
   ::close(fd);
 }
 
+// This process has threads (the store's, the relays): between fork and exec
+// the child makes async-signal-safe calls only, and allocates nothing (a lock
+// another thread held at the fork, stdio's or malloc's, would stay held).
 pid_t spawn(const std::vector<std::string>& argv, int out_fd, const sigset_t& old_mask) {
   std::vector<char*> cargv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
+  const std::string cannot_run = "cannot run " + argv.front() + ": ";
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid != 0) return pid;
@@ -112,7 +117,13 @@ pid_t spawn(const std::vector<std::string>& argv, int out_fd, const sigset_t& ol
   ::close_range(3, ~0U, 0);  // the store's sockets stay with this process
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   ::execvp(cargv[0], cargv.data());
-  std::fprintf(stderr, "cannot run %s: %s\n", cargv[0], std::strerror(errno));
+  // strerrordesc_np: a constant string, no locale (strerror may allocate).
+  const char* why = ::strerrordesc_np(errno);
+  if (why == nullptr) why = "unknown error";
+  const iovec parts[] = {{const_cast<char*>(cannot_run.data()), cannot_run.size()},
+                         {const_cast<char*>(why), std::strlen(why)},
+                         {const_cast<char*>("\n"), 1}};
+  [[maybe_unused]] const ssize_t n = ::writev(2, parts, 3);
   ::_exit(kSshFailed);
 }
 

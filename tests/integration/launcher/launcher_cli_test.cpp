@@ -266,3 +266,16 @@ TEST_CASE("torchrun's --print_completion prints a completion script with ddprun'
   CHECK(fish.code == 2);
   CHECK_THAT(fish.err, Catch::Contains("--print_completion: fish not in {bash,zsh,tcsh}"));
 }
+
+// The ssh child is forked from a launcher with threads: its error after a
+// failed exec is written without stdio (launcher/src/ssh_launch.cpp).
+TEST_CASE("a --hostfile launch whose ssh cannot run names the command, the host and the errno text") {
+  TempDir dir;
+  write_file(dir / "hosts", "hostA slots=1\n");
+  auto r = ddprun({"--hostfile", (dir / "hosts").string(), "--no_python", "/bin/true"}, dir,
+                  {{"DDP_SSH_COMMAND", (dir / "no-such-ssh").string()}});
+  CHECK(r.code == 3);
+  CHECK_THAT(r.out + r.err, Catch::Contains("hostA: cannot run " + (dir / "no-such-ssh").string() +
+                                            ": No such file or directory\n"));
+  CHECK_THAT(r.err, Catch::Contains("ddprun: error: host hostA: ssh failed"));
+}
