@@ -446,7 +446,8 @@ LeaseId EtcdStore::lease_grant(std::chrono::milliseconds ttl) {
   // etcd counts whole seconds: round up so a lease never lives shorter than
   // asked (saturating: milliseconds::max() + 999 would wrap negative).
   const auto seconds = saturating_add<std::int64_t>(ttl.count(), 999) / 1000;
-  const auto answer = impl_->call("/v3/lease/grant", {{"TTL", std::to_string(seconds)}}, "lease grant");
+  const auto answer = impl_->call("/v3/lease/grant", {{"TTL", std::to_string(seconds)}},
+                                  "lease grant of " + std::to_string(seconds) + " s");
   if (const auto error = answer.value("error", std::string()); !error.empty())
     throw StoreError("etcd refused a lease of " + std::to_string(seconds) + " s: " + error);
   return get_i64(answer, "ID");

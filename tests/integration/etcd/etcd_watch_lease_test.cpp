@@ -161,3 +161,17 @@ TEST_CASE("etcd lease: keepalive holds a lease past its ttl, and revoke removes 
   CHECK_FALSE(s.try_get("counter").has_value());
   CHECK_THROWS_AS(s.lease_revoke(lease), ddp::StoreError);
 }
+
+// Rounding a TTL up to etcd's whole seconds saturates: milliseconds::max()
+// asks for the largest number of seconds, which etcd refuses, instead of
+// wrapping to a negative TTL (which etcd would raise to its minimum: a lease
+// of a few seconds where the caller asked for ever).
+TEST_CASE(
+    "etcd lease: the longest ttl is asked as whole seconds without wrapping, and etcd's refusal named") {
+  TempDir dir;
+  EtcdCluster etcd(dir.path());
+  EtcdStore s(etcd.options());
+  const auto max_seconds = std::to_string(std::chrono::milliseconds::max().count() / 1000);
+  CHECK_THROWS_WITH(s.lease_grant(std::chrono::milliseconds::max()),
+                    Contains("lease grant of " + max_seconds + " s") && Contains("too large lease TTL"));
+}
