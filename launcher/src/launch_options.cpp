@@ -280,8 +280,11 @@ const CLI::Option* find_long(const CLI::App& app, const std::string& name, bool 
 
 // argparse (torchrun's parser) takes any unambiguous prefix of a long option:
 // --nproc for --nproc_per_node, --nnode=1. Rewrites those to the full name, up
-// to the program, whose arguments are left alone.
-std::vector<std::string> expand_prefixes(const CLI::App& app, std::vector<std::string> argv) {
+// to the program, whose arguments are left alone. Each rewrite, as typed and
+// as rewritten, goes to `expanded` when given.
+std::vector<std::string> expand_prefixes(
+    const CLI::App& app, std::vector<std::string> argv,
+    std::vector<std::pair<std::string, std::string>>* expanded = nullptr) {
   for (std::size_t i = 1; i < argv.size(); ++i) {
     std::string& a = argv[i];
     if (a == "--" || a.size() < 2 || a[0] != '-') break;  // the program starts here
@@ -293,7 +296,9 @@ std::vector<std::string> expand_prefixes(const CLI::App& app, std::vector<std::s
       inline_value = eq != std::string::npos;
       opt = find_long(app, name, false);
       if (opt == nullptr && !name.empty() && (opt = find_long(app, name, true)) != nullptr) {
+        const std::string typed = a;
         a = "--" + opt->get_lnames().front() + (inline_value ? a.substr(eq) : "");
+        if (expanded != nullptr) expanded->emplace_back(typed, a);
       }
     } else {
       for (const CLI::Option* o : app.get_options()) {
@@ -307,6 +312,23 @@ std::vector<std::string> expand_prefixes(const CLI::App& app, std::vector<std::s
     if (opt != nullptr && opt->get_type_size() > 0 && !inline_value) ++i;
   }
   return argv;
+}
+
+// Warnings for abbreviations that are easy to type by mistake: torchrun's
+// workers take --local_rank, and given to the launcher it is a prefix of
+// --local_ranks_filter, which then hides every other rank's output (argparse
+// reads it the same way).
+std::vector<std::string> abbreviation_warnings(const CLI::App& app, const std::vector<std::string>& args) {
+  std::vector<std::pair<std::string, std::string>> expanded;
+  expand_prefixes(app, args, &expanded);
+  std::vector<std::string> out;
+  for (const auto& [typed, full] : expanded) {
+    if (full.rfind("--local_ranks_filter", 0) != 0) continue;
+    out.push_back(typed + " is read as " + full +
+                  " (an abbreviation): only those local ranks' output is shown; write --local_ranks_filter "
+                  "in full, or put --local_rank after the program for the program to read");
+  }
+  return out;
 }
 
 // A completion script for `shell` (bash, zsh, tcsh): ddprun's long flags, then
@@ -468,6 +490,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   App first(cl);
   if (auto early = parse_into(first, args)) return *early;
   const std::vector<std::string> cl_program = program_of(first.app);
+  std::vector<std::string> warnings = abbreviation_warnings(first.app, args);
   const auto file = load_config(cl, env);
   if (file) check_keys(first, *file);
 
@@ -535,6 +558,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   App cli(out.options);
   if (auto early = parse_into(cli, argv)) return *early;
   out.options.master_port_given = cli.app.get_option("--master_port")->count() > 0;
+  out.warnings = std::move(warnings);
   out.options.config = file ? file->path : "";
 
   std::string program_source = "none";

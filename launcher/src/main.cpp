@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     ddp::log::setup(parsed.options.log_level, "ddprun");
+    for (const auto& w : parsed.warnings) ddp::log::get("ddprun")->warn("{}", w);
     // The store a ddprun agent hosts is an implementation detail of the run:
     // its start and stop lines are for --log_level debug; its warnings stay.
     if (auto store_log = ddp::log::get("store.server"); store_log->level() == spdlog::level::info) {

@@ -279,3 +279,20 @@ TEST_CASE("a --hostfile launch whose ssh cannot run names the command, the host 
                                             ": No such file or directory\n"));
   CHECK_THAT(r.err, Catch::Contains("ddprun: error: host hostA: ssh failed"));
 }
+
+// torchrun's workers take --local_rank; given to the launcher it abbreviates
+// --local_ranks_filter (argparse reads it so too), so say so once.
+TEST_CASE("a --local_rank given to ddprun warns in one line that it is read as --local_ranks_filter") {
+  TempDir dir;
+  auto r = ddprun({"--nproc_per_node=2", "--local_rank=0", "--no_python", bin("fake_worker").string()}, dir,
+                  {{"FAKE_PRINT", "1"}});
+  REQUIRE(r.code == 0);
+  CHECK(count_lines(r.err, "--local_rank=0 is read as --local_ranks_filter=0 (an abbreviation)") == 1);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0]:out 0 of rank 0\n"));
+  CHECK(r.out.find("[rank 1]:") == std::string::npos);
+  // Written in full, or another abbreviation: no warning.
+  auto full = ddprun({"--nproc=2", "--local_ranks_filter=0", "--no_python", "/bin/true"}, dir);
+  INFO(full.err);
+  REQUIRE(full.code == 0);
+  CHECK(full.err.find("abbreviation") == std::string::npos);
+}

@@ -89,6 +89,9 @@ struct ParseOutcome {
   enum class Kind { kRun, kHelp, kVersion, kPrintConfig } kind = Kind::kRun;
   LaunchOptions options;
   std::string text;  // help, version or --print-config text to print
+  // One line each, for the caller to log once logging is set up: the command
+  // line parsed, but maybe not as the user meant.
+  std::vector<std::string> warnings;
 };
 
 // Parses argv (argv[0] is the program name). `env` supplies PET_* values
