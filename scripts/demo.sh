@@ -2,12 +2,19 @@
 # The main job on an embedded default: installs dependencies, builds, then trains
 # a small MLP with 4 worker processes under `ddprun --standalone` (Gloo on CPU).
 # Extra arguments go to the training program (e.g. --epochs 10).
+# The run's logs and checkpoint stay in the directory it prints (a new one
+# under $TMPDIR each run). DDP_DEMO_SKIP_SETUP=1 reuses build/ as it is,
+# without the install and build steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-scripts/build.sh
+if [[ "${DDP_DEMO_SKIP_SETUP:-0}" != 1 ]]; then
+  scripts/setup.sh
+  scripts/build.sh
+fi
 workdir=$(mktemp -d -t ddp-demo-XXXXXX)
-trap 'rm -rf "$workdir"' EXIT
-echo "demo: ddprun --standalone --nproc_per_node=4 build/bin/ddp-example-train (logs in $workdir)"
+echo "demo: ddprun --standalone --nproc_per_node=4 build/bin/ddp-example-train (logs in $workdir/logs)"
+rc=0
 build/bin/ddprun --standalone --nproc_per_node=4 --log_dir "$workdir/logs" \
-  build/bin/ddp-example-train --checkpoint "$workdir/model.ckpt" "$@"
+  build/bin/ddp-example-train --checkpoint "$workdir/model.ckpt" "$@" || rc=$?
+echo "demo: kept $workdir/logs and $workdir/model.ckpt (exit $rc); rm -rf $workdir removes them"
+exit "$rc"
