@@ -105,7 +105,7 @@ for n in "${counts[@]}"; do
       echo "$line" >>"$tmp/ddp2.runs"
     fi
   done
-  ok() { grep -v FAILED "$tmp/$1.runs" | field "$2" | median; }
+  ok() { { grep -v FAILED "$tmp/$1.runs" || true; } | field "$2" | median; }  # an empty file: nan
   failed=$(grep -c FAILED "$tmp/torch.runs" || true)
   d2=$(ok ddp2 total_s)
   ((${#dialect[@]} == 0)) || d2=same  # torch 2.x: the ddp column is already its protocol
