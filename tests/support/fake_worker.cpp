@@ -88,7 +88,7 @@ std::string open_fds() {
     if (ent->d_name[0] == '.') continue;
     const int fd = std::atoi(ent->d_name);
     if (fd == own) continue;
-    out += (out.empty() ? "" : ",") + std::to_string(fd);
+    out.append(out.empty() ? "" : ",").append(std::to_string(fd));
   }
   ::closedir(dir);
   return out;

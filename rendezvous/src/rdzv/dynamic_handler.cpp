@@ -94,7 +94,7 @@ std::string DynamicHandler::final_decision(int count, int workers, store::Revisi
   const auto left = monitor_->fence_until() - Clock::now();
   if (left > Clock::duration::zero()) {
     // Rounded up: a member must never wait less than the closer would.
-    value += " " + std::to_string(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+    value.append(" ").append(std::to_string(std::chrono::ceil<std::chrono::milliseconds>(left).count()));
   }
   return value;
 }

@@ -20,7 +20,7 @@ constexpr std::chrono::milliseconds kClosedJobBarrier{2000};
 std::string store_name(const RendezvousConfig& c) {
   if (const auto b = parse_backend(c.backend); b && uses_etcd(*b)) {
     std::string eps;
-    for (const auto& ep : c.etcd.endpoints) eps += (eps.empty() ? "" : ",") + ep.to_string();
+    for (const auto& ep : c.etcd.endpoints) eps.append(eps.empty() ? "" : ",").append(ep.to_string());
     return "etcd at " + (eps.empty() ? c.endpoint.to_string() : eps);
   }
   return "the rendezvous store at " + c.endpoint.to_string();

@@ -131,7 +131,8 @@ TEST_CASE("a killed daemon loses no acknowledged write and cuts a torn log tail"
   {
     Daemon d(dir.path(), {"--data-dir", data.string()});
     auto c = d.client();
-    for (int i = 0; i < 50; ++i) c->call(make_request(Op::kSet, {"k" + std::to_string(i)}, {"v"}));
+    for (int i = 0; i < 50; ++i)
+      c->call(make_request(Op::kSet, {std::string("k").append(std::to_string(i))}, {"v"}));
     d.proc->signal(SIGKILL);
     d.proc->wait(10s);
   }
@@ -187,7 +188,8 @@ TEST_CASE("16 clients hammering set/get/add leave an exact counter") {
         RawClient c(d.port);
         if (c.handshake() != Status::kOk) ++failures;
         for (int i = 0; i < kOps; ++i) {
-          const auto key = "c" + std::to_string(t) + "/" + std::to_string(i % 10);
+          const auto key =
+              std::string("c").append(std::to_string(t)).append("/").append(std::to_string(i % 10));
           if (c.call(make_request(Op::kSet, {key}, {std::to_string(i)})).status != Status::kOk) ++failures;
           auto got = c.call(make_request(Op::kGet, {key}, {}, 0, 1000));
           if (got.status != Status::kOk || got.items.at(0).value != std::to_string(i)) ++failures;

@@ -55,9 +55,10 @@ struct Run {
 std::set<std::string> set_keys(RawClient& c, int n, const std::string& prefix = "k") {
   std::set<std::string> acked;
   for (int i = 0; i < n; ++i) {
-    const auto key = prefix + std::to_string(i);
+    const auto key = std::string(prefix).append(std::to_string(i));
     try {
-      if (c.call(make_request(Op::kSet, {key}, {"v" + std::to_string(i)})).status == Status::kOk)
+      if (c.call(make_request(Op::kSet, {key}, {std::string("v").append(std::to_string(i))})).status ==
+          Status::kOk)
         acked.insert(key);
     } catch (const std::exception&) {
       break;  // the daemon crashed at a failpoint: this write was never acknowledged
@@ -261,7 +262,7 @@ TEST_CASE(
     const std::string value(16 * 1024, 'v');
     int refused = 0;
     for (int i = 0; i < 40 && refused == 0; ++i) {
-      const auto key = "k" + std::to_string(i);
+      const auto key = std::string("k").append(std::to_string(i));
       const auto resp = r.client->call(make_request(Op::kSet, {key}, {value}));
       if (resp.status == Status::kOk)
         acked.insert(key);

@@ -13,6 +13,9 @@ ddp::Context parse(std::map<std::string, std::string> vars) {
     return it->second;
   });
 }
+// Tests change a copy of this set with `vars[NAME] = std::string(VALUE)`:
+// assigning the literal itself makes GCC 12 warn (-Wrestrict, a false
+// positive on libstdc++'s string replace after a map copy, GCC bug 105651).
 const std::map<std::string, std::string> kHandSet{
     {"RANK", "1"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.5"}, {"MASTER_PORT", "29500"}};
 }  // namespace
@@ -30,13 +33,13 @@ TEST_CASE("hand-set env gives the ranks and rank 0's store on MASTER_ADDR:MASTER
 
 TEST_CASE("ddprun's DDP_STORE_ENDPOINT and DDP_STORE_PREFIX win over MASTER_ADDR") {
   auto vars = kHandSet;
-  vars["DDP_STORE_ENDPOINT"] = "node0:41000";
-  vars["DDP_STORE_PREFIX"] = "ddp/run1/r3/";
-  vars["LOCAL_RANK"] = "1";
-  vars["LOCAL_WORLD_SIZE"] = "2";
-  vars["GROUP_RANK"] = "0";
-  vars["TORCHELASTIC_RESTART_COUNT"] = "2";
-  vars["TORCHELASTIC_RUN_ID"] = "run1";
+  vars["DDP_STORE_ENDPOINT"] = std::string("node0:41000");
+  vars["DDP_STORE_PREFIX"] = std::string("ddp/run1/r3/");
+  vars["LOCAL_RANK"] = std::string("1");
+  vars["LOCAL_WORLD_SIZE"] = std::string("2");
+  vars["GROUP_RANK"] = std::string("0");
+  vars["TORCHELASTIC_RESTART_COUNT"] = std::string("2");
+  vars["TORCHELASTIC_RUN_ID"] = std::string("run1");
   const auto ctx = parse(vars);
   CHECK(ctx.store_endpoint == "node0:41000");
   CHECK(ctx.store_prefix == "ddp/run1/r3/");
@@ -47,7 +50,7 @@ TEST_CASE("ddprun's DDP_STORE_ENDPOINT and DDP_STORE_PREFIX win over MASTER_ADDR
 
 TEST_CASE("under torchrun's agent store the SDK's store moves to MASTER_PORT + 1") {
   auto vars = kHandSet;
-  vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = std::string("True");
   CHECK(parse(vars).store_endpoint == "10.0.0.5:29501");
 }
 
@@ -60,19 +63,19 @@ TEST_CASE("a missing RANK is reported naming the variable") {
 
 TEST_CASE("RANK >= WORLD_SIZE is reported with the allowed range") {
   auto vars = kHandSet;
-  vars["RANK"] = "4";
+  vars["RANK"] = std::string("4");
   CHECK_THROWS_WITH(parse(vars), "RANK=4 is out of range for WORLD_SIZE=4 (must be 0..3)");
 }
 
 TEST_CASE("non-numeric values name the variable and the value") {
   auto vars = kHandSet;
-  vars["WORLD_SIZE"] = "four";
+  vars["WORLD_SIZE"] = std::string("four");
   CHECK_THROWS_WITH(parse(vars), Catch::StartsWith("WORLD_SIZE='four' is not a number"));
   vars = kHandSet;
-  vars["MASTER_PORT"] = "70000";
+  vars["MASTER_PORT"] = std::string("70000");
   CHECK_THROWS_WITH(parse(vars), Catch::Contains("MASTER_PORT"));
   vars = kHandSet;
-  vars["RANK"] = "-1";
+  vars["RANK"] = std::string("-1");
   CHECK_THROWS_WITH(parse(vars), Catch::StartsWith("RANK='-1' is not a number"));
 }
 
@@ -87,8 +90,8 @@ TEST_CASE("without DDP_STORE_ENDPOINT, MASTER_ADDR and MASTER_PORT are required"
 
 TEST_CASE("LOCAL_RANK must be below LOCAL_WORLD_SIZE") {
   auto vars = kHandSet;
-  vars["LOCAL_RANK"] = "2";
-  vars["LOCAL_WORLD_SIZE"] = "2";
+  vars["LOCAL_RANK"] = std::string("2");
+  vars["LOCAL_WORLD_SIZE"] = std::string("2");
   CHECK_THROWS_WITH(parse(vars), Catch::StartsWith("LOCAL_RANK=2 is out of range"));
 }
 

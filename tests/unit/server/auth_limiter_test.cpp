@@ -58,6 +58,6 @@ TEST_CASE("auth limiter: the summary counts failures and refusals per period and
 TEST_CASE("auth limiter: the peer table stays bounded") {
   AuthLimiter lim;
   for (std::size_t i = 0; i < AuthLimiter::kMaxPeers + 50; ++i)
-    lim.record_failure("p" + std::to_string(i), t0);
+    lim.record_failure(std::string("p").append(std::to_string(i)), t0);
   CHECK(lim.peers() <= AuthLimiter::kMaxPeers);
 }

@@ -67,7 +67,8 @@ TEST_CASE("a failed snapshot leaves no snapshot.tmp and keeps the old files in u
   p.open(core, now);
   core.set_sink([&p](const Mutation& m) { p.append(m); });
   for (int i = 0; i < 20; ++i)
-    core.execute({Op::kSet, 1, 0, 0, {"k" + std::to_string(i)}, {std::string(100, 'v')}}, now);
+    core.execute({Op::kSet, 1, 0, 0, {std::string("k").append(std::to_string(i))}, {std::string(100, 'v')}},
+                 now);
   failpoints::arm("snapshot.rename=eio*1");
   CHECK_THROWS_AS(p.compact(core), PersistError);
   CHECK_FALSE(ddp::test::fs::exists(dir / "snapshot.tmp"));

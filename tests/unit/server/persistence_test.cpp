@@ -61,7 +61,8 @@ TEST_CASE("persistence compacts the log into a snapshot once it grows past the t
   p.open(core, now);
   attach(core, p);
   for (int i = 0; i < 100 && !p.wants_compaction(); ++i)
-    core.execute({Op::kSet, 1, 0, 0, {"k" + std::to_string(i)}, {std::string(100, 'v')}}, now);
+    core.execute({Op::kSet, 1, 0, 0, {std::string("k").append(std::to_string(i))}, {std::string(100, 'v')}},
+                 now);
   REQUIRE(p.wants_compaction());
   p.compact(core);
   CHECK_FALSE(p.wants_compaction());

@@ -93,7 +93,8 @@ TEST_CASE("multi_set events share one revision and reach the watcher together") 
 
 TEST_CASE("a watch from a revision older than the history is refused as compacted") {
   Harness h;  // history of 64 events
-  for (int i = 0; i < 200; ++i) h.run({Op::kSet, 1, 0, 0, {"k" + std::to_string(i)}, {"v"}});
+  for (int i = 0; i < 200; ++i)
+    h.run({Op::kSet, 1, 0, 0, {std::string("k").append(std::to_string(i))}, {"v"}});
   CHECK_FALSE(h.watch(1, "", 1));
   const auto compacted = h.core.history().compacted_revision();
   CHECK(compacted >= 200 - 64);
