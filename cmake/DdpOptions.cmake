@@ -13,6 +13,10 @@ if(DDP_FUZZ AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
                       "-DCMAKE_C_COMPILER=clang; Debian: apt-get install clang libclang-rt-14-dev")
 endif()
 option(DDP_BUILD_TESTS "Build the test suite" ON)
+# Warnings in ddp's own code (tests included) fail the build; headers of the
+# libraries it uses are system headers, whose warnings the compiler keeps to
+# itself. scripts/test.sh (CI) turns it on for the GCC build.
+option(DDP_WERROR "Treat warnings in ddp's own code as errors" OFF)
 
 if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
   set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)

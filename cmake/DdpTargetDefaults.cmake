@@ -4,6 +4,9 @@ function(ddp_target_defaults target)
   target_compile_features(${target} PUBLIC cxx_std_20)
   set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF POSITION_INDEPENDENT_CODE ON)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow)
+  if(DDP_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
   if(DDP_SANITIZE)
     # No recovery: a sanitizer report aborts the process, so a test cannot pass over it.
     target_compile_options(${target} PRIVATE -fsanitize=${DDP_SANITIZE} -fno-sanitize-recover=all
