@@ -31,6 +31,9 @@ import threading
 import time
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+PR_SET_MM = 35
+PR_SET_MM_MAP = 14
 MAX_REQUEST_BYTES = 16 << 20  # argv + env; ARG_MAX-sized envs fit
 # One connection that is slow, silent or hostile must cost only itself: the
 # zygote never blocks on one (every socket and pipe is non-blocking, served
@@ -366,7 +369,78 @@ def reset_signals():
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
-def become_worker(req, zygote_path_entries):
+class PrctlMmMap(ctypes.Structure):
+    """struct prctl_mm_map (linux/prctl.h): what PR_SET_MM_MAP sets of the process's layout."""
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "start_code", "end_code", "start_data", "end_data", "start_brk", "brk", "start_stack",
+        "arg_start", "arg_end", "env_start", "env_end", "auxv")] + [
+        ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
+
+
+def own_command_prefix():
+    """The zygote's command line before its script (`python3 -u`): how an exec'd worker's starts."""
+    own = open("/proc/self/cmdline", "rb").read().split(b"\0")[:-1]
+    script = os.fsencode(sys.argv[0])
+    return [os.fsdecode(a) for a in own[:own.index(script)]] if script in own else [sys.executable, "-u"]
+
+
+def write_in_place(start, end, strings):
+    """Overwrites [start, end) with the NUL-terminated `strings` that fit whole, then NULs."""
+    room = end - start
+    if room <= 0:
+        return
+    if len(strings) > room:
+        cut = strings.rfind(b"\0", 0, room)
+        strings = strings[:cut + 1]
+    ctypes.memmove(start, strings + b"\0" * (room - len(strings)), room)
+
+
+def show_as(argv, env):
+    """Makes this forked process look like the exec'd `argv` with `env` to ps, pgrep -f, py-spy and
+    whatever reads /proc/self/{cmdline,environ,comm}; sys.argv and os.environ are set elsewhere.
+
+    The kernel shows cmdline and environ from the memory between the process's
+    arg_start..arg_end and env_start..env_end: the zygote's own strings. They
+    are left as they are (a preloaded library may hold a getenv() pointer into
+    them) and the bounds are moved to a copy of the worker's, laid out as exec
+    lays them out: PR_SET_MM_MAP needs no capability for that (only for its
+    exe_fd, not given). Where the kernel refuses it (no CONFIG_CHECKPOINT_RESTORE,
+    a seccomp filter), the zygote's areas are overwritten with what fits of the
+    worker's strings, padded with NULs (docs/agent.md, "What `ps`, `pgrep -f`
+    and `/proc` show of a forked worker")."""
+    args = b"".join(os.fsencode(a) + b"\0" for a in argv)
+    envs = b"".join(os.fsencode(e) + b"\0" for e in env)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_NAME, os.fsencode(os.path.basename(argv[0]))[:15], 0, 0, 0)  # comm, as exec sets it
+    stat = open("/proc/self/stat", "rb").read()
+    fields = stat[stat.rindex(b")") + 2:].split()  # after the comm, which may hold spaces and ')'
+
+    def field(n):  # proc(5)'s numbering
+        return int(fields[n - 3])
+
+    libc.malloc.restype = ctypes.c_void_p
+    libc.sbrk.restype = ctypes.c_void_p
+    area = libc.malloc(len(args) + len(envs))  # never freed: the kernel reads it while the process lives
+    if area:
+        ctypes.memmove(area, args + envs, len(args) + len(envs))
+        layout = PrctlMmMap(start_code=field(26), end_code=field(27), start_data=field(45), end_data=field(46),
+                            start_brk=field(47), start_stack=field(28), arg_start=area,
+                            arg_end=area + len(args), env_start=area + len(args),
+                            env_end=area + len(args) + len(envs), auxv=0, auxv_size=0, exe_fd=0xFFFFFFFF)
+        # It sets brk as well: to the current one, again if malloc moved it in between.
+        for _ in range(3):
+            layout.brk = libc.sbrk(0)
+            done = libc.prctl(PR_SET_MM, PR_SET_MM_MAP, ctypes.byref(layout), ctypes.sizeof(layout), 0) == 0
+            if not done or libc.sbrk(0) == layout.brk:
+                break
+        if done:
+            return
+        libc.free(ctypes.c_void_p(area))
+    write_in_place(field(48), field(49), args)
+    write_in_place(field(50), field(51), envs)
+
+
+def become_worker(req, zygote_path_entries, command_prefix):
     """Turns this forked process into `python3 -u SCRIPT ARGS...` with the request's env and cwd."""
     import importlib.machinery
     import tokenize
@@ -379,6 +453,10 @@ def become_worker(req, zygote_path_entries):
     os.environ.update(env)
     script = req["argv"][0]
     sys.argv = list(req["argv"])
+    try:
+        show_as(command_prefix + sys.argv, req["env"])
+    except Exception:  # noqa: B902 - how the worker looks to ps must never keep it from running
+        pass
     # sys.path as the interpreter would build it for this env: the script's
     # directory, the worker's PYTHONPATH, then the zygote's path without its
     # own [0] and PYTHONPATH entries (the standard library, site-packages).
@@ -422,6 +500,7 @@ def run_script(code, main):
 
 
 def main():
+    command_prefix = own_command_prefix()
     args = sys.argv[1:]
     opts = dict(zip(args[0::2], args[1::2]))
     path, modules = opts["--socket"], [m for m in opts["--modules"].split(",") if m]
@@ -444,7 +523,7 @@ def main():
     server = Zygote(path)
     print("ready", flush=True)
     req = server.serve()
-    return become_worker(req, zygote_path_entries)
+    return become_worker(req, zygote_path_entries, command_prefix)
 
 
 if __name__ == "__main__":

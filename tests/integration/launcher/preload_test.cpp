@@ -1,12 +1,16 @@
 // --preload without torch (a stdlib module): the real ddprun and its zygote,
-// and a stranger on the zygote's socket. torch's own runs are in
+// a stranger on the zygote's socket, and what ps, pgrep and /proc show of a
+// forked worker. torch's own runs are in
 // tests/integration/torch/preload_test.cpp.
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
+#include <set>
+#include <sstream>
 
 #include "launcher_test_util.hpp"
 
@@ -69,4 +73,92 @@ TEST_CASE("a silent connection to the preload zygote delays neither a failure no
   CHECK_THAT(p.out(), Catch::Contains("attempt 1 forked True"));
   CHECK_THAT(p.err(), !Catch::Contains("did not answer"));
   ::close(silent);
+}
+
+namespace {
+
+// /proc/PID/NAME of a running process, or "" once it is gone.
+std::string proc_file(pid_t pid, const char* name) {
+  return read_file(fs::path("/proc") / std::to_string(pid) / name);
+}
+
+// The lines of `text` as a set (pgrep's pids).
+std::set<std::string> lines_of(const std::string& text) {
+  std::set<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.insert(line);
+  return out;
+}
+
+// `name` on PATH (procps' ps and pgrep), or "" when it is not there.
+std::string on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string d; std::getline(dirs, d, ':');) {
+    if (!d.empty() && ::access((fs::path(d) / name).c_str(), X_OK) == 0) return (fs::path(d) / name).string();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("ps, pgrep -f and /proc show a preloaded worker as the exec'd worker it replaces") {
+  TempDir dir;
+  const std::string python = "/usr/bin/python3";
+  const std::string ps_tool = on_path("ps");
+  const std::string pgrep_tool = on_path("pgrep");
+  if (::access(python.c_str(), X_OK) != 0 || ps_tool.empty() || pgrep_tool.empty()) {
+    WARN("SKIP: needs " << python << ", ps and pgrep (procps)");
+    return;
+  }
+  // The worker writes its pid and its environment as the kernel lays it out
+  // (os.environ keeps the C environment's order), then waits for the test.
+  const auto script = (dir / "find_me_train.py").string();
+  write_file(
+      script,
+      "import os, sys, time\n"
+      "parent = open('/proc/%d/cmdline' % os.getppid()).read()\n"
+      "print('argv', sys.argv[1:], 'forked', '--adopt-pid' in parent, flush=True)\n"
+      "env = b''.join(os.fsencode(k) + b'=' + os.fsencode(v) + b'\\0' for k, v in os.environ.items())\n"
+      "open(sys.argv[3] + '.tmp', 'wb').write(env)\n"
+      "os.rename(sys.argv[3] + '.tmp', sys.argv[3])\n"
+      "open(sys.argv[2] + '.tmp', 'w').write(str(os.getpid()))\n"
+      "os.rename(sys.argv[2] + '.tmp', sys.argv[2])\n"
+      "while not os.path.exists(sys.argv[4]):\n"
+      "    time.sleep(0.02)\n");
+  const std::string pid_file = (dir / "pid").string();
+  const std::string env_file = (dir / "env").string();
+  const std::string done_file = (dir / "done").string();
+  std::vector<std::string> args = {"--standalone", "--nproc_per_node=1", "--python", python};
+  bool forked = false;
+  SECTION("forked by the --preload zygote") {
+    args.insert(args.end(), {"--preload", "json"});
+    forked = true;
+  }
+  SECTION("exec'd (no --preload): what the forked worker must look like") {}
+  args.insert(args.end(), {script, "a b", pid_file, env_file, done_file});
+  Process p(ddprun_argv(args), dir.path(), clean_env({}), "ddprun");
+  REQUIRE(wait_until([&] { return fs::exists(pid_file) || !p.running(); }, 30s));
+  INFO(p.out() << p.err());
+  REQUIRE(fs::exists(pid_file));
+  const pid_t pid = std::stoi(read_file(pid_file));
+  CHECK_THAT(p.out(), Catch::Contains(std::string("forked ") + (forked ? "True" : "False")));
+
+  // What a user sees: the exact argv an exec'd worker has, its comm, its environment.
+  const std::string cmdline = python + '\0' + "-u" + '\0' + script + '\0' + "a b" + '\0' + pid_file + '\0' +
+                              env_file + '\0' + done_file + '\0';
+  CHECK(proc_file(pid, "cmdline") == cmdline);
+  CHECK(proc_file(pid, "comm") == "python3\n");
+  const std::string shown_env = proc_file(pid, "environ");
+  CHECK(shown_env == read_file(env_file));
+  CHECK_THAT(std::string(1, '\0') + shown_env, Catch::Contains(std::string("\0RANK=0\0", 8)) &&
+                                                   Catch::Contains(std::string("\0LOCAL_RANK=0\0", 14)));
+  const auto ps = run({ps_tool, "-o", "args=", "-p", std::to_string(pid)}, dir.path());
+  CHECK(ps.out == python + " -u " + script + " a b " + pid_file + " " + env_file + " " + done_file + "\n");
+  // pgrep -f finds the worker by its script (and ddprun, whose argv has it too).
+  const auto pgrep = run({pgrep_tool, "-f", "find_me_train"}, dir.path());
+  CHECK(lines_of(pgrep.out).count(std::to_string(pid)) == 1);
+
+  write_file(done_file, "");
+  CHECK(p.wait(30s) == 0);
 }
