@@ -36,6 +36,7 @@ WorkerTerminal AgentTerminal::plan(int local_rank, WorkerOutputOptions& out) {
   const int reader = cfg_.local_ranks_filter.empty() ? 0 : cfg_.local_ranks_filter.front();
   t.reads_terminal = relay_ && relay_->enabled() && local_rank == reader;
   t.null_stdin = !t.reads_terminal && ::isatty(0) != 0;
+  t.prefix_cols = display_columns(out.prefix.value_or("[rank " + std::to_string(out.rank) + "]:"));
   // A prompt ("(Pdb) ") has no newline: the reader's output streams too.
   out.stream_out = t.out_pty || (t.reads_terminal && out.console_out);
   out.stream_err = t.err_pty || (t.reads_terminal && out.console_err);
@@ -47,7 +48,7 @@ WorkerStdio AgentTerminal::open_stdio(int local_rank, WorkerTerminal& t) {
   WorkerStdio stdio;
   std::string error;
   if (t.out_pty || t.err_pty) {
-    const auto size = terminal_size(t.out_pty ? 1 : 2).value_or(winsize{});
+    const auto size = worker_window(terminal_size(t.out_pty ? 1 : 2).value_or(winsize{}), t.prefix_cols);
     if (t.out_pty && open_output_pty(size, stdio.out_read, stdio.out_write, error)) {
       t.out_master = stdio.out_read;
     }

@@ -288,7 +288,8 @@ void WorkerGroup::signal_all(int sig) {
 void WorkerGroup::resize_ptys(const winsize& size) {
   for (const auto& w : workers_) {
     if (!w.spawned || w.done || (w.terminal.out_master < 0 && w.terminal.err_master < 0)) continue;
-    ::ddp::agent::resize_ptys(w.terminal.out_master, w.terminal.err_master, size);
+    ::ddp::agent::resize_ptys(w.terminal.out_master, w.terminal.err_master,
+                              worker_window(size, w.terminal.prefix_cols));
     // The pseudo-terminal is no controlling terminal, so the kernel does not signal.
     runner_.signal_group(w.pid, SIGWINCH);
   }

@@ -4,8 +4,9 @@
 //
 // The console gets whole lines, or, in streaming mode (the console is a
 // terminal, or the worker answers a prompt), bytes as they arrive: the prefix
-// starts each line and follows each '\r', so a progress bar redrawn with '\r'
-// keeps its prefix, and a prompt without a newline shows at once.
+// goes before the text of each line and of each redraw after '\r', so a
+// progress bar redrawn with '\r' keeps its prefix, and a prompt without a
+// newline shows at once.
 //
 // Thread-safety: used from the agent's io thread only.
 #pragma once
@@ -74,7 +75,8 @@ class WorkerOutput {
     bool console = true;
     int console_fd = 1;
     bool stream = false;
-    bool at_line_start = true;  // streaming: the next byte starts a line
+    bool at_line_start = true;   // streaming: the next byte starts a line
+    bool line_prefixed = false;  // streaming: the screen line shows the prefix (after "text\r")
   };
   void emit_line(Channel& ch, StdStream stream, std::string_view line);
   void stream_console(Channel& ch, std::string_view bytes);

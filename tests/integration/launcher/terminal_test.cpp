@@ -6,6 +6,7 @@
 
 #include "launcher_test_util.hpp"
 #include "pty_session.hpp"
+#include "screen_model.hpp"
 
 using namespace ddp::test;
 using namespace ddp::test::launcher;
@@ -105,18 +106,70 @@ TEST_CASE("a progress bar redrawn with \\r reaches the screen at each update, pr
       "sys.stderr.write('\\n')\n");
   const std::string go = (dir / "go").string();
   PtySession s(ddprun_on(dir, {(dir / "bar.py").string(), go}), dir.path().string(), clean_env({}), 100, 30);
-  REQUIRE(s.wait_for("[rank 0]:tty True True 100 30"));
+  // The worker's window is the terminal's less the 9 columns of "[rank 0]:".
+  REQUIRE(s.wait_for("[rank 0]:tty True True 91 30"));
   for (int i = 1; i <= 3; ++i) {
     INFO(s.screen());
     // The prefix follows the '\r', so the redrawn line keeps it.
     REQUIRE(s.wait_for("\r[rank 0]:progress " + std::to_string(i) + "/3"));
     if (i == 2) {
       s.resize(120, 40);
-      REQUIRE(s.wait_for("resized 120 40"));
+      REQUIRE(s.wait_for("resized 111 40"));
     }
     write_file(go + std::to_string(i), "");
   }
   REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+}
+
+TEST_CASE("a bar as wide as the worker's terminal is redrawn on one screen line, prefixed once") {
+  TempDir dir;
+  // As tqdm draws it: '\r' first, then a line exactly as wide as the
+  // terminal the worker is told, twenty times, then '\n'.
+  write_file(dir / "bar.py",
+             "import os, sys\n"
+             "cols = os.get_terminal_size().columns\n"
+             "print('cols', cols, flush=True)\n"
+             "for i in range(1, 21):\n"
+             "    head = f'{i:2d}/20 |'\n"
+             "    body = '#' * ((cols - len(head) - 1) * i // 20)\n"
+             "    sys.stderr.write('\\r' + (head + body).ljust(cols - 1) + '|')\n"
+             "    sys.stderr.flush()\n"
+             "sys.stderr.write('\\n')\n");
+  constexpr int kCols = 100;
+  auto bar_rows = [](const std::vector<std::string>& rows) {
+    std::vector<std::string> out;
+    for (const auto& r : rows) {
+      if (r.find('|') != std::string::npos || r.find('#') != std::string::npos) out.push_back(r);
+    }
+    return out;
+  };
+  SECTION("with the default prefix") {
+    PtySession s(ddprun_on(dir, {(dir / "bar.py").string()}), dir.path().string(), clean_env({}), kCols, 30);
+    REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+    const std::string screen = s.screen();
+    INFO(screen);
+    CHECK_THAT(screen, Catch::Contains("[rank 0]:cols 91"));
+    const auto rows = bar_rows(screen_rows(screen, kCols));
+    INFO(rows.size() << " rows of bar");
+    // Redrawn in place: one row, the last update, prefixed once and ending
+    // at the right margin.
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].rfind("[rank 0]:20/20 |####", 0) == 0);
+    CHECK(rows[0].size() == static_cast<std::size_t>(kCols));
+    CHECK(screen.find("[rank 0]:\r") == std::string::npos);
+  }
+  SECTION("with --no_prefix the worker gets the whole width") {
+    PtySession s(ddprun_on(dir, {"--no_prefix", (dir / "bar.py").string()}), dir.path().string(),
+                 clean_env({}), kCols, 30);
+    REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+    const std::string screen = s.screen();
+    INFO(screen);
+    CHECK_THAT(screen, Catch::Contains("cols 100"));
+    const auto rows = bar_rows(screen_rows(screen, kCols));
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].rfind("20/20 |####", 0) == 0);
+    CHECK(rows[0].size() == static_cast<std::size_t>(kCols));
+  }
 }
 
 TEST_CASE("with output to a file workers see no terminal and lines arrive whole") {
