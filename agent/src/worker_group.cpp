@@ -158,7 +158,12 @@ void WorkerGroup::start(const GroupLaunch& launch) {
         [this, lr, att = attempt_](pid_t pid, const std::string& error) {
           if (att == attempt_) on_spawned(lr, pid, error);
         },
-        terminal_.open_stdio(lr, w.terminal), std::move(zygote));
+        terminal_.open_stdio(lr, w.terminal,
+                             [this, lr, att = attempt_](std::string_view bytes) {
+                               if (att == attempt_)
+                                 workers_[static_cast<std::size_t>(lr)].output->echo(bytes);
+                             }),
+        std::move(zygote));
   }
 }
 

@@ -129,6 +129,12 @@ void WorkerOutput::feed(StdStream stream, std::string_view bytes) {
   }
 }
 
+void WorkerOutput::echo(std::string_view bytes) {
+  const bool* open_line = options_.console_line->at_line_start;
+  Channel& ch = open_line == &err_.at_line_start && err_.stream && err_.console ? err_ : out_;
+  if (ch.stream && ch.console) stream_console(ch, bytes);
+}
+
 void WorkerOutput::finish() {
   for (auto stream : {StdStream::kOut, StdStream::kErr}) {
     Channel& ch = channel(stream);

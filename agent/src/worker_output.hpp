@@ -64,6 +64,10 @@ class WorkerOutput {
   WorkerOutput& operator=(const WorkerOutput&) = delete;
 
   void feed(StdStream stream, std::string_view bytes);
+  // What the worker's stdin pty echoes of the user's typing: to the console as
+  // the worker's own streamed output, continuing whichever of its streams left
+  // the line open (input() prompts on stderr), but not to its log files.
+  void echo(std::string_view bytes);
   // Emits a last line that had no newline. Call once the worker's pipes closed.
   void finish();
   const std::deque<std::string>& stderr_tail() const { return tail_; }

@@ -35,14 +35,15 @@ std::vector<std::string> screen_rows(const std::string& bytes, int cols) {
       if (j < bytes.size() && bytes[j] == '[') {
         ++j;
         std::string params;
-        while (j < bytes.size() && (std::isdigit(static_cast<unsigned char>(bytes[j])) != 0 || bytes[j] == ';' ||
-                                    bytes[j] == '?')) {
+        while (j < bytes.size() && (std::isdigit(static_cast<unsigned char>(bytes[j])) != 0 ||
+                                    bytes[j] == ';' || bytes[j] == '?')) {
           params += bytes[j++];
         }
         const int n = params.empty() || params[0] == '?' ? 1 : std::max(1, std::atoi(params.c_str()));
         const char f = j < bytes.size() ? bytes[j] : '\0';
         auto& line = rows[row];
-        if (f == 'K' && static_cast<std::size_t>(col) < line.size()) line.resize(static_cast<std::size_t>(col));
+        if (f == 'K' && static_cast<std::size_t>(col) < line.size())
+          line.resize(static_cast<std::size_t>(col));
         if (f == 'A') row = row >= static_cast<std::size_t>(n) ? row - static_cast<std::size_t>(n) : 0;
         if (f == 'B') row += static_cast<std::size_t>(n);
         if (f == 'C') col = std::min(cols - 1, col + n);

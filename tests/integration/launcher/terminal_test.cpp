@@ -1,7 +1,9 @@
 // ddprun at a terminal, as a torchrun user meets it: breakpoint()/input() in
-// a worker, Ctrl-C at a prompt, progress bars redrawn with '\r', isatty and
-// the window size in workers. ddprun runs on a real pseudo-terminal; the
-// assertions are on what appears on the screen, and before what.
+// a worker (with readline's editing, history and completion), Ctrl-C at a
+// prompt, progress bars redrawn with '\r', isatty and the window size in
+// workers. ddprun runs on a real pseudo-terminal; the assertions are on what
+// appears on the screen, and before what.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "launcher_test_util.hpp"
@@ -53,6 +55,50 @@ TEST_CASE("breakpoint() in rank 0 prompts on the terminal and reads what the use
   CHECK_THAT(s.screen(), Catch::Contains("[rank 1]:stdin is /dev/null"));
 }
 
+TEST_CASE("pdb in rank 0 edits lines, recalls history and completes names, as at a terminal") {
+  TempDir dir;
+  write_file(dir / "debug.py",
+             "import os\n"
+             "if os.environ['RANK'] == '0':\n"
+             "    x = 6\n"
+             "    unique_thing = 5\n"
+             "    breakpoint()\n"
+             "    print('after', x)\n");
+  constexpr int kCols = 100;
+  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", (dir / "debug.py").string()}), dir.path().string(),
+               clean_env({}), kCols, 30);
+  // Each line typed at its prompt, as a user would; Enter is '\r' on a terminal.
+  std::size_t at = 0;
+  auto at_prompt = [&](const std::string& keys) {
+    INFO(s.screen());
+    REQUIRE(s.wait_for("(Pdb) ", std::chrono::seconds(20), at));
+    at = s.screen().find("(Pdb) ", at) + 1;
+    s.type(keys);
+  };
+  at_prompt("p x * 7\r");
+  at_prompt("\x1b[A\r");  // Up-arrow: the last command again
+  at_prompt("p uniq\t");  // Tab completes the name
+  REQUIRE(s.wait_for("unique_thing", std::chrono::seconds(20), at));
+  s.type("\r");
+  at_prompt("p 1+1\x1b[D\x1b[D\x1b[D9\r");  // Left-arrow three times, then insert
+  at_prompt("c\r");
+  REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+  const std::string screen = s.screen();
+  INFO(screen);
+  const auto rows = screen_rows(screen, kCols);
+  auto count = [&](const std::string& row) { return std::count(rows.begin(), rows.end(), row); };
+  CHECK(count("[rank 0]:(Pdb) p x * 7") == 2);
+  CHECK(count("[rank 0]:42") == 2);
+  CHECK(count("[rank 0]:(Pdb) p unique_thing") == 1);
+  CHECK(count("[rank 0]:5") == 1);
+  CHECK(count("[rank 0]:(Pdb) p 91+1") == 1);
+  CHECK(count("[rank 0]:92") == 1);
+  CHECK(count("[rank 0]:after 6") == 1);
+  CHECK(screen.find("SyntaxError") == std::string::npos);
+  // ddprun gives the terminal back as it found it.
+  CHECK(s.cooked());
+}
+
 TEST_CASE("input() in the --local_ranks_filter rank reads the terminal") {
   TempDir dir;
   write_file(dir / "ask.py",
@@ -66,6 +112,10 @@ TEST_CASE("input() in the --local_ranks_filter rank reads the terminal") {
   REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
   INFO(s.screen());
   CHECK_THAT(s.screen(), Catch::Contains("[rank 1]:hello ada"));
+  // The echo of what was typed continues the prompt's line (input() writes
+  // the prompt to stderr, the echo comes on rank 1's stdin terminal).
+  const auto rows = screen_rows(s.screen(), 100);
+  CHECK(std::count(rows.begin(), rows.end(), "[rank 1]:name? ada") == 1);
 }
 
 TEST_CASE("Ctrl-C at a pdb prompt stops every worker and ddprun exits 130") {
@@ -87,6 +137,7 @@ TEST_CASE("Ctrl-C at a pdb prompt stops every worker and ddprun exits 130") {
   const auto code = s.wait(std::chrono::seconds(60));
   INFO(s.screen());
   CHECK(code == std::optional<int>(130));
+  CHECK(s.cooked());  // the terminal edits and echoes lines again
 }
 
 TEST_CASE("a progress bar redrawn with \\r reaches the screen at each update, prefixed") {
