@@ -36,6 +36,7 @@ WorkerTerminal AgentTerminal::plan(int local_rank, WorkerOutputOptions& out) {
   const int reader = cfg_.local_ranks_filter.empty() ? 0 : cfg_.local_ranks_filter.front();
   t.reads_terminal = relay_ && relay_->enabled() && local_rank == reader;
   t.null_stdin = !t.reads_terminal && ::isatty(0) != 0;
+  t.prefix_cols = display_columns(out.prefix.value_or("[rank " + std::to_string(out.rank) + "]:"));
   // A prompt ("(Pdb) ") has no newline: the reader's output streams too.
   out.stream_out = t.out_pty || (t.reads_terminal && out.console_out);
   out.stream_err = t.err_pty || (t.reads_terminal && out.console_err);
@@ -43,11 +44,12 @@ WorkerTerminal AgentTerminal::plan(int local_rank, WorkerOutputOptions& out) {
   return t;
 }
 
-WorkerStdio AgentTerminal::open_stdio(int local_rank, WorkerTerminal& t) {
+WorkerStdio AgentTerminal::open_stdio(int local_rank, WorkerTerminal& t,
+                                      std::function<void(std::string_view)> echo) {
   WorkerStdio stdio;
   std::string error;
   if (t.out_pty || t.err_pty) {
-    const auto size = terminal_size(t.out_pty ? 1 : 2).value_or(winsize{});
+    const auto size = worker_window(terminal_size(t.out_pty ? 1 : 2).value_or(winsize{}), t.prefix_cols);
     if (t.out_pty && open_output_pty(size, stdio.out_read, stdio.out_write, error)) {
       t.out_master = stdio.out_read;
     }
@@ -59,7 +61,19 @@ WorkerStdio AgentTerminal::open_stdio(int local_rank, WorkerTerminal& t) {
       log_->warn("workers get pipes, not a terminal: {}", error);
     }
   }
-  if (t.reads_terminal) {
+  if (t.reads_terminal && t.out_master >= 0) {
+    // As under torchrun, stdin and stdout are terminals: Python's input() and
+    // pdb use readline. Its width is the output's, less the prefix.
+    const auto size = worker_window(terminal_size(1).value_or(winsize{}), t.prefix_cols);
+    if (const int in = relay_->open_pty(size, std::move(echo), error); in >= 0) {
+      stdio.in = in;
+      reader_prefix_cols_ = t.prefix_cols;
+    } else {
+      log_->warn("local_rank={} reads the terminal without line editing: {}", local_rank, error);
+      error.clear();
+    }
+  }
+  if (t.reads_terminal && stdio.in == WorkerStdio::kInherit) {
     stdio.in = relay_->open_pipe(error);
     if (stdio.in < 0) {
       log_->warn("local_rank={} cannot read the terminal: {}", local_rank, error);
@@ -77,6 +91,7 @@ void AgentTerminal::close_input() {
 
 void AgentTerminal::on_window_change() {
   if (const auto size = terminal_size(1) ? terminal_size(1) : terminal_size(2)) {
+    if (relay_) relay_->resize(worker_window(*size, reader_prefix_cols_));
     if (resized_) resized_(*size);
   }
   winch_->async_wait([this](boost::system::error_code ec, int) {

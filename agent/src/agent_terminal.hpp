@@ -36,8 +36,10 @@ class AgentTerminal {
   // Which of local rank's streams get a pty and whether it reads the terminal;
   // sets the matching streaming options in `out`.
   WorkerTerminal plan(int local_rank, WorkerOutputOptions& out);
-  // Opens the ptys and the stdin relay `t` asks for (and records the masters in it).
-  WorkerStdio open_stdio(int local_rank, WorkerTerminal& t);
+  // Opens the ptys and the stdin relay `t` asks for (and records the masters in
+  // it). A worker reading the terminal whose stdout is a pty gets a pty as
+  // stdin too (readline works), whose echo goes to `echo`; otherwise a pipe.
+  WorkerStdio open_stdio(int local_rank, WorkerTerminal& t, std::function<void(std::string_view)> echo);
   // A worker waiting at a prompt reads EOF (the workers are being stopped).
   void close_input();
 
@@ -52,6 +54,7 @@ class AgentTerminal {
   std::function<void(const winsize&)> resized_;
   std::shared_ptr<ConsoleLine> console_line_ = std::make_shared<ConsoleLine>();
   bool pty_warned_ = false;
+  int reader_prefix_cols_ = 0;  // the prefix of the worker whose stdin is a pty
 };
 
 }  // namespace ddp::agent

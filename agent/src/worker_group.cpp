@@ -158,7 +158,12 @@ void WorkerGroup::start(const GroupLaunch& launch) {
         [this, lr, att = attempt_](pid_t pid, const std::string& error) {
           if (att == attempt_) on_spawned(lr, pid, error);
         },
-        terminal_.open_stdio(lr, w.terminal), std::move(zygote));
+        terminal_.open_stdio(lr, w.terminal,
+                             [this, lr, att = attempt_](std::string_view bytes) {
+                               if (att == attempt_)
+                                 workers_[static_cast<std::size_t>(lr)].output->echo(bytes);
+                             }),
+        std::move(zygote));
   }
 }
 
@@ -288,7 +293,8 @@ void WorkerGroup::signal_all(int sig) {
 void WorkerGroup::resize_ptys(const winsize& size) {
   for (const auto& w : workers_) {
     if (!w.spawned || w.done || (w.terminal.out_master < 0 && w.terminal.err_master < 0)) continue;
-    ::ddp::agent::resize_ptys(w.terminal.out_master, w.terminal.err_master, size);
+    ::ddp::agent::resize_ptys(w.terminal.out_master, w.terminal.err_master,
+                              worker_window(size, w.terminal.prefix_cols));
     // The pseudo-terminal is no controlling terminal, so the kernel does not signal.
     runner_.signal_group(w.pid, SIGWINCH);
   }

@@ -129,6 +129,12 @@ void WorkerOutput::feed(StdStream stream, std::string_view bytes) {
   }
 }
 
+void WorkerOutput::echo(std::string_view bytes) {
+  const bool* open_line = options_.console_line->at_line_start;
+  Channel& ch = open_line == &err_.at_line_start && err_.stream && err_.console ? err_ : out_;
+  if (ch.stream && ch.console) stream_console(ch, bytes);
+}
+
 void WorkerOutput::finish() {
   for (auto stream : {StdStream::kOut, StdStream::kErr}) {
     Channel& ch = channel(stream);
@@ -180,16 +186,24 @@ void WorkerOutput::stream_console(Channel& ch, std::string_view bytes) {
   end_foreign_line(ch);
   std::string text;
   text.reserve(bytes.size() + prefix_.size() * 2);
-  while (!bytes.empty()) {
-    if (ch.at_line_start) text.append(prefix_);
-    ch.at_line_start = false;
+  while (true) {
     const auto end = bytes.find_first_of("\r\n");
-    if (end == std::string_view::npos) {
-      text.append(bytes);
-      break;
+    const auto chunk = bytes.substr(0, end);
+    // The prefix goes before text, not before a bare '\r' (tqdm starts with
+    // one: "[rank 0]:\r[rank 0]:" would show the prefix twice where a line
+    // wraps), nor before the '\n' of a "\r\n" ending a prefixed line. An
+    // empty line ("\n" alone) is prefixed, as in whole-line mode.
+    const bool empty_line = chunk.empty() && end != std::string_view::npos && bytes[end] == '\n';
+    if (ch.at_line_start && (!chunk.empty() || (empty_line && !ch.line_prefixed))) {
+      text.append(prefix_);
+      ch.line_prefixed = true;
     }
-    text.append(bytes.substr(0, end + 1));
+    text.append(chunk);
+    if (!chunk.empty()) ch.at_line_start = false;
+    if (end == std::string_view::npos) break;
+    text.push_back(bytes[end]);
     ch.at_line_start = true;
+    if (bytes[end] == '\n') ch.line_prefixed = false;
     bytes.remove_prefix(end + 1);
   }
   write_fully(ch.console_fd, text);

@@ -4,8 +4,9 @@
 //
 // The console gets whole lines, or, in streaming mode (the console is a
 // terminal, or the worker answers a prompt), bytes as they arrive: the prefix
-// starts each line and follows each '\r', so a progress bar redrawn with '\r'
-// keeps its prefix, and a prompt without a newline shows at once.
+// goes before the text of each line and of each redraw after '\r', so a
+// progress bar redrawn with '\r' keeps its prefix, and a prompt without a
+// newline shows at once.
 //
 // Thread-safety: used from the agent's io thread only.
 #pragma once
@@ -63,6 +64,10 @@ class WorkerOutput {
   WorkerOutput& operator=(const WorkerOutput&) = delete;
 
   void feed(StdStream stream, std::string_view bytes);
+  // What the worker's stdin pty echoes of the user's typing: to the console as
+  // the worker's own streamed output, continuing whichever of its streams left
+  // the line open (input() prompts on stderr), but not to its log files.
+  void echo(std::string_view bytes);
   // Emits a last line that had no newline. Call once the worker's pipes closed.
   void finish();
   const std::deque<std::string>& stderr_tail() const { return tail_; }
@@ -74,7 +79,8 @@ class WorkerOutput {
     bool console = true;
     int console_fd = 1;
     bool stream = false;
-    bool at_line_start = true;  // streaming: the next byte starts a line
+    bool at_line_start = true;   // streaming: the next byte starts a line
+    bool line_prefixed = false;  // streaming: the screen line shows the prefix (after "text\r")
   };
   void emit_line(Channel& ch, StdStream stream, std::string_view line);
   void stream_console(Channel& ch, std::string_view bytes);

@@ -5,6 +5,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "ddp/common/error.hpp"
@@ -14,6 +15,23 @@ namespace ddp::agent {
 std::optional<struct winsize> terminal_size(int fd) {
   struct winsize ws {};
   if (::isatty(fd) == 0 || ::ioctl(fd, TIOCGWINSZ, &ws) != 0) return std::nullopt;
+  return ws;
+}
+
+int display_columns(const std::string& text) {
+  int cols = 0;
+  for (const char c : text) {
+    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++cols;  // not a continuation byte
+  }
+  return cols;
+}
+
+struct winsize worker_window(const struct winsize& terminal, int prefix_cols) {
+  struct winsize ws = terminal;
+  if (ws.ws_col == 0 || prefix_cols <= 0) return ws;
+  const int cols = std::max(1, static_cast<int>(ws.ws_col) - prefix_cols);
+  ws.ws_xpixel = static_cast<unsigned short>(ws.ws_xpixel * cols / ws.ws_col);
+  ws.ws_col = static_cast<unsigned short>(cols);
   return ws;
 }
 

@@ -37,10 +37,23 @@ struct WorkerTerminal {
   bool null_stdin = false;      // stdin is /dev/null (the agent's stdin is a terminal)
   int out_master = -1;          // the agent's ends, for window size changes
   int err_master = -1;
+  // Columns the console line prefix takes: the worker's window is that much
+  // narrower than the agent's terminal, so a line the worker fits to its width
+  // (a progress bar) still fits once prefixed, and '\r' redraws it in place.
+  int prefix_cols = 0;
 };
 
 // The window size of `fd` if it is a terminal.
 std::optional<struct winsize> terminal_size(int fd);
+
+// Columns `text` takes on a terminal: one per UTF-8 character (wide
+// characters and escape sequences in a prefix are not expected).
+int display_columns(const std::string& text);
+
+// The window a worker's pseudo-terminal gets: the agent's terminal less
+// `prefix_cols` columns, at least one column wide (a terminal of unknown
+// size, 0 columns, stays unknown).
+struct winsize worker_window(const struct winsize& terminal, int prefix_cols);
 
 // Opens a pseudo-terminal pair for one output stream of a worker, sized
 // `size`, both ends close-on-exec. '\n' stays '\n' on the way through (no

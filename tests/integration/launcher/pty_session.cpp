@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -91,6 +92,12 @@ void PtySession::resize(int cols, int rows) {
   ws.ws_col = static_cast<unsigned short>(cols);
   ws.ws_row = static_cast<unsigned short>(rows);
   ::ioctl(master_, TIOCSWINSZ, &ws);
+}
+
+bool PtySession::cooked() const {
+  struct termios tio {};
+  // On Linux the master reports the terminal's (the slave's) modes.
+  return ::tcgetattr(master_, &tio) == 0 && (tio.c_lflag & ICANON) != 0 && (tio.c_lflag & ECHO) != 0;
 }
 
 std::optional<int> PtySession::wait(std::chrono::milliseconds timeout) {

@@ -31,6 +31,9 @@ class PtySession {
   // Types `keys` (the terminal's line discipline applies: "\x03" is Ctrl-C).
   void type(const std::string& keys);
   void resize(int cols, int rows);
+  // Whether the terminal is in its usual (cooked) mode, editing lines and
+  // echoing them, as a shell expects it back.
+  bool cooked() const;
   // The exit code (128+N for a signal), or nullopt on timeout.
   std::optional<int> wait(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 

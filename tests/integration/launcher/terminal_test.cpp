@@ -1,11 +1,14 @@
 // ddprun at a terminal, as a torchrun user meets it: breakpoint()/input() in
-// a worker, Ctrl-C at a prompt, progress bars redrawn with '\r', isatty and
-// the window size in workers. ddprun runs on a real pseudo-terminal; the
-// assertions are on what appears on the screen, and before what.
+// a worker (with readline's editing, history and completion), Ctrl-C at a
+// prompt, progress bars redrawn with '\r', isatty and the window size in
+// workers. ddprun runs on a real pseudo-terminal; the assertions are on what
+// appears on the screen, and before what.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "launcher_test_util.hpp"
 #include "pty_session.hpp"
+#include "screen_model.hpp"
 
 using namespace ddp::test;
 using namespace ddp::test::launcher;
@@ -52,6 +55,50 @@ TEST_CASE("breakpoint() in rank 0 prompts on the terminal and reads what the use
   CHECK_THAT(s.screen(), Catch::Contains("[rank 1]:stdin is /dev/null"));
 }
 
+TEST_CASE("pdb in rank 0 edits lines, recalls history and completes names, as at a terminal") {
+  TempDir dir;
+  write_file(dir / "debug.py",
+             "import os\n"
+             "if os.environ['RANK'] == '0':\n"
+             "    x = 6\n"
+             "    unique_thing = 5\n"
+             "    breakpoint()\n"
+             "    print('after', x)\n");
+  constexpr int kCols = 100;
+  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", (dir / "debug.py").string()}), dir.path().string(),
+               clean_env({}), kCols, 30);
+  // Each line typed at its prompt, as a user would; Enter is '\r' on a terminal.
+  std::size_t at = 0;
+  auto at_prompt = [&](const std::string& keys) {
+    INFO(s.screen());
+    REQUIRE(s.wait_for("(Pdb) ", std::chrono::seconds(20), at));
+    at = s.screen().find("(Pdb) ", at) + 1;
+    s.type(keys);
+  };
+  at_prompt("p x * 7\r");
+  at_prompt("\x1b[A\r");  // Up-arrow: the last command again
+  at_prompt("p uniq\t");  // Tab completes the name
+  REQUIRE(s.wait_for("unique_thing", std::chrono::seconds(20), at));
+  s.type("\r");
+  at_prompt("p 1+1\x1b[D\x1b[D\x1b[D9\r");  // Left-arrow three times, then insert
+  at_prompt("c\r");
+  REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+  const std::string screen = s.screen();
+  INFO(screen);
+  const auto rows = screen_rows(screen, kCols);
+  auto count = [&](const std::string& row) { return std::count(rows.begin(), rows.end(), row); };
+  CHECK(count("[rank 0]:(Pdb) p x * 7") == 2);
+  CHECK(count("[rank 0]:42") == 2);
+  CHECK(count("[rank 0]:(Pdb) p unique_thing") == 1);
+  CHECK(count("[rank 0]:5") == 1);
+  CHECK(count("[rank 0]:(Pdb) p 91+1") == 1);
+  CHECK(count("[rank 0]:92") == 1);
+  CHECK(count("[rank 0]:after 6") == 1);
+  CHECK(screen.find("SyntaxError") == std::string::npos);
+  // ddprun gives the terminal back as it found it.
+  CHECK(s.cooked());
+}
+
 TEST_CASE("input() in the --local_ranks_filter rank reads the terminal") {
   TempDir dir;
   write_file(dir / "ask.py",
@@ -65,6 +112,10 @@ TEST_CASE("input() in the --local_ranks_filter rank reads the terminal") {
   REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
   INFO(s.screen());
   CHECK_THAT(s.screen(), Catch::Contains("[rank 1]:hello ada"));
+  // The echo of what was typed continues the prompt's line (input() writes
+  // the prompt to stderr, the echo comes on rank 1's stdin terminal).
+  const auto rows = screen_rows(s.screen(), 100);
+  CHECK(std::count(rows.begin(), rows.end(), "[rank 1]:name? ada") == 1);
 }
 
 TEST_CASE("Ctrl-C at a pdb prompt stops every worker and ddprun exits 130") {
@@ -86,6 +137,7 @@ TEST_CASE("Ctrl-C at a pdb prompt stops every worker and ddprun exits 130") {
   const auto code = s.wait(std::chrono::seconds(60));
   INFO(s.screen());
   CHECK(code == std::optional<int>(130));
+  CHECK(s.cooked());  // the terminal edits and echoes lines again
 }
 
 TEST_CASE("a progress bar redrawn with \\r reaches the screen at each update, prefixed") {
@@ -105,18 +157,70 @@ TEST_CASE("a progress bar redrawn with \\r reaches the screen at each update, pr
       "sys.stderr.write('\\n')\n");
   const std::string go = (dir / "go").string();
   PtySession s(ddprun_on(dir, {(dir / "bar.py").string(), go}), dir.path().string(), clean_env({}), 100, 30);
-  REQUIRE(s.wait_for("[rank 0]:tty True True 100 30"));
+  // The worker's window is the terminal's less the 9 columns of "[rank 0]:".
+  REQUIRE(s.wait_for("[rank 0]:tty True True 91 30"));
   for (int i = 1; i <= 3; ++i) {
     INFO(s.screen());
     // The prefix follows the '\r', so the redrawn line keeps it.
     REQUIRE(s.wait_for("\r[rank 0]:progress " + std::to_string(i) + "/3"));
     if (i == 2) {
       s.resize(120, 40);
-      REQUIRE(s.wait_for("resized 120 40"));
+      REQUIRE(s.wait_for("resized 111 40"));
     }
     write_file(go + std::to_string(i), "");
   }
   REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+}
+
+TEST_CASE("a bar as wide as the worker's terminal is redrawn on one screen line, prefixed once") {
+  TempDir dir;
+  // As tqdm draws it: '\r' first, then a line exactly as wide as the
+  // terminal the worker is told, twenty times, then '\n'.
+  write_file(dir / "bar.py",
+             "import os, sys\n"
+             "cols = os.get_terminal_size().columns\n"
+             "print('cols', cols, flush=True)\n"
+             "for i in range(1, 21):\n"
+             "    head = f'{i:2d}/20 |'\n"
+             "    body = '#' * ((cols - len(head) - 1) * i // 20)\n"
+             "    sys.stderr.write('\\r' + (head + body).ljust(cols - 1) + '|')\n"
+             "    sys.stderr.flush()\n"
+             "sys.stderr.write('\\n')\n");
+  constexpr int kCols = 100;
+  auto bar_rows = [](const std::vector<std::string>& rows) {
+    std::vector<std::string> out;
+    for (const auto& r : rows) {
+      if (r.find('|') != std::string::npos || r.find('#') != std::string::npos) out.push_back(r);
+    }
+    return out;
+  };
+  SECTION("with the default prefix") {
+    PtySession s(ddprun_on(dir, {(dir / "bar.py").string()}), dir.path().string(), clean_env({}), kCols, 30);
+    REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+    const std::string screen = s.screen();
+    INFO(screen);
+    CHECK_THAT(screen, Catch::Contains("[rank 0]:cols 91"));
+    const auto rows = bar_rows(screen_rows(screen, kCols));
+    INFO(rows.size() << " rows of bar");
+    // Redrawn in place: one row, the last update, prefixed once and ending
+    // at the right margin.
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].rfind("[rank 0]:20/20 |####", 0) == 0);
+    CHECK(rows[0].size() == static_cast<std::size_t>(kCols));
+    CHECK(screen.find("[rank 0]:\r") == std::string::npos);
+  }
+  SECTION("with --no_prefix the worker gets the whole width") {
+    PtySession s(ddprun_on(dir, {"--no_prefix", (dir / "bar.py").string()}), dir.path().string(),
+                 clean_env({}), kCols, 30);
+    REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+    const std::string screen = s.screen();
+    INFO(screen);
+    CHECK_THAT(screen, Catch::Contains("cols 100"));
+    const auto rows = bar_rows(screen_rows(screen, kCols));
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].rfind("20/20 |####", 0) == 0);
+    CHECK(rows[0].size() == static_cast<std::size_t>(kCols));
+  }
 }
 
 TEST_CASE("with output to a file workers see no terminal and lines arrive whole") {

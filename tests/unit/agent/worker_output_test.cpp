@@ -133,5 +133,36 @@ TEST_CASE("another worker's line first ends a streaming worker's unfinished line
   wa.feed(StdStream::kOut, "\rstep 1");
   wb.feed(StdStream::kOut, "hello\n");
   wa.feed(StdStream::kOut, "\rstep 2\n");
-  CHECK(console.drain() == "[rank 0]:\r[rank 0]:step 1\n[rank 1]:hello\n[rank 0]:\r[rank 0]:step 2\n");
+  CHECK(console.drain() == "\r[rank 0]:step 1\n[rank 1]:hello\n\r[rank 0]:step 2\n");
+}
+
+TEST_CASE("streaming puts the prefix before text only: a bare \\r or the \\n of \\r\\n gets none") {
+  Console out;
+  WorkerOutputOptions o;
+  o.console_out_fd = out.fds[1];
+  o.stream_out = true;
+  WorkerOutput w(o);
+  // tqdm's first update starts with '\r': one prefix, not "[rank 0]:\r[rank 0]:".
+  w.feed(StdStream::kOut, "\r  0%");
+  CHECK(out.drain() == "\r[rank 0]:  0%");
+  w.feed(StdStream::kOut, "\r100%\r\n");
+  CHECK(out.drain() == "\r[rank 0]:100%\r\n");
+  w.feed(StdStream::kOut, "\n\r\n");  // an empty line is prefixed, as whole lines are
+  CHECK(out.drain() == "[rank 0]:\n\r[rank 0]:\n");
+}
+
+TEST_CASE("a worker's window is the terminal's less the prefix, at least one column") {
+  winsize term{};
+  term.ws_col = 100;
+  term.ws_row = 30;
+  term.ws_xpixel = 1000;
+  CHECK(display_columns("[rank 0]:") == 9);
+  CHECK(display_columns("r\xc3\xa9:") == 3);  // UTF-8: one column per character
+  const auto ws = worker_window(term, 9);
+  CHECK(ws.ws_col == 91);
+  CHECK(ws.ws_row == 30);
+  CHECK(ws.ws_xpixel == 910);
+  CHECK(worker_window(term, 0).ws_col == 100);
+  CHECK(worker_window(term, 150).ws_col == 1);
+  CHECK(worker_window(winsize{}, 9).ws_col == 0);  // unknown stays unknown
 }

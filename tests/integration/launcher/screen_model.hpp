@@ -1,0 +1,20 @@
+// What a terminal of a given width shows for the bytes written to it: enough
+// of a VT100 to tell a line redrawn in place from lines that scroll. Handles
+// printable text (one column per UTF-8 character), auto-wrap at the right
+// margin (deferred, as xterm's), '\r', '\n', '\b', and the CSI sequences
+// K (erase to end of line) and A/B/C/D (cursor moves); other escape
+// sequences are skipped.
+//
+// Thread-safety: plain value type.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddp::test {
+
+// The rows written since the start, trailing blanks trimmed (the scrollback and
+// the screen as one list: rows that scrolled off stay in it).
+std::vector<std::string> screen_rows(const std::string& bytes, int cols);
+
+}  // namespace ddp::test
