@@ -352,6 +352,7 @@ void Agent::Impl::on_all_stopped() {
         // Closing follows; if the report fails the other nodes see the job end
         // without a cause.
         if (!hang_reported) rdzv->report_failure(reason);
+        result.failure = reason;
         fail_for_good("workers failed and max_restarts=" + std::to_string(cfg.max_restarts) + " is spent");
         return;
       }
@@ -453,6 +454,9 @@ void Agent::Impl::restart_after_remote_failure() {
   } else {
     // The only line on this node saying what went wrong: name the node,
     // rank and cause the failing node reported through the store.
+    if (const auto at = last_event_detail.find(rdzv::kReportedFailure); at != std::string::npos) {
+      result.failure = last_event_detail.substr(at + rdzv::kReportedFailure.size());
+    }
     fail_for_good("another node's workers failed and max_restarts=" + std::to_string(cfg.max_restarts) +
                       " is spent (" + last_event_detail + ")",
                   /*print=*/true);

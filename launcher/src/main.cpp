@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #include "ddp/agent/agent.hpp"
 #include "ddp/agent/worker_env.hpp"
@@ -12,12 +13,19 @@
 #include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/launcher/launch_options.hpp"
+#include "remote_streams.hpp"
 #include "ssh_launch.hpp"
 
 int main(int argc, char** argv) {
   // A closed console (`ddprun ... | head`) must not kill the agent and, through
   // the parent-death signal, the training; worker output is then dropped.
   std::signal(SIGPIPE, SIG_IGN);
+  // One agent of a --hosts job: its ssh -tt terminal merges stdout and
+  // stderr, so stderr lines go tagged (remote_streams.hpp), before any
+  // thread starts and until the last line is out.
+  const bool remote_agent = std::getenv(ddp::launcher::kRemoteAgentVar.data()) != nullptr;
+  std::optional<ddp::launcher::StderrChannel> remote_stderr;
+  if (remote_agent) remote_stderr.emplace();
   try {
     const std::vector<std::string> args(argv, argv + argc);
     const auto parsed = ddp::launcher::parse_command_line(args, ddp::agent::current_environment());
@@ -51,9 +59,13 @@ int main(int argc, char** argv) {
     ddp::agent::Agent agent(std::move(config));
     const auto result = agent.run();
     if (!result.error.empty()) std::cerr << "ddprun: error: " << result.error << std::endl;
+    // The launcher names the failed worker from this, whichever host ends first.
+    if (remote_stderr && !result.failure.empty())
+      remote_stderr->send(ddp::launcher::kCauseChannel, result.failure);
     if (result.abandon_process) {
       // A rendezvous call is still blocked in another thread; no workers exist.
       std::fflush(nullptr);
+      if (remote_stderr) remote_stderr->close();
       std::_Exit(result.exit_code);
     }
     return result.exit_code;

@@ -3,6 +3,9 @@
 // ends for any reason (this ddprun stopped, killed, or the network gone): it
 // then stops its workers, and nothing is left on that host. Each ssh gets
 // SIGTERM if this process dies (PR_SET_PDEATHSIG), which closes its connection.
+// The terminal merges the remote stdout and stderr; the remote ddprun tags
+// its stderr lines and its failure cause (remote_streams.hpp), and the relay
+// sorts them back onto our stdout and stderr.
 #include "ssh_launch.hpp"
 
 #include <fcntl.h>
@@ -14,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -27,9 +31,17 @@
 #include "ddp/common/logging.hpp"
 #include "ddp/common/token_file.hpp"
 #include "ddp/store/store_server.hpp"
+#include "remote_streams.hpp"
 
 namespace ddp::launcher {
 namespace {
+
+// After one host's workers failed, how long the others get, beyond
+// --stop_timeout, to close the rendezvous and send their last lines (the failed
+// host's report among them) before their ssh is stopped: they got the failure
+// through the store and end on their own, and a stopped ssh loses what is
+// still in flight.
+constexpr std::chrono::seconds kEndOnTheirOwn{5};
 
 // ssh's exit status for its own failures (connection refused or lost, bad
 // host key; ssh(1)); the forked child uses it too when it cannot exec ssh.
@@ -65,41 +77,83 @@ std::string random_id() {
 struct Host {
   RemoteHost spec;
   pid_t pid = -1;
-  int out_fd = -1;
-  std::thread reader;
+  std::thread out_reader;  // ssh's stdout: the remote terminal
+  std::thread err_reader;  // ssh's stderr: ssh's own messages
+  // Written by out_reader, read once it is joined: the remote ddprun's
+  // failure cause, and its last "ddprun: error: " line.
+  std::string failure;
+  std::string error;
 };
 
-// Copies a host's output to ours line by line, prefixed "HOST: ", without the
-// carriage returns of the remote pseudo-terminal.
-void relay(int fd, const std::string& prefix, std::mutex& mu) {
-  std::string pending;
+constexpr std::string_view kErrorPrefix = "ddprun: error: ";
+
+// Copies a host's output to our stdout (`channel` "") or stderr, line by line,
+// prefixed "HOST: ". One write per line: log lines of this process, written
+// without `mu`, do not cut into it.
+void emit(std::mutex& mu, std::string_view channel, const std::string& prefix, const std::string& line) {
+  const std::string text = prefix + line + "\n";
+  std::lock_guard lock(mu);
+  (channel.empty() ? std::cout : std::cerr) << text << std::flush;
+}
+
+// Feeds everything read from `fd` to `splitter`, then closes `fd`.
+void read_to_end(int fd, ChannelSplitter& splitter) {
   char buf[8192];
-  const auto emit = [&](const std::string& line) {
-    std::lock_guard lock(mu);
-    std::cout << prefix << line << '\n' << std::flush;
-  };
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    for (ssize_t i = 0; i < n; ++i) {
-      if (buf[i] == '\r') continue;
-      if (buf[i] == '\n') {
-        emit(pending);
-        pending.clear();
-      } else {
-        pending += buf[i];
-      }
+    splitter.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+  }
+  splitter.finish();
+  ::close(fd);
+}
+
+// The remote terminal: the remote stdout, its tagged stderr and failure cause.
+void relay_terminal(int fd, Host& h, std::mutex& mu) {
+  const std::string prefix = h.spec.name + ": ";
+  ChannelSplitter splitter([&](std::string_view channel, const std::string& line) {
+    if (channel == kCauseChannel) {
+      h.failure = line;
+      return;
+    }
+    if (!channel.empty() && line.rfind(kErrorPrefix, 0) == 0) h.error = line.substr(kErrorPrefix.size());
+    emit(mu, channel.empty() ? "" : kStderrChannel, prefix, line);
+  });
+  read_to_end(fd, splitter);
+}
+
+// ssh's own messages (cannot connect, host key, connection lost): stderr.
+void relay_ssh_errors(int fd, const std::string& host, std::mutex& mu) {
+  const std::string prefix = host + ": ";
+  ChannelSplitter splitter(
+      [&](std::string_view, const std::string& line) { emit(mu, kStderrChannel, prefix, line); });
+  read_to_end(fd, splitter);
+}
+
+// The job's last line when a host failed first (`rc` its ssh's code, or
+// 128+N when a signal killed it): the failed worker, rank and cause as the
+// remote agents reported it, else why that host ended.
+std::string failure_line(const std::vector<Host>& hosts, const Host& first, int rc, int killed_by) {
+  const std::string host = "host " + first.spec.name + ": ";
+  if (killed_by != 0) return host + "its ssh was killed by signal " + std::to_string(killed_by);
+  if (rc == kSshFailed) return host + "ssh failed or lost the connection (see its lines above)";
+  if (rc == exit_code(ExitCode::kFailed)) {
+    // Every host that knows the cause knows the same one (the failed node's
+    // report through the store): the line is the same whichever host ended first.
+    if (!first.failure.empty()) return "workers failed: " + first.failure;
+    for (const auto& h : hosts) {
+      if (!h.failure.empty()) return "workers failed: " + h.failure;
     }
   }
-  if (!pending.empty()) emit(pending);
-  ::close(fd);
+  return host + "ddprun exited with code " + std::to_string(rc) +
+         (first.error.empty() ? std::string() : ": " + first.error);
 }
 
 // This process has threads (the store's, the relays): between fork and exec
 // the child makes async-signal-safe calls only, and allocates nothing (a lock
 // another thread held at the fork, stdio's or malloc's, would stay held).
-pid_t spawn(const std::vector<std::string>& argv, int out_fd, const sigset_t& old_mask) {
+pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd, const sigset_t& old_mask) {
   std::vector<char*> cargv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
@@ -113,7 +167,7 @@ pid_t spawn(const std::vector<std::string>& argv, int out_fd, const sigset_t& ol
   const int null_fd = ::open("/dev/null", O_RDONLY);
   ::dup2(null_fd, 0);
   ::dup2(out_fd, 1);
-  ::dup2(out_fd, 2);
+  ::dup2(err_fd, 2);
   ::close_range(3, ~0U, 0);  // the store's sockets stay with this process
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   ::execvp(cargv[0], cargv.data());
@@ -246,11 +300,15 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
     std::vector<std::string> argv = ssh;
     argv.insert(argv.end(), {"-tt", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", h.spec.name, "--",
                              remote_command(cwd, forwarded, remote)});
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
-    h.pid = spawn(argv, fds[1], old_mask);
-    ::close(fds[1]);
-    h.reader = std::thread(relay, fds[0], h.spec.name + ": ", std::ref(out_mu));
+    int out[2];
+    int err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
+    if (::pipe2(err, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
+    h.pid = spawn(argv, out[1], err[1], old_mask);
+    ::close(out[1]);
+    ::close(err[1]);
+    h.out_reader = std::thread(relay_terminal, out[0], std::ref(h), std::ref(out_mu));
+    h.err_reader = std::thread(relay_ssh_errors, err[0], h.spec.name, std::ref(out_mu));
   }
 
   std::atomic<int> stop_signal{0};
@@ -262,15 +320,26 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
       if (h.pid > 0) ::kill(h.pid, SIGTERM);
     }
   };
+  // Set when a host's workers failed: the other hosts are stopped at this time
+  // unless they ended before (steady_clock ticks; 0: none).
+  std::atomic<std::chrono::steady_clock::rep> stop_at{0};
   std::thread signals([&] {
     const timespec tick{0, 100'000'000};
     while (!done) {
       const int s = sigtimedwait(&stop_set, nullptr, &tick);
       if (s > 0 && stop_signal.exchange(s) == 0) stop_all();
+      const auto at = stop_at.load();
+      if (at != 0 && std::chrono::steady_clock::now().time_since_epoch().count() >= at) {
+        stop_at = 0;
+        stop_all();
+      }
     }
   });
 
   int code = exit_code(ExitCode::kOk);
+  const Host* first_failed = nullptr;
+  int first_rc = 0;
+  int first_signal = 0;
   std::size_t running = hosts.size();
   while (running > 0) {
     int status = 0;
@@ -293,23 +362,38 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
         // the host is lost to this job (requeue-able, like a lost node).
         const bool lost = killed || rc == kSshFailed;
         code = lost ? exit_code(ExitCode::kRendezvous) : rc;
-        std::lock_guard lock(out_mu);
-        std::cerr << "ddprun: error: host " << h.spec.name << ": "
-                  << (killed ? "its ssh was killed by signal " + std::to_string(WTERMSIG(status))
-                      : rc == kSshFailed
-                          ? std::string("ssh failed or lost the connection (see its lines above)")
-                          : "ddprun exited with code " + std::to_string(rc))
-                  << "; stopping the other hosts" << std::endl;
-        stop_all();
+        first_failed = &h;
+        first_rc = rc;
+        first_signal = killed ? WTERMSIG(status) : 0;
+        // The error line waits for every host's last lines, so that it is ours last.
+        if (rc == exit_code(ExitCode::kFailed)) {
+          const auto grace = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::duration<double>(o.stop_timeout_s) + kEndOnTheirOwn);
+          stop_at = (std::chrono::steady_clock::now() + grace).time_since_epoch().count();
+          if (running > 0) {
+            log->info(
+                "host {} ended with code {}: the other hosts stop their workers (stopped in {:.1f} s if not)",
+                h.spec.name, rc, std::chrono::duration<double>(grace).count());
+          }
+        } else {
+          if (running > 0) log->info("host {} ended with code {}: stopping the other hosts", h.spec.name, rc);
+          stop_all();
+        }
       }
     }
   }
   done = true;
   signals.join();
-  for (auto& h : hosts) h.reader.join();
+  for (auto& h : hosts) {
+    h.out_reader.join();
+    h.err_reader.join();
+  }
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   server.stop();
   if (stop_signal != 0) return signal_exit_code(stop_signal);
+  if (first_failed != nullptr) {
+    std::cerr << kErrorPrefix << failure_line(hosts, *first_failed, first_rc, first_signal) << std::endl;
+  }
   return code;
 }
 

@@ -218,7 +218,7 @@ void StoreHandler::report_failure(const std::string& reason) {
   // delivers once, and whoever moves on first finds the marker already there.
   store_->compare_set(prefix_of(cur->round) + "ctl/ended", "",
                       encode_event(RoundEvent::kRestartRequested,
-                                   "node " + self_.node_id + " reported a failure: " + reason));
+                                   "node " + self_.node_id + std::string(kReportedFailure) + reason));
 }
 
 void StoreHandler::report_success() {

@@ -1,8 +1,10 @@
 #!/bin/bash
 # ddprun --hostfile / --hosts over real OpenSSH: two sshd started here on
 # 127.0.0.2 and 127.0.0.3 with a key generated for the test; a two-host job,
-# a failure on one host stopping the other, Ctrl-C, killing the launcher leaving no
-# worker on either host, a host's ssh connection dying, and an unreachable host.
+# a failure on one host stopping the other and named in the last line, every run,
+# the remote agents' logs on stderr and only the program's output on stdout,
+# Ctrl-C, killing the launcher leaving no worker on either host, a host's ssh
+# connection dying, and an unreachable host.
 #   ssh_test.sh BIN_DIR
 # Exits 77 (skipped) with the reason where sshd cannot run (not root).
 set -u
@@ -78,7 +80,7 @@ ssh -F "$TMP/ssh_config" -o BatchMode=yes h1 true >"$TMP/probe.out" 2>&1 || skip
 
 # The user's ssh config is ~/.ssh/config; the test brings its own.
 export DDP_SSH_COMMAND="ssh -F $TMP/ssh_config"
-export DDP_SSH_ENV=DDP_SSH_TEST,FAKE_ENV_DUMP,FAKE_PID_FILE,FAKE_HANG,FAKE_PRINT,FAKE_ONLY_RANK,FAKE_EXIT,FAKE_OTHERS_HANG
+export DDP_SSH_ENV=DDP_SSH_TEST,FAKE_ENV_DUMP,FAKE_PID_FILE,FAKE_HANG,FAKE_PRINT,FAKE_ONLY_RANK,FAKE_EXIT,FAKE_OTHERS_HANG,FAKE_ERROR_MESSAGE
 unset PET_NNODES PET_NPROC_PER_NODE PET_STANDALONE SLURM_JOB_ID SLURM_JOBID
 cd "$TMP" || exit 1
 printf '# two hosts\nh1 slots=2\nh2 slots=2  # the second\n' >hostfile
@@ -93,18 +95,44 @@ done
 [ "$(grep -h '^GROUP_RANK=' env/*.env | sort | uniq -c | awk '{print $1}' | tr '\n' ' ')" = "2 2 " ] ||
   fail "the ranks are not 2 per host"
 grep -q "^h1: \[rank [0-3]\]:" job.out && grep -q "^h2: \[rank [0-3]\]:" job.out || fail "lines are not prefixed with their host"
-grep -q $'\r' job.out && fail "the remote terminal's carriage returns reached the output"
-
-echo "== a failure on one host stops the other"
-FAKE_ONLY_RANK=3 FAKE_EXIT=3 FAKE_OTHERS_HANG=1 FAKE_PID_FILE=$TMP/fail.pids timeout 60 "$BIN/ddprun" \
-  --hosts h1,h2 --nproc_per_node=2 --local_addr=127.0.0.1 --stop_timeout=5 --no_python "$BIN/fake_worker" \
-  >fail.out 2>fail.log
-rc=$?
-[ "$rc" = 1 ] || fail "a failed worker gave exit $rc, not 1"
-grep -q "ddprun: error: host h[12]: ddprun exited with code 1; stopping the other hosts" fail.log || fail "no error line names the failed host"
-for p in $(awk '/ start / {print $1}' fail.pids); do
-  wait_for 100 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived the failed job"
+grep -q $'\r' job.out job.log && fail "the remote terminal's carriage returns reached the output"
+# The remote terminal merges stdout and stderr; they must come apart again, as
+# with a local ddprun: stdout holds the workers' stdout only (> out.jsonl stays clean).
+bad=$(grep -v '^h[12]: \[rank [0-3]\]:out 0 of rank [0-3]$' job.out)
+[ -z "$bad" ] || fail "stdout holds more than the workers' stdout: $bad"
+[ "$(wc -l <job.out)" = 4 ] || fail "stdout does not hold the 4 workers' lines"
+for h in h1 h2; do
+  grep -q "^$h: \[rank [0-3]\]:err 0 of rank [0-3]$" job.log || fail "$h's workers' stderr is not on stderr"
+  grep -q "^$h: .* ddprun \[agent\] \[info\] rendezvous complete" job.log || fail "$h's agent log is not on stderr"
 done
+grep -q $'\x1e' job.out job.log && fail "the stream tags reached the output"
+
+echo "== a failure on one host stops the other, and the last line names it every time"
+# Ranks follow the hosts' arrival order, so rank 3 is on either host: its
+# "[rank 3]:out" line on stdout says which. Both agents exit 1, in either order.
+# Which host ends first is a race: 10 runs, each must name rank 3's host.
+on_h2=0
+for run in 1 2 3 4 5 6 7 8 9 10; do
+  rm -f fail.pids
+  FAKE_PRINT=1 FAKE_ONLY_RANK=3 FAKE_EXIT=3 FAKE_ERROR_MESSAGE="bad batch 17" FAKE_OTHERS_HANG=1 \
+    FAKE_PID_FILE=$TMP/fail.pids timeout 60 "$BIN/ddprun" --hostfile hostfile --local_addr=127.0.0.1 \
+    --stop_timeout=5 --no_python "$BIN/fake_worker" >fail.out 2>fail.log
+  rc=$?
+  [ "$rc" = 1 ] || fail "run $run: a failed worker gave exit $rc, not 1"
+  failed=$(sed -n 's/^\(h[12]\): \[rank 3\]:out 0 of rank 3$/\1/p' fail.out)
+  [ -n "$failed" ] || fail "run $run: no stdout line of rank 3"
+  [ "$failed" = h2 ] && on_h2=$((on_h2 + 1))
+  last=$(tail -n 1 fail.log)
+  [ "$last" = "ddprun: error: workers failed: rank 3 on $failed: exit code 3 (bad batch 17)" ] ||
+    fail "run $run: rank 3 failed on $failed, but the last line is: $last"
+  [ "$(grep -c '^ddprun: error:' fail.log)" = 1 ] || fail "run $run: not one error line of the launcher's"
+  grep -q "^$failed: Root cause (first failure):" fail.log || fail "run $run: $failed's failure report is not on stderr"
+  grep -q -e 'Root cause' -e 'ddprun' fail.out && fail "run $run: the agents' lines reached stdout"
+  for p in $(awk '/ start / {print $1}' fail.pids); do
+    wait_for 100 "! kill -0 $p 2>/dev/null" || fail "run $run: worker $p outlived the failed job"
+  done
+done
+echo "rank 3 was on h2 in $on_h2 of 10 runs, on h1 in the others; each named right"
 
 echo "== Ctrl-C stops every host and exits 130"
 FAKE_HANG=1 FAKE_PID_FILE=$TMP/int.pids "$BIN/ddprun" --hosts h1,h2 --nproc_per_node=2 --local_addr=127.0.0.1 \
@@ -143,7 +171,8 @@ kill -KILL $SSH_H1
 wait $LAUNCHER
 rc=$?
 [ "$rc" = 3 ] || fail "a lost connection gave exit $rc, not 3"
-grep -q "ddprun: error: host h1: its ssh was killed by signal 9; stopping the other hosts" cut.log || fail "no error line names the host whose connection died"
+[ "$(tail -n 1 cut.log)" = "ddprun: error: host h1: its ssh was killed by signal 9" ] ||
+  fail "the last line does not name the host whose connection died"
 for p in $(awk '/ start / {print $1}' cut.pids); do
   wait_for 150 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived its host's ssh connection"
 done
@@ -152,5 +181,8 @@ echo "== an unreachable host is exit 3 naming it"
 timeout 60 "$BIN/ddprun" --hosts h1,127.0.0.1:1 --local_addr=127.0.0.1 --no_python /bin/true >down.out 2>down.log
 rc=$?
 [ "$rc" = 3 ] || fail "an unreachable host gave exit $rc, not 3"
-grep -q "ddprun: error: host 127.0.0.1: ssh failed or lost the connection" down.log || fail "no error line names the unreachable host"
+[ "$(tail -n 1 down.log)" = "ddprun: error: host 127.0.0.1: ssh failed or lost the connection (see its lines above)" ] ||
+  fail "the last line does not name the unreachable host"
+grep -q "^127.0.0.1: ssh: connect to host 127.0.0.1 port [0-9]*: " down.log || fail "ssh's own message is not on stderr"
+[ -s down.out ] && fail "an unreachable host wrote to stdout: $(cat down.out)"
 echo PASS

@@ -25,6 +25,10 @@ struct AgentResult {
   bool abandon_process = false;
   // For exit codes 2 and 3: the one-line reason, for the caller to print.
   std::string error;
+  // For exit code 1: the failed worker that ended the job, "rank R on HOST:
+  // HOW (WHY)", this node's or as the failing node reported it; empty when
+  // unknown (a node that left without a report).
+  std::string failure;
 };
 
 class Agent {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ddp/common/endpoint.hpp"
@@ -121,6 +122,9 @@ enum class RoundEvent : std::uint8_t {
   kJobClosed = 4,          // a joining node closed the job for a mistake no restart mends
   kLeaseLost = 5,          // this node's own lease ended (it stalled past its TTL): rejoin
 };
+// A kRestartRequested detail from report_failure is "node ID" + this + the
+// reason: after it, the failed worker as the failing node described it.
+inline constexpr std::string_view kReportedFailure = " reported a failure: ";
 using RoundEventCallback = std::function<void(RoundEvent, const std::string& detail)>;
 
 // Thread-safety: next_rendezvous/report_* are called from the agent's thread;
