@@ -1,5 +1,6 @@
 #include "test_support.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -169,6 +170,55 @@ RunResult run(std::vector<std::string> argv, const fs::path& dir,
   r.out = p.out();
   r.err = p.err();
   return r;
+}
+
+ProcessTag::ProcessTag() {
+  std::random_device rd;
+  std::ostringstream s;
+  s << "tag-" << ::getpid() << "-" << std::hex << rd() << rd();
+  value_ = s.str();
+}
+
+ProcessTag::~ProcessTag() {
+  for (int i = 0; i < 3; ++i) {
+    for (pid_t pid : alive()) ::kill(pid, SIGKILL);
+  }
+}
+
+std::vector<pid_t> ProcessTag::alive() const {
+  std::vector<pid_t> out;
+  const std::string needle = "DDP_TEST_TAG=" + value_;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (const dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/environ", std::ios::binary);
+    for (std::string var; std::getline(in, var, '\0');) {
+      if (var == needle) {
+        if (pid_alive(static_cast<pid_t>(pid))) out.push_back(static_cast<pid_t>(pid));
+        break;
+      }
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+bool ProcessTag::all_gone(std::chrono::milliseconds timeout) const {
+  return wait_until([&] { return alive().empty(); }, timeout);
+}
+
+std::string ProcessTag::describe() const {
+  std::string out;
+  for (pid_t pid : alive()) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (auto& c : cmd) c = c == '\0' ? ' ' : c;
+    out += std::to_string(pid) + ": " + cmd + "\n";
+  }
+  return out.empty() ? "(none)" : out;
 }
 
 bool pid_alive(pid_t pid) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ddp::test {
@@ -87,6 +88,31 @@ RunResult run(std::vector<std::string> argv, const fs::path& dir,
 
 // True if the process `pid` still exists (and is not a zombie).
 bool pid_alive(pid_t pid);
+
+// Every process a test starts carries the test's own environment tag
+// (DDP_TEST_TAG=<unique>), so that what survives is found however it left
+// its parent (setsid, a double fork, re-parented to init): read from
+// /proc/PID/environ. The destructor SIGKILLs whatever still carries it, so a
+// failing test leaves nothing behind for the next one.
+class ProcessTag {
+ public:
+  ProcessTag();
+  ~ProcessTag();
+  ProcessTag(const ProcessTag&) = delete;
+  ProcessTag& operator=(const ProcessTag&) = delete;
+
+  const std::string& value() const { return value_; }
+  std::pair<std::string, std::optional<std::string>> env() const { return {"DDP_TEST_TAG", value_}; }
+  // Live (non-zombie) processes whose environment holds the tag.
+  std::vector<pid_t> alive() const;
+  // Waits (bounded) for every tagged process to be gone; false if some survive.
+  bool all_gone(std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+  // "PID: command line" of each one still alive, or "(none)".
+  std::string describe() const;
+
+ private:
+  std::string value_;
+};
 
 // A TCP port on 127.0.0.1 that was free a moment ago: bound to port 0, then
 // closed. For flags that need a port up front (--master_port, a fixed

@@ -12,7 +12,6 @@
 // scripts/torchrun_compat.py). Both stores' jobs of a scenario run at once.
 // The worker is torchrun_worker.py; docs/rendezvous.md ("torchrun 2.x through
 // ddp-rendezvousd") explains why each scenario is shaped the way it is.
-#include <dirent.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -22,7 +21,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -47,48 +45,8 @@ const char* describe(StoreKind k) {
 
 // torchrun starts each worker in a session of its own, so a torchrun killed by
 // a test (or by Process's destructor) leaves its workers running. Every process
-// of a job carries TRDZV_TAG=<unique> in its environment; the destructor
+// of a job carries a ProcessTag in its environment, and its destructor
 // SIGKILLs whatever still carries it.
-class Tag {
- public:
-  Tag() {
-    std::random_device rd;
-    std::ostringstream s;
-    s << "trdzv-" << ::getpid() << "-" << std::hex << rd() << rd();
-    value_ = s.str();
-  }
-  ~Tag() {
-    for (int i = 0; i < 3; ++i)
-      for (pid_t pid : alive()) ::kill(pid, SIGKILL);
-  }
-  Tag(const Tag&) = delete;
-  Tag& operator=(const Tag&) = delete;
-  const std::string& value() const { return value_; }
-
-  std::vector<pid_t> alive() const {
-    std::vector<pid_t> out;
-    const std::string needle = "TRDZV_TAG=" + value_;
-    DIR* d = ::opendir("/proc");
-    if (d == nullptr) return out;
-    while (const dirent* e = ::readdir(d)) {
-      char* end = nullptr;
-      const long pid = std::strtol(e->d_name, &end, 10);
-      if (pid <= 0 || *end != '\0') continue;
-      std::ifstream in(std::string("/proc/") + e->d_name + "/environ", std::ios::binary);
-      for (std::string var; std::getline(in, var, '\0');) {
-        if (var == needle) {
-          if (pid_alive(static_cast<pid_t>(pid))) out.push_back(static_cast<pid_t>(pid));
-          break;
-        }
-      }
-    }
-    ::closedir(d);
-    return out;
-  }
-
- private:
-  std::string value_;
-};
 
 // One worker result line of torchrun_worker.py.
 struct Result {
@@ -196,7 +154,7 @@ class Job {
                {"NODE_NAME", name},
                {"WORKER_MODE", setup_.mode},
                {"HOLD_FILE", (dir_ / "release").string()},
-               {"TRDZV_TAG", tag_.value()}};
+               tag_.env()};
     if (!setup_.shared_agent_store) env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1";
     for (auto& [k, v] : extra) env[k] = v;
     std::lock_guard<std::mutex> lock(spawn_mutex);
@@ -289,7 +247,7 @@ class Job {
   Setup setup_;
   Clock::time_point deadline_ = Clock::now() + kJobTime;
   TempDir dir_;
-  Tag tag_;  // after dir_: destroyed first, before the files go
+  ProcessTag tag_;  // after dir_: destroyed first, before the files go
   std::unique_ptr<Process> daemon_;
   int port_ = 0;
   std::map<std::string, std::unique_ptr<Process>> nodes_;  // by name: outcome() lists them in order
