@@ -36,7 +36,7 @@ WorkerTerminal AgentTerminal::plan(int local_rank, WorkerOutputOptions& out) {
   const int reader = cfg_.local_ranks_filter.empty() ? 0 : cfg_.local_ranks_filter.front();
   t.reads_terminal = relay_ && relay_->enabled() && local_rank == reader;
   t.null_stdin = !t.reads_terminal && ::isatty(0) != 0;
-  t.prefix_cols = display_columns(out.prefix.value_or("[rank " + std::to_string(out.rank) + "]:"));
+  t.prefix_cols = display_columns(out.console_prefix());
   // A prompt ("(Pdb) ") has no newline: the reader's output streams too.
   out.stream_out = t.out_pty || (t.reads_terminal && out.console_out);
   out.stream_err = t.err_pty || (t.reads_terminal && out.console_err);

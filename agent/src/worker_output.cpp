@@ -76,8 +76,7 @@ void write_fully(int fd, std::string_view bytes) {
 }
 
 WorkerOutput::WorkerOutput(WorkerOutputOptions options)
-    : options_(std::move(options)),
-      prefix_(options_.prefix.value_or("[rank " + std::to_string(options_.rank) + "]:")) {
+    : options_(std::move(options)), prefix_(options_.console_prefix()) {
   if (!options_.console_line) options_.console_line = std::make_shared<ConsoleLine>();
   out_.console = options_.console_out;
   out_.console_fd = options_.console_out_fd;

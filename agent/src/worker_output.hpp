@@ -36,11 +36,13 @@ class SharedLog;
 struct WorkerOutputOptions {
   int rank = 0;
   std::optional<std::string> prefix;  // console line prefix; nullopt: "[rank N]:"
-  bool console_out = true;            // stdout lines reach the agent's stdout
-  bool console_err = true;            // stderr lines reach the agent's stderr
-  std::filesystem::path out_file;     // empty: stdout not logged to a file
-  std::filesystem::path err_file;     // empty: stderr not logged to a file
-  std::size_t tail_lines = 10;        // stderr lines kept for the failure report
+  // The prefix the console shows: `prefix`, or "[rank N]:".
+  std::string console_prefix() const { return prefix.value_or("[rank " + std::to_string(rank) + "]:"); }
+  bool console_out = true;         // stdout lines reach the agent's stdout
+  bool console_err = true;         // stderr lines reach the agent's stderr
+  std::filesystem::path out_file;  // empty: stdout not logged to a file
+  std::filesystem::path err_file;  // empty: stderr not logged to a file
+  std::size_t tail_lines = 10;     // stderr lines kept for the failure report
   int console_out_fd = 1;
   int console_err_fd = 2;
   bool stream_out = false;                    // stdout's console gets bytes as they come
