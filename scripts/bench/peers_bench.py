@@ -45,6 +45,8 @@ import tempfile
 import time
 import uuid
 
+from elastic_bench import free_port, gone, wait_for  # this directory: the helpers both benches use
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BIN = os.path.join(os.environ.get("BUILD_DIR", os.path.join(ROOT, "build")), "bin")
@@ -74,37 +76,12 @@ LAUNCHERS = {
 }
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def listening(port):
     try:
         socket.create_connection(("127.0.0.1", port), 0.2).close()
         return True
     except OSError:
         return False
-
-
-def gone(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-
-
-def wait_for(cond, timeout, step=0.005):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(step)
-    return False
 
 
 def tagged(tag):
