@@ -2,13 +2,16 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <linux/sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -93,12 +96,30 @@ std::unique_ptr<CgroupScope> CgroupScope::create(pid_t guard_pid) {
   if (parent.empty() || owner.empty()) return nullptr;
   const std::string path = parent + "/" + std::string(kGuardCgroupPrefix) + owner;
   if (::mkdir(path.c_str(), 0755) != 0) return nullptr;
-  return std::unique_ptr<CgroupScope>(new CgroupScope(path));
+  // Without the fd the cgroup still works: fork_into() fails and the caller joins.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return std::unique_ptr<CgroupScope>(new CgroupScope(path, fd));
 }
 
-CgroupScope::CgroupScope(std::string path) : path_(std::move(path)), procs_file_(path_ + "/cgroup.procs") {}
+CgroupScope::CgroupScope(std::string path, int dir_fd)
+    : path_(std::move(path)), dir_fd_(dir_fd), procs_file_(path_ + "/cgroup.procs") {}
 
-CgroupScope::~CgroupScope() { remove_tree(path_); }
+CgroupScope::~CgroupScope() {
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+  remove_tree(path_);
+}
+
+pid_t CgroupScope::fork_into() const {
+  if (dir_fd_ < 0) {
+    errno = EBADF;
+    return -1;
+  }
+  clone_args args{};
+  args.flags = CLONE_INTO_CGROUP;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = static_cast<std::uint64_t>(dir_fd_);
+  return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof(args)));
+}
 
 bool CgroupScope::join_self() const { return write_text(procs_file_, "0\n", 2); }
 

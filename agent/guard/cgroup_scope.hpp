@@ -28,6 +28,12 @@ class CgroupScope {
   CgroupScope& operator=(const CgroupScope&) = delete;
 
   const std::string& path() const { return path_; }
+  // fork(), but the child starts inside the cgroup (clone3 with
+  // CLONE_INTO_CGROUP, Linux 5.7+). Moving a process in afterwards (join_self)
+  // waits for an RCU grace period under a lock every migration in the system
+  // takes: milliseconds per worker, one after the other. -1 with errno where
+  // the kernel cannot (ENOSYS, EINVAL...): the caller then forks and joins.
+  pid_t fork_into() const;
   // Moves the calling process in (between fork and exec). False on failure.
   bool join_self() const;
   // Moves process `pid` in (a worker the guard adopted). False on failure.
@@ -37,8 +43,9 @@ class CgroupScope {
   bool populated() const;
 
  private:
-  explicit CgroupScope(std::string path);
+  CgroupScope(std::string path, int dir_fd);
   std::string path_;
+  int dir_fd_;              // the cgroup's directory, for fork_into()
   std::string procs_file_;  // built up front: join_self() may not allocate
 };
 

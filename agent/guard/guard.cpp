@@ -117,7 +117,10 @@ class Guard {
     std::vector<char*> argv;
     for (const auto& a : o_.argv) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    const pid_t pid = ::fork();
+    // Started inside the cgroup where the kernel can; else moved in before exec.
+    pid_t pid = cgroup_ ? cgroup_->fork_into() : -1;
+    const bool joined = pid >= 0;
+    if (pid < 0) pid = ::fork();
     if (pid < 0) report_and_exit_127(errno);
     if (pid == 0) {
       // The worker: async-signal-safe calls only until exec.
@@ -127,7 +130,7 @@ class Guard {
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != self_) ::_exit(signal_exit_code(SIGKILL));
-      if (cgroup_) cgroup_->join_self();
+      if (cgroup_ && !joined) cgroup_->join_self();
       if (o_.info_fd >= 0) ::close(o_.info_fd);
       ::execv(argv[0], argv.data());
       const int e = errno;
