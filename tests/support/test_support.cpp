@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -24,21 +25,40 @@ fs::path bin_dir() { return fs::path(DDP_BIN_DIR); }
 fs::path bin(const std::string& name) { return bin_dir() / name; }
 fs::path source_dir() { return fs::path(DDP_SOURCE_DIR); }
 
-int free_port() {
+namespace {
+
+// Whether nothing listens on 127.0.0.1:`port` (bind succeeds).
+bool bindable(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error("free_port: socket() failed");
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    throw std::runtime_error("free_port: bind to a port on 127.0.0.1 failed");
-  }
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
-  return ntohs(addr.sin_port);
+  return ok;
+}
+
+}  // namespace
+
+int free_port() {
+  // Below the kernel's ephemeral range (32768-60999 by default): a server that
+  // binds port 0 or a client's connect() is given ports from there, so a port
+  // handed out here and bound a moment later by the test is not taken by
+  // another test running beside it. Also apart from the shell tests' range
+  // (tests/support/shell_lib.sh, 10000-18999) and the ports ddprun derives for
+  // Slurm jobs (20000+). Random per call, so that parallel test processes
+  // rarely try the same one.
+  thread_local std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> pick(3000, 9999);
+  for (int i = 0; i < 200; ++i) {
+    const int port = pick(rng);
+    if (bindable(port)) return port;
+  }
+  throw std::runtime_error("free_port: no free port on 127.0.0.1 in 3000-9999 after 200 tries");
 }
 
 TempDir::TempDir() {

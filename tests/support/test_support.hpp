@@ -114,10 +114,11 @@ class ProcessTag {
   std::string value_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago: bound to port 0, then
-// closed. For flags that need a port up front (--master_port, a fixed
-// --rdzv_endpoint); another process could take it in between, which is the
-// test harness's race on loopback, not the code under test's.
+// A TCP port on 127.0.0.1 that was free a moment ago, picked at random in
+// 3000-9999, below the kernel's ephemeral range (so a server binding port 0 or
+// a connect() beside the test is never given it). For flags that need a port up front
+// (--master_port, a fixed --rdzv_endpoint); another test process could still
+// pick the same one in between, rarely.
 int free_port();
 
 struct HttpReply {
