@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -96,7 +97,8 @@ void write_file(const fs::path& path, const std::string& text) {
 
 Process::Process(std::vector<std::string> argv, const fs::path& dir,
                  std::map<std::string, std::optional<std::string>> env, const std::string& name) {
-  static int counter = 0;
+  // Tests start processes from several threads at once: each needs its own files.
+  static std::atomic<int> counter{0};
   const auto tag = name + "." + std::to_string(++counter);
   out_path_ = dir / (tag + ".out");
   err_path_ = dir / (tag + ".err");
