@@ -128,7 +128,7 @@ AgentResult Agent::Impl::run() {
 
   start_rendezvous();
   io.run();
-  if (!observers.flush(result.exit_code == to_int(ExitCode::kRendezvous))) {
+  if (!observers.flush(result.exit_code == exit_code(ExitCode::kRendezvous))) {
     result.abandon_process = true;
   }
 
@@ -343,7 +343,9 @@ void Agent::Impl::on_all_stopped() {
   switch (life.stop_reason()) {
     case StopReason::kLocalFailure: {
       const auto& failures = group->failures();
-      const bool final_report = life.restarts_spent();
+      const bool spent = life.restarts_spent();
+      const std::string stalled = spent ? "" : judge_progress();
+      const bool final_report = spent || !stalled.empty();
       write_failure_report(final_report);
       const auto& root = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
       const std::string reason = describe_failure(root);
@@ -353,7 +355,11 @@ void Agent::Impl::on_all_stopped() {
         // without a cause.
         if (!hang_reported) rdzv->report_failure(reason);
         result.failure = reason;
-        fail_for_good("workers failed and max_restarts=" + std::to_string(cfg.max_restarts) + " is spent");
+        if (!stalled.empty()) {
+          fail_for_good(stalled, /*print=*/true, ExitCode::kNoProgress);
+        } else {
+          fail_for_good("workers failed and max_restarts=" + std::to_string(cfg.max_restarts) + " is spent");
+        }
         return;
       }
       life.spend_restart();
@@ -416,7 +422,7 @@ void Agent::Impl::poll_all_succeeded() {
         if (all) {
           // The handler is the exit barrier: the node hosting the store keeps
           // it up until the other nodes have seen this and left.
-          finish(ExitCode::kSucceeded);
+          finish(ExitCode::kOk);
           return;
         }
         // No "all done" event exists; the other nodes' workers may run for hours,
@@ -440,13 +446,16 @@ void Agent::Impl::succeed_unconfirmed(const std::string& why) {
       "this node's workers succeeded, but the other nodes' success could not be "
       "confirmed: {}",
       why);
-  finish(ExitCode::kSucceeded);
+  finish(ExitCode::kOk);
 }
 
 void Agent::Impl::restart_after_remote_failure() {
   // Every node spends a restart on a failure anywhere, so all nodes agree on
   // TORCHELASTIC_RESTART_COUNT.
-  if (!life.restarts_spent()) {
+  const std::string stalled = life.restarts_spent() ? "" : judge_progress();
+  if (!stalled.empty()) {
+    fail_for_good(stalled, /*print=*/true, ExitCode::kNoProgress);
+  } else if (!life.restarts_spent()) {
     life.spend_restart();
     log->warn("restarting workers ({}/{}) after another node's failure", life.restart_count(),
               cfg.max_restarts);
@@ -463,11 +472,32 @@ void Agent::Impl::restart_after_remote_failure() {
   }
 }
 
-void Agent::Impl::fail_for_good(const std::string& reason, bool print) {
+void Agent::Impl::fail_for_good(const std::string& reason, bool print, ExitCode code) {
   final_reason = reason;
   life.enter(Phase::kClosing);
   // The job failed either way; the exit code says so.
-  rdzv->close(reason, [this, reason, print] { finish(ExitCode::kWorkersFailed, print ? reason : ""); });
+  rdzv->close(reason, [this, reason, print, code] { finish(code, print ? reason : ""); });
+}
+
+std::string Agent::Impl::judge_progress() {
+  if (group->heartbeats().any_progress()) {
+    no_progress_restarts = 0;
+    return "";
+  }
+  if (!cfg.max_no_progress_restarts) return "";
+  const int limit = *cfg.max_no_progress_restarts;
+  if (no_progress_restarts >= limit) {
+    return std::to_string(no_progress_restarts + 1) +
+           " attempts in a row ended without progress (no heartbeat, no completed section): not restarting "
+           "again (--max_no_progress_restarts=" +
+           std::to_string(limit) + ")";
+  }
+  ++no_progress_restarts;
+  log->warn(
+      "the attempt ended without progress (no heartbeat, no completed section): {}/{} restarts without "
+      "progress",
+      no_progress_restarts, limit);
+  return "";
 }
 
 void Agent::Impl::write_failure_report(bool final_report) {

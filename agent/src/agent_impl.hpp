@@ -63,9 +63,12 @@ struct Agent::Impl {
   void poll_all_succeeded();
   void succeed_unconfirmed(const std::string& why);
   void restart_after_remote_failure();
-  void fail_for_good(const std::string& reason, bool print = false);
+  void fail_for_good(const std::string& reason, bool print = false, ExitCode code = ExitCode::kFailed);
+  // Counts a failed attempt against --max_no_progress_restarts; returns the
+  // line to stop the job with when the limit is reached, else "".
+  std::string judge_progress();
   void finish(int code, const std::string& error = "");
-  void finish(ExitCode code, const std::string& error = "") { finish(to_int(code), error); }
+  void finish(ExitCode code, const std::string& error = "") { finish(exit_code(code), error); }
   void write_failure_report(bool final_report);
 
   // torch_store.cpp: the loopback TCPStore endpoint torch workers get.
@@ -105,6 +108,7 @@ struct Agent::Impl {
   // This attempt's hang was already reported to the other nodes, before
   // its worker was killed (see WorkerGroup::record_hang).
   bool hang_reported = false;
+  int no_progress_restarts = 0;   // restarts in a row after attempts without progress
   std::string last_event_detail;  // of the latest round event, for restart/scale reasons
   std::string final_reason;       // why fail_for_good ended the run
   std::unique_ptr<store::TorchStoreProxy> torch_store;  // bound before any worker exists

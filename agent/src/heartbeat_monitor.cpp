@@ -242,6 +242,18 @@ std::optional<HeartbeatStatus> HeartbeatMonitor::status(int local_rank) const {
   return st;
 }
 
+bool HeartbeatMonitor::any_progress() const {
+  for (const auto& f : files_) {
+    if (f.base == nullptr) continue;
+    const auto s = lv::read_snapshot(f.base);
+    if (s.beat_count > 0) return true;
+    for (const auto& slot : s.slots) {
+      if (slot.count > 0) return true;
+    }
+  }
+  return false;
+}
+
 void HeartbeatMonitor::schedule_status() {
   if (status_scheduled_) return;
   status_scheduled_ = true;

@@ -70,6 +70,9 @@ class HeartbeatMonitor {
   // A "heartbeat" or "section" deadline passed: re-check that worker.
   void on_deadline(const Deadline& d);
   std::optional<HeartbeatStatus> status(int local_rank) const;
+  // Whether any worker of the attempt made progress: beat at least once or
+  // completed a section. Read before the next attempt's files replace these.
+  bool any_progress() const;
 
  private:
   struct File {

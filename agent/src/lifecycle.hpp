@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "ddp/common/exit_code.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
 
 namespace ddp::agent {
@@ -27,16 +28,9 @@ enum class StopReason {
   kSignal,         // exit 128+N
 };
 
-// ddprun's documented exit codes (docs/errors.md); a signal N gives 128+N.
-enum class ExitCode : int {
-  kSucceeded = 0,
-  kWorkersFailed = 1,
-  kConfig = 2,
-  kRendezvous = 3,
-};
-
-constexpr int to_int(ExitCode c) { return static_cast<int>(c); }
-constexpr int signal_exit_code(int sig) { return 128 + sig; }
+// ddprun's exit codes are ddp::ExitCode (ddp/common/exit_code.hpp, docs/errors.md).
+using ddp::ExitCode;
+using ddp::signal_exit_code;
 
 const char* phase_name(Phase p);
 

@@ -91,11 +91,11 @@ void Observers::worker_exited(const Worker& w) {
 
 void Observers::finished(int code, const std::string& error) {
   std::string reason = error;
-  if (code == to_int(ExitCode::kSucceeded)) {
+  if (code == exit_code(ExitCode::kOk)) {
     emit("success", {{"exit_code", 0}});
     if (reason.empty()) reason = "all workers succeeded";
-  } else if (code == to_int(ExitCode::kWorkersFailed) || code == to_int(ExitCode::kConfig) ||
-             code == to_int(ExitCode::kRendezvous)) {
+  } else if (code == exit_code(ExitCode::kFailed) || code == exit_code(ExitCode::kConfig) ||
+             code == exit_code(ExitCode::kRendezvous) || code == exit_code(ExitCode::kNoProgress)) {
     emit("failure", {{"exit_code", code}, {"reason", reason}});
   } else if (reason.empty() && code > 128) {
     reason = "stopped by " + signal_name(code - 128);

@@ -106,7 +106,7 @@ struct App {
         "                              with --no_python) runs directly.\n\n"
         "Every flag also has a `-` spelling (--nproc-per-node) and a PET_<FLAG> env fallback\n"
         "(PET_NPROC_PER_NODE). Exit codes: 0 ok, 1 workers failed, 2 usage/config, 3 rendezvous,\n"
-        "128+N stopped by signal N.\n\n"
+        "4 no progress (--max_no_progress_restarts), 128+N stopped by signal N.\n\n"
         "--config FILE takes a JSON object of long flag names (either spelling) to values, plus\n"
         "\"program\" and \"args\": the command line overrides the file, which overrides PET_* /\n"
         "DDP_* env, which overrides values derived from a Slurm job's env. --print-config shows\n"
@@ -198,6 +198,10 @@ struct App {
     opt("section_timeouts", o.section_timeouts,
         "Per-section timeouts for ddp::Section scopes: step=30,checkpoint=600; NAME=auto or `auto` "
         "(every section) learns them (default: off)",
+        ours);
+    opt("max_no_progress_restarts", o.max_no_progress_restarts,
+        "Stop with exit 4 instead of restarting once this many restarts in a row followed attempts "
+        "that made no progress (no heartbeat, no completed section) (default: no limit)",
         ours);
     opt("auto_timeout_factor", o.auto_timeout_factor,
         "An `auto` timeout is this times the longest section (or heartbeat gap) seen, at least 1 s "

@@ -260,6 +260,10 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
     throw ConfigError("--max_restarts: " + std::to_string(o.max_restarts) + " must be >= 0");
   }
   cfg.max_restarts = o.max_restarts;
+  if (!o.max_no_progress_restarts.empty()) {
+    cfg.max_no_progress_restarts = parse_int_or_throw<int>(
+        o.max_no_progress_restarts, "--max_no_progress_restarts", "an integer >= 0", 0);
+  }
   if (const auto t = to_duration(o.stop_timeout_s, TimeUnit::kSeconds)) {
     cfg.stop_timeout = *t;
   } else if (o.stop_timeout_s > 0) {

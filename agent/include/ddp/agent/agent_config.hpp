@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct AgentConfig {
   int nproc_per_node = 1;
   std::string role = "default";
   int max_restarts = 0;
+  // --max_no_progress_restarts: at most this many restarts in a row after
+  // attempts that showed no progress (no heartbeat, no completed section);
+  // the next such failure stops the job with exit 4. Unset: no such limit.
+  std::optional<int> max_no_progress_restarts;
   // SIGTERM -> SIGKILL grace when stopping workers; torchrun's default is 30 s.
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(30)};
   // Heartbeat and section timeouts; off by default.

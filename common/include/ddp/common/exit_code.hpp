@@ -14,6 +14,7 @@ enum class ExitCode : int {
   kFailed = 1,      // workers failed, a key not found, an unexpected error
   kConfig = 2,      // usage or configuration: one line names the flag, variable or file
   kRendezvous = 3,  // rendezvous failed or timed out, or the store was lost
+  kNoProgress = 4,  // ddprun: attempts failed one after another without progress (--max_no_progress_restarts)
 };
 
 constexpr int exit_code(ExitCode c) { return static_cast<int>(c); }
