@@ -1,12 +1,17 @@
 // How a guard cgroup's name records its owner, and when the owner counts as
-// gone: the rule that decides which cgroups the next ddprun kills.
+// gone: the rule that decides which cgroups the next ddprun kills. And that a
+// worker forked into its guard's cgroup starts there.
 #include "stale_cgroups.hpp"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <string>
+
+#include "cgroup_scope.hpp"
 
 using ddp::guard::GuardOwner;
 using ddp::guard::owner_alive;
@@ -51,4 +56,44 @@ TEST_CASE("an owner in another pid namespace is never judged from this one") {
   foreign.pid_ns += 1;
   foreign.start_time += 1;  // would be "gone" here
   CHECK(owner_alive(foreign));
+}
+
+TEST_CASE("a child forked into a guard cgroup starts in it, and the cgroup is removed with its scope") {
+  auto scope = ddp::guard::CgroupScope::create(::getpid());
+  if (!scope) {
+    WARN("SKIP: no writable cgroup v2 hierarchy here (needs root or a delegated subtree)");
+    return;
+  }
+  const std::string path = scope->path();
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = scope->fork_into();
+  if (pid < 0 && (errno == ENOSYS || errno == EINVAL || errno == EPERM)) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    WARN("SKIP: the kernel refuses clone3(CLONE_INTO_CGROUP) here; the guard then forks and joins");
+    return;
+  }
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The child: its own cgroup line, as the kernel reports it, to the parent.
+    char buf[512];
+    const int fd = ::open("/proc/self/cgroup", O_RDONLY);
+    const ssize_t n = fd < 0 ? 0 : ::read(fd, buf, sizeof(buf));
+    if (n > 0) [[maybe_unused]]
+      auto w = ::write(fds[1], buf, static_cast<std::size_t>(n));
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string text;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  // "0::/<...>/ddp-guard.<owner>": the unified hierarchy's line names the scope's directory.
+  const auto name = path.substr(path.rfind('/'));
+  CHECK_THAT(text, Catch::Contains("0::") && Catch::Contains(name));
+  scope.reset();
+  CHECK(::access(path.c_str(), F_OK) != 0);
 }
