@@ -19,12 +19,18 @@ agent asked to hear of the change. Use sections from one thread (a process has
 one current section); heartbeats from any. Outside ddprun (DDP_LIVENESS_FILE
 unset) both do nothing, after one warning on first use.
 """
-import contextlib
+from __future__ import annotations
+
 import mmap
 import os
 import struct
 import time
-from typing import Dict, Iterator, Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing and contextlib cost milliseconds to import: not at run time
+    from typing import Callable, Dict, Optional, TypeVar
+
+    F = TypeVar("F", bound=Callable[..., object])
 
 __all__ = ["heartbeat", "section", "enabled"]
 
@@ -172,29 +178,52 @@ def _set_section(slot: int, at: int) -> None:
         _notify()
 
 
-@contextlib.contextmanager
-def section(name: str) -> Iterator[None]:
+class section:
     """The code inside is in section `name` (≤ 32 bytes of UTF-8): ddprun
     kills the worker when it stays longer than `--section_timeouts` allows.
-    Sections nest. A context manager, and a decorator: `@section("step")`."""
-    mem = _mem
-    if mem is None:
-        _warn_once()
-        yield
-        return
-    slot = _slot(name)
-    outer = _u32(_SECTION_SLOT)
-    enter = time.monotonic_ns()
-    _set_section(slot, enter)
-    try:
-        yield
-    finally:
+    Sections nest. A context manager (`with section("step"):`) and a
+    decorator (`@section("checkpoint")`: each call is the section)."""
+
+    __slots__ = ("_name", "_slot", "_outer", "_enter")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._slot = _NO_SECTION
+        self._outer = _NO_SECTION
+        self._enter = 0
+
+    def __enter__(self) -> None:
+        if _mem is None:
+            _warn_once()
+            return
+        self._slot = _slot(self._name)
+        self._outer = _u32(_SECTION_SLOT)
+        self._enter = time.monotonic_ns()
+        _set_section(self._slot, self._enter)
+
+    def __exit__(self, *exc: object) -> None:
+        mem = _mem
+        if mem is None:
+            return
         now = time.monotonic_ns()
+        slot = self._slot
         if slot != _NO_SECTION:
             off = _SLOT0 + _SLOT_SIZE * slot
-            took = now - enter
+            took = now - self._enter
             if took > _u64(off + 48):
                 struct.pack_into("<Q", mem, off + 48, took)
             struct.pack_into("<Q", mem, off + 56, _u64(off + 56) + took)
             struct.pack_into("<Q", mem, off + 40, _u64(off + 40) + 1)
-        _set_section(outer, 0 if outer == _NO_SECTION else now)
+        _set_section(self._outer, 0 if self._outer == _NO_SECTION else now)
+
+    def __call__(self, func: F) -> F:
+        import functools
+
+        name = self._name
+
+        @functools.wraps(func)
+        def in_section(*args: object, **kwargs: object) -> object:
+            with section(name):  # a fresh one per call: calls may nest or recurse
+                return func(*args, **kwargs)
+
+        return in_section  # type: ignore[return-value]
