@@ -26,6 +26,17 @@ echo "wheel: $(basename "$wheel") $(($(stat -c %s "$wheel") / 1024)) KiB, built 
 # The tag tells the glibc it needs; no platform-less linux_ tag.
 [[ $(basename "$wheel") == ddprun-*-py3-none-manylinux_2_*_x86_64.whl ]] || fail "wheel tag: $wheel"
 
+# On an older glibc pip finds no wheel to install (the tag says so; no loader
+# error at run time); on bookworm's it does.
+pick() {  # GLIBC_MINOR: does pip pick the wheel for a machine with glibc 2.GLIBC_MINOR?
+  local platforms=() m
+  for ((m = 17; m <= $1; m++)); do platforms+=(--platform "manylinux_2_${m}_x86_64"); done
+  "$src/.venv-wheel/bin/pip" download -q --disable-pip-version-check --no-index --only-binary=:all: \
+    --find-links "$(dirname "$wheel")" "${platforms[@]}" -d "$stage/pick-$1" ddprun >/dev/null 2>&1
+}
+pick 28 && fail "pip would install the wheel on glibc 2.28"
+pick 36 || fail "pip refuses the wheel on glibc 2.36 (Debian bookworm)"
+
 snapshot() { (cd "$1" && find . -not -type d | LC_ALL=C sort); }
 new_venv() {  # DIR [--system-site-packages]
   /usr/bin/python3 -m venv "$@"
@@ -88,16 +99,19 @@ for r in 0 1; do
 done
 echo "ok: 2-rank DDP job under the pip-installed ddprun"
 
-# A hung rank, caught by its section timeout.
+# A hung rank, caught by its section timeout; forked by the --preload zygote
+# and its stack taken through the stack hook, both found inside the wheel.
 set +e
 out2=$(HANG_RANK=1 "$venv/bin/python" -m ddprun --standalone --nproc_per_node=2 --section_timeouts data=3 \
-       train_ddp.py 2>&1)
+       --preload torch train_ddp.py 2>&1)
 code=$?
 set -e
 [[ $code == 1 ]] || { echo "$out2"; fail "hung rank: ddprun exited $code, expected 1"; }
 grep -q "worker hung rank=1 local_rank=1" <<<"$out2" || { echo "$out2"; fail "rank 1 not reported hung"; }
 grep -q "section 'data' expired" <<<"$out2" || { echo "$out2"; fail "no expired section 'data'"; }
 [[ $(grep -c "worker hung" <<<"$out2") == 1 ]] || { echo "$out2"; fail "more than one rank reported hung"; }
+grep -qE "^ +train_ddp.py:[0-9]+ in main$" <<<"$out2" || { echo "$out2"; fail "no Python stack of the hung rank"; }
+grep -qF "$prefix/share/ddprun/ddp_zygote.py:" <<<"$out2" || { echo "$out2"; fail "the hung rank was not forked by the wheel's zygote"; }
 echo "ok: the hung rank was caught"
 
 # A broken install: one line naming the missing file and how to reinstall, exit 2.
