@@ -92,7 +92,7 @@ assert not liveness.enabled()' 2>&1) || fail "ddprun.liveness outside ddprun: $w
 cp "$here/train_ddp.py" "$stage/"
 cd "$stage"
 out1=$(PATH=/usr/bin:/bin "$venv/bin/ddprun" --standalone --nproc_per_node=2 --section_timeouts data=60 \
-       train_ddp.py 2>&1) || { echo "$out1"; fail "ddprun exited $?"; }
+       train_ddp.py 2>&1) || { code=$?; echo "$out1"; fail "ddprun exited $code"; }
 for r in 0 1; do
   grep -q "trained rank=$r world_size=2 same_weights=True liveness=on python=$venv/bin/python" <<<"$out1" \
     || { echo "$out1"; fail "rank $r did not train with liveness on under $venv/bin/python"; }
@@ -140,7 +140,7 @@ grep -q "ddp_DIR:PATH=$prefix2/lib/cmake/ddp" "$stage/consumer-build/CMakeCache.
   || fail "find_package(ddp) did not find the wheel's package: $(grep ddp_DIR "$stage/consumer-build/CMakeCache.txt")"
 "$cmake" --build "$stage/consumer-build" > "$stage/build.log" 2>&1 || { cat "$stage/build.log"; fail "build the consumer"; }
 out3=$("$venv2/bin/ddprun" --standalone --nproc_per_node=2 "$stage/consumer-build/ddp_consumer" 2>&1) \
-  || { echo "$out3"; fail "ddprun ran the consumer: exit $?"; }
+  || { code=$?; echo "$out3"; fail "ddprun ran the consumer: exit $code"; }
 for r in 0 1; do
   grep -q "consumer rank=$r world_size=2 sum=3" <<<"$out3" || { echo "$out3"; fail "consumer rank $r"; }
 done
