@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency: Debian packages, then torch 2.x
-# from PyPI into .venv in the checkout (git ignores it; the torch2-labelled
-# tests and the peer benchmarks use it). Idempotent and quick when everything
+# Installs every build and test dependency: Debian packages, the wheel's
+# pinned build tools into .venv-wheel, then torch 2.x from PyPI into .venv in
+# the checkout (git ignores both; the torch2-labelled tests and the peer
+# benchmarks use .venv). Idempotent and quick when everything
 # is already installed. Uses sudo when not root. DDP_SKIP_TORCH2=1 skips the
 # venv (the torch2 tests then skip, and fail under CI).
 set -euo pipefail
@@ -40,6 +41,19 @@ else
   export DEBIAN_FRONTEND=noninteractive
   "${SUDO[@]}" apt-get update -qq
   "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The wheel's build tools (scripts/build_wheel.sh, the wheel-labelled test):
+# their own venv, .venv-wheel, so they are there with DDP_SKIP_TORCH2=1 too.
+wheel_venv=.venv-wheel
+wheel_requirements=scripts/requirements-wheel.txt
+if cmp -s "$wheel_requirements" "$wheel_venv/requirements.txt" && [[ -x $wheel_venv/bin/auditwheel ]]; then
+  echo "setup: wheel tools present in $wheel_venv"
+else
+  echo "setup: installing the wheel tools into $wheel_venv (pinned in $wheel_requirements)"
+  [[ -x $wheel_venv/bin/pip ]] || /usr/bin/python3 -m venv --clear "$wheel_venv"
+  "$wheel_venv/bin/pip" install --disable-pip-version-check --no-input -q -r "$wheel_requirements"
+  cp "$wheel_requirements" "$wheel_venv/requirements.txt"
 fi
 
 # Torch 2.x: Debian's python3 (not whatever python3 comes first on PATH) in a

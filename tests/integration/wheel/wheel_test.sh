@@ -1,0 +1,149 @@
+#!/bin/bash
+# The wheel as a user installs it: scripts/build_wheel.sh builds it; in a fresh
+# venv (Debian's system packages visible, for torch; nothing pip-installed)
+# `pip install` it, run a torch DDP job under the console script ddprun with
+# ddprun.liveness, and one whose hung rank is caught; in a second fresh venv
+# build and run a find_package(ddp) program against the installed SDK; a
+# broken install gets one line; `pip uninstall` leaves nothing behind.
+# Prints the wheel's size and the build and install times. The wheel is built
+# in build-wheel/ of the checkout (kept between runs: a rebuild is incremental).
+# Exit 77 (skipped) outside CI when the wheel tools (.venv-wheel) are missing.
+set -euo pipefail
+src=$1 consumer=$2 cmake=$3
+here=$(cd "$(dirname "$0")" && pwd)
+if [[ ! -x $src/.venv-wheel/bin/auditwheel && ${CI:-} != true ]]; then
+  echo "skipped: no wheel tools in $src/.venv-wheel (run scripts/setup.sh)"
+  exit 77
+fi
+stage=$(mktemp -d "${TMPDIR:-/tmp}/ddp-wheel-test.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+ms() { date +%s%3N; }
+
+t0=$(ms)
+wheel=$("$src/scripts/build_wheel.sh" | tail -n 1)
+echo "wheel: $(basename "$wheel") $(($(stat -c %s "$wheel") / 1024)) KiB, built in $((($(ms) - t0) / 1000)) s"
+# The tag tells the glibc it needs; no platform-less linux_ tag.
+[[ $(basename "$wheel") == ddprun-*-py3-none-manylinux_2_*_x86_64.whl ]] || fail "wheel tag: $wheel"
+
+# On an older glibc pip finds no wheel to install (the tag says so; no loader
+# error at run time); on bookworm's it does.
+pick() {  # GLIBC_MINOR: does pip pick the wheel for a machine with glibc 2.GLIBC_MINOR?
+  local platforms=() m
+  for ((m = 17; m <= $1; m++)); do platforms+=(--platform "manylinux_2_${m}_x86_64"); done
+  "$src/.venv-wheel/bin/pip" download -q --disable-pip-version-check --no-index --only-binary=:all: \
+    --find-links "$(dirname "$wheel")" "${platforms[@]}" -d "$stage/pick-$1" ddprun >/dev/null 2>&1
+}
+pick 28 && fail "pip would install the wheel on glibc 2.28"
+pick 36 || fail "pip refuses the wheel on glibc 2.36 (Debian bookworm)"
+
+snapshot() { (cd "$1" && find . -not -type d | LC_ALL=C sort); }
+new_venv() {  # DIR [--system-site-packages]
+  /usr/bin/python3 -m venv "$@"
+  snapshot "$1" > "$1.before"
+}
+install() {  # VENV
+  local t=$(ms)
+  "$1/bin/pip" install --disable-pip-version-check --no-input -q --no-index --no-deps "$wheel" \
+    || fail "pip install $wheel into $1"
+  echo "installed into $(basename "$1") in $(($(ms) - t)) ms"
+}
+uninstall() {  # VENV: pip uninstall leaves the venv as it was before install
+  "$1/bin/pip" uninstall --disable-pip-version-check -y -q ddprun || fail "pip uninstall in $1"
+  snapshot "$1" > "$1.after"
+  diff "$1.before" "$1.after" || fail "pip uninstall left files behind in $1 (above)"
+}
+
+# --- venv 1: a torch user's venv ---------------------------------------------
+venv=$stage/venv
+new_venv "$venv" --system-site-packages
+install "$venv"
+prefix=$("$venv/bin/python" -m ddprun --cmake-prefix)
+[[ -f $prefix/lib/cmake/ddp/ddpConfig.cmake ]] || fail "--cmake-prefix $prefix has no lib/cmake/ddp"
+for f in bin/ddprun bin/ddp-guard bin/ddp-rendezvousd bin/ddp-store share/ddprun/ddp_zygote.py \
+         share/ddprun/python/sitecustomize.py include/ddp/sdk.hpp; do
+  [[ -e $prefix/$f ]] || fail "the wheel has no $f"
+done
+# Every library the binaries load outside the wheel is one manylinux allows.
+for b in ddprun ddp-guard ddp-rendezvousd ddp-store; do
+  if ldd "$prefix/bin/$b" 2>/dev/null | grep -vE '/ddprun\.libs/|lib(c|m|dl|rt|pthread|gcc_s|stdc\+\+)\.so|ld-linux|linux-vdso' \
+     | grep -E '=>'; then
+    fail "$b loads the libraries above from outside the wheel"
+  fi
+done
+"$venv/bin/ddp-store" --help > /dev/null || fail "ddp-store --help"
+"$venv/bin/ddp-rendezvousd" --help > /dev/null || fail "ddp-rendezvousd --help"
+
+# Outside ddprun: a no-op, one warning however often it is called; no torch.
+warn=$(cd "$stage" && "$venv/bin/python" -W default -c '
+import sys
+from ddprun import liveness
+assert "torch" not in sys.modules
+liveness.heartbeat(); liveness.heartbeat()
+with liveness.section("step"): pass
+assert not liveness.enabled()' 2>&1) || fail "ddprun.liveness outside ddprun: $warn"
+[[ $(grep -c 'ddprun.liveness does nothing: DDP_LIVENESS_FILE is not set' <<<"$warn") == 1 ]] \
+  || fail "expected one warning outside ddprun, got: $warn"
+"$venv/bin/python" -X importtime -c 'import ddprun.liveness' 2>&1 \
+  | awk -F'|' '/ ddprun.liveness$/ { print "import ddprun.liveness: " $2 + 0 " us" }'
+
+# A DDP job, with the venv's python though PATH has no venv (the default
+# interpreter is the console script's).
+cp "$here/train_ddp.py" "$stage/"
+cd "$stage"
+out1=$(PATH=/usr/bin:/bin "$venv/bin/ddprun" --standalone --nproc_per_node=2 --section_timeouts data=60 \
+       train_ddp.py 2>&1) || { code=$?; echo "$out1"; fail "ddprun exited $code"; }
+for r in 0 1; do
+  grep -q "trained rank=$r world_size=2 same_weights=True liveness=on python=$venv/bin/python" <<<"$out1" \
+    || { echo "$out1"; fail "rank $r did not train with liveness on under $venv/bin/python"; }
+done
+echo "ok: 2-rank DDP job under the pip-installed ddprun"
+
+# A hung rank, caught by its section timeout; forked by the --preload zygote
+# and its stack taken through the stack hook, both found inside the wheel.
+set +e
+out2=$(HANG_RANK=1 "$venv/bin/python" -m ddprun --standalone --nproc_per_node=2 --section_timeouts data=3 \
+       --preload torch train_ddp.py 2>&1)
+code=$?
+set -e
+[[ $code == 1 ]] || { echo "$out2"; fail "hung rank: ddprun exited $code, expected 1"; }
+grep -q "worker hung rank=1 local_rank=1" <<<"$out2" || { echo "$out2"; fail "rank 1 not reported hung"; }
+grep -q "section 'data' expired" <<<"$out2" || { echo "$out2"; fail "no expired section 'data'"; }
+[[ $(grep -c "worker hung" <<<"$out2") == 1 ]] || { echo "$out2"; fail "more than one rank reported hung"; }
+grep -qE "^ +train_ddp.py:[0-9]+ in main$" <<<"$out2" || { echo "$out2"; fail "no Python stack of the hung rank"; }
+grep -qF "$prefix/share/ddprun/ddp_zygote.py:" <<<"$out2" || { echo "$out2"; fail "the hung rank was not forked by the wheel's zygote"; }
+echo "ok: the hung rank was caught"
+
+# A broken install: one line naming the missing file and how to reinstall, exit 2.
+mv "$prefix/bin/ddprun" "$stage/ddprun.moved"
+for cmd in "$venv/bin/ddprun" "$venv/bin/python -m ddprun"; do
+  set +e
+  err=$($cmd --help 2>&1 >/dev/null)
+  code=$?
+  set -e
+  [[ $code == 2 && $(wc -l <<<"$err") == 1 && $err == *"$prefix/bin/ddprun is missing"*"pip install --force-reinstall ddprun"* ]] \
+    || fail "$cmd with ddprun missing: exit $code, said: $err"
+done
+mv "$stage/ddprun.moved" "$prefix/bin/ddprun"
+echo "ok: a missing binary is one line: $err"
+uninstall "$venv"
+
+# --- venv 2: a C++ project against the installed SDK -------------------------
+venv2=$stage/venv2
+new_venv "$venv2"
+install "$venv2"
+prefix2=$("$venv2/bin/python" -m ddprun --cmake-prefix)
+"$cmake" -S "$consumer" -B "$stage/consumer-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix2" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF > "$stage/configure.log" 2>&1 \
+  || { cat "$stage/configure.log"; fail "configure the find_package(ddp) consumer"; }
+grep -q "ddp_DIR:PATH=$prefix2/lib/cmake/ddp" "$stage/consumer-build/CMakeCache.txt" \
+  || fail "find_package(ddp) did not find the wheel's package: $(grep ddp_DIR "$stage/consumer-build/CMakeCache.txt")"
+"$cmake" --build "$stage/consumer-build" > "$stage/build.log" 2>&1 || { cat "$stage/build.log"; fail "build the consumer"; }
+out3=$("$venv2/bin/ddprun" --standalone --nproc_per_node=2 "$stage/consumer-build/ddp_consumer" 2>&1) \
+  || { code=$?; echo "$out3"; fail "ddprun ran the consumer: exit $code"; }
+for r in 0 1; do
+  grep -q "consumer rank=$r world_size=2 sum=3" <<<"$out3" || { echo "$out3"; fail "consumer rank $r"; }
+done
+echo "ok: a find_package(ddp) program built against the wheel's SDK ran on 2 ranks"
+uninstall "$venv2"
+echo "ok: pip uninstall left both venvs as they were"
