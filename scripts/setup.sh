@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
+  ccache   # the wheel build (scripts/build_wheel.sh) and the sanitized ones reuse build/'s objects
   clang libclang-rt-14-dev   # the sanitizer + libFuzzer stage of scripts/test.sh
   clang-format               # the lint test's format check
   libboost1.81-all-dev libcli11-dev libspdlog-dev nlohmann-json3-dev catch2
