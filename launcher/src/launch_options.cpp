@@ -50,7 +50,9 @@ std::string pet_name(const std::string& base, const std::string& prefix = "PET_"
 // Whether a switch's value turns it on: given on the command line, or a
 // boolean that reads true (a file's true/false, an env var's 1/yes/on...; any
 // other text in an env var leaves it off, as under torchrun).
-bool switch_on(const SourcedValue& v) { return v.source == "flag" || parse_bool(v.value).value_or(false); }
+bool switch_on(const SourcedValue& v) {
+  return v.kind == SourceKind::kFlag || parse_bool(v.value).value_or(false);
+}
 
 // CLI11 2.1 cannot name a positional that prefix_command() leaves alone.
 class UsageFormatter : public CLI::Formatter {
@@ -500,18 +502,18 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   for (const auto& f : first.env_flags) names.push_back(f.option->get_lnames().front());
   const auto flag_of = [&first](const std::string& name) { return find_flag(first, name); };
   ConfigSources layers;
-  layers.add("flag", [&](const std::string& name) -> std::optional<SourcedValue> {
+  layers.add(SourceKind::kFlag, [&](const std::string& name) -> std::optional<SourcedValue> {
     if (flag_of(name)->option->count() == 0) return std::nullopt;
     return SourcedValue{"", "flag"};  // parsed again below, from the command line itself
   });
   if (file) {
-    layers.add("file", [&file](const std::string& name) -> std::optional<SourcedValue> {
+    layers.add(SourceKind::kFile, [&file](const std::string& name) -> std::optional<SourcedValue> {
       const auto it = file->values.find(name);
       if (it == file->values.end()) return std::nullopt;
       return SourcedValue{it->second.text, "file " + file->where(it->second)};
     });
   }
-  layers.add("env", [&](const std::string& name) -> std::optional<SourcedValue> {
+  layers.add(SourceKind::kEnv, [&](const std::string& name) -> std::optional<SourcedValue> {
     const EnvFlag* f = flag_of(name);
     for (const std::string& var : {f->env, f->ddp_env}) {
       auto it = var.empty() ? env.end() : env.find(var);
@@ -524,7 +526,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   // rendezvous).
   std::map<std::string, std::string> slurm;
   layers.add(
-      "slurm",
+      SourceKind::kScheduler,
       [&slurm](const std::string& name) -> std::optional<SourcedValue> {
         const auto it = slurm.find(name);
         if (it == slurm.end()) return std::nullopt;
@@ -543,7 +545,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   std::vector<std::string> extra;
   for (const auto& [name, v] : layers.resolve(names)) {
     sources[name] = v.source;
-    if (v.source == "flag") continue;
+    if (v.kind == SourceKind::kFlag) continue;
     if (!flag_of(name)->is_flag) {
       extra.push_back("--" + name + "=" + v.value);
     } else if (switch_on(v)) {
