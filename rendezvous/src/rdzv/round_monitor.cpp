@@ -39,7 +39,7 @@ std::string encode_event(RoundEvent e, const std::string& detail) {
 
 std::pair<RoundEvent, std::string> decode_event(const std::string& text) {
   auto sp = text.find(' ');
-  auto code = store::keys::parse_index(std::string_view(text).substr(0, sp)).value_or(-1);
+  auto code = store::keys::index_or_none(std::string_view(text).substr(0, sp));
   std::string detail = sp == std::string::npos ? "" : text.substr(sp + 1);
   if (code < 0 || code > static_cast<int>(RoundEvent::kJobClosed)) {
     return {RoundEvent::kRestartRequested, text};
@@ -273,7 +273,7 @@ void RoundMonitor::handle(const Pending& p) {
         return;
       }
       const auto rank =
-          store::keys::parse_index(std::string_view(p.ev.key).substr(departure_prefix_.size())).value_or(-1);
+          store::keys::index_or_none(std::string_view(p.ev.key).substr(departure_prefix_.size()));
       const std::string round_prefix = departure_round_prefix_;
       lock.unlock();
       if (rank >= 0) note_departure(read_departure(round_prefix, rank));
@@ -301,7 +301,7 @@ void RoundMonitor::handle(const Pending& p) {
   const std::string rel = p.ev.key.substr(r.prefix.size());
   const bool put = p.ev.type == store::EventType::kPut;
   if (starts_with(rel, "node/")) {
-    const auto rank = store::keys::parse_index(std::string_view(rel).substr(5)).value_or(-1);
+    const auto rank = store::keys::index_or_none(std::string_view(rel).substr(5));
     if (put || rank < 0 || rank == r.self_rank || rank >= r.group_world_size) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -317,7 +317,7 @@ void RoundMonitor::handle(const Pending& p) {
            describe_rank(static_cast<int>(rank)) + " left the round: its lease expired or was revoked");
     }
   } else if (rel == "ctl/waiting") {
-    if (put && r.can_grow && store::keys::parse_index(p.ev.value).value_or(-1) > 0) {
+    if (put && r.can_grow && store::keys::index_or_none(p.ev.value) > 0) {
       fire(p.epoch, RoundEvent::kNodesWaiting, p.ev.value + " node(s) waiting to join");
     }
   } else if (rel == "ctl/ended") {
