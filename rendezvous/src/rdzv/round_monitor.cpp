@@ -131,38 +131,28 @@ void RoundMonitor::begin(WatchedRound r) {
   for (auto& h : handles) watches_.push_back(std::move(h));
 }
 
-std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end() {
-  std::vector<std::unique_ptr<store::WatchHandle>> handles;
-  std::optional<std::pair<RoundEvent, std::string>> first;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    active_ = false;
-    ++epoch_;
-    handles.swap(watches_);
-    first = first_event_;
-    ended_marker_seen_ = std::exchange(marker_seen_, false);
-  }
-  { std::lock_guard<std::mutex> wait_out_callback(callback_mu_); }
-  // Cancelling waits out a running watch callback, which takes mu_: not under it.
-  for (auto& h : handles) h->cancel();
-  return first;
-}
+std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end() { return finish(nullptr, nullptr); }
 
 std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end(
     std::function<void(std::int64_t)> on_departure, std::set<std::int64_t>& departed) {
   stop_departures();
+  return finish(std::move(on_departure), &departed);
+}
+
+std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::finish(
+    std::function<void(std::int64_t)> on_departure, std::set<std::int64_t>* departed) {
   std::vector<std::unique_ptr<store::WatchHandle>> handles;
   std::optional<std::pair<RoundEvent, std::string>> first;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (active_ && !watches_.empty()) {
+    if (departed != nullptr && active_ && !watches_.empty()) {
       // Events of the old epoch still queued or yet to come reach the sink.
       departure_epoch_ = epoch_;
       departure_prefix_ = detail::nodes_prefix(round_.prefix);
       departure_round_prefix_ = round_.prefix;
       departure_sink_ = std::move(on_departure);
       departure_watch_ = std::move(watches_.front());
-      departed = departed_;
+      *departed = departed_;
     }
     active_ = false;
     ++epoch_;
@@ -171,8 +161,9 @@ std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end(
     ended_marker_seen_ = std::exchange(marker_seen_, false);
   }
   { std::lock_guard<std::mutex> wait_out_callback(callback_mu_); }
+  // Cancelling waits out a running watch callback, which takes mu_: not under it.
   for (auto& h : handles) {
-    if (h) h->cancel();
+    if (h) h->cancel();  // the node watch moved to departure_watch_ leaves a null
   }
   return first;
 }
