@@ -136,10 +136,12 @@ class WorkerGroup {
   // its exit is not a failure of its own), and the report that stops the
   // group.
   void kill_tree(Worker& w);
-  void record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late);
-  void report_hang(const Worker& w, std::chrono::milliseconds late);
-  // Puts the collected stacks into the hang's record (and the stacks file).
-  void add_hang_stacks(int local_rank, std::vector<RankStack> stacks);
+  // Returns the record's index in failures_, valid for the rest of the attempt.
+  std::size_t record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late);
+  void report_hang(const Worker& w, const HangInfo& hang, std::chrono::milliseconds late);
+  // Puts the collected stacks into the hang's record (and the stacks file);
+  // `local_rank` is the hung worker's.
+  void add_hang_stacks(HangInfo& hang, int local_rank, std::vector<RankStack> stacks);
   // Collects the hung worker's stack (with the Python workers'), records the
   // failure and kills it, then the native workers' stacks (frozen meanwhile),
   // adds them to that record and reports it. Each step is bounded.

@@ -108,9 +108,9 @@ void WorkerGroup::on_deadline(const Deadline& d) {
 }
 
 void WorkerGroup::kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds late) {
-  record_hang(w, std::move(info), late);
+  const auto failure = record_hang(w, std::move(info), late);
   kill_tree(w);
-  report_hang(w, late);
+  report_hang(w, *failures_[failure].hang, late);
 }
 
 void WorkerGroup::kill_tree(Worker& w) {
@@ -119,7 +119,7 @@ void WorkerGroup::kill_tree(Worker& w) {
   watch_.clear(w.local_rank);
 }
 
-void WorkerGroup::record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late) {
+std::size_t WorkerGroup::record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late) {
   log_->error(
       "worker hung rank={} local_rank={} pid={}: {}; killed its process tree ({} ms after "
       "the deadline)",
@@ -134,15 +134,11 @@ void WorkerGroup::record_hang(Worker& w, HangInfo info, std::chrono::millisecond
   // Before the kill: the other nodes' ranks fail for the loss of this one
   // within milliseconds, and must hear of the hang first.
   if (events_.hang_recorded) events_.hang_recorded(failures_.back());
+  return failures_.size() - 1;
 }
 
-void WorkerGroup::report_hang(const Worker& w, std::chrono::milliseconds late) {
-  for (const auto& f : failures_) {
-    if (f.local_rank == w.local_rank && f.hang) {
-      if (events_.hung) events_.hung(w, *f.hang, late);
-      break;
-    }
-  }
+void WorkerGroup::report_hang(const Worker& w, const HangInfo& hang, std::chrono::milliseconds late) {
+  if (events_.hung) events_.hung(w, hang, late);
   if (state_ == State::kRunning) events_.failed();
 }
 

@@ -87,43 +87,43 @@ void WorkerGroup::collect_then_kill(int local_rank, HangInfo info,
                     }
                     for (const auto& t : native) ::kill(t.pid, SIGSTOP);
                     const auto killed_late = late();
-                    record_hang(w, std::move(info), killed_late);  // first: other nodes hear of it now
+                    // First: other nodes hear of it now. The index stays
+                    // valid while the attempt lasts.
+                    const auto failure = record_hang(w, std::move(info), killed_late);
                     kill_tree(w);
                     if (native.empty()) {
                       hang_collection_ = -1;
-                      add_hang_stacks(local_rank, std::move(stacks));
-                      report_hang(w, killed_late);
+                      HangInfo& hang = *failures_[failure].hang;
+                      add_hang_stacks(hang, local_rank, std::move(stacks));
+                      report_hang(w, hang, killed_late);
                       return;
                     }
                     // Reported (the group stopped) only once the frozen
                     // workers' stacks are in: stopping would thaw them.
                     auto frozen = native;
                     stacks_.collect(std::move(native), kStackBudget,
-                                    [this, local_rank, att, killed_late, stacks = std::move(stacks),
+                                    [this, local_rank, att, killed_late, failure, stacks = std::move(stacks),
                                      frozen = std::move(frozen)](std::vector<RankStack> more) mutable {
                                       for (const auto& t : frozen) ::kill(t.pid, SIGCONT);
                                       if (att != attempt_) return;
                                       hang_collection_ = -1;
                                       stacks.insert(stacks.end(), more.begin(), more.end());
-                                      add_hang_stacks(local_rank, std::move(stacks));
-                                      report_hang(workers_[static_cast<std::size_t>(local_rank)],
+                                      HangInfo& hang = *failures_[failure].hang;
+                                      add_hang_stacks(hang, local_rank, std::move(stacks));
+                                      report_hang(workers_[static_cast<std::size_t>(local_rank)], hang,
                                                   killed_late);
                                     });
                   });
 }
 
-void WorkerGroup::add_hang_stacks(int local_rank, std::vector<RankStack> stacks) {
-  const auto file = write_stacks(stacks);
-  for (auto& f : failures_) {
-    if (f.local_rank != local_rank || !f.hang) continue;
-    f.hang->stacks_file = file;
-    for (const auto& s : stacks) {
-      if (s.target.local_rank == local_rank) {
-        f.hang->top_frames = s.top_frames;
-        f.hang->stack_note = s.note;
-      } else {
-        f.hang->other_ranks.push_back(waiting_in(s));
-      }
+void WorkerGroup::add_hang_stacks(HangInfo& hang, int local_rank, std::vector<RankStack> stacks) {
+  hang.stacks_file = write_stacks(stacks);
+  for (const auto& s : stacks) {
+    if (s.target.local_rank == local_rank) {
+      hang.top_frames = s.top_frames;
+      hang.stack_note = s.note;
+    } else {
+      hang.other_ranks.push_back(waiting_in(s));
     }
   }
 }

@@ -2,8 +2,8 @@
 
 namespace ddp {
 
-void ConfigSources::add(std::string name, Lookup lookup, Prepare prepare) {
-  sources_.push_back({std::move(name), std::move(lookup), std::move(prepare)});
+void ConfigSources::add(SourceKind kind, Lookup lookup, Prepare prepare) {
+  sources_.push_back({kind, std::move(lookup), std::move(prepare)});
 }
 
 std::map<std::string, SourcedValue> ConfigSources::resolve(const std::vector<std::string>& keys) const {
@@ -12,15 +12,12 @@ std::map<std::string, SourcedValue> ConfigSources::resolve(const std::vector<std
     if (s.prepare) s.prepare(out);
     for (const auto& key : keys) {
       if (out.count(key) != 0) continue;
-      if (auto v = s.lookup(key)) out.emplace(key, std::move(*v));
+      if (auto v = s.lookup(key)) {
+        v->kind = s.kind;
+        out.emplace(key, std::move(*v));
+      }
     }
   }
-  return out;
-}
-
-std::vector<std::string> ConfigSources::names() const {
-  std::vector<std::string> out;
-  for (const auto& s : sources_) out.push_back(s.name);
   return out;
 }
 

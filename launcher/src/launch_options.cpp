@@ -7,6 +7,8 @@
 #include <iomanip>
 #include <optional>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include "config_file.hpp"
 #include "ddp/common/config_sources.hpp"
@@ -50,7 +52,9 @@ std::string pet_name(const std::string& base, const std::string& prefix = "PET_"
 // Whether a switch's value turns it on: given on the command line, or a
 // boolean that reads true (a file's true/false, an env var's 1/yes/on...; any
 // other text in an env var leaves it off, as under torchrun).
-bool switch_on(const SourcedValue& v) { return v.source == "flag" || parse_bool(v.value).value_or(false); }
+bool switch_on(const SourcedValue& v) {
+  return v.kind == SourceKind::kFlag || parse_bool(v.value).value_or(false);
+}
 
 // CLI11 2.1 cannot name a positional that prefix_command() leaves alone.
 class UsageFormatter : public CLI::Formatter {
@@ -60,6 +64,154 @@ class UsageFormatter : public CLI::Formatter {
   }
 };
 
+// The groups of ddprun --help.
+constexpr const char* kNodeGroup = "Worker/node size";
+constexpr const char* kRdzvGroup = "Rendezvous";
+constexpr const char* kLaunchGroup = "User-code launch";
+constexpr const char* kLogsGroup = "Logs";
+constexpr const char* kLegacyGroup = "Static rendezvous (torch.distributed.launch compatible)";
+constexpr const char* kOursGroup = "ddprun";  // ddprun's own flags: they also read DDP_<FLAG>
+
+// One flag that a config file and PET_<FLAG> can also set: its long name (the
+// `-` spelling comes with it), the option it fills (a bool one is a switch),
+// its group and help, and optionally a short name and a second long name.
+struct FlagSpec {
+  const char* name;
+  std::variant<std::string LaunchOptions::*, int LaunchOptions::*, double LaunchOptions::*,
+               bool LaunchOptions::*>
+      field;
+  const char* group;
+  const char* help;
+  const char* shorthand = "";
+  const char* alias = "";
+};
+
+// In --help and --print-config order.
+const FlagSpec kFlags[] = {
+    {"nnodes", &LaunchOptions::nnodes, kNodeGroup, "Number of nodes, or the range of nodes in form MIN:MAX"},
+    {"nproc_per_node", &LaunchOptions::nproc_per_node, kNodeGroup,
+     "Number of workers per node; supported values: [auto, cpu, gpu, int]"},
+
+    {"rdzv_backend", &LaunchOptions::rdzv_backend, kRdzvGroup,
+     "Rendezvous backend: static, c10d (alias ddp), etcd"},
+    {"rdzv_endpoint", &LaunchOptions::rdzv_endpoint, kRdzvGroup,
+     "Rendezvous backend endpoint; usually in form HOST:PORT"},
+    {"rdzv_id", &LaunchOptions::rdzv_id, kRdzvGroup, "User-defined group id"},
+    {"rdzv_conf", &LaunchOptions::rdzv_conf, kRdzvGroup,
+     "Additional rendezvous configuration (KEY1=VALUE1,KEY2=VALUE2,...): join_timeout, "
+     "last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt, timeout, "
+     "read_timeout, is_host"},
+    {"standalone", &LaunchOptions::standalone, kRdzvGroup,
+     "Start a local rendezvous store on a free port; for single-node, multi-worker jobs. "
+     "--rdzv_backend, --rdzv_endpoint and --rdzv_id are then auto-assigned"},
+
+    {"max_restarts", &LaunchOptions::max_restarts, kLaunchGroup,
+     "Maximum number of worker group restarts before failing"},
+    {"monitor_interval", &LaunchOptions::monitor_interval, kLaunchGroup,
+     "Accepted for compatibility; ddprun reacts to worker exits as they happen"},
+    {"start_method", &LaunchOptions::start_method, kLaunchGroup,
+     "Accepted for compatibility (spawn, fork, forkserver)"},
+    {"role", &LaunchOptions::role, kLaunchGroup, "User-defined role for the workers"},
+    {"module", &LaunchOptions::module, kLaunchGroup,
+     "Interpret the program as a Python module, executing as `python -m`", "-m"},
+    {"no_python", &LaunchOptions::no_python, kLaunchGroup,
+     "Execute the program directly instead of prepending `python3 -u`"},
+    {"run_path", &LaunchOptions::run_path, kLaunchGroup,
+     "Run the program as a Python script path even without a .py suffix"},
+    {"signals_to_handle", &LaunchOptions::signals_to_handle, kLaunchGroup,
+     "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP, SIGQUIT stop the workers with that "
+     "signal; others (SIGUSR1, SIGUSR2) are forwarded to the workers, which keep running"},
+    {"virtual_local_rank", &LaunchOptions::virtual_local_rank, kLaunchGroup,
+     "Every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only its own GPU (the "
+     "local rank's entry of CUDA_VISIBLE_DEVICES, else its index)"},
+    {"local_addr", &LaunchOptions::local_addr, kLaunchGroup,
+     "Address of this node as other nodes reach it (default: the hostname)"},
+
+    {"log_dir", &LaunchOptions::log_dir, kLogsGroup,
+     "Base directory for log files: <log_dir>/<rdzv_id>/attempt_<k>/<local_rank>/"},
+    {"redirects", &LaunchOptions::redirects, kLogsGroup,
+     "Redirect std streams into log files (e.g. -r 3 both streams of every worker; -r 0:1,1:2 "
+     "stdout of local rank 0 and stderr of local rank 1)",
+     "-r"},
+    {"tee", &LaunchOptions::tee, kLogsGroup,
+     "Tee std streams into log files and also to the console (format as -r)", "-t"},
+    {"logs_specs", &LaunchOptions::logs_specs, kLogsGroup,
+     "Accepted for torchrun compatibility; ddprun's log layout is torchrun's default one"},
+    {"event_log_handler", &LaunchOptions::event_log_handler, kLogsGroup,
+     "Accepted for torchrun compatibility (null, console); ddprun writes events with "
+     "--event_log"},
+    {"log_line_prefix_template", &LaunchOptions::log_line_prefix_template, kLogsGroup,
+     "Console line prefix with ${rank}, ${local_rank}, ${role_name} (default "
+     "\"[rank ${rank}]:\"; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)"},
+    {"no_prefix", &LaunchOptions::no_prefix, kLogsGroup,
+     "Console lines exactly as the workers wrote them, no prefix"},
+    {"local_ranks_filter", &LaunchOptions::local_ranks_filter, kLogsGroup,
+     "Only show the console output of these local ranks (e.g. 0,2)"},
+    {"duplicate_stdout_filters", &LaunchOptions::duplicate_stdout_filters, kLogsGroup,
+     "Also write the stdout lines holding any of these words (e.g. 'loss,error'; ',,' is a "
+     "comma) to <log dir>/attempt_<k>/filtered_stdout.log"},
+    {"duplicate_stderr_filters", &LaunchOptions::duplicate_stderr_filters, kLogsGroup,
+     "As --duplicate_stdout_filters, for stderr: filtered_stderr.log"},
+
+    {"node_rank", &LaunchOptions::node_rank, kLegacyGroup,
+     "Rank of the node for multi-node distributed training"},
+    {"master_addr", &LaunchOptions::master_addr, kLegacyGroup,
+     "Address of the master node (rank 0); IPv6 as [::1]"},
+    {"master_port", &LaunchOptions::master_port, kLegacyGroup,
+     "Port on the master node (rank 0), default 29500"},
+
+    // torchrun 2.x calls it --shutdown_timeout (env TORCH_ELASTIC_SHUTDOWN_TIMEOUT).
+    {"stop_timeout", &LaunchOptions::stop_timeout_s, kOursGroup,
+     "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, as "
+     "torchrun; also TORCH_ELASTIC_SHUTDOWN_TIMEOUT)",
+     "", "shutdown_timeout"},
+    {"heartbeat_timeout", &LaunchOptions::heartbeat_timeout, kOursGroup,
+     "Kill (and restart, as a failure) a worker whose ddp::heartbeat() stops for this many "
+     "seconds, counted from its first heartbeat; `auto` learns it from the worker's own "
+     "heartbeat gaps (default: off)"},
+    {"section_timeouts", &LaunchOptions::section_timeouts, kOursGroup,
+     "Per-section timeouts for ddp::Section scopes: step=30,checkpoint=600; NAME=auto or `auto` "
+     "(every section) learns them (default: off)"},
+    {"max_no_progress_restarts", &LaunchOptions::max_no_progress_restarts, kOursGroup,
+     "Stop with exit 4 instead of restarting once this many restarts in a row followed attempts "
+     "that made no progress (no heartbeat, no completed section) (default: no limit)"},
+    {"auto_timeout_factor", &LaunchOptions::auto_timeout_factor, kOursGroup,
+     "An `auto` timeout is this times the longest section (or heartbeat gap) seen, at least 1 s "
+     "(default 5)"},
+    {"auto_timeout_warmup", &LaunchOptions::auto_timeout_warmup, kOursGroup,
+     "Completed sections (or heartbeat gaps) an `auto` timeout learns from before it applies "
+     "(default 10)"},
+    {"legacy_local_rank", &LaunchOptions::legacy_local_rank, kOursGroup,
+     "Pass --local_rank=N to the program, the torch.distributed.launch way (default: only "
+     "to a .py script that defines a --local_rank argument)"},
+    {"no_legacy_local_rank", &LaunchOptions::no_legacy_local_rank, kOursGroup,
+     "Never pass --local_rank=N, even to a script that defines the argument"},
+    {"use_env", &LaunchOptions::use_env, kOursGroup,
+     "Accepted for torch.distributed.launch compatibility: the env always carries LOCAL_RANK"},
+    {"token_file", &LaunchOptions::token_file, kOursGroup,
+     "File holding the store's auth token; workers get it as DDP_TOKEN_FILE"},
+    {"log_level", &LaunchOptions::log_level, kOursGroup,
+     "ddprun's own log level: trace, debug, info, warn, error, off"},
+    {"python", &LaunchOptions::python, kOursGroup,
+     "Interpreter for scripts and -m (default $PYTHON_EXEC, else the interpreter of the "
+     "torchrun on PATH, else python3 on PATH)"},
+    {"preload", &LaunchOptions::preload, kOursGroup,
+     "Import these Python modules (e.g. torch) once per node in a zygote and fork every worker "
+     "of a script, and every replacement, from it instead of starting a new interpreter"},
+    {"event_log", &LaunchOptions::event_log, kOursGroup,
+     "Append one JSON line per lifecycle event (rendezvous, worker_start, worker_exit, "
+     "restart, scale, failure, success, shutdown) to this file"},
+    // Clusters without a scheduler (docs/deploy.md).
+    {"hosts", &LaunchOptions::hosts, kOursGroup,
+     "Start one agent per host over ssh (BatchMode, your ssh config): h1,h2 or h1:SLOTS,h2:SLOTS; "
+     "the store runs here, reached at --local_addr (default: this hostname)"},
+    {"hostfile", &LaunchOptions::hostfile, kOursGroup,
+     "As --hosts, from a file of `HOST slots=N` lines (DeepSpeed/MPI format)"},
+    {"numa_binding", &LaunchOptions::numa_binding, kLaunchGroup,
+     "Bind each worker to CPUs near its GPU: node (its NUMA node), socket, exclusive (a "
+     "disjoint share of the node's physical cores), core-complex (one L3 domain)"},
+};
+
 struct App {
   CLI::App app{
       "ddprun: launches and supervises distributed training workers (torchrun "
@@ -67,35 +219,31 @@ struct App {
       "ddprun"};
   std::vector<EnvFlag> env_flags;
   bool version = false;
-  std::string ours_group;
 
-  template <typename T>
-  void opt(const std::string& base, T& target, const std::string& help, const std::string& group,
-           const std::string& shorthand = "") {
-    auto* o = app.add_option((shorthand.empty() ? "" : shorthand + ",") + names(base), target, help);
-    o->group(group);
-    env_flags.push_back({o, pet_name(base), false, group == ours_group ? pet_name(base, "DDP_") : ""});
-  }
-
-  void flag(const std::string& base, bool& target, const std::string& help, const std::string& group,
-            const std::string& shorthand = "") {
-    auto* o = app.add_flag((shorthand.empty() ? "" : shorthand + ",") + names(base), target, help);
-    o->group(group);
-    env_flags.push_back(
-        {o, pet_name(base), true, group == ours_group ? pet_name(base, "DDP_") : "", &target});
+  // Registers one row of kFlags, bound to its field of `o`.
+  void add(const FlagSpec& spec, LaunchOptions& o) {
+    std::string spelled = names(spec.name);
+    if (*spec.shorthand != '\0') spelled = std::string(spec.shorthand) + "," + spelled;
+    if (*spec.alias != '\0') spelled += "," + names(spec.alias);
+    const std::string ddp_env = std::string_view(spec.group) == kOursGroup ? pet_name(spec.name, "DDP_") : "";
+    std::visit(
+        [&](auto member) {
+          auto& target = o.*member;
+          if constexpr (std::is_same_v<std::remove_reference_t<decltype(target)>, bool>) {
+            auto* opt = app.add_flag(spelled, target, spec.help)->group(spec.group);
+            env_flags.push_back({opt, pet_name(spec.name), true, ddp_env, &target});
+          } else {
+            auto* opt = app.add_option(spelled, target, spec.help)->group(spec.group);
+            env_flags.push_back({opt, pet_name(spec.name), false, ddp_env});
+          }
+        },
+        spec.field);
   }
 
   // capture_values: record each bound variable's current value as the option's
   // default string, which is how --print-config reads the effective values.
   explicit App(LaunchOptions& o, bool capture_values = false) {
     if (capture_values) app.option_defaults()->always_capture_default();
-    const std::string node = "Worker/node size";
-    const std::string rdzv = "Rendezvous";
-    const std::string launch = "User-code launch";
-    const std::string logs = "Logs";
-    const std::string legacy = "Static rendezvous (torch.distributed.launch compatible)";
-    const std::string ours = "ddprun";
-    ours_group = ours;
     app.set_help_flag("-h,--help", "Print this help and exit");
     app.formatter(std::make_shared<UsageFormatter>());
     app.prefix_command();  // the program and everything after it pass through untouched
@@ -111,152 +259,20 @@ struct App {
         "\"program\" and \"args\": the command line overrides the file, which overrides PET_* /\n"
         "DDP_* env, which overrides values derived from a Slurm job's env. --print-config shows\n"
         "every effective value and where it came from.");
-
-    opt("nnodes", o.nnodes, "Number of nodes, or the range of nodes in form MIN:MAX", node);
-    opt("nproc_per_node", o.nproc_per_node,
-        "Number of workers per node; supported values: [auto, cpu, gpu, int]", node);
-
-    opt("rdzv_backend", o.rdzv_backend, "Rendezvous backend: static, c10d (alias ddp), etcd", rdzv);
-    opt("rdzv_endpoint", o.rdzv_endpoint, "Rendezvous backend endpoint; usually in form HOST:PORT", rdzv);
-    opt("rdzv_id", o.rdzv_id, "User-defined group id", rdzv);
-    opt("rdzv_conf", o.rdzv_conf,
-        "Additional rendezvous configuration (KEY1=VALUE1,KEY2=VALUE2,...): join_timeout, "
-        "last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt, timeout, "
-        "read_timeout, is_host",
-        rdzv);
-    flag("standalone", o.standalone,
-         "Start a local rendezvous store on a free port; for single-node, multi-worker jobs. "
-         "--rdzv_backend, --rdzv_endpoint and --rdzv_id are then auto-assigned",
-         rdzv);
-
-    opt("max_restarts", o.max_restarts, "Maximum number of worker group restarts before failing", launch);
-    opt("monitor_interval", o.monitor_interval,
-        "Accepted for compatibility; ddprun reacts to worker exits as they happen", launch);
-    opt("start_method", o.start_method, "Accepted for compatibility (spawn, fork, forkserver)", launch);
+    for (const auto& spec : kFlags) add(spec, o);
     app.get_option("--start_method")->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
-    opt("role", o.role, "User-defined role for the workers", launch);
-    flag("module", o.module, "Interpret the program as a Python module, executing as `python -m`", launch,
-         "-m");
-    flag("no_python", o.no_python, "Execute the program directly instead of prepending `python3 -u`", launch);
-    flag("run_path", o.run_path, "Run the program as a Python script path even without a .py suffix", launch);
-    opt("signals_to_handle", o.signals_to_handle,
-        "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP, SIGQUIT stop the workers with that "
-        "signal; others (SIGUSR1, SIGUSR2) are forwarded to the workers, which keep running",
-        launch);
-    flag("virtual_local_rank", o.virtual_local_rank,
-         "Every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only its own GPU (the "
-         "local rank's entry of CUDA_VISIBLE_DEVICES, else its index)",
-         launch);
-    opt("local_addr", o.local_addr, "Address of this node as other nodes reach it (default: the hostname)",
-        launch);
-
-    opt("log_dir", o.log_dir, "Base directory for log files: <log_dir>/<rdzv_id>/attempt_<k>/<local_rank>/",
-        logs);
-    opt("redirects", o.redirects,
-        "Redirect std streams into log files (e.g. -r 3 both streams of every worker; -r 0:1,1:2 "
-        "stdout of local rank 0 and stderr of local rank 1)",
-        logs, "-r");
-    opt("tee", o.tee, "Tee std streams into log files and also to the console (format as -r)", logs, "-t");
-    opt("logs_specs", o.logs_specs,
-        "Accepted for torchrun compatibility; ddprun's log layout is torchrun's default one", logs);
-    opt("event_log_handler", o.event_log_handler,
-        "Accepted for torchrun compatibility (null, console); ddprun writes events with "
-        "--event_log",
-        logs);
-    opt("log_line_prefix_template", o.log_line_prefix_template,
-        "Console line prefix with ${rank}, ${local_rank}, ${role_name} (default "
-        "\"[rank ${rank}]:\"; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)",
-        logs);
-    flag("no_prefix", o.no_prefix, "Console lines exactly as the workers wrote them, no prefix", logs);
-    opt("local_ranks_filter", o.local_ranks_filter,
-        "Only show the console output of these local ranks (e.g. 0,2)", logs);
-    opt("duplicate_stdout_filters", o.duplicate_stdout_filters,
-        "Also write the stdout lines holding any of these words (e.g. 'loss,error'; ',,' is a "
-        "comma) to <log dir>/attempt_<k>/filtered_stdout.log",
-        logs);
-    opt("duplicate_stderr_filters", o.duplicate_stderr_filters,
-        "As --duplicate_stdout_filters, for stderr: filtered_stderr.log", logs);
-
-    opt("node_rank", o.node_rank, "Rank of the node for multi-node distributed training", legacy);
-    opt("master_addr", o.master_addr, "Address of the master node (rank 0); IPv6 as [::1]", legacy);
-    auto* port = app.add_option(names("master_port"), o.master_port,
-                                "Port on the master node (rank 0), default 29500");
-    port->group(legacy);
-    env_flags.push_back({port, "PET_MASTER_PORT", false, ""});
-
-    // torchrun 2.x calls it --shutdown_timeout (env TORCH_ELASTIC_SHUTDOWN_TIMEOUT).
-    auto* stop = app.add_option(names("stop_timeout") + "," + names("shutdown_timeout"), o.stop_timeout_s,
-                                "Seconds between SIGTERM and SIGKILL when stopping workers (default 30, as "
-                                "torchrun; also TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
-    stop->group(ours);
-    env_flags.push_back({stop, pet_name("stop_timeout"), false, pet_name("stop_timeout", "DDP_")});
-    opt("heartbeat_timeout", o.heartbeat_timeout,
-        "Kill (and restart, as a failure) a worker whose ddp::heartbeat() stops for this many "
-        "seconds, counted from its first heartbeat; `auto` learns it from the worker's own "
-        "heartbeat gaps (default: off)",
-        ours);
-    opt("section_timeouts", o.section_timeouts,
-        "Per-section timeouts for ddp::Section scopes: step=30,checkpoint=600; NAME=auto or `auto` "
-        "(every section) learns them (default: off)",
-        ours);
-    opt("max_no_progress_restarts", o.max_no_progress_restarts,
-        "Stop with exit 4 instead of restarting once this many restarts in a row followed attempts "
-        "that made no progress (no heartbeat, no completed section) (default: no limit)",
-        ours);
-    opt("auto_timeout_factor", o.auto_timeout_factor,
-        "An `auto` timeout is this times the longest section (or heartbeat gap) seen, at least 1 s "
-        "(default 5)",
-        ours);
-    opt("auto_timeout_warmup", o.auto_timeout_warmup,
-        "Completed sections (or heartbeat gaps) an `auto` timeout learns from before it applies "
-        "(default 10)",
-        ours);
-    flag("legacy_local_rank", o.legacy_local_rank,
-         "Pass --local_rank=N to the program, the torch.distributed.launch way (default: only "
-         "to a .py script that defines a --local_rank argument)",
-         ours);
-    flag("no_legacy_local_rank", o.no_legacy_local_rank,
-         "Never pass --local_rank=N, even to a script that defines the argument", ours);
-    flag("use_env", o.use_env,
-         "Accepted for torch.distributed.launch compatibility: the env always carries LOCAL_RANK", ours);
-    opt("token_file", o.token_file, "File holding the store's auth token; workers get it as DDP_TOKEN_FILE",
-        ours);
-    opt("log_level", o.log_level, "ddprun's own log level: trace, debug, info, warn, error, off", ours);
-    opt("python", o.python,
-        "Interpreter for scripts and -m (default $PYTHON_EXEC, else the interpreter of the "
-        "torchrun on PATH, else python3 on PATH)",
-        ours);
-    opt("preload", o.preload,
-        "Import these Python modules (e.g. torch) once per node in a zygote and fork every worker "
-        "of a script, and every replacement, from it instead of starting a new interpreter",
-        ours);
-    opt("event_log", o.event_log,
-        "Append one JSON line per lifecycle event (rendezvous, worker_start, worker_exit, "
-        "restart, scale, failure, success, shutdown) to this file",
-        ours);
-    // Clusters without a scheduler (docs/deploy.md).
-    opt("hosts", o.hosts,
-        "Start one agent per host over ssh (BatchMode, your ssh config): h1,h2 or h1:SLOTS,h2:SLOTS; "
-        "the store runs here, reached at --local_addr (default: this hostname)",
-        ours);
-    opt("hostfile", o.hostfile, "As --hosts, from a file of `HOST slots=N` lines (DeepSpeed/MPI format)",
-        ours);
-    opt("numa_binding", o.numa_binding,
-        "Bind each worker to CPUs near its GPU: node (its NUMA node), socket, exclusive (a "
-        "disjoint share of the node's physical cores), core-complex (one L3 domain)",
-        launch);
     app.add_option(names("config"), o.config,
                    "JSON config file of flag values (also PET_CONFIG / DDP_CONFIG)")
-        ->group(ours);
+        ->group(kOursGroup);
     app.add_flag(names("print_config"), o.print_config,
                  "Print every effective option and its source (default, env, file, flag), then "
                  "exit without launching")
-        ->group(ours);
-    app.add_flag("--version", version, "Print the version and exit")->group(ours);
+        ->group(kOursGroup);
+    app.add_flag("--version", version, "Print the version and exit")->group(kOursGroup);
     app.add_option(names("print_completion"), o.print_completion,
                    "Print a shell completion script for ddprun (bash, zsh, tcsh) and exit")
         ->check(CLI::IsMember({"bash", "zsh", "tcsh"}))
-        ->group(ours);
+        ->group(kOursGroup);
   }
 };
 
@@ -504,18 +520,18 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   for (const auto& f : first.env_flags) names.push_back(f.option->get_lnames().front());
   const auto flag_of = [&first](const std::string& name) { return find_flag(first, name); };
   ConfigSources layers;
-  layers.add("flag", [&](const std::string& name) -> std::optional<SourcedValue> {
+  layers.add(SourceKind::kFlag, [&](const std::string& name) -> std::optional<SourcedValue> {
     if (flag_of(name)->option->count() == 0) return std::nullopt;
     return SourcedValue{"", "flag"};  // parsed again below, from the command line itself
   });
   if (file) {
-    layers.add("file", [&file](const std::string& name) -> std::optional<SourcedValue> {
+    layers.add(SourceKind::kFile, [&file](const std::string& name) -> std::optional<SourcedValue> {
       const auto it = file->values.find(name);
       if (it == file->values.end()) return std::nullopt;
       return SourcedValue{it->second.text, "file " + file->where(it->second)};
     });
   }
-  layers.add("env", [&](const std::string& name) -> std::optional<SourcedValue> {
+  layers.add(SourceKind::kEnv, [&](const std::string& name) -> std::optional<SourcedValue> {
     const EnvFlag* f = flag_of(name);
     for (const std::string& var : {f->env, f->ddp_env}) {
       auto it = var.empty() ? env.end() : env.find(var);
@@ -528,7 +544,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   // rendezvous).
   std::map<std::string, std::string> slurm;
   layers.add(
-      "slurm",
+      SourceKind::kScheduler,
       [&slurm](const std::string& name) -> std::optional<SourcedValue> {
         const auto it = slurm.find(name);
         if (it == slurm.end()) return std::nullopt;
@@ -547,7 +563,7 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   std::vector<std::string> extra;
   for (const auto& [name, v] : layers.resolve(names)) {
     sources[name] = v.source;
-    if (v.source == "flag") continue;
+    if (v.kind == SourceKind::kFlag) continue;
     if (!flag_of(name)->is_flag) {
       extra.push_back("--" + name + "=" + v.value);
     } else if (switch_on(v)) {

@@ -27,7 +27,7 @@ class CounterArrivals final : public ArrivalStep {
   }
   std::int64_t arrived(const std::string& prefix) override {
     auto seq = store_->try_get(prefix + "seq");
-    return seq ? store::keys::parse_index(*seq).value_or(0) : 0;
+    return store::keys::counter_value(seq);
   }
 
  private:
@@ -91,7 +91,7 @@ class EtcdArrivals final : public ArrivalStep {
     std::int64_t workers = 0;
     for (const auto& k : keys) {
       const auto rest = std::string_view(k).substr(std::min(all.size(), k.size()));
-      const auto n = store::keys::parse_index(rest.substr(0, rest.find('/'))).value_or(-1);
+      const auto n = store::keys::index_or_none(rest.substr(0, rest.find('/')));
       if (n < 0) throw InternalError("malformed rendezvous arrival key '" + k + "' in etcd");
       workers += n;
     }

@@ -260,8 +260,7 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
   const std::string old = prefix_of(prev.round);
   // Nodes that waited while the previous round ran are newcomers: the last
   // call exists for them (and for any others about to come).
-  if (auto waiting = store_->try_get(old + "ctl/waiting");
-      waiting && store::keys::parse_index(*waiting).value_or(-1) > 0) {
+  if (auto waiting = store_->try_get(old + "ctl/waiting"); store::keys::counter_value(waiting) > 0) {
     logger->info("newcomers waited in round {}: round {} closes after the last call run_id={} newcomers={}",
                  prev.round, round, config_.run_id, *waiting);
     return false;
@@ -309,7 +308,7 @@ void DynamicHandler::close_listing(const std::string& prefix) {
   // counted itself waiting at once: write its count again, after the listing,
   // so that the members see it (a scale-up) as if it came later.
   const std::string key = prefix + "ctl/waiting";
-  if (auto waiting = store_->try_get(key); waiting && store::keys::parse_index(*waiting).value_or(0) > 0) {
+  if (store::keys::counter_value(store_->try_get(key)) > 0) {
     store_->add(key, 0);
   }
 }

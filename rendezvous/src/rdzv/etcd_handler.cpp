@@ -7,6 +7,7 @@
 #include "ddp/store/etcd_store.hpp"
 #include "dynamic_handler.hpp"
 #include "keys.hpp"
+#include "store_access.hpp"
 
 namespace ddp::rdzv::detail {
 
@@ -54,13 +55,7 @@ RendezvousResult EtcdHandler::next_rendezvous() {
   auto res = inner_->next_rendezvous();
   const auto key = round_prefix(config_.run_id, res.round) + "worker_store";
   if (res.group_rank == 0) {
-    if (!worker_store_) {
-      store::StoreServerOptions so;
-      so.token = config_.token;
-      so.torch_legacy_protocol = config_.torch_legacy_protocol;
-      worker_store_ = std::make_unique<store::StoreServer>(so);
-      worker_store_->start();
-    }
+    if (!worker_store_) worker_store_ = host_store(config_, "0.0.0.0", 0);
     res.store_endpoint = Endpoint{self_.host, worker_store_->port()};
     etcd_->set(key, res.store_endpoint.to_string());
     log::get("rdzv")->info("hosting the workers' store run_id={} round={} endpoint={}", config_.run_id,

@@ -39,7 +39,7 @@ std::string encode_event(RoundEvent e, const std::string& detail) {
 
 std::pair<RoundEvent, std::string> decode_event(const std::string& text) {
   auto sp = text.find(' ');
-  auto code = store::keys::parse_index(std::string_view(text).substr(0, sp)).value_or(-1);
+  auto code = store::keys::index_or_none(std::string_view(text).substr(0, sp));
   std::string detail = sp == std::string::npos ? "" : text.substr(sp + 1);
   if (code < 0 || code > static_cast<int>(RoundEvent::kJobClosed)) {
     return {RoundEvent::kRestartRequested, text};
@@ -131,38 +131,28 @@ void RoundMonitor::begin(WatchedRound r) {
   for (auto& h : handles) watches_.push_back(std::move(h));
 }
 
-std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end() {
-  std::vector<std::unique_ptr<store::WatchHandle>> handles;
-  std::optional<std::pair<RoundEvent, std::string>> first;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    active_ = false;
-    ++epoch_;
-    handles.swap(watches_);
-    first = first_event_;
-    ended_marker_seen_ = std::exchange(marker_seen_, false);
-  }
-  { std::lock_guard<std::mutex> wait_out_callback(callback_mu_); }
-  // Cancelling waits out a running watch callback, which takes mu_: not under it.
-  for (auto& h : handles) h->cancel();
-  return first;
-}
+std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end() { return finish(nullptr, nullptr); }
 
 std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end(
     std::function<void(std::int64_t)> on_departure, std::set<std::int64_t>& departed) {
   stop_departures();
+  return finish(std::move(on_departure), &departed);
+}
+
+std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::finish(
+    std::function<void(std::int64_t)> on_departure, std::set<std::int64_t>* departed) {
   std::vector<std::unique_ptr<store::WatchHandle>> handles;
   std::optional<std::pair<RoundEvent, std::string>> first;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (active_ && !watches_.empty()) {
+    if (departed != nullptr && active_ && !watches_.empty()) {
       // Events of the old epoch still queued or yet to come reach the sink.
       departure_epoch_ = epoch_;
       departure_prefix_ = detail::nodes_prefix(round_.prefix);
       departure_round_prefix_ = round_.prefix;
       departure_sink_ = std::move(on_departure);
       departure_watch_ = std::move(watches_.front());
-      departed = departed_;
+      *departed = departed_;
     }
     active_ = false;
     ++epoch_;
@@ -171,8 +161,9 @@ std::optional<std::pair<RoundEvent, std::string>> RoundMonitor::end(
     ended_marker_seen_ = std::exchange(marker_seen_, false);
   }
   { std::lock_guard<std::mutex> wait_out_callback(callback_mu_); }
+  // Cancelling waits out a running watch callback, which takes mu_: not under it.
   for (auto& h : handles) {
-    if (h) h->cancel();
+    if (h) h->cancel();  // the node watch moved to departure_watch_ leaves a null
   }
   return first;
 }
@@ -273,7 +264,7 @@ void RoundMonitor::handle(const Pending& p) {
         return;
       }
       const auto rank =
-          store::keys::parse_index(std::string_view(p.ev.key).substr(departure_prefix_.size())).value_or(-1);
+          store::keys::index_or_none(std::string_view(p.ev.key).substr(departure_prefix_.size()));
       const std::string round_prefix = departure_round_prefix_;
       lock.unlock();
       if (rank >= 0) note_departure(read_departure(round_prefix, rank));
@@ -301,7 +292,7 @@ void RoundMonitor::handle(const Pending& p) {
   const std::string rel = p.ev.key.substr(r.prefix.size());
   const bool put = p.ev.type == store::EventType::kPut;
   if (starts_with(rel, "node/")) {
-    const auto rank = store::keys::parse_index(std::string_view(rel).substr(5)).value_or(-1);
+    const auto rank = store::keys::index_or_none(std::string_view(rel).substr(5));
     if (put || rank < 0 || rank == r.self_rank || rank >= r.group_world_size) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -317,7 +308,7 @@ void RoundMonitor::handle(const Pending& p) {
            describe_rank(static_cast<int>(rank)) + " left the round: its lease expired or was revoked");
     }
   } else if (rel == "ctl/waiting") {
-    if (put && r.can_grow && store::keys::parse_index(p.ev.value).value_or(-1) > 0) {
+    if (put && r.can_grow && store::keys::index_or_none(p.ev.value) > 0) {
       fire(p.epoch, RoundEvent::kNodesWaiting, p.ev.value + " node(s) waiting to join");
     }
   } else if (rel == "ctl/ended") {

@@ -104,6 +104,10 @@ class RoundMonitor {
   void set_fence_sink(std::function<void(Clock::time_point)> sink);
 
  private:
+  // Both end()s: with `departed`, the ended round's node watch is kept for
+  // `on_departure`.
+  std::optional<std::pair<RoundEvent, std::string>> finish(std::function<void(std::int64_t)> on_departure,
+                                                           std::set<std::int64_t>* departed);
   struct Pending {
     std::uint64_t epoch;
     store::WatchEvent ev;

@@ -4,6 +4,7 @@
 #include "ddp/common/logging.hpp"
 #include "ddp/store/tcp_store.hpp"
 #include "keys.hpp"
+#include "store_access.hpp"
 
 namespace ddp::rdzv {
 
@@ -15,13 +16,7 @@ constexpr const char* kLoopback = "127.0.0.1";
 StandaloneHandler::StandaloneHandler(const RendezvousConfig& config, const NodeSpec& self)
     : config_(config), self_(self) {
   detail::validate_run_id(config_.run_id);
-  store::StoreServerOptions opts;
-  opts.host = kLoopback;
-  opts.port = 0;
-  opts.token = config_.token;
-  opts.torch_legacy_protocol = config_.torch_legacy_protocol;
-  server_ = std::make_unique<store::StoreServer>(opts);
-  server_->start();
+  server_ = detail::host_store(config_, kLoopback, 0);
   log::get("rdzv")->debug("standalone store started endpoint={}:{} run_id={}", kLoopback, server_->port(),
                           config_.run_id);
 }

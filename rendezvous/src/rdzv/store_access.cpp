@@ -42,17 +42,22 @@ bool is_loopback(const sockaddr* sa) {
 // The StoreServer a node hosts listens on every interface so that other
 // machines reach it through whatever address they were given.
 std::unique_ptr<store::StoreServer> start_server(const RendezvousConfig& config) {
+  return host_store(config, "0.0.0.0", config.endpoint.port);
+}
+
+}  // namespace
+
+std::unique_ptr<store::StoreServer> host_store(const RendezvousConfig& config, const std::string& host,
+                                               std::uint16_t port) {
   store::StoreServerOptions opts;
-  opts.host = "0.0.0.0";
-  opts.port = config.endpoint.port;
+  opts.host = host;
+  opts.port = port;
   opts.token = config.token;
   opts.torch_legacy_protocol = config.torch_legacy_protocol;
   auto server = std::make_unique<store::StoreServer>(opts);
   server->start();
   return server;
 }
-
-}  // namespace
 
 bool is_local_host(const std::string& host) {
   if (host == "localhost") return true;

@@ -27,6 +27,12 @@ enum class HostMode : std::uint8_t {
 // the endpoint is wrong).
 enum class Unreachable : std::uint8_t { kRendezvousError, kConfigError };
 
+// A StoreServer for this job's nodes or workers, started: listening on `host`
+// and `port` (0: a free one), with the job's token and torch legacy protocol.
+// Throws NetworkError when it cannot listen.
+std::unique_ptr<store::StoreServer> host_store(const RendezvousConfig& config, const std::string& host,
+                                               std::uint16_t port);
+
 // `flag` names what the user typed the endpoint with (--rdzv_endpoint or
 // --master_addr/--master_port), for error messages. A client connects with
 // retry until config.join_timeout. Every failure is converted here, once.

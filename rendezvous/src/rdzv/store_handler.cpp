@@ -126,11 +126,11 @@ std::int64_t StoreHandler::round_to_join(std::vector<store::BatchOp>* defer) {
       joined_once_ = true;
       auto v = store_->multi_get({round_pointer_key(config_.run_id), rdzv_key("closed")});
       if (v[1]) throw_closed(*v[1]);
-      return v[0] ? store::keys::parse_index(*v[0]).value_or(0) : 0;
+      return store::keys::counter_value(v[0]);
     }
     // A previous call failed before a round closed: try the job's current round.
     auto p = store_->try_get(round_pointer_key(config_.run_id));
-    return p ? store::keys::parse_index(*p).value_or(0) : 0;
+    return store::keys::counter_value(p);
   }
   // Pass on why we leave (the first event we saw), so every member restarts
   // for the same reason; with no event, this node itself chose to restart.
@@ -263,7 +263,7 @@ void StoreHandler::close(const std::string& reason) {
   // Wake whoever waits: members of our round (ended), and joiners of the next
   // round and of the job's current round (their round can never close now).
   auto pointer = store_->try_get(round_pointer_key(config_.run_id));
-  std::int64_t next = pointer ? store::keys::parse_index(*pointer).value_or(0) : 0;
+  std::int64_t next = store::keys::counter_value(pointer);
   if (cur) {
     monitor_->end();
     store_->compare_set(prefix_of(cur->round) + "ctl/ended", "",

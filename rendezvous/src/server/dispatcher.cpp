@@ -440,31 +440,24 @@ void Dispatcher::arm_disk_probe() {
 
 void Dispatcher::rearm_timers() {
   if (stopping_) return;
-  auto next_wait = waiters_.next_deadline();
-  if (next_wait != waiter_armed_) {
-    waiter_armed_ = next_wait;
-    if (next_wait) {
-      waiter_timer_.expires_at(*next_wait);
-      waiter_timer_.async_wait([this](boost::system::error_code ec) {
-        if (!ec) on_waiter_timer();
-      });
-    } else {
-      waiter_timer_.cancel();
-    }
-  }
+  rearm(waiter_timer_, waiter_armed_, waiters_.next_deadline(), &Dispatcher::on_waiter_timer);
   auto next_lease = core_.next_lease_expiry();
   if (next_lease && lease_retry_at_ && *next_lease < *lease_retry_at_) next_lease = lease_retry_at_;
-  if (next_lease != lease_armed_) {
-    lease_armed_ = next_lease;
-    if (next_lease) {
-      lease_timer_.expires_at(*next_lease);
-      lease_timer_.async_wait([this](boost::system::error_code ec) {
-        if (!ec) on_lease_timer();
-      });
-    } else {
-      lease_timer_.cancel();
-    }
+  rearm(lease_timer_, lease_armed_, next_lease, &Dispatcher::on_lease_timer);
+}
+
+void Dispatcher::rearm(boost::asio::steady_timer& timer, std::optional<Clock::time_point>& armed,
+                       std::optional<Clock::time_point> next, void (Dispatcher::*fire)()) {
+  if (next == armed) return;
+  armed = next;
+  if (!next) {
+    timer.cancel();
+    return;
   }
+  timer.expires_at(*next);
+  timer.async_wait([this, fire](boost::system::error_code ec) {
+    if (!ec) (this->*fire)();
+  });
 }
 
 void Dispatcher::on_waiter_timer() {

@@ -113,6 +113,10 @@ class Dispatcher final : public SessionHost {
   // While the data dir is degraded: probes it every second until it takes writes.
   void arm_disk_probe();
   void rearm_timers();
+  // Points `timer` at `next` unless it is already `armed` for it (none: cancels
+  // it); `fire` runs when it expires.
+  void rearm(boost::asio::steady_timer& timer, std::optional<Clock::time_point>& armed,
+             std::optional<Clock::time_point> next, void (Dispatcher::*fire)());
   void on_waiter_timer();
   void on_lease_timer();
   // Logs a failed or refused hello: the first of a quiet period at once, the

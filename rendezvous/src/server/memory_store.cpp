@@ -192,18 +192,6 @@ class MemoryStore::Impl {
 
 namespace {
 
-class MemoryWatchHandle final : public WatchHandle {
- public:
-  explicit MemoryWatchHandle(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
-  ~MemoryWatchHandle() override { cancel(); }
-  void cancel() override {
-    if (cancel_) std::exchange(cancel_, nullptr)();
-  }
-
- private:
-  std::function<void()> cancel_;
-};
-
 Request make(Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {},
              std::int64_t a = 0, std::int64_t b = 0) {
   Request r;
@@ -315,7 +303,7 @@ std::unique_ptr<WatchHandle> MemoryStore::watch(const std::string& prefix, Revis
                                                 WatchCallback on_event, WatchErrorCallback on_error) {
   const auto id = impl_->add_watch(prefix, from_revision, std::move(on_event), std::move(on_error));
   // Weak: a handle that outlives the store cancels nothing.
-  return std::make_unique<MemoryWatchHandle>([weak = std::weak_ptr<Impl>(impl_), id] {
+  return make_watch_handle([weak = std::weak_ptr<Impl>(impl_), id] {
     if (auto impl = weak.lock()) impl->cancel_watch(id);
   });
 }

@@ -7,6 +7,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
 
+#include "contained.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "failpoints.hpp"
@@ -28,16 +29,10 @@ constexpr std::uint32_t kHelloId = 0;
 
 template <typename F>
 void ProxyConnection::guarded(F&& work) {
-  try {
-    work();
-  } catch (const std::exception& e) {
-    ddp::log::get("store.proxy")
-        ->error("closing torch client: its handler failed peer={} error=\"{}\"", peer_, e.what());
+  run_contained(std::forward<F>(work), [this](const std::string& error) {
+    ddp::log::get("store.proxy")->error("closing torch client: its handler failed peer={}{}", peer_, error);
     close("handler failed");
-  } catch (...) {
-    ddp::log::get("store.proxy")->error("closing torch client: its handler failed peer={}", peer_);
-    close("handler failed");
-  }
+  });
 }
 
 ProxyConnection::ProxyConnection(asio::io_context& io, tcp::socket down,
@@ -175,13 +170,18 @@ void ProxyConnection::on_down_read(error_code ec, std::size_t n) {
     }
   }
   if (up_out_.empty()) return read_down();
+  write_then(up_, up_out_, "write to store: ", &ProxyConnection::read_down);
+}
+
+void ProxyConnection::write_then(tcp::socket& to, std::string& out, const char* what,
+                                 void (ProxyConnection::*next)()) {
   auto self = shared_from_this();
-  asio::async_write(up_, asio::buffer(up_out_), [this, self](error_code wec, std::size_t) {
+  asio::async_write(to, asio::buffer(out), [this, self, &out, what, next](error_code wec, std::size_t) {
     guarded([&] {
       if (closed_) return;
-      if (wec) return close("write to store: " + wec.message());
-      up_out_.clear();
-      read_down();
+      if (wec) return close(what + wec.message());
+      out.clear();
+      (this->*next)();
     });
   });
 }
@@ -207,15 +207,7 @@ void ProxyConnection::on_up_read(error_code ec, std::size_t n) {
     if (!drain_up_frames()) return;
   }
   if (down_out_.empty()) return read_up();
-  auto self = shared_from_this();
-  asio::async_write(down_, asio::buffer(down_out_), [this, self](error_code wec, std::size_t) {
-    guarded([&] {
-      if (closed_) return;
-      if (wec) return close("write to client: " + wec.message());
-      down_out_.clear();
-      read_up();
-    });
-  });
+  write_then(down_, down_out_, "write to client: ", &ProxyConnection::read_up);
 }
 
 bool ProxyConnection::drain_up_frames() {

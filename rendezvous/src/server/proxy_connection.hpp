@@ -59,6 +59,10 @@ class ProxyConnection : public std::enable_shared_from_this<ProxyConnection> {
   void on_down_read(boost::system::error_code ec, std::size_t n);
   void read_up();
   void on_up_read(boost::system::error_code ec, std::size_t n);
+  // Sends `out` (a member buffer) on `to`, then clears it and calls `next`; a
+  // failed write closes the connection with `what` and the error.
+  void write_then(boost::asio::ip::tcp::socket& to, std::string& out, const char* what,
+                  void (ProxyConnection::*next)());
   // Runs the work of one of this connection's handlers: an exception it lets
   // out (a bug) closes this client and never reaches the proxy's loop.
   template <typename F>

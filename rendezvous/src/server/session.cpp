@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
+#include "contained.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "failpoints.hpp"
@@ -37,16 +38,10 @@ std::string describe(const asio::ip::tcp::socket& s) {
 
 template <typename F>
 void Session::guarded(F&& work) {
-  try {
-    work();
-  } catch (const std::exception& e) {
-    ddp::log::get("store.server")
-        ->error("closing connection: its handler failed peer={} error=\"{}\"", peer_, e.what());
+  run_contained(std::forward<F>(work), [this](const std::string& error) {
+    ddp::log::get("store.server")->error("closing connection: its handler failed peer={}{}", peer_, error);
     close("handler failed");
-  } catch (...) {
-    ddp::log::get("store.server")->error("closing connection: its handler failed peer={}", peer_);
-    close("handler failed");
-  }
+  });
 }
 
 Session::Session(asio::ip::tcp::socket socket, SessionHost& host, const SessionOptions& options,

@@ -3,16 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <future>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "accept_loop.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "failpoints.hpp"
@@ -26,12 +21,6 @@ using asio::ip::tcp;
 using boost::system::error_code;
 using server::ProxyConnection;
 
-namespace {
-
-constexpr std::chrono::milliseconds kAcceptRetry{100};
-
-}  // namespace
-
 // The connections of one client process (a local rank) and its generation.
 struct Lane {
   std::unordered_map<ProxyConnection*, std::shared_ptr<ProxyConnection>> open;
@@ -42,10 +31,22 @@ struct Lane {
 class TorchStoreProxy::Impl {
  public:
   explicit Impl(TorchProxyOptions options)
-      : options_(std::move(options)), acceptor_(io_), accept_retry_(io_) {
+      : options_(std::move(options)),
+        loop_({.logger = "store.proxy",
+               .name = "torch store proxy",
+               .loop = "proxy",
+               .accepted = "a torch client",
+               .error_prefix = "torch store proxy: "},
+              {.admit = [this](tcp::socket socket) { admit(std::move(socket)); },
+               .stopping =
+                   [this] {
+                     auto all = connections_;
+                     for (auto& [ptr, conn] : all) conn->close("proxy stopping");
+                     loop_.io().stop();
+                   }}) {
     if (!options_.lane_of && !options_.lane_env.empty()) {
       options_.lane_of = [env = options_.lane_env, self = ::getpid(), this](std::uint16_t client_port) {
-        const auto pid = server::loopback_peer_pid(port_.load(), client_port, self);
+        const auto pid = server::loopback_peer_pid(loop_.port(), client_port, self);
         return pid ? server::process_env(*pid, env, self) : std::nullopt;
       };
     }
@@ -53,22 +54,13 @@ class TorchStoreProxy::Impl {
   ~Impl() { stop(); }
 
   void start() {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (started_) return;
-    error_code ec;
-    const auto address = asio::ip::make_address(options_.host, ec);
-    const std::string where = Endpoint{options_.host, options_.port}.to_string();
-    if (ec) throw NetworkError("torch store proxy: '" + options_.host + "' is not an IP address");
-    const tcp::endpoint ep(address, options_.port);
-    acceptor_.open(ep.protocol(), ec);
-    if (!ec) acceptor_.bind(ep, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) throw NetworkError("torch store proxy: cannot listen on " + where + ": " + ec.message());
-    port_ = acceptor_.local_endpoint().port();
-    accept();
-    started_ = true;
-    thread_ = std::thread([this] { run(); });
-    ddp::log::get("store.proxy")->debug("listening host={} port={}", options_.host, port_.load());
+    const bool started = loop_.start([this] {
+      error_code ec;
+      const auto address = asio::ip::make_address(options_.host, ec);
+      if (ec) throw NetworkError("torch store proxy: '" + options_.host + "' is not an IP address");
+      loop_.listen({address, options_.port}, Endpoint{options_.host, options_.port}.to_string());
+    });
+    if (started) ddp::log::get("store.proxy")->debug("listening host={} port={}", options_.host, port());
   }
 
   void set_target(TorchProxyTarget target) {
@@ -81,7 +73,7 @@ class TorchStoreProxy::Impl {
       target_ = next;
     }
     // Connections of the old round, if any are left, go: their workers are gone.
-    asio::post(io_, [this, next] {
+    asio::post(loop_.io(), [this, next] {
       std::vector<std::shared_ptr<ProxyConnection>> old;
       for (auto& [ptr, conn] : connections_) {
         if (conn->target() != next) old.push_back(conn);
@@ -90,22 +82,9 @@ class TorchStoreProxy::Impl {
     });
   }
 
-  void stop() {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!started_ || stopped_) return;
-    stopped_ = true;
-    asio::post(io_, [this] {
-      error_code ec;
-      acceptor_.close(ec);
-      accept_retry_.cancel();
-      auto all = connections_;
-      for (auto& [ptr, conn] : all) conn->close("proxy stopping");
-      io_.stop();
-    });
-    thread_.join();
-  }
+  void stop() { loop_.stop(); }
 
-  std::uint16_t port() const { return port_.load(); }
+  std::uint16_t port() const { return loop_.port(); }
 
   std::map<std::string, std::int64_t> stats() const {
     return {{"connections", open_.load()},
@@ -116,43 +95,22 @@ class TorchStoreProxy::Impl {
   }
 
  private:
-  void accept() {
-    acceptor_.async_accept([this](error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      if (ec) {
-        ddp::log::get("store.proxy")
-            ->warn("accept failed error=\"{}\"; retrying in {} ms", ec.message(), kAcceptRetry.count());
-        accept_retry_.expires_after(kAcceptRetry);
-        accept_retry_.async_wait([this](error_code wec) {
-          if (!wec) accept();
-        });
-        return;
-      }
-      // Whatever admitting this one does, the next accept is armed.
-      try {
-        server::failpoints::maybe_throw("proxy.accept");
-        ++counters_.accepted;
-        std::shared_ptr<const TorchProxyTarget> target;
-        {
-          std::lock_guard<std::mutex> lk(target_mu_);
-          target = target_;
-        }
-        if (!target) {
-          // No round yet: no worker of this agent can be asking.
-          ddp::log::get("store.proxy")->warn("closing a connection that came before any round");
-          error_code ignored;
-          socket.close(ignored);
-        } else {
-          admit(std::move(socket), std::move(target));
-        }
-      } catch (const std::exception& e) {
-        ddp::log::get("store.proxy")
-            ->error("accepting a torch client failed; accepting goes on error=\"{}\"", e.what());
-      } catch (...) {
-        ddp::log::get("store.proxy")->error("accepting a torch client failed; accepting goes on");
-      }
-      accept();
-    });
+  void admit(tcp::socket socket) {
+    server::failpoints::maybe_throw("proxy.accept");
+    ++counters_.accepted;
+    std::shared_ptr<const TorchProxyTarget> target;
+    {
+      std::lock_guard<std::mutex> lk(target_mu_);
+      target = target_;
+    }
+    if (!target) {
+      // No round yet: no worker of this agent can be asking.
+      ddp::log::get("store.proxy")->warn("closing a connection that came before any round");
+      error_code ignored;
+      socket.close(ignored);
+      return;
+    }
+    admit(std::move(socket), std::move(target));
   }
 
   // The key prefix of a new connection: the round's, plus "gen_<g>/" once its
@@ -192,7 +150,7 @@ class TorchStoreProxy::Impl {
     ddp::log::get("store.proxy")
         ->debug("torch client admitted lane={} prefix={}", name.value_or("unknown"), prefix);
     auto conn =
-        std::make_shared<ProxyConnection>(io_, std::move(socket), std::move(target), std::move(prefix),
+        std::make_shared<ProxyConnection>(loop_.io(), std::move(socket), std::move(target), std::move(prefix),
                                           options_, counters_, [this, lane](ProxyConnection* c) {
                                             connections_.erase(c);
                                             if (lane) lane->open.erase(c);
@@ -204,28 +162,15 @@ class TorchStoreProxy::Impl {
     conn->start();
   }
 
-  void run() {
-    // Handlers contain their own failures; one that still escapes is a bug,
-    // and the loop goes on serving the other clients rather than end.
-    ddp::log::run_surviving([this] { io_.run(); }, "store.proxy", "proxy");
-  }
-
   TorchProxyOptions options_;
-  asio::io_context io_{1};
-  tcp::acceptor acceptor_;
-  asio::steady_timer accept_retry_;
+  server::AcceptLoop loop_;
   std::unordered_map<ProxyConnection*, std::shared_ptr<ProxyConnection>> connections_;  // loop only
   std::unordered_map<std::string, Lane> lanes_;                                         // loop only
   server::ProxyCounters counters_;
   std::atomic<std::int64_t> open_{0};
   std::atomic<std::int64_t> generations_{0};
-  std::atomic<std::uint16_t> port_{0};
   std::mutex target_mu_;
   std::shared_ptr<const TorchProxyTarget> target_;
-  std::mutex mu_;
-  bool started_ = false;
-  bool stopped_ = false;
-  std::thread thread_;
 };
 
 TorchStoreProxy::TorchStoreProxy(TorchProxyOptions options)

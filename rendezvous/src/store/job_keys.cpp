@@ -19,6 +19,12 @@ std::optional<std::int64_t> parse_index(std::string_view text) {
   return v && *v >= 0 ? v : std::nullopt;
 }
 
+std::int64_t index_or_none(std::string_view text) { return parse_index(text).value_or(kNoIndex); }
+
+std::int64_t counter_value(const std::optional<std::string>& value) {
+  return value ? parse_index(*value).value_or(0) : 0;
+}
+
 std::string rdzv_prefix(const std::string& run_id) { return run_root(run_id) + std::string(kRdzvDir); }
 
 std::string round_pointer_key(const std::string& run_id) {

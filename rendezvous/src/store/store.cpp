@@ -1,5 +1,8 @@
-// The parts of the Store interface with a default: batch() one op at a time.
+// The parts of the Store interface with a default: batch() one op at a time,
+// and the WatchHandle of a store whose cancelling is one call.
 #include "ddp/store/store.hpp"
+
+#include <utility>
 
 namespace ddp::store {
 
@@ -33,6 +36,26 @@ std::vector<std::unique_ptr<WatchHandle>> Store::watch_all(std::vector<WatchSpec
     handles.push_back(watch(s.prefix, s.from_revision, std::move(s.on_event), std::move(s.on_error)));
   }
   return handles;
+}
+
+namespace {
+
+class CallbackWatchHandle final : public WatchHandle {
+ public:
+  explicit CallbackWatchHandle(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
+  ~CallbackWatchHandle() override { cancel(); }
+  void cancel() override {
+    if (cancel_) std::exchange(cancel_, nullptr)();
+  }
+
+ private:
+  std::function<void()> cancel_;
+};
+
+}  // namespace
+
+std::unique_ptr<WatchHandle> make_watch_handle(std::function<void()> cancel) {
+  return std::make_unique<CallbackWatchHandle>(std::move(cancel));
 }
 
 }  // namespace ddp::store

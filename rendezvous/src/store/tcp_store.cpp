@@ -263,25 +263,11 @@ void TcpStore::lease_revoke(LeaseId lease) {
 
 namespace {
 // Holds the store weakly: a handle may outlive its TcpStore.
-class TcpWatchHandle final : public WatchHandle {
- public:
-  explicit TcpWatchHandle(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
-  ~TcpWatchHandle() override { cancel(); }
-  void cancel() override {
-    if (cancel_) std::exchange(cancel_, nullptr)();
-  }
-
- private:
-  std::function<void()> cancel_;
-};
-}  // namespace
-
-namespace {
 template <typename ImplT>
 std::unique_ptr<WatchHandle> handle_of(const std::shared_ptr<ImplT>& impl,
                                        std::shared_ptr<WatchState> state) {
   std::weak_ptr<ImplT> weak = impl;
-  return std::make_unique<TcpWatchHandle>([weak, state] {
+  return make_watch_handle([weak, state] {
     if (auto locked = weak.lock()) locked->cancel_watch(state);
     state->cancelled = true;
   });

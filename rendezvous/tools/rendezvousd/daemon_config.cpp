@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/json_input.hpp"
@@ -34,9 +35,17 @@ int line_of_key(const std::string& text, const std::string& key) {
 }
 
 std::string where(const Setting& s) {
-  if (s.source.rfind("flag ", 0) == 0) return s.source.substr(5);
-  if (s.source.rfind("env ", 0) == 0) return s.source.substr(4);
-  if (s.source.rfind("file ", 0) == 0) return s.source.substr(5) + " key " + s.key;
+  switch (s.kind) {
+    case SourceKind::kFlag:
+      return s.source.substr(std::string_view("flag ").size());
+    case SourceKind::kEnv:
+      return s.source.substr(std::string_view("env ").size());
+    case SourceKind::kFile:
+      return s.source.substr(std::string_view("file ").size()) + " key " + s.key;
+    case SourceKind::kScheduler:
+    case SourceKind::kDefault:
+      break;
+  }
   return "default of " + s.key;
 }
 
@@ -56,27 +65,34 @@ std::chrono::milliseconds to_ms(const Setting& s, std::chrono::milliseconds lo,
   return *d;
 }
 
+// Every key with its help and default: the one place a default is written.
+struct Key {
+  const char* key;
+  const char* help;
+  const char* default_value;
+};
+constexpr Key kKeys[] = {
+    {"host", "address to listen on (store and metrics)", "0.0.0.0"},
+    {"port", "store TCP port; 0 picks a free one (see --port-file)", "29400"},
+    {"port_file", "write the bound port here once listening", ""},
+    {"token_file", "require clients to present the token in this file", ""},
+    {"data_dir", "keep a snapshot and log here; restarts keep every key", ""},
+    {"max_connections", "refuse connections beyond this many", "65536"},
+    {"idle_frame_timeout_ms", "close clients that send no HELLO, or stall mid-frame, this long", "30000"},
+    {"torch_legacy_protocol",
+     "torch version of the TCPStore clients that open without VALIDATE: 1 (1.x), 2.0 or 2.1", "1"},
+    {"history_max_bytes", "keep at most this many key+value bytes of past events for watches", "67108864"},
+    {"max_buffered_request_bytes", "drop a client that takes all clients' incomplete requests past this",
+     "268435456"},
+    {"log_level", "trace, debug, info, warn, error or off", "info"},
+    {"metrics_port", "serve /metrics and /healthz on this port; 0 picks one; unset: off", ""},
+    {"metrics_port_file", "write the bound metrics port here once listening", ""},
+};
+
 }  // namespace
 
 DaemonConfig::DaemonConfig() {
-  settings_ = {
-      {"host", "address to listen on (store and metrics)", "0.0.0.0"},
-      {"port", "store TCP port; 0 picks a free one (see --port-file)", "29400"},
-      {"port_file", "write the bound port here once listening", ""},
-      {"token_file", "require clients to present the token in this file", ""},
-      {"data_dir", "keep a snapshot and log here; restarts keep every key", ""},
-      {"max_connections", "refuse connections beyond this many", "65536"},
-      {"idle_frame_timeout_ms", "close clients that send no HELLO, or stall mid-frame, this long", "30000"},
-      {"torch_legacy_protocol",
-       "torch version of the TCPStore clients that open without VALIDATE: 1 (1.x), 2.0 or 2.1", "1"},
-      {"history_max_bytes", "keep at most this many key+value bytes of past events for watches", "67108864"},
-      {"max_buffered_request_bytes", "drop a client that takes all clients' incomplete requests past this",
-       "268435456"},
-      {"log_level", "trace, debug, info, warn, error or off", "info"},
-      {"metrics_port", "serve /metrics and /healthz on this port; 0 picks one; unset: off", ""},
-      {"metrics_port_file", "write the bound metrics port here once listening", ""},
-  };
-  for (const auto& s : settings_) defaults_[s.key] = s.value;
+  for (const auto& k : kKeys) settings_.push_back({k.key, k.help, k.default_value});
 }
 
 Setting& DaemonConfig::at(const std::string& key) {
@@ -97,7 +113,7 @@ std::string DaemonConfig::env_name(const std::string& key) {
 }
 
 void DaemonConfig::add_flags(const std::map<std::string, std::string>& given) {
-  sources_.add("flag", [given](const std::string& key) -> std::optional<SourcedValue> {
+  sources_.add(SourceKind::kFlag, [given](const std::string& key) -> std::optional<SourcedValue> {
     const auto it = given.find(key);
     if (it == given.end()) return std::nullopt;
     auto name = key;
@@ -107,7 +123,7 @@ void DaemonConfig::add_flags(const std::map<std::string, std::string>& given) {
 }
 
 void DaemonConfig::add_env() {
-  sources_.add("env", [](const std::string& key) -> std::optional<SourcedValue> {
+  sources_.add(SourceKind::kEnv, [](const std::string& key) -> std::optional<SourcedValue> {
     const auto name = env_name(key);
     const char* v = std::getenv(name.c_str());
     if (v == nullptr) return std::nullopt;
@@ -165,7 +181,7 @@ void DaemonConfig::add_file_text(const std::string& text, const std::string& pat
     v.source = "file " + path + ":" + line;
     values[key] = std::move(v);
   }
-  sources_.add("file " + path,
+  sources_.add(SourceKind::kFile,
                [values = std::move(values)](const std::string& key) -> std::optional<SourcedValue> {
                  const auto it = values.find(key);
                  if (it == values.end()) return std::nullopt;
@@ -176,15 +192,19 @@ void DaemonConfig::add_file_text(const std::string& text, const std::string& pat
 void DaemonConfig::resolve() {
   std::vector<std::string> keys;
   for (const auto& s : settings_) keys.push_back(s.key);
-  const auto found = sources_.resolve(keys);
-  for (auto& s : settings_) {
-    if (const auto it = found.find(s.key); it != found.end()) {
-      s.value = it->second.value;
-      s.source = it->second.source;
-    } else {
-      s.value = defaults_.at(s.key);
-      s.source = "default";
+  ConfigSources all = sources_;
+  all.add(SourceKind::kDefault, [](const std::string& key) -> std::optional<SourcedValue> {
+    for (const auto& k : kKeys) {
+      if (k.key == key) return SourcedValue{k.default_value, "default"};
     }
+    return std::nullopt;
+  });
+  const auto found = all.resolve(keys);
+  for (auto& s : settings_) {
+    const SourcedValue& v = found.at(s.key);
+    s.value = v.value;
+    s.source = v.source;
+    s.kind = v.kind;
   }
 }
 
@@ -200,7 +220,7 @@ DaemonSettings DaemonConfig::to_settings() const {
   out.token_file_source = where(get("token_file"));
   out.server.data_dir = get("data_dir").value;
   out.server.max_connections = static_cast<std::uint32_t>(to_int(get("max_connections"), 1, 1 << 24));
-  out.max_connections_set = get("max_connections").source != "default";
+  out.max_connections_set = get("max_connections").kind != SourceKind::kDefault;
   out.server.idle_frame_timeout =
       to_ms(get("idle_frame_timeout_ms"), std::chrono::milliseconds(1), std::chrono::hours(24));
   const auto& legacy = get("torch_legacy_protocol");

@@ -22,6 +22,7 @@ struct Setting {
   std::string help;
   std::string value;               // "" = unset
   std::string source = "default";  // default | env NAME | file PATH:LINE | flag --NAME
+  SourceKind kind = SourceKind::kDefault;
 };
 
 // Everything main() needs after conversion.
@@ -68,8 +69,7 @@ class DaemonConfig {
   Setting& at(const std::string& key);
 
   std::vector<Setting> settings_;
-  std::map<std::string, std::string> defaults_;
-  ConfigSources sources_;
+  ConfigSources sources_;  // without the defaults, which resolve() adds below them
 };
 
 }  // namespace ddp::rendezvousd

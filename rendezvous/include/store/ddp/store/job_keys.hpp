@@ -43,5 +43,12 @@ std::optional<std::string_view> run_of_round_pointer(std::string_view key);
 
 // A non-negative decimal integer, the whole of `text`; nullopt otherwise.
 std::optional<std::int64_t> parse_index(std::string_view text);
+// parse_index's value, or kNoIndex where `text` is not one: for a caller that
+// only compares it (a rank, an event code, a count).
+inline constexpr std::int64_t kNoIndex = -1;
+std::int64_t index_or_none(std::string_view text);
+// The value of a counter key as read (a round pointer, a waiting count): 0
+// when the key is absent or does not hold an index.
+std::int64_t counter_value(const std::optional<std::string>& value);
 
 }  // namespace ddp::store::keys

@@ -116,6 +116,10 @@ class WatchHandle {
   virtual void cancel() = 0;
 };
 
+// A WatchHandle that runs `cancel` on its first cancel() or, failing that, on
+// destruction, and never again: a store's watch() when cancelling is one call.
+std::unique_ptr<WatchHandle> make_watch_handle(std::function<void()> cancel);
+
 // One watch of Store::watch_all: the arguments of Store::watch.
 struct WatchSpec {
   std::string prefix;
