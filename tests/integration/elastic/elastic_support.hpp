@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -171,6 +172,34 @@ inline bool all_dead(const std::vector<pid_t>& pids) {
     if (ddp::test::pid_alive(p)) return false;
   }
   return true;
+}
+
+// Ranks, over all of `agents`, whose latest env dump says WORLD_SIZE == world.
+inline std::size_t ranks_in_world(int world, std::initializer_list<const Agent*> agents) {
+  std::size_t n = 0;
+  for (const auto* ag : agents) n += ag->ranks_in_world(world).size();
+  return n;
+}
+
+// True when each of `agents` runs exactly one rank of a world of `world`.
+inline bool one_rank_each(int world, std::initializer_list<const Agent*> agents) {
+  for (const auto* ag : agents) {
+    if (ag->ranks_in_world(world).size() != 1) return false;
+  }
+  return true;
+}
+
+// SIGTERM to each of `agents` in turn, then waits (30 s each) for them to
+// exit: the names of those still running, "" when all exited.
+inline std::string stop_agents(std::initializer_list<const Agent*> agents) {
+  for (const auto* ag : agents) ag->proc->signal(SIGTERM);
+  std::string running;
+  for (const auto* ag : agents) {
+    if (ag->proc->wait(30s).has_value()) continue;
+    if (!running.empty()) running += ", ";
+    running.append(ag->home.filename().string());
+  }
+  return running;
 }
 
 inline bool contains(const std::string& text, const std::string& part) {
