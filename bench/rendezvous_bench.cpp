@@ -27,11 +27,8 @@
 #include <sstream>
 #include <vector>
 
-#include "bench.hpp"
-#include "ddp/common/endpoint.hpp"
-#include "ddp/common/error.hpp"
 #include "ddp/store/protocol.hpp"
-#include "ddp/store/store_server.hpp"
+#include "sim_clients.hpp"
 
 namespace ddp::bench {
 namespace {
@@ -193,7 +190,7 @@ void check(const store::Response& r, const char* what) {
     throw StoreError(std::string(what) + ": " + store::status_name(r.status) + " " + r.message);
   }
 }
-double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
 // After a failure report: StoreHandler::round_to_join and DynamicHandler::
 // next_rendezvous for round 1, request for request, with every member of
 // round 0 rejoining (the last one back closes it: try_close_early).
@@ -302,14 +299,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
       co_await t.async_wait(use_awaitable);
     }
     ++s.connecting;
-    tcp::socket sock(io);
-    if (ep.address().is_v4() && ep.address().to_v4().is_loopback()) {
-      sock.open(ep.protocol());
-      bind_spread_loopback(sock.native_handle(), id);
-    }
-    co_await sock.async_connect(ep, use_awaitable);
-    sock.set_option(tcp::no_delay(true));
-    Conn c(std::move(sock));
+    Conn c(co_await connect_sim_client(ep, id));
     co_await c.hello();
     --s.connecting;
     s.last_connected = std::max(s.last_connected, Clock::now());
@@ -444,38 +434,22 @@ int rendezvous_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  int most = 0;
-  for (int n : o.agents) {
-    if (n < 1) throw ConfigError("--agents: must be at least 1");
-    most = std::max(most, n);
-  }
-  // Each agent is a socket here, and an in-process server holds the other end.
   const std::size_t per_agent = o.endpoint.empty() ? 2 : 1;
-  const std::size_t fd_limit = raise_fd_limit(static_cast<std::size_t>(most) * per_agent + 256);
-
-  std::unique_ptr<store::StoreServer> server;
-  Endpoint where;
-  if (o.endpoint.empty()) {
-    store::StoreServerOptions so;
-    so.host = "127.0.0.1";
-    server = std::make_unique<store::StoreServer>(so);
-    server->start();
-    where = Endpoint{"127.0.0.1", server->port()};
-  } else {
-    where = parse_endpoint(o.endpoint, "--endpoint");
-  }
+  const std::size_t fd_limit = raise_fd_limit_for(o.agents, "--agents", per_agent);
+  const auto target = open_sim_target(o.endpoint);
+  const Endpoint& where = target.where;
   std::printf("ddp-bench rendezvous: backend=%s store=%s (%s) list_nodes=%s\n", o.backend.c_str(),
-              where.to_string().c_str(), server ? "in-process StoreServer" : "daemon",
+              where.to_string().c_str(), target.server ? "in-process StoreServer" : "daemon",
               o.list_nodes ? "yes" : "no");
   std::printf("%8s  %10s  %10s  %10s  %9s  %8s  %10s  %9s\n", "agents", "connect_s", "closed_s", "watching_s",
               "req/agent", "req_max", "bytes/agent", "bytes_max");
   int seq = 0;
   for (int n : o.agents) {
-    if (static_cast<std::size_t>(n) * per_agent + 256 > fd_limit) {
+    if (sim_fds_needed(n, per_agent) > fd_limit) {
       std::printf(
           "%8d  skipped: needs %zu file descriptors, the limit is %zu; run ddp-rendezvousd "
           "and pass --endpoint (one fd per agent here)\n",
-          n, static_cast<std::size_t>(n) * per_agent + 256, fd_limit);
+          n, sim_fds_needed(n, per_agent), fd_limit);
       continue;
     }
     run_once(o, where, n, seq++);
