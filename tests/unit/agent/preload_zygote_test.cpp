@@ -26,9 +26,7 @@
 #include "test_support.hpp"
 
 using namespace ddp::agent;
-using ddp::test::read_file;
-using ddp::test::TempDir;
-using ddp::test::write_file;
+using namespace ddp::test;
 
 namespace {
 

@@ -16,16 +16,8 @@
 #include "store_backends.hpp"
 
 using namespace std::chrono_literals;
-using ddp::store::StoreServer;
-using ddp::store::TcpStore;
-using ddp::store::TorchProxyTarget;
-using ddp::store::TorchStoreProxy;
-using ddp::test::client_options;
-using ddp::test::i64;
-using ddp::test::loopback_server_options;
-using ddp::test::RawConn;
-using ddp::test::str;
-using ddp::test::u64;
+using namespace ddp::store;
+using namespace ddp::test;
 
 namespace {
 
