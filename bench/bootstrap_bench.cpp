@@ -40,12 +40,6 @@
 namespace ddp::bench {
 namespace {
 
-namespace asio = boost::asio;
-using asio::awaitable;
-using asio::use_awaitable;
-using asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
-
 // Query-type numbers of the two wire generations (shared/reference: torch
 // 1.13, and torch 2.2 onward where every connection opens with VALIDATE).
 struct Dialect {

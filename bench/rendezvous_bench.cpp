@@ -33,11 +33,6 @@
 namespace ddp::bench {
 namespace {
 
-namespace asio = boost::asio;
-using asio::awaitable;
-using asio::use_awaitable;
-using asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
 using store::Op;
 
 struct Options {
@@ -191,6 +186,19 @@ void check(const store::Response& r, const char* what) {
   }
 }
 
+// start_round: the watches of round `prefix`'s nodes and control keys from
+// revision `from`, in one write with whatever is queued already (watch_all).
+// Returns their ids: node watch, control watch.
+awaitable<std::pair<std::uint32_t, std::uint32_t>> watch_round(Conn& c, const std::string& prefix,
+                                                               long from) {
+  const auto node_id = c.queue(Op::kWatch, 0, from, vec(prefix + "node/"), vec());
+  const auto ctl_id = c.queue(Op::kWatch, 0, from, vec(prefix + "ctl/"), vec());
+  co_await c.flush();
+  check(co_await c.answer(node_id), "watch nodes");
+  check(co_await c.answer(ctl_id), "watch ctl");
+  co_return std::pair{node_id, ctl_id};
+}
+
 // After a failure report: StoreHandler::round_to_join and DynamicHandler::
 // next_rendezvous for round 1, request for request, with every member of
 // round 0 rejoining (the last one back closes it: try_close_early).
@@ -272,15 +280,9 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
   long count = 0, workers = 0, listed = 0;
   in >> count >> workers >> listed;
   // start_round: both watches from the closing listing's revision + 1; the
-  // kept node watch's cancel (stop_departures) goes out with the first.
+  // kept node watch's cancel (stop_departures) goes out with them.
   c.queue(Op::kCancel, node_watch, 0, vec(), vec());
-  const auto node_id = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix1 + "node/"), vec());
-  const auto ctl_id = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix1 + "ctl/"), vec());
-  co_await c.flush();
-  r = co_await c.answer(node_id);
-  check(r, "watch nodes");
-  r = co_await c.answer(ctl_id);
-  check(r, "watch ctl");
+  co_await watch_round(c, s.prefix1, listed + 1);
   s.restart_done = std::max(s.restart_done, Clock::now());
   const long requests = c.requests - requests0;
   const long bytes = c.sent + c.received - bytes0;
@@ -351,14 +353,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
       r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
       check(r, "list nodes");
     }
-    // start_round: both watches in one write (watch_all).
-    const auto node_watch = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix + "node/"), vec());
-    const auto ctl_watch = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix + "ctl/"), vec());
-    co_await c.flush();
-    r = co_await c.answer(node_watch);
-    check(r, "watch nodes");
-    r = co_await c.answer(ctl_watch);
-    check(r, "watch ctl");
+    const auto [node_watch, ctl_watch] = co_await watch_round(c, s.prefix, listed + 1);
     s.last_done = std::max(s.last_done, Clock::now());
     const long bytes = c.sent + c.received;
     s.requests += c.requests;

@@ -19,6 +19,13 @@
 
 namespace ddp::bench {
 
+// The vocabulary of these benches' coroutines.
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::use_awaitable;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
 // The store under test: --endpoint's HOST:PORT or, when that is empty, an
 // in-process StoreServer on 127.0.0.1 that `server` owns.
 struct SimTarget {
@@ -60,19 +67,17 @@ inline std::size_t raise_fd_limit_for(const std::vector<int>& counts, const std:
 
 // A connection to `ep` with Nagle off; against loopback IPv4 it comes from
 // 127.0.1.x, x chosen by `index` (see bind_spread_loopback).
-inline boost::asio::awaitable<boost::asio::ip::tcp::socket> connect_sim_client(
-    boost::asio::ip::tcp::endpoint ep, int index) {
-  using boost::asio::ip::tcp;
-  tcp::socket sock(co_await boost::asio::this_coro::executor);
+inline awaitable<tcp::socket> connect_sim_client(tcp::endpoint ep, int index) {
+  tcp::socket sock(co_await asio::this_coro::executor);
   if (ep.address().is_v4() && ep.address().to_v4().is_loopback()) {
     sock.open(ep.protocol());
     bind_spread_loopback(sock.native_handle(), index);
   }
-  co_await sock.async_connect(ep, boost::asio::use_awaitable);
+  co_await sock.async_connect(ep, use_awaitable);
   sock.set_option(tcp::no_delay(true));
   co_return sock;
 }
 
-inline double secs(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+inline double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace ddp::bench
