@@ -65,8 +65,10 @@ struct LocalDaemon {
       : proc({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
               (dir / "daemon.port").string(), "--log-level", "warn"},
              dir.path(), {}, "daemon"),
-        endpoint("127.0.0.1:" + std::to_string(wait_for_port_file(dir / "daemon.port"))) {}
+        port(wait_for_port_file(dir / "daemon.port")),
+        endpoint("127.0.0.1:" + std::to_string(port)) {}
   Process proc;
+  int port;  // -1 when it did not start (wait_for_port_file timed out)
   std::string endpoint;
 };
 
