@@ -37,8 +37,11 @@ std::string logs(const A&... agents) {
 }
 
 // Three hanging nodes of a 2:4 job, past their first round (a world of 3).
+// The temp dir and the rendezvous service of the test come with them.
 struct ThreeNodes {
-  ThreeNodes(const TempDir& dir, const Service& svc)
+  TempDir dir;  // declared first: built before the agents, gone after them
+  Service svc{dir};
+  ThreeNodes()
       : a(agent(dir, "a", svc, "2:4", {{"FAKE_HANG", "1"}})),
         b(agent(dir, "b", svc, "2:4", {{"FAKE_HANG", "1"}})),
         c(agent(dir, "c", svc, "2:4", {{"FAKE_HANG", "1"}})) {
@@ -77,40 +80,30 @@ TEST_CASE("elastic " ELASTIC_NAME
 
 TEST_CASE("elastic " ELASTIC_NAME
           ": kill -9 of one of three nodes re-forms a world of two without the last call") {
-  TempDir dir;
-  Service d(dir);
-  ThreeNodes nodes(dir, d);
-  Agent& a = nodes.a;
-  Agent& b = nodes.b;
-  Agent& c = nodes.c;
-  c.proc->signal(SIGKILL);
-  REQUIRE(wait_until([&] { return one_rank_each(2, {&a, &b}); }, 30s));
-  const auto all = logs(a, b);
+  ThreeNodes n;
+  n.c.proc->signal(SIGKILL);
+  REQUIRE(wait_until([&] { return one_rank_each(2, {&n.a, &n.b}); }, 30s));
+  const auto all = logs(n.a, n.b);
   CHECK(count(all, "every live member of round 0 rejoined: round 1 closed at once run_id=job nodes=2") >= 1);
   CHECK(count(all, "round=1 nodes=2 last_call_timeout") == 0);
-  std::set<int> ranks{*a.ranks_in_world(2).begin(), *b.ranks_in_world(2).begin()};
+  std::set<int> ranks{*n.a.ranks_in_world(2).begin(), *n.b.ranks_in_world(2).begin()};
   CHECK(ranks == std::set<int>{0, 1});
-  CHECK(stop_agents({&a, &b}) == "");
+  CHECK(stop_agents({&n.a, &n.b}) == "");
 }
 
 TEST_CASE("elastic " ELASTIC_NAME
           ": a member frozen during a restart is waited for only until its lease expires") {
-  TempDir dir;
-  Service d(dir);
-  ThreeNodes nodes(dir, d);
-  Agent& a = nodes.a;
-  Agent& b = nodes.b;
-  Agent& c = nodes.c;
+  ThreeNodes n;
   // c stops answering (its lease runs out after the keep-alive window) while
   // a worker of a dies: a and b rejoin, c cannot.
-  c.proc->signal(SIGSTOP);
-  ::kill(a.started().at(0), SIGKILL);
-  REQUIRE(wait_until([&] { return one_rank_each(2, {&a, &b}); }, 30s));
-  const auto all = logs(a, b);
+  n.c.proc->signal(SIGSTOP);
+  ::kill(n.a.started().at(0), SIGKILL);
+  REQUIRE(wait_until([&] { return one_rank_each(2, {&n.a, &n.b}); }, 30s));
+  const auto all = logs(n.a, n.b);
   CHECK(count(all, "round 1 closed at once run_id=job nodes=2") >= 1);
   CHECK(count(all, "round=1 nodes=2 last_call_timeout") == 0);
-  c.proc->signal(SIGKILL);
-  CHECK(stop_agents({&a, &b}) == "");
+  n.c.proc->signal(SIGKILL);
+  CHECK(stop_agents({&n.a, &n.b}) == "");
 }
 
 TEST_CASE("elastic " ELASTIC_NAME ": a newcomer still gets the last call when the job re-forms for it") {
