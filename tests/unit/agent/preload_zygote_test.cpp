@@ -32,6 +32,13 @@ namespace {
 
 constexpr const char* kPython = "/usr/bin/python3";
 
+// False, after a "SKIP:" warning, when there is no kPython to run workers with.
+bool have_python() {
+  if (::access(kPython, X_OK) == 0) return true;
+  WARN("SKIP: no " << kPython);
+  return false;
+}
+
 struct Outcome {
   pid_t pid = -1;
   std::string error;
@@ -92,10 +99,7 @@ Outcome run_forked(const TempDir& dir, const std::vector<std::string>& argv,
 
 TEST_CASE("a worker forked by the preload zygote reports its own pid, output and exit status") {
   TempDir dir;
-  if (::access(kPython, X_OK) != 0) {
-    WARN("SKIP: no " << kPython);
-    return;
-  }
+  if (!have_python()) return;
   const auto script = (dir / "w.py").string();
   write_file(script,
              "import os, sys\n"
@@ -117,10 +121,7 @@ TEST_CASE("a worker forked by the preload zygote reports its own pid, output and
 
 TEST_CASE("PYTHONPATH entries only a forked worker has come first on sys.path and their sitecustomize runs") {
   TempDir dir;
-  if (::access(kPython, X_OK) != 0) {
-    WARN("SKIP: no " << kPython);
-    return;
-  }
+  if (!have_python()) return;
   std::filesystem::create_directories(dir / "common");
   std::filesystem::create_directories(dir / "worker_only");
   write_file(dir / "common" / "sitecustomize.py", "print('common sitecustomize ran', flush=True)\n");
@@ -195,10 +196,7 @@ std::string pipe_name(int fd) {
 
 TEST_CASE("connections that never finish their request neither delay a worker's spawn nor leak into it") {
   TempDir dir;
-  if (::access(kPython, X_OK) != 0) {
-    WARN("SKIP: no " << kPython);
-    return;
-  }
+  if (!have_python()) return;
   const auto script = (dir / "w.py").string();
   write_file(script,
              "import os\n"
@@ -241,10 +239,7 @@ TEST_CASE("connections that never finish their request neither delay a worker's 
 
 TEST_CASE("past 64 connections sending requests at once the oldest is dropped") {
   TempDir dir;
-  if (::access(kPython, X_OK) != 0) {
-    WARN("SKIP: no " << kPython);
-    return;
-  }
+  if (!have_python()) return;
   boost::asio::io_context io;
   auto work = boost::asio::make_work_guard(io);
   PreloadZygote zygote(io, kPython, {"json"}, dir / "zygote.sock", {"PATH=/usr/bin:/bin"},
