@@ -186,6 +186,17 @@ void check(const store::Response& r, const char* what) {
   }
 }
 
+// The closer's wait for the `n` node records of round `prefix`, then its
+// listing of them; returns the listing's revision.
+awaitable<std::int64_t> wait_and_list(Conn& c, const std::string& prefix, int n, const std::string& what) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(prefix + "node/" + std::to_string(i));
+  check(co_await c.call(Op::kWait, 0, 30000, std::move(keys), vec()), (what + " wait").c_str());
+  const auto r = co_await c.call(Op::kList, 0, 0, vec(prefix + "node/"), vec());
+  check(r, (what + " list").c_str());
+  co_return r.revision;
+}
+
 // start_round: the watches of round `prefix`'s nodes and control keys from
 // revision `from`, in one write with whatever is queued already (watch_all).
 // Returns their ids: node watch, control watch.
@@ -257,13 +268,7 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
     r = co_await c.call(Op::kTryGet, 0, 0, vec(s.prefix + "ctl/waiting"), vec());
     r = co_await c.call(Op::kAdd, 0, 0, vec(s.prefix1 + "seq"), vec());
     check(r, "add 0");
-    std::vector<std::string> keys;
-    for (int i = 0; i < s.n; ++i) keys.push_back(s.prefix1 + "node/" + std::to_string(i));
-    r = co_await c.call(Op::kWait, 0, 30000, std::move(keys), vec());
-    check(r, "early close wait");
-    r = co_await c.call(Op::kList, 0, 0, vec(s.prefix1 + "node/"), vec());
-    check(r, "list round 1");
-    const auto rev = r.revision;
+    const auto rev = co_await wait_and_list(c, s.prefix1, s.n, "early close");
     r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
     check(r, "list round 0");
     if (static_cast<int>(r.items.size()) != s.n) throw StoreError("round 0 lost records");
@@ -328,13 +333,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     std::string closed;
     if (index == s.n) {
       // The closer: wait for every record, list them, publish the decision.
-      std::vector<std::string> keys;
-      for (int i = 0; i < s.n; ++i) keys.push_back(s.prefix + "node/" + std::to_string(i));
-      r = co_await c.call(Op::kWait, 0, 30000, std::move(keys), vec());
-      check(r, "closer wait");
-      r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
-      check(r, "closer list");
-      const auto rev = r.revision;
+      const auto rev = co_await wait_and_list(c, s.prefix, s.n, "closer");
       r = co_await c.call(Op::kTryGet, 0, 0, vec(s.prefix + "ctl/waiting"), vec());  // close_listing
       const std::string value = std::to_string(s.n) + " " + std::to_string(s.n) + " " + std::to_string(rev);
       r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix + "closed"), vec("", value));
