@@ -21,6 +21,7 @@
 #include <functional>
 #include <thread>
 
+#include "child_outcome.hpp"
 #include "ddp/common/logging.hpp"
 #include "process_runner.hpp"
 #include "test_support.hpp"
@@ -39,13 +40,7 @@ bool have_python() {
   return false;
 }
 
-struct Outcome {
-  pid_t pid = -1;
-  std::string error;
-  std::string out;
-  std::string err;
-  int status = -1;
-};
+using Outcome = ChildOutcome;
 
 // Runs `script args...` forked from a zygote that preloaded json, with
 // `zygote_env` for the zygote and `worker_env` for the worker. `before` runs

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "child_outcome.hpp"
 #include "fork_exec.hpp"
 #include "test_support.hpp"
 
@@ -20,14 +21,7 @@ using namespace ddp::agent;
 using namespace ddp::test;
 
 namespace {
-struct Outcome {
-  pid_t pid = -1;
-  std::string error;
-  std::string out;
-  std::string err;
-  int status = -1;
-  bool exited = false;
-};
+using Outcome = ChildOutcome;
 
 // Runs `spec` to its end (20 s at most); `after_spawn` is called with the runner
 // and the child's pid once it is started.
