@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <initializer_list>
 #include <map>
@@ -204,6 +205,23 @@ inline std::string stop_agents(std::initializer_list<const Agent*> agents) {
 
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// What the two agents of a job show once its store is gone: each exited 3
+// (`code_a`, `code_b`), no worker of theirs left, and each log says
+// "rendezvous store lost" and `why`.
+inline void check_store_lost(const Agent& a, std::optional<int> code_a, const Agent& b,
+                             std::optional<int> code_b, const std::string& why) {
+  INFO("agent a:\n" << a.proc->err() << "\nagent b:\n" << b.proc->err());
+  CHECK(code_a == std::optional<int>(3));
+  CHECK(code_b == std::optional<int>(3));
+  CHECK(all_dead(a.started()));
+  CHECK(all_dead(b.started()));
+  for (const auto* ag : {&a, &b}) {
+    const auto err = ag->proc->err();
+    CHECK(contains(err, "rendezvous store lost"));
+    CHECK(contains(err, why));
+  }
 }
 
 }  // namespace elastic
