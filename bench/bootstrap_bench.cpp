@@ -35,19 +35,10 @@
 #include <string>
 #include <vector>
 
-#include "bench.hpp"
-#include "ddp/common/endpoint.hpp"
-#include "ddp/common/error.hpp"
-#include "ddp/store/store_server.hpp"
+#include "sim_clients.hpp"
 
 namespace ddp::bench {
 namespace {
-
-namespace asio = boost::asio;
-using asio::awaitable;
-using asio::use_awaitable;
-using asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
 
 // Query-type numbers of the two wire generations (shared/reference: torch
 // 1.13, and torch 2.2 onward where every connection opens with VALIDATE).
@@ -76,7 +67,6 @@ struct Shared {
   int n = 0;
   Dialect d;
   std::string prefix;  // "/bootstrap_<pid>_<seq>/"
-  bool spread_sources = false;
   int next_rank = 0;
   int connected = 0;
   int got_id = 0;
@@ -193,13 +183,7 @@ awaitable<void> rank_main(tcp::endpoint ep, Shared& s, int rank) {
   auto exec = co_await asio::this_coro::executor;
   bool connected = false;
   try {
-    tcp::socket sock(exec);
-    if (s.spread_sources) {
-      sock.open(ep.protocol());
-      bind_spread_loopback(sock.native_handle(), rank);
-    }
-    co_await sock.async_connect(ep, use_awaitable);
-    sock.set_option(tcp::no_delay(true));
+    tcp::socket sock = co_await connect_sim_client(ep, rank);
     // Closed with a reset, not into TIME_WAIT: a run of 19,000 ranks would
     // otherwise leave the next run against the same port few free local ports.
     sock.set_option(asio::socket_base::linger(true, 0));
@@ -241,8 +225,6 @@ double cpu_seconds(int pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   asio::io_context io(1);
   tcp::resolver resolver(io);
@@ -252,7 +234,6 @@ void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   s.d = o.dialect == 2 ? kTorch2 : kTorch1;
   s.prefix = "/bootstrap_" + std::to_string(::getpid()) + "_" + std::to_string(seq) + "/";
   s.io = &io;
-  s.spread_sources = ep.address().is_v4() && ep.address().to_v4().is_loopback();
   s.done_s.reserve(static_cast<std::size_t>(n));
   const double cpu0 = cpu_seconds(o.server_pid);
   s.start = Clock::now();
@@ -318,32 +299,15 @@ int bootstrap_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  int most = 0;
-  for (int n : o.ranks) {
-    if (n < 1) throw ConfigError("--ranks: every count must be at least 1");
-    most = std::max(most, n);
-  }
   if (o.max_connecting < 1) throw ConfigError("--max-connecting: must be at least 1");
-  // Each rank is a socket here, and an in-process server holds the other end.
   const std::size_t per_rank = o.endpoint.empty() ? 2 : 1;
-  const std::size_t fd_limit = raise_fd_limit(static_cast<std::size_t>(most) * per_rank + 256);
-
-  std::unique_ptr<store::StoreServer> server;
-  Endpoint where;
-  if (o.endpoint.empty()) {
-    store::StoreServerOptions so;
-    so.host = "127.0.0.1";
-    server = std::make_unique<store::StoreServer>(so);
-    server->start();
-    where = Endpoint{"127.0.0.1", server->port()};
-    if (o.label.empty()) o.label = "ddp-in-process";
-  } else {
-    where = parse_endpoint(o.endpoint, "--endpoint");
-    if (o.label.empty()) o.label = where.to_string();
-  }
+  const std::size_t fd_limit = raise_fd_limit_for(o.ranks, "--ranks", per_rank);
+  const auto target = open_sim_target(o.endpoint);
+  const Endpoint& where = target.where;
+  if (o.label.empty()) o.label = target.server ? "ddp-in-process" : where.to_string();
   int seq = 0;
   for (int n : o.ranks) {
-    const std::size_t need = static_cast<std::size_t>(n) * per_rank + 256;
+    const std::size_t need = sim_fds_needed(n, per_rank);
     if (need > fd_limit) {
       std::printf(
           "bootstrap server=%s dialect=%d ranks=%d skipped: needs %zu file descriptors, the limit is %zu\n",

@@ -27,20 +27,12 @@
 #include <sstream>
 #include <vector>
 
-#include "bench.hpp"
-#include "ddp/common/endpoint.hpp"
-#include "ddp/common/error.hpp"
 #include "ddp/store/protocol.hpp"
-#include "ddp/store/store_server.hpp"
+#include "sim_clients.hpp"
 
 namespace ddp::bench {
 namespace {
 
-namespace asio = boost::asio;
-using asio::awaitable;
-using asio::use_awaitable;
-using asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
 using store::Op;
 
 struct Options {
@@ -193,7 +185,31 @@ void check(const store::Response& r, const char* what) {
     throw StoreError(std::string(what) + ": " + store::status_name(r.status) + " " + r.message);
   }
 }
-double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The closer's wait for the `n` node records of round `prefix`, then its
+// listing of them; returns the listing's revision.
+awaitable<std::int64_t> wait_and_list(Conn& c, const std::string& prefix, int n, const std::string& what) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(prefix + "node/" + std::to_string(i));
+  check(co_await c.call(Op::kWait, 0, 30000, std::move(keys), vec()), (what + " wait").c_str());
+  const auto r = co_await c.call(Op::kList, 0, 0, vec(prefix + "node/"), vec());
+  check(r, (what + " list").c_str());
+  co_return r.revision;
+}
+
+// start_round: the watches of round `prefix`'s nodes and control keys from
+// revision `from`, in one write with whatever is queued already (watch_all).
+// Returns their ids: node watch, control watch.
+awaitable<std::pair<std::uint32_t, std::uint32_t>> watch_round(Conn& c, const std::string& prefix,
+                                                               long from) {
+  const auto node_id = c.queue(Op::kWatch, 0, from, vec(prefix + "node/"), vec());
+  const auto ctl_id = c.queue(Op::kWatch, 0, from, vec(prefix + "ctl/"), vec());
+  co_await c.flush();
+  check(co_await c.answer(node_id), "watch nodes");
+  check(co_await c.answer(ctl_id), "watch ctl");
+  co_return std::pair{node_id, ctl_id};
+}
+
 // After a failure report: StoreHandler::round_to_join and DynamicHandler::
 // next_rendezvous for round 1, request for request, with every member of
 // round 0 rejoining (the last one back closes it: try_close_early).
@@ -252,13 +268,7 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
     r = co_await c.call(Op::kTryGet, 0, 0, vec(s.prefix + "ctl/waiting"), vec());
     r = co_await c.call(Op::kAdd, 0, 0, vec(s.prefix1 + "seq"), vec());
     check(r, "add 0");
-    std::vector<std::string> keys;
-    for (int i = 0; i < s.n; ++i) keys.push_back(s.prefix1 + "node/" + std::to_string(i));
-    r = co_await c.call(Op::kWait, 0, 30000, std::move(keys), vec());
-    check(r, "early close wait");
-    r = co_await c.call(Op::kList, 0, 0, vec(s.prefix1 + "node/"), vec());
-    check(r, "list round 1");
-    const auto rev = r.revision;
+    const auto rev = co_await wait_and_list(c, s.prefix1, s.n, "early close");
     r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
     check(r, "list round 0");
     if (static_cast<int>(r.items.size()) != s.n) throw StoreError("round 0 lost records");
@@ -275,15 +285,9 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
   long count = 0, workers = 0, listed = 0;
   in >> count >> workers >> listed;
   // start_round: both watches from the closing listing's revision + 1; the
-  // kept node watch's cancel (stop_departures) goes out with the first.
+  // kept node watch's cancel (stop_departures) goes out with them.
   c.queue(Op::kCancel, node_watch, 0, vec(), vec());
-  const auto node_id = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix1 + "node/"), vec());
-  const auto ctl_id = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix1 + "ctl/"), vec());
-  co_await c.flush();
-  r = co_await c.answer(node_id);
-  check(r, "watch nodes");
-  r = co_await c.answer(ctl_id);
-  check(r, "watch ctl");
+  co_await watch_round(c, s.prefix1, listed + 1);
   s.restart_done = std::max(s.restart_done, Clock::now());
   const long requests = c.requests - requests0;
   const long bytes = c.sent + c.received - bytes0;
@@ -302,14 +306,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
       co_await t.async_wait(use_awaitable);
     }
     ++s.connecting;
-    tcp::socket sock(io);
-    if (ep.address().is_v4() && ep.address().to_v4().is_loopback()) {
-      sock.open(ep.protocol());
-      bind_spread_loopback(sock.native_handle(), id);
-    }
-    co_await sock.async_connect(ep, use_awaitable);
-    sock.set_option(tcp::no_delay(true));
-    Conn c(std::move(sock));
+    Conn c(co_await connect_sim_client(ep, id));
     co_await c.hello();
     --s.connecting;
     s.last_connected = std::max(s.last_connected, Clock::now());
@@ -336,13 +333,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     std::string closed;
     if (index == s.n) {
       // The closer: wait for every record, list them, publish the decision.
-      std::vector<std::string> keys;
-      for (int i = 0; i < s.n; ++i) keys.push_back(s.prefix + "node/" + std::to_string(i));
-      r = co_await c.call(Op::kWait, 0, 30000, std::move(keys), vec());
-      check(r, "closer wait");
-      r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
-      check(r, "closer list");
-      const auto rev = r.revision;
+      const auto rev = co_await wait_and_list(c, s.prefix, s.n, "closer");
       r = co_await c.call(Op::kTryGet, 0, 0, vec(s.prefix + "ctl/waiting"), vec());  // close_listing
       const std::string value = std::to_string(s.n) + " " + std::to_string(s.n) + " " + std::to_string(rev);
       r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix + "closed"), vec("", value));
@@ -361,14 +352,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
       r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
       check(r, "list nodes");
     }
-    // start_round: both watches in one write (watch_all).
-    const auto node_watch = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix + "node/"), vec());
-    const auto ctl_watch = c.queue(Op::kWatch, 0, listed + 1, vec(s.prefix + "ctl/"), vec());
-    co_await c.flush();
-    r = co_await c.answer(node_watch);
-    check(r, "watch nodes");
-    r = co_await c.answer(ctl_watch);
-    check(r, "watch ctl");
+    const auto [node_watch, ctl_watch] = co_await watch_round(c, s.prefix, listed + 1);
     s.last_done = std::max(s.last_done, Clock::now());
     const long bytes = c.sent + c.received;
     s.requests += c.requests;
@@ -444,38 +428,22 @@ int rendezvous_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  int most = 0;
-  for (int n : o.agents) {
-    if (n < 1) throw ConfigError("--agents: must be at least 1");
-    most = std::max(most, n);
-  }
-  // Each agent is a socket here, and an in-process server holds the other end.
   const std::size_t per_agent = o.endpoint.empty() ? 2 : 1;
-  const std::size_t fd_limit = raise_fd_limit(static_cast<std::size_t>(most) * per_agent + 256);
-
-  std::unique_ptr<store::StoreServer> server;
-  Endpoint where;
-  if (o.endpoint.empty()) {
-    store::StoreServerOptions so;
-    so.host = "127.0.0.1";
-    server = std::make_unique<store::StoreServer>(so);
-    server->start();
-    where = Endpoint{"127.0.0.1", server->port()};
-  } else {
-    where = parse_endpoint(o.endpoint, "--endpoint");
-  }
+  const std::size_t fd_limit = raise_fd_limit_for(o.agents, "--agents", per_agent);
+  const auto target = open_sim_target(o.endpoint);
+  const Endpoint& where = target.where;
   std::printf("ddp-bench rendezvous: backend=%s store=%s (%s) list_nodes=%s\n", o.backend.c_str(),
-              where.to_string().c_str(), server ? "in-process StoreServer" : "daemon",
+              where.to_string().c_str(), target.server ? "in-process StoreServer" : "daemon",
               o.list_nodes ? "yes" : "no");
   std::printf("%8s  %10s  %10s  %10s  %9s  %8s  %10s  %9s\n", "agents", "connect_s", "closed_s", "watching_s",
               "req/agent", "req_max", "bytes/agent", "bytes_max");
   int seq = 0;
   for (int n : o.agents) {
-    if (static_cast<std::size_t>(n) * per_agent + 256 > fd_limit) {
+    if (sim_fds_needed(n, per_agent) > fd_limit) {
       std::printf(
           "%8d  skipped: needs %zu file descriptors, the limit is %zu; run ddp-rendezvousd "
           "and pass --endpoint (one fd per agent here)\n",
-          n, static_cast<std::size_t>(n) * per_agent + 256, fd_limit);
+          n, sim_fds_needed(n, per_agent), fd_limit);
       continue;
     }
     run_once(o, where, n, seq++);

@@ -20,67 +20,26 @@
 # Env: BUILD_DIR (default build), PYTHON (default /usr/bin/python3, where python3-torch lives; .venv/bin/python: torch 2.x).
 set -euo pipefail
 
-here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-build="${BUILD_DIR:-$root/build}"
-python="${PYTHON:-/usr/bin/python3}"
+source "$(dirname "$0")/lib.sh"
 ranks_list=100,1000,4000,16000
 repeat=3
 fd_limit=65536
 timeout=300
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --ranks) ranks_list="$2"; shift 2 ;;
-    --repeat) repeat="$2"; shift 2 ;;
-    --fd-limit) fd_limit="$2"; shift 2 ;;
-    --timeout) timeout="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
-    *) echo "bootstrap_vs_torch.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
-  esac
-done
-for b in ddp-rendezvousd ddp-bench; do
-  if [[ ! -x "$build/bin/$b" ]]; then
-    echo "bootstrap_vs_torch.sh: $build/bin/$b not found; run scripts/build.sh (or set BUILD_DIR)" >&2
-    exit 2
-  fi
-done
-"$python" -c 'import torch' 2>/dev/null ||
-  { echo "bootstrap_vs_torch.sh: $python cannot import torch (apt install python3-torch)" >&2; exit 2; }
+declare -A bench_flags=([--ranks]=ranks_list [--repeat]=repeat [--fd-limit]=fd_limit [--timeout]=timeout)
+parse_flags 2,19 "$@"
+require_bins ddp-rendezvousd ddp-bench
+require_torch
 
 # Raising the hard limit needs root; otherwise the soft limit goes up to it.
 ulimit -n "$fd_limit" 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 limit=$(ulimit -n)
 
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-wait_port() {  # file what
-  for _ in $(seq 200); do [[ -s "$1" ]] && return 0; sleep 0.05; done
-  echo "bootstrap_vs_torch.sh: $2 did not start:" >&2; cat "$tmp"/*.log >&2; exit 1
-}
-"$build/bin/ddp-rendezvousd" --host 127.0.0.1 --port 0 --port-file "$tmp/ddp.port" --log-level warn \
-  >"$tmp/ddp.log" 2>&1 &
-pids+=($!)
-declare -A server_pid=([ddp]=$!)
-"$python" "$here/torch_tcpstore_server.py" 127.0.0.1 "$tmp/torch.port" >"$tmp/torch.log" 2>&1 &
-pids+=($!)
-server_pid[torch]=$!
-wait_port "$tmp/ddp.port" ddp-rendezvousd
-wait_port "$tmp/torch.port" "torch TCPStore server"
-declare -A endpoint=([ddp]="127.0.0.1:$(cat "$tmp/ddp.port")" [torch]="127.0.0.1:$(cat "$tmp/torch.port")")
-
-median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p"; }
+start_store_servers
 
 torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)
 dialect=()
 [[ $torch_version == 1.* ]] || dialect=(--dialect 2)  # torch 2.x's server speaks only the 2.x protocol
-echo "# $(nproc) cores, open-file limit $limit, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(nproc) cores, open-file limit $limit, load average at start: $(load_average)"
 echo "# torch $torch_version (protocol ${dialect[1]:-1}.x); median of $repeat; times in seconds"
 IFS=, read -r -a counts <<<"$ranks_list"
 rows=()
@@ -120,7 +79,7 @@ for n in "${counts[@]}"; do
         cell(d), ratio(t, d), cell(tu), cell(du), ratio(tu, du), cell(d2)
     }')")
 done
-echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# load average at end: $(load_average)"
 echo
 echo "| ranks | torch: all connected | torch: all past the barrier | ddp: all connected | ddp: all past the barrier | torch/ddp | torch server CPU s | ddp server CPU s | torch/ddp CPU | ddp, torch 2.x protocol: all past the barrier |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

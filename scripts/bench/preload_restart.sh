@@ -12,31 +12,21 @@
 # Env: BUILD_DIR (default build), PYTHON (default /usr/bin/python3, where python3-torch lives).
 set -euo pipefail
 
-here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-build="${BUILD_DIR:-$root/build}"
-py="${PYTHON:-/usr/bin/python3}"
-reps="${1:-5}"
-[[ "$reps" =~ ^[1-9][0-9]*$ ]] || { echo "preload_restart.sh: N must be a positive integer, not '$reps'" >&2; exit 2; }
-[[ -x "$build/bin/ddprun" ]] ||
-  { echo "preload_restart.sh: $build/bin/ddprun not found; run scripts/build.sh (or set BUILD_DIR)" >&2; exit 2; }
-"$py" -c 'import torch' 2>/dev/null ||
-  { echo "preload_restart.sh: $py cannot import torch (apt install python3-torch)" >&2; exit 2; }
+source "$(dirname "$0")/lib.sh"
+launcher_bench_args "$@"
 
 train="$here/preload_restart_train.py"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
 
 ddprun_preload() {
   "$build/bin/ddprun" --log-level=warn --standalone --nproc_per_node=2 --max_restarts=1 --stop_timeout=5 \
-    --python "$py" --preload torch "$train"
+    --python "$python" --preload torch "$train"
 }
 ddprun_plain() {
   "$build/bin/ddprun" --log-level=warn --standalone --nproc_per_node=2 --max_restarts=1 --stop_timeout=5 \
-    --python "$py" "$train"
+    --python "$python" "$train"
 }
 torchrun_fast() {
-  "$py" "$root/scripts/torchrun_compat.py" --standalone --nproc_per_node=2 --max_restarts=1 \
+  "$python" "$root/scripts/torchrun_compat.py" --standalone --nproc_per_node=2 --max_restarts=1 \
     --monitor_interval=0.1 "$train"
 }
 
@@ -54,21 +44,20 @@ measure() {  # name: appends the failure -> first collective ms to $tmp/<name>
 }
 
 names=(ddprun_preload ddprun_plain torchrun_fast)
-echo "# $(nproc) cores, load average at start: $(cut -d' ' -f1-3 /proc/loadavg); torch $("$py" -c 'import torch; print(torch.__version__)'); $reps runs each, interleaved"
+echo "# $(nproc) cores, load average at start: $(load_average); torch $("$python" -c 'import torch; print(torch.__version__)'); $reps runs each, interleaved"
 for ((r = 0; r < reps; r++)); do
   for n in "${names[@]}"; do measure "$n"; done
 done
-echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# load average at end: $(load_average)"
 
 stats() { sort -g "$tmp/$1" | awk '{a[NR]=$1} END {m=(NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2); printf "%.0f (%d-%d)", m, a[1], a[NR]}'; }
-median() { sort -g "$tmp/$1" | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 declare -A label=([ddprun_preload]="ddprun --preload torch" [ddprun_plain]="ddprun"
   [torchrun_fast]="torchrun --monitor_interval=0.1")
-t=$(median torchrun_fast)
+t=$(median <"$tmp/torchrun_fast")
 echo
 echo "| launcher | failure -> replacement's first collective, ms, median (min-max) | vs torchrun |"
 echo "|---|---:|---:|"
 for n in "${names[@]}"; do
-  m=$(median "$n")
+  m=$(median <"$tmp/$n")
   awk -v l="${label[$n]}" -v s="$(stats "$n")" -v m="$m" -v t="$t" 'BEGIN { printf "| %s | %s | %.2f |\n", l, s, m / t }'
 done

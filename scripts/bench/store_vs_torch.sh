@@ -9,45 +9,21 @@
 # Env: BUILD_DIR (default build), PYTHON (default /usr/bin/python3, where python3-torch lives).
 set -euo pipefail
 
-here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-build="${BUILD_DIR:-$root/build}"
-python="${PYTHON:-/usr/bin/python3}"
+source "$(dirname "$0")/lib.sh"
 ops=50000
 clients=4
 idle=10000
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --ops) ops="$2"; shift 2 ;;
-    --clients) clients="$2"; shift 2 ;;
-    --idle) idle="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-    *) echo "store_vs_torch.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
-  esac
-done
-
-for b in ddp-rendezvousd ddp-bench; do
-  if [[ ! -x "$build/bin/$b" ]]; then
-    echo "store_vs_torch.sh: $build/bin/$b not found; run scripts/build.sh (or set BUILD_DIR)" >&2
-    exit 2
-  fi
-done
-
-tmp="$(mktemp -d)"
-daemon_pid=""
-cleanup() {
-  if [[ -n "$daemon_pid" ]]; then kill "$daemon_pid" 2>/dev/null || true; wait "$daemon_pid" 2>/dev/null || true; fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+declare -A bench_flags=([--ops]=ops [--clients]=clients [--idle]=idle)
+parse_flags 2,10 "$@"
+require_bins ddp-rendezvousd ddp-bench
 
 # The daemon gets the hard fd limit too, so it can hold the idle connections.
 ulimit -n "$(ulimit -Hn)"
 "$build/bin/ddp-rendezvousd" --host 127.0.0.1 --port 0 --port-file "$tmp/port" --log-level warn \
   >"$tmp/daemon.log" 2>&1 &
 daemon_pid=$!
-for _ in $(seq 100); do [[ -s "$tmp/port" ]] && break; sleep 0.05; done
-[[ -s "$tmp/port" ]] || { echo "store_vs_torch.sh: daemon did not start:" >&2; cat "$tmp/daemon.log" >&2; exit 1; }
+pids+=("$daemon_pid")
+wait_port "$tmp/port" daemon
 endpoint="127.0.0.1:$(cat "$tmp/port")"
 
 echo "# $(nproc) cores; $clients clients x $ops gets each"

@@ -11,56 +11,17 @@
 # Env: BUILD_DIR (default build), PYTHON (default /usr/bin/python3, where python3-torch lives).
 set -euo pipefail
 
-here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-build="${BUILD_DIR:-$root/build}"
-python="${PYTHON:-/usr/bin/python3}"
+source "$(dirname "$0")/lib.sh"
 total_ops=40000
 clients_list=1,4,16
 repeat=3
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --ops) total_ops="$2"; shift 2 ;;
-    --clients) clients_list="$2"; shift 2 ;;
-    --repeat) repeat="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
-    *) echo "tcpstore_vs_torch.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
-  esac
-done
-for b in ddp-rendezvousd ddp-bench; do
-  if [[ ! -x "$build/bin/$b" ]]; then
-    echo "tcpstore_vs_torch.sh: $build/bin/$b not found; run scripts/build.sh (or set BUILD_DIR)" >&2
-    exit 2
-  fi
-done
-"$python" -c 'import torch' 2>/dev/null ||
-  { echo "tcpstore_vs_torch.sh: $python cannot import torch (apt install python3-torch)" >&2; exit 2; }
+declare -A bench_flags=([--ops]=total_ops [--clients]=clients_list [--repeat]=repeat)
+parse_flags 2,11 "$@"
+require_bins ddp-rendezvousd ddp-bench
+require_torch
+start_store_servers
 
-tmp="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-wait_port() {  # file what
-  for _ in $(seq 200); do [[ -s "$1" ]] && return 0; sleep 0.05; done
-  echo "tcpstore_vs_torch.sh: $2 did not start:" >&2; cat "$tmp"/*.log >&2; exit 1
-}
-"$build/bin/ddp-rendezvousd" --host 127.0.0.1 --port 0 --port-file "$tmp/ddp.port" --log-level warn \
-  >"$tmp/ddp.log" 2>&1 &
-pids+=($!)
-"$python" "$here/torch_tcpstore_server.py" 127.0.0.1 "$tmp/torch.port" >"$tmp/torch.log" 2>&1 &
-pids+=($!)
-wait_port "$tmp/ddp.port" ddp-rendezvousd
-wait_port "$tmp/torch.port" "torch TCPStore server"
-declare -A endpoint=([ddp]="127.0.0.1:$(cat "$tmp/ddp.port")" [torch]="127.0.0.1:$(cat "$tmp/torch.port")")
-
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p"; }
-
-echo "# $(nproc) cores, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(nproc) cores, load average at start: $(load_average)"
 echo "# torch $("$python" -c 'import torch; print(torch.__version__)'); $total_ops ops per cell split over the clients; median of $repeat"
 IFS=, read -r -a counts <<<"$clients_list"
 rows=()
@@ -85,7 +46,7 @@ for op in get set add; do
       'BEGIN { printf "| %s | %d | %.0f | %.0f | **%.1fx** | %s | %s |", op, c, t, d, d / t, tl, dl }')")
   done
 done
-echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# load average at end: $(load_average)"
 echo
 echo "| op | clients | torch ops/s | ddp ops/s | ddp/torch | torch p50/p99 µs | ddp p50/p99 µs |"
 echo "|---|---:|---:|---:|---:|---|---|"

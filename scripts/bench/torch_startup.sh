@@ -13,36 +13,25 @@
 # Env: BUILD_DIR (default build), PYTHON (default /usr/bin/python3, where python3-torch lives).
 set -euo pipefail
 
-here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-build="${BUILD_DIR:-$root/build}"
-py="${PYTHON:-/usr/bin/python3}"
-reps="${1:-5}"
-[[ "$reps" =~ ^[1-9][0-9]*$ ]] || { echo "torch_startup.sh: N must be a positive integer, not '$reps'" >&2; exit 2; }
-[[ -x "$build/bin/ddprun" ]] ||
-  { echo "torch_startup.sh: $build/bin/ddprun not found; run scripts/build.sh (or set BUILD_DIR)" >&2; exit 2; }
-"$py" -c 'import torch' 2>/dev/null ||
-  { echo "torch_startup.sh: $py cannot import torch (apt install python3-torch)" >&2; exit 2; }
+source "$(dirname "$0")/lib.sh"
+launcher_bench_args "$@"
 
 train="$here/torch_startup_train.py"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
 
 now_ns() { date +%s%N; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 bare() {  # the same two ranks without a launcher
   local port; port=$(free_port)
   local env=(MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" WORLD_SIZE=2 LOCAL_WORLD_SIZE=2)
-  env "${env[@]}" RANK=0 LOCAL_RANK=0 "$py" -u "$train" & local p0=$!
-  env "${env[@]}" RANK=1 LOCAL_RANK=1 "$py" -u "$train" & local p1=$!
+  env "${env[@]}" RANK=0 LOCAL_RANK=0 "$python" -u "$train" & local p0=$!
+  env "${env[@]}" RANK=1 LOCAL_RANK=1 "$python" -u "$train" & local p1=$!
   wait "$p0" && wait "$p1"
 }
-ddprun() { "$build/bin/ddprun" --log-level=warn --standalone --nproc_per_node=2 --python "$py" "$train"; }
-torchrun() { "$py" "$root/scripts/torchrun_compat.py" --standalone --nproc_per_node=2 "$train"; }
-torchrun_fast() { "$py" "$root/scripts/torchrun_compat.py" --standalone --nproc_per_node=2 --monitor_interval=0.1 "$train"; }
-import_floor() { "$py" -c 'import torch'; }
+ddprun() { "$build/bin/ddprun" --log-level=warn --standalone --nproc_per_node=2 --python "$python" "$train"; }
+torchrun() { "$python" "$root/scripts/torchrun_compat.py" --standalone --nproc_per_node=2 "$train"; }
+torchrun_fast() { "$python" "$root/scripts/torchrun_compat.py" --standalone --nproc_per_node=2 --monitor_interval=0.1 "$train"; }
+import_floor() { "$python" -c 'import torch'; }
 
 # One run: appends "first_ms total_ms" to $tmp/<name>.
 measure() {  # name
@@ -60,11 +49,11 @@ measure() {  # name
 }
 
 names=(import_floor bare ddprun torchrun torchrun_fast)
-echo "# $(nproc) cores, load average at start: $(cut -d' ' -f1-3 /proc/loadavg); torch $("$py" -c 'import torch; print(torch.__version__)'); $reps runs each, interleaved"
+echo "# $(nproc) cores, load average at start: $(load_average); torch $("$python" -c 'import torch; print(torch.__version__)'); $reps runs each, interleaved"
 for ((r = 0; r < reps; r++)); do
   for n in "${names[@]}"; do measure "$n"; done
 done
-echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# load average at end: $(load_average)"
 
 col() { awk -v c="$2" '{print $c}' "$tmp/$1" | median; }
 floor=$(col import_floor 2)

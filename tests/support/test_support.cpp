@@ -95,6 +95,29 @@ void write_file(const fs::path& path, const std::string& text) {
   out << text;
 }
 
+ExecArgs::ExecArgs(std::vector<std::string> argv,
+                   const std::map<std::string, std::optional<std::string>>& env)
+    : argv_strings_(std::move(argv)) {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : env) {
+    if (v) {
+      merged[k] = *v;
+    } else {
+      merged.erase(k);
+    }
+  }
+  for (const auto& [k, v] : merged) env_strings_.push_back(k + "=" + v);
+  for (auto& e : env_strings_) envp_.push_back(e.data());
+  envp_.push_back(nullptr);
+  for (auto& a : argv_strings_) args_.push_back(a.data());
+  args_.push_back(nullptr);
+}
+
 Process::Process(std::vector<std::string> argv, const fs::path& dir,
                  std::map<std::string, std::optional<std::string>> env, const std::string& name) {
   // Tests start processes from several threads at once: each needs its own files.
@@ -103,26 +126,7 @@ Process::Process(std::vector<std::string> argv, const fs::path& dir,
   out_path_ = dir / (tag + ".out");
   err_path_ = dir / (tag + ".err");
 
-  std::map<std::string, std::string> merged;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (auto& [k, v] : env) {
-    if (v)
-      merged[k] = *v;
-    else
-      merged.erase(k);
-  }
-  std::vector<std::string> env_strings;
-  for (auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
+  ExecArgs exec(std::move(argv), env);
 
   const int out_fd = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int err_fd = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -133,7 +137,7 @@ Process::Process(std::vector<std::string> argv, const fs::path& dir,
     ::dup2(out_fd, 1);
     ::dup2(err_fd, 2);
     ::chdir(dir.c_str());
-    ::execve(args[0], args.data(), envp.data());
+    ::execve(exec.path(), exec.argv(), exec.envp());
     ::_exit(127);
   }
   ::close(out_fd);

@@ -48,6 +48,25 @@ bool wait_until(const std::function<bool()>& pred,
 std::string read_file(const fs::path& path);  // "" when missing
 void write_file(const fs::path& path, const std::string& text);
 
+// What execve() takes for `argv`, with the test's own environment changed by
+// `env` (a value of nullopt removes a var). Build it before fork(): the child
+// then only reads it.
+class ExecArgs {
+ public:
+  ExecArgs(std::vector<std::string> argv, const std::map<std::string, std::optional<std::string>>& env);
+  ExecArgs(const ExecArgs&) = delete;
+  ExecArgs& operator=(const ExecArgs&) = delete;
+  char* path() { return args_[0]; }
+  char** argv() { return args_.data(); }
+  char** envp() { return envp_.data(); }
+
+ private:
+  std::vector<std::string> argv_strings_;
+  std::vector<std::string> env_strings_;
+  std::vector<char*> args_;
+  std::vector<char*> envp_;
+};
+
 // A child process: argv[0] is a path; stdout and stderr go to files in `dir`.
 // The environment is the test's own plus `env` (a value of nullopt removes a var).
 // The destructor SIGKILLs the child's process group if still running, and reaps it.

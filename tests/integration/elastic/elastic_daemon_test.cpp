@@ -55,16 +55,7 @@ TEST_CASE("elastic c10d: a daemon killed for good stops every worker and agents 
   d.proc.signal(SIGKILL);
   const auto ca = a.proc->wait(30s);
   const auto cb = b.proc->wait(30s);
-  INFO("agent a:\n" << a.proc->err() << "\nagent b:\n" << b.proc->err());
-  CHECK(ca == std::optional<int>(3));
-  CHECK(cb == std::optional<int>(3));
-  CHECK(all_dead(a.started()));
-  CHECK(all_dead(b.started()));
-  for (const auto* ag : {&a, &b}) {
-    const auto err = ag->proc->err();
-    CHECK(contains(err, "rendezvous store lost"));
-    CHECK(contains(err, d.endpoint()));
-  }
+  check_store_lost(a, ca, b, cb, d.endpoint());
 }
 
 TEST_CASE(

@@ -36,6 +36,22 @@ std::string logs(const A&... agents) {
   return (agents.proc->err() + ...);
 }
 
+// Three hanging nodes of a 2:4 job, past their first round (a world of 3).
+// The temp dir and the rendezvous service of the test come with them.
+struct ThreeNodes {
+  TempDir dir;  // declared first: built before the agents, gone after them
+  Service svc{dir};
+  ThreeNodes()
+      : a(agent(dir, "a", svc, "2:4", {{"FAKE_HANG", "1"}})),
+        b(agent(dir, "b", svc, "2:4", {{"FAKE_HANG", "1"}})),
+        c(agent(dir, "c", svc, "2:4", {{"FAKE_HANG", "1"}})) {
+    REQUIRE(wait_until([&] { return ranks_in_world(3, {&a, &b, &c}) == 3; }, 30s));
+  }
+  Agent a;
+  Agent b;
+  Agent c;
+};
+
 }  // namespace
 
 TEST_CASE("elastic " ELASTIC_NAME
@@ -59,64 +75,35 @@ TEST_CASE("elastic " ELASTIC_NAME
     for (int r : ag->ranks_in_world(2)) restarts.insert(ag->worker_env(r)["TORCHELASTIC_RESTART_COUNT"]);
     CHECK(restarts.count("1") == 1);
   }
-  a.proc->signal(SIGTERM);
-  b.proc->signal(SIGTERM);
-  CHECK(a.proc->wait(30s).has_value());
-  CHECK(b.proc->wait(30s).has_value());
+  CHECK(stop_agents({&a, &b}) == "");
 }
 
 TEST_CASE("elastic " ELASTIC_NAME
           ": kill -9 of one of three nodes re-forms a world of two without the last call") {
-  TempDir dir;
-  Service d(dir);
-  Agent a = agent(dir, "a", d, "2:4", {{"FAKE_HANG", "1"}});
-  Agent b = agent(dir, "b", d, "2:4", {{"FAKE_HANG", "1"}});
-  Agent c = agent(dir, "c", d, "2:4", {{"FAKE_HANG", "1"}});
-  REQUIRE(wait_until(
-      [&] {
-        return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
-      },
-      30s));
-  c.proc->signal(SIGKILL);
-  REQUIRE(
-      wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
-  const auto all = logs(a, b);
+  ThreeNodes n;
+  n.c.proc->signal(SIGKILL);
+  REQUIRE(wait_until([&] { return one_rank_each(2, {&n.a, &n.b}); }, 30s));
+  const auto all = logs(n.a, n.b);
   CHECK(count(all, "every live member of round 0 rejoined: round 1 closed at once run_id=job nodes=2") >= 1);
   CHECK(count(all, "round=1 nodes=2 last_call_timeout") == 0);
-  std::set<int> ranks{*a.ranks_in_world(2).begin(), *b.ranks_in_world(2).begin()};
+  std::set<int> ranks{*n.a.ranks_in_world(2).begin(), *n.b.ranks_in_world(2).begin()};
   CHECK(ranks == std::set<int>{0, 1});
-  a.proc->signal(SIGTERM);
-  b.proc->signal(SIGTERM);
-  CHECK(a.proc->wait(30s).has_value());
-  CHECK(b.proc->wait(30s).has_value());
+  CHECK(stop_agents({&n.a, &n.b}) == "");
 }
 
 TEST_CASE("elastic " ELASTIC_NAME
           ": a member frozen during a restart is waited for only until its lease expires") {
-  TempDir dir;
-  Service d(dir);
-  Agent a = agent(dir, "a", d, "2:4", {{"FAKE_HANG", "1"}});
-  Agent b = agent(dir, "b", d, "2:4", {{"FAKE_HANG", "1"}});
-  Agent c = agent(dir, "c", d, "2:4", {{"FAKE_HANG", "1"}});
-  REQUIRE(wait_until(
-      [&] {
-        return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
-      },
-      30s));
+  ThreeNodes n;
   // c stops answering (its lease runs out after the keep-alive window) while
   // a worker of a dies: a and b rejoin, c cannot.
-  c.proc->signal(SIGSTOP);
-  ::kill(a.started().at(0), SIGKILL);
-  REQUIRE(
-      wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
-  const auto all = logs(a, b);
+  n.c.proc->signal(SIGSTOP);
+  ::kill(n.a.started().at(0), SIGKILL);
+  REQUIRE(wait_until([&] { return one_rank_each(2, {&n.a, &n.b}); }, 30s));
+  const auto all = logs(n.a, n.b);
   CHECK(count(all, "round 1 closed at once run_id=job nodes=2") >= 1);
   CHECK(count(all, "round=1 nodes=2 last_call_timeout") == 0);
-  c.proc->signal(SIGKILL);
-  a.proc->signal(SIGTERM);
-  b.proc->signal(SIGTERM);
-  CHECK(a.proc->wait(30s).has_value());
-  CHECK(b.proc->wait(30s).has_value());
+  n.c.proc->signal(SIGKILL);
+  CHECK(stop_agents({&n.a, &n.b}) == "");
 }
 
 TEST_CASE("elastic " ELASTIC_NAME ": a newcomer still gets the last call when the job re-forms for it") {
@@ -124,22 +111,12 @@ TEST_CASE("elastic " ELASTIC_NAME ": a newcomer still gets the last call when th
   Service d(dir);
   Agent a = agent(dir, "a", d, "2:4", {{"FAKE_HANG", "1"}});
   Agent b = agent(dir, "b", d, "2:4", {{"FAKE_HANG", "1"}});
-  REQUIRE(
-      wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
+  REQUIRE(wait_until([&] { return one_rank_each(2, {&a, &b}); }, 30s));
   Agent c = agent(dir, "c", d, "2:4", {{"FAKE_HANG", "1"}});
-  REQUIRE(wait_until(
-      [&] {
-        return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
-      },
-      30s));
+  REQUIRE(wait_until([&] { return ranks_in_world(3, {&a, &b, &c}) == 3; }, 30s));
   const auto all = logs(a, b, c);
   // Round 1 (a, b and the newcomer c, below MAX) waited the last call.
   CHECK(count(all, "closed at once") == 0);
   CHECK(count(all, "last call over, closing the round run_id=job round=1 nodes=3") >= 1);
-  c.proc->signal(SIGTERM);
-  a.proc->signal(SIGTERM);
-  b.proc->signal(SIGTERM);
-  CHECK(a.proc->wait(30s).has_value());
-  CHECK(b.proc->wait(30s).has_value());
-  CHECK(c.proc->wait(30s).has_value());
+  CHECK(stop_agents({&c, &a, &b}) == "");
 }

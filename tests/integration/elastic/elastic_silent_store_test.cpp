@@ -27,16 +27,7 @@ TEST_CASE("elastic " ELASTIC_NAME ": a SIGSTOPped store stops every worker and b
   const auto ca = a.proc->wait(20s);
   const auto cb = b.proc->wait(20s);
   svc.signal(SIGCONT);
-  INFO("agent a:\n" << a.proc->err() << "\nagent b:\n" << b.proc->err());
-  CHECK(ca == std::optional<int>(3));
-  CHECK(cb == std::optional<int>(3));
-  CHECK(all_dead(a.started()));
-  CHECK(all_dead(b.started()));
-  for (const auto* ag : {&a, &b}) {
-    const auto err = ag->proc->err();
-    CHECK(contains(err, "rendezvous store lost"));
-    CHECK(contains(err, "no answer from"));
-  }
+  check_store_lost(a, ca, b, cb, "no answer from");
 }
 
 TEST_CASE("elastic " ELASTIC_NAME

@@ -5,7 +5,9 @@
 
 #include <signal.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -173,8 +175,53 @@ inline bool all_dead(const std::vector<pid_t>& pids) {
   return true;
 }
 
+// Ranks, over all of `agents`, whose latest env dump says WORLD_SIZE == world.
+inline std::size_t ranks_in_world(int world, std::initializer_list<const Agent*> agents) {
+  std::size_t n = 0;
+  for (const auto* ag : agents) n += ag->ranks_in_world(world).size();
+  return n;
+}
+
+// True when each of `agents` runs exactly one rank of a world of `world`.
+inline bool one_rank_each(int world, std::initializer_list<const Agent*> agents) {
+  for (const auto* ag : agents) {
+    if (ag->ranks_in_world(world).size() != 1) return false;
+  }
+  return true;
+}
+
+// SIGTERM to each of `agents` in turn, then waits (30 s each) for them to
+// exit: the names of those still running, "" when all exited.
+inline std::string stop_agents(std::initializer_list<const Agent*> agents) {
+  for (const auto* ag : agents) ag->proc->signal(SIGTERM);
+  std::string running;
+  for (const auto* ag : agents) {
+    if (ag->proc->wait(30s).has_value()) continue;
+    if (!running.empty()) running += ", ";
+    running.append(ag->home.filename().string());
+  }
+  return running;
+}
+
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// What the two agents of a job show once its store is gone: each exited 3
+// (`code_a`, `code_b`), no worker of theirs left, and each log says
+// "rendezvous store lost" and `why`.
+inline void check_store_lost(const Agent& a, std::optional<int> code_a, const Agent& b,
+                             std::optional<int> code_b, const std::string& why) {
+  INFO("agent a:\n" << a.proc->err() << "\nagent b:\n" << b.proc->err());
+  CHECK(code_a == std::optional<int>(3));
+  CHECK(code_b == std::optional<int>(3));
+  CHECK(all_dead(a.started()));
+  CHECK(all_dead(b.started()));
+  for (const auto* ag : {&a, &b}) {
+    const auto err = ag->proc->err();
+    CHECK(contains(err, "rendezvous store lost"));
+    CHECK(contains(err, why));
+  }
 }
 
 }  // namespace elastic

@@ -58,8 +58,7 @@ TEST_CASE("elastic " ELASTIC_NAME ": a new agent makes a running job scale up wi
   Agent a(dir, "a", d, "1:3", 1, {{"FAKE_HANG", "1"}}, 0);
   REQUIRE(wait_until([&] { return a.ranks_in_world(1).count(0) == 1; }, 30s));
   Agent b(dir, "b", d, "1:3", 1, {{"FAKE_HANG", "1"}}, 0);
-  REQUIRE(
-      wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
+  REQUIRE(wait_until([&] { return one_rank_each(2, {&a, &b}); }, 30s));
   CHECK(a.proc->running());
   CHECK(a.proc->err().find("nodes waiting") != std::string::npos);
   for (const auto* ag : {&a, &b}) {
@@ -78,22 +77,14 @@ TEST_CASE("elastic " ELASTIC_NAME ": kill -9 of one agent makes the others re-fo
   Agent a(dir, "a", d, "2:3", 1, {{"FAKE_HANG", "1"}});
   Agent b(dir, "b", d, "2:3", 1, {{"FAKE_HANG", "1"}});
   Agent c(dir, "c", d, "2:3", 1, {{"FAKE_HANG", "1"}});
-  REQUIRE(wait_until(
-      [&] {
-        return a.ranks_in_world(3).size() + b.ranks_in_world(3).size() + c.ranks_in_world(3).size() == 3;
-      },
-      30s));
+  REQUIRE(wait_until([&] { return ranks_in_world(3, {&a, &b, &c}) == 3; }, 30s));
   const auto a_first = a.started();
   c.proc->signal(SIGKILL);
   // How soon is a benchmark (scripts/bench/elastic.sh deadnode), not a test.
   REQUIRE(wait_until([&] { return all_dead(a_first); }, 30s));
-  REQUIRE(
-      wait_until([&] { return a.ranks_in_world(2).size() == 1 && b.ranks_in_world(2).size() == 1; }, 30s));
+  REQUIRE(wait_until([&] { return one_rank_each(2, {&a, &b}); }, 30s));
   CHECK(a.proc->err().find("membership changed") != std::string::npos);
-  a.proc->signal(SIGTERM);
-  b.proc->signal(SIGTERM);
-  CHECK(a.proc->wait(30s).has_value());
-  CHECK(b.proc->wait(30s).has_value());
+  CHECK(stop_agents({&a, &b}) == "");
 }
 
 TEST_CASE("elastic " ELASTIC_NAME

@@ -9,8 +9,7 @@
 using namespace ddp::store;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
-using ddp::test::EtcdCluster;
-using ddp::test::TempDir;
+using namespace ddp::test;
 
 namespace {
 EtcdStoreOptions one(std::uint16_t port) {

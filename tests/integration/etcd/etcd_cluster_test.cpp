@@ -9,9 +9,7 @@
 
 using namespace ddp::store;
 using namespace std::chrono_literals;
-using ddp::test::EtcdCluster;
-using ddp::test::TempDir;
-using ddp::test::wait_until;
+using namespace ddp::test;
 
 namespace {
 struct Events {

@@ -9,10 +9,7 @@
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
-using ddp::test::EtcdCluster;
-using ddp::test::Process;
-using ddp::test::TempDir;
-using ddp::test::wait_until;
+using namespace ddp::test;
 
 namespace {
 

@@ -10,9 +10,7 @@
 using namespace ddp::store;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
-using ddp::test::EtcdCluster;
-using ddp::test::TempDir;
-using ddp::test::wait_until;
+using namespace ddp::test;
 
 namespace {
 // Collects a watch's events and error from its thread.

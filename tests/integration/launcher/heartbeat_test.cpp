@@ -32,31 +32,70 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
+// The trainer with 50 ms steps whose rank `rank` stalls at step `step`.
+std::vector<std::string> stalling_trainer(const TempDir& dir, int rank, int step) {
+  return trainer(dir, {"--step-sleep-ms", "50", "--stall-rank", std::to_string(rank), "--stall-at-step",
+                       std::to_string(step)});
+}
+
+// ddprun --standalone with two local workers, `flags`, and the trainer (native).
+RunResult two_local_ranks(const TempDir& dir, const std::vector<std::string>& flags,
+                          const std::vector<std::string>& trainer_args) {
+  return ddprun(
+      concat(concat({"--standalone", "--nproc_per_node=2"}, flags), concat({"--no_python"}, trainer_args)),
+      dir);
+}
+
+// What ddprun's log says of a rank that hung in its "step" section, once.
+void check_hung_in_step(const std::string& err, int rank) {
+  const auto r = std::to_string(rank);
+  CHECK_THAT(err, Catch::Contains("worker hung rank=" + r + " local_rank=" + r));
+  CHECK_THAT(err, Catch::Contains("section 'step' expired"));
+  CHECK(count_lines(err, "worker hung") == 1);
+}
+
+// Two nodes of one job (node0, node1) on 127.0.0.1, one worker each, with
+// `flags`; rank 1 (node1's worker) stalls at step 3. Both are waited for.
+struct TwoNodes {
+  TwoNodes(const TempDir& dir, const std::vector<std::string>& flags) {
+    const int port = free_port();
+    auto node = [&](int rank) {
+      return ddprun_argv(
+          concat(concat({"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1",
+                         "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
+                         "--local_addr=node" + std::to_string(rank), "--rdzv_conf=join_timeout=30"},
+                        flags),
+                 concat({"--no_python"}, stalling_trainer(dir, 1, 3))));
+    };
+    Process a(node(0), dir.path(), clean_env({}), "node_a");
+    Process b(node(1), dir.path(), clean_env({}), "node_b");
+    code_b = b.wait(60s);
+    code_a = a.wait(60s);
+    err_a = a.err();
+    err_b = b.err();
+  }
+  std::optional<int> code_a;
+  std::optional<int> code_b;
+  std::string err_a;
+  std::string err_b;
+};
+
 }  // namespace
 
 TEST_CASE(
     "a rank stalled past its section timeout is killed, named with its section, and a restart finishes") {
   TempDir dir;
   auto r =
-      ddprun(concat({"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--section_timeouts", "step=2",
-                     "--no_python"},
-                    trainer(dir, {"--step-sleep-ms", "50", "--stall-rank", "1", "--stall-at-step", "3"})),
-             dir);
+      two_local_ranks(dir, {"--max_restarts=1", "--section_timeouts", "step=2"}, stalling_trainer(dir, 1, 3));
   INFO(r.err);
   CHECK(r.code == 0);
-  CHECK_THAT(r.err, Catch::Contains("worker hung rank=1 local_rank=1"));
-  CHECK_THAT(r.err, Catch::Contains("section 'step' expired"));
+  check_hung_in_step(r.err, 1);
   CHECK_THAT(r.err, Catch::Contains("restarting workers (1/1) after failure of rank 1"));
-  CHECK(count_lines(r.err, "worker hung") == 1);
 }
 
 TEST_CASE("without restarts the failure report names the hung rank and its section") {
   TempDir dir;
-  auto r = ddprun(
-      concat(
-          {"--standalone", "--nproc_per_node=2", "--section_timeouts", "step=2,checkpoint=60", "--no_python"},
-          trainer(dir, {"--step-sleep-ms", "50", "--stall-rank", "0", "--stall-at-step", "2"})),
-      dir);
+  auto r = two_local_ranks(dir, {"--section_timeouts", "step=2,checkpoint=60"}, stalling_trainer(dir, 0, 2));
   INFO(r.err);
   CHECK(r.code == 1);
   // The report's root cause is the hung rank, with what it was doing.
@@ -75,11 +114,9 @@ TEST_CASE("auto section timeouts learn the normal step and then catch a stall of
   TempDir dir;
   // 16 steps of ~200 ms per rank; after the warm-up of 10 the timeout is about
   // 5 x 200 ms, and rank 1 stalls for 2 s at the end of step 13.
-  auto r = ddprun(concat({"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--section_timeouts",
-                          "auto", "--no_python"},
-                         trainer(dir, {"--dataset-size", "1024", "--step-sleep-ms", "200", "--stall-rank",
-                                       "1", "--stall-at-step", "13", "--stall-seconds", "2"})),
-                  dir);
+  auto r = two_local_ranks(dir, {"--max_restarts=1", "--section_timeouts", "auto"},
+                           trainer(dir, {"--dataset-size", "1024", "--step-sleep-ms", "200", "--stall-rank",
+                                         "1", "--stall-at-step", "13", "--stall-seconds", "2"}));
   INFO(r.err);
   CHECK(r.code == 0);
   CHECK_THAT(r.err, Catch::Contains("worker hung rank=1 local_rank=1"));
@@ -89,10 +126,8 @@ TEST_CASE("auto section timeouts learn the normal step and then catch a stall of
 
 TEST_CASE("heartbeats are off by default: a stalled worker that heartbeats is not killed") {
   TempDir dir;
-  auto r =
-      ddprun(concat({"--standalone", "--nproc_per_node=2", "--no_python"},
-                    trainer(dir, {"--stall-rank", "1", "--stall-at-step", "2", "--stall-seconds", "1.5"})),
-             dir);
+  auto r = two_local_ranks(
+      dir, {}, trainer(dir, {"--stall-rank", "1", "--stall-at-step", "2", "--stall-seconds", "1.5"}));
   INFO(r.err);
   CHECK(r.code == 0);
   CHECK_THAT(r.err, !Catch::Contains("hung"));
@@ -110,55 +145,31 @@ TEST_CASE("a worker that never heartbeats is not killed for it, even with timeou
 
 TEST_CASE("a hang on one node restarts the other node too, within the restart budget") {
   TempDir dir;
-  const int port = free_port();
-  auto node = [&](int rank) {
-    return ddprun_argv(concat(
-        {"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1", "--master_addr=127.0.0.1",
-         "--master_port=" + std::to_string(port), "--local_addr=node" + std::to_string(rank),
-         "--rdzv_conf=join_timeout=30", "--max_restarts=1", "--section_timeouts", "step=2", "--no_python"},
-        trainer(dir, {"--step-sleep-ms", "50", "--stall-rank", "1", "--stall-at-step", "3"})));
-  };
-  Process a(node(0), dir.path(), clean_env({}), "node_a");
-  Process b(node(1), dir.path(), clean_env({}), "node_b");
-  const auto cb = b.wait(60s);
-  const auto ca = a.wait(60s);
-  INFO("node A:\n" << a.err() << "node B:\n" << b.err());
-  CHECK(cb == std::optional<int>(0));
-  CHECK(ca == std::optional<int>(0));
-  CHECK_THAT(b.err(), Catch::Contains("worker hung rank=1"));
+  const TwoNodes job(dir, {"--max_restarts=1", "--section_timeouts", "step=2"});
+  INFO("node A:\n" << job.err_a << "node B:\n" << job.err_b);
+  CHECK(job.code_b == std::optional<int>(0));
+  CHECK(job.code_a == std::optional<int>(0));
+  CHECK_THAT(job.err_b, Catch::Contains("worker hung rank=1"));
   // Node A's workers were healthy; they restarted because node B's hung.
-  CHECK(count_lines(a.err(), "worker hung") == 0);
-  CHECK(count_lines(a.err(), "started 1 workers attempt=1") == 1);
-  CHECK_THAT(b.err(), Catch::Contains("restarting workers (1/1) after failure of rank 1 on node1: hung"));
+  CHECK(count_lines(job.err_a, "worker hung") == 0);
+  CHECK(count_lines(job.err_a, "started 1 workers attempt=1") == 1);
+  CHECK_THAT(job.err_b, Catch::Contains("restarting workers (1/1) after failure of rank 1 on node1: hung"));
 }
 
 TEST_CASE("with no restarts left a hang on one node fails both nodes, and the hung node's report names it") {
   TempDir dir;
-  const int port = free_port();
-  auto node = [&](int rank) {
-    return ddprun_argv(concat(
-        {"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1", "--master_addr=127.0.0.1",
-         "--master_port=" + std::to_string(port), "--local_addr=node" + std::to_string(rank),
-         "--rdzv_conf=join_timeout=30", "--heartbeat_timeout=2", "--no_python"},
-        trainer(dir, {"--step-sleep-ms", "50", "--stall-rank", "1", "--stall-at-step", "3"})));
-  };
-  Process a(node(0), dir.path(), clean_env({}), "node_a");
-  Process b(node(1), dir.path(), clean_env({}), "node_b");
-  const auto cb = b.wait(60s);
-  const auto ca = a.wait(60s);
-  INFO("node A:\n" << a.err() << "node B:\n" << b.err());
-  CHECK(cb == std::optional<int>(1));
-  CHECK(ca == std::optional<int>(1));
-  CHECK_THAT(b.err(), Catch::Contains("hang       : heartbeat missed"));
-  CHECK(count_lines(a.err(), "started 1 workers") == 1);
+  const TwoNodes job(dir, {"--heartbeat_timeout=2"});
+  INFO("node A:\n" << job.err_a << "node B:\n" << job.err_b);
+  CHECK(job.code_b == std::optional<int>(1));
+  CHECK(job.code_a == std::optional<int>(1));
+  CHECK_THAT(job.err_b, Catch::Contains("hang       : heartbeat missed"));
+  CHECK(count_lines(job.err_a, "started 1 workers") == 1);
 }
 
 TEST_CASE("ddp-store status shows each rank's heartbeat age") {
   TempDir dir;
-  Process daemon({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
-                  (dir / "daemon.port").string(), "--log-level", "warn"},
-                 dir.path(), {}, "daemon");
-  const std::string endpoint = "127.0.0.1:" + std::to_string(wait_for_port_file(dir / "daemon.port"));
+  const LocalDaemon daemon(dir);
+  const std::string& endpoint = daemon.endpoint;
   Process job(ddprun_argv(concat(
                   {"--nnodes=1", "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
                    "--rdzv_id=hbjob", "--stop_timeout=2", "--no_python"},
@@ -211,9 +222,7 @@ TEST_CASE("a Python worker writing the liveness file by hand is watched the same
       dir);
   INFO(r.err);
   CHECK(r.code == 1);
-  CHECK_THAT(r.err, Catch::Contains("worker hung rank=1 local_rank=1"));
-  CHECK_THAT(r.err, Catch::Contains("section 'step' expired"));
-  CHECK(count_lines(r.err, "worker hung") == 1);
+  check_hung_in_step(r.err, 1);
 }
 
 namespace {

@@ -142,10 +142,8 @@ TEST_CASE("a worker failure on one c10d node restarts the workers of both nodes"
   TempDir dir;
   // The store lives in ddp-rendezvousd, as on a cluster: neither agent's exit
   // can take it away from the other.
-  Process daemon({bin("ddp-rendezvousd").string(), "--host=127.0.0.1", "--port=0",
-                  "--port-file=" + (dir / "port").string()},
-                 dir.path(), {}, "daemon");
-  const int port = wait_for_port_file(dir / "port");
+  const LocalDaemon daemon(dir);
+  const int port = daemon.port;
   REQUIRE(port > 0);
   const auto pids = dir / "pids";
   auto node = [&] {

@@ -58,6 +58,20 @@ inline int count_lines(const std::string& text, const std::string& needle) {
   return n;
 }
 
+// A ddp-rendezvousd on 127.0.0.1 with a free port (logging warnings only) for
+// c10d jobs: its log is daemon.{out,err} in `dir`.
+struct LocalDaemon {
+  explicit LocalDaemon(const TempDir& dir)
+      : proc({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
+              (dir / "daemon.port").string(), "--log-level", "warn"},
+             dir.path(), {}, "daemon"),
+        port(wait_for_port_file(dir / "daemon.port")),
+        endpoint("127.0.0.1:" + std::to_string(port)) {}
+  Process proc;
+  int port;  // -1 when it did not start (wait_for_port_file timed out)
+  std::string endpoint;
+};
+
 // Pids of FAKE_PID_FILE "start" lines.
 inline std::vector<pid_t> started_pids(const std::string& text) {
   std::vector<pid_t> out;

@@ -140,10 +140,8 @@ TEST_CASE("the event log records a restart run as JSON lines in lifecycle order"
 
 TEST_CASE("ddp-store status shows both nodes of a running c10d job live from the daemon") {
   TempDir dir;
-  Process daemon({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
-                  (dir / "daemon.port").string(), "--log-level", "warn"},
-                 dir.path(), {}, "daemon");
-  const std::string endpoint = "127.0.0.1:" + std::to_string(wait_for_port_file(dir / "daemon.port"));
+  const LocalDaemon daemon(dir);
+  const std::string& endpoint = daemon.endpoint;
   const auto log = dir / "events.jsonl";
   const auto node = [&](const std::string& name) {
     return std::make_unique<Process>(

@@ -11,33 +11,13 @@
 #include <cerrno>
 #include <stdexcept>
 
-extern char** environ;
+#include "test_support.hpp"
 
 namespace ddp::test {
 
 PtySession::PtySession(std::vector<std::string> argv, const std::string& dir,
                        std::map<std::string, std::optional<std::string>> env, int cols, int rows) {
-  std::map<std::string, std::string> merged;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
-    const auto eq = kv.find('=');
-    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (auto& [k, v] : env) {
-    if (v) {
-      merged[k] = *v;
-    } else {
-      merged.erase(k);
-    }
-  }
-  std::vector<std::string> env_strings;
-  for (auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
+  ExecArgs exec(std::move(argv), env);
 
   struct winsize ws {};
   ws.ws_col = static_cast<unsigned short>(cols);
@@ -46,7 +26,7 @@ PtySession::PtySession(std::vector<std::string> argv, const std::string& dir,
   if (pid_ < 0) throw std::runtime_error("forkpty failed");
   if (pid_ == 0) {
     if (::chdir(dir.c_str()) != 0) ::_exit(126);
-    ::execve(args[0], args.data(), envp.data());
+    ::execve(exec.path(), exec.argv(), exec.envp());
     ::_exit(127);
   }
 }

@@ -38,10 +38,8 @@ exec sleep 600
 
 TEST_CASE("each attempt's rendezvous, spawn and first-step times reach the event log and ddp-store status") {
   TempDir dir;
-  Process daemon({bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
-                  (dir / "daemon.port").string(), "--log-level", "warn"},
-                 dir.path(), {}, "daemon");
-  const std::string endpoint = "127.0.0.1:" + std::to_string(wait_for_port_file(dir / "daemon.port"));
+  const LocalDaemon daemon(dir);
+  const std::string& endpoint = daemon.endpoint;
   write_file(dir / "worker.sh", kWorker);
   const auto log = dir / "events.jsonl";
   Process agent(

@@ -238,10 +238,8 @@ TEST_CASE("with output to a file workers see no terminal and lines arrive whole"
 
 TEST_CASE("a node waiting for others shows one status line, updated in place and gone once they come") {
   TempDir dir;
-  Process daemon({bin("ddp-rendezvousd").string(), "--host=127.0.0.1", "--port=0",
-                  "--port-file=" + (dir / "port").string()},
-                 dir.path(), {}, "daemon");
-  const int port = wait_for_port_file(dir / "port");
+  const LocalDaemon daemon(dir);
+  const int port = daemon.port;
   REQUIRE(port > 0);
   auto node = [&](const std::string& word) {
     return ddprun_argv({"--nnodes=2", "--rdzv_backend=c10d",
@@ -274,10 +272,8 @@ TEST_CASE("a node waiting for others shows one status line, updated in place and
 
 TEST_CASE("with stderr not a terminal, waiting is a plain log line, not a status line") {
   TempDir dir;
-  Process daemon({bin("ddp-rendezvousd").string(), "--host=127.0.0.1", "--port=0",
-                  "--port-file=" + (dir / "port").string()},
-                 dir.path(), {}, "daemon");
-  const int port = wait_for_port_file(dir / "port");
+  const LocalDaemon daemon(dir);
+  const int port = daemon.port;
   REQUIRE(port > 0);
   auto r = ddprun({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
                    "--rdzv_conf=join_timeout=2", "--no_python", "/bin/true"},

@@ -10,10 +10,7 @@
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
-using ddp::test::bin;
-using ddp::test::Process;
-using ddp::test::RunResult;
-using ddp::test::TempDir;
+using namespace ddp::test;
 using ddp::test::store_cli::Daemon;
 
 TEST_CASE("ddp-store set then get prints the value", "[cli]") {

@@ -19,38 +19,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-Env worker_env(Env extra = {}) {
-  Env env = {{"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt},
-             {"PET_NNODES", std::nullopt},      {"PET_STANDALONE", std::nullopt},
-             {"PET_PRELOAD", std::nullopt},     {"PYTHONUNBUFFERED", "1"}};
-  for (auto& [k, v] : extra) env[k] = v;
-  return env;
-}
-
-std::vector<std::string> ddprun(std::vector<std::string> args) {
-  args.insert(args.begin(), {bin("ddprun").string(), "--python", python()});
-  return args;
-}
-
-std::string final_params(const std::string& out) {
-  std::smatch m;
-  static const std::regex re("final params=(-?[0-9.]+)");
-  return std::regex_search(out, m, re) ? m[1].str() : std::string("<none>");
-}
-
-// ddp_train.py's parameters from the "reference run" fixture (torch_test.cpp).
-std::string reference_params() {
-  const char* f = std::getenv("DDP_TORCH_REFERENCE");
-  if (f != nullptr && fs::exists(f)) return read_file(f);
-  TempDir dir;
-  auto r =
-      run(ddprun({"--standalone", "--nproc_per_node=2", script("ddp_train.py"), (dir / "ckpt").string()}),
-          dir.path(), worker_env(), 120s);
-  INFO(r.out << r.err);
-  REQUIRE(r.code == 0);
-  return final_params(r.out);
-}
-
 // Every "FACTS {...}" line, by rank prefix, as printed.
 std::set<std::string> facts(const std::string& out) {
   std::set<std::string> lines;

@@ -4,16 +4,12 @@
 // torch-labelled tests drive a real torch 1.13 client); real torch 2.0.1,
 // 2.1.2, 2.2.2 and 2.15.0 clients' bytes are replayed from their captures
 // (tests/unit/server/torch_captures/).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <memory>
 
+#include "raw_tcpstore.hpp"
 #include "test_support.hpp"
 #include "torch_capture.hpp"
 
@@ -22,84 +18,20 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Conn {
-  explicit Conn(int port) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  }
-  ~Conn() { ::close(fd); }
-  Conn(const Conn&) = delete;
-  Conn& operator=(const Conn&) = delete;
-  void send(const std::string& b) {
-    REQUIRE(::send(fd, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size()));
-  }
-  std::string recv_exact(std::size_t n) {
-    std::string s(n, '\0');
-    std::size_t got = 0;
-    while (got < n) {
-      auto r = ::recv(fd, s.data() + got, n - got, 0);
-      if (r <= 0) break;
-      got += static_cast<std::size_t>(r);
-    }
-    s.resize(got);
-    return s;
-  }
-  // True when nothing has arrived (without waiting).
-  bool nothing_pending() {
-    char c;
-    return ::recv(fd, &c, 1, MSG_DONTWAIT) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-  }
-  bool closed_by_peer() {
-    char c;
-    return ::recv(fd, &c, 1, 0) <= 0;
-  }
-  int fd;
-};
-
-std::string u64(std::uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
-  return s;
-}
-std::string u32(std::uint32_t v) { return u64(v).substr(0, 4); }
-std::string str(const std::string& s) { return u64(s.size()) + s; }
-std::string op(int b) { return std::string(1, static_cast<char>(b)); }
-
 const std::string kValidate("\x00\xCE\xF7\x85\x3C", 5);
-
-struct Daemon {
-  explicit Daemon(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {bin("ddp-rendezvousd").string(), "--port", "0", "--port-file",
-                                     (dir / "port").string()};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    proc = std::make_unique<Process>(argv, dir.path(), std::map<std::string, std::optional<std::string>>{},
-                                     "daemon");
-    port = wait_for_port_file(dir / "port");
-    REQUIRE(port > 0);
-  }
-  TempDir dir;
-  std::unique_ptr<Process> proc;
-  int port = 0;
-};
 
 // Plays a capture's client side against the daemon on `port`: opens each
 // connection when the capture does, sends what the client sent, reads as many
 // bytes as torch's server answered and compares them. "" when all matched,
 // else the capture line, the request and both replies.
 std::string replay(const std::string& capture, int port) {
-  std::map<int, std::unique_ptr<Conn>> conns;
+  std::map<int, std::unique_ptr<RawConn>> conns;
   std::map<int, std::string> last_sent;
   for (const auto& e : load_capture(capture)) {
     const auto where = capture + ":" + std::to_string(e.line) + ": ";
     switch (e.kind) {
       case CaptureEvent::Kind::kOpen:
-        conns[e.conn] = std::make_unique<Conn>(port);
+        conns[e.conn] = std::make_unique<RawConn>(port, 10s);
         break;
       case CaptureEvent::Kind::kSend:
         conns.at(e.conn)->send(e.bytes);
@@ -139,13 +71,13 @@ TEST_CASE("real torch 2.0.1, 2.1.2, 2.2.2 and 2.15.0 clients get torch's own rep
   };
   for (const auto& [capture, flags] : runs) {
     INFO(capture << (flags.empty() ? " (no flag)" : " --torch-legacy-protocol " + flags[1]));
-    Daemon d(flags);
+    TcpStoreDaemon d(flags);
     CHECK(replay(capture, d.port) == "");
   }
 }
 
 TEST_CASE("torch 2.1.2's DELETE_KEY on a daemon left at torch 1.x/2.0 closes the connection naming the fix") {
-  Daemon d;  // the default: 1 (torch 1.x and 2.0)
+  TcpStoreDaemon d;  // the default: 1 (torch 1.x and 2.0)
   const auto result = replay("torch-2.1.2-store-methods.txt", d.port);
   CHECK_THAT(result,
              Catch::Contains("reply to DELETE_KEY \"/fresh\"") && Catch::Contains("nothing (or closed)"));
@@ -159,8 +91,8 @@ TEST_CASE("torch 2.1.2's DELETE_KEY on a daemon left at torch 1.x/2.0 closes the
 }
 
 TEST_CASE("torch 2.x: every op answers the bytes its client reads") {
-  Daemon d;
-  Conn c(d.port);
+  TcpStoreDaemon d;
+  RawConn c(d.port, 10s);
   c.send(kValidate + op(13) + u32(0xBEEF));  // VALIDATE (no reply), PING
   CHECK(c.recv_exact(4) == u32(0xBEEF));
   c.send(op(1) + str("/k") + str("v1"));  // SET: no reply
@@ -201,8 +133,8 @@ TEST_CASE("torch 2.x: every op answers the bytes its client reads") {
 }
 
 TEST_CASE("torch 2.x queues: push, length, pop in order, and an empty pop") {
-  Daemon d;
-  Conn c(d.port);
+  TcpStoreDaemon d;
+  RawConn c(d.port, 10s);
   c.send(kValidate);
   c.send(op(14) + str("/q") + str("first") + op(14) + str("/q") + str("second"));  // QUEUE_PUSH: no reply
   c.send(op(16) + str("/q"));                                                      // QUEUE_LEN
@@ -222,11 +154,11 @@ TEST_CASE("torch 2.x queues: push, length, pop in order, and an empty pop") {
 }
 
 TEST_CASE("torch 2.x blocking pop: each push wakes one waiter, the longest waiting first") {
-  Daemon d;
-  Conn first(d.port);
-  Conn second(d.port);
-  Conn pusher(d.port);
-  for (Conn* c : {&first, &second, &pusher}) c->send(kValidate);
+  TcpStoreDaemon d;
+  RawConn first(d.port, 10s);
+  RawConn second(d.port, 10s);
+  RawConn pusher(d.port, 10s);
+  for (RawConn* c : {&first, &second, &pusher}) c->send(kValidate);
   // A blocking pop is WAIT on the queue's name. The PING after it comes back
   // once the server has parked the WAIT, which orders the two waiters.
   first.send(op(6) + u64(1) + str("/jobs") + op(13) + u32(1));
@@ -250,8 +182,8 @@ TEST_CASE("torch 2.x blocking pop: each push wakes one waiter, the longest waiti
 }
 
 TEST_CASE("torch 1.x: every op answers the bytes its client reads") {
-  Daemon d;
-  Conn c(d.port);
+  TcpStoreDaemon d;
+  RawConn c(d.port, 10s);
   c.send(op(0) + str("/k") + str("v"));  // SET: no reply
   c.send(op(5) + u64(1) + str("/k"));    // WAIT
   CHECK(c.recv_exact(1) == op(0));
@@ -271,8 +203,8 @@ TEST_CASE("torch 1.x: every op answers the bytes its client reads") {
 
 TEST_CASE("torch 2.1's numbering is served when the daemon is told so, and refused otherwise") {
   {
-    Daemon d({"--torch-legacy-protocol", "2.1"});
-    Conn c(d.port);
+    TcpStoreDaemon d({"--torch-legacy-protocol", "2.1"});
+    RawConn c(d.port, 10s);
     c.send(op(0) + str("/k") + str("v"));   // SET
     c.send(op(8) + str("/k") + str("++"));  // APPEND (8 in 2.1)
     c.send(op(9) + u64(1) + str("/k"));     // MULTI_GET
@@ -287,12 +219,12 @@ TEST_CASE("torch 2.1's numbering is served when the daemon is told so, and refus
   }
   for (const auto& flags :
        {std::vector<std::string>{}, std::vector<std::string>{"--torch-legacy-protocol", "2.0"}}) {
-    Daemon d(flags);  // 1.x and 2.0 numbering, where 7 is WATCH_KEY
-    Conn c(d.port);
+    TcpStoreDaemon d(flags);  // 1.x and 2.0 numbering, where 7 is WATCH_KEY
+    RawConn c(d.port, 10s);
     c.send(op(7) + str("/k"));
     CHECK(c.closed_by_peer());
     CHECK(wait_until([&] { return d.proc->err().find("WATCH_KEY") != std::string::npos; }, 5s));
-    Conn multi_get(d.port);  // 9..11: 2.1's MULTI_GET, MULTI_SET, CANCEL_WAIT
+    RawConn multi_get(d.port, 10s);  // 9..11: 2.1's MULTI_GET, MULTI_SET, CANCEL_WAIT
     multi_get.send(op(9) + u64(1) + str("/k"));
     CHECK(multi_get.closed_by_peer());
     CHECK(wait_until(
@@ -308,12 +240,12 @@ TEST_CASE("torch 2.1's numbering is served when the daemon is told so, and refus
 TEST_CASE(
     "an op the configured dialect does not know closes that connection with one log line naming the byte and "
     "the peer") {
-  Daemon d({"--torch-legacy-protocol", "2.1"});
-  Conn other(d.port);
+  TcpStoreDaemon d({"--torch-legacy-protocol", "2.1"});
+  RawConn other(d.port, 10s);
   other.send(op(3) + str("/n") + u64(1));  // ADD in 2.1 numbering
   CHECK(other.recv_exact(8) == u64(1));
 
-  Conn bad(d.port);
+  RawConn bad(d.port, 10s);
   bad.send(op(6));  // GETNUMKEYS: a 2.1 client, so far
   CHECK(bad.recv_exact(8) == u64(1));
   bad.send(op(12) + str("/x"));  // 12: past 2.1's CANCEL_WAIT (11)
@@ -327,7 +259,7 @@ TEST_CASE(
 
   other.send(op(3) + str("/n") + u64(1));  // the other connection is unaffected
   CHECK(other.recv_exact(8) == u64(2));
-  Conn v2(d.port);  // and 2.2+ clients are recognised whatever the setting
+  RawConn v2(d.port, 10s);  // and 2.2+ clients are recognised whatever the setting
   v2.send(kValidate + op(16) + str("/q"));
   CHECK(v2.recv_exact(8) == u64(0));
 }

@@ -19,23 +19,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Daemon {
-  explicit Daemon(const TempDir& dir, const std::vector<std::string>& extra = {})
-      : proc(argv(dir, extra), dir.path(), {}, "daemon"), port(wait_for_port_file(dir / "port")) {
-    REQUIRE(port > 0);
-  }
-  static std::vector<std::string> argv(const TempDir& dir, const std::vector<std::string>& extra) {
-    std::vector<std::string> a{
-        bin("ddp-rendezvousd").string(), "--host",      "127.0.0.1", "--port", "0", "--port-file",
-        (dir / "port").string(),         "--log-level", "warn"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  }
-  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port); }
-  Process proc;
-  int port;
-};
-
 // One ddprun node of job `id` running job_allreduce.py with 1 worker, on the
 // daemon at `endpoint` (or etcd members with backend "etcd").
 std::unique_ptr<Process> node(const TempDir& dir, const std::string& endpoint, const std::string& id,

@@ -21,26 +21,26 @@
 #include <functional>
 #include <thread>
 
+#include "child_outcome.hpp"
 #include "ddp/common/logging.hpp"
 #include "process_runner.hpp"
 #include "test_support.hpp"
 
 using namespace ddp::agent;
-using ddp::test::read_file;
-using ddp::test::TempDir;
-using ddp::test::write_file;
+using namespace ddp::test;
 
 namespace {
 
 constexpr const char* kPython = "/usr/bin/python3";
 
-struct Outcome {
-  pid_t pid = -1;
-  std::string error;
-  std::string out;
-  std::string err;
-  int status = -1;
-};
+// False, after a "SKIP:" warning, when there is no kPython to run workers with.
+bool have_python() {
+  if (::access(kPython, X_OK) == 0) return true;
+  WARN("SKIP: no " << kPython);
+  return false;
+}
+
+using Outcome = ChildOutcome;
 
 // Runs `script args...` forked from a zygote that preloaded json, with
 // `zygote_env` for the zygote and `worker_env` for the worker. `before` runs
@@ -94,10 +94,7 @@ Outcome run_forked(const TempDir& dir, const std::vector<std::string>& argv,
 
 TEST_CASE("a worker forked by the preload zygote reports its own pid, output and exit status") {
   TempDir dir;
-  if (::access(kPython, X_OK) != 0) {
-    WARN("SKIP: no " << kPython);
-    return;
-  }
+  if (!have_python()) return;
   const auto script = (dir / "w.py").string();
   write_file(script,
              "import os, sys\n"
@@ -119,10 +116,7 @@ TEST_CASE("a worker forked by the preload zygote reports its own pid, output and
 
 TEST_CASE("PYTHONPATH entries only a forked worker has come first on sys.path and their sitecustomize runs") {
   TempDir dir;
-  if (::access(kPython, X_OK) != 0) {
-    WARN("SKIP: no " << kPython);
-    return;
-  }
+  if (!have_python()) return;
   std::filesystem::create_directories(dir / "common");
   std::filesystem::create_directories(dir / "worker_only");
   write_file(dir / "common" / "sitecustomize.py", "print('common sitecustomize ran', flush=True)\n");
@@ -197,10 +191,7 @@ std::string pipe_name(int fd) {
 
 TEST_CASE("connections that never finish their request neither delay a worker's spawn nor leak into it") {
   TempDir dir;
-  if (::access(kPython, X_OK) != 0) {
-    WARN("SKIP: no " << kPython);
-    return;
-  }
+  if (!have_python()) return;
   const auto script = (dir / "w.py").string();
   write_file(script,
              "import os\n"
@@ -243,10 +234,7 @@ TEST_CASE("connections that never finish their request neither delay a worker's 
 
 TEST_CASE("past 64 connections sending requests at once the oldest is dropped") {
   TempDir dir;
-  if (::access(kPython, X_OK) != 0) {
-    WARN("SKIP: no " << kPython);
-    return;
-  }
+  if (!have_python()) return;
   boost::asio::io_context io;
   auto work = boost::asio::make_work_guard(io);
   PreloadZygote zygote(io, kPython, {"json"}, dir / "zygote.sock", {"PATH=/usr/bin:/bin"},

@@ -13,26 +13,19 @@
 #include <filesystem>
 #include <thread>
 
+#include "child_outcome.hpp"
 #include "fork_exec.hpp"
 #include "test_support.hpp"
 
 using namespace ddp::agent;
-using ddp::test::bin;
-using ddp::test::read_file;
-using ddp::test::TempDir;
-using ddp::test::write_file;
+using namespace ddp::test;
 
 namespace {
-struct Outcome {
-  pid_t pid = -1;
-  std::string error;
-  std::string out;
-  std::string err;
-  int status = -1;
-  bool exited = false;
-};
+using Outcome = ChildOutcome;
 
-Outcome run_child(SpawnSpec spec, std::function<void(pid_t)> after_spawn = nullptr) {
+// Runs `spec` to its end (20 s at most); `after_spawn` is called with the runner
+// and the child's pid once it is started.
+Outcome run_child(SpawnSpec spec, std::function<void(ProcessRunner&, pid_t)> after_spawn = nullptr) {
   boost::asio::io_context io;
   ProcessRunner runner(io);
   Outcome o;
@@ -47,7 +40,7 @@ Outcome run_child(SpawnSpec spec, std::function<void(pid_t)> after_spawn = nullp
     o.pid = pid;
     o.error = error;
     if (pid < 0) io.stop();
-    if (pid > 0 && after_spawn) after_spawn(pid);
+    if (pid > 0 && after_spawn) after_spawn(runner, pid);
   });
   io.run_for(std::chrono::seconds(20));
   return o;
@@ -98,7 +91,7 @@ TEST_CASE("a child runs in its own process group, led by its guard, and the pid 
   auto o = run_child({"/bin/sh",
                       {"-c", "echo $$ > " + pidfile + "; while [ ! -e " + go + " ]; do sleep 0.01; done"},
                       {"PATH=/usr/bin:/bin"}},
-                     [&](pid_t pid) {
+                     [&](ProcessRunner&, pid_t pid) {
                        pgid = ::getpgid(pid);
                        write_file(go, "");
                      });
@@ -110,49 +103,33 @@ TEST_CASE("a child runs in its own process group, led by its guard, and the pid 
 
 TEST_CASE("signal_group reaches the child and what it forked") {
   TempDir dir;
-  boost::asio::io_context io;
-  ProcessRunner runner(io);
-  int status = -1;
-  ChildHandlers h;
-  h.on_exit = [&](int st) {
-    status = st;
-    io.stop();
-  };
   const auto pidfile = (dir / "grandchild").string();
-  runner.spawn({"/bin/sh", {"-c", "sleep 100 & echo $! > " + pidfile + "; wait"}, {"PATH=/usr/bin:/bin"}},
-               std::move(h), [&](pid_t pid, const std::string&) {
-                 REQUIRE(ddp::test::wait_until([&] { return !read_file(pidfile).empty(); }));
-                 runner.signal_group(pid, SIGTERM);
-               });
-  io.run_for(std::chrono::seconds(20));
-  REQUIRE(WIFSIGNALED(status));
+  auto o =
+      run_child({"/bin/sh", {"-c", "sleep 100 & echo $! > " + pidfile + "; wait"}, {"PATH=/usr/bin:/bin"}},
+                [&](ProcessRunner& runner, pid_t pid) {
+                  REQUIRE(ddp::test::wait_until([&] { return !read_file(pidfile).empty(); }));
+                  runner.signal_group(pid, SIGTERM);
+                });
+  REQUIRE(WIFSIGNALED(o.status));
   const pid_t grandchild = std::stoi(read_file(pidfile));
   CHECK(ddp::test::wait_until([&] { return !ddp::test::pid_alive(grandchild); }));
 }
 
 TEST_CASE("a SIGKILL through signal_group also reaches a grandchild that called setsid") {
   TempDir dir;
-  boost::asio::io_context io;
-  ProcessRunner runner(io);
-  int status = -1;
-  ChildHandlers h;
-  h.on_exit = [&](int st) {
-    status = st;
-    io.stop();
-  };
   const auto pidfile = (dir / "grandchild").string();
   // The grandchild leaves the group and ignores SIGTERM: only a SIGKILL aimed
   // at it by pid (from the guard) ends it.
-  runner.spawn({"/bin/sh",
-                {"-c", "setsid sh -c 'trap \"\" TERM; echo $$ > " + pidfile + "; exec sleep 100' & wait"},
-                {"PATH=/usr/bin:/bin"}},
-               std::move(h), [&](pid_t pid, const std::string&) {
-                 REQUIRE(ddp::test::wait_until([&] { return !read_file(pidfile).empty(); }));
-                 runner.signal_group(pid, SIGKILL);
-               });
-  io.run_for(std::chrono::seconds(20));
-  REQUIRE(WIFSIGNALED(status));
-  CHECK(WTERMSIG(status) == SIGKILL);
+  auto o =
+      run_child({"/bin/sh",
+                 {"-c", "setsid sh -c 'trap \"\" TERM; echo $$ > " + pidfile + "; exec sleep 100' & wait"},
+                 {"PATH=/usr/bin:/bin"}},
+                [&](ProcessRunner& runner, pid_t pid) {
+                  REQUIRE(ddp::test::wait_until([&] { return !read_file(pidfile).empty(); }));
+                  runner.signal_group(pid, SIGKILL);
+                });
+  REQUIRE(WIFSIGNALED(o.status));
+  CHECK(WTERMSIG(o.status) == SIGKILL);
   const pid_t grandchild = std::stoi(read_file(pidfile));
   CHECK(ddp::test::wait_until([&] { return !ddp::test::pid_alive(grandchild); }, std::chrono::seconds(5)));
 }

@@ -5,9 +5,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
 
-using ddp::rdzv::Backend;
-using ddp::rdzv::backend_name;
-using ddp::rdzv::parse_backend;
+using namespace ddp::rdzv;
 
 TEST_CASE("every backend name and alias parses to its backend, and back to its canonical name", "[backend]") {
   CHECK(parse_backend("standalone") == Backend::kStandalone);

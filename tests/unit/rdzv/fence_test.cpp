@@ -15,8 +15,7 @@
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using ddp::rdzv::RoundEvent;
-using ddp::test::make_node;
-using ddp::test::SimNode;
+using namespace ddp::test;
 
 namespace {
 

@@ -11,8 +11,7 @@
 
 using namespace std::chrono_literals;
 using ddp::rdzv::RoundEvent;
-using ddp::test::make_node;
-using ddp::test::SimNode;
+using namespace ddp::test;
 
 namespace {
 

@@ -3,8 +3,7 @@
 #include <catch2/catch.hpp>
 
 using namespace ddp::store::server;
-using ddp::Clock;
-using ddp::Millis;
+using namespace ddp;
 
 namespace {
 const Clock::time_point t0 = Clock::time_point() + std::chrono::hours(1);

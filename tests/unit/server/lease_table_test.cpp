@@ -7,8 +7,7 @@
 
 using namespace ddp::store;
 using namespace ddp::store::server;
-using ddp::Clock;
-using ddp::Millis;
+using namespace ddp;
 
 namespace {
 // A fake clock: tests move time by hand, nothing sleeps.

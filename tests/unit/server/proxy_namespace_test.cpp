@@ -2,11 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-using ddp::store::Item;
-using ddp::store::ItemKind;
-using ddp::store::Op;
-using ddp::store::Request;
-using ddp::store::Response;
+using namespace ddp::store;
 using ddp::store::server::ProxyNamespace;
 
 TEST_CASE("torch keys go under the round's prefix and come back without it") {

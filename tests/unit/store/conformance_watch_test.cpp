@@ -7,9 +7,7 @@
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
-using ddp::store::EventType;
-using ddp::store::Store;
-using ddp::store::WatchEvent;
+using namespace ddp::store;
 
 // Another target may run these scenarios on its own backends (the etcd tests do).
 #ifndef STORE_BACKENDS

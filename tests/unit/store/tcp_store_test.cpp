@@ -11,10 +11,8 @@
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
-using ddp::store::StoreServer;
-using ddp::store::TcpStore;
-using ddp::test::client_options;
-using ddp::test::loopback_server_options;
+using namespace ddp::store;
+using namespace ddp::test;
 
 namespace {
 

@@ -2,11 +2,8 @@
 // StoreServer on 127.0.0.1: namespacing, blocking ops, retargeting, tokens.
 #include "ddp/store/torch_proxy.hpp"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -15,29 +12,14 @@
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
 #include "failpoints.hpp"
+#include "raw_tcpstore.hpp"
 #include "store_backends.hpp"
 
 using namespace std::chrono_literals;
-using ddp::store::StoreServer;
-using ddp::store::TcpStore;
-using ddp::store::TorchProxyTarget;
-using ddp::store::TorchStoreProxy;
-using ddp::test::client_options;
-using ddp::test::loopback_server_options;
+using namespace ddp::store;
+using namespace ddp::test;
 
 namespace {
-
-std::string u64(std::uint64_t v) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
-  return s;
-}
-std::string str(const std::string& s) { return u64(s.size()) + s; }
-std::int64_t i64(const std::string& b) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[static_cast<std::size_t>(i)]);
-  return static_cast<std::int64_t>(v);
-}
 
 // Which lane each test client's source port belongs to (a real agent reads
 // LOCAL_RANK from the connecting process instead).
@@ -59,31 +41,11 @@ class Lanes {
 };
 
 // A torch 1.13 TCPStore client, byte for byte (query types 0..8, keys with "/").
-class TorchClient {
+class TorchClient : public RawConn {
  public:
   // With `lanes`, the client's source port is put in `lane` before it connects.
-  explicit TorchClient(std::uint16_t port, Lanes* lanes = nullptr, const std::string& lane = "") {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (lanes) {
-      sockaddr_in self{};
-      self.sin_family = AF_INET;
-      self.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&self), sizeof(self)) == 0);
-      socklen_t len = sizeof(self);
-      REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&self), &len) == 0);
-      lanes->add(ntohs(self.sin_port), lane);
-    }
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-    timeval tv{5, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  }
-  ~TorchClient() { ::close(fd_); }
-  TorchClient(const TorchClient&) = delete;
-  TorchClient& operator=(const TorchClient&) = delete;
+  explicit TorchClient(std::uint16_t port, Lanes* lanes = nullptr, const std::string& lane = "")
+      : RawConn(port, 5s, put_in_lane(lanes, lane)) {}
 
   void set(const std::string& k, const std::string& v) { send('\x00' + str(k) + str(v)); }
   std::string get(const std::string& k) {
@@ -93,59 +55,33 @@ class TorchClient {
   }
   std::int64_t add(const std::string& k, std::int64_t d) {
     send('\x03' + str(k) + u64(static_cast<std::uint64_t>(d)));
-    return i64(recv(8));
+    return i64(recv_exact(8));
   }
   std::string compare_set(const std::string& k, const std::string& e, const std::string& d) {
     send('\x01' + str(k) + str(e) + str(d));
     return bytes();
   }
   bool check(const std::vector<std::string>& keys) {
-    return send_keys('\x04', keys), recv(1) == std::string(1, '\0');
+    return send_keys('\x04', keys), recv_exact(1) == std::string(1, '\0');
   }
   void start_wait(const std::vector<std::string>& keys) { send_keys('\x05', keys); }
   void wait(const std::vector<std::string>& keys) {
     start_wait(keys);
-    REQUIRE(recv(1) == std::string(1, '\0'));
-  }
-  // True when a reply byte arrives within `ms` (a parked WAIT answers none).
-  bool replied_within(int ms) {
-    timeval tv{0, ms * 1000};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    char c;
-    const bool got = ::recv(fd_, &c, 1, MSG_PEEK) == 1;
-    timeval back{5, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &back, sizeof(back));
-    return got;
+    REQUIRE(recv_exact(1) == std::string(1, '\0'));
   }
   std::int64_t num_keys() {
     send(std::string(1, '\x06'));
-    return i64(recv(8));
+    return i64(recv_exact(8));
   }
   std::int64_t remove(const std::string& k) {
     send('\x08' + str(k));
-    return i64(recv(8));
-  }
-  // True when the proxy closed this connection.
-  bool closed_by_peer() {
-    char c;
-    return ::recv(fd_, &c, 1, 0) <= 0;
-  }
-  void raw(const std::string& bytes) { send(bytes); }
-  std::string recv(std::size_t n) {
-    std::string s(n, '\0');
-    std::size_t got = 0;
-    while (got < n) {
-      auto r = ::recv(fd_, s.data() + got, n - got, 0);
-      if (r <= 0) break;
-      got += static_cast<std::size_t>(r);
-    }
-    s.resize(got);
-    return s;
+    return i64(recv_exact(8));
   }
 
  private:
-  void send(const std::string& b) {
-    REQUIRE(::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == ssize_t(b.size()));
+  static std::function<void(std::uint16_t)> put_in_lane(Lanes* lanes, const std::string& lane) {
+    if (!lanes) return {};
+    return [lanes, lane](std::uint16_t source_port) { lanes->add(source_port, lane); };
   }
   void send_keys(char type, const std::vector<std::string>& keys) {
     std::string b(1, type);
@@ -153,8 +89,7 @@ class TorchClient {
     for (const auto& k : keys) b += str(k);
     send(b);
   }
-  std::string bytes() { return recv(static_cast<std::size_t>(i64(recv(8)))); }
-  int fd_ = -1;
+  std::string bytes() { return recv_exact(static_cast<std::size_t>(i64(recv_exact(8)))); }
 };
 
 struct Setup {
@@ -210,10 +145,10 @@ TEST_CASE("a WAIT through the proxy is released by a set in its namespace only",
   TorchClient same_job(job1->port());
   waiter.start_wait({"/later"});
   other_job.set("/later", "x");
-  CHECK_FALSE(waiter.replied_within(200));
+  CHECK_FALSE(waiter.replied_within(200ms));
   CHECK_FALSE(same_job.check({"/later"}));
   same_job.set("/later", "y");
-  CHECK(waiter.recv(1) == std::string(1, '\0'));
+  CHECK(waiter.recv_exact(1) == std::string(1, '\0'));
   CHECK(waiter.get("/later") == "y");
 }
 
@@ -287,14 +222,14 @@ TEST_CASE("a torch 2.x client's CANCEL_WAIT reaches the WAIT it cancels through 
   // VALIDATE with torch's magic, PING (echoed), then WAIT on a missing key and CANCEL_WAIT.
   const std::string validate = std::string(1, '\x00') + std::string("\xCE\xF7\x85\x3C", 4);
   const std::string ping = std::string(1, '\x0D') + std::string("\x2A\x00\x00\x00", 4);
-  c.raw(validate + ping);
-  CHECK(c.recv(4) == std::string("\x2A\x00\x00\x00", 4));
-  c.raw(std::string(1, '\x06') + u64(1) + str("/never"));
-  CHECK_FALSE(c.replied_within(200));
-  c.raw(std::string(1, '\x0C'));
-  CHECK(c.recv(1) == std::string(1, '\x01'));          // WAIT_CANCELED
-  c.raw(std::string(1, '\x04') + str("/n") + u64(2));  // v2 ADD
-  CHECK(i64(c.recv(8)) == 2);
+  c.send(validate + ping);
+  CHECK(c.recv_exact(4) == std::string("\x2A\x00\x00\x00", 4));
+  c.send(std::string(1, '\x06') + u64(1) + str("/never"));
+  CHECK_FALSE(c.replied_within(200ms));
+  c.send(std::string(1, '\x0C'));
+  CHECK(c.recv_exact(1) == std::string(1, '\x01'));     // WAIT_CANCELED
+  c.send(std::string(1, '\x04') + str("/n") + u64(2));  // v2 ADD
+  CHECK(i64(c.recv_exact(8)) == 2);
   CHECK(s.store->try_get("/j/worker/round_0/n") == std::optional<std::string>("2"));
 }
 
@@ -305,25 +240,25 @@ TEST_CASE("a torch 2.x client's queues and LIST stay in its job's namespace thro
   TorchClient a(job1->port());
   TorchClient b(job2->port());
   const std::string validate = std::string(1, '\x00') + std::string("\xCE\xF7\x85\x3C", 4);
-  a.raw(validate);
-  b.raw(validate);
+  a.send(validate);
+  b.send(validate);
   // QUEUE_PUSH (14) has no reply; QUEUE_LEN (16) orders it and answers an i64.
-  a.raw(std::string(1, '\x0E') + str("/q") + str("first"));
-  a.raw(std::string(1, '\x0E') + str("/q") + str("second"));
-  a.raw(std::string(1, '\x10') + str("/q"));
-  CHECK(i64(a.recv(8)) == 2);
-  b.raw(std::string(1, '\x10') + str("/q"));
-  CHECK(i64(b.recv(8)) == 0);  // job 2's queue of the same name is empty
+  a.send(std::string(1, '\x0E') + str("/q") + str("first"));
+  a.send(std::string(1, '\x0E') + str("/q") + str("second"));
+  a.send(std::string(1, '\x10') + str("/q"));
+  CHECK(i64(a.recv_exact(8)) == 2);
+  b.send(std::string(1, '\x10') + str("/q"));
+  CHECK(i64(b.recv_exact(8)) == 0);  // job 2's queue of the same name is empty
   // QUEUE_POP (15): the length before, then the front value.
-  a.raw(std::string(1, '\x0F') + str("/q"));
-  CHECK(i64(a.recv(8)) == 2);
-  CHECK(a.recv(static_cast<std::size_t>(i64(a.recv(8)))) == "first");
+  a.send(std::string(1, '\x0F') + str("/q"));
+  CHECK(i64(a.recv_exact(8)) == 2);
+  CHECK(a.recv_exact(static_cast<std::size_t>(i64(a.recv_exact(8)))) == "first");
   // LIST (17) answers only this round's keys, as the client named them.
-  a.raw(std::string(1, '\x01') + str("/k1") + str("x"));  // v2 SET
-  b.raw(std::string(1, '\x01') + str("/k2") + str("y"));
-  a.raw(std::string(1, '\x11'));
-  REQUIRE(i64(a.recv(8)) == 1);
-  CHECK(a.recv(static_cast<std::size_t>(i64(a.recv(8)))) == "/k1");
+  a.send(std::string(1, '\x01') + str("/k1") + str("x"));  // v2 SET
+  b.send(std::string(1, '\x01') + str("/k2") + str("y"));
+  a.send(std::string(1, '\x11'));
+  REQUIRE(i64(a.recv_exact(8)) == 1);
+  CHECK(a.recv_exact(static_cast<std::size_t>(i64(a.recv_exact(8)))) == "/k1");
 }
 
 TEST_CASE("a rank that closes its store and connects again, as a re-init does, meets fresh keys", "[proxy]") {
@@ -364,11 +299,11 @@ TEST_CASE("a rank that re-inits before the others have closed waits for them in 
   }
   TorchClient fast(p->port(), &lanes, "0");
   fast.start_wait({"/rank_1"});
-  CHECK_FALSE(fast.replied_within(200));  // the slow rank's old key is not this init's
+  CHECK_FALSE(fast.replied_within(200ms));  // the slow rank's old key is not this init's
   slow.reset();
   TorchClient slow_again(p->port(), &lanes, "1");
   slow_again.set("/rank_1", "second-address");
-  CHECK(fast.recv(1) == std::string(1, '\0'));
+  CHECK(fast.recv_exact(1) == std::string(1, '\0'));
   CHECK(fast.get("/rank_1") == "second-address");
 }
 
