@@ -60,12 +60,10 @@ struct TwoNodes {
   TwoNodes(const TempDir& dir, const std::vector<std::string>& flags) {
     const int port = free_port();
     auto node = [&](int rank) {
-      return ddprun_argv(
-          concat(concat({"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1",
-                         "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
-                         "--local_addr=node" + std::to_string(rank), "--rdzv_conf=join_timeout=30"},
-                        flags),
-                 concat({"--no_python"}, stalling_trainer(dir, 1, 3))));
+      return ddprun_argv(concat(concat(concat(static_node_flags(rank, 2, port),
+                                              {"--nproc_per_node=1", "--rdzv_conf=join_timeout=30"}),
+                                       flags),
+                                concat({"--no_python"}, stalling_trainer(dir, 1, 3))));
     };
     Process a(node(0), dir.path(), clean_env({}), "node_a");
     Process b(node(1), dir.path(), clean_env({}), "node_b");

@@ -36,6 +36,14 @@ inline RunResult ddprun(std::vector<std::string> args, const TempDir& dir, EnvOv
   return run(ddprun_argv(std::move(args)), dir.path(), clean_env(std::move(env)), std::chrono::seconds(60));
 }
 
+// The flags of node `rank` of a static job of `nnodes` nodes on 127.0.0.1:`port`,
+// each node naming itself "node<rank>" (the name failure reports show).
+inline std::vector<std::string> static_node_flags(int rank, int nnodes, int port) {
+  return {"--nnodes=" + std::to_string(nnodes), "--node_rank=" + std::to_string(rank),
+          "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
+          "--local_addr=node" + std::to_string(rank)};
+}
+
 // fake_worker's FAKE_ENV_DUMP file as a map (plus FDS and ARGS).
 inline std::map<std::string, std::string> read_env_dump(const fs::path& path) {
   std::map<std::string, std::string> out;

@@ -11,10 +11,10 @@ TEST_CASE("on a multi-node failure the healthy node names the failed node, rank 
   TempDir dir;
   const int port = free_port();
   auto node = [&](int rank) {
-    return ddprun_argv({"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=2",
-                        "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
-                        "--local_addr=node" + std::to_string(rank), "--rdzv_conf=join_timeout=30",
-                        "--no_python", bin("fake_worker").string()});
+    auto args = static_node_flags(rank, 2, port);
+    args.insert(args.end(), {"--nproc_per_node=2", "--rdzv_conf=join_timeout=30", "--no_python",
+                             bin("fake_worker").string()});
+    return ddprun_argv(args);
   };
   // Global rank 3 (node 1) fails with a recorded error; every other worker hangs.
   const EnvOverrides env = {{"FAKE_ONLY_RANK", "3"},
@@ -64,10 +64,9 @@ TEST_CASE("static nodes started with different --nnodes both stop at once with o
     TempDir dir;
     const int port = free_port();
     auto node = [&](int rank, int nnodes) {
-      return ddprun_argv({"--nnodes=" + std::to_string(nnodes), "--node_rank=" + std::to_string(rank),
-                          "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
-                          "--local_addr=node" + std::to_string(rank), "--no_python",
-                          bin("fake_worker").string()});
+      auto args = static_node_flags(rank, nnodes, port);
+      args.insert(args.end(), {"--no_python", bin("fake_worker").string()});
+      return ddprun_argv(args);
     };
     const EnvOverrides env = {{"FAKE_HANG", "1"}};
     Process n0(node(0, first_nnodes), dir.path(), clean_env(env), "node0");

@@ -65,11 +65,10 @@ TEST_CASE(
   TempDir dir;
   const int port = free_port();
   auto node = [&](int rank) {
-    return ddprun_argv({"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=2",
-                        "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
-                        "--local_addr=node" + std::to_string(rank), "--rdzv_conf=join_timeout=30",
-                        "--max_restarts=5", "--max_no_progress_restarts=1", "--no_python",
-                        bin("fake_worker").string()});
+    auto args = static_node_flags(rank, 2, port);
+    args.insert(args.end(), {"--nproc_per_node=2", "--rdzv_conf=join_timeout=30", "--max_restarts=5",
+                             "--max_no_progress_restarts=1", "--no_python", bin("fake_worker").string()});
+    return ddprun_argv(args);
   };
   // Global rank 3 (node 1) fails at once in every attempt; the others wait.
   const EnvOverrides env = {{"FAKE_ONLY_RANK", "3"}, {"FAKE_EXIT", "3"}, {"FAKE_OTHERS_HANG", "1"}};
