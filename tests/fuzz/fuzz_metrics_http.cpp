@@ -6,10 +6,12 @@
 // request that parsed, or a server that stops answering /healthz.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -55,13 +57,26 @@ std::string exchange(std::string_view request) {
   source.sin_family = AF_INET;
   source.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + (next_source++ % 253));
   if (::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof source) != 0) std::abort();
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) std::abort();
+  // libFuzzer's SIGALRM (its -timeout watch) can interrupt a connect whose SYN
+  // met one of the server's TIME_WAITs and waits for its retransmission; the
+  // connection goes on in the kernel, so wait for it rather than give up.
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (errno != EINTR) std::abort();
+    pollfd pfd{fd, POLLOUT, 0};
+    int ready = 0;
+    do ready = ::poll(&pfd, 1, 5000);
+    while (ready < 0 && errno == EINTR);
+    int error = 0;
+    socklen_t len = sizeof error;
+    if (ready != 1 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error != 0) std::abort();
+  }
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   std::size_t off = 0;
   while (off < request.size()) {
     const auto n = ::send(fd, request.data() + off, request.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the server closed early (a request over its limit): fine
     off += static_cast<std::size_t>(n);
   }
@@ -72,6 +87,7 @@ std::string exchange(std::string_view request) {
     const auto n = ::recv(fd, buf, sizeof buf, 0);
     if (n == 0) break;
     if (n < 0) {
+      if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) std::abort();  // no answer and no close
       break;                                                      // reset: fine
     }
