@@ -122,8 +122,27 @@ struct Prepared {
 
 int child_main(void* arg) { run_child(*static_cast<const Prepared*>(arg)); }
 
-// The child's own stack: run_child needs a few hundred bytes; the rest is margin.
+// The child's own stack: run_child needs a few hundred bytes; the rest is
+// margin, and the page below it is unmapped, so an overflow faults in the
+// child instead of writing into our memory.
 constexpr std::size_t kChildStackBytes = 64 * 1024;
+constexpr std::size_t kGuardPageBytes = 4096;
+
+// The sanitizers' interceptors (sigaction, dup2, ...) keep state in the
+// process's memory, which a child sharing it would change under the agent:
+// sanitized builds fork as before.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)  // GCC
+#define DDP_FORK_EXEC_SANITIZED 1
+#elif defined(__has_feature)  // Clang
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define DDP_FORK_EXEC_SANITIZED 1
+#endif
+#endif
+#ifdef DDP_FORK_EXEC_SANITIZED
+constexpr bool kShareMemory = false;
+#else
+constexpr bool kShareMemory = true;
+#endif
 
 // Starts run_child(p) in a child that shares our memory until its exec
 // (CLONE_VM), as posix_spawn does: no page table is copied, no page is
@@ -138,18 +157,27 @@ constexpr std::size_t kChildStackBytes = 64 * 1024;
 // close_range fallback of kernels before 5.11). `p`, what it points to and
 // `stack` must outlive the child's exec or exit.
 pid_t spawn_child(const Prepared& p, void* stack) {
-  char* top = static_cast<char*>(stack) + kChildStackBytes;
+  if (!kShareMemory) {
+    const pid_t pid = ::fork();
+    if (pid == 0) run_child(p);
+    return pid;
+  }
+  char* top = static_cast<char*>(stack) + kGuardPageBytes + kChildStackBytes;
   return ::clone(child_main, top, CLONE_VM | SIGCHLD, const_cast<Prepared*>(&p));
 }
 
 struct ChildStack {
+  static constexpr std::size_t kBytes = kGuardPageBytes + kChildStackBytes;
   void* base = MAP_FAILED;
   ChildStack() {
-    base = ::mmap(nullptr, kChildStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
-                  -1, 0);
+    base = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (base != MAP_FAILED && ::mprotect(base, kGuardPageBytes, PROT_NONE) != 0) {
+      ::munmap(base, kBytes);
+      base = MAP_FAILED;
+    }
   }
   ~ChildStack() {
-    if (base != MAP_FAILED) ::munmap(base, kChildStackBytes);
+    if (base != MAP_FAILED) ::munmap(base, kBytes);
   }
   ChildStack(const ChildStack&) = delete;
   ChildStack& operator=(const ChildStack&) = delete;
