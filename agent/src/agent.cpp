@@ -76,7 +76,9 @@ AgentResult Agent::Impl::run() {
   cfg.rendezvous.on_fence_deadline = [f = fence](std::chrono::steady_clock::time_point t) { f->publish(t); };
   std::shared_ptr<rdzv::RendezvousHandler> handler =
       initial_handler ? std::move(initial_handler) : rdzv::create_handler(cfg.rendezvous, cfg.node);
-  run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id);
+  run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id,
+                  cfg.redirects.any() || cfg.tee.any() || !cfg.duplicate_stdout_filters.empty() ||
+                      !cfg.duplicate_stderr_filters.empty());
   if (fence->open(run_dir->path() / "fence")) set_guard_fence_file(fence->path());
   if (!cfg.log_dir.empty()) log->info("worker logs in {}", run_dir->path().string());
   base_env = current_environment();

@@ -1,5 +1,7 @@
-// Starts one child process from the agent, which has many threads: fork, a
-// few async-signal-safe calls, exec. Nothing between fork and exec takes a
+// Starts one child process from the agent, which has many threads: a fork
+// that shares the agent's memory until the exec (clone with CLONE_VM, as
+// posix_spawn does, without copying the agent's address space), a few
+// async-signal-safe calls, exec. Nothing between fork and exec takes a
 // lock, allocates, or touches an io_context: a lock another thread held at the
 // moment of the fork stays held forever in the child (Boost.Process's
 // launchers call io_context::notify_fork there, which does exactly that).

@@ -1,6 +1,8 @@
 #include "run_dir.hpp"
 
+#include <linux/magic.h>
 #include <stdlib.h>
+#include <sys/statfs.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -11,7 +13,27 @@ namespace ddp::agent {
 
 namespace fs = std::filesystem;
 
-RunDir::RunDir(const fs::path& log_dir, const std::string& run_id) {
+namespace {
+
+bool in_memory(const char* dir) {
+  struct statfs st {};
+  return ::statfs(dir, &st) == 0 && (st.f_type == TMPFS_MAGIC || st.f_type == RAMFS_MAGIC);
+}
+
+// A temp run dir in a memory filesystem, or "" when none takes one.
+std::string memory_temp_dir(const std::string& run_id) {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  for (const char* base : {runtime, "/dev/shm"}) {
+    if (base == nullptr || *base != '/' || !in_memory(base)) continue;
+    std::string tmpl = std::string(base) + "/ddprun-" + run_id + "-XXXXXX";
+    if (::mkdtemp(tmpl.data()) != nullptr) return tmpl;
+  }
+  return "";
+}
+
+}  // namespace
+
+RunDir::RunDir(const fs::path& log_dir, const std::string& run_id, bool worker_logs) {
   if (!log_dir.empty() && run_id == kNoRunId) {
     // No --rdzv_id: every run would share <log_dir>/none and overwrite the
     // last one's logs. As torchrun, each run gets a directory of its own.
@@ -33,6 +55,11 @@ RunDir::RunDir(const fs::path& log_dir, const std::string& run_id) {
     return;
   }
   const char* tmp = std::getenv("TMPDIR");
+  temp_ = true;
+  if ((tmp == nullptr || *tmp == '\0') && !worker_logs) {
+    path_ = memory_temp_dir(run_id);
+    if (!path_.empty()) return;
+  }
   std::string tmpl =
       std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ddprun-" + run_id + "-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) {
@@ -40,7 +67,6 @@ RunDir::RunDir(const fs::path& log_dir, const std::string& run_id) {
                       " (set TMPDIR or --log_dir): " + errno_text(errno));
   }
   path_ = tmpl;
-  temp_ = true;
 }
 
 RunDir::~RunDir() {

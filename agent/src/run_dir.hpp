@@ -1,6 +1,10 @@
 // The per-run directory: <log_dir>/<run_id>, <log_dir>/none_XXXXXX (a new
 // one per run) when there is no --rdzv_id, or a temp dir when no --log_dir
-// was given. Holds attempt_<k>/<local_rank>/{stdout,stderr}.log, error.json
+// was given: $TMPDIR/ddprun-<run_id>-XXXXXX, or, when TMPDIR is unset and no
+// worker log is written there, one in a memory filesystem ($XDG_RUNTIME_DIR
+// or /dev/shm), where its ~20 small files and directories cost microseconds
+// instead of a disk filesystem's inode allocation (docs/performance.md,
+// "Launch floor"). Holds attempt_<k>/<local_rank>/{stdout,stderr}.log, error.json
 // and attempt_<k>/failure.json.
 #pragma once
 
@@ -15,7 +19,9 @@ class RunDir {
   static constexpr const char* kNoRunId = "none";
 
   // Creates the directory. Throws ConfigError naming --log_dir when it cannot.
-  RunDir(const std::filesystem::path& log_dir, const std::string& run_id);
+  // `worker_logs`: worker output may be written there (--redirects, --tee,
+  // --duplicate_std*_filters), so a temp dir stays off memory.
+  RunDir(const std::filesystem::path& log_dir, const std::string& run_id, bool worker_logs = true);
   ~RunDir();  // removes a temp dir unless keep() was called
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;

@@ -1,0 +1,83 @@
+// Where the temp run directory goes: a memory filesystem when nothing large
+// is written there and TMPDIR does not say otherwise, $TMPDIR (or /tmp) else.
+#include "run_dir.hpp"
+
+#include <linux/magic.h>
+#include <sys/statfs.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "test_support.hpp"
+
+using ddp::agent::RunDir;
+
+namespace {
+
+bool on_tmpfs(const std::string& path) {
+  struct statfs st {};
+  return ::statfs(path.c_str(), &st) == 0 && st.f_type == TMPFS_MAGIC;
+}
+
+// Sets (or, with nullopt, unsets) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      ::setenv(name, value->c_str(), 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace
+
+TEST_CASE("a temp run dir with no worker logs goes to /dev/shm when TMPDIR is unset") {
+  if (!on_tmpfs("/dev/shm")) {
+    WARN("SKIP: /dev/shm is not a tmpfs here");
+    return;
+  }
+  const ScopedEnv no_tmpdir("TMPDIR", std::nullopt);
+  const ScopedEnv no_runtime("XDG_RUNTIME_DIR", std::nullopt);
+  std::string path;
+  {
+    const RunDir dir("", "rid", /*worker_logs=*/false);
+    path = dir.path().string();
+    CHECK(dir.is_temp());
+    CHECK(path.rfind("/dev/shm/ddprun-rid-", 0) == 0);
+    dir.prepare_attempt(0, 2);
+    CHECK(std::filesystem::is_directory(dir.worker(0, 1)));
+  }
+  CHECK_FALSE(std::filesystem::exists(path));  // removed with the RunDir
+}
+
+TEST_CASE("a temp run dir that may hold worker logs, or with TMPDIR set, stays in TMPDIR") {
+  const ddp::test::TempDir tmp;
+  {
+    const ScopedEnv tmpdir("TMPDIR", tmp.path().string());
+    for (const bool logs : {true, false}) {
+      const RunDir dir("", "rid", logs);
+      CHECK(dir.path().parent_path() == tmp.path());
+    }
+  }
+  const ScopedEnv no_tmpdir("TMPDIR", std::nullopt);
+  const RunDir dir("", "rid", /*worker_logs=*/true);
+  CHECK(dir.path().string().rfind("/tmp/ddprun-rid-", 0) == 0);
+}
