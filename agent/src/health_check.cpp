@@ -106,13 +106,19 @@ void HealthCheck::cancel() {
 }
 
 HealthVerdict HealthCheck::run(store::Store* store) {
-  std::string note;  // the GPU check's, whatever comes after it
+  std::string note;  // the GPU and store checks', whatever comes after them
+  const auto keep_note = [&](const HealthVerdict& v) {
+    if (!v.note.empty()) note += (note.empty() ? "" : "; ") + v.note;
+  };
   HealthVerdict v = check_paths();
   if (v.healthy()) {
     v = check_gpus();
-    note = v.note;
+    keep_note(v);
   }
-  if (v.healthy() && store != nullptr) v = check_store(*store);
+  if (v.healthy() && store != nullptr) {
+    v = check_store(*store);
+    keep_note(v);
+  }
   if (v.healthy() && !cfg_.health.command.empty()) v = run_command();
   v.note = std::move(note);
   return v;
@@ -169,7 +175,9 @@ HealthVerdict HealthCheck::check_store(store::Store& store) {
   try {
     store.check({store::keys::agent_status_key(cfg_.rendezvous.run_id, cfg_.node.node_id)});
   } catch (const std::exception& e) {
-    return {"store", "the store does not answer: " + std::string(e.what()), ""};
+    // Not this node's fault as far as it can tell (the store may be down for
+    // every node): the rendezvous meets the same error and says so, exit 3.
+    return {"", "", "no store check: the store does not answer (" + std::string(e.what()) + ")"};
   }
   const auto rtt = Clock::now() - start;
   const auto bound = cfg_.health.max_store_rtt;

@@ -30,7 +30,7 @@ namespace ddp::agent {
 struct HealthVerdict {
   std::string check;   // "" when healthy; else gpus, path, store, command
   std::string reason;  // one line: what was found and the flag that set the bound
-  std::string note;    // healthy or not: a line to log once (no NVML here)
+  std::string note;    // healthy or not: a line to log (no NVML here, once; no store answer)
   bool healthy() const { return check.empty(); }
 };
 

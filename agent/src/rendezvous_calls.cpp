@@ -101,7 +101,7 @@ void RendezvousCalls::check_health(std::shared_ptr<HealthCheck> check,
       const auto store = h->store();
       v = check->run(store.get());
     } catch (const std::exception& e) {
-      v = {"store", "the store does not answer: " + std::string(e.what()), ""};
+      v.note = "no store check: " + std::string(e.what());  // the rendezvous reports it
     }
     post(s, [done, v] { done(v); });
   });

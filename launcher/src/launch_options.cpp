@@ -213,7 +213,7 @@ const FlagSpec kFlags[] = {
      "GPUs NVML must see, each answering: auto (--nproc_per_node of them where NVML loads and "
      "CUDA_VISIBLE_DEVICES does not hide them all), a number, or 0 for no GPU check (default auto)"},
     {"health_store_rtt_ms", &LaunchOptions::health_store_rtt_ms, kOursGroup,
-     "A store round trip slower than this many ms is unhealthy; 0: only reachability (default 1000)"},
+     "A store round trip slower than this many ms is unhealthy; 0: no bound (default 1000)"},
     {"health_retries", &LaunchOptions::health_retries, kOursGroup,
      "Failed health checks retried (backoff from --health_retry_interval, doubling up to 60 s) "
      "before the node gives up with exit 5 (default 5)"},

@@ -23,6 +23,8 @@ struct LoopbackStore {
     server->start();
     ddp::store::TcpStoreOptions c;
     c.endpoint = ddp::Endpoint{"127.0.0.1", server->port()};
+    c.connect_timeout = std::chrono::seconds(1);
+    c.request_timeout = std::chrono::seconds(1);
     client = std::make_unique<ddp::store::TcpStore>(c);
   }
   ~LoopbackStore() {
@@ -95,4 +97,15 @@ TEST_CASE("a health command's exit status decides, and its last stderr line is t
   cfg.health.command = "kill -9 $$";
   HealthCheck killed(cfg);
   CHECK(killed.run(nullptr).reason == "--health_check killed by signal 9");
+}
+
+TEST_CASE("a store that does not answer at all is left to the rendezvous, with a note") {
+  LoopbackStore store;
+  store.server.reset();
+  auto cfg = config();
+  cfg.health.gpus = 0;
+  HealthCheck check(cfg);
+  const auto v = check.run(store.client.get());
+  CHECK(v.healthy());
+  CHECK_THAT(v.note, Catch::StartsWith("no store check: the store does not answer ("));
 }

@@ -23,8 +23,8 @@ struct HealthConfig {
   // checkpoint, so a healthy node never fails it by default.
   std::uint64_t min_free_mb = 100;
   // --health_store_rtt_ms: a store round trip longer than this is unhealthy;
-  // 0: only reachability is checked. A second is far beyond any healthy
-  // network and below the rendezvous timeouts.
+  // 0: no bound. A second is far beyond any healthy network and below the
+  // rendezvous timeouts.
   std::chrono::milliseconds max_store_rtt{1000};
   // --health_check: run by /bin/sh -c; exit 0 is healthy, else its last
   // stderr line is the reason. Killed (its process group) at command_timeout.
