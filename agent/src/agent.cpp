@@ -148,8 +148,12 @@ AgentResult Agent::Impl::run() {
 
 void Agent::Impl::start_rendezvous() {
   announce_rendezvous_start();
-  startup.rendezvous_started();
   life.enter(Phase::kRendezvous);
+  check_health_then_join();  // agent_health.cpp: join_rendezvous() once healthy
+}
+
+void Agent::Impl::join_rendezvous() {
+  startup.rendezvous_started();
   log->info("rendezvous backend={} run_id={} restart_count={}/{}", rdzv->handler()->backend(),
             cfg.rendezvous.run_id, life.restart_count(), cfg.max_restarts);
   rdzv->next_round([this](const rdzv::RendezvousResult& r) { on_round(r); },
@@ -525,6 +529,7 @@ void Agent::Impl::finish(int code, const std::string& error) {
   if (code != 0 && run_dir && run_dir->is_temp()) run_dir->keep();
   if (code == 0) log->info("run succeeded");
   if (group) group->cancel_timers();
+  if (health) health->cancel();  // a --health_check command still running
   poll_timer.cancel();
   io.stop();
 }

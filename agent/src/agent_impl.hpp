@@ -28,6 +28,7 @@
 #include "ddp/store/torch_proxy.hpp"
 #include "fence_file.hpp"
 #include "file_timer_server.hpp"
+#include "health_check.hpp"
 #include "lifecycle.hpp"
 #include "observers.hpp"
 #include "preload_zygote.hpp"
@@ -51,6 +52,7 @@ struct Agent::Impl {
 
   // agent.cpp
   void start_rendezvous();
+  void join_rendezvous();
   void announce_rendezvous_start();
   void on_round(const rdzv::RendezvousResult& round);
   void on_round_event(rdzv::RoundEvent event, const std::string& detail);
@@ -79,6 +81,10 @@ struct Agent::Impl {
   void start_liveness();
   // preload.cpp: the --preload zygote, started before the first rendezvous.
   void start_preload();
+  // agent_health.cpp: the health checks before each rendezvous; an unhealthy
+  // node retries with backoff and gives up with exit 5.
+  void check_health_then_join();
+  void on_health(const HealthVerdict& verdict);
 
   AgentConfig cfg;
   std::shared_ptr<spdlog::logger> log;
@@ -115,6 +121,10 @@ struct Agent::Impl {
   std::future<void> stale_cgroups;                      // reap_stale_cgroups(), before the first guard starts
   // The fence backstop the guards read; the rendezvous moves its deadline.
   std::shared_ptr<FenceFile> fence = std::make_shared<FenceFile>();
+  // Shared with the rendezvous thread, which may outlive us (abandon).
+  std::shared_ptr<HealthCheck> health;
+  boost::asio::steady_timer health_timer{io};
+  int health_failures = 0;  // failed checks in a row before this rendezvous
 };
 
 }  // namespace ddp::agent

@@ -165,4 +165,30 @@ bool Observers::flush(bool store_lost) {
   return f.wait_for(kStatusFlushTimeout) == std::future_status::ready;
 }
 
+void Observers::publish_unhealthy(const std::string& reason, int failures) {
+  if (!status_caller_ || !handler_) return;
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  nlohmann::json record = {
+      {"node", cfg_.node.node_id},
+      {"host", cfg_.node.host},
+      {"hostname", host},
+      {"restart_count", life_.restart_count()},
+      {"max_restarts", cfg_.max_restarts},
+      {"state", "unhealthy: " + reason},
+      {"health", {{"reason", reason}, {"failures", failures}}},
+      {"workers", nlohmann::json::array()},
+      {"updated", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+  };
+  if (life_.have_round()) record["round"] = life_.round().round;
+  status_caller_->call([h = handler_, key = status_key(cfg_.rendezvous.run_id, cfg_.node.node_id),
+                        value = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)] {
+    try {
+      h->store()->set(key, value);
+    } catch (const std::exception&) {
+      // Status is advisory, as in publish_status().
+    }
+  });
+}
+
 }  // namespace ddp::agent

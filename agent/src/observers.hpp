@@ -52,6 +52,10 @@ class Observers {
   // process must be abandoned. `store_lost`: do not wait at all.
   bool flush(bool store_lost);
 
+  // The status record of a node that failed its health checks and does not
+  // join: state "unhealthy: <reason>", no workers, written even before any round.
+  void publish_unhealthy(const std::string& reason, int failures);
+
  private:
   const AgentConfig& cfg_;
   const Lifecycle& life_;

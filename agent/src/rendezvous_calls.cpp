@@ -93,4 +93,18 @@ void RendezvousCalls::close(const std::string& reason, std::function<void()> don
   });
 }
 
+void RendezvousCalls::check_health(std::shared_ptr<HealthCheck> check,
+                                   std::function<void(const HealthVerdict&)> done) {
+  caller_->call([h = handler_, s = sink_, check = std::move(check), done = std::move(done)] {
+    HealthVerdict v;
+    try {
+      const auto store = h->store();
+      v = check->run(store.get());
+    } catch (const std::exception& e) {
+      v.note = "no store check: " + std::string(e.what());  // the rendezvous reports it
+    }
+    post(s, [done, v] { done(v); });
+  });
+}
+
 }  // namespace ddp::agent

@@ -15,6 +15,7 @@
 
 #include "blocking_caller.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
+#include "health_check.hpp"
 #include "lifecycle.hpp"
 
 namespace ddp::agent {
@@ -43,6 +44,10 @@ class RendezvousCalls {
   void all_succeeded(std::function<void(bool)> done, ErrorFn failed);
   // close(reason), then `done` whether it worked or not; `done` may be empty.
   void close(const std::string& reason, std::function<void()> done = {});
+
+  // check->run() with the handler's store, on the rendezvous thread (the
+  // command may run for its whole timeout); `done` gets the verdict.
+  void check_health(std::shared_ptr<HealthCheck> check, std::function<void(const HealthVerdict&)> done);
 
   // True while a call runs or waits to run.
   bool busy() const { return caller_->busy(); }

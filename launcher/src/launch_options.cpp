@@ -198,6 +198,27 @@ const FlagSpec kFlags[] = {
     {"preload", &LaunchOptions::preload, kOursGroup,
      "Import these Python modules (e.g. torch) once per node in a zygote and fork every worker "
      "of a script, and every replacement, from it instead of starting a new interpreter"},
+    {"health_check", &LaunchOptions::health_check, kOursGroup,
+     "Before each rendezvous run this shell command: exit 0 is healthy, anything else keeps the "
+     "node out (its last stderr line is the reason)"},
+    {"health_check_timeout", &LaunchOptions::health_check_timeout, kOursGroup,
+     "Seconds --health_check may run before it is killed (with its process group) and counts as "
+     "unhealthy (default 60)"},
+    {"health_paths", &LaunchOptions::health_paths, kOursGroup,
+     "Directories (comma-separated) that must be readable, writable and hold --health_min_free_mb "
+     "before the node joins; --log_dir is always checked"},
+    {"health_min_free_mb", &LaunchOptions::health_min_free_mb, kOursGroup,
+     "Free MiB --log_dir and each --health_paths entry must have (default 100)"},
+    {"health_gpus", &LaunchOptions::health_gpus, kOursGroup,
+     "GPUs NVML must see, each answering: auto (--nproc_per_node of them where NVML loads and "
+     "CUDA_VISIBLE_DEVICES does not hide them all), a number, or 0 for no GPU check (default auto)"},
+    {"health_store_rtt_ms", &LaunchOptions::health_store_rtt_ms, kOursGroup,
+     "A store round trip slower than this many ms is unhealthy; 0: no bound (default 1000)"},
+    {"health_retries", &LaunchOptions::health_retries, kOursGroup,
+     "Failed health checks retried (backoff from --health_retry_interval, doubling up to 60 s) "
+     "before the node gives up with exit 5 (default 5)"},
+    {"health_retry_interval", &LaunchOptions::health_retry_interval, kOursGroup,
+     "Seconds before an unhealthy node checks again, doubling each time (default 5)"},
     {"event_log", &LaunchOptions::event_log, kOursGroup,
      "Append one JSON line per lifecycle event (rendezvous, worker_start, worker_exit, "
      "restart, scale, failure, success, shutdown) to this file"},

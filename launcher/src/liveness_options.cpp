@@ -5,16 +5,11 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/parse.hpp"
+#include "option_text.hpp"
 
 namespace ddp::launcher {
 
 namespace {
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
 
 // Seconds > 0 as milliseconds (at least 1 ms).
 std::chrono::milliseconds seconds(const std::string& text, const std::string& flag, const std::string& what) {

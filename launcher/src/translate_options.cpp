@@ -17,6 +17,7 @@
 #include "ddp/launcher/launch_options.hpp"
 #include "ddp/rdzv/backend.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
+#include "health_options.hpp"
 #include "liveness_options.hpp"
 #include "program.hpp"
 
@@ -273,6 +274,7 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
     throw ConfigError("--stop_timeout: must be a number of seconds >= 0");
   }
   cfg.liveness = translate_liveness(o);
+  cfg.health = translate_health(o);
   if (o.role.empty()) throw ConfigError("--role: must not be empty");
   cfg.role = o.role;
   if (o.node_rank < 0 || o.node_rank >= max_nodes) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/agent/health_config.hpp"
 #include "ddp/agent/liveness_config.hpp"
 #include "ddp/agent/std_streams.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
@@ -78,6 +79,9 @@ struct AgentConfig {
 
   // --numa_binding: CPU affinity of each worker (numa_binding.hpp); kNone: none.
   NumaBinding numa_binding = NumaBinding::kNone;
+
+  // Checks before each rendezvous (--health_*); an unhealthy node does not join.
+  HealthConfig health;
 
   rdzv::RendezvousConfig rendezvous;
   rdzv::NodeSpec node;  // node_id, host, local_world_size (== nproc_per_node)

@@ -15,6 +15,7 @@ enum class ExitCode : int {
   kConfig = 2,      // usage or configuration: one line names the flag, variable or file
   kRendezvous = 3,  // rendezvous failed or timed out, or the store was lost
   kNoProgress = 4,  // ddprun: attempts failed one after another without progress (--max_no_progress_restarts)
+  kUnhealthy = 5,   // ddprun: the node failed its health checks and gave up (--health_retries)
 };
 
 constexpr int exit_code(ExitCode c) { return static_cast<int>(c); }

@@ -73,6 +73,16 @@ struct LaunchOptions {
   // Modules a per-node zygote imports once; Python-script workers are forked
   // from it (docs/agent.md, "Preloading"). "torch" or "torch,numpy"; empty: none.
   std::string preload;
+  // Health checks before each rendezvous (docs/agent.md, "Health checks"),
+  // as text so each is checked, and refused, by health_options.cpp.
+  std::string health_check;  // a shell command; empty: none
+  std::string health_check_timeout = "60";
+  std::string health_paths;  // comma-separated directories
+  std::string health_min_free_mb = "100";
+  std::string health_gpus = "auto";  // auto, or a number of GPUs (0: no GPU check)
+  std::string health_store_rtt_ms = "1000";
+  std::string health_retries = "5";
+  std::string health_retry_interval = "5";
   // One agent per host over ssh (ssh_launch.cpp): "h1,h2" or "h1:4,h2:4", or a
   // hostfile of `HOST slots=N` lines. Both empty: run here.
   std::string hosts;

@@ -1,0 +1,339 @@
+// Health checks before a node joins (docs/agent.md, "Health checks"): the
+// real ddprun with a failing, a flaky and a hanging --health_check, a full and
+// an unwritable --health_paths entry, a slow store, no NVML, and a two-node
+// job where `ddp-store status` shows the unhealthy node while the other waits.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "launcher_test_util.hpp"
+
+using namespace ddp::test;
+using namespace ddp::test::launcher;
+
+namespace {
+
+std::vector<std::string> standalone(std::vector<std::string> flags) {
+  std::vector<std::string> args = {"--standalone", "--health_retry_interval=0.05"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.insert(args.end(), {"--no_python", bin("fake_worker").string()});
+  return args;
+}
+
+std::vector<nlohmann::json> events(const fs::path& log, const std::string& name) {
+  std::vector<nlohmann::json> out;
+  std::istringstream lines(read_file(log));
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.at("event") == name) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// A tmpfs of 1 MiB at `dir` (mount options `extra`), unmounted on
+// destruction; `ok` is false where mounting is not permitted.
+struct SmallTmpfs {
+  SmallTmpfs(const fs::path& dir, const std::string& extra) : path(dir) {
+    fs::create_directories(dir);
+    ok = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=1m" + extra).c_str()) == 0;
+  }
+  ~SmallTmpfs() {
+    if (ok) ::umount2(path.c_str(), MNT_DETACH);
+  }
+  fs::path path;
+  bool ok = false;
+};
+
+// A TCP relay to `upstream` on 127.0.0.1 that holds every reply for `delay`:
+// a store across a slow network.
+class SlowProxy {
+ public:
+  SlowProxy(int upstream, std::chrono::milliseconds delay) : upstream_(upstream), delay_(delay) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    ::listen(listen_, 16);
+    socklen_t len = sizeof(a);
+    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    accept_ = std::thread([this] { accept_loop(); });
+  }
+  ~SlowProxy() {
+    stop_ = true;
+    accept_.join();  // before the pumps: it adds them
+    for (auto& t : pumps_) t.join();
+    for (int fd : fds_) ::close(fd);
+    ::close(listen_);
+  }
+  int port = 0;
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd p{listen_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int client = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(upstream_));
+      if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+        ::close(client);
+        ::close(server);
+        continue;
+      }
+      fds_.insert(fds_.end(), {client, server});
+      pumps_.emplace_back([this, client, server] { pump(client, server, {}); });
+      pumps_.emplace_back([this, client, server] { pump(server, client, delay_); });
+    }
+  }
+  // from -> to, each chunk after `delay`; ends (and closes both) on EOF or stop.
+  void pump(int from, int to, std::chrono::milliseconds delay) {
+    char buf[65536];
+    while (!stop_) {
+      pollfd p{from, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = ::read(from, buf, sizeof(buf));
+      if (n <= 0) break;
+      std::this_thread::sleep_for(delay);
+      if (::write(to, buf, static_cast<std::size_t>(n)) != n) break;
+    }
+    ::shutdown(to, SHUT_RDWR);
+    ::shutdown(from, SHUT_RDWR);
+  }
+  int upstream_;
+  std::chrono::milliseconds delay_;
+  int listen_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread accept_;
+  std::vector<std::thread> pumps_;  // two per connection
+  std::vector<int> fds_;            // closed once the pumps are joined
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a failing --health_check keeps the node out, retries, and gives up with exit 5 naming the reason") {
+  TempDir dir;
+  const auto log = dir / "events.jsonl";
+  auto r = ddprun(standalone({"--health_check", "echo checking >&2; echo ECC errors on GPU 2 >&2; exit 3",
+                              "--health_retries=2", "--event_log", log.string()}),
+                  dir, {{"FAKE_PID_FILE", (dir / "pids").string()}});
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK(count_lines(r.err,
+                    "node unhealthy, not joining (command check): --health_check exited with 3: ECC "
+                    "errors on GPU 2; checking again in") == 2);
+  REQUIRE(count_lines(r.err, "ddprun: error:") == 1);
+  CHECK_THAT(r.err,
+             Catch::Contains("ddprun: error: node unhealthy (command check): --health_check exited with "
+                             "3: ECC errors on GPU 2; gave up after 3 failed health checks "
+                             "(--health_retries=2)"));
+  CHECK_FALSE(fs::exists(dir / "pids"));  // no worker ever started
+  const auto unhealthy = events(log, "unhealthy");
+  REQUIRE(unhealthy.size() == 3);
+  CHECK(unhealthy[0].at("check") == "command");
+  CHECK(unhealthy[0].at("reason") == "--health_check exited with 3: ECC errors on GPU 2");
+  CHECK(unhealthy[2].at("failures") == 3);
+  CHECK(events(log, "rendezvous").empty());
+  const auto failure = events(log, "failure");
+  REQUIRE(failure.size() == 1);
+  CHECK(failure[0].at("exit_code") == 5);
+}
+
+TEST_CASE("a --health_check that fails once and then passes lets the node join and the job run") {
+  TempDir dir;
+  const auto marker = (dir / "checked_once").string();
+  auto r = ddprun(standalone({"--health_check",
+                              "test -e " + marker + " || { touch " + marker + "; echo not yet >&2; exit 1; }",
+                              "--nproc_per_node=2"}),
+                  dir);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(count_lines(r.err, "not joining (command check): --health_check exited with 1: not yet") == 1);
+  CHECK(count_lines(r.err, "node healthy again after 1 failed health check(s): joining") == 1);
+}
+
+TEST_CASE("a hanging --health_check is killed at its timeout with everything it started") {
+  TempDir dir;
+  ProcessTag tag;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = ddprun(standalone({"--health_check", "sleep 300 & sleep 300", "--health_check_timeout=0.3",
+                              "--health_retries=1"}),
+                  dir, {tag.env()});
+  const auto took = std::chrono::steady_clock::now() - start;
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK(count_lines(r.err,
+                    "not joining (command check): --health_check did not finish within "
+                    "--health_check_timeout=0.3 s; killed; checking again") == 1);
+  CHECK(count_lines(r.err,
+                    "ddprun: error: node unhealthy (command check): --health_check did not finish within "
+                    "--health_check_timeout=0.3 s; killed; gave up after 2") == 1);
+  CHECK(took < std::chrono::seconds(10));
+  CHECK(tag.all_gone(std::chrono::seconds(5)));
+  INFO(tag.describe());
+}
+
+TEST_CASE("a full --health_paths entry and a full --log_dir keep the node out") {
+  TempDir dir;
+  SmallTmpfs fs1(dir / "full", "");
+  if (!fs1.ok) {
+    WARN("SKIP: cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)");
+    return;
+  }
+  // Fill it: the last write fails with ENOSPC.
+  run({"/bin/sh", "-c", "dd if=/dev/zero of=" + (dir / "full" / "fill").string() + " bs=64k 2>/dev/null"},
+      dir.path());
+  auto r = ddprun(
+      standalone({"--health_paths", (dir / "full").string(), "--health_min_free_mb=0", "--health_retries=0"}),
+      dir);
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK_THAT(r.err, Catch::Contains("node unhealthy (path check): --health_paths " + (dir / "full").string() +
+                                    ": cannot write a file: No space left on device"));
+
+  // Below the free-space bound: under 1 MiB of tmpfs left against the default 100 MiB.
+  fs::remove(dir / "full" / "fill");
+  r = ddprun(standalone({"--log_dir", (dir / "full").string(), "--health_retries=0"}), dir);
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK_THAT(r.err, Catch::Contains("(path check): --log_dir " + (dir / "full").string() +
+                                    ": 0 MiB free, below --health_min_free_mb=100"));
+}
+
+TEST_CASE("an unwritable or missing --health_paths entry keeps the node out") {
+  TempDir dir;
+  fs::create_directories(dir / "ro");
+  SmallTmpfs ro(dir / "ro", ",ro");
+  if (!ro.ok) {
+    if (::geteuid() == 0) {
+      WARN("SKIP: cannot mount a tmpfs here, and root writes into any mode");
+      return;
+    }
+    fs::permissions(dir / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+  }
+  auto r = ddprun(standalone({"--health_paths", "/tmp," + (dir / "ro").string(), "--health_min_free_mb=0",
+                              "--health_retries=0"}),
+                  dir);
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK_THAT(r.err, Catch::Contains("--health_paths " + (dir / "ro").string() + ": cannot create a file: " +
+                                    (ro.ok ? "Read-only file system" : "Permission denied")));
+  r = ddprun(standalone({"--health_paths", (dir / "missing").string(), "--health_retries=0"}), dir);
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK_THAT(r.err, Catch::Contains("--health_paths " + (dir / "missing").string() +
+                                    ": cannot open the directory: No such file or directory"));
+}
+
+TEST_CASE("a store slower than --health_store_rtt_ms keeps the node out; within the bound it joins") {
+  TempDir dir;
+  const LocalDaemon daemon(dir);
+  REQUIRE(daemon.port > 0);
+  SlowProxy slow(daemon.port, std::chrono::milliseconds(150));
+  const auto node = [&](const std::string& endpoint, const std::string& id) {
+    return ddprun(
+        {"--nnodes=1", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint, "--rdzv_id=" + id,
+         "--health_store_rtt_ms=50", "--health_retries=0", "--no_python", bin("fake_worker").string()},
+        dir);
+  };
+  auto r = node("127.0.0.1:" + std::to_string(slow.port), "slowjob");
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK_THAT(r.err, Catch::Contains("node unhealthy (store check): store round trip "));
+  CHECK_THAT(r.err, Catch::Contains("over --health_store_rtt_ms=50"));
+  r = node(daemon.endpoint, "fastjob");
+  INFO(r.err);
+  CHECK(r.code == 0);
+}
+
+TEST_CASE("without NVML the GPU check is skipped with one note, and --health_gpus=N is unhealthy") {
+  TempDir dir;
+  // Two rounds (one restart): the note is logged once.
+  auto r = ddprun(standalone({"--max_restarts=1", "--log_level=info"}), dir, {{"FAKE_EXIT", "3"}});
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK(count_lines(r.err, "no GPU check: cannot load libnvidia-ml.so.1") == 1);
+
+  r = ddprun(standalone({"--health_gpus=1", "--health_retries=0"}), dir);
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK_THAT(r.err, Catch::Contains(
+                        "node unhealthy (gpus check): --health_gpus=1 but cannot load libnvidia-ml.so.1"));
+
+  // A job told it has no GPUs is not checked.
+  r = ddprun(standalone({"--log_level=info"}), dir, {{"CUDA_VISIBLE_DEVICES", ""}});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(count_lines(r.err, "no GPU check") == 0);
+}
+
+TEST_CASE("health flags out of range get one line naming the flag and exit 2") {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--health_retries=-1", "--health_retries: '-1' is not an integer in 0..1000"},
+      {"--health_check_timeout=0", "--health_check_timeout: '0' is not a number of seconds > 0"},
+      {"--health_retry_interval=soon", "--health_retry_interval: 'soon' is not a number of seconds > 0"},
+      {"--health_gpus=many", "--health_gpus: 'many' is not auto or a number of GPUs >= 0"},
+      {"--health_store_rtt_ms=-5", "--health_store_rtt_ms: '-5' is not a number of milliseconds >= 0"},
+      {"--health_min_free_mb=1.5", "--health_min_free_mb: '1.5' is not a number of MiB >= 0"},
+  };
+  for (const auto& [flag, line] : cases) {
+    auto r = ddprun({"--standalone", flag, "--no_python", bin("fake_worker").string()}, dir);
+    INFO(flag << "\n" << r.err);
+    CHECK(r.code == 2);
+    CHECK(count_lines(r.err, "ddprun: error: " + line) == 1);
+  }
+}
+
+TEST_CASE("on a two-node c10d job ddp-store status shows the unhealthy node while the healthy one waits") {
+  TempDir dir;
+  const LocalDaemon daemon(dir);
+  REQUIRE(daemon.port > 0);
+  const auto node = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--nnodes=2",
+                                     "--rdzv_backend=c10d",
+                                     "--rdzv_endpoint=" + daemon.endpoint,
+                                     "--rdzv_id=healthjob",
+                                     "--local_addr=" + name,
+                                     "--log_level=warn",
+                                     "--rdzv_conf=join_timeout=60"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--no_python", bin("fake_worker").string()});
+    return std::make_unique<Process>(ddprun_argv(args), dir.path(), clean_env({}), name);
+  };
+  auto good = node("good", {});
+  auto bad = node("bad", {"--health_check", "echo GPU 3 fell off the bus >&2; false", "--health_retries=100",
+                          "--health_retry_interval=0.2"});
+  RunResult table;
+  const bool shown = wait_until(
+      [&] {
+        table = run(
+            {bin("ddp-store").string(), "--endpoint", daemon.endpoint, "status", "--rdzv_id", "healthjob"},
+            dir.path());
+        return table.code == 0 &&
+               count_lines(table.out, "unhealthy: --health_check exited with 1: GPU 3 fell off the bus") == 1;
+      },
+      std::chrono::seconds(30));
+  INFO(table.out << table.err << "\ngood:\n" << good->err() << "\nbad:\n" << bad->err());
+  CHECK(shown);
+  CHECK(count_lines(table.out, " bad ") == 1);
+  // The healthy node is still waiting for a second node; neither has exited.
+  CHECK_FALSE(good->wait(std::chrono::milliseconds(0)).has_value());
+  CHECK_FALSE(bad->wait(std::chrono::milliseconds(0)).has_value());
+}
