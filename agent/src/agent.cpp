@@ -117,7 +117,18 @@ AgentResult Agent::Impl::run() {
   events.stopped = [this] {
     if (life.is(Phase::kStopping)) on_all_stopped();
   };
-  events.heartbeat_ages = [this] { observers.publish_status(); };
+  events.heartbeat_ages = [this] {
+    observers.publish_status();
+    stragglers->tick();
+  };
+  StragglerWatch::Hooks straggler_hooks;
+  straggler_hooks.emit = [this](const std::string& event, nlohmann::json f) {
+    observers.emit(event, std::move(f));
+  };
+  straggler_hooks.changed = [this] { observers.publish_status(); };
+  stragglers = std::make_unique<StragglerWatch>(io, cfg, life, log, std::move(straggler_hooks));
+  stragglers->attach(handler);
+  observers.attach_stragglers(*stragglers);
   group = std::make_unique<WorkerGroup>(io, cfg, *runner, *run_dir, *terminal, log, std::move(events));
   observers.attach(handler, *group);
   observers.attach_startup(startup);
