@@ -126,6 +126,14 @@ AgentResult Agent::Impl::run() {
     observers.emit(event, std::move(f));
   };
   straggler_hooks.changed = [this] { observers.publish_status(); };
+  straggler_hooks.act = [this](const Straggler& s) {
+    const int lr = life.have_round() ? s.rank - life.round().rank_offset : -1;
+    if (lr < 0 || lr >= cfg.nproc_per_node) return;  // another node's rank: that node acts
+    HangInfo info;
+    info.source = "straggler";
+    info.detail = straggler_detail(s, cfg.liveness.straggler_factor);
+    group->kill_straggler(lr, std::move(info));
+  };
   stragglers = std::make_unique<StragglerWatch>(io, cfg, life, log, std::move(straggler_hooks));
   stragglers->attach(handler);
   observers.attach_stragglers(*stragglers);

@@ -76,6 +76,12 @@ std::string straggler_key(const std::string& run_id) {
   return prefix + "stragglers";
 }
 
+std::string straggler_detail(const Straggler& s, double factor) {
+  return "step " + fixed(s.step_s, 3) + " s, " + fixed(s.factor, 1) + "x the job's median " +
+         fixed(s.median_s, 3) + " s (over " + fixed(factor, 1) + "x for " + std::to_string(s.slow_steps) +
+         " steps in a row)";
+}
+
 StragglerWatch::StragglerWatch(boost::asio::io_context& io, const AgentConfig& cfg, const Lifecycle& life,
                                std::shared_ptr<spdlog::logger> log, Hooks hooks)
     : io_(io),
@@ -173,16 +179,14 @@ void StragglerWatch::apply(std::int64_t round, std::vector<Straggler> named) {
         std::any_of(named_.begin(), named_.end(), [&](const auto& o) { return o.rank == s.rank; });
     if (known) continue;
     changed = true;
-    log_->warn(
-        "straggler rank={} node={} host={}: step {} s, {}x the job's median {} s (over {}x for {} steps in a "
-        "row)",
-        s.rank, s.node, s.host, fixed(s.step_s, 3), fixed(s.factor, 1), fixed(s.median_s, 3), fixed(bar, 1),
-        s.slow_steps);
+    log_->warn("straggler rank={} node={} host={}: {}", s.rank, s.node, s.host, straggler_detail(s, bar));
     // "node" in an event line is the node that writes it: the rank's own is "straggler_node".
     nlohmann::json f = {{"rank", s.rank},        {"straggler_node", s.node}, {"straggler_host", s.host},
                         {"step_s", s.step_s},    {"median_s", s.median_s},   {"factor", s.factor},
                         {"steps", s.slow_steps}, {"threshold", bar}};
     if (hooks_.emit) hooks_.emit("straggler", std::move(f));
+    if (cfg_.liveness.straggler_action == LivenessConfig::StragglerAction::kRestart && hooks_.act)
+      hooks_.act(s);
   }
   for (const auto& o : named_) {
     const bool still =

@@ -32,12 +32,17 @@ namespace ddp::agent {
 
 // "/<run_id>/agent/stragglers": the deciding agent's verdict.
 std::string straggler_key(const std::string& run_id);
+// "step 1.503 s, 9.8x the job's median 0.153 s (over 3.0x for 6 steps in a row)"
+std::string straggler_detail(const Straggler& s, double factor);
 
 class StragglerWatch {
  public:
   struct Hooks {
     std::function<void(const std::string& event, nlohmann::json fields)> emit;  // --event_log
     std::function<void()> changed;  // the named ranks changed: republish the status record
+    // --straggler_action=restart: a rank newly named (any node's; the hook
+    // acts on its own ranks only).
+    std::function<void(const Straggler&)> act;
   };
   StragglerWatch(boost::asio::io_context& io, const AgentConfig& cfg, const Lifecycle& life,
                  std::shared_ptr<spdlog::logger> log, Hooks hooks);

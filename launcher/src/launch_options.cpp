@@ -187,7 +187,8 @@ const FlagSpec kFlags[] = {
     {"straggler_steps", &LaunchOptions::straggler_steps, kOursGroup,
      "Steps in a row a rank must be over --straggler_factor to be named (default 10)"},
     {"straggler_action", &LaunchOptions::straggler_action, kOursGroup,
-     "What naming a straggler does: `report` (log, status, event log) (default report)"},
+     "What naming a straggler does: `report` (log, status, event log); `restart` also kills it, with "
+     "its stacks, as a failure of the attempt (default report)"},
     {"legacy_local_rank", &LaunchOptions::legacy_local_rank, kOursGroup,
      "Pass --local_rank=N to the program, the torch.distributed.launch way (default: only "
      "to a .py script that defines a --local_rank argument)"},

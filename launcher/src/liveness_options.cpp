@@ -77,10 +77,13 @@ agent::LivenessConfig translate_liveness(const LaunchOptions& o) {
                       " must be >= 1 (default 10)");
   }
   c.straggler_steps = o.straggler_steps;
-  if (o.straggler_action != "report") {
-    throw ConfigError("--straggler_action: '" + o.straggler_action + "' is not report");
+  if (o.straggler_action == "report") {
+    c.straggler_action = agent::LivenessConfig::StragglerAction::kReport;
+  } else if (o.straggler_action == "restart") {
+    c.straggler_action = agent::LivenessConfig::StragglerAction::kRestart;
+  } else {
+    throw ConfigError("--straggler_action: '" + o.straggler_action + "' is not report or restart");
   }
-  c.straggler_action = agent::LivenessConfig::StragglerAction::kReport;
   return c;
 }
 

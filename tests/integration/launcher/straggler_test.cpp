@@ -15,12 +15,13 @@ using namespace std::chrono_literals;
 namespace {
 
 // Steps of 0.15 s (SLOW_RANK's of 1.5 s) until STOP_FILE exists, or STEPS
-// steps when set.
+// steps when set; after a restart, 20 steps of 0.15 s for every rank.
 constexpr const char* kWorker = R"(import os, time
 from ddprun import liveness
 rank = int(os.environ["RANK"])
-step_s = 1.5 if rank == int(os.environ.get("SLOW_RANK", "-1")) else 0.15
-steps = int(os.environ.get("STEPS", "0"))
+restarted = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
+step_s = 1.5 if rank == int(os.environ.get("SLOW_RANK", "-1")) and not restarted else 0.15
+steps = 20 if restarted else int(os.environ.get("STEPS", "0"))
 deadline = time.monotonic() + 120
 done = 0
 while time.monotonic() < deadline and not os.path.exists(os.environ["STOP_FILE"]):
@@ -45,12 +46,21 @@ std::vector<json> events_named(const fs::path& path, const std::string& name) {
 struct Job {
   explicit Job(const TempDir& d) : dir(d) { write_file(dir / "worker.py", kWorker); }
   // One agent of `nnodes` with `nproc` workers.
-  std::vector<std::string> agent(int nnodes, int nproc, const std::string& events) const {
-    return ddprun_argv({"--nnodes=" + std::to_string(nnodes), "--nproc_per_node=" + std::to_string(nproc),
-                        "--rdzv_backend=c10d", "--rdzv_endpoint=" + daemon.endpoint, "--rdzv_id=strag",
-                        "--straggler_factor=3", "--straggler_steps=3", "--stop_timeout=2",
-                        "--event_log=" + (dir / events).string(), "--no_python", "python3",
-                        (dir / "worker.py").string()});
+  std::vector<std::string> agent(int nnodes, int nproc, const std::string& events,
+                                 std::vector<std::string> extra = {}) const {
+    std::vector<std::string> args = {"--nnodes=" + std::to_string(nnodes),
+                                     "--nproc_per_node=" + std::to_string(nproc),
+                                     "--rdzv_backend=c10d",
+                                     "--rdzv_endpoint=" + daemon.endpoint,
+                                     "--rdzv_id=strag",
+                                     "--straggler_factor=3",
+                                     "--straggler_steps=3",
+                                     "--stop_timeout=2",
+                                     "--event_log=" + (dir / events).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    for (std::string a : {"--no_python", "python3"}) args.push_back(a);
+    args.push_back((dir / "worker.py").string());
+    return ddprun_argv(std::move(args));
   }
   EnvOverrides env(int slow_rank, int steps = 0) const {
     return clean_env({{"PYTHONPATH", (source_dir() / "python").string()},
@@ -184,4 +194,23 @@ TEST_CASE("a slow rank on the other node is named in both nodes' logs, event log
   CHECK(b.wait(30s) == 0);
   CHECK_THAT(a.err(), Catch::Contains("straggler rank=3 node="));
   CHECK_THAT(b.err(), Catch::Contains("straggler rank=3 node="));
+}
+
+TEST_CASE("with --straggler_action=restart the slow rank is killed as a failure and the restart finishes") {
+  TempDir dir;
+  Job job(dir);
+  Process agent(job.agent(1, 4, "events.jsonl", {"--straggler_action=restart", "--max_restarts=1"}),
+                dir.path(), job.env(2), "agent");
+  const auto code = agent.wait(90s);
+  const std::string err = agent.err();
+  INFO(err);
+  CHECK(code == 0);
+  CHECK_THAT(err, Catch::Contains("straggler rank=2 node="));
+  CHECK_THAT(err, Catch::Contains("worker killed as a straggler rank=2 local_rank=2"));
+  CHECK_THAT(err, Catch::Contains("straggler named (step "));
+  CHECK_THAT(err, Catch::Contains("restarting workers (1/1) after failure of rank 2"));
+  const auto named = events_named(dir / "events.jsonl", "straggler");
+  REQUIRE(named.size() == 1);
+  check_named(named[0], 2, node_of(dir / "events.jsonl"));
+  CHECK(events_named(dir / "events.jsonl", "restart").size() == 1);
 }

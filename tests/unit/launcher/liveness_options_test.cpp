@@ -96,6 +96,8 @@ TEST_CASE("stragglers are reported by default at 2x for 10 steps, and the stragg
   CHECK(c.straggler_factor == 1.5);
   CHECK(c.straggler_steps == 3);
   CHECK(translate_liveness(parse({"--straggler_factor=0"})).straggler_factor == 0);
+  CHECK(translate_liveness(parse({"--straggler_action=restart"})).straggler_action ==
+        ddp::agent::LivenessConfig::StragglerAction::kRestart);
   CHECK(translate_liveness(parse({}, {{"PET_STRAGGLER_STEPS", "4"}})).straggler_steps == 4);
 }
 
@@ -105,5 +107,5 @@ TEST_CASE("straggler flags out of range are refused naming the flag") {
   CHECK_THAT(error_of({"--straggler_factor=-2"}), Catch::StartsWith("--straggler_factor:"));
   CHECK_THAT(error_of({"--straggler_steps=0"}), Catch::StartsWith("--straggler_steps: 0 must be >= 1"));
   CHECK_THAT(error_of({"--straggler_action=exclude"}),
-             Catch::Equals("--straggler_action: 'exclude' is not report"));
+             Catch::Equals("--straggler_action: 'exclude' is not report or restart"));
 }
