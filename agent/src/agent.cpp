@@ -119,7 +119,26 @@ AgentResult Agent::Impl::run() {
   events.stopped = [this] {
     if (life.is(Phase::kStopping)) on_all_stopped();
   };
-  events.heartbeat_ages = [this] { observers.publish_status(); };
+  events.heartbeat_ages = [this] {
+    observers.publish_status();
+    stragglers->tick();
+  };
+  StragglerWatch::Hooks straggler_hooks;
+  straggler_hooks.emit = [this](const std::string& event, nlohmann::json f) {
+    observers.emit(event, std::move(f));
+  };
+  straggler_hooks.changed = [this] { observers.publish_status(); };
+  straggler_hooks.act = [this](const Straggler& s) {
+    const int lr = life.have_round() ? s.rank - life.round().rank_offset : -1;
+    if (lr < 0 || lr >= cfg.nproc_per_node) return;  // another node's rank: that node acts
+    HangInfo info;
+    info.source = "straggler";
+    info.detail = straggler_detail(s, cfg.liveness.straggler_factor);
+    group->kill_straggler(lr, std::move(info));
+  };
+  stragglers = std::make_unique<StragglerWatch>(io, cfg, life, log, std::move(straggler_hooks));
+  stragglers->attach(handler);
+  observers.attach_stragglers(*stragglers);
   group = std::make_unique<WorkerGroup>(io, cfg, *runner, *run_dir, *terminal, log, std::move(events));
   observers.attach(handler, *group);
   observers.attach_startup(startup);

@@ -36,6 +36,7 @@
 #include "rendezvous_calls.hpp"
 #include "run_dir.hpp"
 #include "startup_times.hpp"
+#include "straggler_watch.hpp"
 #include "worker_group.hpp"
 
 namespace spdlog {
@@ -102,6 +103,8 @@ struct Agent::Impl {
   std::optional<RunDir> run_dir;
   std::unique_ptr<AgentTerminal> terminal;
   std::unique_ptr<WorkerGroup> group;
+  // Step times compared across the job (docs/agent.md, "Stragglers named").
+  std::unique_ptr<StragglerWatch> stragglers;
   std::unique_ptr<RendezvousCalls> rdzv;  // after io: destroyed before it
 
   EnvMap base_env;

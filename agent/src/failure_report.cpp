@@ -82,7 +82,7 @@ std::string WorkerFailure::how() const {
 std::string HangInfo::what() const {
   std::string out = source;
   if (!scope.empty()) out += (source == "FileTimer" ? " scope '" : " '") + scope + "'";
-  out += source == "heartbeat" ? " missed" : " expired";
+  out += source == "heartbeat" ? " missed" : source == "straggler" ? " named" : " expired";
   if (!detail.empty()) out += " (" + detail + ")";
   return out;
 }

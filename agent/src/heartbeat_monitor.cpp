@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <string_view>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
@@ -22,6 +23,8 @@ namespace {
 
 constexpr const char* kFileEnv = "DDP_LIVENESS_FILE";
 constexpr const char* kPipeEnv = "DDP_LIVENESS_PIPE";
+// The section whose completions are a worker's steps (docs/agent.md, "Stragglers").
+constexpr std::string_view kStepSection = "step";
 
 MonoNs mono_now() {
   return static_cast<MonoNs>(
@@ -133,6 +136,7 @@ void HeartbeatMonitor::start_attempt(int attempt, int nproc) {
     lv::init_header(base);
     files_.push_back({base, path.string()});
   }
+  step_samples_.assign(files_.size(), StepSample{});
   schedule_status();
 }
 
@@ -239,6 +243,10 @@ std::optional<HeartbeatStatus> HeartbeatMonitor::status(int local_rank) const {
   if (s.beat_count > 0) st.age_s = ns_to_s(now > s.last_beat_ns ? now - s.last_beat_ns : 0);
   st.section = s.section;
   if (!s.section.empty()) st.section_s = ns_to_s(now > s.section_enter_ns ? now - s.section_enter_ns : 0);
+  if (static_cast<std::size_t>(local_rank) < step_samples_.size()) {
+    st.steps = step_samples_[static_cast<std::size_t>(local_rank)].steps;
+    st.step_s = step_samples_[static_cast<std::size_t>(local_rank)].step_s;
+  }
   return st;
 }
 
@@ -252,6 +260,38 @@ bool HeartbeatMonitor::any_progress() const {
     }
   }
   return false;
+}
+
+void HeartbeatMonitor::sample_steps() {
+  for (std::size_t lr = 0; lr < files_.size() && lr < step_samples_.size(); ++lr) {
+    auto& m = step_samples_[lr];
+    const auto s = lv::read_snapshot(files_[lr].base);
+    const lv::SectionStats* step = nullptr;
+    for (const auto& slot : s.slots) {
+      if (slot.name == kStepSection && slot.count > 0) step = &slot;
+    }
+    // A completed "step" section is a step; a worker without one steps from
+    // heartbeat to heartbeat (its first sample is only where counting starts).
+    std::uint64_t count = s.beat_count;
+    std::uint64_t total_ns = s.last_beat_ns;
+    if (step != nullptr) {
+      count = step->count;
+      total_ns = step->total_ns;
+      if (!m.from_sections) m = StepSample{.from_sections = true};
+    } else if (m.from_sections || count == 0) {
+      continue;
+    } else if (m.count == 0) {
+      m.count = count;
+      m.total_ns = total_ns;
+      continue;
+    }
+    if (count > m.count && total_ns >= m.total_ns) {
+      m.step_s = ns_to_s(total_ns - m.total_ns) / static_cast<double>(count - m.count);
+      m.steps += count - m.count;
+    }
+    m.count = count;
+    m.total_ns = total_ns;
+  }
 }
 
 void HeartbeatMonitor::schedule_status() {
@@ -268,6 +308,7 @@ void HeartbeatMonitor::schedule_status() {
       any_running = true;
       if (status(static_cast<int>(lr))) any_reporting = true;
     }
+    if (any_reporting) sample_steps();
     if (any_reporting && hooks_.refresh_status) hooks_.refresh_status();
     // Stops with the attempt's workers; start_attempt starts it again.
     if (any_running) schedule_status();

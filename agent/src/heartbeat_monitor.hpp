@@ -40,6 +40,10 @@ struct HeartbeatStatus {
   double age_s = -1;  // since the latest heartbeat; < 0: none yet
   std::string section;
   double section_s = 0;  // time in the current section
+  // Step times (docs/agent.md, "Stragglers"): steps measured so far, and the
+  // mean step time over those of the latest status interval; < 0: none yet.
+  std::uint64_t steps = 0;
+  double step_s = -1;
 };
 
 class HeartbeatMonitor {
@@ -86,6 +90,8 @@ class HeartbeatMonitor {
   // The worker's snapshot with the longest durations of every local worker.
   liveness::Snapshot read_learned(void* base) const;
   void schedule_status();
+  // Samples every worker's step counter: called once per status interval.
+  void sample_steps();
 
   boost::asio::io_context& io_;
   const LivenessConfig& cfg_;
@@ -93,6 +99,16 @@ class HeartbeatMonitor {
   std::shared_ptr<spdlog::logger> log_;
   Hooks hooks_;
   std::vector<File> files_;
+  // Per local worker, what sample_steps() saw last: the "step" section's
+  // completed count and total, or (for a worker without one) its heartbeats.
+  struct StepSample {
+    bool from_sections = false;
+    std::uint64_t count = 0;
+    std::uint64_t total_ns = 0;
+    std::uint64_t steps = 0;
+    double step_s = -1;
+  };
+  std::vector<StepSample> step_samples_;
   std::string pipe_path_;
   boost::asio::posix::stream_descriptor pipe_;
   int keep_open_ = -1;

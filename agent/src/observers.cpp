@@ -121,12 +121,17 @@ void Observers::publish_status(const std::string& final_state) {
       if (hb->age_s >= 0) wj["heartbeat_age_s"] = hb->age_s;
       wj["heartbeats"] = hb->beats;
       if (!hb->section.empty()) wj["section"] = hb->section;
+      // Step times (docs/agent.md, "Stragglers"): what the deciding agent compares.
+      if (hb->step_s >= 0) {
+        wj["step_s"] = hb->step_s;
+        wj["steps"] = hb->steps;
+      }
     }
     ws.push_back(std::move(wj));
   }
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
-  const nlohmann::json record = {
+  nlohmann::json record = {
       {"node", cfg_.node.node_id},
       {"host", cfg_.node.host},
       {"hostname", host},
@@ -142,6 +147,7 @@ void Observers::publish_status(const std::string& final_state) {
       {"startup", startup_ ? startup_->fields() : nlohmann::json(nullptr)},
       {"updated", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
   };
+  if (stragglers_) record["stragglers"] = stragglers_->named_json();
   status_caller_->call([h = handler_, key = status_key(cfg_.rendezvous.run_id, cfg_.node.node_id),
                         value = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)] {
     try {

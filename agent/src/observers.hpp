@@ -17,6 +17,7 @@
 #include "event_log.hpp"
 #include "lifecycle.hpp"
 #include "startup_times.hpp"
+#include "straggler_watch.hpp"
 #include "worker_group.hpp"
 
 namespace ddp::agent {
@@ -34,6 +35,9 @@ class Observers {
   void open();
   // Where the status record goes, and the workers it lists.
   void attach(std::shared_ptr<rdzv::RendezvousHandler> handler, const WorkerGroup& group);
+
+  // The job's named stragglers and the workers' step times go in the status record.
+  void attach_stragglers(const StragglerWatch& stragglers) { stragglers_ = &stragglers; }
 
   // The attempt's startup times: in "startup"/"first_step" lines and the status record.
   void attach_startup(StartupTimes& startup) { startup_ = &startup; }
@@ -61,6 +65,7 @@ class Observers {
   const Lifecycle& life_;
   const WorkerGroup* group_ = nullptr;
   StartupTimes* startup_ = nullptr;
+  const StragglerWatch* stragglers_ = nullptr;
   std::shared_ptr<rdzv::RendezvousHandler> handler_;
   std::unique_ptr<EventLog> event_log_;
   std::unique_ptr<BlockingCaller> status_caller_;  // status writes never wait behind a join

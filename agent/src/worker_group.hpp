@@ -112,6 +112,9 @@ class WorkerGroup {
   void on_timer_request(const TimerRequest& r);
   // Collects every live worker's stack into the attempt's log directory (SIGURG to ddprun).
   void dump_stacks();
+  // --straggler_action=restart: the worker's stacks, then its kill, as a
+  // failure of the attempt (the report names it as a straggler).
+  void kill_straggler(int local_rank, HangInfo info);
 
   int attempt() const { return attempt_; }
   int live() const;

@@ -107,6 +107,14 @@ void WorkerGroup::on_deadline(const Deadline& d) {
   collect_then_kill(w.local_rank, std::move(info), d.at);
 }
 
+void WorkerGroup::kill_straggler(int local_rank, HangInfo info) {
+  if (state_ != State::kRunning || local_rank < 0 || static_cast<std::size_t>(local_rank) >= workers_.size())
+    return;
+  const Worker& w = workers_[static_cast<std::size_t>(local_rank)];
+  if (!w.spawned || w.done || w.hung) return;
+  collect_then_kill(local_rank, std::move(info), std::chrono::steady_clock::now());
+}
+
 void WorkerGroup::kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds late) {
   const auto failure = record_hang(w, std::move(info), late);
   kill_tree(w);
@@ -120,10 +128,15 @@ void WorkerGroup::kill_tree(Worker& w) {
 }
 
 std::size_t WorkerGroup::record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late) {
-  log_->error(
-      "worker hung rank={} local_rank={} pid={}: {}; killed its process tree ({} ms after "
-      "the deadline)",
-      w.rank, w.local_rank, w.pid, info.what(), late.count());
+  if (info.source == "straggler") {
+    log_->error("worker killed as a straggler rank={} local_rank={} pid={}: {}; killed its process tree",
+                w.rank, w.local_rank, w.pid, info.what());
+  } else {
+    log_->error(
+        "worker hung rank={} local_rank={} pid={}: {}; killed its process tree ({} ms after "
+        "the deadline)",
+        w.rank, w.local_rank, w.pid, info.what(), late.count());
+  }
   WorkerFailure f = make_failure(w);
   f.signal = SIGKILL;
   f.exit_code = 0;

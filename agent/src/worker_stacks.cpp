@@ -63,9 +63,8 @@ void WorkerGroup::collect_then_kill(int local_rank, HangInfo info,
     return;
   }
   watch_.clear(local_rank);
-  log_->info(
-      "worker rank={} missed its deadline ({}): collecting the local workers' stacks before killing it",
-      hung.rank, info.what());
+  log_->info("worker rank={} {} ({}): collecting the local workers' stacks before killing it", hung.rank,
+             info.source == "straggler" ? "was named a straggler" : "missed its deadline", info.what());
   hang_collection_ = local_rank;
   // Two steps, so that the hung worker dies as soon as its own stack is in
   // and the others' stacks still show what they were waiting in: first the

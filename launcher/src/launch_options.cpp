@@ -181,6 +181,14 @@ const FlagSpec kFlags[] = {
     {"auto_timeout_warmup", &LaunchOptions::auto_timeout_warmup, kOursGroup,
      "Completed sections (or heartbeat gaps) an `auto` timeout learns from before it applies "
      "(default 10)"},
+    {"straggler_factor", &LaunchOptions::straggler_factor, kOursGroup,
+     "Name a rank as a straggler when its step time (a completed `step` section, else the time "
+     "between heartbeats) is over this times the job's median; 0: off (default 2)"},
+    {"straggler_steps", &LaunchOptions::straggler_steps, kOursGroup,
+     "Steps in a row a rank must be over --straggler_factor to be named (default 10)"},
+    {"straggler_action", &LaunchOptions::straggler_action, kOursGroup,
+     "What naming a straggler does: `report` (log, status, event log); `restart` also kills it, with "
+     "its stacks, as a failure of the attempt (default report)"},
     {"legacy_local_rank", &LaunchOptions::legacy_local_rank, kOursGroup,
      "Pass --local_rank=N to the program, the torch.distributed.launch way (default: only "
      "to a .py script that defines a --local_rank argument)"},

@@ -63,6 +63,22 @@ agent::LivenessConfig translate_liveness(const LaunchOptions& o) {
     throw ConfigError("--auto_timeout_warmup: " + std::to_string(o.auto_timeout_warmup) + " must be >= 1");
   }
   c.auto_warmup = o.auto_timeout_warmup;
+  if (!(o.straggler_factor == 0 || o.straggler_factor > 1.0) || !std::isfinite(o.straggler_factor)) {
+    throw ConfigError("--straggler_factor: must be 0 (off) or a number > 1 (default 2)");
+  }
+  c.straggler_factor = o.straggler_factor;
+  if (o.straggler_steps < 1) {
+    throw ConfigError("--straggler_steps: " + std::to_string(o.straggler_steps) +
+                      " must be >= 1 (default 10)");
+  }
+  c.straggler_steps = o.straggler_steps;
+  if (o.straggler_action == "report") {
+    c.straggler_action = agent::LivenessConfig::StragglerAction::kReport;
+  } else if (o.straggler_action == "restart") {
+    c.straggler_action = agent::LivenessConfig::StragglerAction::kRestart;
+  } else {
+    throw ConfigError("--straggler_action: '" + o.straggler_action + "' is not report or restart");
+  }
   return c;
 }
 

@@ -1,5 +1,6 @@
 // --heartbeat_timeout, --section_timeouts, --auto_timeout_factor and
-// --auto_timeout_warmup into the agent's LivenessConfig.
+// --auto_timeout_warmup (and the --straggler_* flags) into the agent's
+// LivenessConfig.
 #pragma once
 
 #include "ddp/agent/liveness_config.hpp"

@@ -102,6 +102,45 @@ std::string age(double updated) {
   return std::to_string(static_cast<long long>(secs)) + "s ago";
 }
 
+// The ranks the nodes' records name as stragglers (docs/agent.md,
+// "Stragglers"), each with its numbers from the newest round that names it
+// and the nodes whose records do: every node shows the job-wide list.
+void print_stragglers(const std::vector<store::KeyValue>& records) {
+  struct Named {
+    std::int64_t round = -1;
+    nlohmann::json numbers;
+    std::string seen_by;
+  };
+  std::map<std::int64_t, Named> by_rank;
+  for (const auto& kv : records) {
+    const auto j = try_parse_json(kv.value, json_input::kStatusRecord);
+    if (!j.is_object() || !j.contains("stragglers") || !j.at("stragglers").is_array()) continue;
+    const std::int64_t round = int_field(j, "round");
+    for (const auto& s : j.at("stragglers")) {
+      if (!s.is_object()) continue;
+      auto& n = by_rank[int_field(s, "rank")];
+      if (round > n.round) n = Named{round, s, ""};
+      if (round == n.round) n.seen_by += (n.seen_by.empty() ? "" : ",") + str(j, "node");
+    }
+  }
+  if (by_rank.empty()) return;
+  std::printf("\n%-9s  %-16s  %-8s  %-8s  %-6s  %-5s  %s\n", "STRAGGLER", "NODE", "STEP_S", "MEDIAN_S",
+              "FACTOR", "STEPS", "SEEN_BY");
+  const auto num = [](const nlohmann::json& s, const char* key, const char* fmt) {
+    const auto it = s.find(key);
+    if (it == s.end() || !it->is_number()) return std::string("?");
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), fmt, it->get<double>());
+    return std::string(buf);
+  };
+  for (const auto& [rank, n] : by_rank) {
+    std::printf("%-9s  %-16s  %-8s  %-8s  %-6s  %-5s  %s\n", ("rank " + std::to_string(rank)).c_str(),
+                printable(str(n.numbers, "node")).c_str(), num(n.numbers, "step_s", "%.3f").c_str(),
+                num(n.numbers, "median_s", "%.3f").c_str(), num(n.numbers, "factor", "%.1fx").c_str(),
+                printable(str(n.numbers, "steps")).c_str(), printable(n.seen_by).c_str());
+  }
+}
+
 }  // namespace
 
 NodeRow node_row(std::string_view record) {
@@ -175,6 +214,7 @@ int print_job_status(store::Store& store, const std::string& rdzv_id) {
   };
   print(header);
   for (const auto& r : rows) print(r.cells);
+  print_stragglers(store.list(prefix).kvs);
 
   const std::string worker_prefix = store::keys::worker_root(rdzv_id);
   const auto rounds = worker_keys_by_round(store, worker_prefix);

@@ -1,5 +1,6 @@
-// --heartbeat_timeout, --section_timeouts and the auto knobs: from the command
-// line, PET_/DDP_ env and --print-config, into LivenessConfig; bad values.
+// --heartbeat_timeout, --section_timeouts, the auto knobs and the straggler
+// flags: from the command line, PET_/DDP_ env and --print-config, into
+// LivenessConfig; bad values.
 #include "liveness_options.hpp"
 
 #include <catch2/catch.hpp>
@@ -83,4 +84,28 @@ TEST_CASE(
              Catch::Equals("--heartbeat_timeout: 'soon' is not a number of seconds > 0 (or auto)"));
   // The learned timeout it gives is capped (heartbeat_policy_test).
   CHECK(translate_liveness(parse({"--auto_timeout_factor=1e300"})).auto_factor == 1e300);
+}
+
+TEST_CASE("stragglers are reported by default at 2x for 10 steps, and the straggler flags are read") {
+  const auto d = translate_liveness(parse({}));
+  CHECK(d.straggler_factor == 2.0);
+  CHECK(d.straggler_steps == 10);
+  CHECK(d.straggler_action == ddp::agent::LivenessConfig::StragglerAction::kReport);
+  const auto c = translate_liveness(
+      parse({"--straggler_factor=1.5", "--straggler-steps", "3", "--straggler_action=report"}));
+  CHECK(c.straggler_factor == 1.5);
+  CHECK(c.straggler_steps == 3);
+  CHECK(translate_liveness(parse({"--straggler_factor=0"})).straggler_factor == 0);
+  CHECK(translate_liveness(parse({"--straggler_action=restart"})).straggler_action ==
+        ddp::agent::LivenessConfig::StragglerAction::kRestart);
+  CHECK(translate_liveness(parse({}, {{"PET_STRAGGLER_STEPS", "4"}})).straggler_steps == 4);
+}
+
+TEST_CASE("straggler flags out of range are refused naming the flag") {
+  CHECK_THAT(error_of({"--straggler_factor=1"}),
+             Catch::Equals("--straggler_factor: must be 0 (off) or a number > 1 (default 2)"));
+  CHECK_THAT(error_of({"--straggler_factor=-2"}), Catch::StartsWith("--straggler_factor:"));
+  CHECK_THAT(error_of({"--straggler_steps=0"}), Catch::StartsWith("--straggler_steps: 0 must be >= 1"));
+  CHECK_THAT(error_of({"--straggler_action=exclude"}),
+             Catch::Equals("--straggler_action: 'exclude' is not report or restart"));
 }

@@ -1,10 +1,11 @@
 // Heartbeat and section timeouts (--heartbeat_timeout, --section_timeouts,
 // --auto_timeout_factor, --auto_timeout_warmup; docs/agent.md, "Heartbeats
-// and sections"). Everything off by default: a worker is never killed for
+// and sections"), and what makes a rank a straggler. Everything off by default: a worker is never killed for
 // heartbeats or sections unless a timeout applies to it.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -27,6 +28,15 @@ struct LivenessConfig {
   double auto_factor = 5.0;
   int auto_warmup = 10;
   std::chrono::milliseconds auto_min{std::chrono::seconds(1)};
+
+  // Stragglers (--straggler_factor, --straggler_steps, --straggler_action;
+  // docs/agent.md, "Stragglers"): a rank whose step time is over
+  // `straggler_factor` x the job's median for `straggler_steps` steps in a row
+  // is named. Factor zero: off.
+  enum class StragglerAction : std::uint8_t { kReport = 0, kRestart = 1 };
+  double straggler_factor = 2.0;
+  int straggler_steps = 10;
+  StragglerAction straggler_action = StragglerAction::kReport;
 
   bool heartbeats_on() const { return heartbeat_timeout.count() > 0 || heartbeat_auto; }
   bool sections_on() const { return !section_timeouts.empty() || !auto_sections.empty() || sections_auto; }

@@ -59,6 +59,11 @@ struct LaunchOptions {
   std::string section_timeouts;  // "step=30,checkpoint=600", "auto", "step=auto"
   double auto_timeout_factor = 5.0;
   int auto_timeout_warmup = 10;
+  // Stragglers (docs/agent.md, "Stragglers"): a rank over factor x the job's
+  // median step time for `steps` steps in a row is named; factor 0: off.
+  double straggler_factor = 2.0;
+  int straggler_steps = 10;
+  std::string straggler_action = "report";
   // Pass --local_rank=N, the torch.distributed.launch way. Neither switch: only
   // to a .py script that defines a --local_rank (or --local-rank) argument.
   bool legacy_local_rank = false;

@@ -1,0 +1,84 @@
+// Stragglers named across the job (docs/agent.md, "Stragglers"). Each agent
+// already writes its workers' step times into its status record every status
+// interval; the agent of group rank 0 alone reads all the records (one list
+// of the status prefix), decides with a StragglerDetector, and writes one
+// verdict key. Every other agent reads that one key. Per interval the store
+// serves one listing and N small reads: O(N), with no agent reading N keys
+// but the one that decides.
+//
+// Thread-safety: tick(), named() and the hooks on the io thread only; store
+// calls run on the watch's own thread and post their results back.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "blocking_caller.hpp"
+#include "ddp/agent/agent_config.hpp"
+#include "ddp/rdzv/rendezvous.hpp"
+#include "lifecycle.hpp"
+#include "straggler_detector.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace ddp::agent {
+
+// "/<run_id>/agent/stragglers": the deciding agent's verdict.
+std::string straggler_key(const std::string& run_id);
+// "step 1.503 s, 9.8x the job's median 0.153 s (over 3.0x for 6 steps in a row)"
+std::string straggler_detail(const Straggler& s, double factor);
+
+class StragglerWatch {
+ public:
+  struct Hooks {
+    std::function<void(const std::string& event, nlohmann::json fields)> emit;  // --event_log
+    std::function<void()> changed;  // the named ranks changed: republish the status record
+    // --straggler_action=restart: a rank newly named (any node's; the hook
+    // acts on its own ranks only).
+    std::function<void(const Straggler&)> act;
+  };
+  StragglerWatch(boost::asio::io_context& io, const AgentConfig& cfg, const Lifecycle& life,
+                 std::shared_ptr<spdlog::logger> log, Hooks hooks);
+  ~StragglerWatch();
+  StragglerWatch(const StragglerWatch&) = delete;
+  StragglerWatch& operator=(const StragglerWatch&) = delete;
+
+  void attach(std::shared_ptr<rdzv::RendezvousHandler> handler) { handler_ = std::move(handler); }
+  // Once per status interval while workers beat, after the status record is written.
+  void tick();
+  // The ranks named now, job-wide, for the status record.
+  nlohmann::json named_json() const;
+
+ private:
+  // What the store thread may post back to while the watch lives.
+  struct Shared {
+    std::mutex mu;
+    bool alive = true;
+  };
+  void decide(std::int64_t round, const std::vector<RankSteps>& ranks);
+  void apply(std::int64_t round, std::vector<Straggler> named);
+  template <typename Fn>
+  void post(Fn fn);
+
+  boost::asio::io_context& io_;
+  const AgentConfig& cfg_;
+  const Lifecycle& life_;
+  std::shared_ptr<spdlog::logger> log_;
+  Hooks hooks_;
+  std::shared_ptr<rdzv::RendezvousHandler> handler_;
+  StragglerDetector detector_;
+  std::int64_t detector_round_ = -1;
+  std::int64_t named_round_ = -1;
+  std::vector<Straggler> named_;
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
+  BlockingCaller caller_;  // last: joined (or detached) before the rest goes
+};
+
+}  // namespace ddp::agent
