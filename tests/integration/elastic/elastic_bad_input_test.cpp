@@ -223,19 +223,15 @@ TEST_CASE(
     INFO(ag->proc->err());
     CHECK(ag->proc->wait(30s) == std::optional<int>(0));
   }
-  for (auto* ag : {&a1, &a2}) {
+  const std::pair<Agent*, std::string> members[] = {
+      {&a1, "jobA"}, {&a2, "jobA"}, {&b1, "jobB"}, {&b2, "jobB"}};
+  for (const auto& [ag, job] : members) {
+    INFO(ag->home.filename().string() << " of " << job);
     const auto ranks = ag->ranks_in_world(2);
     REQUIRE(ranks.size() == 1);
     auto env = ag->worker_env(*ranks.begin());
-    CHECK(env["TORCHELASTIC_RUN_ID"] == "jobA");
-    CHECK(contains(env["DDP_STORE_PREFIX"], "jobA"));
-  }
-  for (auto* ag : {&b1, &b2}) {
-    const auto ranks = ag->ranks_in_world(2);
-    REQUIRE(ranks.size() == 1);
-    auto env = ag->worker_env(*ranks.begin());
-    CHECK(env["TORCHELASTIC_RUN_ID"] == "jobB");
-    CHECK(contains(env["DDP_STORE_PREFIX"], "jobB"));
+    CHECK(env["TORCHELASTIC_RUN_ID"] == job);
+    CHECK(contains(env["DDP_STORE_PREFIX"], job));
   }
   auto listed =
       ddp::test::run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/jobA/"}, dir.path());

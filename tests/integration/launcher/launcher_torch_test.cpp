@@ -10,6 +10,18 @@
 using namespace ddp::test;
 using namespace ddp::test::launcher;
 
+namespace {
+// `nproc` workers of the torch script dir/`script` under ddprun; the job must
+// exit 0. Its output, for the test to check what the ranks printed.
+RunResult torch_job_ok(const TempDir& dir, int nproc, const std::string& script) {
+  auto r = ddprun({"--python", kPython, "--nproc_per_node=" + std::to_string(nproc), (dir / script).string()},
+                  dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return r;
+}
+}  // namespace
+
 TEST_CASE("a torch script joins a gloo process group from ddprun's env and all-reduces") {
   TempDir dir;
   if (!have_torch(dir)) return;
@@ -20,9 +32,7 @@ TEST_CASE("a torch script joins a gloo process group from ddprun's env and all-r
              "dist.all_reduce(t)\n"
              "print('rank', dist.get_rank(), 'of', dist.get_world_size(), 'sum', t.item())\n"
              "dist.destroy_process_group()\n");
-  auto r = ddprun({"--python", kPython, "--nproc_per_node=2", (dir / "train.py").string()}, dir);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
+  const auto r = torch_job_ok(dir, 2, "train.py");
   CHECK_THAT(r.out, Catch::Contains("[rank 0]:rank 0 of 2 sum 3.0"));
   CHECK_THAT(r.out, Catch::Contains("[rank 1]:rank 1 of 2 sum 3.0"));
 }
@@ -43,9 +53,7 @@ TEST_CASE("a torch script that destroys its process group and inits it again get
              "    if dist.get_rank() == 2:\n"
              "        time.sleep(0.3)\n"
              "    dist.destroy_process_group()\n");
-  auto r = ddprun({"--python", kPython, "--nproc_per_node=3", (dir / "reinit.py").string()}, dir);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
+  const auto r = torch_job_ok(dir, 3, "reinit.py");
   for (int rank = 0; rank < 3; ++rank) {
     CHECK_THAT(r.out, Catch::Contains("init 0 rank " + std::to_string(rank) + " sum 3.0"));
     CHECK_THAT(r.out, Catch::Contains("init 1 rank " + std::to_string(rank) + " sum 33.0"));
