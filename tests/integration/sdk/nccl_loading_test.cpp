@@ -21,6 +21,15 @@ RankResult one_rank(const std::string& backend, std::map<std::string, std::optio
   return results[0];
 }
 
+// The test's stand-in libnccl, which reports itself as NCCL `version` (as
+// ncclGetVersion encodes it: 21104 is 2.11.4).
+std::string fake_nccl() { return bin("libddp_test_fake_nccl.so").string(); }
+
+// One rank of backend nccl whose DDP_NCCL_LIBRARY is the fake NCCL `version`.
+RankResult one_rank_on_fake_nccl(const std::string& version) {
+  return one_rank("nccl", {{"DDP_NCCL_LIBRARY", fake_nccl()}, {"DDP_TEST_FAKE_NCCL_VERSION", version}});
+}
+
 #ifdef DDP_TEST_HAVE_NCCL
 constexpr bool kHaveNccl = true;
 #else
@@ -108,11 +117,10 @@ TEST_CASE("backend nccl without libnccl fails with one line naming the loader's 
 
 TEST_CASE("backend nccl with an NCCL older than 2.14 fails with one line naming both versions") {
   SKIP_WITHOUT_NCCL();
-  const std::string fake = bin("libddp_test_fake_nccl.so").string();
-  const auto r = one_rank("nccl", {{"DDP_NCCL_LIBRARY", fake}, {"DDP_TEST_FAKE_NCCL_VERSION", "21104"}});
+  const auto r = one_rank_on_fake_nccl("21104");
   check_one_line_failure(
       r, 1,
-      Catch::Contains("rank 0 of 1 (group 'default'): NCCL 2.11.4 (" + fake +
+      Catch::Contains("rank 0 of 1 (group 'default'): NCCL 2.11.4 (" + fake_nccl() +
                       ") was loaded at run time, but backend 'nccl' needs NCCL >= 2.14.0 (built against ") &&
           Catch::Contains("put a newer libnccl.so.2 on LD_LIBRARY_PATH or name it in DDP_NCCL_LIBRARY, or "
                           "use backend 'gloo'"));
@@ -120,10 +128,9 @@ TEST_CASE("backend nccl with an NCCL older than 2.14 fails with one line naming 
 
 TEST_CASE("backend nccl with a library lacking an NCCL function fails with one line naming it") {
   SKIP_WITHOUT_NCCL();
-  const std::string fake = bin("libddp_test_fake_nccl.so").string();
-  const auto r = one_rank("nccl", {{"DDP_NCCL_LIBRARY", fake}, {"DDP_TEST_FAKE_NCCL_VERSION", "21903"}});
+  const auto r = one_rank_on_fake_nccl("21903");
   check_one_line_failure(r, 1,
-                         Catch::Contains("NCCL 2.19.3 (" + fake + ") lacks ncclGetErrorString (") &&
+                         Catch::Contains("NCCL 2.19.3 (" + fake_nccl() + ") lacks ncclGetErrorString (") &&
                              Catch::Contains("install NCCL >= 2.14.0"));
 }
 
