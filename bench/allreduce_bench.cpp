@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "bench_cli.hpp"
 #include "ddp/sdk.hpp"
 #include "ddp/store/store.hpp"
 #include "ddp/store/store_server.hpp"
@@ -283,11 +284,7 @@ int allreduce_main(int argc, char** argv) {
   app.add_option("--hidden", hidden, "--overlap: hidden width of the example's MLP");
   app.add_option("--repeats", repeats, "--overlap: runs per mode; the best counts");
   app.add_flag("--rank-worker", rank_mode, "internal: run as one rank (env from the parent)")->group("");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (const auto code = parse_flags(app, argc, argv)) return *code;
   if (min_bytes < 4 || max_bytes < min_bytes) {
     std::fprintf(stderr, "ddp-bench allreduce: need 4 <= --min-bytes <= --max-bytes\n");
     return 2;

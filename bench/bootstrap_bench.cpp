@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.hpp"
 #include "sim_clients.hpp"
 
 namespace ddp::bench {
@@ -294,11 +295,7 @@ int bootstrap_main(int argc, char** argv) {
   app.add_option("--server-pid", o.server_pid,
                  "pid of the server, whose CPU seconds each run costs are printed");
   app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const auto code = parse_flags(app, argc, argv)) return *code;
   if (o.max_connecting < 1) throw ConfigError("--max-connecting: must be at least 1");
   const std::size_t per_rank = o.endpoint.empty() ? 2 : 1;
   const std::size_t fd_limit = raise_fd_limit_for(o.ranks, "--ranks", per_rank);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "bench_cli.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
 #include "ddp/store/etcd_store.hpp"
@@ -112,11 +113,7 @@ int etcd_main(int argc, char** argv) {
   app.add_option("--endpoints", endpoints, "etcd members HOST:PORT[,HOST:PORT...] (plain http)")->required();
   app.add_option("--agents", agents, "agent counts to run, one round each (default 100 1000)");
   app.add_option("--prefix", prefix, "etcd key prefix")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const auto code = parse_flags(app, argc, argv)) return *code;
   const auto eps = store::parse_etcd_endpoints(endpoints, "--endpoints");
   std::printf("ddp-bench etcd-rendezvous: etcd=%s (one thread, one EtcdStore per agent)\n",
               endpoints.c_str());

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "bench.hpp"
+#include "bench_cli.hpp"
 #include "ddp/common/liveness_file.hpp"
 #include "ddp/heartbeat.hpp"
 
@@ -37,7 +38,7 @@ int run(int argc, char** argv) {
   bool disabled = false;
   app.add_option("--calls", calls, "calls per measurement")->check(CLI::Range(1L, 1'000'000'000L));
   app.add_flag("--disabled", disabled, "no liveness file: the cost outside ddprun");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto code = ddp::bench::parse_flags(app, argc, argv)) return *code;
 
   const auto path =
       std::filesystem::temp_directory_path() / ("ddp-bench-liveness-" + std::to_string(::getpid()));

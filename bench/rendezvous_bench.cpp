@@ -27,6 +27,7 @@
 #include <sstream>
 #include <vector>
 
+#include "bench_cli.hpp"
 #include "ddp/store/protocol.hpp"
 #include "sim_clients.hpp"
 
@@ -423,11 +424,7 @@ int rendezvous_main(int argc, char** argv) {
   app.add_flag("--restart", o.restart,
                "then one agent reports a failure and all re-form round 1 (--nnodes=1:2N, so only the early "
                "close of a restart round avoids the last call)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const auto code = parse_flags(app, argc, argv)) return *code;
   const std::size_t per_agent = o.endpoint.empty() ? 2 : 1;
   const std::size_t fd_limit = raise_fd_limit_for(o.agents, "--agents", per_agent);
   const auto target = open_sim_target(o.endpoint);

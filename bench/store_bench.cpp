@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "bench_cli.hpp"
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/token_file.hpp"
@@ -217,13 +218,7 @@ int store_main(int argc, char** argv) {
   app.add_flag("--torch-proxy", o.torch_proxy,
                "with --protocol tcpstore: go through a TorchStoreProxy (what ddprun gives torch workers as "
                "MASTER_ADDR/MASTER_PORT) in front of the store");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "ddp-bench store: %s\n", e.what());
-    return 2;
-  }
+  if (const auto code = parse_flags(app, argc, argv)) return *code;
   if (o.client_counts.empty()) o.client_counts.push_back(o.clients);
   const bool bad_clients =
       std::any_of(o.client_counts.begin(), o.client_counts.end(), [](int c) { return c < 1; });

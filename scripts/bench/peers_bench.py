@@ -405,50 +405,38 @@ def report(a, b):
                                                         ratio(m, base)))
         return m
 
-    if "launch" in a.what:
-        names = ["ddprun", "ddprun --preload torch", "ddprun, workers setsid", "torchrun", "ft_launcher"]
-        print("launch -> first step on both ranks (--standalone, 2 workers)", flush=True)
-        res = repeat(b.launch, names, a.reps)
-        base = med(column(res, "ddprun", "first_step"))
-        for n in names:
-            row("launch → first step, both ranks", n, res[n], "first_step", base)
-        base = med(column(res, "ddprun", "running"))
-        for n in names:
-            row("launch → both workers running (their first line)", n, res[n], "running", base)
-        base = med(column(res, "ddprun", "exit"))
-        for n in names:
-            row("launch → launcher exited (3 steps)", n, res[n], "exit", base)
-    if "failure" in a.what:
-        names = ["ddprun", "ddprun --preload torch", "ddprun, workers setsid", "torchrun", "ft_launcher"]
-        print("worker failure -> the restarted group's first all-reduce (--max_restarts=1, 2 workers)", flush=True)
-        res = repeat(b.failure, names, a.reps)
-        base = med(column(res, "ddprun", "collective"))
-        for n in names:
-            row("worker exit 1 → restarted group's first all-reduce", n, res[n], "collective", base)
-        base = med(column(res, "ddprun", "running"))
-        for n in names:
-            row("worker exit 1 → both replacements running", n, res[n], "running", base)
-    if "nodekill" in a.what:
-        names = ["ddprun", "ddprun --preload torch", "torchrun", "ft_launcher"]
-        print("node kill -9 -> survivors re-formed (--nnodes=1:2, 2 x 2 workers, c10d)", flush=True)
-        res = repeat(b.nodekill, names, a.reps)
-        base = med(column(res, "ddprun", "reformed"))
-        for n in names:
-            row("node B kill -9 → node A's 2 ranks all-reduced in a world of 2", n, res[n], "reformed", base)
-        base = med(column(res, "ddprun", "running"))
-        for n in names:
-            row("node B kill -9 → node A's 2 replacements running", n, res[n], "running", base)
-    if "nodekill-tuned" in a.what:
-        names = ["ddprun", "ddprun --preload torch", "torchrun", "ft_launcher"]
-        print("node kill -9 -> survivors re-formed, --rdzv_conf=%s" % TUNED_RDZV, flush=True)
-        res = repeat(lambda n, rep: b.nodekill(n, rep, TUNED_RDZV), names, a.reps)
-        base = med(column(res, "ddprun", "reformed"))
-        for n in names:
-            row("node B kill -9 → node A's 2 ranks all-reduced in a world of 2, %s" % TUNED_RDZV, n, res[n],
-                "reformed", base)
-        base = med(column(res, "ddprun", "running"))
-        for n in names:
-            row("node B kill -9 → node A's 2 replacements running, %s" % TUNED_RDZV, n, res[n], "running", base)
+    all_launchers = ["ddprun", "ddprun --preload torch", "ddprun, workers setsid", "torchrun", "ft_launcher"]
+    no_setsid = [n for n in all_launchers if n != "ddprun, workers setsid"]
+    tuned = ", " + TUNED_RDZV
+    # what: (launchers, heading, one run, [(measure, key)]): each measure a row per
+    # launcher, against ddprun's median of that key.
+    scenarios = {
+        "launch": (all_launchers, "launch -> first step on both ranks (--standalone, 2 workers)", b.launch,
+                   [("launch → first step, both ranks", "first_step"),
+                    ("launch → both workers running (their first line)", "running"),
+                    ("launch → launcher exited (3 steps)", "exit")]),
+        "failure": (all_launchers,
+                    "worker failure -> the restarted group's first all-reduce (--max_restarts=1, 2 workers)",
+                    b.failure,
+                    [("worker exit 1 → restarted group's first all-reduce", "collective"),
+                     ("worker exit 1 → both replacements running", "running")]),
+        "nodekill": (no_setsid, "node kill -9 -> survivors re-formed (--nnodes=1:2, 2 x 2 workers, c10d)", b.nodekill,
+                     [("node B kill -9 → node A's 2 ranks all-reduced in a world of 2", "reformed"),
+                      ("node B kill -9 → node A's 2 replacements running", "running")]),
+        "nodekill-tuned": (no_setsid, "node kill -9 -> survivors re-formed, --rdzv_conf=%s" % TUNED_RDZV,
+                           lambda n, rep: b.nodekill(n, rep, TUNED_RDZV),
+                           [("node B kill -9 → node A's 2 ranks all-reduced in a world of 2" + tuned, "reformed"),
+                            ("node B kill -9 → node A's 2 replacements running" + tuned, "running")]),
+    }
+    for what, (names, heading, one_run, measures) in scenarios.items():
+        if what not in a.what:
+            continue
+        print(heading, flush=True)
+        res = repeat(one_run, names, a.reps)
+        for measure, key in measures:
+            base = med(column(res, "ddprun", key))
+            for n in names:
+                row(measure, n, res[n], key, base)
     if "hang" in a.what:
         names = list(HANG_VARIANTS)
         print("hung rank -> killed (timeout %d s, 2 workers)" % HANG_TIMEOUT_S, flush=True)

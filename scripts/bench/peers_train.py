@@ -9,7 +9,7 @@ files, not stdout, because the three launchers treat the workers' output
 differently. Wall clock (time.time_ns) so the benchmark, in another
 process, can subtract its own timestamps. gloo, CPU.
 
-  first_step  DDP model (the one of torch_startup_train.py), DistributedSampler;
+  first_step  the toy DDP job of tests/integration/torch/toy_ddp.py;
               `first_step` once the first training step (forward, backward with
               the gradient all-reduce, optimizer step) has finished; then two
               more steps and a clean exit.
@@ -61,29 +61,24 @@ import torch.distributed as dist  # noqa: E402
 event("imported")
 
 
+def source_dir(*parts):
+    """A folder of this source tree, put first on sys.path (no __pycache__ left in it)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", *parts))
+    sys.dont_write_bytecode = True
+
+
 def first_step():
-    import torch.nn as nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.utils.data import DataLoader, TensorDataset
-    from torch.utils.data.distributed import DistributedSampler
+    source_dir("tests", "integration", "torch")
+    import toy_ddp
 
     dist.init_process_group("gloo", init_method="env://")
     event("joined")
-    world = dist.get_world_size()
-    g = torch.Generator().manual_seed(1234)
-    x = torch.randn(96, 8, generator=g)
-    y = (x @ torch.linspace(-1, 1, 8)).unsqueeze(1) + 0.1 * torch.randn(96, 1, generator=g)
-    data = TensorDataset(x, y)
-    torch.manual_seed(0)
-    model = DDP(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    sampler = DistributedSampler(data, num_replicas=world, rank=RANK, shuffle=True, seed=7)
+    data = toy_ddp.dataset()
+    model, opt = toy_ddp.model_and_optimizer()
+    sampler, loader = toy_ddp.sharded_loader(data, RANK, dist.get_world_size())
     sampler.set_epoch(0)
-    loader = DataLoader(data, batch_size=96 // (4 * world), sampler=sampler)
     for step, (xb, yb) in enumerate(loader):
-        opt.zero_grad()
-        nn.functional.mse_loss(model(xb), yb).backward()
-        opt.step()
+        toy_ddp.train_step(model, opt, xb, yb)
         if step == 0:
             event("first_step")
         if step == 2:
@@ -135,9 +130,7 @@ def hang():
             with scope():
                 pass
     elif ARG == "ddprun":
-        here = os.path.dirname(os.path.abspath(__file__))
-        sys.path.insert(0, os.path.join(here, "..", "..", "worker_sdk", "examples"))
-        sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+        source_dir("worker_sdk", "examples")
         import ddp_liveness
         report = ddp_liveness.heartbeat
     elif ARG == "ft":

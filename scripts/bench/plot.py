@@ -49,6 +49,19 @@ def loglog(ax, xlabel, ylabel, title):
     ax.legend(fontsize=8)
 
 
+def log_bars(ax, ticks, labels, xlabel, ylabel, title):
+    """A bar chart's axes: log y, one labelled tick per group, a grid along y only."""
+    ax.set_yscale("log")
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(labels)
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def rendezvous(src, out):
     """`ddp-bench rendezvous [--restart]`: the table row, then the restart line."""
     rows, n = [], None
@@ -95,14 +108,8 @@ def launcher(src, out):
     width = 0.27
     for i, (name, col) in enumerate([("ddprun", 1), ("torchrun (monitor 0.1)", 3), ("torchrun (defaults)", 2)]):
         ax.bar([p + (i - 1) * width for p in x], [r[col] for r in rows], width, label=name)
-    ax.set_yscale("log")
-    ax.set_xticks(list(x))
-    ax.set_xticklabels(labels)
-    ax.set_xlabel("workers (--nproc_per_node, --no_python /bin/true)")
-    ax.set_ylabel("wall time, ms (median)")
-    ax.set_title("launch → all workers done: ddprun vs torchrun 1.13", fontsize=10)
-    ax.grid(True, axis="y", which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    log_bars(ax, list(x), labels, "workers (--nproc_per_node, --no_python /bin/true)", "wall time, ms (median)",
+             "launch → all workers done: ddprun vs torchrun 1.13")
     finish(fig, out)
 
 
@@ -121,13 +128,8 @@ def restart(src, out):
     ax.bar(range(len(keys)), med, 0.5, yerr=err, capsize=6, label="ddprun (median, min–max)")
     ax.axhline(5000, color="tab:red", linestyle="--", label="last call 5 s (what a re-rendezvous waited before)")
     ax.axhline(100, color="grey", linestyle=":", label="goal 100 ms")
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(keys)))
-    ax.set_xticklabels([names[k] for k in keys])
-    ax.set_ylabel("ms")
-    ax.set_title("elastic restart with last_call_timeout=5 (real agents)", fontsize=10)
-    ax.grid(True, axis="y", which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    log_bars(ax, range(len(keys)), [names[k] for k in keys], None, "ms",
+             "elastic restart with last_call_timeout=5 (real agents)")
     finish(fig, out)
 
 

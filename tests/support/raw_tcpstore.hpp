@@ -128,6 +128,11 @@ struct TcpStoreDaemon {
     port = wait_for_port_file(dir / "port");
     REQUIRE(port > 0);
   }
+  // Whether the daemon's stderr shows `text` within `timeout` (its log lines
+  // come after the reply that the test already saw).
+  bool logs(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(5)) const {
+    return wait_until([&] { return proc->err().find(text) != std::string::npos; }, timeout);
+  }
   TempDir dir;
   std::unique_ptr<Process> proc;
   int port = 0;

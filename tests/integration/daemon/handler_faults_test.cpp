@@ -15,11 +15,7 @@ TEST_CASE("an exception in the store's accept handler does not stop the daemon a
   RawClient first(d.port);  // its accept throws
   CHECK(first.closed_by_peer(5s));
   RawClient second(d.port);
-  second.send_preamble();
-  second.send(make_request(Op::kHello, {}, {""}, kProtocolVersion, 0, 1));
-  auto hello = second.recv(5s);
-  REQUIRE(hello);
-  CHECK(hello->status == Status::kOk);
+  REQUIRE(try_handshake(second, "") == Status::kOk);
   check_served(second, "after-accept-fault");
   CHECK_THAT(d.proc->err(), Catch::Contains("failpoint server.accept"));
 }

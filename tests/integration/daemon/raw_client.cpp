@@ -110,14 +110,7 @@ Response RawClient::call(Request req, std::chrono::milliseconds timeout) {
 
 Request make_request(Op op, std::vector<std::string> keys, std::vector<std::string> values, std::int64_t a,
                      std::int64_t b, std::uint32_t id) {
-  Request r;
-  r.op = op;
-  r.id = id;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  r.a = a;
-  r.b = b;
-  return r;
+  return {.op = op, .id = id, .a = a, .b = b, .keys = std::move(keys), .values = std::move(values)};
 }
 
 }  // namespace ddp::test

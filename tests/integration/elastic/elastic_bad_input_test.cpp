@@ -26,6 +26,16 @@ std::string error_line(const std::string& err) {
   return err.substr(at, err.find('\n', at) - at);
 }
 
+// An agent refused before it started a worker: exit 2 within `timeout`, no
+// worker started. Returns its error line, for the test to check what it names.
+std::string refusal_line(const Agent& a, std::chrono::seconds timeout = 20s) {
+  const auto code = a.proc->wait(timeout);
+  INFO(a.proc->err());
+  REQUIRE(code == std::optional<int>(2));
+  CHECK(a.started().empty());
+  return error_line(a.proc->err());
+}
+
 // Something that is not a store on 0.0.0.0:<port>: for each connection it
 // reads what comes, then answers `reply` (if any) and closes (if asked).
 class NotAStore {
@@ -90,13 +100,11 @@ TEST_CASE("elastic bad input: an endpoint that is not a store exits 2 within sec
     NotAStore other(c.reply, c.close);
     // join_timeout stays long: the answer must come from what the endpoint did.
     Agent a(dir, "a", AgentOptions{"c10d", other.endpoint(), "1:1", 1, "join_timeout=600"});
-    REQUIRE(a.proc->wait(30s) == std::optional<int>(2));
-    const auto line = error_line(a.proc->err());
+    const auto line = refusal_line(a, 30s);
     INFO(a.proc->err());
     CHECK(contains(line, "--rdzv_endpoint " + other.endpoint()));
     CHECK(contains(line, c.says));
     CHECK(contains(line, "not a ddp-rendezvousd or ddprun store"));
-    CHECK(a.started().empty());
   }
 }
 
@@ -104,11 +112,9 @@ TEST_CASE("elastic bad input: --nnodes=3:2 (MIN > MAX) exits 2 naming the flag")
   TempDir dir;
   Daemon d(dir);
   Agent a(dir, "a", AgentOptions{"c10d", d.endpoint(), "3:2", 1, kConf});
-  REQUIRE(a.proc->wait(20s) == std::optional<int>(2));
-  const auto line = error_line(a.proc->err());
+  const auto line = refusal_line(a);
   INFO(a.proc->err());
   CHECK(contains(line, "--nnodes"));
-  CHECK(a.started().empty());
 }
 
 TEST_CASE(
@@ -187,11 +193,9 @@ TEST_CASE("elastic bad input: a wrong --token_file exits 2 telling to check the 
                        0,
                        "job",
                        {"--token_file=" + (dir / "agent.token").string()}});
-  REQUIRE(a.proc->wait(20s) == std::optional<int>(2));
-  const auto line = error_line(a.proc->err());
+  const auto line = refusal_line(a);
   INFO(a.proc->err());
   CHECK(contains(line, "token"));
-  CHECK(a.started().empty());
 }
 
 TEST_CASE(
@@ -219,19 +223,15 @@ TEST_CASE(
     INFO(ag->proc->err());
     CHECK(ag->proc->wait(30s) == std::optional<int>(0));
   }
-  for (auto* ag : {&a1, &a2}) {
+  const std::pair<Agent*, std::string> members[] = {
+      {&a1, "jobA"}, {&a2, "jobA"}, {&b1, "jobB"}, {&b2, "jobB"}};
+  for (const auto& [ag, job] : members) {
+    INFO(ag->home.filename().string() << " of " << job);
     const auto ranks = ag->ranks_in_world(2);
     REQUIRE(ranks.size() == 1);
     auto env = ag->worker_env(*ranks.begin());
-    CHECK(env["TORCHELASTIC_RUN_ID"] == "jobA");
-    CHECK(contains(env["DDP_STORE_PREFIX"], "jobA"));
-  }
-  for (auto* ag : {&b1, &b2}) {
-    const auto ranks = ag->ranks_in_world(2);
-    REQUIRE(ranks.size() == 1);
-    auto env = ag->worker_env(*ranks.begin());
-    CHECK(env["TORCHELASTIC_RUN_ID"] == "jobB");
-    CHECK(contains(env["DDP_STORE_PREFIX"], "jobB"));
+    CHECK(env["TORCHELASTIC_RUN_ID"] == job);
+    CHECK(contains(env["DDP_STORE_PREFIX"], job));
   }
   auto listed =
       ddp::test::run({bin("ddp-store").string(), "--endpoint", d.endpoint(), "list", "/jobA/"}, dir.path());

@@ -6,7 +6,8 @@
 #   NET     the first two octets, e.g. 10.77: D has $NET.1.1 towards A
 #           ($NET.1.2) and $NET.2.1 towards B ($NET.2.2)
 # Gives NS_D, NS_A, NS_B, TMP (removed at exit), PIDS (killed at exit),
-# PORT (the daemon's), wait_for TENTHS CONDITION, fail MESSAGE and skip REASON.
+# PORT (the daemon's), wait_for TENTHS CONDITION, fail MESSAGE, skip REASON and
+# expect_a_lost_store TENTHS.
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root for ip netns"
 command -v ip >/dev/null 2>&1 || skip "the ip command (iproute2) is not installed"
@@ -43,6 +44,17 @@ wait_for() {
   return 1
 }
 fail() { echo "FAIL: $*"; for f in "$TMP"/*.log; do echo "--- $f"; cat "$f"; done; exit 1; }
+
+# Fails unless agent A (its pid in A_PID, its log $TMP/a.log), cut off from the
+# daemon, exits 3 within $1 tenths of a second naming the store it lost.
+expect_a_lost_store() {
+  wait_for "$1" '! kill -0 $A_PID 2>/dev/null' || fail "agent A still runs $(($1 / 10)) s after losing its link"
+  wait $A_PID
+  A_CODE=$?
+  [ "$A_CODE" = 3 ] || fail "agent A exited $A_CODE, expected 3"
+  grep -q "rendezvous store lost.*no answer from the rendezvous store at $NET.1.1:$PORT" "$TMP/a.log" ||
+    fail "agent A's error does not name the silent store"
+}
 
 ip netns exec $NS_D "$BIN/ddp-rendezvousd" --host 0.0.0.0 --port 0 --port-file "$TMP/port" \
   --log-level warn >"$TMP/daemon.log" 2>&1 &

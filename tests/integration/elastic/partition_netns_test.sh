@@ -34,12 +34,7 @@ A_WORKERS=$(awk '/ start / {print $1}' "$TMP/a/pids")
 # route, its packets are dropped without an error: no FIN, no RST, no ICMP.
 ip -n $NS_D link set ${P}da down
 
-wait_for 200 '! kill -0 $A_PID 2>/dev/null' || fail "agent A still runs 20 s after losing its link"
-wait $A_PID
-A_CODE=$?
-[ "$A_CODE" = 3 ] || fail "agent A exited $A_CODE, expected 3"
-grep -q "rendezvous store lost.*no answer from the rendezvous store at 10.77.1.1:$PORT" "$TMP/a.log" ||
-  fail "agent A's error does not name the silent store"
+expect_a_lost_store 200
 for p in $A_WORKERS; do
   if [ -d /proc/$p ] && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; then
     fail "worker $p of agent A still runs"

@@ -5,6 +5,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/store/etcd_store.hpp"
 #include "etcd_cluster.hpp"
+#include "fake_http_member.hpp"
 
 using namespace ddp::store;
 using namespace std::chrono_literals;
@@ -21,7 +22,7 @@ EtcdStoreOptions one(std::uint16_t port) {
 }
 
 // An HTTP server that is not etcd: answers 404 to everything, and logs one line
-// per request to argv[2] before it answers.
+// per request to argv[2] before it answers (FakeHttpMember serves it).
 constexpr const char* kNotEtcd = R"(
 import http.server, os, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -35,11 +36,6 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         with open(sys.argv[2], "a") as f:
             f.write(self.requestline + "\n")
-s = http.server.HTTPServer(("127.0.0.1", 0), H)
-with open(sys.argv[1] + ".tmp", "w") as f:
-    f.write("%d\n" % s.server_port)
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-s.serve_forever()
 )";
 }  // namespace
 
@@ -54,13 +50,9 @@ TEST_CASE("etcd bad input: an etcd that is down is a NetworkError naming the end
 
 TEST_CASE("etcd bad input: an HTTP server that is not etcd is a ConfigError naming it") {
   TempDir dir;
-  ddp::test::write_file(dir / "not_etcd.py", kNotEtcd);
   const auto requests = dir / "requests";
-  ddp::test::Process server(
-      {"/usr/bin/python3", (dir / "not_etcd.py").string(), (dir / "port").string(), requests.string()},
-      dir.path());
-  const int port = ddp::test::wait_for_port_file(dir / "port");
-  REQUIRE(port > 0);
+  const FakeHttpMember server(dir, kNotEtcd, {requests.string()});
+  const int port = server.port;
   EtcdStore s(one(static_cast<std::uint16_t>(port)));
   CHECK_THROWS_AS(s.ping(), ddp::ConfigError);
   // No retrying a misconfiguration: the server saw exactly one request.

@@ -7,6 +7,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/store/etcd_store.hpp"
+#include "fake_http_member.hpp"
 #include "test_support.hpp"
 
 using namespace ddp::store;
@@ -42,21 +43,13 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *args):
         pass
-s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-with open(sys.argv[1] + ".tmp", "w") as f:
-    f.write("%d\n" % s.server_port)
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-s.serve_forever()
 )";
 
 // The hostile gateway, and a store whose only member it is.
 struct Hostile {
   explicit Hostile(const TempDir& dir, std::vector<std::string> args) {
-    ddp::test::write_file(dir / "gateway.py", kHostileGateway);
-    args.insert(args.begin(), {"/usr/bin/python3", (dir / "gateway.py").string(), (dir / "port").string()});
-    server = std::make_unique<ddp::test::Process>(args, dir.path());
-    const int port = ddp::test::wait_for_port_file(dir / "port");
-    REQUIRE(port > 0);
+    server = std::make_unique<ddp::test::FakeHttpMember>(dir, kHostileGateway, args);
+    const int port = server->port;
     member = "etcd at 127.0.0.1:" + std::to_string(port);
     EtcdStoreOptions o;
     o.endpoints = {ddp::Endpoint{"127.0.0.1", static_cast<std::uint16_t>(port)}};
@@ -64,7 +57,7 @@ struct Hostile {
     o.request_timeout = 5s;
     store = std::make_unique<EtcdStore>(o);
   }
-  std::unique_ptr<ddp::test::Process> server;
+  std::unique_ptr<ddp::test::FakeHttpMember> server;
   std::string member;
   std::unique_ptr<EtcdStore> store;
 };

@@ -79,6 +79,15 @@ int count_files(const TempDir& dir, const std::string& prefix) {
   return n;
 }
 
+// Waits for both agents: each must exit 0 within 40 s.
+void check_both_exit_0(Process& a, Process& b) {
+  const auto ca = a.wait(40s);
+  const auto cb = b.wait(40s);
+  INFO("agent a:\n" << a.err() << "\nagent b:\n" << b.err());
+  CHECK(ca == 0);
+  CHECK(cb == 0);
+}
+
 }  // namespace
 
 TEST_CASE("ddprun etcd: two agents rendezvous through etcd and their workers share one store") {
@@ -87,11 +96,7 @@ TEST_CASE("ddprun etcd: two agents rendezvous through etcd and their workers sha
   const auto script = write_worker(dir);
   Process a(agent_argv(etcd.endpoints_text(), script), dir.path(), worker_env(dir), "agent-a");
   Process b(agent_argv(etcd.endpoints_text(), script), dir.path(), worker_env(dir), "agent-b");
-  const auto ca = a.wait(40s);
-  const auto cb = b.wait(40s);
-  INFO("agent a:\n" << a.err() << "\nagent b:\n" << b.err());
-  CHECK(ca == 0);
-  CHECK(cb == 0);
+  check_both_exit_0(a, b);
   CHECK(count_files(dir, "done_0_") == 4);
   // The rendezvous lives in etcd under the default prefix, namespaced by run id.
   auto o = etcd.options("/ddp/");
@@ -110,11 +115,7 @@ TEST_CASE("ddprun etcd: with one of three members killed the job restarts and re
   REQUIRE(wait_until([&] { return count_files(dir, "started_") == 4; }, 20s));
   etcd.kill(0);  // the member every agent talks to first
   ddp::test::write_file(hold, "");
-  const auto ca = a.wait(40s);
-  const auto cb = b.wait(40s);
-  INFO("agent a:\n" << a.err() << "\nagent b:\n" << b.err());
-  CHECK(ca == 0);
-  CHECK(cb == 0);
+  check_both_exit_0(a, b);
   CHECK(count_files(dir, "done_1_") == 4);
 }
 
@@ -140,11 +141,7 @@ TEST_CASE("ddprun etcd: an agent paused past its lease notices it was dropped an
   const bool dropped = wait_until([&] { return s.list(nodes).kvs.size() < 2; }, 10s);
   b.signal(SIGCONT);
   REQUIRE(dropped);
-  const auto ca = a.wait(40s);
-  const auto cb = b.wait(40s);
-  INFO("agent a:\n" << a.err() << "\nagent b:\n" << b.err());
-  CHECK(ca == 0);
-  CHECK(cb == 0);
+  check_both_exit_0(a, b);
   CHECK(count_files(dir, "done_") == 4);  // a later round, both nodes, one store
 }
 

@@ -6,6 +6,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/store/etcd_store.hpp"
 #include "etcd_cluster.hpp"
+#include "watch_checks.hpp"
 
 using namespace ddp::store;
 using namespace std::chrono_literals;
@@ -53,16 +54,7 @@ TEST_CASE("etcd watch: puts and deletes under the prefix arrive in revision orde
   const auto r2 = s.set("w/b", "2");
   s.remove("w/a");
   REQUIRE(wait_until([&] { return rec.size() == 3; }, 5s));
-  const auto ev = rec.snapshot();
-  CHECK(ev[0].type == EventType::kPut);
-  CHECK(ev[0].key == "w/a");
-  CHECK(ev[0].value == "1");
-  CHECK(ev[0].revision == r1);
-  CHECK(ev[1].key == "w/b");
-  CHECK(ev[1].revision == r2);
-  CHECK(ev[2].type == EventType::kDelete);
-  CHECK(ev[2].key == "w/a");
-  CHECK(ev[2].revision > r2);
+  check_put_put_delete(rec.snapshot(), r1, r2);
   CHECK(rec.error.empty());
 }
 

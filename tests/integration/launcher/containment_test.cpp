@@ -42,7 +42,6 @@ exec sleep 1234
 // the shell worker above (exec keeps its pid), so the same trees grow from a
 // forked worker.
 constexpr const char* kPythonWorker = "import os, sys\nos.execv('/bin/sh', ['/bin/sh', sys.argv[1]])\n";
-constexpr const char* kPython = "/usr/bin/python3";
 
 struct Job {
   TempDir dir;

@@ -10,19 +10,12 @@
 using namespace ddp::test;
 using namespace ddp::test::launcher;
 
-namespace {
-constexpr const char* kTorchPython = "/usr/bin/python3";
-}  // namespace
-
 TEST_CASE("kill -9 of ddprun leaves no DataLoader worker of a torch worker") {
   // With --preload torch, the training process is forked from the preload zygote.
   const bool preload = GENERATE(false, true);
   INFO("preload=" << preload);
   TempDir dir;
-  if (run({kTorchPython, "-c", "import torch.utils.data"}, dir.path()).code != 0) {
-    WARN("python3-torch not installed: skipped");
-    return;
-  }
+  if (!have_torch(dir)) return;
   ProcessTag tag;
   // Marks itself ready once both DataLoader workers produced a batch, then
   // keeps them alive (persistent workers, prefetching) while it waits.
@@ -37,7 +30,7 @@ TEST_CASE("kill -9 of ddprun leaves no DataLoader worker of a torch worker") {
              "next(it); next(it)\n"
              "open(os.path.join(os.environ['MARKS'], 'ready_' + os.environ['RANK']), 'w').close()\n"
              "time.sleep(1234)\n");
-  std::vector<std::string> args = {"--nproc_per_node=1", "--python", kTorchPython};
+  std::vector<std::string> args = {"--nproc_per_node=1", "--python", kPython};
   if (preload) args.insert(args.end(), {"--preload", "torch"});
   args.push_back((dir / "train.py").string());
   Process agent(ddprun_argv(args), dir.path(), clean_env({tag.env(), {"MARKS", dir.path().string()}}));

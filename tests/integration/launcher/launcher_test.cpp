@@ -13,6 +13,38 @@
 using namespace ddp::test;
 using namespace ddp::test::launcher;
 
+namespace {
+
+// `nproc` fake workers that hang, under ddprun with `flags` and more FAKE_*
+// `env` (FAKE_IGNORE_SIGTERM...); constructed once all of them have started.
+struct HangingJob {
+  HangingJob(int nproc, const std::vector<std::string>& flags, EnvOverrides env)
+      : agent(argv(nproc, flags), dir.path(), with_pid_file(std::move(env))) {
+    REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == nproc; }));
+  }
+  // The workers' pids, from their "start" lines.
+  std::vector<pid_t> workers() const { return started_pids(read_file(pids)); }
+
+  TempDir dir;
+  const fs::path pids = dir / "pids";
+  Process agent;
+
+ private:
+  static std::vector<std::string> argv(int nproc, const std::vector<std::string>& flags) {
+    std::vector<std::string> args{"--nproc_per_node=" + std::to_string(nproc)};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--no_python", bin("fake_worker").string()});
+    return ddprun_argv(args);
+  }
+  EnvOverrides with_pid_file(EnvOverrides env) const {
+    env["FAKE_HANG"] = "1";
+    env["FAKE_PID_FILE"] = pids.string();
+    return clean_env(std::move(env));
+  }
+};
+
+}  // namespace
+
 TEST_CASE("every worker gets the torchrun env contract, for 1, 4 and 8 workers") {
   for (int n : {1, 4, 8}) {
     INFO("nproc_per_node=" << n);
@@ -121,29 +153,19 @@ TEST_CASE("the crash report names the signal, the error-file message and the std
 }
 
 TEST_CASE("SIGTERM to the agent stops every worker and exits 143") {
-  TempDir dir;
-  const auto pids = dir / "pids";
-  Process agent(
-      ddprun_argv({"--nproc_per_node=4", "--stop_timeout=5", "--no_python", bin("fake_worker").string()}),
-      dir.path(), clean_env({{"FAKE_HANG", "1"}, {"FAKE_PID_FILE", pids.string()}}));
-  REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 4; }));
-  agent.signal(SIGTERM);
-  auto code = agent.wait(std::chrono::seconds(10));
+  HangingJob job(4, {"--stop_timeout=5"}, {});
+  job.agent.signal(SIGTERM);
+  auto code = job.agent.wait(std::chrono::seconds(10));
   REQUIRE(code);
   CHECK(*code == 143);
-  for (auto pid : started_pids(read_file(pids))) CHECK_FALSE(pid_alive(pid));
+  for (auto pid : job.workers()) CHECK_FALSE(pid_alive(pid));
 }
 
 TEST_CASE("kill -9 of the agent leaves no worker running a second later") {
-  TempDir dir;
-  const auto pids = dir / "pids";
-  Process agent(
-      ddprun_argv({"--nproc_per_node=4", "--no_python", bin("fake_worker").string()}), dir.path(),
-      clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGTERM", "1"}, {"FAKE_PID_FILE", pids.string()}}));
-  REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 4; }));
-  ::kill(agent.pid(), SIGKILL);
-  REQUIRE(agent.wait(std::chrono::seconds(5)));
-  const auto workers = started_pids(read_file(pids));
+  HangingJob job(4, {}, {{"FAKE_IGNORE_SIGTERM", "1"}});
+  ::kill(job.agent.pid(), SIGKILL);
+  REQUIRE(job.agent.wait(std::chrono::seconds(5)));
+  const auto workers = job.workers();
   CHECK(wait_until(
       [&] {
         for (auto pid : workers) {
@@ -155,41 +177,29 @@ TEST_CASE("kill -9 of the agent leaves no worker running a second later") {
 }
 
 TEST_CASE("a worker that ignores SIGTERM is killed after the grace period") {
-  TempDir dir;
-  const auto pids = dir / "pids";
-  Process agent(
-      ddprun_argv({"--nproc_per_node=2", "--stop_timeout=0.5", "--no_python", bin("fake_worker").string()}),
-      dir.path(),
-      clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGTERM", "1"}, {"FAKE_PID_FILE", pids.string()}}));
-  REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 2; }));
-  agent.signal(SIGTERM);
-  auto code = agent.wait(std::chrono::seconds(30));
+  HangingJob job(2, {"--stop_timeout=0.5"}, {{"FAKE_IGNORE_SIGTERM", "1"}});
+  job.agent.signal(SIGTERM);
+  auto code = job.agent.wait(std::chrono::seconds(30));
   REQUIRE(code);
   CHECK(*code == 143);
   // SIGTERM first, SIGKILL only once the 500 ms grace is over.
-  const auto err = agent.err();
+  const auto err = job.agent.err();
   INFO(err);
   const auto term = err.find("stopping 2 workers with SIGTERM (SIGKILL after 500 ms)");
   const auto kill = err.find("2 workers still running after 500 ms: sending SIGKILL");
   REQUIRE(term != std::string::npos);
   REQUIRE(kill != std::string::npos);
   CHECK(term < kill);
-  for (auto pid : started_pids(read_file(pids))) CHECK_FALSE(pid_alive(pid));
+  for (auto pid : job.workers()) CHECK_FALSE(pid_alive(pid));
 }
 
 TEST_CASE("a second Ctrl-C kills the workers at once") {
-  TempDir dir;
-  const auto pids = dir / "pids";
-  Process agent(
-      ddprun_argv({"--nproc_per_node=2", "--stop_timeout=60", "--no_python", bin("fake_worker").string()}),
-      dir.path(),
-      clean_env({{"FAKE_HANG", "1"}, {"FAKE_IGNORE_SIGINT", "1"}, {"FAKE_PID_FILE", pids.string()}}));
-  REQUIRE(wait_until([&] { return count_lines(read_file(pids), " start ") == 2; }));
-  agent.signal(SIGINT);
-  REQUIRE(wait_until([&] { return agent.err().find("received SIGINT") != std::string::npos; }));
-  agent.signal(SIGINT);
-  auto code = agent.wait(std::chrono::seconds(10));
+  HangingJob job(2, {"--stop_timeout=60"}, {{"FAKE_IGNORE_SIGINT", "1"}});
+  job.agent.signal(SIGINT);
+  REQUIRE(wait_until([&] { return job.agent.err().find("received SIGINT") != std::string::npos; }));
+  job.agent.signal(SIGINT);
+  auto code = job.agent.wait(std::chrono::seconds(10));
   REQUIRE(code);
   CHECK(*code == 130);
-  for (auto pid : started_pids(read_file(pids))) CHECK_FALSE(pid_alive(pid));
+  for (auto pid : job.workers()) CHECK_FALSE(pid_alive(pid));
 }

@@ -3,6 +3,8 @@
 
 #include <sys/types.h>
 
+#include <catch2/catch.hpp>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -14,6 +16,22 @@
 namespace ddp::test::launcher {
 
 using EnvOverrides = std::map<std::string, std::optional<std::string>>;
+
+// Debian's interpreter, where python3-torch (1.13) lives: what the tests whose
+// workers run Python pass to --python unless they ask for another.
+inline constexpr const char* kPython = "/usr/bin/python3";
+
+// Whether `python` imports torch.distributed. Without it a torch case is
+// skipped (false, after a "SKIP:" warning), except under CI, where it fails.
+inline bool have_torch(const TempDir& dir, const std::string& python = kPython) {
+  if (run({python, "-c", "import torch.distributed"}, dir.path()).code == 0) return true;
+  const std::string why =
+      python +
+      " cannot import torch (apt install python3-torch; scripts/setup.sh installs torch 2.x into .venv)";
+  if (std::getenv("CI") != nullptr) FAIL(why);
+  WARN("SKIP: " << why);
+  return false;
+}
 
 // ddprun's argv; --log-level=warn keeps lifecycle lines out of assertions on
 // output unless a test asks for them.

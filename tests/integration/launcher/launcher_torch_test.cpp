@@ -11,19 +11,20 @@ using namespace ddp::test;
 using namespace ddp::test::launcher;
 
 namespace {
-constexpr const char* kTorchPython = "/usr/bin/python3";
-
-bool have_torch(const TempDir& dir) {
-  return run({kTorchPython, "-c", "import torch.distributed"}, dir.path()).code == 0;
+// `nproc` workers of the torch script dir/`script` under ddprun; the job must
+// exit 0. Its output, for the test to check what the ranks printed.
+RunResult torch_job_ok(const TempDir& dir, int nproc, const std::string& script) {
+  auto r = ddprun({"--python", kPython, "--nproc_per_node=" + std::to_string(nproc), (dir / script).string()},
+                  dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return r;
 }
 }  // namespace
 
 TEST_CASE("a torch script joins a gloo process group from ddprun's env and all-reduces") {
   TempDir dir;
-  if (!have_torch(dir)) {
-    WARN("python3-torch not installed: skipped");
-    return;
-  }
+  if (!have_torch(dir)) return;
   write_file(dir / "train.py",
              "import torch, torch.distributed as dist\n"
              "dist.init_process_group('gloo')\n"
@@ -31,19 +32,14 @@ TEST_CASE("a torch script joins a gloo process group from ddprun's env and all-r
              "dist.all_reduce(t)\n"
              "print('rank', dist.get_rank(), 'of', dist.get_world_size(), 'sum', t.item())\n"
              "dist.destroy_process_group()\n");
-  auto r = ddprun({"--python", kTorchPython, "--nproc_per_node=2", (dir / "train.py").string()}, dir);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
+  const auto r = torch_job_ok(dir, 2, "train.py");
   CHECK_THAT(r.out, Catch::Contains("[rank 0]:rank 0 of 2 sum 3.0"));
   CHECK_THAT(r.out, Catch::Contains("[rank 1]:rank 1 of 2 sum 3.0"));
 }
 
 TEST_CASE("a torch script that destroys its process group and inits it again gets a fresh group each time") {
   TempDir dir;
-  if (!have_torch(dir)) {
-    WARN("python3-torch not installed: skipped");
-    return;
-  }
+  if (!have_torch(dir)) return;
   // torch writes the same store keys at every init; rank 2 lags, so the others
   // are already in their next init while it still holds the last one.
   write_file(dir / "reinit.py",
@@ -57,9 +53,7 @@ TEST_CASE("a torch script that destroys its process group and inits it again get
              "    if dist.get_rank() == 2:\n"
              "        time.sleep(0.3)\n"
              "    dist.destroy_process_group()\n");
-  auto r = ddprun({"--python", kTorchPython, "--nproc_per_node=3", (dir / "reinit.py").string()}, dir);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
+  const auto r = torch_job_ok(dir, 3, "reinit.py");
   for (int rank = 0; rank < 3; ++rank) {
     CHECK_THAT(r.out, Catch::Contains("init 0 rank " + std::to_string(rank) + " sum 3.0"));
     CHECK_THAT(r.out, Catch::Contains("init 1 rank " + std::to_string(rank) + " sum 33.0"));
@@ -69,10 +63,7 @@ TEST_CASE("a torch script that destroys its process group and inits it again get
 
 TEST_CASE("a torch.distributed.launch script that parses --local_rank runs distributed") {
   TempDir dir;
-  if (!have_torch(dir)) {
-    WARN("python3-torch not installed: skipped");
-    return;
-  }
+  if (!have_torch(dir)) return;
   // The tutorials' style: --local_rank from argparse, -1 meaning "not distributed".
   write_file(dir / "launch_style.py",
              "import argparse, torch, torch.distributed as dist\n"
@@ -87,9 +78,9 @@ TEST_CASE("a torch.distributed.launch script that parses --local_rank runs distr
              "    print('local_rank', a.local_rank, 'world', dist.get_world_size(), 'epochs', a.epochs)\n"
              "    dist.destroy_process_group()\n");
   // The tutorials' own abbreviations, as argparse accepts them.
-  auto r = ddprun({"--python", kTorchPython, "--nnode=1", "--nproc", "2", (dir / "launch_style.py").string(),
-                   "--epochs", "3"},
-                  dir);
+  auto r = ddprun(
+      {"--python", kPython, "--nnode=1", "--nproc", "2", (dir / "launch_style.py").string(), "--epochs", "3"},
+      dir);
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("[rank 0]:local_rank 0 world 2 epochs 3"));
@@ -98,7 +89,7 @@ TEST_CASE("a torch.distributed.launch script that parses --local_rank runs distr
   CHECK(count_lines(r.err, "passing --local_rank=N to") == 1);
   CHECK_THAT(r.err, Catch::Contains("--no_legacy_local_rank"));
 
-  auto off = ddprun({"--python", kTorchPython, "--no_legacy_local_rank", "--nproc_per_node=2",
+  auto off = ddprun({"--python", kPython, "--no_legacy_local_rank", "--nproc_per_node=2",
                      (dir / "launch_style.py").string()},
                     dir);
   REQUIRE(off.code == 0);
@@ -108,10 +99,7 @@ TEST_CASE("a torch.distributed.launch script that parses --local_rank runs distr
 TEST_CASE(
     "without --python a torch script runs under torchrun's interpreter, whatever python3 is first on PATH") {
   TempDir dir;
-  if (!have_torch(dir)) {
-    WARN("python3-torch not installed: skipped");
-    return;
-  }
+  if (!have_torch(dir)) return;
   // A python3 first on PATH that cannot import torch, as a pyenv shim can be.
   write_file(dir / "shims/python3", "#!/bin/sh\necho 'No module named torch' >&2\nexit 1\n");
   ::chmod((dir / "shims/python3").c_str(), 0755);
@@ -132,9 +120,9 @@ TEST_CASE(
 TEST_CASE("a worker failing on an import names the interpreter and how to choose another") {
   TempDir dir;
   write_file(dir / "train.py", "import no_such_module_for_ddprun\n");
-  auto r = ddprun({"--python", kTorchPython, (dir / "train.py").string()}, dir);
+  auto r = ddprun({"--python", kPython, (dir / "train.py").string()}, dir);
   CHECK(r.code == 1);
-  CHECK_THAT(r.err, Catch::Contains(std::string("the workers ran ") + kTorchPython +
+  CHECK_THAT(r.err, Catch::Contains(std::string("the workers ran ") + kPython +
                                     ", which could not import a module; choose the interpreter "
                                     "with --python PATH (or PYTHON_EXEC)"));
 }

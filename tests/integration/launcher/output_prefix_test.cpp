@@ -7,10 +7,6 @@
 using namespace ddp::test;
 using namespace ddp::test::launcher;
 
-namespace {
-constexpr const char* kPython = "/usr/bin/python3";
-}  // namespace
-
 TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE sets the console prefix as under torchrun") {
   TempDir dir;
   write_file(dir / "hello.py", "print('hello')\n");

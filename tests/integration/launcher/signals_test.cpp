@@ -9,10 +9,6 @@
 using namespace ddp::test;
 using namespace ddp::test::launcher;
 
-namespace {
-constexpr const char* kPython = "/usr/bin/python3";
-}  // namespace
-
 TEST_CASE("a second SIGTERM does not cut short the workers' checkpoint handlers") {
   TempDir dir;
   // On SIGTERM: say so, then "checkpoint" until the test lets it finish.

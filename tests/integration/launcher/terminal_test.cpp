@@ -15,8 +15,6 @@ using namespace ddp::test::launcher;
 
 namespace {
 
-constexpr const char* kPython = "/usr/bin/python3";
-
 std::vector<std::string> ddprun_on(const TempDir& dir, std::vector<std::string> args) {
   args.insert(args.begin(), {"--python", kPython, "--log_level=warn"});
   (void)dir;

@@ -18,23 +18,14 @@ namespace {
 
 std::string python() {
   const char* p = std::getenv("DDP_TEST_PYTHON");
-  return p != nullptr && *p != '\0' ? p : "/usr/bin/python3";
-}
-
-// Whether `python` has torch; without it the case is skipped, except in CI.
-bool have_torch(const TempDir& dir) {
-  if (run({python(), "-c", "import torch.distributed"}, dir.path()).code == 0) return true;
-  const std::string why = python() + " cannot import torch (scripts/setup.sh installs torch 2.x into .venv)";
-  if (std::getenv("CI") != nullptr) FAIL(why);
-  WARN("SKIP: " << why);
-  return false;
+  return p != nullptr && *p != '\0' ? p : kPython;
 }
 
 }  // namespace
 
 TEST_CASE("torch workers at a terminal see it, and Ctrl-C in their all_reduce loop ends the job at once") {
   TempDir dir;
-  if (!have_torch(dir)) return;
+  if (!have_torch(dir, python())) return;
   write_file(
       dir / "loop.py",
       "import sys, torch, torch.distributed as dist\n"

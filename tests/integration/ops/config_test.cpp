@@ -37,6 +37,12 @@ struct HeldPort {
   ~HeldPort() { ::close(fd); }
 };
 
+// ddp-rendezvousd --config c.json, the file holding `json`.
+RunResult daemon_with_config(const TempDir& dir, const std::string& json) {
+  write_file(dir / "c.json", json);
+  return run(daemon({"--config", (dir / "c.json").string()}), dir.path());
+}
+
 std::size_t lines(const std::string& s) {
   return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n'));
 }
@@ -64,33 +70,29 @@ TEST_CASE("print-config shows flag over file over env over default, with sources
 TEST_CASE("config file errors name the file, line and key and exit 2", "[ops][config]") {
   TempDir dir;
   SECTION("unknown key") {
-    write_file(dir / "c.json", "{\n  \"port\": 0,\n  \"prot\": 1\n}\n");
-    auto r = run(daemon({"--config", (dir / "c.json").string()}), dir.path());
+    auto r = daemon_with_config(dir, "{\n  \"port\": 0,\n  \"prot\": 1\n}\n");
     CHECK(r.code == 2);
     CHECK(lines(r.err) == 1);
     CHECK_THAT(r.err, Catch::Contains("c.json:3: unknown key 'prot'"));
   }
   SECTION("malformed JSON") {
-    write_file(dir / "c.json", "{\n  \"port\": 0,\n  \"host\" \"x\"\n}\n");
-    auto r = run(daemon({"--config", (dir / "c.json").string()}), dir.path());
+    auto r = daemon_with_config(dir, "{\n  \"port\": 0,\n  \"host\" \"x\"\n}\n");
     CHECK(r.code == 2);
     CHECK(lines(r.err) == 1);
     CHECK_THAT(r.err, Catch::Contains("c.json:3: malformed JSON"));
   }
   SECTION("nested or sized past the bound") {
-    write_file(dir / "c.json", "{\"port\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
-    auto r = run(daemon({"--config", (dir / "c.json").string()}), dir.path());
+    auto r =
+        daemon_with_config(dir, "{\"port\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
     CHECK(r.code == 2);
     CHECK(r.err == "ddp-rendezvousd: --config " + (dir / "c.json").string() +
                        " nests 100001 levels deep; at most 64 are read\n");
-    write_file(dir / "c.json", "{\"host\": \"" + std::string(2000000, 'x') + "\"}");
-    r = run(daemon({"--config", (dir / "c.json").string()}), dir.path());
+    r = daemon_with_config(dir, "{\"host\": \"" + std::string(2000000, 'x') + "\"}");
     CHECK(r.code == 2);
     CHECK_THAT(r.err, Catch::Contains("c.json is 2000012 bytes; at most 1048576 are read"));
   }
   SECTION("bad value names its source") {
-    write_file(dir / "c.json", "{\"port\": 70000}");
-    auto r = run(daemon({"--config", (dir / "c.json").string()}), dir.path());
+    auto r = daemon_with_config(dir, "{\"port\": 70000}");
     CHECK(r.code == 2);
     CHECK_THAT(r.err, Catch::Contains("c.json:1 key port: '70000' is not an integer in 0..65535"));
     r = run(daemon({"--print-config"}), dir.path(), {{"DDP_RENDEZVOUSD_MAX_CONNECTIONS", "lots"}});

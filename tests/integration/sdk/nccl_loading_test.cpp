@@ -12,12 +12,6 @@ namespace {
 
 std::string worker() { return bin("ddp_sdk_nccl_loading_worker").string(); }
 
-int count_lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
-
 // One rank asking for backend `backend` with `env`; the group fails or not.
 RankResult one_rank(const std::string& backend, std::map<std::string, std::optional<std::string>> env) {
   SdkJob job;
@@ -25,6 +19,15 @@ RankResult one_rank(const std::string& backend, std::map<std::string, std::optio
   INFO(describe(results));
   REQUIRE(results.size() == 1);
   return results[0];
+}
+
+// The test's stand-in libnccl, which reports itself as NCCL `version` (as
+// ncclGetVersion encodes it: 21104 is 2.11.4).
+std::string fake_nccl() { return bin("libddp_test_fake_nccl.so").string(); }
+
+// One rank of backend nccl whose DDP_NCCL_LIBRARY is the fake NCCL `version`.
+RankResult one_rank_on_fake_nccl(const std::string& version) {
+  return one_rank("nccl", {{"DDP_NCCL_LIBRARY", fake_nccl()}, {"DDP_TEST_FAKE_NCCL_VERSION", version}});
 }
 
 #ifdef DDP_TEST_HAVE_NCCL
@@ -103,41 +106,32 @@ TEST_CASE("backend nccl without libnccl fails with one line naming the loader's 
   TempDir empty;
   const std::string missing = (empty / "libnccl.so.2").string();
   const auto r = one_rank("nccl", {{"DDP_NCCL_LIBRARY", missing}});
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  CHECK(r.code == 1);
-  CHECK(count_lines(r.err) == 1);
-  CHECK_THAT(r.err,
-             Catch::Contains("rank 0 of 1 (group 'default'): backend 'nccl' cannot load NCCL (" + missing +
-                             ": cannot open shared object file: No such file or directory); install NCCL "
-                             ">= 2.14.0 (built against ") &&
-                 Catch::Contains("put its libnccl.so.2 on LD_LIBRARY_PATH or name it in DDP_NCCL_LIBRARY, or "
-                                 "use backend 'gloo'"));
+  check_one_line_failure(
+      r, 1,
+      Catch::Contains("rank 0 of 1 (group 'default'): backend 'nccl' cannot load NCCL (" + missing +
+                      ": cannot open shared object file: No such file or directory); install NCCL >= 2.14.0 "
+                      "(built against ") &&
+          Catch::Contains("put its libnccl.so.2 on LD_LIBRARY_PATH or name it in DDP_NCCL_LIBRARY, or use "
+                          "backend 'gloo'"));
 }
 
 TEST_CASE("backend nccl with an NCCL older than 2.14 fails with one line naming both versions") {
   SKIP_WITHOUT_NCCL();
-  const std::string fake = bin("libddp_test_fake_nccl.so").string();
-  const auto r = one_rank("nccl", {{"DDP_NCCL_LIBRARY", fake}, {"DDP_TEST_FAKE_NCCL_VERSION", "21104"}});
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  CHECK(r.code == 1);
-  CHECK(count_lines(r.err) == 1);
-  CHECK_THAT(r.err,
-             Catch::Contains("rank 0 of 1 (group 'default'): NCCL 2.11.4 (" + fake +
-                             ") was loaded at run time, but backend 'nccl' needs NCCL >= 2.14.0 (built "
-                             "against ") &&
-                 Catch::Contains("put a newer libnccl.so.2 on LD_LIBRARY_PATH or name it in "
-                                 "DDP_NCCL_LIBRARY, or use backend 'gloo'"));
+  const auto r = one_rank_on_fake_nccl("21104");
+  check_one_line_failure(
+      r, 1,
+      Catch::Contains("rank 0 of 1 (group 'default'): NCCL 2.11.4 (" + fake_nccl() +
+                      ") was loaded at run time, but backend 'nccl' needs NCCL >= 2.14.0 (built against ") &&
+          Catch::Contains("put a newer libnccl.so.2 on LD_LIBRARY_PATH or name it in DDP_NCCL_LIBRARY, or "
+                          "use backend 'gloo'"));
 }
 
 TEST_CASE("backend nccl with a library lacking an NCCL function fails with one line naming it") {
   SKIP_WITHOUT_NCCL();
-  const std::string fake = bin("libddp_test_fake_nccl.so").string();
-  const auto r = one_rank("nccl", {{"DDP_NCCL_LIBRARY", fake}, {"DDP_TEST_FAKE_NCCL_VERSION", "21903"}});
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  CHECK(r.code == 1);
-  CHECK(count_lines(r.err) == 1);
-  CHECK_THAT(r.err, Catch::Contains("NCCL 2.19.3 (" + fake + ") lacks ncclGetErrorString (") &&
-                        Catch::Contains("install NCCL >= 2.14.0"));
+  const auto r = one_rank_on_fake_nccl("21903");
+  check_one_line_failure(r, 1,
+                         Catch::Contains("NCCL 2.19.3 (" + fake_nccl() + ") lacks ncclGetErrorString (") &&
+                             Catch::Contains("install NCCL >= 2.14.0"));
 }
 
 TEST_CASE("backend nccl without the CUDA runtime fails with one line naming the loader's error") {
@@ -145,11 +139,8 @@ TEST_CASE("backend nccl without the CUDA runtime fails with one line naming the 
   TempDir empty;
   const std::string missing = (empty / "libcudart.so.13").string();
   const auto r = one_rank("nccl", {{"DDP_CUDART_LIBRARY", missing}});
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  CHECK(r.code == 1);
-  CHECK(count_lines(r.err) == 1);
-  CHECK_THAT(
-      r.err,
+  check_one_line_failure(
+      r, 1,
       Catch::Contains("rank 0 of 1 (group 'default'): backend 'nccl' cannot load the CUDA runtime (" +
                       missing + ": cannot open shared object file") &&
           Catch::Contains("on LD_LIBRARY_PATH or name it in DDP_CUDART_LIBRARY, or use backend 'gloo'"));

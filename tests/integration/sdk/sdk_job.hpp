@@ -2,6 +2,7 @@
 // StoreServer hosted by the test (127.0.0.1, port 0), the way ddprun would.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,5 +37,22 @@ class SdkJob {
 
 // All of a rank's output for a failure message.
 std::string describe(const std::vector<RankResult>& results);
+
+// The lines of `s` ('\n'-terminated).
+inline int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+// A failure as the user reads it: exit code `code` and one line on stderr,
+// which `says` matches. `r` is a RunResult or a RankResult.
+template <typename Result, typename Matcher>
+void check_one_line_failure(const Result& r, int code, const Matcher& says) {
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.code == code);
+  CHECK(count_lines(r.err) == 1);
+  CHECK_THAT(r.err, says);
+}
 
 }  // namespace ddp::test

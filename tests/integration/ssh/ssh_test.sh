@@ -134,37 +134,41 @@ for run in 1 2 3 4 5 6 7 8 9 10; do
 done
 echo "rank 3 was on h2 in $on_h2 of 10 runs, on h1 in the others; each named right"
 
+# Starts a job of 2 hosts x 2 hanging workers in the background (LAUNCHER: its
+# pid), its stdout/stderr in $1.out/$1.log and its workers' pids in $1.pids, and
+# returns once all 4 workers run.
+start_hanging_job() {
+  FAKE_HANG=1 FAKE_PID_FILE=$TMP/$1.pids "$BIN/ddprun" --hosts h1,h2 --nproc_per_node=2 --local_addr=127.0.0.1 \
+    --stop_timeout=5 --no_python "$BIN/fake_worker" >"$1.out" 2>"$1.log" &
+  LAUNCHER=$!
+  wait_for 300 "[ \"\$(grep -c ' start ' $1.pids 2>/dev/null)\" = 4 ]" || fail "the 4 workers did not start"
+}
+
+# Fails unless every worker started in job $1 is gone within 15 s ($2: after what).
+expect_workers_gone() {
+  for p in $(awk '/ start / {print $1}' "$1.pids"); do
+    wait_for 150 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived $2"
+  done
+}
+
 echo "== Ctrl-C stops every host and exits 130"
-FAKE_HANG=1 FAKE_PID_FILE=$TMP/int.pids "$BIN/ddprun" --hosts h1,h2 --nproc_per_node=2 --local_addr=127.0.0.1 \
-  --stop_timeout=5 --no_python "$BIN/fake_worker" >int.out 2>int.log &
-LAUNCHER=$!
-wait_for 300 '[ "$(grep -c " start " int.pids 2>/dev/null)" = 4 ]' || fail "the 4 workers did not start"
+start_hanging_job int
 kill -INT $LAUNCHER
 wait $LAUNCHER
 rc=$?
 [ "$rc" = 130 ] || fail "SIGINT gave exit $rc, not 130"
-for p in $(awk '/ start / {print $1}' int.pids); do
-  wait_for 150 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived Ctrl-C"
-done
+expect_workers_gone int "Ctrl-C"
 
 echo "== killing the launcher stops the workers on both hosts"
-FAKE_HANG=1 FAKE_PID_FILE=$TMP/hang.pids "$BIN/ddprun" --hosts h1,h2 --nproc_per_node=2 --local_addr=127.0.0.1 \
-  --stop_timeout=5 --no_python "$BIN/fake_worker" >hang.out 2>hang.log &
-LAUNCHER=$!
-wait_for 300 '[ "$(grep -c " start " hang.pids 2>/dev/null)" = 4 ]' || fail "the 4 workers did not start"
+start_hanging_job hang
 kill -KILL $LAUNCHER
 wait $LAUNCHER 2>/dev/null
-for p in $(awk '/ start / {print $1}' hang.pids); do
-  wait_for 150 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived the killed launcher"
-done
+expect_workers_gone hang "the killed launcher"
 wait_for 150 '[ -z "$(marked | xargs -r ps -o comm= -p | grep -E "ddprun|fake_worker|ddp-guard")" ]' ||
   fail "processes outlived the killed launcher: $(marked | xargs -r ps -o pid,args -p)"
 
 echo "== a host whose ssh connection dies stops its workers, and the job stops everywhere"
-FAKE_HANG=1 FAKE_PID_FILE=$TMP/cut.pids "$BIN/ddprun" --hosts h1,h2 --nproc_per_node=2 --local_addr=127.0.0.1 \
-  --stop_timeout=5 --no_python "$BIN/fake_worker" >cut.out 2>cut.log &
-LAUNCHER=$!
-wait_for 300 '[ "$(grep -c " start " cut.pids 2>/dev/null)" = 4 ]' || fail "the 4 workers did not start"
+start_hanging_job cut
 SSH_H1=$(ps -o pid=,args= --ppid $LAUNCHER | awk '/ h1 -- / {print $1}')
 [ -n "$SSH_H1" ] || fail "no ssh child for h1"
 kill -KILL $SSH_H1
@@ -173,9 +177,7 @@ rc=$?
 [ "$rc" = 3 ] || fail "a lost connection gave exit $rc, not 3"
 [ "$(tail -n 1 cut.log)" = "ddprun: error: host h1: its ssh was killed by signal 9" ] ||
   fail "the last line does not name the host whose connection died"
-for p in $(awk '/ start / {print $1}' cut.pids); do
-  wait_for 150 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived its host's ssh connection"
-done
+expect_workers_gone cut "its host's ssh connection"
 
 echo "== an unreachable host is exit 3 naming it"
 timeout 60 "$BIN/ddprun" --hosts h1,127.0.0.1:1 --local_addr=127.0.0.1 --no_python /bin/true >down.out 2>down.log

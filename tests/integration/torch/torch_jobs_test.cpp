@@ -56,6 +56,17 @@ std::vector<std::string> results(const std::string& out, const std::string& id) 
   return found;
 }
 
+// Waits for the two nodes of job `id`, each of which must exit 0, and returns
+// their results.
+std::vector<std::string> results_of_both(Process& a, Process& b, const std::string& id) {
+  const auto ca = a.wait(150s);
+  const auto cb = b.wait(150s);
+  INFO(a.out() << a.err() << b.out() << b.err());
+  CHECK(ca == 0);
+  CHECK(cb == 0);
+  return results(a.out() + b.out(), id);
+}
+
 std::size_t count(const std::vector<std::string>& v, const std::string& prefix) {
   std::size_t n = 0;
   for (const auto& s : v) n += s.rfind(prefix, 0) == 0 ? 1 : 0;
@@ -170,12 +181,7 @@ TEST_CASE("torch workers of a job on etcd all_reduce through group rank 0's stor
   EtcdCluster etcd(dir / "etcd");
   auto a = node(dir, etcd.endpoints_text(), "etcdjob", "2", 5, "nodeA", {}, "etcd");
   auto b = node(dir, etcd.endpoints_text(), "etcdjob", "2", 5, "nodeB", {}, "etcd");
-  const auto ca = a->wait(150s);
-  const auto cb = b->wait(150s);
-  INFO(a->out() << a->err() << b->out() << b->err());
-  CHECK(ca == 0);
-  CHECK(cb == 0);
-  const auto got = results(a->out() + b->out(), "etcdjob");
+  const auto got = results_of_both(*a, *b, "etcdjob");
   CHECK(count(got, "2/0/15/0") == 1);
   CHECK(count(got, "2/1/15/0") == 1);
 }
@@ -188,12 +194,7 @@ TEST_CASE("torch workers reach a daemon that requires a token, which TCPStore cl
   const std::vector<std::string> token = {"--token_file=" + (dir / "token").string()};
   auto a = node(dir, d.endpoint(), "tokenjob", "2", 4, "nodeA", {}, "c10d", token);
   auto b = node(dir, d.endpoint(), "tokenjob", "2", 4, "nodeB", {}, "c10d", token);
-  const auto ca = a->wait(150s);
-  const auto cb = b->wait(150s);
-  INFO(a->out() << a->err() << b->out() << b->err());
-  CHECK(ca == 0);
-  CHECK(cb == 0);
-  const auto got = results(a->out() + b->out(), "tokenjob");
+  const auto got = results_of_both(*a, *b, "tokenjob");
   CHECK(count(got, "2/0/12/0") == 1);
   CHECK(count(got, "2/1/12/0") == 1);
 }

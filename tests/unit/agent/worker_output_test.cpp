@@ -28,6 +28,15 @@ struct Console {
     return out;
   }
 };
+
+// The options of rank `rank` streaming its stdout to `console` (as at a terminal).
+WorkerOutputOptions streaming_to(const Console& console, int rank) {
+  WorkerOutputOptions o;
+  o.rank = rank;
+  o.console_out_fd = console.fds[1];
+  o.stream_out = true;
+  return o;
+}
 }  // namespace
 
 TEST_CASE("lines split across chunks reach the console whole and prefixed with the rank") {
@@ -103,11 +112,7 @@ TEST_CASE("an unwritable log file is a config error naming --log_dir") {
 
 TEST_CASE("streaming output reaches the console as it comes, the prefix after each \\r") {
   Console out;
-  WorkerOutputOptions o;
-  o.rank = 3;
-  o.console_out_fd = out.fds[1];
-  o.stream_out = true;
-  WorkerOutput w(o);
+  WorkerOutput w(streaming_to(out, 3));
   w.feed(StdStream::kOut, "(Pdb) ");
   CHECK(out.drain() == "[rank 3]:(Pdb) ");
   w.feed(StdStream::kOut, "\r 10%");
@@ -121,10 +126,7 @@ TEST_CASE("streaming output reaches the console as it comes, the prefix after ea
 TEST_CASE("another worker's line first ends a streaming worker's unfinished line") {
   Console console;
   auto line = std::make_shared<ConsoleLine>();
-  WorkerOutputOptions a;
-  a.rank = 0;
-  a.console_out_fd = console.fds[1];
-  a.stream_out = true;
+  WorkerOutputOptions a = streaming_to(console, 0);
   a.console_line = line;
   WorkerOutputOptions b = a;
   b.rank = 1;
@@ -138,10 +140,7 @@ TEST_CASE("another worker's line first ends a streaming worker's unfinished line
 
 TEST_CASE("streaming puts the prefix before text only: a bare \\r or the \\n of \\r\\n gets none") {
   Console out;
-  WorkerOutputOptions o;
-  o.console_out_fd = out.fds[1];
-  o.stream_out = true;
-  WorkerOutput w(o);
+  WorkerOutput w(streaming_to(out, 0));
   // tqdm's first update starts with '\r': one prefix, not "[rank 0]:\r[rank 0]:".
   w.feed(StdStream::kOut, "\r  0%");
   CHECK(out.drain() == "\r[rank 0]:  0%");

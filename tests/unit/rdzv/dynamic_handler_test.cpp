@@ -12,21 +12,10 @@
 using namespace std::chrono_literals;
 using ddp::rdzv::RoundEvent;
 using ddp::test::make_node;
+using ddp::test::make_nodes;
 using ddp::test::SimNode;
 
 namespace {
-
-std::vector<std::unique_ptr<SimNode>> make_nodes(const std::shared_ptr<ddp::store::Store>& store,
-                                                 const ddp::rdzv::RendezvousConfig& cfg, int n,
-                                                 const std::vector<int>& nproc = {},
-                                                 const std::string& id_prefix = "node") {
-  std::vector<std::unique_ptr<SimNode>> nodes;
-  for (int i = 0; i < n; ++i) {
-    int p = nproc.empty() ? 1 : nproc[static_cast<std::size_t>(i)];
-    nodes.push_back(make_node(store, cfg, id_prefix + std::to_string(i), p));
-  }
-  return nodes;
-}
 
 // Ranks are contiguous: sorted by group rank, each node starts where the previous ended.
 void check_contiguous(const std::vector<ddp::rdzv::RendezvousResult>& rs) {

@@ -28,13 +28,6 @@ ddp::rdzv::RendezvousConfig fenced(int min_nodes, int max_nodes) {
 }
 constexpr auto kFenceMargin = 100ms;
 
-std::vector<std::unique_ptr<SimNode>> nodes_of(const std::shared_ptr<ddp::store::Store>& store,
-                                               const ddp::rdzv::RendezvousConfig& cfg, int n) {
-  std::vector<std::unique_ptr<SimNode>> nodes;
-  for (int i = 0; i < n; ++i) nodes.push_back(make_node(store, cfg, "node" + std::to_string(i)));
-  return nodes;
-}
-
 // When `e` first reached the node; set from the handler's callback.
 struct EventTime {
   std::atomic<bool> seen{false};
@@ -66,7 +59,7 @@ std::vector<Clock::time_point> rejoin(const std::vector<SimNode*>& nodes) {
 
 TEST_CASE("fence: a node cut off from the store is told before the store can count it gone") {
   auto store = std::make_shared<ddp::store::MemoryStore>();
-  auto nodes = nodes_of(store, fenced(2, 2), 2);
+  auto nodes = make_nodes(store, fenced(2, 2), 2);
   const auto rs = ddp::test::rendezvous_all(nodes);
   const std::string record = "/job/rdzv/round_0/node/" + std::to_string(rs[1].group_rank);
   std::atomic<bool> told{false};
@@ -85,7 +78,7 @@ TEST_CASE("fence: a node cut off from the store is told before the store can cou
 
 TEST_CASE("fence: the others' next round starts a fence margin after a silent member's lease ended") {
   auto store = std::make_shared<ddp::store::MemoryStore>();
-  auto nodes = nodes_of(store, fenced(2, 3), 3);
+  auto nodes = make_nodes(store, fenced(2, 3), 3);
   REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 3);
   EventTime seen0, seen1;
   seen0.watch(*nodes[0], RoundEvent::kMembershipChanged);
@@ -108,7 +101,7 @@ TEST_CASE("fence: the others' next round starts a fence margin after a silent me
 TEST_CASE("fence: a member that left on purpose, or a reported failure, holds nobody up") {
   auto store = std::make_shared<ddp::store::MemoryStore>();
   auto cfg = ddp::test::dynamic_config(2, 3);  // keep-alive interval 30 s: a fence would be 15 s
-  auto nodes = nodes_of(store, cfg, 3);
+  auto nodes = make_nodes(store, cfg, 3);
   REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 3);
 
   // A node whose workers are gone leaves (ddprun exiting): its handler says so.

@@ -75,6 +75,20 @@ inline std::unique_ptr<SimNode> make_node(std::shared_ptr<store::Store> shared,
   return node;
 }
 
+// `n` nodes "node0".."node<n-1>" (`id_prefix` instead of "node") on one shared
+// store, with nproc[i] workers each (1 when `nproc` is empty).
+inline std::vector<std::unique_ptr<SimNode>> make_nodes(const std::shared_ptr<store::Store>& store,
+                                                        const rdzv::RendezvousConfig& cfg, int n,
+                                                        const std::vector<int>& nproc = {},
+                                                        const std::string& id_prefix = "node") {
+  std::vector<std::unique_ptr<SimNode>> nodes;
+  for (int i = 0; i < n; ++i) {
+    const int p = nproc.empty() ? 1 : nproc[static_cast<std::size_t>(i)];
+    nodes.push_back(make_node(store, cfg, id_prefix + std::to_string(i), p));
+  }
+  return nodes;
+}
+
 // The message of the exception of type E that f throws; "<no exception>" if none
 // (any other exception type escapes and fails the test).
 template <class E, class F>

@@ -22,18 +22,11 @@ ddp::rdzv::RendezvousConfig long_last_call(int min_nodes, int max_nodes) {
   return cfg;
 }
 
-std::vector<std::unique_ptr<SimNode>> nodes_of(const std::shared_ptr<ddp::store::Store>& store,
-                                               const ddp::rdzv::RendezvousConfig& cfg, int n) {
-  std::vector<std::unique_ptr<SimNode>> nodes;
-  for (int i = 0; i < n; ++i) nodes.push_back(make_node(store, cfg, "node" + std::to_string(i)));
-  return nodes;
-}
-
 }  // namespace
 
 TEST_CASE("c10d restart: survivors of a departed node, then of a failure, re-form without the last call") {
   auto store = std::make_shared<ddp::store::MemoryStore>();
-  auto nodes = nodes_of(store, long_last_call(2, 4), 4);
+  auto nodes = make_nodes(store, long_last_call(2, 4), 4);
   REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 4);  // MAX closes round 0 at once
   nodes[3]->handler.reset();                                           // leaves: its lease is revoked
   nodes.pop_back();
@@ -59,7 +52,7 @@ TEST_CASE("c10d restart: a member that stops answering is waited for only until 
   auto cfg = long_last_call(2, 4);
   cfg.keep_alive_interval = 100ms;
   cfg.keep_alive_max_attempt = 2;
-  auto nodes = nodes_of(store, cfg, 4);
+  auto nodes = make_nodes(store, cfg, 4);
   REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 4);
   // node3 stalls (never rejoins, its lease runs out) while node0 reports a failure:
   // the others are back long before node3's record vanishes.
@@ -82,7 +75,7 @@ TEST_CASE("c10d restart: a round re-formed for a newcomer still waits the last c
   auto store = std::make_shared<ddp::store::MemoryStore>();
   auto cfg = ddp::test::dynamic_config(2, 5);
   cfg.last_call_timeout = 300ms;
-  auto nodes = nodes_of(store, cfg, 3);
+  auto nodes = make_nodes(store, cfg, 3);
   REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 3);
   nodes.push_back(make_node(store, cfg, "newcomer"));
   auto late = std::async(std::launch::async, [h = nodes[3]->handler.get()] { return h->next_rendezvous(); });
@@ -108,7 +101,7 @@ TEST_CASE(
   auto store = std::make_shared<ddp::store::MemoryStore>();
   auto cfg = ddp::test::dynamic_config(2, 16);  // round 0 closes after a short last call
   cfg.list_nodes = false;
-  auto nodes = nodes_of(store, cfg, 8);
+  auto nodes = make_nodes(store, cfg, 8);
   REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 8);
   nodes[0]->handler->report_failure("worker 0 exited with code 1");
   REQUIRE(ddp::test::wait_until([&] {

@@ -2,12 +2,11 @@
 
 #include <catch2/catch.hpp>
 
-using namespace ddp::store::server;
-using namespace ddp;
+#include "fake_clock.hpp"
 
-namespace {
-const Clock::time_point t0 = Clock::time_point() + std::chrono::hours(1);
-}  // namespace
+using namespace ddp::store::server;
+using ddp::test::t0;
+using namespace ddp;
 
 TEST_CASE("auth limiter: the first failures are free, then the wait doubles up to the maximum") {
   AuthLimiter lim(AuthBackoff{3, Millis(100), Millis(1000), Millis(60000)});

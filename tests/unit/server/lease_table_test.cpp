@@ -3,16 +3,13 @@
 #include <catch2/catch.hpp>
 #include <limits>
 
+#include "fake_clock.hpp"
 #include "store_core.hpp"
 
 using namespace ddp::store;
 using namespace ddp::store::server;
+using ddp::test::t0;
 using namespace ddp;
-
-namespace {
-// A fake clock: tests move time by hand, nothing sleeps.
-const Clock::time_point t0 = Clock::time_point() + std::chrono::hours(1);
-}  // namespace
 
 TEST_CASE("a lease expires at its ttl unless kept alive") {
   LeaseTable t;

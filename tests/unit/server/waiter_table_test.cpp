@@ -2,12 +2,14 @@
 
 #include <catch2/catch.hpp>
 
+#include "fake_clock.hpp"
+
 using namespace ddp::store::server;
 using ddp::Clock;
 using ddp::Millis;
+using ddp::test::t0;
 
 namespace {
-const Clock::time_point t0 = Clock::time_point() + std::chrono::hours(1);
 const auto never = Clock::time_point::max();
 }  // namespace
 

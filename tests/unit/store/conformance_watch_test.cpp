@@ -5,9 +5,11 @@
 
 #include "store_backends.hpp"
 #include "test_support.hpp"
+#include "watch_checks.hpp"
 
 using namespace std::chrono_literals;
 using namespace ddp::store;
+using ddp::test::check_put_put_delete;
 
 // Another target may run these scenarios on its own backends (the etcd tests do).
 #ifndef STORE_BACKENDS
@@ -54,17 +56,7 @@ TEMPLATE_TEST_CASE("watch streams puts and deletes under its prefix in order", "
   for (const auto& e : rec.events()) UNSCOPED_INFO("event " << e.key << " rev " << e.revision);
   UNSCOPED_INFO("r1 " << r1 << " r2 " << r2);
   REQUIRE(all);
-  const auto ev = rec.events();
-  REQUIRE(ev.size() == 3);
-  CHECK(ev[0].type == EventType::kPut);
-  CHECK(ev[0].key == "w/a");
-  CHECK(ev[0].value == "1");
-  CHECK(ev[0].revision == r1);
-  CHECK(ev[1].key == "w/b");
-  CHECK(ev[1].revision == r2);
-  CHECK(ev[2].type == EventType::kDelete);
-  CHECK(ev[2].key == "w/a");
-  CHECK(ev[2].revision > r2);
+  check_put_put_delete(rec.events(), r1, r2);
 }
 
 TEMPLATE_TEST_CASE("a watch from list().revision + 1 misses nothing", "[conformance]", STORE_BACKENDS) {

@@ -78,12 +78,17 @@ TEST_CASE("a watch from before the retained history fails with CompactedError", 
   CHECK(ddp::test::wait_until([&] { return seen.load() == 1; }, 10s));
 }
 
+namespace {
+// A loopback port that a server had a moment ago, now closed (refused until
+// something listens there again).
+std::uint16_t closed_port() {
+  auto server = start_server(loopback_server_options());
+  return server->port();
+}
+}  // namespace
+
 TEST_CASE("connecting to a closed port fails after connect_timeout naming the endpoint", "[tcp]") {
-  std::uint16_t port = 0;
-  {
-    auto server = start_server(loopback_server_options());
-    port = server->port();
-  }
+  const std::uint16_t port = closed_port();
   auto client = client_options(port);
   client.connect_timeout = 300ms;
   CHECK_THROWS_WITH(TcpStore(client), Contains("127.0.0.1:" + std::to_string(port)) &&
@@ -91,11 +96,7 @@ TEST_CASE("connecting to a closed port fails after connect_timeout naming the en
 }
 
 TEST_CASE("a client started before its server keeps retrying and connects once the server is up", "[tcp]") {
-  std::uint16_t port = 0;
-  {
-    auto server = start_server(loopback_server_options());
-    port = server->port();
-  }
+  const std::uint16_t port = closed_port();
   auto client = client_options(port);
   client.connect_timeout = 60s;
   auto connected = std::async(std::launch::async, [&] {

@@ -115,14 +115,19 @@ struct Setup {
   std::unique_ptr<TcpStore> store;
 };
 
+// Two jobs' proxies in front of one store, each under its own round prefix.
+struct TwoJobs : Setup {
+  TwoJobs() : job1(proxy("/job1/worker/round_0/")), job2(proxy("/job2/worker/round_0/")) {}
+  std::unique_ptr<TorchStoreProxy> job1;
+  std::unique_ptr<TorchStoreProxy> job2;
+};
+
 }  // namespace
 
 TEST_CASE("two proxies on one store keep the same torch keys of two jobs apart", "[proxy]") {
-  Setup s;
-  auto job1 = s.proxy("/job1/worker/round_0/");
-  auto job2 = s.proxy("/job2/worker/round_0/");
-  TorchClient a(job1->port());
-  TorchClient b(job2->port());
+  TwoJobs s;
+  TorchClient a(s.job1->port());
+  TorchClient b(s.job2->port());
   a.set("/worker/attempt_0/addr", "job1-rank0");
   b.set("/worker/attempt_0/addr", "job2-rank0");
   CHECK(a.get("/worker/attempt_0/addr") == "job1-rank0");
@@ -137,12 +142,10 @@ TEST_CASE("two proxies on one store keep the same torch keys of two jobs apart",
 }
 
 TEST_CASE("a WAIT through the proxy is released by a set in its namespace only", "[proxy]") {
-  Setup s;
-  auto job1 = s.proxy("/job1/worker/round_0/");
-  auto job2 = s.proxy("/job2/worker/round_0/");
-  TorchClient waiter(job1->port());
-  TorchClient other_job(job2->port());
-  TorchClient same_job(job1->port());
+  TwoJobs s;
+  TorchClient waiter(s.job1->port());
+  TorchClient other_job(s.job2->port());
+  TorchClient same_job(s.job1->port());
   waiter.start_wait({"/later"});
   other_job.set("/later", "x");
   CHECK_FALSE(waiter.replied_within(200ms));
@@ -234,11 +237,9 @@ TEST_CASE("a torch 2.x client's CANCEL_WAIT reaches the WAIT it cancels through 
 }
 
 TEST_CASE("a torch 2.x client's queues and LIST stay in its job's namespace through the proxy", "[proxy]") {
-  Setup s;
-  auto job1 = s.proxy("/job1/worker/round_0/");
-  auto job2 = s.proxy("/job2/worker/round_0/");
-  TorchClient a(job1->port());
-  TorchClient b(job2->port());
+  TwoJobs s;
+  TorchClient a(s.job1->port());
+  TorchClient b(s.job2->port());
   const std::string validate = std::string(1, '\x00') + std::string("\xCE\xF7\x85\x3C", 4);
   a.send(validate);
   b.send(validate);
