@@ -35,22 +35,38 @@ ddp::test::RunResult ddp_store(const TempDir& dir, const Daemon& d, std::vector<
 
 bool logged(const Agent& a, const std::string& part) { return contains(a.proc->err(), part); }
 
+// A 2:2 job of a (127.0.0.2) and b (127.0.0.3), running; the temp dir and the
+// daemon come with it.
+struct RunningPair {
+  TempDir dir;  // declared first: built before the agents, gone after them
+  Daemon d{dir};
+  RunningPair() : a(node(dir, "a", d, "2:2", 2, kHang)), b(node(dir, "b", d, "2:2", 3, kHang)) {
+    REQUIRE(wait_until([&] { return one_rank_each(2, {&a, &b}); }, 30s));
+  }
+  // A hot spare on 127.0.0.<host>, once it waits beside round 0.
+  Agent spare(const std::string& name, int host) {
+    Agent s = node(dir, name, d, "2:2", host, kHang);
+    REQUIRE(
+        wait_until([&] { return logged(s, "hot spare: round 0 runs with the maximum of 2 nodes"); }, 30s));
+    return s;
+  }
+  Agent a;
+  Agent b;
+};
+
 }  // namespace
 
 TEST_CASE("spares: kill -9 of a member lets a waiting spare take its place in the restart round") {
-  TempDir dir;
-  Daemon d(dir);
-  Agent a = node(dir, "a", d, "2:2", 2, kHang);
-  Agent b = node(dir, "b", d, "2:2", 3, kHang);
-  REQUIRE(wait_until([&] { return one_rank_each(2, {&a, &b}); }, 30s));
-  Agent s = node(dir, "s", d, "2:2", 4, kHang);
-  REQUIRE(wait_until([&] { return logged(s, "hot spare: round 0 runs with the maximum of 2 nodes"); }, 30s));
+  RunningPair p;
+  Agent& a = p.a;
+  Agent& b = p.b;
+  Agent s = p.spare("s", 4);
   // An operator sees it as a spare.
-  const auto status = ddp_store(dir, d, {"status", "--rdzv_id", "job"});
+  const auto status = ddp_store(p.dir, p.d, {"status", "--rdzv_id", "job"});
   INFO(status.out << status.err);
   CHECK(contains(status.out, "SPARES (waiting beside round 0)"));
   CHECK(contains(status.out, "127.0.0.4  1 workers"));
-  CHECK(contains(read_file(dir / "s.events"), "\"event\":\"spare\""));
+  CHECK(contains(read_file(p.dir / "s.events"), "\"event\":\"spare\""));
 
   a.proc->signal(SIGKILL);
   // (b's rank may move: its dumps of both rounds say WORLD_SIZE=2.)
@@ -87,21 +103,17 @@ TEST_CASE("spares: two spares and two failures at once: both step in and the job
 }
 
 TEST_CASE("spares: a spare arriving while a restart round closes waits as a spare of the new round") {
-  TempDir dir;
-  Daemon d(dir);
-  Agent a = node(dir, "a", d, "2:2", 2, kHang);
-  Agent b = node(dir, "b", d, "2:2", 3, kHang);
-  REQUIRE(wait_until([&] { return one_rank_each(2, {&a, &b}); }, 30s));
-  Agent s1 = node(dir, "s1", d, "2:2", 4, kHang);
-  REQUIRE(wait_until([&] { return logged(s1, "hot spare: round 0"); }, 30s));
+  RunningPair p;
+  Agent& b = p.b;
+  Agent s1 = p.spare("s1", 4);
   // a dies while s2 starts: two of b, s1 and s2 form round 1 (which two is a
   // race), the third waits beside it as a spare; never more than 2 at once.
-  a.proc->signal(SIGKILL);
-  Agent s2 = node(dir, "s2", d, "2:2", 5, kHang);
+  p.a.proc->signal(SIGKILL);
+  Agent s2 = node(p.dir, "s2", p.d, "2:2", 5, kHang);
   std::vector<const Agent*> three{&b, &s1, &s2};
   const auto running = [](const Agent* ag) {
-    for (auto p : ag->started()) {
-      if (ddp::test::pid_alive(p)) return 1;
+    for (auto pid : ag->started()) {
+      if (ddp::test::pid_alive(pid)) return 1;
     }
     return 0;
   };
@@ -135,18 +147,14 @@ TEST_CASE("spares: a spare arriving while a restart round closes waits as a spar
 }
 
 TEST_CASE("spares: a spare with another --nproc_per_node gets one line and is not admitted") {
-  TempDir dir;
-  Daemon d(dir);
-  Agent a = node(dir, "a", d, "2:2", 2, kHang);
-  Agent b = node(dir, "b", d, "2:2", 3, kHang);
-  REQUIRE(wait_until([&] { return one_rank_each(2, {&a, &b}); }, 30s));
-  Agent s = node(dir, "s", d, "2:2", 4, kHang, {}, 2);
+  RunningPair p;
+  Agent s = node(p.dir, "s", p.d, "2:2", 4, kHang, {}, 2);
   const auto code = s.proc->wait(30s);
   INFO(s.proc->err());
   CHECK(code == std::optional<int>(2));
   CHECK(logged(s, "--nproc_per_node: this node runs 2 workers but the nodes of run_id=job run 1"));
   CHECK(s.started().empty());
-  CHECK(stop_agents({&a, &b}) == "");
+  CHECK(stop_agents({&p.a, &p.b}) == "");
 }
 
 TEST_CASE("exclusion: a node whose workers keep failing is excluded and the job goes on without it") {
