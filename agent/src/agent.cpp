@@ -74,6 +74,10 @@ AgentResult Agent::Impl::run() {
   // the first rendezvous runs; waited for before any guard of ours starts.
   stale_cgroups = std::async(std::launch::async, reap_stale_cgroups);
   cfg.rendezvous.on_fence_deadline = [f = fence](std::chrono::steady_clock::time_point t) { f->publish(t); };
+  // Runs on the joining thread: the event log is the io thread's.
+  cfg.rendezvous.on_spare = [this](std::int64_t round) {
+    asio::post(io, [this, round] { observers.emit("spare", {{"waiting_beside_round", round}}); });
+  };
   std::shared_ptr<rdzv::RendezvousHandler> handler =
       initial_handler ? std::move(initial_handler) : rdzv::create_handler(cfg.rendezvous, cfg.node);
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id,
@@ -387,6 +391,10 @@ void Agent::Impl::on_all_stopped() {
         }
         return;
       }
+      if (const std::string why = count_node_failure(); !why.empty()) {
+        exclude_this_node(why, reason);
+        return;
+      }
       life.spend_restart();
       log->warn("restarting workers ({}/{}) after failure of {}", life.restart_count(), cfg.max_restarts,
                 reason);
@@ -410,7 +418,8 @@ void Agent::Impl::on_all_stopped() {
       return;
     case StopReason::kJobClosed:
       // last_event_detail is "job closed: <why>".
-      finish(ExitCode::kRendezvous,
+      finish(last_event_detail.find(rdzv::kClosedByExclusion) != std::string::npos ? ExitCode::kExcluded
+                                                                                   : ExitCode::kRendezvous,
              "rendezvous of run_id=" + cfg.rendezvous.run_id + " was closed by another node: " +
                  last_event_detail.substr(last_event_detail.find(": ") + 2) + "; workers stopped");
       return;

@@ -51,7 +51,6 @@ void Agent::Impl::on_health(const HealthVerdict& v) {
     observers.emit(
         "unhealthy",
         {{"check", v.check}, {"reason", v.reason}, {"failures", health_failures}, {"retry_in_s", nullptr}});
-    observers.emit("failure", {{"exit_code", exit_code(ExitCode::kUnhealthy)}, {"reason", msg}});
     finish(ExitCode::kUnhealthy, msg);
     // After finish()'s final record: the node's last word is why it left.
     observers.publish_unhealthy(v.reason, health_failures);

@@ -16,6 +16,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <deque>
 #include <future>
 #include <memory>
 #include <optional>
@@ -73,6 +74,13 @@ struct Agent::Impl {
   void finish(int code, const std::string& error = "");
   void finish(ExitCode code, const std::string& error = "") { finish(exit_code(code), error); }
   void write_failure_report(bool final_report);
+  // node_exclusion.cpp: counts a local failure against --max_node_failures
+  // within --node_failure_window; returns why this node is to be excluded
+  // once the limit is reached, else "".
+  std::string count_node_failure();
+  // Keeps this node's host out of the job's later rounds, tells the other
+  // nodes, and ends this agent with exit 6 (one line).
+  void exclude_this_node(const std::string& why, const std::string& last_failure);
 
   // torch_store.cpp: the loopback TCPStore endpoint torch workers get.
   void start_torch_store();
@@ -117,7 +125,8 @@ struct Agent::Impl {
   // This attempt's hang was already reported to the other nodes, before
   // its worker was killed (see WorkerGroup::record_hang).
   bool hang_reported = false;
-  int no_progress_restarts = 0;   // restarts in a row after attempts without progress
+  int no_progress_restarts = 0;  // restarts in a row after attempts without progress
+  std::deque<std::chrono::steady_clock::time_point> node_failures;  // within --node_failure_window
   std::string last_event_detail;  // of the latest round event, for restart/scale reasons
   std::string final_reason;       // why fail_for_good ended the run
   std::unique_ptr<store::TorchStoreProxy> torch_store;  // bound before any worker exists

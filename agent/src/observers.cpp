@@ -95,7 +95,8 @@ void Observers::finished(int code, const std::string& error) {
     emit("success", {{"exit_code", 0}});
     if (reason.empty()) reason = "all workers succeeded";
   } else if (code == exit_code(ExitCode::kFailed) || code == exit_code(ExitCode::kConfig) ||
-             code == exit_code(ExitCode::kRendezvous) || code == exit_code(ExitCode::kNoProgress)) {
+             code == exit_code(ExitCode::kRendezvous) || code == exit_code(ExitCode::kNoProgress) ||
+             code == exit_code(ExitCode::kUnhealthy) || code == exit_code(ExitCode::kExcluded)) {
     emit("failure", {{"exit_code", code}, {"reason", reason}});
   } else if (reason.empty() && code > 128) {
     reason = "stopped by " + signal_name(code - 128);

@@ -43,6 +43,9 @@ void RendezvousCalls::next_round(std::function<void(const rdzv::RendezvousResult
     } catch (const ConfigError& e) {
       log::set_status_line("");
       post(s, [failed, m = std::string(e.what())] { failed(ExitCode::kConfig, m); });
+    } catch (const ExcludedError& e) {
+      log::set_status_line("");
+      post(s, [failed, m = std::string(e.what())] { failed(ExitCode::kExcluded, m); });
     } catch (const std::exception& e) {
       log::set_status_line("");
       post(s, [failed, m = std::string(e.what())] { failed(ExitCode::kRendezvous, m); });
@@ -76,6 +79,18 @@ void RendezvousCalls::all_succeeded(std::function<void(bool)> done, ErrorFn fail
     try {
       const bool all = h->all_succeeded();
       post(s, [done, all] { done(all); });
+    } catch (const std::exception& e) {
+      post(s, [failed, m = std::string(e.what())] { failed(m); });
+    }
+  });
+}
+
+void RendezvousCalls::exclude_self(const std::string& why, std::function<void(const rdzv::Exclusion&)> done,
+                                   ErrorFn failed) {
+  caller_->call([h = handler_, s = sink_, why, done = std::move(done), failed = std::move(failed)] {
+    try {
+      auto ex = h->exclude_self(why);
+      post(s, [done, ex] { done(ex); });
     } catch (const std::exception& e) {
       post(s, [failed, m = std::string(e.what())] { failed(m); });
     }

@@ -42,6 +42,8 @@ class RendezvousCalls {
   void report_failure(const std::string& reason, ErrorFn failed = {});
   void report_success(std::function<void()> done, ErrorFn failed);
   void all_succeeded(std::function<void(bool)> done, ErrorFn failed);
+  // exclude_self(why); a failure comes as its message.
+  void exclude_self(const std::string& why, std::function<void(const rdzv::Exclusion&)> done, ErrorFn failed);
   // close(reason), then `done` whether it worked or not; `done` may be empty.
   void close(const std::string& reason, std::function<void()> done = {});
 

@@ -175,6 +175,13 @@ const FlagSpec kFlags[] = {
     {"max_no_progress_restarts", &LaunchOptions::max_no_progress_restarts, kOursGroup,
      "Stop with exit 4 instead of restarting once this many restarts in a row followed attempts "
      "that made no progress (no heartbeat, no completed section) (default: no limit)"},
+    // Bad nodes kept out (docs/agent.md, "Bad nodes kept out").
+    {"max_node_failures", &LaunchOptions::max_node_failures, kOursGroup,
+     "Exclude this node from the job's later rounds, and exit 6, once its workers failed this "
+     "many times within --node_failure_window; the job goes on while MIN nodes are left, with a "
+     "hot spare if one waits (default 0: never)"},
+    {"node_failure_window", &LaunchOptions::node_failure_window, kOursGroup,
+     "Seconds over which --max_node_failures counts a node's failures (default 3600)"},
     {"auto_timeout_factor", &LaunchOptions::auto_timeout_factor, kOursGroup,
      "An `auto` timeout is this times the longest section (or heartbeat gap) seen, at least 1 s "
      "(default 5)"},
@@ -283,7 +290,8 @@ struct App {
         "                              with --no_python) runs directly.\n\n"
         "Every flag also has a `-` spelling (--nproc-per-node) and a PET_<FLAG> env fallback\n"
         "(PET_NPROC_PER_NODE). Exit codes: 0 ok, 1 workers failed, 2 usage/config, 3 rendezvous,\n"
-        "4 no progress (--max_no_progress_restarts), 128+N stopped by signal N.\n\n"
+        "4 no progress (--max_no_progress_restarts), 5 node unhealthy (--health_retries),\n"
+        "6 node excluded (--max_node_failures), 128+N stopped by signal N.\n\n"
         "--config FILE takes a JSON object of long flag names (either spelling) to values, plus\n"
         "\"program\" and \"args\": the command line overrides the file, which overrides PET_* /\n"
         "DDP_* env, which overrides values derived from a Slurm job's env. --print-config shows\n"

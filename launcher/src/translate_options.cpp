@@ -265,6 +265,16 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
     cfg.max_no_progress_restarts = parse_int_or_throw<int>(
         o.max_no_progress_restarts, "--max_no_progress_restarts", "an integer >= 0", 0);
   }
+  if (o.max_node_failures < 0) {
+    throw ConfigError("--max_node_failures: " + std::to_string(o.max_node_failures) +
+                      " must be >= 0 (0: never exclude a node)");
+  }
+  cfg.max_node_failures = o.max_node_failures;
+  cfg.node_failure_window =
+      parse_duration_or_throw(o.node_failure_window, TimeUnit::kSeconds, "--node_failure_window");
+  if (cfg.node_failure_window.count() <= 0) {
+    throw ConfigError("--node_failure_window: must be a number of seconds > 0");
+  }
   if (const auto t = to_duration(o.stop_timeout_s, TimeUnit::kSeconds)) {
     cfg.stop_timeout = *t;
   } else if (o.stop_timeout_s > 0) {

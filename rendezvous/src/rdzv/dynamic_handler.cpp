@@ -152,16 +152,20 @@ RendezvousResult DynamicHandler::next_rendezvous() {
       } else {
         // Rejoining after a round this node was a member of: the round may close
         // as soon as every member still alive is back (no last call for them).
-        if (rejoin_ && index >= config_.min_nodes) {
+        // A hot spare of the round before: the last arrival may be the spare.
+        if (spare_of_ && spare_of_->round == round - 1 && index >= config_.min_nodes) {
+          try_close_early(round, *spare_of_, config_.close_timeout);
+        } else if (rejoin_ && index >= config_.min_nodes) {
           const detail::PreviousRound prev = rejoin_->previous();
           rejoin_->arm([this, round, index, prev](int live) {
-            // Only the latest arrival can be the last one back.
-            if (index == live && detail::packed_count(arrivals_->arrived(prefix_of(round))) == index) {
+            // Only the latest arrival can be the last one back (spares come
+            // after the live members, so that one's index may exceed `live`).
+            if (index >= live && detail::packed_count(arrivals_->arrived(prefix_of(round))) == index) {
               // Short: the joining thread waits for this call once its round closed.
               try_close_early(round, prev, std::min(config_.close_timeout, kDepartureCheckWait));
             }
           });
-          if (index == rejoin_->live()) try_close_early(round, prev, config_.close_timeout);
+          if (index >= rejoin_->live()) try_close_early(round, prev, config_.close_timeout);
         }
         try {
           closed = wait_closed(round, index, deadline);
@@ -186,10 +190,17 @@ RendezvousResult DynamicHandler::next_rendezvous() {
     }
     const auto decided_at = Clock::now();
     if (late) {
+      // Past MAX, or past the count of a round that closed at MAX: a hot spare.
+      if (index > config_.max_nodes || closed.count == config_.max_nodes) register_spare(round, closed);
       wait_ended(round, deadline);
       ++round;
       continue;
     }
+    if (spare_of_ && spare_of_->round == round - 1) {
+      logger->info("hot spare admitted run_id={} round={} group_rank={} node_id={}", config_.run_id, round,
+                   index - 1, self_.node_id);
+    }
+    spare_of_.reset();
 
     wait_out_fence(round, closed, decided_at);
     RendezvousResult res;
@@ -258,11 +269,13 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
   auto logger = log::get("rdzv");
   const std::string prefix = prefix_of(round);
   const std::string old = prefix_of(prev.round);
-  // Nodes that waited while the previous round ran are newcomers: the last
-  // call exists for them (and for any others about to come).
-  if (auto waiting = store_->try_get(old + "ctl/waiting"); store::keys::counter_value(waiting) > 0) {
-    logger->info("newcomers waited in round {}: round {} closes after the last call run_id={} newcomers={}",
-                 prev.round, round, config_.run_id, *waiting);
+  // Nodes that waited while the previous round ran are newcomers, unless they
+  // were its hot spares: the last call exists for newcomers (and for any others
+  // about to come); spares are already here.
+  const auto spares = live_spares(old);
+  if (!spares) {
+    logger->info("newcomers waited in round {}: round {} closes after the last call run_id={}", prev.round,
+                 round, config_.run_id);
     return false;
   }
   const std::int64_t seen = arrivals_->arrived(prefix);
@@ -280,7 +293,8 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
   const auto ids = member_ids(now.kvs, prefix, n);
   // The previous round's records share their nodes' leases: those present are
   // the members still alive, whether or not they are back yet.
-  const auto alive = member_ids(store_->list(detail::nodes_prefix(old)).kvs, old, prev.members);
+  auto alive = member_ids(store_->list(detail::nodes_prefix(old)).kvs, old, prev.members);
+  alive.insert(spares->begin(), spares->end());
   if (static_cast<int>(ids.size()) != n || ids != alive) {
     for (const auto& id : ids) {
       if (!alive.count(id)) {
@@ -294,10 +308,53 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
   close_listing(prefix);
   const std::string value = final_decision(n, detail::packed_workers(seen), now.revision);
   if (store_->compare_set(prefix + "closed", "", value) == value) {
-    logger->info("every live member of round {} rejoined: round {} closed at once run_id={} nodes={}",
-                 prev.round, round, config_.run_id, n);
+    if (spares->empty()) {
+      logger->info("every live member of round {} rejoined: round {} closed at once run_id={} nodes={}",
+                   prev.round, round, config_.run_id, n);
+    } else {
+      logger->info(
+          "every live member and hot spare of round {} is in: round {} closed at once run_id={} nodes={} "
+          "spares={}",
+          prev.round, round, config_.run_id, n, spares->size());
+    }
   }
   return true;
+}
+
+std::optional<std::set<std::string>> DynamicHandler::live_spares(const std::string& old_prefix) {
+  std::set<std::string> out;
+  const auto waiting = store::keys::counter_value(store_->try_get(old_prefix + "ctl/waiting"));
+  if (waiting == 0) return out;
+  const std::string dir = store::keys::spares_prefix(old_prefix);
+  for (const auto& kv : store_->list(dir).kvs) out.insert(kv.key.substr(dir.size()));
+  // More waited than are spares still alive: a newcomer (or a spare that died:
+  // the last call then decides, as it would for a newcomer).
+  if (waiting > static_cast<std::int64_t>(out.size())) return std::nullopt;
+  return out;
+}
+
+void DynamicHandler::register_spare(std::int64_t round, const Closed& closed) {
+  const std::string prefix = prefix_of(round);
+  // The job's nodes all run one --nproc_per_node: a spare that runs another
+  // would change the world size when it takes a member's place.
+  std::set<int> nprocs;
+  for (const auto& kv : store_->list(detail::nodes_prefix(prefix)).kvs) {
+    auto r = detail::node_index(kv.key, prefix);
+    if (r && *r < config_.max_nodes) nprocs.insert(detail::decode_node(kv.value, kv.key).local_world_size);
+  }
+  if (nprocs.size() == 1 && *nprocs.begin() != self_.local_world_size) {
+    throw ConfigError("--nproc_per_node: this node runs " + std::to_string(self_.local_world_size) +
+                      " workers but the nodes of run_id=" + config_.run_id + " run " +
+                      std::to_string(*nprocs.begin()) +
+                      "; a hot spare must run as many to take a node's place: not admitted");
+  }
+  store_->set(store::keys::spare_key(prefix, self_.node_id), detail::encode_node(self_), monitor_->lease());
+  spare_of_ = detail::PreviousRound{round, closed.count > 0 ? closed.count : config_.max_nodes};
+  log::get("rdzv")->info(
+      "hot spare: round {} runs with the maximum of {} nodes; waiting to take the place of one that fails "
+      "run_id={} node_id={}",
+      round, config_.max_nodes, config_.run_id, self_.node_id);
+  if (config_.on_spare) config_.on_spare(round);
 }
 
 void DynamicHandler::close_listing(const std::string& prefix) {

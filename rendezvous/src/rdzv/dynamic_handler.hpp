@@ -2,6 +2,9 @@
 // agent per round. docs/rendezvous.md has the algorithm, key layout and costs.
 #pragma once
 
+#include <optional>
+#include <set>
+
 #include "arrival_step.hpp"
 #include "store_handler.hpp"
 
@@ -52,6 +55,14 @@ class DynamicHandler final : public detail::StoreHandler {
   // `records_wait` bounds the wait for the counted arrivals' records.
   bool try_close_early(std::int64_t round, const detail::PreviousRound& prev,
                        std::chrono::milliseconds records_wait);
+  // The hot spares that waited beside `old_prefix`'s round and are still alive
+  // (their records share their leases); nullopt when some other node waited
+  // there too (a newcomer: the last call is for it).
+  std::optional<std::set<std::string>> live_spares(const std::string& old_prefix);
+  // A late joiner of a round of MAX nodes is a hot spare: one that runs another
+  // --nproc_per_node than the job's nodes is refused (ConfigError); else its
+  // record goes under the round's spare/ and on_spare is called.
+  void register_spare(std::int64_t round, const Closed& closed);
   // Before a round's closing decision, after its listing: makes every control
   // key of the round newer than the listing (the members watch from there).
   void close_listing(const std::string& prefix);
@@ -62,6 +73,9 @@ class DynamicHandler final : public detail::StoreHandler {
   [[noreturn]] void throw_timeout(std::int64_t round, bool late);
 
   std::unique_ptr<detail::ArrivalStep> arrivals_;
+  // The full round this node last waited beside as a spare, and its size; its
+  // next round may close as soon as that round's live members and spares are in.
+  std::optional<detail::PreviousRound> spare_of_;
   bool config_checked_ = false;
   Clock::time_point last_progress_{};
 };

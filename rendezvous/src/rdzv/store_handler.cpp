@@ -108,6 +108,9 @@ void StoreHandler::wait_for_members_to_leave() {
 }
 
 void StoreHandler::throw_closed(const std::string& reason) const {
+  if (reason.starts_with(kClosedByExclusion)) {
+    throw ExcludedError("rendezvous of run_id=" + config_.run_id + " is closed: " + reason);
+  }
   throw RendezvousError("rendezvous of run_id=" + config_.run_id + " is closed: " + reason +
                         "; start the job again with a new --rdzv_id");
 }
@@ -124,8 +127,12 @@ std::int64_t StoreHandler::round_to_join(std::vector<store::BatchOp>* defer) {
   if (!prev) {
     if (!joined_once_) {
       joined_once_ = true;
-      auto v = store_->multi_get({round_pointer_key(config_.run_id), rdzv_key("closed")});
+      // The first join also learns, in the same request, whether this host
+      // was excluded from the job (docs/rendezvous.md, "Bad nodes kept out").
+      auto v = store_->multi_get({round_pointer_key(config_.run_id), rdzv_key("closed"),
+                                  store::keys::excluded_key(config_.run_id, self_.host)});
       if (v[1]) throw_closed(*v[1]);
+      if (v[2]) throw_excluded(*v[2]);
       return store::keys::counter_value(v[0]);
     }
     // A previous call failed before a round closed: try the job's current round.

@@ -35,6 +35,7 @@ class StoreHandler : public RendezvousHandler {
   void close(const std::string& reason) override;
   void set_event_callback(RoundEventCallback cb) override;
   std::shared_ptr<store::Store> store() override;
+  Exclusion exclude_self(const std::string& why) override;  // store_handler_exclusion.cpp
 
  protected:
   StoreHandler(const RendezvousConfig& config, const NodeSpec& self, StoreAccess access);
@@ -60,6 +61,9 @@ class StoreHandler : public RendezvousHandler {
   void close_while_joining(std::int64_t round, const std::string& why);
   // A RendezvousError for the job having been closed by some node.
   [[noreturn]] void throw_closed(const std::string& reason) const;
+  // ExcludedError (exit 6) when this node's host is excluded from the job;
+  // `why` is the value of its key under keys::excluded_prefix.
+  [[noreturn]] void throw_excluded(const std::string& why) const;
   void wait_for_members_to_leave();
 
   std::string prefix_of(std::int64_t round) const { return round_prefix(config_.run_id, round); }

@@ -42,6 +42,16 @@ void append_rendezvous_rounds(const KvState& kv, std::map<std::string, std::int6
     if (auto [p, ec] = std::from_chars(first, last, round); ec != std::errc() || p != last) continue;
     out["rdzv_round." + std::string(*run)] = round;
   }
+  // Spares and exclusions: counted once the rounds above are known.
+  for (const auto& [key, entry] : kv.entries()) {
+    if (const auto run = store::keys::run_of_excluded(key)) {
+      ++out["rdzv_excluded." + std::string(*run)];
+    } else if (const auto spare = store::keys::spare_of(key)) {
+      const auto current = out.find("rdzv_round." + std::string(spare->run));
+      if (current != out.end() && current->second == spare->round)
+        ++out["rdzv_spares." + std::string(spare->run)];
+    }
+  }
 }
 
 }  // namespace ddp::store::server

@@ -40,6 +40,9 @@ class RequestMetrics {
 // Adds "rdzv_round.<run_id>" = the value of /<run_id>/rdzv/round (the c10d
 // layout of docs/rendezvous.md) for every job that has one. Scans all keys:
 // fine for a scrape every few seconds, never on the request path.
+// Also "rdzv_spares.<run_id>" (hot spares waiting beside the current round)
+// and "rdzv_excluded.<run_id>" (hosts excluded by --max_node_failures) for
+// every job that has any (docs/rendezvous.md, "Hot spares").
 void append_rendezvous_rounds(const KvState& kv, std::map<std::string, std::int64_t>& out);
 
 }  // namespace ddp::store::server

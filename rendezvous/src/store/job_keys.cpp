@@ -41,6 +41,18 @@ std::string node_key(const std::string& round_prefix, std::int64_t index) {
   return nodes_prefix(round_prefix) + std::to_string(index);
 }
 
+std::string spares_prefix(const std::string& round_prefix) { return round_prefix + "spare/"; }
+
+std::string spare_key(const std::string& round_prefix, const std::string& node_id) {
+  return spares_prefix(round_prefix) + node_id;
+}
+
+std::string excluded_prefix(const std::string& run_id) { return rdzv_prefix(run_id) + "excluded/"; }
+
+std::string excluded_key(const std::string& run_id, const std::string& host) {
+  return excluded_prefix(run_id) + host;
+}
+
 std::optional<std::int64_t> node_index(std::string_view key, const std::string& round_prefix) {
   const auto prefix = nodes_prefix(round_prefix);
   if (!key.starts_with(prefix)) return std::nullopt;
@@ -72,6 +84,41 @@ std::optional<std::string_view> run_of_round_pointer(std::string_view key) {
   const auto run = key.substr(1, key.size() - kRoundPointer.size() - 1);
   if (run.find('/') != std::string_view::npos) return std::nullopt;  // a run id never contains '/'
   return run;
+}
+
+namespace {
+
+// "/<run>/rdzv/<rest>": the run and the rest; nullopt for any other key.
+std::optional<std::pair<std::string_view, std::string_view>> split_rdzv(std::string_view key) {
+  if (key.size() < 2 || key.front() != '/') return std::nullopt;
+  const auto at = key.find(kRdzvDir, 1);
+  if (at == std::string_view::npos) return std::nullopt;
+  const auto run = key.substr(1, at - 1);
+  if (run.empty() || run.find('/') != std::string_view::npos) return std::nullopt;
+  return std::pair{run, key.substr(at + kRdzvDir.size())};
+}
+
+}  // namespace
+
+std::optional<std::string_view> run_of_excluded(std::string_view key) {
+  constexpr std::string_view kExcluded = "excluded/";
+  const auto parts = split_rdzv(key);
+  if (!parts || !parts->second.starts_with(kExcluded) || parts->second.size() == kExcluded.size()) {
+    return std::nullopt;
+  }
+  return parts->first;
+}
+
+std::optional<SpareOf> spare_of(std::string_view key) {
+  constexpr std::string_view kSpare = "/spare/";
+  const auto parts = split_rdzv(key);
+  if (!parts || !parts->second.starts_with(kRoundDir)) return std::nullopt;
+  const auto rest = parts->second.substr(kRoundDir.size());
+  const auto slash = rest.find('/');
+  if (slash == std::string_view::npos || rest.substr(slash, kSpare.size()) != kSpare) return std::nullopt;
+  const auto round = parse_index(rest.substr(0, slash));
+  if (!round || rest.size() == slash + kSpare.size()) return std::nullopt;
+  return SpareOf{parts->first, *round};
 }
 
 }  // namespace ddp::store::keys

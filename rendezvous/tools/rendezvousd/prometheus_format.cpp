@@ -87,6 +87,18 @@ std::string render_prometheus(const std::map<std::string, std::int64_t>& m) {
     if (starts(k, "rdzv_round."))
       o << "ddp_rendezvous_round{run_id=\"" << label(k.substr(11)) << "\"} " << v << "\n";
   }
+  o << "# HELP ddp_rendezvous_spares hot spares waiting beside each job's current round\n"
+       "# TYPE ddp_rendezvous_spares gauge\n";
+  for (const auto& [k, v] : m) {
+    if (starts(k, "rdzv_spares."))
+      o << "ddp_rendezvous_spares{run_id=\"" << label(k.substr(12)) << "\"} " << v << "\n";
+  }
+  o << "# HELP ddp_rendezvous_excluded hosts excluded from each job (--max_node_failures)\n"
+       "# TYPE ddp_rendezvous_excluded gauge\n";
+  for (const auto& [k, v] : m) {
+    if (starts(k, "rdzv_excluded."))
+      o << "ddp_rendezvous_excluded{run_id=\"" << label(k.substr(14)) << "\"} " << v << "\n";
+  }
   return o.str();
 }
 

@@ -165,6 +165,46 @@ NodeRow node_row(std::string_view record) {
   return row;
 }
 
+namespace {
+
+// "SPARES" (the hot spares waiting beside the job's current round) and
+// "EXCLUDED" (hosts kept out of its later rounds): from the rendezvous keys,
+// since a spare has no status record before it is admitted.
+int print_spares_and_excluded(store::Store& store, const std::string& rdzv_id) {
+  int shown = 0;
+  const auto round = store::keys::counter_value(store.try_get(store::keys::round_pointer_key(rdzv_id)));
+  const std::string dir = store::keys::spares_prefix(store::keys::round_prefix(rdzv_id, round));
+  const auto spares = store.list(dir).kvs;
+  if (!spares.empty()) {
+    std::printf("\nSPARES (waiting beside round %lld)\n", static_cast<long long>(round));
+    for (const auto& kv : spares) {
+      std::string host = "?";
+      std::string nproc = "?";
+      try {
+        const auto j = parse_json(kv.value, json_input::kRendezvousRecord);
+        host = str(j, "host");
+        nproc = str(j, "nproc");
+      } catch (const std::exception&) {
+      }
+      std::printf("%s  %s  %s workers\n", printable(kv.key.substr(dir.size())).c_str(),
+                  printable(host).c_str(), printable(nproc).c_str());
+      ++shown;
+    }
+  }
+  const std::string ex = store::keys::excluded_prefix(rdzv_id);
+  const auto excluded = store.list(ex).kvs;
+  if (!excluded.empty()) {
+    std::printf("\nEXCLUDED (ddp-store excluded readmit --rdzv_id %s HOST)\n", printable(rdzv_id).c_str());
+    for (const auto& kv : excluded) {
+      std::printf("%s  %s\n", printable(kv.key.substr(ex.size())).c_str(), printable(kv.value).c_str());
+      ++shown;
+    }
+  }
+  return shown;
+}
+
+}  // namespace
+
 int print_job_status(store::Store& store, const std::string& rdzv_id) {
   const std::string prefix = store::keys::agent_status_prefix(rdzv_id);
   const std::vector<std::string> header = {"NODE",    "HOST",      "GROUP_RANK", "RANKS",
@@ -191,6 +231,7 @@ int print_job_status(store::Store& store, const std::string& rdzv_id) {
     rows.push_back(std::move(row));
   }
   if (rows.empty()) {
+    if (print_spares_and_excluded(store, rdzv_id) > 0) return 0;
     std::fprintf(stderr, "ddp-store: no ddprun node of job '%s' in this store (keys under %s)\n",
                  printable(rdzv_id).c_str(), printable(prefix).c_str());
     return 1;
@@ -215,6 +256,7 @@ int print_job_status(store::Store& store, const std::string& rdzv_id) {
   print(header);
   for (const auto& r : rows) print(r.cells);
   print_stragglers(store.list(prefix).kvs);
+  print_spares_and_excluded(store, rdzv_id);
 
   const std::string worker_prefix = store::keys::worker_root(rdzv_id);
   const auto rounds = worker_keys_by_round(store, worker_prefix);

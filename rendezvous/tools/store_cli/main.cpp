@@ -11,6 +11,7 @@
 #include "ddp/common/printable.hpp"
 #include "ddp/common/token_file.hpp"
 #include "ddp/store/tcp_store.hpp"
+#include "excluded_nodes.hpp"
 #include "job_status.hpp"
 #include "store_commands.hpp"
 
@@ -77,6 +78,14 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand(
       "status", "print a ddprun job's nodes: host, group rank, ranks, round, restarts, workers");
   status->add_option("--rdzv_id,--rdzv-id", rdzv_id, "the job's --rdzv_id")->required();
+  // Hosts kept out of a job by --max_node_failures (docs/operations.md).
+  auto* excluded = app.add_subcommand("excluded", "list a ddprun job's excluded hosts, or re-admit one");
+  excluded->require_subcommand(1);
+  auto* ex_list = excluded->add_subcommand("list", "print HOST<TAB>WHY for every excluded host");
+  ex_list->add_option("--rdzv_id,--rdzv-id", rdzv_id, "the job's --rdzv_id")->required();
+  auto* ex_readmit = excluded->add_subcommand("readmit", "let HOST join the job again");
+  ex_readmit->add_option("--rdzv_id,--rdzv-id", rdzv_id, "the job's --rdzv_id")->required();
+  ex_readmit->add_option("host", cmd.args, "HOST")->required();
 
   try {
     app.parse(argc, argv);
@@ -89,9 +98,11 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (app.get_subcommands().empty()) {
-    std::fprintf(stderr,
-                 "ddp-store: a command is required (set get add cas del list watch wait stat status); run "
-                 "'ddp-store --help'\n");
+    std::fprintf(
+        stderr,
+        "ddp-store: a command is required (set get add cas del list watch wait stat status excluded); "
+        "run "
+        "'ddp-store --help'\n");
     return kExitUsage;
   }
   // Range checks here rather than CLI11 validators, whose messages print DBL_MAX.
@@ -115,7 +126,15 @@ int main(int argc, char** argv) {
     options.connect_timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
     options.request_timeout = options.connect_timeout;
     ddp::store::TcpStore store(options);
-    const int code = cmd.name == "status" ? print_job_status(store, rdzv_id) : run_command(store, cmd);
+    int code = 0;
+    if (cmd.name == "status") {
+      code = print_job_status(store, rdzv_id);
+    } else if (cmd.name == "excluded") {
+      code = ex_list->parsed() ? list_excluded(store, rdzv_id)
+                               : readmit_excluded(store, rdzv_id, cmd.args.at(0));
+    } else {
+      code = run_command(store, cmd);
+    }
     std::fflush(stdout);
     return code;
   } catch (const ddp::ConfigError& e) {

@@ -72,6 +72,17 @@ TEST_CASE("metrics endpoint reports requests by op, keys, leases, rounds and lat
   CHECK(count >= 7);
   CHECK(sample(after.body, "ddp_store_request_duration_seconds_bucket{le=\"+Inf\"}") == count);
 
+  // Hot spares beside a job's current round, and its excluded hosts
+  // (docs/rendezvous.md, "Hot spares" and "Bad nodes kept out").
+  client->set("/job7/rdzv/round_3/spare/n9", "{}", lease);
+  client->set("/job7/rdzv/round_2/spare/n8", "{}", lease);  // an old round's spare: not counted
+  client->set("/job7/rdzv/excluded/h1", "2 worker failures");
+  const auto spares = http_get(mport, "/metrics");
+  INFO(spares.body);
+  CHECK(sample(spares.body, "ddp_rendezvous_spares{run_id=\"job7\"}") == 1);
+  CHECK(sample(spares.body, "ddp_rendezvous_excluded{run_id=\"job7\"}") == 1);
+  CHECK(sample(spares.body, "ddp_rendezvous_spares{run_id=\"job8\"}") == -1);
+
   // A client sending garbage to the metrics port loses only its own connection.
   CHECK(http_get(mport, std::string(20000, 'x')).status != 200);
   CHECK(http_get(mport, "/healthz").status == 200);

@@ -409,3 +409,18 @@ TEST_CASE(
   REQUIRE_THAT(error_of({"--standalone", "--python=python3", "--preload", "torch,../evil", script}),
                Catch::StartsWith("--preload: '../evil' is not a Python module name"));
 }
+
+TEST_CASE("node exclusion flags reach the agent config, and out-of-range values name their flag") {
+  const auto off = translate({"/bin/true"});
+  CHECK(off.max_node_failures == 0);
+  CHECK(off.node_failure_window == std::chrono::hours(1));
+  const auto on = translate({"--max_node_failures=3", "--node_failure_window=600", "/bin/true"});
+  CHECK(on.max_node_failures == 3);
+  CHECK(on.node_failure_window == std::chrono::minutes(10));
+  CHECK_THAT(error_of({"--max_node_failures=-1", "/bin/true"}),
+             Catch::StartsWith("--max_node_failures: -1 must be >= 0"));
+  CHECK_THAT(error_of({"--node_failure_window=0", "/bin/true"}),
+             Catch::StartsWith("--node_failure_window: must be a number of seconds > 0"));
+  CHECK_THAT(error_of({"--node_failure_window=soon", "/bin/true"}),
+             Catch::StartsWith("--node_failure_window: "));
+}

@@ -40,3 +40,21 @@ TEST_CASE("only a round pointer key names a run", "[job_keys]") {
   CHECK_FALSE(run_of_round_pointer("/a/b/rdzv/round"));
   CHECK_FALSE(run_of_round_pointer("/job/rdzv/round_1/closed"));
 }
+
+TEST_CASE("spare and excluded keys parse back to their run, and nothing else does", "[job_keys]") {
+  const auto key = spare_key(round_prefix("job-1", 7), "host_12");  // the views point into it
+  const auto spare = spare_of(key);
+  REQUIRE(spare);
+  CHECK(spare->run == "job-1");
+  CHECK(spare->round == 7);
+  CHECK(spare_key(round_prefix("job", 1), "n").starts_with(spares_prefix(round_prefix("job", 1))));
+  CHECK_FALSE(spare_of(spares_prefix(round_prefix("job", 1))));
+  CHECK_FALSE(spare_of(node_key(round_prefix("job", 1), 0)));
+  CHECK_FALSE(spare_of("/job/rdzv/round_x/spare/n"));
+  CHECK_FALSE(spare_of("/a/b/rdzv/round_1/spare/n"));
+  CHECK(run_of_excluded(excluded_key("job", "10.0.0.3")) == "job");
+  CHECK(excluded_key("job", "h").starts_with(excluded_prefix("job")));
+  CHECK_FALSE(run_of_excluded(excluded_prefix("job")));
+  CHECK_FALSE(run_of_excluded("/job/rdzv/round_1/closed"));
+  CHECK_FALSE(run_of_excluded("//rdzv/excluded/h"));
+}

@@ -37,6 +37,12 @@ struct AgentConfig {
   // attempts that showed no progress (no heartbeat, no completed section);
   // the next such failure stops the job with exit 4. Unset: no such limit.
   std::optional<int> max_no_progress_restarts;
+  // --max_node_failures / --node_failure_window: a node whose workers fail
+  // this many times within the window is excluded from the job's later
+  // rounds, and its agent exits 6 (docs/agent.md, "Bad nodes kept out").
+  // 0: never.
+  int max_node_failures = 0;
+  std::chrono::milliseconds node_failure_window{std::chrono::hours(1)};
   // SIGTERM -> SIGKILL grace when stopping workers; torchrun's default is 30 s.
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(30)};
   // Heartbeat and section timeouts; off by default.

@@ -50,6 +50,13 @@ class RendezvousError : public Error {
   using Error::Error;
 };
 
+// The job cannot go on because nodes were excluded after failing too often
+// (ddprun --max_node_failures), or this node is one of them. Maps to exit code 6.
+class ExcludedError : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
+
 // A collective backend (Gloo, NCCL) failed.
 class BackendError : public Error {
  public:

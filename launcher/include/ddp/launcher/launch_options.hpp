@@ -26,9 +26,11 @@ struct LaunchOptions {
   std::string rdzv_id = "none";
   std::string rdzv_conf;
   int max_restarts = 0;
-  std::string max_no_progress_restarts;  // empty: no limit
-  double monitor_interval = 5.0;         // accepted for compatibility; monitoring is event-driven
-  std::string start_method = "spawn";    // accepted for compatibility; workers are always exec'd
+  std::string max_no_progress_restarts;      // empty: no limit
+  int max_node_failures = 0;                 // 0: nodes are never excluded
+  std::string node_failure_window = "3600";  // seconds
+  double monitor_interval = 5.0;             // accepted for compatibility; monitoring is event-driven
+  std::string start_method = "spawn";        // accepted for compatibility; workers are always exec'd
   std::string role = "default";
   std::string log_dir;
   std::string redirects = "0";

@@ -64,6 +64,10 @@ struct RendezvousConfig {
   // returning false, the handler logs the line every progress_interval.
   std::function<bool(const std::string&)> on_progress;
   int keep_alive_max_attempt = 3;
+  // c10d: called (on the joining thread; it must not block) when this node
+  // finds a round of MAX nodes running and waits beside it as a hot spare for
+  // that round to end (docs/rendezvous.md, "Hot spares"), with that round.
+  std::function<void(std::int64_t round)> on_spare;
   // The fence backstop (docs/rendezvous.md, "Fencing"): called with the time
   // (steady clock, CLOCK_MONOTONIC) by which this node's workers must be dead
   // even if the agent itself cannot act (stopped, hung), unless the store
@@ -126,6 +130,16 @@ enum class RoundEvent : std::uint8_t {
 // reason: after it, the failed worker as the failing node described it.
 inline constexpr std::string_view kReportedFailure = " reported a failure: ";
 using RoundEventCallback = std::function<void(RoundEvent, const std::string& detail)>;
+// A job closed because exclusions left it below MIN: the close reason starts
+// with this, and next_rendezvous() then throws ExcludedError (exit 6).
+inline constexpr std::string_view kClosedByExclusion = "below MIN after excluding ";
+
+// What exclude_self() did.
+struct Exclusion {
+  std::vector<std::string> excluded;  // every excluded host of the job, with why
+  int left = 0;                       // nodes of the round and spares not excluded
+  bool closed = false;                // left < MIN: the job is closed (kClosedByExclusion)
+};
 
 // Thread-safety: next_rendezvous/report_* are called from the agent's thread;
 // the event callback runs on an internal thread and must only post to the agent.
@@ -150,6 +164,12 @@ class RendezvousHandler {
   virtual void set_event_callback(RoundEventCallback cb) = 0;
   // The store this handler uses (agents publish status into it).
   virtual std::shared_ptr<store::Store> store() = 0;
+  // Keeps this node's host out of the job's later rounds (`why` is shown to
+  // the operator); then, when the nodes left (members of the current round
+  // and spares, excluded ones not counted) are fewer than MIN, closes the job,
+  // else reports this node's failure so that the others re-form without it.
+  // Backends without a shared store throw ConfigError.
+  virtual Exclusion exclude_self(const std::string& why);
 };
 
 // Builds the handler for config.backend (any name parse_backend() knows).

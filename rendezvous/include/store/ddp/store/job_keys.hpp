@@ -25,6 +25,17 @@ std::string node_key(const std::string& round_prefix, std::int64_t index);
 // The index of a key under nodes_prefix(round_prefix); nullopt for any other key.
 std::optional<std::int64_t> node_index(std::string_view key, const std::string& round_prefix);
 
+// "<round prefix>spare/": the hot spares waiting while a full round runs,
+// one record per spare ({"id","host","nproc"}), attached to its lease.
+std::string spares_prefix(const std::string& round_prefix);
+// "<round prefix>spare/<node_id>".
+std::string spare_key(const std::string& round_prefix, const std::string& node_id);
+// "/<run>/rdzv/excluded/": hosts kept out of the job's later rounds, one key
+// per host, its value why (docs/rendezvous.md, "Bad nodes kept out").
+std::string excluded_prefix(const std::string& run_id);
+// "/<run>/rdzv/excluded/<host>".
+std::string excluded_key(const std::string& run_id, const std::string& host);
+
 // "/<run>/worker/": where the workers of every round bootstrap.
 std::string worker_root(const std::string& run_id);
 // "/<run>/worker/round_<r>/": this round's workers.
@@ -40,6 +51,17 @@ std::string agent_status_key(const std::string& run_id, const std::string& node_
 
 // The run id of a round pointer key "/<run>/rdzv/round"; nullopt for any other key.
 std::optional<std::string_view> run_of_round_pointer(std::string_view key);
+
+// The run id of an excluded host's key "/<run>/rdzv/excluded/<host>"; nullopt
+// for any other key.
+std::optional<std::string_view> run_of_excluded(std::string_view key);
+// The run id and round of a spare's key "/<run>/rdzv/round_<r>/spare/<id>";
+// nullopt for any other key.
+struct SpareOf {
+  std::string_view run;
+  std::int64_t round = 0;
+};
+std::optional<SpareOf> spare_of(std::string_view key);
 
 // A non-negative decimal integer, the whole of `text`; nullopt otherwise.
 std::optional<std::int64_t> parse_index(std::string_view text);
