@@ -25,8 +25,13 @@ std::vector<std::string> Reclaimer::on_commit(const Mutation& m, const KvState& 
     const auto job = keys::job_key_of(c.key);
     if (!job) continue;
     if (options_.idle_after.count() > 0) {
-      auto [it, added] = last_write_.try_emplace(std::string(job->run), now);
-      if (!added) it->second = now;
+      // A deletion (the reclamation's own among them) never starts tracking a job.
+      auto it = last_write_.find(std::string(job->run));
+      if (it != last_write_.end()) {
+        it->second = now;
+      } else if (c.kind == Change::Kind::kPut) {
+        last_write_.emplace(std::string(job->run), now);
+      }
     }
     if (options_.keep_rounds <= 0 || c.kind != Change::Kind::kPut) continue;
     const auto closed = keys::closed_round_of(*job);
@@ -73,8 +78,8 @@ std::vector<std::string> Reclaimer::idle_jobs(const KvState& kv, Clock::time_poi
       ++it;
       continue;
     }
+    if (!keys.empty()) ++reclaimed_jobs_;  // else its keys went some other way
     out.insert(out.end(), keys.begin(), keys.end());
-    ++reclaimed_jobs_;
     it = last_write_.erase(it);
   }
   return out;

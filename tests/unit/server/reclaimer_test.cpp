@@ -94,3 +94,18 @@ TEST_CASE("idle reclamation off names nothing") {
   CHECK(r.sweep_period() == 0ms);
   CHECK(r.idle_jobs(core.kv(), t0 + std::chrono::hours(100)).empty());
 }
+
+TEST_CASE("the deletion of a reclaimed job does not bring it back to be reclaimed again") {
+  StoreCore core;
+  Reclaimer r({2, 1000ms});
+  put(core, r, "/done/rdzv/round");
+  const auto gone = r.idle_jobs(core.kv(), t0 + 1s);
+  REQUIRE(gone.size() == 1);
+  std::vector<Mutation> seen;
+  core.set_sink([&](const Mutation& m) { seen.push_back(m); });
+  core.erase_keys(gone);
+  for (const auto& m : seen) r.on_commit(m, core.kv(), t0 + 1s);
+  CHECK(r.jobs() == 0);
+  CHECK(r.idle_jobs(core.kv(), t0 + 10s).empty());
+  CHECK(r.reclaimed_jobs() == 1);
+}
