@@ -20,6 +20,15 @@ constexpr std::chrono::milliseconds kCompactBackoffMax{60000};
 // While degraded: how often the data dir is probed, and how long lease expiry
 // waits before writing its deletion again.
 constexpr std::chrono::milliseconds kDiskProbeInterval{1000};
+// Past this many leases revoked at once, one summary log line instead of one
+// per lease: a whole cluster disconnecting must not flood the journal.
+constexpr std::size_t kLeaseLogLines = 16;
+// Leases due within this window of the first are reaped together, in one
+// mutation: after a power loss or a partition the agents' last keepalives are
+// spread over their keepalive interval, and reaping each lease on its own
+// would send every watcher one frame per lease. A lease goes at most this
+// late; against a TTL of seconds (15 s for agents) that is noise.
+constexpr Millis kLeaseExpiryBatch{100};
 
 bool same_token(std::string_view a, std::string_view b) {
   // Constant time in the token's length, so response timing does not leak a prefix.
@@ -48,12 +57,15 @@ Dispatcher::Dispatcher(asio::io_context& io, const StoreServerOptions& options)
           options.history_max_events != 0 ? options.history_max_events : HistoryLimits::kDefaultMaxEvents,
           options.history_max_bytes != 0 ? options.history_max_bytes : HistoryLimits::kDefaultMaxBytes}),
       preauth_(options.max_preauth_buffered_bytes),
+      reclaimer_(ReclaimOptions{options.keep_rounds, options.reclaim_idle_jobs}),
+      reclaim_timer_(io),
       waiter_timer_(io),
       lease_timer_(io),
       grace_timer_(io),
       auth_log_timer_(io),
       auth_(AuthBackoff{options.auth_free_failures, options.auth_backoff_base, options.auth_backoff_max}),
       disk_timer_(io) {
+  core_.set_expiry_batch(kLeaseExpiryBatch);
   core_.set_sink([this](const Mutation& m) {
     // Before the response exists: an acknowledged write is in the log.
     if (persistence_) persistence_->append(m);
@@ -64,10 +76,39 @@ Dispatcher::Dispatcher(asio::io_context& io, const StoreServerOptions& options)
 Dispatcher::~Dispatcher() = default;
 
 void Dispatcher::open_persistence() {
-  if (options_.data_dir.empty()) return;
-  persistence_ = std::make_unique<Persistence>(options_.data_dir, Persistence::kDefaultCompactBytes,
-                                               options_.recover_corrupt_log);
-  persistence_->open(core_, Clock::now());
+  if (!options_.data_dir.empty()) {
+    persistence_ = std::make_unique<Persistence>(options_.data_dir, Persistence::kDefaultCompactBytes,
+                                                 options_.recover_corrupt_log);
+    persistence_->open(core_, Clock::now());
+  }
+  arm_reclaim_sweep();
+}
+
+void Dispatcher::arm_reclaim_sweep() {
+  const auto period = reclaimer_.sweep_period();
+  if (period.count() == 0 || stopping_) return;
+  reclaim_timer_.expires_after(period);
+  reclaim_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || stopping_) return;
+    auto keys = reclaimer_.idle_jobs(core_.kv(), Clock::now());
+    reclaim_keys_.insert(reclaim_keys_.end(), keys.begin(), keys.end());
+    after_work();
+    arm_reclaim_sweep();
+  });
+}
+
+void Dispatcher::reclaim() {
+  if (reclaim_keys_.empty() || stopping_) return;
+  auto keys = std::exchange(reclaim_keys_, {});
+  try {
+    const auto n = core_.erase_keys(keys);
+    reclaimer_.count_reclaimed(n);
+    ddp::log::get("store.server")->debug("reclaimed keys of old rounds and finished jobs count={}", n);
+  } catch (const std::exception& e) {
+    // Not in the log, so not deleted; the next round close or sweep names them again.
+    ddp::log::get("store.server")
+        ->warn("reclaiming keys failed count={} error=\"{}\"", keys.size(), e.what());
+  }
 }
 
 void Dispatcher::add_session(const std::shared_ptr<Session>& session) { sessions_[session.get()] = session; }
@@ -80,6 +121,9 @@ std::map<std::string, std::int64_t> Dispatcher::stats() const {
           {"waiters", static_cast<std::int64_t>(waiters_.size())},
           {"revision", core_.revision()},
           {"requests", requests_},
+          {"event_frames", event_frames_},
+          {"reclaimed_keys", reclaimer_.reclaimed_keys()},
+          {"reclaimed_jobs", reclaimer_.reclaimed_jobs()},
           {"degraded", persistence_ && persistence_->degraded() ? 1 : 0},
           {"persist_failures", persistence_ ? static_cast<std::int64_t>(persistence_->write_failures()) : 0},
           {"compaction_failures", compaction_failures_}};
@@ -371,8 +415,12 @@ void Dispatcher::handle_cancel(const std::shared_ptr<Session>& s, const Request&
 void Dispatcher::drain() {
   // Sends can close sessions (write queue full), which edits the maps: look ids
   // up afresh every time instead of holding iterators.
+  const auto now = Clock::now();
   for (std::size_t m = 0; m < committed_.size(); ++m) {
     const auto mutation = std::move(committed_[m]);
+    auto old = reclaimer_.on_commit(mutation, core_.kv(), now);
+    reclaim_keys_.insert(reclaim_keys_.end(), std::make_move_iterator(old.begin()),
+                         std::make_move_iterator(old.end()));
     for (const auto& c : mutation.changes) {
       if (c.kind != Change::Kind::kPut) continue;
       for (auto id : waiters_.on_put(c.key)) release_waiter(id);
@@ -392,6 +440,10 @@ void Dispatcher::after_work() {
   auto log = ddp::log::get("store.server");
   try {
     drain();
+    if (!reclaim_keys_.empty()) {
+      reclaim();
+      drain();
+    }
   } catch (const std::exception& e) {
     log->error("delivering changes to waiters and watchers failed error=\"{}\"", e.what());
     committed_.clear();
@@ -442,6 +494,7 @@ void Dispatcher::rearm_timers() {
   if (stopping_) return;
   rearm(waiter_timer_, waiter_armed_, waiters_.next_deadline(), &Dispatcher::on_waiter_timer);
   auto next_lease = core_.next_lease_expiry();
+  if (next_lease) *next_lease = saturating_add(*next_lease, core_.expiry_batch());
   if (next_lease && lease_retry_at_ && *next_lease < *lease_retry_at_) next_lease = lease_retry_at_;
   rearm(lease_timer_, lease_armed_, next_lease, &Dispatcher::on_lease_timer);
 }
@@ -503,30 +556,13 @@ void Dispatcher::on_lease_timer() {
 
 void Dispatcher::on_closed(Session& s) {
   if (auto bound = bound_leases_.find(&s); bound != bound_leases_.end()) {
-    auto leases = std::move(bound->second);
+    for (auto id : bound->second) closed_leases_.emplace_back(id, s.peer());
     bound_leases_.erase(bound);
-    // Revoked after this call returns, not inside the session's own close path.
-    if (!stopping_) {
-      asio::post(io_, [this, leases = std::move(leases), peer = s.peer()] {
-        if (stopping_) return;
-        auto log = ddp::log::get("store.server");
-        for (auto id : leases) {
-          Request revoke;
-          revoke.op = Op::kLeaseRevoke;
-          revoke.a = id;
-          try {
-            if (core_.execute(revoke, Clock::now()).status == Status::kOk)
-              log->info("lease revoked: its connection closed lease={} peer={}", id, peer);
-          } catch (const std::exception& e) {
-            // Not saved, so not done: the lease lives on until its TTL runs out.
-            log->error(
-                "revoking lease of a closed connection failed; it expires by its TTL instead lease={} "
-                "peer={} error=\"{}\"",
-                id, peer, e.what());
-          }
-        }
-        after_work();
-      });
+    // Revoked after this call returns, not inside the session's own close path,
+    // and together with every other connection that closed in this loop turn.
+    if (!stopping_ && !revoke_posted_) {
+      revoke_posted_ = true;
+      asio::post(io_, [this] { revoke_closed_leases(); });
     }
   }
   for (const auto& [request_id, p] : s.pending()) {
@@ -552,6 +588,35 @@ void Dispatcher::on_closed(Session& s) {
   }
 }
 
+void Dispatcher::revoke_closed_leases() {
+  revoke_posted_ = false;
+  auto closed = std::exchange(closed_leases_, {});
+  if (stopping_ || closed.empty()) return;
+  auto log = ddp::log::get("store.server");
+  std::vector<LeaseId> ids;
+  ids.reserve(closed.size());
+  for (const auto& [id, peer] : closed) ids.push_back(id);
+  try {
+    // One mutation for all: a mass disconnect is one event frame per watcher.
+    const auto n = core_.revoke_leases(ids);
+    if (closed.size() <= kLeaseLogLines) {
+      for (const auto& [id, peer] : closed)
+        log->info("lease revoked: its connection closed lease={} peer={}", id, peer);
+    } else {
+      log->info("leases revoked: their connections closed count={} first_peer={} last_peer={}", n,
+                closed.front().second, closed.back().second);
+    }
+  } catch (const std::exception& e) {
+    // Not saved, so not done: the leases live on until their TTL runs out.
+    log->error(
+        "revoking lease of a closed connection failed; it expires by its TTL instead leases={} "
+        "first_lease={} "
+        "peer={} error=\"{}\"",
+        closed.size(), closed.front().first, closed.front().second, e.what());
+  }
+  after_work();
+}
+
 void Dispatcher::shutdown(std::function<void()> done) {
   auto log = ddp::log::get("store.server");
   try {
@@ -562,6 +627,7 @@ void Dispatcher::shutdown(std::function<void()> done) {
   stopping_ = true;
   waiter_timer_.cancel();
   lease_timer_.cancel();
+  reclaim_timer_.cancel();
   auth_log_timer_.cancel();
   disk_timer_.cancel();
   // Moved out first: a send can close its session, which edits these maps.

@@ -20,6 +20,7 @@
 #include "ddp/store/store_server.hpp"
 #include "persistence.hpp"
 #include "preauth_pool.hpp"
+#include "reclaimer.hpp"
 #include "request_metrics.hpp"
 #include "session.hpp"
 #include "store_core.hpp"
@@ -109,6 +110,9 @@ class Dispatcher final : public SessionHost {
   // Delivers, compacts (with back-off after a failure) and rearms the timers;
   // never throws: a failure here belongs to no request.
   void after_work();
+  // Deletes what the reclaimer named (reclaim_keys_) in one mutation.
+  void reclaim();
+  void arm_reclaim_sweep();
   void maybe_compact();
   // While the data dir is degraded: probes it every second until it takes writes.
   void arm_disk_probe();
@@ -119,6 +123,7 @@ class Dispatcher final : public SessionHost {
              std::optional<Clock::time_point> next, void (Dispatcher::*fire)());
   void on_waiter_timer();
   void on_lease_timer();
+  void revoke_closed_leases();
   // Logs a failed or refused hello: the first of a quiet period at once, the
   // rest summarised once per auth_log_period.
   void log_auth_failure(const Session& s, const char* what);
@@ -138,7 +143,16 @@ class Dispatcher final : public SessionHost {
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
   // Leases granted with kLeaseBindToConnection, by the session that granted them.
   std::unordered_map<Session*, std::vector<LeaseId>> bound_leases_;
+  // Bound leases of connections closed since the last revoke_closed_leases()
+  // (with the peer, for the log), revoked together by one posted call.
+  std::vector<std::pair<LeaseId, std::string>> closed_leases_;
+  bool revoke_posted_ = false;
+  // Watch event frames sent (stat `event_frames`): what a mass expiry costs.
+  std::int64_t event_frames_ = 0;
   std::vector<Mutation> committed_;
+  Reclaimer reclaimer_;
+  std::vector<std::string> reclaim_keys_;  // named by the reclaimer, deleted by reclaim()
+  boost::asio::steady_timer reclaim_timer_;
   boost::asio::steady_timer waiter_timer_;
   boost::asio::steady_timer lease_timer_;
   boost::asio::steady_timer grace_timer_;

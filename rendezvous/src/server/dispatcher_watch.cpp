@@ -113,6 +113,7 @@ void Dispatcher::send_events(Session& s, std::uint32_t id, const std::vector<Wat
           {e.type == EventType::kPut ? ItemKind::kPut : ItemKind::kDelete, e.key, e.value, e.revision});
     }
     s.send(frame);
+    ++event_frames_;
     if (s.closed()) return;
   }
 }

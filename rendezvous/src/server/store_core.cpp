@@ -54,6 +54,20 @@ bool is_read_only(Op op) {
   }
 }
 
+// A request that attaches keys to a lease, or keeps one alive or revokes it.
+bool names_lease(const Request& req) {
+  switch (req.op) {
+    case Op::kSet:
+    case Op::kCompareSet:
+    case Op::kMultiSet:
+    case Op::kLeaseKeepAlive:
+    case Op::kLeaseRevoke:
+      return req.a != 0;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 void StoreCore::track_leases(const Mutation& m) {
@@ -86,10 +100,10 @@ void StoreCore::undo(const Undo& u) {
   }
   kv_.restore_revision(u.revision);
   if (u.granted != 0) leases_.revoke(u.granted);
-  if (u.lease) {
+  for (const auto& l : u.leases) {
     // restore() counts the TTL from its `now`: this `now` gives back the old expiry.
-    leases_.restore(u.lease->id, u.lease->ttl, u.lease->expiry - u.lease->ttl);
-    for (const auto& k : u.lease->keys) leases_.attach(u.lease->id, k);
+    leases_.restore(l.id, l.ttl, l.expiry - l.ttl);
+    for (const auto& k : l.keys) leases_.attach(l.id, k);
   }
 }
 
@@ -124,45 +138,54 @@ Response StoreCore::revoke(LeaseId id, Response resp) {
     resp.message = "lease " + std::to_string(id) + " not found (expired or revoked)";
     return resp;
   }
-  auto u = capture(lease->keys);
-  if (sink_) u.lease = *lease;
-  Mutation m;
-  kv_.erase({lease->keys.begin(), lease->keys.end()}, m);
-  Change c;
-  c.kind = Change::Kind::kLeaseRevoke;
-  c.lease = id;
-  m.changes.push_back(std::move(c));
-  commit(m, u);
   resp.num = static_cast<std::int64_t>(lease->keys.size());
+  std::vector<Lease> gone;
+  gone.push_back(std::move(*lease));
+  drop_leases(std::move(gone));
   resp.revision = kv_.revision();
   return resp;
 }
 
-std::size_t StoreCore::expire_leases(Clock::time_point now) {
-  auto due = leases_.take_expired(now);
-  for (std::size_t i = 0; i < due.size(); ++i) {
-    auto& lease = due[i];
-    auto u = capture(lease.keys);
-    if (sink_) u.lease = lease;
-    Mutation m;
-    kv_.erase({lease.keys.begin(), lease.keys.end()}, m);
+void StoreCore::drop_leases(std::vector<Lease> gone) {
+  if (gone.empty()) return;
+  std::vector<std::string> keys;
+  for (const auto& l : gone) keys.insert(keys.end(), l.keys.begin(), l.keys.end());
+  auto u = capture(keys);
+  Mutation m;
+  kv_.erase(keys, m);
+  for (const auto& l : gone) {
     Change c;
     c.kind = Change::Kind::kLeaseRevoke;
-    c.lease = lease.id;
+    c.lease = l.id;
     m.changes.push_back(std::move(c));
-    try {
-      commit(m, u);
-    } catch (...) {
-      for (std::size_t j = i + 1; j < due.size(); ++j) {  // not expired after all: put them back
-        Undo later;
-        later.revision = kv_.revision();
-        later.lease = std::move(due[j]);
-        undo(later);
-      }
-      throw;
-    }
   }
-  return due.size();
+  u.leases = std::move(gone);
+  commit(m, u);
+}
+
+std::size_t StoreCore::expire_leases(Clock::time_point now) {
+  auto due = leases_.take_expired(now);
+  const auto n = due.size();
+  drop_leases(std::move(due));
+  return n;
+}
+
+std::size_t StoreCore::revoke_leases(const std::vector<LeaseId>& ids) {
+  std::vector<Lease> gone;
+  for (auto id : ids) {
+    if (auto l = leases_.revoke(id)) gone.push_back(std::move(*l));
+  }
+  const auto n = gone.size();
+  drop_leases(std::move(gone));
+  return n;
+}
+
+std::size_t StoreCore::erase_keys(const std::vector<std::string>& keys) {
+  auto u = capture(keys);
+  Mutation m;
+  const auto n = kv_.erase(keys, m);
+  commit(m, u);
+  return static_cast<std::size_t>(n);
 }
 
 Response StoreCore::execute(const Request& req, Clock::time_point now) {
@@ -170,7 +193,11 @@ Response StoreCore::execute(const Request& req, Clock::time_point now) {
   resp.id = req.id;
   if (auto why = check_shape(req)) return bad(std::move(resp), *why);
   try {
-    expire_leases(now);  // a lease past due must not accept new keys or keepalives
+    // A lease past due must not accept new keys or keepalives: a request that
+    // names one reaps every lease due. Others leave leases due within the
+    // batch window to the server's timer, which reaps them together.
+    const auto due = leases_.next_expiry();
+    if (due && (names_lease(req) || *due + expiry_batch_ <= now)) expire_leases(now);
   } catch (...) {
     if (!is_read_only(req.op)) throw;  // reads go on while the log refuses writes
   }

@@ -43,10 +43,25 @@ class StoreCore {
   // Keys of `keys` that do not exist, in order.
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
 
-  // Deletes the keys of leases due at `now`; one mutation per lease. A sink
-  // failure leaves the failing lease (and later ones) in place and is rethrown.
+  // Deletes the keys of every lease due at `now` in ONE mutation (one revision),
+  // so a watcher sees a mass expiry (a power loss, a partition: thousands of
+  // leases due in one tick) as one event frame, not one frame per lease: O(N)
+  // frames for N watchers instead of O(N^2). A sink failure leaves all of them
+  // in place and is rethrown. Returns how many leases expired.
   std::size_t expire_leases(Clock::time_point now);
+  // Revokes the leases of `ids` that exist, in one mutation as above (the
+  // leases bound to connections that closed in one loop turn). Returns how
+  // many existed.
+  std::size_t revoke_leases(const std::vector<LeaseId>& ids);
+  // Deletes `keys` (those that exist) in one mutation, as the server's own
+  // deletion (reclaiming old rounds and finished jobs). Returns how many existed.
+  std::size_t erase_keys(const std::vector<std::string>& keys);
   std::optional<Clock::time_point> next_lease_expiry() const { return leases_.next_expiry(); }
+  // How late a lease may be reaped so that leases due close together go in one
+  // mutation (the server's lease timer fires this long after the first is due).
+  // Requests that name a lease still reap it at once. 0 (the default): exact.
+  void set_expiry_batch(Millis window) { expiry_batch_ = window; }
+  Millis expiry_batch() const { return expiry_batch_; }
 
   // Past events for a watch from `from` (> 0); nullopt when compacted.
   std::optional<std::vector<WatchEvent>> history_since(const std::string& prefix, Revision from) const {
@@ -69,8 +84,8 @@ class StoreCore {
   struct Undo {
     Revision revision = 0;
     std::vector<std::pair<std::string, std::optional<KvEntry>>> keys;
-    std::optional<Lease> lease;  // a revoked or expired lease to reinstate
-    LeaseId granted = 0;         // a granted lease to remove
+    std::vector<Lease> leases;  // revoked or expired leases to reinstate
+    LeaseId granted = 0;        // a granted lease to remove
   };
   template <typename Keys>
   Undo capture(const Keys& keys) const;
@@ -79,11 +94,15 @@ class StoreCore {
   // Updates lease attachments for the key changes of `m`.
   void track_leases(const Mutation& m);
   Response revoke(LeaseId id, Response resp);
+  // Deletes the keys of `gone` (already taken out of the table) in one
+  // mutation; on a sink failure the leases are put back and it rethrows.
+  void drop_leases(std::vector<Lease> gone);
 
   KvState kv_;
   LeaseTable leases_;
   EventHistory history_;
   Sink sink_;
+  Millis expiry_batch_{0};
 };
 
 }  // namespace ddp::store::server

@@ -121,4 +121,40 @@ std::optional<SpareOf> spare_of(std::string_view key) {
   return SpareOf{parts->first, *round};
 }
 
+std::optional<JobKey> job_key_of(std::string_view key) {
+  if (key.size() < 2 || key.front() != '/') return std::nullopt;
+  const auto run_end = key.find('/', 1);
+  if (run_end == std::string_view::npos || run_end == 1) return std::nullopt;
+  const auto area_end = key.find('/', run_end + 1);
+  if (area_end == std::string_view::npos) return std::nullopt;
+  JobKey out{key.substr(1, run_end - 1), key.substr(run_end + 1, area_end - run_end - 1),
+             key.substr(area_end + 1)};
+  if (out.area != "rdzv" && out.area != "worker" && out.area != "agent") return std::nullopt;
+  return out;
+}
+
+std::optional<std::int64_t> round_of(const JobKey& key) {
+  if (key.area != "rdzv" && key.area != "worker") return std::nullopt;
+  if (key.rest.find('/') == std::string_view::npos) return std::nullopt;  // "round" itself, or "closed"
+  return worker_round_of(key.rest);
+}
+
+std::optional<std::int64_t> closed_round_of(const JobKey& key) {
+  if (key.area != "rdzv" || !key.rest.ends_with("/closed")) return std::nullopt;
+  const auto r = round_of(key);
+  // Exactly "round_<r>/closed": nothing between the round and "closed".
+  if (!r || key.rest.find('/') != key.rest.size() - std::string_view("/closed").size()) return std::nullopt;
+  return r;
+}
+
+std::vector<std::string> job_prefixes(std::string_view run_id) {
+  std::string root = "/";
+  root.append(run_id);
+  std::vector<std::string> out(3, root);
+  out[0] += "/agent/";
+  out[1] += "/rdzv/";
+  out[2] += "/worker/";
+  return out;
+}
+
 }  // namespace ddp::store::keys

@@ -21,6 +21,41 @@ constexpr int kWritePollMs = 200;
 // A deferred frame (a watch cancel) waits at most this long for a request to
 // share its write: the caller that cancels a watch usually sends one at once.
 constexpr std::chrono::milliseconds kDeferredFlush{5};
+
+// The one retry rule, for call() and call_batch() alike. A write that fails is
+// sent again on a new connection (once) only when the server cannot hold any
+// of its requests whole: the bytes that left stop short of the end of the
+// first frame. The server applies a frame only once it has all of it, so a
+// cut inside the first frame applied nothing; a whole frame may have been
+// applied, and an ADD, APPEND, QUEUE_PUSH or BARRIER applied twice is wrong.
+// A request that went out whole is never sent again: at most once.
+bool may_resend(std::size_t sent, std::size_t first_frame_bytes) { return sent < first_frame_bytes; }
+
+// Requests whose second application changes neither the state nor the answer.
+// For the others a lost answer is reported as "may have been applied".
+bool is_idempotent(Op op) {
+  switch (op) {
+    case Op::kGet:
+    case Op::kTryGet:
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+    case Op::kNumKeys:
+    case Op::kList:
+    case Op::kStat:
+    case Op::kPing:
+    case Op::kSet:
+    case Op::kMultiSet:
+    case Op::kLeaseKeepAlive:
+    case Op::kQueueLen:
+    case Op::kWatch:
+    case Op::kCancel:
+    case Op::kHello:
+      return true;
+    default:
+      return false;
+  }
+}
 }  // namespace
 
 void PendingCall::complete(Response r) {
@@ -199,43 +234,10 @@ void TcpStore::Impl::refuse_on_io_thread(const char* what) const {
 }
 
 Response TcpStore::Impl::call(Request req, std::chrono::milliseconds reply_timeout) {
-  refuse_on_io_thread(op_name(req.op));
-  std::shared_ptr<PendingCall> pending;
-  std::string frame;
-  // A connection that broke before this request was sent is not "in flight":
-  // reconnect once and send it on the new connection.
-  for (int attempt = 0;; ++attempt) {
-    ensure_connected();
-    // A fresh call per attempt: the I/O thread may still fail the previous
-    // attempt's (it takes every pending call of a connection it retires), and
-    // that failure must not become this attempt's answer.
-    pending = std::make_shared<PendingCall>();
-    std::uint64_t epoch = 0;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      req.id = next_id_++;
-      if (next_id_ == 0) next_id_ = 1;  // 0 is the handshake's id
-      pending_[req.id] = pending;
-      epoch = connect_epoch_;
-    }
-    frame.clear();
-    encode_request(req, frame);
-    try {
-      write_frame(frame);
-      break;
-    } catch (const NetworkError& e) {
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        pending_.erase(req.id);
-      }
-      if (attempt > 0) throw;
-      // The I/O thread may not have seen the peer go yet; without this the
-      // retry would find the client still "connected" and write to the same
-      // dead socket.
-      retire_connection(epoch, e.what());
-    }
-  }
-  return await_reply(pending, req.id, req.op, reply_timeout);
+  // A batch of one: one retry rule for both (may_resend).
+  std::vector<Request> one;
+  one.push_back(std::move(req));
+  return std::move(call_batch(one, reply_timeout).front());
 }
 
 Response TcpStore::Impl::await_reply(const std::shared_ptr<PendingCall>& pending, std::uint32_t id, Op op,
@@ -254,13 +256,23 @@ Response TcpStore::Impl::await_reply(const std::shared_ptr<PendingCall>& pending
                          std::to_string(reply_timeout.count()) + " ms");
     }
   }
-  if (pending->error) std::rethrow_exception(pending->error);
+  if (pending->error) {
+    if (is_idempotent(op)) std::rethrow_exception(pending->error);
+    try {
+      std::rethrow_exception(pending->error);
+    } catch (const NetworkError& e) {
+      // The request went out whole and its answer was lost: the store may
+      // have applied it. Sending it again could apply it twice; say so.
+      throw NetworkError(std::string(e.what()) + "; the " + op_name(op) +
+                         " was sent and may have been applied, so it is not sent again (at most once)");
+    }
+  }
   return std::move(pending->response);
 }
 
 std::vector<Response> TcpStore::Impl::call_batch(std::vector<Request>& reqs,
                                                  std::chrono::milliseconds reply_timeout) {
-  refuse_on_io_thread("batch");
+  refuse_on_io_thread(reqs.size() == 1 ? op_name(reqs[0].op) : "batch");
   std::vector<std::shared_ptr<PendingCall>> pending(reqs.size());
   std::string frames;
   for (int attempt = 0;; ++attempt) {
@@ -278,7 +290,11 @@ std::vector<Response> TcpStore::Impl::call_batch(std::vector<Request>& reqs,
       epoch = connect_epoch_;
     }
     frames.clear();
-    for (const auto& req : reqs) encode_request(req, frames);
+    std::size_t first_frame = 0;
+    for (const auto& req : reqs) {
+      encode_request(req, frames);
+      if (first_frame == 0) first_frame = frames.size();
+    }
     std::size_t sent = 0;
     try {
       write_frame(frames, &sent);
@@ -288,9 +304,7 @@ std::vector<Response> TcpStore::Impl::call_batch(std::vector<Request>& reqs,
         std::lock_guard<std::mutex> lk(mu_);
         for (const auto& req : reqs) pending_.erase(req.id);
       }
-      // Bytes that went out may hold whole requests the server applies: sending
-      // them again could apply them twice.
-      if (attempt > 0 || sent > 0) throw;
+      if (attempt > 0 || !may_resend(sent, first_frame)) throw;
       retire_connection(epoch, e.what());
     }
   }

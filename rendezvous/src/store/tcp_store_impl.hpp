@@ -74,10 +74,14 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   // Sends `req` (its id is assigned here) and waits up to `reply_timeout` for the
   // reply (kNoTimeout: until the connection breaks). Throws NetworkError when the
   // connection breaks or cannot be made, TimeoutError naming the op when no reply came.
+  // At most once: see call_batch.
   Response call(Request req, std::chrono::milliseconds reply_timeout);
   // Several requests in one write, waited for together (each within
-  // `reply_timeout`); replies in request order. Retried on a new connection
-  // only when not a byte of them went out.
+  // `reply_timeout`); replies in request order. Sent again on a new connection
+  // only when the write failed before the first request went out whole (the
+  // server applies nothing it has not received whole); a request that went out
+  // is never sent twice, and a lost answer to a non-idempotent one says it may
+  // have been applied.
   std::vector<Response> call_batch(std::vector<Request>& reqs, std::chrono::milliseconds reply_timeout);
 
   std::shared_ptr<WatchState> start_watch(const std::string& prefix, Revision from, WatchCallback on_event,

@@ -87,6 +87,10 @@ constexpr Key kKeys[] = {
     {"log_level", "trace, debug, info, warn, error or off", "info"},
     {"metrics_port", "serve /metrics and /healthz on this port; 0 picks one; unset: off", ""},
     {"metrics_port_file", "write the bound metrics port here once listening", ""},
+    {"keep_rounds",
+     "rounds of a job kept when a newer one closes; older rounds' keys are deleted; 0: keep all", "2"},
+    {"reclaim_idle_jobs_ms",
+     "delete a job's keys once none holds a lease and it wrote nothing for this long; 0: never", "3600000"},
 };
 
 }  // namespace
@@ -235,6 +239,9 @@ DaemonSettings DaemonConfig::to_settings() const {
       static_cast<std::size_t>(to_int(get("history_max_bytes"), 1, std::int64_t{1} << 40));
   out.server.max_buffered_request_bytes = static_cast<std::size_t>(
       to_int(get("max_buffered_request_bytes"), out.server.limits.max_frame_bytes, std::int64_t{1} << 40));
+  out.server.keep_rounds = static_cast<int>(to_int(get("keep_rounds"), 0, 1000000));
+  out.server.reclaim_idle_jobs =
+      to_ms(get("reclaim_idle_jobs_ms"), std::chrono::milliseconds(0), std::chrono::hours(24 * 365));
   out.log_level = get("log_level").value;
   if (!get("metrics_port").value.empty())
     out.metrics_port = static_cast<int>(to_int(get("metrics_port"), 0, 65535));

@@ -110,3 +110,72 @@ TEST_CASE("restoring a lease whose ttl overflows the clock keeps it alive instea
   CHECK(t.keepalive(7, t0 + Millis(1)) == huge);
   CHECK(t.exists(7));
 }
+
+TEST_CASE("leases due in one tick expire in one revision, one event frame's worth per watcher") {
+  StoreCore core;
+  std::vector<Mutation> seen;
+  core.set_sink([&](const Mutation& m) { seen.push_back(m); });
+  constexpr int kAgents = 1000;
+  for (int i = 0; i < kAgents; ++i) {
+    const auto lease = core.execute({Op::kLeaseGrant, 1, 0, 500 + i % 50, {}, {}}, t0).num;
+    core.execute({Op::kSet, 2, lease, 0, {std::string("job/node/").append(std::to_string(i))}, {"x"}}, t0);
+  }
+  const auto rev = core.revision();
+  seen.clear();
+  CHECK(core.expire_leases(t0 + Millis(600)) == kAgents);
+  CHECK(core.kv().size() == 0);
+  CHECK(core.leases().size() == 0);
+  CHECK(core.revision() == rev + 1);
+  REQUIRE(seen.size() == 1);  // one mutation: the log and every watcher see it once
+  CHECK(seen[0].changes.size() == 2 * kAgents);
+  auto events = core.history_since("job/node/", rev + 1);
+  REQUIRE(events);
+  CHECK(events->size() == kAgents);
+}
+
+TEST_CASE("a refused mass expiry leaves every lease and key in place") {
+  StoreCore core;
+  bool refuse = false;
+  core.set_sink([&](const Mutation&) {
+    if (refuse) throw std::runtime_error("disk full");
+  });
+  std::vector<LeaseId> leases;
+  for (int i = 0; i < 3; ++i) {
+    leases.push_back(core.execute({Op::kLeaseGrant, 1, 0, 100, {}, {}}, t0).num);
+    core.execute({Op::kSet, 2, leases.back(), 0, {std::string("k").append(std::to_string(i))}, {"v"}}, t0);
+  }
+  refuse = true;
+  CHECK_THROWS(core.expire_leases(t0 + Millis(100)));
+  CHECK(core.kv().size() == 3);
+  CHECK(core.leases().size() == 3);
+  refuse = false;
+  CHECK(core.expire_leases(t0 + Millis(100)) == 3);
+  CHECK(core.kv().size() == 0);
+}
+
+TEST_CASE("leases of connections closed together are revoked in one revision") {
+  StoreCore core;
+  std::vector<LeaseId> leases;
+  for (int i = 0; i < 5; ++i) {
+    leases.push_back(core.execute({Op::kLeaseGrant, 1, 0, 60000, {}, {}}, t0).num);
+    core.execute({Op::kSet, 2, leases.back(), 0, {std::string("n/").append(std::to_string(i))}, {"v"}}, t0);
+  }
+  const auto rev = core.revision();
+  leases.push_back(999);  // already gone: skipped
+  CHECK(core.revoke_leases(leases) == 5);
+  CHECK(core.revision() == rev + 1);
+  CHECK(core.kv().size() == 0);
+}
+
+TEST_CASE("with an expiry batch window only requests that name a lease reap it before the window ends") {
+  StoreCore core;
+  core.set_expiry_batch(Millis(100));
+  const auto lease = core.execute({Op::kLeaseGrant, 1, 0, 500, {}, {}}, t0).num;
+  core.execute({Op::kSet, 2, lease, 0, {"a"}, {"v"}}, t0);
+  // A read inside the window leaves it for the timer's batch.
+  CHECK(core.execute({Op::kTryGet, 3, 0, 0, {"a"}, {}}, t0 + Millis(550)).status == Status::kOk);
+  // A keepalive names it: refused, and the lease is reaped at once.
+  CHECK(core.execute({Op::kLeaseKeepAlive, 4, lease, 0, {}, {}}, t0 + Millis(550)).status ==
+        Status::kLeaseNotFound);
+  CHECK(core.kv().find("a") == nullptr);
+}

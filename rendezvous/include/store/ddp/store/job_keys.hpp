@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddp::store::keys {
 
@@ -62,6 +63,22 @@ struct SpareOf {
   std::int64_t round = 0;
 };
 std::optional<SpareOf> spare_of(std::string_view key);
+// The job and part of a key a ddprun job wrote: "/<run>/<area>/<rest>" with
+// area rdzv, worker or agent. nullopt for any other key (a plain TCPStore
+// user's). Used by the daemon to reclaim finished jobs' and old rounds' keys.
+struct JobKey {
+  std::string_view run;
+  std::string_view area;  // "rdzv", "worker" or "agent"
+  std::string_view rest;  // after "/<area>/"
+};
+std::optional<JobKey> job_key_of(std::string_view key);
+// The round whose close record "/<run>/rdzv/round_<r>/closed" `key` is.
+std::optional<std::int64_t> closed_round_of(const JobKey& key);
+// The round of a round's key: "/<run>/rdzv/round_<r>/..." or
+// "/<run>/worker/round_<r>/..."; nullopt for any other key.
+std::optional<std::int64_t> round_of(const JobKey& key);
+// "/<run>/<area>/" for each area a job writes.
+std::vector<std::string> job_prefixes(std::string_view run_id);
 
 // A non-negative decimal integer, the whole of `text`; nullopt otherwise.
 std::optional<std::int64_t> parse_index(std::string_view text);

@@ -85,6 +85,14 @@ struct StoreServerOptions {
   std::chrono::milliseconds auth_backoff_base{100};
   std::chrono::milliseconds auth_backoff_max{std::chrono::seconds(4)};
   std::chrono::milliseconds auth_log_period{std::chrono::seconds(10)};
+  // Reclaiming what finished jobs leave (docs/operations.md, "Key reclamation"):
+  // when round R of a job closes, its rounds <= R - keep_rounds are deleted
+  // (0: keep every round); a job with no leased key that wrote nothing for
+  // reclaim_idle_jobs loses all its keys (0: never). Why 2 rounds: the round
+  // before the current one is still read by late joiners and the round monitor.
+  // Why one hour: long enough to read a finished job with `ddp-store status`.
+  int keep_rounds = 2;
+  std::chrono::milliseconds reclaim_idle_jobs{std::chrono::hours(1)};
 };
 
 // Owns one event-loop thread that owns all state; no locks on the request path.
