@@ -130,25 +130,33 @@ void Observers::publish_status(const std::string& final_state) {
     }
     ws.push_back(std::move(wj));
   }
+  auto record = record_base(final_state.empty() ? phase_name(life_.phase()) : final_state);
+  record["group_rank"] = round.group_rank;
+  record["group_world_size"] = round.group_world_size;
+  record["rank_first"] = round.rank_offset;
+  record["rank_last"] = round.rank_offset + cfg_.nproc_per_node - 1;
+  record["round"] = round.round;
+  record["workers"] = std::move(ws);
+  record["startup"] = startup_ ? startup_->fields() : nlohmann::json(nullptr);
+  if (stragglers_) record["stragglers"] = stragglers_->named_json();
+  write_record(record);
+}
+
+nlohmann::json Observers::record_base(const std::string& state) const {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
-  nlohmann::json record = {
+  return {
       {"node", cfg_.node.node_id},
       {"host", cfg_.node.host},
       {"hostname", host},
-      {"group_rank", round.group_rank},
-      {"group_world_size", round.group_world_size},
-      {"rank_first", round.rank_offset},
-      {"rank_last", round.rank_offset + cfg_.nproc_per_node - 1},
-      {"round", round.round},
       {"restart_count", life_.restart_count()},
       {"max_restarts", cfg_.max_restarts},
-      {"state", final_state.empty() ? phase_name(life_.phase()) : final_state},
-      {"workers", ws},
-      {"startup", startup_ ? startup_->fields() : nlohmann::json(nullptr)},
+      {"state", state},
       {"updated", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
   };
-  if (stragglers_) record["stragglers"] = stragglers_->named_json();
+}
+
+void Observers::write_record(const nlohmann::json& record) {
   status_caller_->call([h = handler_, key = status_key(cfg_.rendezvous.run_id, cfg_.node.node_id),
                         value = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)] {
     try {
@@ -174,28 +182,11 @@ bool Observers::flush(bool store_lost) {
 
 void Observers::publish_unhealthy(const std::string& reason, int failures) {
   if (!status_caller_ || !handler_) return;
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  nlohmann::json record = {
-      {"node", cfg_.node.node_id},
-      {"host", cfg_.node.host},
-      {"hostname", host},
-      {"restart_count", life_.restart_count()},
-      {"max_restarts", cfg_.max_restarts},
-      {"state", "unhealthy: " + reason},
-      {"health", {{"reason", reason}, {"failures", failures}}},
-      {"workers", nlohmann::json::array()},
-      {"updated", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
-  };
+  auto record = record_base("unhealthy: " + reason);
+  record["health"] = {{"reason", reason}, {"failures", failures}};
+  record["workers"] = nlohmann::json::array();
   if (life_.have_round()) record["round"] = life_.round().round;
-  status_caller_->call([h = handler_, key = status_key(cfg_.rendezvous.run_id, cfg_.node.node_id),
-                        value = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)] {
-    try {
-      h->store()->set(key, value);
-    } catch (const std::exception&) {
-      // Status is advisory, as in publish_status().
-    }
-  });
+  write_record(record);
 }
 
 }  // namespace ddp::agent

@@ -61,6 +61,12 @@ class Observers {
   void publish_unhealthy(const std::string& reason, int failures);
 
  private:
+  // The fields every status record has: who wrote it, its restarts, when.
+  nlohmann::json record_base(const std::string& state) const;
+  // Queues the write of `record` as this node's status record (advisory:
+  // a failed write is dropped, the rendezvous path reports a lost store).
+  void write_record(const nlohmann::json& record);
+
   const AgentConfig& cfg_;
   const Lifecycle& life_;
   const WorkerGroup* group_ = nullptr;
