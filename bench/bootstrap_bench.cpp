@@ -228,8 +228,7 @@ double cpu_seconds(int pid) {
 
 void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   asio::io_context io(1);
-  tcp::resolver resolver(io);
-  const auto ep = resolver.resolve(where.host, std::to_string(where.port)).begin()->endpoint();
+  const auto ep = resolve_sim_target(io, where);
   Shared s;
   s.n = n;
   s.d = o.dialect == 2 ? kTorch2 : kTorch1;

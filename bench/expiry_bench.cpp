@@ -78,15 +78,7 @@ struct Wire {
 
   std::uint32_t queue(Op op, std::int64_t a, std::int64_t b, std::vector<std::string> keys,
                       std::vector<std::string> values) {
-    store::Request req;
-    req.op = op;
-    req.id = ++next_id;
-    req.a = a;
-    req.b = b;
-    req.keys = std::move(keys);
-    req.values = std::move(values);
-    store::encode_request(req, out);
-    return req.id;
+    return queue_request(out, ++next_id, op, a, b, std::move(keys), std::move(values));
   }
   awaitable<void> flush() {
     co_await asio::async_write(*sock, asio::buffer(out), use_awaitable);
@@ -214,8 +206,7 @@ awaitable<void> survivor(tcp::endpoint ep, Shared& s) {
 
 void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   asio::io_context io(1);
-  tcp::resolver resolver(io);
-  const auto ep = resolver.resolve(where.host, std::to_string(where.port)).begin()->endpoint();
+  const auto ep = resolve_sim_target(io, where);
   Shared s;
   s.n = n;
   s.close_mode = o.mode == "close";

@@ -70,16 +70,8 @@ class Conn {
   // that waits for the next request).
   std::uint32_t queue(Op op, std::int64_t a, std::int64_t b, std::vector<std::string> keys,
                       std::vector<std::string> values) {
-    store::Request req;
-    req.op = op;
-    req.id = ++next_id_;
-    req.a = a;
-    req.b = b;
-    req.keys = std::move(keys);
-    req.values = std::move(values);
-    store::encode_request(req, out_);
     ++requests;
-    return req.id;
+    return queue_request(out_, ++next_id_, op, a, b, std::move(keys), std::move(values));
   }
 
   awaitable<void> flush() {
@@ -377,8 +369,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
 
 void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   asio::io_context io(1);
-  tcp::resolver resolver(io);
-  auto ep = *resolver.resolve(where.host, std::to_string(where.port)).begin();
+  const auto ep = resolve_sim_target(io, where);
   Shared s;
   s.n = n;
   const std::string run = "bench_" + std::to_string(::getpid()) + "_" + std::to_string(seq);
@@ -390,7 +381,7 @@ void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   s.prefix1 = s.rdzv + "round_1/";
   s.max_connecting = o.max_connecting;
   s.start = Clock::now();
-  for (int i = 0; i < n; ++i) asio::co_spawn(io, agent(io, ep.endpoint(), s, i), asio::detached);
+  for (int i = 0; i < n; ++i) asio::co_spawn(io, agent(io, ep, s, i), asio::detached);
   io.run();
   if (s.failed > 0) {
     std::printf("%8d  FAILED: %d agents failed, first error: %s\n", n, s.failed, s.first_error.c_str());

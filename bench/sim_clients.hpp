@@ -4,10 +4,12 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "bench.hpp"
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/store/protocol.hpp"
 #include "ddp/store/store_server.hpp"
 
 namespace ddp::bench {
@@ -76,6 +79,28 @@ inline awaitable<tcp::socket> connect_sim_client(tcp::endpoint ep, int index) {
   co_await sock.async_connect(ep, use_awaitable);
   sock.set_option(tcp::no_delay(true));
   co_return sock;
+}
+
+// `where`'s address, resolved once for all the clients of a run.
+inline tcp::endpoint resolve_sim_target(asio::io_context& io, const Endpoint& where) {
+  tcp::resolver resolver(io);
+  return resolver.resolve(where.host, std::to_string(where.port)).begin()->endpoint();
+}
+
+// Appends a native request with id `id` to `out`, the client's next write
+// (several go out in one write, as TcpStore batches them); returns `id`.
+inline std::uint32_t queue_request(std::string& out, std::uint32_t id, store::Op op, std::int64_t a,
+                                   std::int64_t b, std::vector<std::string> keys,
+                                   std::vector<std::string> values) {
+  store::Request req;
+  req.op = op;
+  req.id = id;
+  req.a = a;
+  req.b = b;
+  req.keys = std::move(keys);
+  req.values = std::move(values);
+  store::encode_request(req, out);
+  return id;
 }
 
 inline double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
