@@ -36,24 +36,6 @@ std::optional<std::string> check_shape(const Request& req) {
   }
 }
 
-// Ops that never change state: they keep working while the log refuses writes.
-bool is_read_only(Op op) {
-  switch (op) {
-    case Op::kGet:
-    case Op::kTryGet:
-    case Op::kCheck:
-    case Op::kWait:
-    case Op::kMultiGet:
-    case Op::kNumKeys:
-    case Op::kList:
-    case Op::kStat:
-    case Op::kPing:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // A request that attaches keys to a lease, or keeps one alive or revokes it.
 bool names_lease(const Request& req) {
   switch (req.op) {

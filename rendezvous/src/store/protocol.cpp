@@ -173,6 +173,23 @@ const char* status_name(Status status) {
   return "unknown status";
 }
 
+bool is_read_only(Op op) {
+  switch (op) {
+    case Op::kGet:
+    case Op::kTryGet:
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+    case Op::kNumKeys:
+    case Op::kList:
+    case Op::kStat:
+    case Op::kPing:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void encode_request(const Request& req, std::string& out) {
   const auto start = out.size();
   out.append(4, '\0');

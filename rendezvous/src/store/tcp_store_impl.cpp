@@ -34,16 +34,8 @@ bool may_resend(std::size_t sent, std::size_t first_frame_bytes) { return sent <
 // Requests whose second application changes neither the state nor the answer.
 // For the others a lost answer is reported as "may have been applied".
 bool is_idempotent(Op op) {
+  if (is_read_only(op)) return true;
   switch (op) {
-    case Op::kGet:
-    case Op::kTryGet:
-    case Op::kCheck:
-    case Op::kWait:
-    case Op::kMultiGet:
-    case Op::kNumKeys:
-    case Op::kList:
-    case Op::kStat:
-    case Op::kPing:
     case Op::kSet:
     case Op::kMultiSet:
     case Op::kLeaseKeepAlive:

@@ -142,6 +142,9 @@ struct Response {
 };
 
 const char* op_name(Op op);
+// Ops that never change state: the server serves them while its log refuses
+// writes, and a client may send them again after a lost answer.
+bool is_read_only(Op op);
 const char* status_name(Status status);
 
 // Encoders append one whole frame (length prefix included) to `out`.
