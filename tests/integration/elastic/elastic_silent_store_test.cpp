@@ -50,7 +50,13 @@ TEST_CASE("elastic " ELASTIC_NAME
                        3,
                        "job",
                        {"--stop_timeout=60"}});
-  REQUIRE(wait_until([&] { return contains(b.proc->err(), "stopping 1 workers with SIGTERM"); }, 30s));
+  const bool b_stopping =
+      wait_until([&] { return contains(b.proc->err(), "stopping 1 workers with SIGTERM"); }, 30s);
+  if (!b_stopping) {
+    INFO("agent a:\n" << a.proc->err());
+    INFO("agent b:\n" << b.proc->err());
+    REQUIRE(b_stopping);
+  }
 
   // The store may now count b gone at any moment, and a start a world without
   // it: b's workers must not see out their 60 s.
