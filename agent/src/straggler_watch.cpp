@@ -103,14 +103,19 @@ void StragglerWatch::post(Fn fn) {
   });
 }
 
+BlockingCaller& StragglerWatch::caller() {
+  if (!caller_) caller_ = std::make_unique<BlockingCaller>();
+  return *caller_;
+}
+
 void StragglerWatch::tick() {
   if (!(cfg_.liveness.straggler_factor > 0) || !handler_ || !life_.have_round()) return;
-  if (caller_.busy()) return;  // the last look is still out: no pile-up behind a slow store
+  if (caller_ && caller_->busy()) return;  // the last look is still out: no pile-up behind a slow store
   const auto& round = life_.round();
   const std::int64_t r = round.round;
   const std::string& run_id = cfg_.rendezvous.run_id;
   if (round.group_rank == 0) {
-    caller_.call([this, h = handler_, s = shared_, r, prefix = store::keys::agent_status_prefix(run_id)] {
+    caller().call([this, h = handler_, s = shared_, r, prefix = store::keys::agent_status_prefix(run_id)] {
       std::vector<store::KeyValue> records;
       try {
         records = h->store()->list(prefix).kvs;
@@ -123,7 +128,7 @@ void StragglerWatch::tick() {
     });
     return;
   }
-  caller_.call([this, h = handler_, s = shared_, r, key = straggler_key(run_id)] {
+  caller().call([this, h = handler_, s = shared_, r, key = straggler_key(run_id)] {
     std::optional<std::string> value;
     try {
       value = h->store()->try_get(key);
@@ -156,7 +161,7 @@ void StragglerWatch::decide(std::int64_t round, const std::vector<RankSteps>& ra
                                   {"factor", cfg_.liveness.straggler_factor},
                                   {"steps", cfg_.liveness.straggler_steps},
                                   {"stragglers", std::move(list)}};
-  caller_.call([h = handler_, key = straggler_key(cfg_.rendezvous.run_id), value = verdict.dump()] {
+  caller().call([h = handler_, key = straggler_key(cfg_.rendezvous.run_id), value = verdict.dump()] {
     try {
       h->store()->set(key, value);
     } catch (const std::exception&) {

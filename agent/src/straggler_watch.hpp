@@ -78,7 +78,10 @@ class StragglerWatch {
   std::int64_t named_round_ = -1;
   std::vector<Straggler> named_;
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
-  BlockingCaller caller_;  // last: joined (or detached) before the rest goes
+  // Started at the first look (workers beat or step): a job that never does
+  // costs no thread. Last: joined (or detached) before the rest goes.
+  BlockingCaller& caller();
+  std::unique_ptr<BlockingCaller> caller_;
 };
 
 }  // namespace ddp::agent
