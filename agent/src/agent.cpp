@@ -88,7 +88,9 @@ AgentResult Agent::Impl::run() {
   base_env = current_environment();
   start_liveness();  // a pipe that cannot be made fails before anything connects
   rdzv = std::make_unique<RendezvousCalls>(io, handler);
-  rdzv->on_event([this](rdzv::RoundEvent e, const std::string& detail) { on_round_event(e, detail); });
+  rdzv->on_event([this](std::int64_t round, rdzv::RoundEvent e, const std::string& detail) {
+    on_round_event(round, e, detail);
+  });
   for (int sig : cfg.signals_to_handle) signals.add(sig);
   signals.add(kStackDumpSignal);  // on demand: the workers' stacks into the run directory
   std::function<void(boost::system::error_code, int)> on_sig = [this, &on_sig](boost::system::error_code ec,
@@ -172,6 +174,7 @@ AgentResult Agent::Impl::run() {
 void Agent::Impl::start_rendezvous() {
   announce_rendezvous_start();
   life.enter(Phase::kRendezvous);
+  early_event.reset();
   check_health_then_join();  // agent_health.cpp: join_rendezvous() once healthy
 }
 
@@ -226,6 +229,13 @@ void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
     observers.publish_status();
   });
   spawn_workers();
+  // The round ended before it got here: its workers stop at once, on the same
+  // path as an event a moment later (restart accounting, reports, fencing).
+  if (early_event && early_event->round == r.round) {
+    const EarlyEvent e = std::move(*early_event);
+    early_event.reset();
+    on_round_event(e.round, e.event, e.detail);
+  }
 }
 
 void Agent::Impl::spawn_workers() {
@@ -250,8 +260,19 @@ void Agent::Impl::begin_stop(StopReason reason, int sig) {
   group->stop(sig, reason == StopReason::kLocalFailure);
 }
 
-void Agent::Impl::on_round_event(rdzv::RoundEvent event, const std::string& detail) {
+void Agent::Impl::on_round_event(std::int64_t round, rdzv::RoundEvent event, const std::string& detail) {
   log->info("round event: {}{}{}", event_name(event), detail.empty() ? "" : ": ", detail);
+  const std::int64_t current = life.have_round() ? life.round().round : -1;
+  if (life.is(Phase::kRendezvous)) {
+    // The handler watches a round from just before it hands it over; an
+    // event of the last round (stopped already) is stale.
+    if (round > current && !early_event) {
+      log->info("round {} ended before its workers started: they stop as they start", round);
+      early_event = EarlyEvent{round, event, detail};
+    }
+    return;
+  }
+  if (round < current) return;  // of a round this node has left
   // The event that decides a stop names its cause; later ones (the failed
   // node leaving) must not replace it.
   if (life.is(Phase::kRunning) || life.is(Phase::kSucceeded)) {

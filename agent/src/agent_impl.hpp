@@ -57,7 +57,7 @@ struct Agent::Impl {
   void join_rendezvous();
   void announce_rendezvous_start();
   void on_round(const rdzv::RendezvousResult& round);
-  void on_round_event(rdzv::RoundEvent event, const std::string& detail);
+  void on_round_event(std::int64_t round, rdzv::RoundEvent event, const std::string& detail);
   void fence_while_stopping(rdzv::RoundEvent event, const std::string& detail);
   void on_signal(int sig);
   void spawn_workers();
@@ -128,7 +128,16 @@ struct Agent::Impl {
   int no_progress_restarts = 0;  // restarts in a row after attempts without progress
   std::deque<std::chrono::steady_clock::time_point> node_failures;  // within --node_failure_window
   std::string last_event_detail;  // of the latest round event, for restart/scale reasons
-  std::string final_reason;       // why fail_for_good ended the run
+  // An event of the round being joined that came before the round itself
+  // (another node's workers failed while this one waited out the fence):
+  // acted on as soon as that round is delivered.
+  struct EarlyEvent {
+    std::int64_t round = 0;
+    rdzv::RoundEvent event{};
+    std::string detail;
+  };
+  std::optional<EarlyEvent> early_event;
+  std::string final_reason;                             // why fail_for_good ended the run
   std::unique_ptr<store::TorchStoreProxy> torch_store;  // bound before any worker exists
   std::future<void> stale_cgroups;                      // reap_stale_cgroups(), before the first guard starts
   // The fence backstop the guards read; the rendezvous moves its deadline.

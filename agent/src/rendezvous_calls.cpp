@@ -26,10 +26,10 @@ void RendezvousCalls::post(const std::shared_ptr<Sink>& sink, std::function<void
   if (sink->io != nullptr) boost::asio::post(*sink->io, std::move(fn));
 }
 
-void RendezvousCalls::on_event(std::function<void(rdzv::RoundEvent, const std::string&)> fn) {
+void RendezvousCalls::on_event(rdzv::RoundEventCallback fn) {
   handler_->set_event_callback(
-      [s = sink_, fn = std::move(fn)](rdzv::RoundEvent e, const std::string& detail) {
-        post(s, [fn, e, detail] { fn(e, detail); });
+      [s = sink_, fn = std::move(fn)](std::int64_t round, rdzv::RoundEvent e, const std::string& detail) {
+        post(s, [fn, round, e, detail] { fn(round, e, detail); });
       });
 }
 

@@ -32,7 +32,7 @@ class RendezvousCalls {
   const std::shared_ptr<rdzv::RendezvousHandler>& handler() const { return handler_; }
 
   // Round events the handler raises on its own thread, delivered on the io thread.
-  void on_event(std::function<void(rdzv::RoundEvent, const std::string&)> fn);
+  void on_event(rdzv::RoundEventCallback fn);
 
   // next_rendezvous(); a failure comes with the exit code it means
   // (kConfig for a ConfigError, else kRendezvous).

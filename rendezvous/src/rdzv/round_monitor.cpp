@@ -338,7 +338,7 @@ void RoundMonitor::fire(std::uint64_t epoch, RoundEvent e, const std::string& de
     round = round_.round;
   }
   log::get("rdzv")->info("round event event={} round={} detail={}", event_name(e), round, detail);
-  if (cb) cb(e, detail);
+  if (cb) cb(round, e, detail);
 }
 
 std::string RoundMonitor::describe_rank(int rank) const {

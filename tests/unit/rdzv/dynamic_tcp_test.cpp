@@ -23,7 +23,7 @@ struct Events {
     return std::find(seen.begin(), seen.end(), e) != seen.end();
   }
   ddp::rdzv::RoundEventCallback callback() {
-    return [this](RoundEvent e, const std::string&) {
+    return [this](std::int64_t, RoundEvent e, const std::string&) {
       std::lock_guard<std::mutex> lock(mu);
       seen.push_back(e);
     };

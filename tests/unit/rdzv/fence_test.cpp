@@ -33,7 +33,7 @@ struct EventTime {
   std::atomic<bool> seen{false};
   Clock::time_point at{};
   void watch(SimNode& n, RoundEvent e) {
-    n.handler->set_event_callback([this, e](RoundEvent got, const std::string&) {
+    n.handler->set_event_callback([this, e](std::int64_t, RoundEvent got, const std::string&) {
       if (got != e || seen) return;
       at = Clock::now();
       seen = true;
@@ -64,7 +64,7 @@ TEST_CASE("fence: a node cut off from the store is told before the store can cou
   const std::string record = "/job/rdzv/round_0/node/" + std::to_string(rs[1].group_rank);
   std::atomic<bool> told{false};
   std::atomic<bool> record_there{false};
-  nodes[1]->handler->set_event_callback([&](RoundEvent e, const std::string&) {
+  nodes[1]->handler->set_event_callback([&](std::int64_t, RoundEvent e, const std::string&) {
     if (e != RoundEvent::kStoreLost) return;
     record_there = store->try_get(record).has_value();  // its lease still holds it
     told = true;

@@ -68,7 +68,7 @@ inline std::unique_ptr<SimNode> make_node(std::shared_ptr<store::Store> shared,
   rdzv::NodeSpec spec{id, "127.0.0.1", nproc};
   node->handler = rdzv::create_handler(config, spec, node->store);
   auto* raw = node.get();
-  node->handler->set_event_callback([raw](rdzv::RoundEvent e, const std::string& d) {
+  node->handler->set_event_callback([raw](std::int64_t, rdzv::RoundEvent e, const std::string& d) {
     std::lock_guard<std::mutex> lock(raw->mu);
     raw->events.emplace_back(e, d);
   });

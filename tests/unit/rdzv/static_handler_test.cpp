@@ -95,8 +95,9 @@ TEST_CASE("static: node 0 hosts the store and node 1 reaches it over TCP") {
   CHECK(r0.world_size == 5);
   CHECK(r1.rank_offset == 2);
   CHECK(r1.store_endpoint.port == port);
-  h1->set_event_callback(
-      [&](RoundEvent e, const std::string&) { got = got || e == RoundEvent::kRestartRequested; });
+  h1->set_event_callback([&](std::int64_t, RoundEvent e, const std::string&) {
+    got = got || e == RoundEvent::kRestartRequested;
+  });
   h0->report_failure("boom");
   CHECK(ddp::test::wait_until([&] { return got.load(); }));
 }

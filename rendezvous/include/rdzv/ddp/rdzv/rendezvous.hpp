@@ -129,7 +129,9 @@ enum class RoundEvent : std::uint8_t {
 // A kRestartRequested detail from report_failure is "node ID" + this + the
 // reason: after it, the failed worker as the failing node described it.
 inline constexpr std::string_view kReportedFailure = " reported a failure: ";
-using RoundEventCallback = std::function<void(RoundEvent, const std::string& detail)>;
+// `round` is the round the event ends: the handler may start watching a round
+// (and fire its events) just before next_rendezvous() returns it.
+using RoundEventCallback = std::function<void(std::int64_t round, RoundEvent, const std::string& detail)>;
 // A job closed because exclusions left it below MIN: the close reason starts
 // with this, and next_rendezvous() then throws ExcludedError (exit 6).
 inline constexpr std::string_view kClosedByExclusion = "below MIN after excluding ";
