@@ -45,7 +45,13 @@ struct ThreeNodes {
       : a(agent(dir, "a", svc, "2:4", {{"FAKE_HANG", "1"}})),
         b(agent(dir, "b", svc, "2:4", {{"FAKE_HANG", "1"}})),
         c(agent(dir, "c", svc, "2:4", {{"FAKE_HANG", "1"}})) {
-    REQUIRE(wait_until([&] { return ranks_in_world(3, {&a, &b, &c}) == 3; }, 30s));
+    // A worker dumps its env before it writes its pid: wait for both.
+    REQUIRE(wait_until(
+        [&] {
+          return ranks_in_world(3, {&a, &b, &c}) == 3 && !a.started().empty() && !b.started().empty() &&
+                 !c.started().empty();
+        },
+        30s));
   }
   Agent a;
   Agent b;
