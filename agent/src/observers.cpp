@@ -185,7 +185,17 @@ void Observers::publish_unhealthy(const std::string& reason, int failures) {
   auto record = record_base("unhealthy: " + reason);
   record["health"] = {{"reason", reason}, {"failures", failures}};
   record["workers"] = nlohmann::json::array();
-  if (life_.have_round()) record["round"] = life_.round().round;
+  // The workers it would start, and after a round the place it held there (a
+  // restart round may give it other ranks): what the job is missing.
+  record["local_world_size"] = cfg_.nproc_per_node;
+  if (life_.have_round()) {
+    const auto& round = life_.round();
+    record["round"] = round.round;
+    record["group_rank"] = round.group_rank;
+    record["group_world_size"] = round.group_world_size;
+    record["rank_first"] = round.rank_offset;
+    record["rank_last"] = round.rank_offset + cfg_.nproc_per_node - 1;
+  }
   write_record(record);
 }
 

@@ -57,7 +57,8 @@ class Observers {
   bool flush(bool store_lost);
 
   // The status record of a node that failed its health checks and does not
-  // join: state "unhealthy: <reason>", no workers, written even before any round.
+  // join: state "unhealthy: <reason>", no workers, its local world size, and
+  // the round and ranks it last held; written even before any round.
   void publish_unhealthy(const std::string& reason, int failures);
 
  private:

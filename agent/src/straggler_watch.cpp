@@ -69,13 +69,6 @@ std::vector<Straggler> stragglers_of(const nlohmann::json& list) {
 
 }  // namespace
 
-std::string straggler_key(const std::string& run_id) {
-  // Beside the status records ("/<run>/agent/status/"), not among them.
-  auto prefix = store::keys::agent_status_prefix(run_id);
-  prefix.resize(prefix.size() - std::string("status/").size());
-  return prefix + "stragglers";
-}
-
 std::string straggler_detail(const Straggler& s, double factor) {
   return "step " + fixed(s.step_s, 3) + " s, " + fixed(s.factor, 1) + "x the job's median " +
          fixed(s.median_s, 3) + " s (over " + fixed(factor, 1) + "x for " + std::to_string(s.slow_steps) +
@@ -128,7 +121,7 @@ void StragglerWatch::tick() {
     });
     return;
   }
-  caller().call([this, h = handler_, s = shared_, r, key = straggler_key(run_id)] {
+  caller().call([this, h = handler_, s = shared_, r, key = store::keys::stragglers_key(run_id)] {
     std::optional<std::string> value;
     try {
       value = h->store()->try_get(key);
@@ -161,13 +154,14 @@ void StragglerWatch::decide(std::int64_t round, const std::vector<RankSteps>& ra
                                   {"factor", cfg_.liveness.straggler_factor},
                                   {"steps", cfg_.liveness.straggler_steps},
                                   {"stragglers", std::move(list)}};
-  caller().call([h = handler_, key = straggler_key(cfg_.rendezvous.run_id), value = verdict.dump()] {
-    try {
-      h->store()->set(key, value);
-    } catch (const std::exception&) {
-      // Advisory: the others keep the last verdict until the next interval.
-    }
-  });
+  caller().call(
+      [h = handler_, key = store::keys::stragglers_key(cfg_.rendezvous.run_id), value = verdict.dump()] {
+        try {
+          h->store()->set(key, value);
+        } catch (const std::exception&) {
+          // Advisory: the others keep the last verdict until the next interval.
+        }
+      });
   apply(round, std::move(v.stragglers));
 }
 

@@ -30,8 +30,6 @@ class logger;
 
 namespace ddp::agent {
 
-// "/<run_id>/agent/stragglers": the deciding agent's verdict.
-std::string straggler_key(const std::string& run_id);
 // "step 1.503 s, 9.8x the job's median 0.153 s (over 3.0x for 6 steps in a row)"
 std::string straggler_detail(const Straggler& s, double factor);
 

@@ -179,7 +179,7 @@ const FlagSpec kFlags[] = {
     {"max_node_failures", &LaunchOptions::max_node_failures, kOursGroup,
      "Exclude this node from the job's later rounds, and exit 6, once its workers failed this "
      "many times within --node_failure_window; the job goes on while MIN nodes are left, with a "
-     "hot spare if one waits (default 0: never)"},
+     "hot spare if one waits (default 0: never; refused with --standalone, where it could only end the job)"},
     {"node_failure_window", &LaunchOptions::node_failure_window, kOursGroup,
      "Seconds over which --max_node_failures counts a node's failures (default 3600)"},
     {"auto_timeout_factor", &LaunchOptions::auto_timeout_factor, kOursGroup,

@@ -353,6 +353,16 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
     rc.etcd.endpoints = rdzv::parse_etcd_endpoints(o.rdzv_endpoint, "--rdzv_endpoint");
     rc.endpoint = rc.etcd.endpoints.front();
   }
+  if (cfg.max_node_failures > 0 && rc.backend == rdzv::backend_name(rdzv::Backend::kStandalone)) {
+    // The exclusion lives in the job's store, which here is this node's own
+    // and ends with it: excluding the only node could only stop the job,
+    // which --max_restarts already bounds.
+    throw ConfigError(std::string("--max_node_failures: ") +
+                      (o.standalone ? "--standalone" : "--nnodes=" + o.nnodes + " without --rdzv_endpoint") +
+                      " runs one node with its own store, so excluding it could only end the job; drop "
+                      "the flag (--max_restarts bounds the restarts), or run the job against "
+                      "ddp-rendezvousd (--rdzv_backend=c10d) to keep the host out of later runs");
+  }
 
   cfg.signals_to_handle = parse_signals(o.signals_to_handle);
   if (o.no_prefix) {

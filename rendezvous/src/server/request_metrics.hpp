@@ -42,7 +42,12 @@ class RequestMetrics {
 // fine for a scrape every few seconds, never on the request path.
 // Also "rdzv_spares.<run_id>" (hot spares waiting beside the current round)
 // and "rdzv_excluded.<run_id>" (hosts excluded by --max_node_failures) for
-// every job that has any (docs/rendezvous.md, "Hot spares").
+// every job that has any (docs/rendezvous.md, "Hot spares");
+// "rdzv_unhealthy.<run_id>" (nodes whose status record reads unhealthy) for
+// every job with status records, and "rdzv_stragglers.<run_id>" (ranks the
+// stragglers verdict of the current round names) for every job with a verdict
+// (docs/agent.md). All derive from keys the agents write, so a job's series go
+// when the Reclaimer removes its keys.
 void append_rendezvous_rounds(const KvState& kv, std::map<std::string, std::int64_t>& out);
 
 }  // namespace ddp::store::server

@@ -77,6 +77,8 @@ std::string agent_status_key(const std::string& run_id, const std::string& node_
   return agent_status_prefix(run_id) + node_id;
 }
 
+std::string stragglers_key(const std::string& run_id) { return run_root(run_id) + "/agent/stragglers"; }
+
 std::optional<std::string_view> run_of_round_pointer(std::string_view key) {
   if (key.size() <= kRoundPointer.size() + 1 || key.front() != '/' || !key.ends_with(kRoundPointer)) {
     return std::nullopt;
@@ -119,6 +121,21 @@ std::optional<SpareOf> spare_of(std::string_view key) {
   const auto round = parse_index(rest.substr(0, slash));
   if (!round || rest.size() == slash + kSpare.size()) return std::nullopt;
   return SpareOf{parts->first, *round};
+}
+
+std::optional<std::string_view> run_of_status_record(std::string_view key) {
+  constexpr std::string_view kStatus = "status/";
+  const auto k = job_key_of(key);
+  if (!k || k->area != "agent" || !k->rest.starts_with(kStatus) || k->rest.size() == kStatus.size()) {
+    return std::nullopt;
+  }
+  return k->run;
+}
+
+std::optional<std::string_view> run_of_stragglers(std::string_view key) {
+  const auto k = job_key_of(key);
+  if (!k || k->area != "agent" || k->rest != "stragglers") return std::nullopt;
+  return k->run;
 }
 
 std::optional<JobKey> job_key_of(std::string_view key) {

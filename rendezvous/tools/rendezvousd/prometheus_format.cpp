@@ -80,25 +80,23 @@ std::string render_prometheus(const std::map<std::string, std::int64_t>& m) {
     << "\n";
   o << "ddp_store_request_duration_seconds_count " << value("latency_count") << "\n";
 
-  o << "# HELP ddp_rendezvous_round current c10d rendezvous round of each job (value of "
-       "/<run_id>/rdzv/round)\n"
-       "# TYPE ddp_rendezvous_round gauge\n";
-  for (const auto& [k, v] : m) {
-    if (starts(k, "rdzv_round."))
-      o << "ddp_rendezvous_round{run_id=\"" << label(k.substr(11)) << "\"} " << v << "\n";
-  }
-  o << "# HELP ddp_rendezvous_spares hot spares waiting beside each job's current round\n"
-       "# TYPE ddp_rendezvous_spares gauge\n";
-  for (const auto& [k, v] : m) {
-    if (starts(k, "rdzv_spares."))
-      o << "ddp_rendezvous_spares{run_id=\"" << label(k.substr(12)) << "\"} " << v << "\n";
-  }
-  o << "# HELP ddp_rendezvous_excluded hosts excluded from each job (--max_node_failures)\n"
-       "# TYPE ddp_rendezvous_excluded gauge\n";
-  for (const auto& [k, v] : m) {
-    if (starts(k, "rdzv_excluded."))
-      o << "ddp_rendezvous_excluded{run_id=\"" << label(k.substr(14)) << "\"} " << v << "\n";
-  }
+  // One gauge per job, labelled by run id, from the "<prefix><run_id>" keys.
+  auto per_run = [&](const std::string& name, const std::string& help, const std::string& prefix) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n";
+    for (const auto& [k, v] : m) {
+      if (starts(k, prefix))
+        o << name << "{run_id=\"" << label(k.substr(prefix.size())) << "\"} " << v << "\n";
+    }
+  };
+  per_run("ddp_rendezvous_round", "current c10d rendezvous round of each job (value of /<run_id>/rdzv/round)",
+          "rdzv_round.");
+  per_run("ddp_rendezvous_spares", "hot spares waiting beside each job's current round", "rdzv_spares.");
+  per_run("ddp_rendezvous_excluded", "hosts excluded from each job (--max_node_failures)", "rdzv_excluded.");
+  per_run("ddp_rendezvous_unhealthy_nodes",
+          "nodes of each job whose status record reads unhealthy (failing their health checks, not joined)",
+          "rdzv_unhealthy.");
+  per_run("ddp_rendezvous_stragglers", "ranks of each job named as stragglers in its current round",
+          "rdzv_stragglers.");
   return o.str();
 }
 

@@ -95,6 +95,15 @@ std::string heartbeat_cell(const nlohmann::json& workers, double updated) {
   return out.empty() ? "-" : out;
 }
 
+// "8-15"; for a node that holds no ranks yet (unhealthy before its first
+// round) the workers it would start: "? (4 local)".
+std::string ranks_cell(const nlohmann::json& j) {
+  if (!j.contains("rank_first") && j.contains("local_world_size")) {
+    return "? (" + str(j, "local_world_size") + " local)";
+  }
+  return str(j, "rank_first") + "-" + str(j, "rank_last");
+}
+
 std::string age(double updated) {
   // "updated" is whatever the record says: clamped before the conversion, which
   // is undefined for a double out of the integer's range.
@@ -151,7 +160,7 @@ NodeRow node_row(std::string_view record) {
   row.cells = {str(j, "node"),
                str(j, "host"),
                str(j, "group_rank") + "/" + str(j, "group_world_size"),
-               str(j, "rank_first") + "-" + str(j, "rank_last"),
+               ranks_cell(j),
                str(j, "round"),
                str(j, "restart_count") + "/" + str(j, "max_restarts"),
                str(j, "state"),

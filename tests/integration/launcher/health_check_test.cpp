@@ -333,6 +333,8 @@ TEST_CASE("on a two-node c10d job ddp-store status shows the unhealthy node whil
   INFO(table.out << table.err << "\ngood:\n" << good->err() << "\nbad:\n" << bad->err());
   CHECK(shown);
   CHECK(count_lines(table.out, " bad ") == 1);
+  // It holds no ranks yet: the workers it would start stand in for them.
+  CHECK(count_lines(table.out, "? (1 local)") == 1);
   // The healthy node is still waiting for a second node; neither has exited.
   CHECK_FALSE(good->wait(std::chrono::milliseconds(0)).has_value());
   CHECK_FALSE(bad->wait(std::chrono::milliseconds(0)).has_value());

@@ -85,6 +85,13 @@ TEST_CASE("every bad input exits 2 with one line naming the flag, and starts not
       {{"--rdzv_conf=join_timeout=5,is_host=perhaps", worker}, "--rdzv_conf"},
       {{"--nproc_per_node=-3", worker}, "--nproc_per_node"},
       {{"--frobnicate", worker}, "--frobnicate"},
+      // Bad nodes kept out and stragglers (issue 27's "Bad input").
+      {{"--max_node_failures=-1", worker}, "--max_node_failures"},
+      {{"--standalone", "--max_node_failures=2", worker}, "--max_node_failures"},
+      {{"--node_failure_window=0", worker}, "--node_failure_window"},
+      {{"--straggler_factor=1", worker}, "--straggler_factor"},
+      {{"--straggler_steps=0", worker}, "--straggler_steps"},
+      {{"--straggler_action=exclude", worker}, "--straggler_action"},
   };
   const auto pids = dir / "pids";
   for (const auto& [args, flag] : cases) {

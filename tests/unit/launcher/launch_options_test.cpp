@@ -414,9 +414,21 @@ TEST_CASE("node exclusion flags reach the agent config, and out-of-range values 
   const auto off = translate({"/bin/true"});
   CHECK(off.max_node_failures == 0);
   CHECK(off.node_failure_window == std::chrono::hours(1));
-  const auto on = translate({"--max_node_failures=3", "--node_failure_window=600", "/bin/true"});
+  const auto on = translate({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=head:29400",
+                             "--max_node_failures=3", "--node_failure_window=600", "/bin/true"});
   CHECK(on.max_node_failures == 3);
   CHECK(on.node_failure_window == std::chrono::minutes(10));
+  // One node against a daemon: its exclusion outlives it and keeps the host out.
+  CHECK(translate({"--nnodes=1", "--rdzv_backend=c10d", "--rdzv_endpoint=head:29400", "--max_node_failures=1",
+                   "/bin/true"})
+            .max_node_failures == 1);
+  // One node with its own store: excluding it could only end the job.
+  CHECK_THAT(error_of({"--standalone", "--max_node_failures=2", "/bin/true"}),
+             Catch::StartsWith("--max_node_failures: --standalone runs one node with its own store, so "
+                               "excluding it could only end the job; drop the flag"));
+  CHECK_THAT(error_of({"--max_node_failures=2", "/bin/true"}),
+             Catch::StartsWith("--max_node_failures: --nnodes=1:1 without --rdzv_endpoint runs one node"));
+  CHECK(translate({"--standalone", "--max_node_failures=0", "/bin/true"}).max_node_failures == 0);
   CHECK_THAT(error_of({"--max_node_failures=-1", "/bin/true"}),
              Catch::StartsWith("--max_node_failures: -1 must be >= 0"));
   CHECK_THAT(error_of({"--node_failure_window=0", "/bin/true"}),

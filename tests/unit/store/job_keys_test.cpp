@@ -58,3 +58,17 @@ TEST_CASE("spare and excluded keys parse back to their run, and nothing else doe
   CHECK_FALSE(run_of_excluded("/job/rdzv/round_1/closed"));
   CHECK_FALSE(run_of_excluded("//rdzv/excluded/h"));
 }
+
+TEST_CASE("status record and stragglers keys parse back to their run, and nothing else does", "[job_keys]") {
+  const auto status = agent_status_key("job-1", "host_12_34");
+  CHECK(run_of_status_record(status) == "job-1");
+  CHECK_FALSE(run_of_status_record(agent_status_prefix("job-1")));
+  CHECK_FALSE(run_of_status_record(stragglers_key("job-1")));
+  CHECK_FALSE(run_of_status_record("/job/rdzv/status/n"));
+  CHECK_FALSE(run_of_status_record("//agent/status/n"));
+  const auto verdict = stragglers_key("job-1");
+  CHECK(run_of_stragglers(verdict) == "job-1");
+  CHECK_FALSE(run_of_stragglers(status));
+  CHECK_FALSE(run_of_stragglers("/job/agent/stragglers/x"));
+  CHECK_FALSE(run_of_stragglers("/job/rdzv/stragglers"));
+}

@@ -49,6 +49,9 @@ std::optional<std::int64_t> worker_round_of(std::string_view rest);
 std::string agent_status_prefix(const std::string& run_id);
 // "/<run>/agent/status/<node_id>".
 std::string agent_status_key(const std::string& run_id, const std::string& node_id);
+// "/<run>/agent/stragglers": the deciding agent's verdict on the current
+// round's stragglers (docs/agent.md, "Stragglers"), beside the status records.
+std::string stragglers_key(const std::string& run_id);
 
 // The run id of a round pointer key "/<run>/rdzv/round"; nullopt for any other key.
 std::optional<std::string_view> run_of_round_pointer(std::string_view key);
@@ -63,6 +66,12 @@ struct SpareOf {
   std::int64_t round = 0;
 };
 std::optional<SpareOf> spare_of(std::string_view key);
+// The run id of an agent's status record "/<run>/agent/status/<node_id>";
+// nullopt for any other key.
+std::optional<std::string_view> run_of_status_record(std::string_view key);
+// The run id of a stragglers verdict "/<run>/agent/stragglers"; nullopt for
+// any other key.
+std::optional<std::string_view> run_of_stragglers(std::string_view key);
 // The job and part of a key a ddprun job wrote: "/<run>/<area>/<rest>" with
 // area rdzv, worker or agent. nullopt for any other key (a plain TCPStore
 // user's). Used by the daemon to reclaim finished jobs' and old rounds' keys.
