@@ -363,6 +363,14 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
                       "the flag (--max_restarts bounds the restarts), or run the job against "
                       "ddp-rendezvousd (--rdzv_backend=c10d) to keep the host out of later runs");
   }
+  if (cfg.max_node_failures > cfg.max_restarts) {
+    // A node is excluded instead of a restart; each of its failures before
+    // the K-th spends one, so K > --max_restarts never gets there.
+    log::get("ddprun")->warn(
+        "--max_node_failures={}: the job stops when --max_restarts={} is spent, before a node can fail {} "
+        "times, so no node will be excluded; raise --max_restarts to at least {}",
+        cfg.max_node_failures, cfg.max_restarts, cfg.max_node_failures, cfg.max_node_failures);
+  }
 
   cfg.signals_to_handle = parse_signals(o.signals_to_handle);
   if (o.no_prefix) {

@@ -105,6 +105,29 @@ TEST_CASE("every bad input exits 2 with one line naming the flag, and starts not
   CHECK_FALSE(fs::exists(pids));
 }
 
+TEST_CASE(
+    "ddprun warns in one line that a --max_node_failures above --max_restarts can never exclude a node") {
+  TempDir dir;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  const std::vector<std::string> job = {
+      "--nnodes=1",       "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+      "--max_restarts=1", "--no_python",         "/bin/true"};
+  auto with = [&](const std::string& k) {
+    auto args = job;
+    args.insert(args.begin(), "--max_node_failures=" + k);
+    return ddprun(args, dir);
+  };
+  const auto never = with("2");
+  CHECK(never.code == 0);
+  CHECK(count_lines(never.err,
+                    "--max_node_failures=2: the job stops when --max_restarts=1 is spent, before a "
+                    "node can fail 2 times, so no node will be excluded; raise --max_restarts to at "
+                    "least 2") == 1);
+  const auto can = with("1");
+  CHECK(can.code == 0);
+  CHECK(count_lines(can.err, "--max_node_failures") == 0);
+}
+
 TEST_CASE("help and version are quick and exit 0") {
   TempDir dir;
   auto help = ddprun({"--help"}, dir);
