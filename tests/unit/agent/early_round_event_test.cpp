@@ -5,7 +5,6 @@
 // not run them as if nothing happened (the other nodes would then wait for it
 // in the next round until their join timeout).
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <condition_variable>
 #include <functional>
