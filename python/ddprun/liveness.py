@@ -108,12 +108,14 @@ def _warn_once() -> None:
 
 def _u32(off: int) -> int:
     assert _mem is not None
-    return struct.unpack_from("<I", _mem, off)[0]
+    value: int = struct.unpack_from("<I", _mem, off)[0]
+    return value
 
 
 def _u64(off: int) -> int:
     assert _mem is not None
-    return struct.unpack_from("<Q", _mem, off)[0]
+    value: int = struct.unpack_from("<Q", _mem, off)[0]
+    return value
 
 
 def _notify() -> None:
