@@ -124,6 +124,7 @@ for r in 0 1; do
   grep -q "trained rank=$r world_size=2 same_weights=True liveness=on python=$venv/bin/python" <<<"$out1" \
     || { echo "$out1"; fail "rank $r did not train with liveness on under $venv/bin/python"; }
 done
+grep -q "ddp-guard not found" <<<"$out1" && { echo "$out1"; fail "ddprun did not find the wheel's ddp-guard"; }
 echo "ok: 2-rank DDP job under the pip-installed ddprun"
 
 # A hung rank, caught by its section timeout; forked by the --preload zygote
@@ -165,11 +166,27 @@ broken bin/ddp-rendezvousd "$venv/bin/ddp-rendezvousd"
 echo "ok: a missing file is one line: $err"
 uninstall "$venv"
 
-# --- venv 2: a C++ project against the installed SDK -------------------------
+# --- venv 2: nothing else installed; a C++ project against the installed SDK --
 venv2=$stage/venv2
 new_venv "$venv2"
 install "$venv2"
 prefix2=$("$venv2/bin/python" -m ddprun --cmake-prefix)
+# Nothing but the wheel in this venv (no torch, no Debian packages): Python
+# workers still get the venv's python and a working ddprun.liveness.
+cat > "$stage/beat.py" <<'PY'
+import os, sys
+from ddprun import liveness
+with liveness.section("step"):
+    liveness.heartbeat()
+print(f"beat rank={os.environ['RANK']} liveness={'on' if liveness.enabled() else 'off'} python={sys.executable}")
+PY
+out4=$(cd "$stage" && PATH=/usr/bin:/bin "$venv2/bin/ddprun" --standalone --nproc_per_node=2 beat.py 2>&1) \
+  || { code=$?; echo "$out4"; fail "ddprun in the bare venv: exit $code"; }
+for r in 0 1; do
+  grep -q "beat rank=$r liveness=on python=$venv2/bin/python" <<<"$out4" \
+    || { echo "$out4"; fail "rank $r in the bare venv"; }
+done
+echo "ok: Python workers in a venv with nothing but the wheel: its python, liveness on"
 "$cmake" -S "$consumer" -B "$stage/consumer-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix2" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF > "$stage/configure.log" 2>&1 \
   || { cat "$stage/configure.log"; fail "configure the find_package(ddp) consumer"; }
