@@ -5,7 +5,9 @@ terminal, and its exit status is the script's, as if it had been run directly.
 """
 import os
 import sys
-from typing import Dict, List, NoReturn, Optional, Tuple
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds to import, at every launch: names quoted
+    from typing import Dict, List, NoReturn, Optional, Tuple
 
 # Installed by the CMake project under the package (pyproject.toml,
 # wheel.install-dir): bin/, share/ddprun/, include/, lib/cmake/ddp/.
@@ -18,7 +20,7 @@ EXIT_BROKEN_INSTALL = 2
 # warn and go on without ddp-guard (or take an older one from the source
 # install's prefix) and refuse --preload without the zygote: in a wheel, a
 # missing one is a broken install, told before anything starts.
-NEEDS: Dict[str, Tuple[str, ...]] = {
+NEEDS: "Dict[str, Tuple[str, ...]]" = {
     "ddprun": ("bin/ddp-guard", "share/ddprun/ddp_zygote.py", "share/ddprun/python/sitecustomize.py"),
 }
 
@@ -47,7 +49,7 @@ def reinstall_command() -> str:
     return f"{sys.executable} -m pip install --force-reinstall {source}"
 
 
-def broken_file(name: str) -> Optional[str]:
+def broken_file(name: str) -> "Optional[str]":
     """'PATH is missing' (or 'is not executable', 'is not readable') for the
     first file `name` needs that is not usable; None when all are."""
     for rel in ("bin/" + name,) + NEEDS.get(name, ()):
@@ -60,7 +62,7 @@ def broken_file(name: str) -> Optional[str]:
     return None
 
 
-def exec_binary(name: str, argv: Optional[List[str]] = None) -> NoReturn:
+def exec_binary(name: str, argv: "Optional[List[str]]" = None) -> "NoReturn":
     path = binary(name)
     args = sys.argv[1:] if argv is None else argv
     broken = broken_file(name)
@@ -81,13 +83,13 @@ def exec_binary(name: str, argv: Optional[List[str]] = None) -> NoReturn:
     os.execv(path, [name] + args)
 
 
-def ddprun() -> NoReturn:
+def ddprun() -> "NoReturn":
     exec_binary("ddprun")
 
 
-def rendezvousd() -> NoReturn:
+def rendezvousd() -> "NoReturn":
     exec_binary("ddp-rendezvousd")
 
 
-def store() -> NoReturn:
+def store() -> "NoReturn":
     exec_binary("ddp-store")
