@@ -5,6 +5,7 @@ terminal, and its exit status is the script's, as if it had been run directly.
 """
 import os
 import sys
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds to import, at every launch: names quoted
     from typing import Dict, List, NoReturn, Optional, Tuple
