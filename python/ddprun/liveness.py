@@ -19,15 +19,13 @@ agent asked to hear of the change. Use sections from one thread (a process has
 one current section); heartbeats from any. Outside ddprun (DDP_LIVENESS_FILE
 unset) both do nothing, after one warning on first use.
 """
-from __future__ import annotations
-
 import mmap
 import os
 import struct
 import time
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing and contextlib cost milliseconds to import: not at run time
+if TYPE_CHECKING:  # typing costs milliseconds to import: not at run time (its names are quoted)
     from typing import Callable, Dict, Optional, TypeVar
 
     F = TypeVar("F", bound=Callable[..., object])
@@ -55,9 +53,9 @@ _SECTION_SLOT = 80
 _SLOT0 = 128
 _SLOT_SIZE = 64
 
-_mem: Optional[mmap.mmap] = None
+_mem: "Optional[mmap.mmap]" = None
 _pipe = -1
-_slots: Dict[bytes, int] = {}
+_slots: "Dict[bytes, int]" = {}
 _why_off = ""  # why heartbeats do nothing: told once, on first use
 _warned = False
 
@@ -110,12 +108,14 @@ def _warn_once() -> None:
 
 def _u32(off: int) -> int:
     assert _mem is not None
-    return struct.unpack_from("<I", _mem, off)[0]
+    value: int = struct.unpack_from("<I", _mem, off)[0]
+    return value
 
 
 def _u64(off: int) -> int:
     assert _mem is not None
-    return struct.unpack_from("<Q", _mem, off)[0]
+    value: int = struct.unpack_from("<Q", _mem, off)[0]
+    return value
 
 
 def _notify() -> None:
@@ -216,7 +216,7 @@ class section:
             struct.pack_into("<Q", mem, off + 40, _u64(off + 40) + 1)
         _set_section(self._outer, 0 if self._outer == _NO_SECTION else now)
 
-    def __call__(self, func: F) -> F:
+    def __call__(self, func: "F") -> "F":
         import functools
 
         name = self._name

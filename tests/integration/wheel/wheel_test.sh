@@ -26,18 +26,41 @@ echo "wheel: $(basename "$wheel") $(($(stat -c %s "$wheel") / 1024)) KiB, built 
 # The tag tells the glibc it needs; no platform-less linux_ tag.
 [[ $(basename "$wheel") == ddprun-*-py3-none-manylinux_2_*_x86_64.whl ]] || fail "wheel tag: $wheel"
 
+# The tag tells the truth: no ELF file in the wheel uses a GLIBC_ symbol
+# version newer than the tag's glibc (objdump -T), and the tag is not newer
+# than the glibc it was built on. (manylinux_2_35 rather than the 2.34 of the
+# newest GLIBC_ symbol: GCC 12's libstdc++, GLIBCXX_3.4.30, is 2_35's.)
+tag_minor=$(basename "$wheel" | sed -E 's/.*-manylinux_2_([0-9]+)_x86_64\.whl$/\1/')
+host_minor=$(getconf GNU_LIBC_VERSION | sed -E 's/^glibc 2\.([0-9]+).*/\1/')
+"$src/.venv-wheel/bin/python" -m zipfile -e "$wheel" "$stage/unpacked"
+elfs=0 glibc_minor=0 glibcxx=
+while IFS= read -r -d '' f; do
+  [[ $(head -c 4 "$f" | od -An -tx1 | tr -d ' \n') == 7f454c46 ]] || continue
+  elfs=$((elfs + 1))
+  syms=$(objdump -T "$f" 2>/dev/null || true)  # nothing for the static ddp-guard
+  m=$(grep -oE 'GLIBC_2\.[0-9]+' <<<"$syms" | cut -d. -f2 | sort -n | tail -n 1 || true)
+  ((${m:-0} > glibc_minor)) && glibc_minor=$m
+  glibcxx=$( (echo "$glibcxx"; grep -oE 'GLIBCXX_[0-9.]+[0-9]' <<<"$syms" || true) | sort -V | tail -n 1)
+  ((${m:-0} <= tag_minor)) || fail "${f#"$stage/unpacked/"} needs GLIBC_2.$m, newer than its tag manylinux_2_$tag_minor"
+done < <(find "$stage/unpacked" -type f -print0)
+((elfs >= 5)) || fail "found only $elfs ELF files in the wheel"
+((tag_minor <= host_minor)) || fail "tag manylinux_2_$tag_minor is newer than the build machine's glibc 2.$host_minor"
+echo "tag manylinux_2_$tag_minor: $elfs ELF files, newest GLIBC_2.$glibc_minor, newest $glibcxx; built on glibc 2.$host_minor"
+
 # On an older glibc pip finds no wheel to install (the tag says so; no loader
-# error at run time); on bookworm's it does.
+# error at run time); on this machine's it does.
 pick() {  # GLIBC_MINOR: does pip pick the wheel for a machine with glibc 2.GLIBC_MINOR?
   local platforms=() m
   for ((m = 17; m <= $1; m++)); do platforms+=(--platform "manylinux_2_${m}_x86_64"); done
   "$src/.venv-wheel/bin/pip" download -q --disable-pip-version-check --no-index --only-binary=:all: \
     --find-links "$(dirname "$wheel")" "${platforms[@]}" -d "$stage/pick-$1" ddprun >/dev/null 2>&1
 }
+pick $((tag_minor - 1)) && fail "pip would install the wheel on glibc 2.$((tag_minor - 1))"
 pick 28 && fail "pip would install the wheel on glibc 2.28"
-pick 36 || fail "pip refuses the wheel on glibc 2.36 (Debian bookworm)"
+pick "$host_minor" || fail "pip refuses the wheel on glibc 2.$host_minor (this machine's)"
 
-snapshot() { (cd "$1" && find . -not -type d | LC_ALL=C sort); }
+# Every file and directory: an empty directory left behind counts.
+snapshot() { (cd "$1" && find . | LC_ALL=C sort); }
 new_venv() {  # DIR [--system-site-packages]
   /usr/bin/python3 -m venv "$@"
   snapshot "$1" > "$1.before"
@@ -66,19 +89,23 @@ for f in bin/ddprun bin/ddp-guard bin/ddp-rendezvousd bin/ddp-store share/ddprun
 done
 # Every library the binaries load outside the wheel is one manylinux allows.
 for b in ddprun ddp-guard ddp-rendezvousd ddp-store; do
-  if ldd "$prefix/bin/$b" 2>/dev/null | grep -vE '/ddprun\.libs/|lib(c|m|dl|rt|pthread|gcc_s|stdc\+\+)\.so|ld-linux|linux-vdso' \
-     | grep -E '=>'; then
+  if ldd "$prefix/bin/$b" 2>/dev/null \
+     | grep -vE '=> [^ ]*/ddprun\.libs/|^\s*lib(c|m|dl|rt|pthread|gcc_s|stdc\+\+)\.so\.[0-9]+ => /' | grep -E '=>'; then
     fail "$b loads the libraries above from outside the wheel"
   fi
 done
 "$venv/bin/ddp-store" --help > /dev/null || fail "ddp-store --help"
 "$venv/bin/ddp-rendezvousd" --help > /dev/null || fail "ddp-rendezvousd --help"
 
-# Outside ddprun: a no-op, one warning however often it is called; no torch.
+# Outside ddprun: a no-op, one warning however often it is called. Cheap to
+# import: it loads four small standard modules besides itself (never torch,
+# typing, contextlib, warnings), which -X importtime below puts in figures.
 warn=$(cd "$stage" && "$venv/bin/python" -W default -c '
 import sys
+before = set(sys.modules)
 from ddprun import liveness
-assert "torch" not in sys.modules
+loaded = set(sys.modules) - before - {"ddprun", "ddprun.liveness"}
+assert loaded <= {"mmap", "struct", "_struct", "time"}, sorted(loaded)
 liveness.heartbeat(); liveness.heartbeat()
 with liveness.section("step"): pass
 assert not liveness.enabled()' 2>&1) || fail "ddprun.liveness outside ddprun: $warn"
@@ -97,6 +124,7 @@ for r in 0 1; do
   grep -q "trained rank=$r world_size=2 same_weights=True liveness=on python=$venv/bin/python" <<<"$out1" \
     || { echo "$out1"; fail "rank $r did not train with liveness on under $venv/bin/python"; }
 done
+grep -q "ddp-guard not found" <<<"$out1" && { echo "$out1"; fail "ddprun did not find the wheel's ddp-guard"; }
 echo "ok: 2-rank DDP job under the pip-installed ddprun"
 
 # A hung rank, caught by its section timeout; forked by the --preload zygote
@@ -114,25 +142,51 @@ grep -qE "^ +train_ddp.py:[0-9]+ in main$" <<<"$out2" || { echo "$out2"; fail "n
 grep -qF "$prefix/share/ddprun/ddp_zygote.py:" <<<"$out2" || { echo "$out2"; fail "the hung rank was not forked by the wheel's zygote"; }
 echo "ok: the hung rank was caught"
 
-# A broken install: one line naming the missing file and how to reinstall, exit 2.
-mv "$prefix/bin/ddprun" "$stage/ddprun.moved"
-for cmd in "$venv/bin/ddprun" "$venv/bin/python -m ddprun"; do
+# A broken install: one line naming the missing file and how to reinstall
+# (from the wheel it was installed from), exit 2, before anything starts.
+# ddprun needs ddp-guard and the zygote too: without them it would run
+# unguarded, or take the ones of a source install under /usr/local.
+broken() {  # FILE COMMAND...: with FILE of the prefix moved away
+  mv "$prefix/$1" "$stage/moved"
   set +e
-  err=$($cmd --help 2>&1 >/dev/null)
+  err=$("${@:2}" --help 2>&1 >/dev/null)
   code=$?
   set -e
-  [[ $code == 2 && $(wc -l <<<"$err") == 1 && $err == *"$prefix/bin/ddprun is missing"*"pip install --force-reinstall ddprun"* ]] \
-    || fail "$cmd with ddprun missing: exit $code, said: $err"
-done
-mv "$stage/ddprun.moved" "$prefix/bin/ddprun"
-echo "ok: a missing binary is one line: $err"
+  mv "$stage/moved" "$prefix/$1"
+  [[ $code == 2 && $(wc -l <<<"$err") == 1 && $err == *"$prefix/$1 is missing (a broken install)"* \
+     && $err == *"reinstall with: $venv/bin/python"*" -m pip install --force-reinstall $wheel" ]] \
+    || fail "${*:2} with $1 missing: exit $code, said: $err"
+}
+broken bin/ddprun "$venv/bin/ddprun"
+broken bin/ddprun "$venv/bin/python" -m ddprun
+broken bin/ddp-guard "$venv/bin/ddprun"
+broken share/ddprun/ddp_zygote.py "$venv/bin/python" -m ddprun
+broken bin/ddp-store "$venv/bin/ddp-store"
+broken bin/ddp-rendezvousd "$venv/bin/ddp-rendezvousd"
+echo "ok: a missing file is one line: $err"
 uninstall "$venv"
 
-# --- venv 2: a C++ project against the installed SDK -------------------------
+# --- venv 2: nothing else installed; a C++ project against the installed SDK --
 venv2=$stage/venv2
 new_venv "$venv2"
 install "$venv2"
 prefix2=$("$venv2/bin/python" -m ddprun --cmake-prefix)
+# Nothing but the wheel in this venv (no torch, no Debian packages): Python
+# workers still get the venv's python and a working ddprun.liveness.
+cat > "$stage/beat.py" <<'PY'
+import os, sys
+from ddprun import liveness
+with liveness.section("step"):
+    liveness.heartbeat()
+print(f"beat rank={os.environ['RANK']} liveness={'on' if liveness.enabled() else 'off'} python={sys.executable}")
+PY
+out4=$(cd "$stage" && PATH=/usr/bin:/bin "$venv2/bin/ddprun" --standalone --nproc_per_node=2 beat.py 2>&1) \
+  || { code=$?; echo "$out4"; fail "ddprun in the bare venv: exit $code"; }
+for r in 0 1; do
+  grep -q "beat rank=$r liveness=on python=$venv2/bin/python" <<<"$out4" \
+    || { echo "$out4"; fail "rank $r in the bare venv"; }
+done
+echo "ok: Python workers in a venv with nothing but the wheel: its python, liveness on"
 "$cmake" -S "$consumer" -B "$stage/consumer-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix2" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF > "$stage/configure.log" 2>&1 \
   || { cat "$stage/configure.log"; fail "configure the find_package(ddp) consumer"; }
