@@ -1,6 +1,7 @@
 // --numa_binding: which CPUs each local rank may run on (torch 2.8's
 // `torch.distributed.run --numa-binding` strategies), computed from an hwloc
-// topology. Pure: nothing here changes the calling process.
+// topology. Pure: nothing here changes the calling process. The hwloc part
+// is a plugin, loaded on first use (numa_topology.cpp, numa_plugin.hpp).
 #pragma once
 
 #include <sched.h>

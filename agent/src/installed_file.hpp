@@ -1,0 +1,16 @@
+// Where ddprun finds a file of its own installation: relative to its
+// executable's prefix (the directory above its bin/), so a build tree, the
+// wheel and any install prefix work alike, then at the path of the prefix it
+// was built for.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace ddp::agent {
+
+// The first of <executable's dir>/../`relative` and `fallback` that access(2)
+// allows with `mode` (R_OK, X_OK); "" if neither.
+std::string find_installed(const std::filesystem::path& relative, const std::string& fallback, int mode);
+
+}  // namespace ddp::agent
