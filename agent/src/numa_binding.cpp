@@ -74,9 +74,9 @@ NumaPluginFn* load_numa_plugin() {
   const std::string path =
       find_installed(fs::path(DDP_NUMA_PLUGIN_DIR) / kNumaPluginFile, DDP_NUMA_PLUGIN_INSTALL_PATH, R_OK);
   if (path.empty()) {
-    throw ConfigError(std::string("--numa_binding needs ") + kNumaPluginFile + " (looked in ../" +
-                      DDP_NUMA_PLUGIN_DIR + " beside ddprun and at " + DDP_NUMA_PLUGIN_INSTALL_PATH +
-                      "); reinstall ddprun");
+    throw ConfigError(std::string("--numa_binding needs ") + kNumaPluginFile + ", found neither in " +
+                      DDP_NUMA_PLUGIN_DIR + "/ under ddprun's prefix nor at " + DDP_NUMA_PLUGIN_INSTALL_PATH +
+                      "; reinstall ddprun");
   }
   void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
@@ -90,6 +90,11 @@ NumaPluginFn* load_numa_plugin() {
   return fn;
 }
 
+NumaPluginFn* numa_plugin() {
+  static NumaPluginFn* const fn = load_numa_plugin();  // a failed load throws, and is tried again next time
+  return fn;
+}
+
 std::string take(char* s) {
   std::string out = s != nullptr ? s : "";
   std::free(s);
@@ -98,9 +103,11 @@ std::string take(char* s) {
 
 }  // namespace
 
+void require_numa_binding() { numa_plugin(); }
+
 std::vector<std::string> machine_numa_binding(NumaBinding strategy, int local_world_size,
                                               const std::string& cuda_visible_devices, std::string* notice) {
-  static NumaPluginFn* const fn = load_numa_plugin();
+  NumaPluginFn* const fn = numa_plugin();
   char* note = nullptr;
   char* error = nullptr;
   const std::string lists =
@@ -119,6 +126,10 @@ std::vector<std::string> machine_numa_binding(NumaBinding strategy, int local_wo
 #else  // !DDP_HAVE_HWLOC
 
 bool numa_binding_supported() { return false; }
+
+void require_numa_binding() {
+  throw ConfigError("--numa_binding: ddprun was built without hwloc; install libhwloc-dev and rebuild");
+}
 
 std::vector<std::string> compute_numa_binding(hwloc_topology*, NumaBinding, int, const std::vector<int>&) {
   throw ConfigError("--numa_binding: ddprun was built without hwloc (install libhwloc-dev and rebuild)");

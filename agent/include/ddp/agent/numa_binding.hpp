@@ -23,6 +23,11 @@ const char* numa_binding_name(NumaBinding b);
 // Whether ddprun was built with hwloc (without it, any strategy is an error).
 bool numa_binding_supported();
 
+// Loads the hwloc plugin now, so that a missing one (or a missing hwloc) is
+// reported while the options are read, before any rendezvous. Throws
+// ConfigError naming --numa_binding and the file or library.
+void require_numa_binding();
+
 // The CPUs (OS indexes, as "0-3,8-11") of each local rank, in local rank order.
 // `gpu_numa_node[lr]`: the logical index of the NUMA node closest to local
 // rank lr's GPU; empty: no GPU, local ranks go round-robin over NUMA nodes.
