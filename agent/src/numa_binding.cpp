@@ -9,7 +9,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
-#include "installed_file.hpp"
+#include "ddp/common/installed_file.hpp"
 #include "numa_plugin.hpp"
 #endif
 

@@ -7,8 +7,8 @@
 #include <mutex>
 
 #include "ddp/agent/failure_report.hpp"
+#include "ddp/common/installed_file.hpp"
 #include "ddp/common/logging.hpp"
-#include "installed_file.hpp"
 #include "zygote_client.hpp"
 
 namespace ddp::agent {

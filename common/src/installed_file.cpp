@@ -1,11 +1,11 @@
-#include "installed_file.hpp"
+#include "ddp/common/installed_file.hpp"
 
 #include <unistd.h>
 
 #include <system_error>
 #include <vector>
 
-namespace ddp::agent {
+namespace ddp {
 
 namespace fs = std::filesystem;
 
@@ -21,4 +21,4 @@ std::string find_installed(const fs::path& relative, const std::string& fallback
   return "";
 }
 
-}  // namespace ddp::agent
+}  // namespace ddp
