@@ -183,9 +183,11 @@ struct ChildStack {
   ChildStack& operator=(const ChildStack&) = delete;
 };
 
-std::vector<char*> c_strings(const std::vector<std::string>& v) {
+// `first` (when given), then `v`, then the null that ends an argv or envp.
+std::vector<char*> c_strings(const std::vector<std::string>& v, const std::string* first = nullptr) {
   std::vector<char*> out;
-  out.reserve(v.size() + 1);
+  out.reserve(v.size() + 2);
+  if (first != nullptr) out.push_back(const_cast<char*>(first->c_str()));
   for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
   out.push_back(nullptr);
   return out;
@@ -228,7 +230,7 @@ ForkExecResult fork_exec(const ExecSpec& spec, std::chrono::milliseconds timeout
     result.error = "pipe: " + errno_text(errno);
     return result;
   }
-  auto argv = c_strings(spec.argv);
+  auto argv = c_strings(spec.args, &spec.executable);
   auto envp = c_strings(spec.env);
   const Prepared prepared{spec.executable.c_str(),
                           argv.data(),

@@ -25,10 +25,15 @@
 
 namespace ddp::agent {
 
-struct ExecSpec {
-  std::string executable;         // absolute path
-  std::vector<std::string> argv;  // argv[0..]
+// A program to start and what it is given: the one description shared by
+// fork_exec (ExecSpec) and the process runner (SpawnSpec).
+struct Program {
+  std::string executable;         // absolute path; also the child's argv[0]
+  std::vector<std::string> args;  // argv[1..]
   std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
+};
+
+struct ExecSpec : Program {
   // The child's stdin, stdout and stderr; -1 leaves that one as the agent's.
   int in = -1;
   int out = -1;

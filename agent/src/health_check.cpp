@@ -200,7 +200,7 @@ HealthVerdict HealthCheck::run_command() {
   const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   ExecSpec spec;
   spec.executable = "/bin/sh";
-  spec.argv = {"/bin/sh", "-c", h.command};
+  spec.args = {"-c", h.command};
   for (char** e = environ; *e != nullptr; ++e) spec.env.emplace_back(*e);
   spec.in = null_fd;
   spec.out = null_fd;

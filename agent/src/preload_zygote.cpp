@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "ddp/agent/failure_report.hpp"
+#include "ddp/common/installed_file.hpp"
 #include "ddp/common/logging.hpp"
 #include "zygote_client.hpp"
 
@@ -23,15 +24,7 @@ constexpr std::chrono::seconds kReadyTimeout{300};
 constexpr std::size_t kMaxSocketPath = 107;
 
 std::string find_zygote_script() {
-  std::error_code ec;
-  const auto self = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates;
-  if (!ec) candidates.push_back(self.parent_path().parent_path() / "share" / "ddprun" / "ddp_zygote.py");
-  candidates.emplace_back(DDP_ZYGOTE_INSTALL_PATH);
-  for (const auto& c : candidates) {
-    if (::access(c.c_str(), R_OK) == 0) return c.string();
-  }
-  return "";
+  return find_installed(fs::path("share") / "ddprun" / "ddp_zygote.py", DDP_ZYGOTE_INSTALL_PATH, R_OK);
 }
 
 std::string describe_status(int status) {

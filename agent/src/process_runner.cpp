@@ -353,11 +353,7 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
     if (error.empty()) {
       if (stdio.in == WorkerStdio::kNull) in.read = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       ExecSpec exec;
-      exec.executable = spec.executable;
-      exec.argv.reserve(spec.args.size() + 1);
-      exec.argv.push_back(spec.executable);
-      exec.argv.insert(exec.argv.end(), spec.args.begin(), spec.args.end());
-      exec.env = std::move(spec.env);
+      static_cast<Program&>(exec) = std::move(spec);
       exec.in = in.read;
       exec.out = out.write;
       exec.err = err.write;
@@ -370,7 +366,7 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
       if (r.pid > 0) {
         pid = r.pid;
       } else {
-        error = "cannot start " + spec.executable + ": " + r.error;
+        error = "cannot start " + exec.executable + ": " + r.error;
       }
     }
     // The child holds its own copies of the write ends: EOF comes when it (and

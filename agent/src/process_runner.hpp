@@ -29,14 +29,13 @@
 #include <string_view>
 #include <vector>
 
+#include "fork_exec.hpp"
 #include "worker_stdio.hpp"
 
 namespace ddp::agent {
 
-struct SpawnSpec {
-  std::string executable;         // absolute path
-  std::vector<std::string> args;  // argv[1..]
-  std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
+// What to run (executable, args, env: fork_exec.hpp's Program) and how.
+struct SpawnSpec : Program {
   // Grace between SIGTERM and SIGKILL for what a worker leaves running when it exits.
   std::chrono::milliseconds stop_timeout{30000};
   // --numa_binding: the CPUs the guard (and so the worker it forks) may run on.

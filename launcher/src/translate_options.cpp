@@ -416,6 +416,7 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   if (cfg.numa_binding != agent::NumaBinding::kNone && !agent::numa_binding_supported()) {
     throw ConfigError("--numa_binding: ddprun was built without hwloc; install libhwloc-dev and rebuild");
   }
+  if (cfg.numa_binding != agent::NumaBinding::kNone) agent::require_numa_binding();
 
   cfg.node.node_id = host.hostname + "_" + std::to_string(host.pid);
   cfg.node.host = o.local_addr.empty() ? host.hostname : o.local_addr;

@@ -39,7 +39,7 @@ struct EtcdClient::Attempt {
 
 EtcdClient::EtcdClient(EtcdStoreOptions options) : options_(std::move(options)) {
   if (options_.endpoints.empty()) throw ConfigError("etcd store needs at least one endpoint (HOST:PORT)");
-  if (options_.tls()) tls_ = TlsContext::create(options_);
+  if (options_.tls()) tls_ = create_tls_context(options_);
   idle_.resize(options_.endpoints.size());
 }
 

@@ -1,7 +1,7 @@
-// One HTTP/1.1 connection (plain or TLS) to one etcd member. Blocking calls
-// with a deadline, implemented as Asio operations on a private io_context that
-// the calling thread runs: Beast's timeouts only apply to async operations.
-// Beast and Asio stay inside http_connection.cpp.
+// One HTTP/1.1 connection (plain or TLS) to one etcd member: blocking calls
+// with a deadline. The work is an HttpSession's (http_session.hpp): Beast and
+// Asio stay in http_connection.cpp and beast_session.hpp, OpenSSL in the
+// plugin libddp_etcd_tls.so (etcd_tls.cpp), loaded for the first https store.
 #pragma once
 
 #include <memory>
@@ -11,6 +11,7 @@
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/endpoint.hpp"
 #include "ddp/store/etcd_store.hpp"
+#include "http_session.hpp"
 
 namespace ddp::store::etcd {
 
@@ -32,20 +33,10 @@ class EndpointFailure : public std::runtime_error {
 // tells "etcd serves https" apart from a member that died mid-request.
 bool speaks_tls(const Endpoint& endpoint, Deadline deadline);
 
-// The OpenSSL client context built from EtcdStoreOptions' files; shared by all
-// connections of a store. Throws ConfigError naming an unreadable file.
-class TlsContext {
- public:
-  static std::shared_ptr<TlsContext> create(const EtcdStoreOptions& options);
-  ~TlsContext();
-  struct Impl;
-  std::unique_ptr<Impl> impl;
-};
-
-struct HttpReply {
-  int status = 0;
-  std::string body;
-};
+// The OpenSSL client context built from EtcdStoreOptions' files, shared by all
+// connections of a store. Loads the TLS plugin; throws ConfigError naming an
+// unreadable file, or the plugin (or OpenSSL) when it cannot be loaded.
+std::shared_ptr<TlsContext> create_tls_context(const EtcdStoreOptions& options);
 
 // Not thread-safe, except interrupt(). Owned by one thread at a time: the
 // client's pool hands a connection to one request, a watch owns its own.
@@ -70,15 +61,13 @@ class HttpConnection {
   // caller keeps the connection alive until that call has returned.
   void interrupt();
 
-  bool is_open() const;
+  bool is_open() const { return impl_->is_open(); }
   const Endpoint& endpoint() const { return endpoint_; }
   std::string where() const { return endpoint_.to_string(); }
 
-  struct Impl;  // defined in the .cpp, named here for its helper functions
-
  private:
   Endpoint endpoint_;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<HttpSession> impl_;
 };
 
 }  // namespace ddp::store::etcd

@@ -167,3 +167,27 @@ TEST_CASE("ddprun etcd: bad endpoints exit 2 naming the endpoint, and etcd-v2 no
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Contains("protocol"));
 }
+
+TEST_CASE("ddprun etcd: https without its TLS plugin exits 2 naming the plugin and the options") {
+  if (fs::exists("/usr/local/lib/ddprun/libddp_etcd_tls.so") ||
+      fs::exists("/usr/lib/ddprun/libddp_etcd_tls.so")) {
+    WARN("an installed libddp_etcd_tls.so would be found: skipped");
+    return;
+  }
+  // A ddprun (and its guard) copied where no lib/ddprun/ is beside its prefix:
+  // plain http still works without the plugin, https is refused before any request.
+  TempDir dir;
+  fs::create_directories(dir / "bin");
+  for (const char* f : {"ddprun", "ddp-guard"}) fs::copy_file(ddp::test::bin(f), dir / "bin" / f);
+  const auto script = write_worker(dir);
+  const auto dead = "127.0.0.1:" + std::to_string(ddp::test::free_port());
+  auto argv = agent_argv(dead, script, {}, "1");
+  argv[0] = (dir / "bin" / "ddprun").string();
+  for (auto& arg : argv)
+    if (arg.rfind("--rdzv_conf=", 0) == 0) arg += ",etcd_cacert=" + script;
+  auto r = ddp::test::run(argv, dir.path(), worker_env(dir), 20s);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err,
+             Contains("ddprun: error: an https etcd endpoint") && Contains("needs libddp_etcd_tls.so"));
+  CHECK_THAT(r.err, !Contains("unreachable"));
+}

@@ -71,3 +71,28 @@ TEST_CASE("ddprun --numa_binding with an unknown strategy exits 2 naming the acc
   CHECK(env.code == 2);
   CHECK_THAT(env.err, Catch::Contains("--numa_binding"));
 }
+
+TEST_CASE("ddprun --numa_binding without its hwloc plugin exits 2 naming the flag and the plugin") {
+  if (!ddp::agent::numa_binding_supported()) {
+    WARN("ddprun was built without hwloc: skipped");
+    return;
+  }
+  if (fs::exists("/usr/local/lib/ddprun/libddp_numa.so") || fs::exists("/usr/lib/ddprun/libddp_numa.so")) {
+    WARN("an installed libddp_numa.so would be found: skipped");
+    return;
+  }
+  // A ddprun (and its guard) copied where no lib/ddprun/ is beside its prefix.
+  TempDir dir;
+  fs::create_directories(dir / "bin");
+  for (const char* f : {"ddprun", "ddp-guard"}) fs::copy_file(bin_dir() / f, dir / "bin" / f);
+  auto r = run(
+      {(dir / "bin" / "ddprun").string(), "--standalone", "--numa_binding=node", "--no_python", "/bin/true"},
+      dir.path(), clean_env({}));
+  CHECK(r.code == 2);
+  CHECK(count_lines(r.err, "") == 1);
+  CHECK_THAT(r.err, Catch::StartsWith("ddprun: error: --numa_binding needs libddp_numa.so"));
+  // Without the flag the plugin is never looked for.
+  auto plain = run({(dir / "bin" / "ddprun").string(), "--standalone", "--no_python", "/bin/true"},
+                   dir.path(), clean_env({}));
+  CHECK(plain.code == 0);
+}

@@ -94,6 +94,17 @@ for b in ddprun ddp-guard ddp-rendezvousd ddp-store; do
     fail "$b loads the libraries above from outside the wheel"
   fi
 done
+# The plugins ddprun loads for --numa_binding (hwloc) and an https etcd
+# (OpenSSL): in the wheel, their libraries bundled too, and loadable.
+for p in libddp_numa.so libddp_etcd_tls.so; do
+  [[ -f $prefix/lib/ddprun/$p ]] || fail "the wheel has no lib/ddprun/$p"
+  if ldd "$prefix/lib/ddprun/$p" 2>/dev/null \
+     | grep -vE '/ddprun\.libs/|lib(c|m|dl|rt|pthread|gcc_s|stdc\+\+)\.so|ld-linux|linux-vdso' | grep -E '=>'; then
+    fail "lib/ddprun/$p loads the libraries above from outside the wheel"
+  fi
+done
+(cd "$stage" && "$venv/bin/ddprun" --standalone --numa_binding=node --no_python /bin/true >/dev/null 2>&1) \
+  || fail "ddprun --numa_binding=node from the wheel"
 "$venv/bin/ddp-store" --help > /dev/null || fail "ddp-store --help"
 "$venv/bin/ddp-rendezvousd" --help > /dev/null || fail "ddp-rendezvousd --help"
 

@@ -200,7 +200,6 @@ TEST_CASE("spawns never hang while the io thread is busy, and every child's exit
 TEST_CASE("a child that does not reach its exec in time is killed and reported, not waited on") {
   ExecSpec spec;
   spec.executable = "/bin/true";
-  spec.argv = {"/bin/true"};
   spec.agent_pid = ::getpid();
   spec.stop_before_exec = true;
   const auto start = std::chrono::steady_clock::now();
@@ -221,7 +220,6 @@ TEST_CASE("cancelling a spawn ends its wait for the exec at once and kills the c
   std::atomic<bool> cancelled{false};
   ExecSpec spec;
   spec.executable = "/bin/true";
-  spec.argv = {"/bin/true"};
   spec.agent_pid = ::getpid();
   spec.stop_before_exec = true;
   std::thread canceller([&] {

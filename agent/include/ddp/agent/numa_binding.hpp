@@ -1,6 +1,7 @@
 // --numa_binding: which CPUs each local rank may run on (torch 2.8's
 // `torch.distributed.run --numa-binding` strategies), computed from an hwloc
-// topology. Pure: nothing here changes the calling process.
+// topology. Pure: nothing here changes the calling process. The hwloc part
+// is a plugin, loaded on first use (numa_topology.cpp, numa_plugin.hpp).
 #pragma once
 
 #include <sched.h>
@@ -21,6 +22,11 @@ const char* numa_binding_name(NumaBinding b);
 
 // Whether ddprun was built with hwloc (without it, any strategy is an error).
 bool numa_binding_supported();
+
+// Loads the hwloc plugin now, so that a missing one (or a missing hwloc) is
+// reported while the options are read, before any rendezvous. Throws
+// ConfigError naming --numa_binding and the file or library.
+void require_numa_binding();
 
 // The CPUs (OS indexes, as "0-3,8-11") of each local rank, in local rank order.
 // `gpu_numa_node[lr]`: the logical index of the NUMA node closest to local
