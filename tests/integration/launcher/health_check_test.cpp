@@ -29,6 +29,13 @@ std::vector<std::string> standalone(std::vector<std::string> flags) {
   return args;
 }
 
+// ddprun kept the node out (exit 5: unhealthy, it gave up) and said `why`.
+void check_unhealthy(const RunResult& r, const std::string& why) {
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK_THAT(r.err, Catch::Contains(why));
+}
+
 std::vector<nlohmann::json> events(const fs::path& log, const std::string& name) {
   std::vector<nlohmann::json> out;
   std::istringstream lines(read_file(log));
@@ -202,18 +209,14 @@ TEST_CASE("a full --health_paths entry and a full --log_dir keep the node out") 
   auto r = ddprun(
       standalone({"--health_paths", (dir / "full").string(), "--health_min_free_mb=0", "--health_retries=0"}),
       dir);
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains("node unhealthy (path check): --health_paths " + (dir / "full").string() +
-                                    ": cannot write a file: No space left on device"));
+  check_unhealthy(r, "node unhealthy (path check): --health_paths " + (dir / "full").string() +
+                         ": cannot write a file: No space left on device");
 
   // Below the free-space bound: under 1 MiB of tmpfs left against the default 100 MiB.
   fs::remove(dir / "full" / "fill");
   r = ddprun(standalone({"--log_dir", (dir / "full").string(), "--health_retries=0"}), dir);
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains("(path check): --log_dir " + (dir / "full").string() +
-                                    ": 0 MiB free, below --health_min_free_mb=100"));
+  check_unhealthy(r, "(path check): --log_dir " + (dir / "full").string() +
+                         ": 0 MiB free, below --health_min_free_mb=100");
 }
 
 TEST_CASE("an unwritable or missing --health_paths entry keeps the node out") {
@@ -230,15 +233,11 @@ TEST_CASE("an unwritable or missing --health_paths entry keeps the node out") {
   auto r = ddprun(standalone({"--health_paths", "/tmp," + (dir / "ro").string(), "--health_min_free_mb=0",
                               "--health_retries=0"}),
                   dir);
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains("--health_paths " + (dir / "ro").string() + ": cannot create a file: " +
-                                    (ro.ok ? "Read-only file system" : "Permission denied")));
+  check_unhealthy(r, "--health_paths " + (dir / "ro").string() + ": cannot create a file: " +
+                         (ro.ok ? "Read-only file system" : "Permission denied"));
   r = ddprun(standalone({"--health_paths", (dir / "missing").string(), "--health_retries=0"}), dir);
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains("--health_paths " + (dir / "missing").string() +
-                                    ": cannot open the directory: No such file or directory"));
+  check_unhealthy(r, "--health_paths " + (dir / "missing").string() +
+                         ": cannot open the directory: No such file or directory");
 }
 
 TEST_CASE("a store slower than --health_store_rtt_ms keeps the node out; within the bound it joins") {
@@ -253,9 +252,7 @@ TEST_CASE("a store slower than --health_store_rtt_ms keeps the node out; within 
         dir);
   };
   auto r = node("127.0.0.1:" + std::to_string(slow.port), "slowjob");
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains("node unhealthy (store check): store round trip "));
+  check_unhealthy(r, "node unhealthy (store check): store round trip ");
   CHECK_THAT(r.err, Catch::Contains("over --health_store_rtt_ms=50"));
   r = node(daemon.endpoint, "fastjob");
   INFO(r.err);
@@ -271,10 +268,7 @@ TEST_CASE("without NVML the GPU check is skipped with one note, and --health_gpu
   CHECK(count_lines(r.err, "no GPU check: cannot load libnvidia-ml.so.1") == 1);
 
   r = ddprun(standalone({"--health_gpus=1", "--health_retries=0"}), dir);
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains(
-                        "node unhealthy (gpus check): --health_gpus=1 but cannot load libnvidia-ml.so.1"));
+  check_unhealthy(r, "node unhealthy (gpus check): --health_gpus=1 but cannot load libnvidia-ml.so.1");
 
   // A job told it has no GPUs is not checked.
   r = ddprun(standalone({"--log_level=info"}), dir, {{"CUDA_VISIBLE_DEVICES", ""}});
