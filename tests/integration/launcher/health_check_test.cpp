@@ -315,15 +315,9 @@ TEST_CASE("on a two-node c10d job ddp-store status shows the unhealthy node whil
   auto bad = node("bad", {"--health_check", "echo GPU 3 fell off the bus >&2; false", "--health_retries=100",
                           "--health_retry_interval=0.2"});
   RunResult table;
-  const bool shown = wait_until(
-      [&] {
-        table = run(
-            {bin("ddp-store").string(), "--endpoint", daemon.endpoint, "status", "--rdzv_id", "healthjob"},
-            dir.path());
-        return table.code == 0 &&
-               count_lines(table.out, "unhealthy: --health_check exited with 1: GPU 3 fell off the bus") == 1;
-      },
-      std::chrono::seconds(30));
+  const bool shown = wait_for_status(dir, daemon.endpoint, "healthjob", table, [](const std::string& out) {
+    return count_lines(out, "unhealthy: --health_check exited with 1: GPU 3 fell off the bus") == 1;
+  });
   INFO(table.out << table.err << "\ngood:\n" << good->err() << "\nbad:\n" << bad->err());
   CHECK(shown);
   CHECK(count_lines(table.out, " bad ") == 1);
