@@ -2,8 +2,6 @@
 // real ddprun with a failing, a flaky and a hanging --health_check, a full and
 // an unwritable --health_paths entry, a slow store, no NVML, and a two-node
 // job where `ddp-store status` shows the unhealthy node while the other waits.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -16,6 +14,7 @@
 #include <thread>
 
 #include "launcher_test_util.hpp"
+#include "loopback_listener.hpp"
 
 using namespace ddp::test;
 using namespace ddp::test::launcher;
@@ -66,15 +65,6 @@ struct SmallTmpfs {
 class SlowProxy {
  public:
   SlowProxy(int upstream, std::chrono::milliseconds delay) : upstream_(upstream), delay_(delay) {
-    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    ::listen(listen_, 16);
-    socklen_t len = sizeof(a);
-    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
     accept_ = std::thread([this] { accept_loop(); });
   }
   ~SlowProxy() {
@@ -82,25 +72,19 @@ class SlowProxy {
     accept_.join();  // before the pumps: it adds them
     for (auto& t : pumps_) t.join();
     for (int fd : fds_) ::close(fd);
-    ::close(listen_);
   }
-  int port = 0;
+  int port() const { return listener_.port(); }
 
  private:
   void accept_loop() {
     while (!stop_) {
-      pollfd p{listen_, POLLIN, 0};
+      pollfd p{listener_.fd(), POLLIN, 0};
       if (::poll(&p, 1, 50) <= 0) continue;
-      const int client = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      const int client = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
       if (client < 0) continue;
-      const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      a.sin_port = htons(static_cast<uint16_t>(upstream_));
-      if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      const int server = connect_loopback(upstream_);
+      if (server < 0) {
         ::close(client);
-        ::close(server);
         continue;
       }
       fds_.insert(fds_.end(), {client, server});
@@ -124,7 +108,7 @@ class SlowProxy {
   }
   int upstream_;
   std::chrono::milliseconds delay_;
-  int listen_ = -1;
+  LoopbackListener listener_;
   std::atomic<bool> stop_{false};
   std::thread accept_;
   std::vector<std::thread> pumps_;  // two per connection
@@ -251,7 +235,7 @@ TEST_CASE("a store slower than --health_store_rtt_ms keeps the node out; within 
          "--health_store_rtt_ms=50", "--health_retries=0", "--no_python", bin("fake_worker").string()},
         dir);
   };
-  auto r = node("127.0.0.1:" + std::to_string(slow.port), "slowjob");
+  auto r = node("127.0.0.1:" + std::to_string(slow.port()), "slowjob");
   check_unhealthy(r, "node unhealthy (store check): store round trip ");
   CHECK_THAT(r.err, Catch::Contains("over --health_store_rtt_ms=50"));
   r = node(daemon.endpoint, "fastjob");
