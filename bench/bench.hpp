@@ -29,6 +29,9 @@ LatencySummary summarize_latencies(const std::vector<std::vector<std::int64_t>>&
 // allowed: root); returns the limit in force.
 std::size_t raise_fd_limit(std::size_t want);
 
+// VmRSS of process `pid` in KiB, from /proc/<pid>/status; -1 when unreadable.
+long rss_kib(int pid);
+
 // Binds the unconnected IPv4 socket `fd` to loopback address 127.0.1.x, x
 // chosen by `index` among 250, leaving the port to connect(): simulated
 // clients then come from many addresses, as on a cluster. From one address

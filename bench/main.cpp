@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -59,6 +60,15 @@ std::size_t raise_fd_limit(std::size_t want) {
   }
   getrlimit(RLIMIT_NOFILE, &rl);
   return rl.rlim_cur;
+}
+
+long rss_kib(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
 }
 
 bool bind_spread_loopback(int fd, int index) {

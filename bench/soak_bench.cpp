@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -42,15 +41,6 @@ struct Options {
   std::string data_dir;
   double reclaim_timeout_s = 30;
 };
-
-long rss_kib(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
 
 long dir_bytes(const std::string& dir) {
   if (dir.empty()) return -1;

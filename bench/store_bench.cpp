@@ -3,7 +3,6 @@
 // memory a daemon spends on many idle connections. Prints figures, asserts nothing.
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,7 +13,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -82,23 +80,19 @@ void client_loop(store::TcpStore& s, const Options& o, int index, std::barrier<>
 }
 
 long read_vm_rss_kb(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  throw ConfigError("--server-pid: cannot read VmRSS of pid " + std::to_string(pid));
+  const long kib = rss_kib(pid);
+  if (kib < 0) throw ConfigError("--server-pid: cannot read VmRSS of pid " + std::to_string(pid));
+  return kib;
 }
 
-// 10,000 sockets need more than the usual soft limit of 1024 descriptors.
-void raise_fd_limit(int wanted) {
-  rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
-  lim.rlim_cur = lim.rlim_max;
-  ::setrlimit(RLIMIT_NOFILE, &lim);
-  if (lim.rlim_cur != RLIM_INFINITY && static_cast<rlim_t>(wanted) + 64 > lim.rlim_cur) {
+// 10,000 sockets need more than the usual soft limit of 1024 descriptors
+// (and 64 more for the process's own files).
+void raise_fd_limit_for_idle(int wanted) {
+  const std::size_t need = static_cast<std::size_t>(wanted) + 64;
+  const std::size_t limit = raise_fd_limit(need);
+  if (limit < need) {
     throw ConfigError("--idle-connections " + std::to_string(wanted) +
-                      " needs more descriptors than the hard limit " + std::to_string(lim.rlim_cur) +
+                      " needs more descriptors than the hard limit " + std::to_string(limit) +
                       " (raise it with ulimit -Hn)");
   }
 }
@@ -107,7 +101,7 @@ void raise_fd_limit(int wanted) {
 // idle agents do between rendezvous rounds, and reports the server's RSS.
 int run_idle(const Options& o, const store::TcpStoreOptions& base) {
   const int pid = o.server_pid > 0 ? o.server_pid : static_cast<int>(::getpid());
-  raise_fd_limit(o.idle_connections);
+  raise_fd_limit_for_idle(o.idle_connections);
   const long before_kb = read_vm_rss_kb(pid);
   std::string hello(store::kPreamble, sizeof(store::kPreamble));
   store::Request req;

@@ -4,7 +4,6 @@
 #include "ddp/common/logging.hpp"
 #include "ddp/store/tcp_store.hpp"
 #include "keys.hpp"
-#include "store_access.hpp"
 
 namespace ddp::rdzv {
 
@@ -16,9 +15,9 @@ constexpr const char* kLoopback = "127.0.0.1";
 StandaloneHandler::StandaloneHandler(const RendezvousConfig& config, const NodeSpec& self)
     : config_(config), self_(self) {
   detail::validate_run_id(config_.run_id);
-  server_ = detail::host_store(config_, kLoopback, 0);
-  log::get("rdzv")->debug("standalone store started endpoint={}:{} run_id={}", kLoopback, server_->port(),
-                          config_.run_id);
+  access_.server = detail::host_store(config_, kLoopback, 0);
+  log::get("rdzv")->debug("standalone store started endpoint={}:{} run_id={}", kLoopback,
+                          access_.server->port(), config_.run_id);
 }
 
 StandaloneHandler::~StandaloneHandler() {
@@ -26,9 +25,9 @@ StandaloneHandler::~StandaloneHandler() {
   // in a way that makes it spin on reconnects during teardown.
   {
     std::lock_guard<std::mutex> lock(mu_);
-    client_.reset();
+    access_.client.reset();
   }
-  server_->stop();
+  access_.server->stop();
 }
 
 RendezvousResult StandaloneHandler::next_rendezvous() {
@@ -43,14 +42,13 @@ RendezvousResult StandaloneHandler::next_rendezvous() {
   r.rank_offset = 0;
   r.world_size = self_.local_world_size;
   r.nodes = {self_};
-  r.store_endpoint = Endpoint{kLoopback, server_->port()};
+  r.store_endpoint = Endpoint{kLoopback, access_.server->port()};
   r.worker_prefix = detail::worker_prefix(config_.run_id, r.round);
   in_round_ = true;
   succeeded_ = false;
   return r;
 }
 
-// One node: nobody else to tell. The agent restarts its own workers.
 void StandaloneHandler::report_failure(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   succeeded_ = false;
@@ -73,18 +71,15 @@ void StandaloneHandler::close(const std::string& reason) {
   closed_reason_ = reason.empty() ? "closed" : reason;
 }
 
-// No other node can fail, leave or wait, and the store is in this process: no events.
-void StandaloneHandler::set_event_callback(RoundEventCallback) {}
-
 std::shared_ptr<store::Store> StandaloneHandler::store() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!client_) {
+  if (!access_.client) {
     store::TcpStoreOptions opts;
-    opts.endpoint = Endpoint{kLoopback, server_->port()};
+    opts.endpoint = Endpoint{kLoopback, access_.server->port()};
     opts.token = config_.token;
-    client_ = std::make_shared<store::TcpStore>(opts);
+    access_.client = std::make_shared<store::TcpStore>(opts);
   }
-  return client_;
+  return access_.client;
 }
 
 }  // namespace ddp::rdzv

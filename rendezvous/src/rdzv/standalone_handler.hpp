@@ -7,12 +7,15 @@
 #include <string>
 
 #include "ddp/rdzv/rendezvous.hpp"
-#include "ddp/store/store_server.hpp"
+#include "store_access.hpp"
 
 namespace ddp::rdzv {
 
 // Thread-safety: as RendezvousHandler; an internal mutex guards the state.
-// Owns the StoreServer; destroying the handler stops it.
+// Owns the StoreServer; destroying the handler stops it. One node: a failure
+// is nobody else's news (the agent restarts its own workers), and with no
+// other node to fail, leave or wait, and the store in this process, there are
+// no round events.
 class StandaloneHandler final : public RendezvousHandler {
  public:
   StandaloneHandler(const RendezvousConfig& config, const NodeSpec& self);
@@ -24,15 +27,14 @@ class StandaloneHandler final : public RendezvousHandler {
   void report_success() override;
   bool all_succeeded() override;
   void close(const std::string& reason) override;
-  void set_event_callback(RoundEventCallback cb) override;
+  void set_event_callback(RoundEventCallback /*cb*/) override {}
   std::shared_ptr<store::Store> store() override;
 
  private:
   RendezvousConfig config_;
   NodeSpec self_;
-  std::unique_ptr<store::StoreServer> server_;
   std::mutex mu_;
-  std::shared_ptr<store::Store> client_;  // created on first store() call
+  detail::StoreAccess access_;  // its client is created on the first store() call
   std::int64_t next_round_ = 0;
   bool in_round_ = false;
   bool succeeded_ = false;

@@ -6,9 +6,7 @@ using namespace ddp::test;
 using namespace ddp::store;
 using namespace std::chrono_literals;
 
-TEST_CASE("garbage bytes close only that connection") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir, "garbage bytes close only that connection") {
   auto good = d.client();
   RawClient bad(d.port);
   bad.send_bytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -20,9 +18,9 @@ TEST_CASE("garbage bytes close only that connection") {
   CHECK_THAT(d.proc->err(), Catch::Contains("malformed frame"));
 }
 
-TEST_CASE("requests before a malformed frame in the same read are answered, then the connection closes") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(
+    DaemonInTempDir,
+    "requests before a malformed frame in the same read are answered, then the connection closes") {
   auto c = d.client();
   std::string burst;
   encode_request(make_request(Op::kSet, {"k"}, {"v"}, 0, 0, 1), burst);
@@ -42,9 +40,7 @@ TEST_CASE("requests before a malformed frame in the same read are answered, then
   CHECK_THAT(d.proc->err(), Catch::Contains("malformed frame"));
 }
 
-TEST_CASE("a client that half-closes after a request still gets the whole reply") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir, "a client that half-closes after a request still gets the whole reply") {
   auto c = d.client();
   const std::string big(8 << 20, 'b');  // more than the socket buffers hold
   REQUIRE(c->call(make_request(Op::kSet, {"big"}, {big})).status == Status::kOk);
@@ -58,9 +54,8 @@ TEST_CASE("a client that half-closes after a request still gets the whole reply"
   CHECK(c->closed_by_peer());
 }
 
-TEST_CASE("an absurd frame length closes the connection before anything is allocated") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir,
+                 "an absurd frame length closes the connection before anything is allocated") {
   auto good = d.client();
   auto bad = d.client();
   bad->send_bytes(le32(0xFFFFFFFFu));
@@ -69,9 +64,8 @@ TEST_CASE("an absurd frame length closes the connection before anything is alloc
   CHECK_THAT(d.proc->err(), Catch::Contains("exceeds max_frame_bytes"));
 }
 
-TEST_CASE("a truncated frame body and a frame with lying counts close the connection") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir,
+                 "a truncated frame body and a frame with lying counts close the connection") {
   auto good = d.client();
   // A frame whose body says 1,000,000 keys in 30 bytes.
   std::string body;
@@ -168,9 +162,7 @@ TEST_CASE("a burst of wrong tokens is logged once, then summarised, and the addr
   CHECK_THAT(err, Catch::Contains("further failures are summarised"));
 }
 
-TEST_CASE("a protocol version mismatch is answered and closed") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir, "a protocol version mismatch is answered and closed") {
   RawClient c(d.port);
   c.send_preamble();
   auto resp = c.call(make_request(Op::kHello, {}, {""}, 999));
@@ -179,9 +171,8 @@ TEST_CASE("a protocol version mismatch is answered and closed") {
   CHECK(c.closed_by_peer());
 }
 
-TEST_CASE("clients vanishing mid-wait and mid-watch leave the server serving others") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir,
+                 "clients vanishing mid-wait and mid-watch leave the server serving others") {
   auto good = d.client();
   for (int i = 0; i < 5; ++i) {
     auto gone = d.client();
@@ -202,9 +193,8 @@ TEST_CASE("clients vanishing mid-wait and mid-watch leave the server serving oth
   check_served(*good, "vanish");
 }
 
-TEST_CASE("pending gets beyond the per-connection limit are refused, the connection stays") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir,
+                 "pending gets beyond the per-connection limit are refused, the connection stays") {
   auto c = d.client();
   const std::uint32_t limit = Limits{}.max_pending_per_connection;
   std::string burst;

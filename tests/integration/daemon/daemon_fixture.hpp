@@ -65,6 +65,13 @@ struct Daemon {
   int port = -1;
 };
 
+// The daemon of a test case that needs no flags: TEST_CASE_METHOD(DaemonInTempDir, ...)
+// starts it in a temp dir of its own, as `d` in `dir`.
+struct DaemonInTempDir {
+  TempDir dir;
+  Daemon d{dir.path()};
+};
+
 // Little-endian u32, as frame lengths are written.
 std::string le32(std::uint32_t v);
 // The native protocol's 4-byte preamble.

@@ -11,9 +11,7 @@ using namespace ddp::test;
 using namespace ddp::store;
 using namespace std::chrono_literals;
 
-TEST_CASE("a get blocked in one connection is released by a set from another") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir, "a get blocked in one connection is released by a set from another") {
   auto waiter = d.client();
   auto setter = d.client();
   waiter->send(make_request(Op::kGet, {"job/ready"}, {}, 0, -1, 7));
@@ -28,9 +26,7 @@ TEST_CASE("a get blocked in one connection is released by a set from another") {
   CHECK(got->items[0].value == "yes");
 }
 
-TEST_CASE("wait times out with a timeout status naming the missing key") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir, "wait times out with a timeout status naming the missing key") {
   auto c = d.client();
   c->call(make_request(Op::kSet, {"a"}, {"1"}));
   auto resp = c->call(make_request(Op::kWait, {"a", "never"}, {}, 0, 150));
@@ -38,9 +34,7 @@ TEST_CASE("wait times out with a timeout status naming the missing key") {
   CHECK_THAT(resp.message, Catch::Contains("'never'") && Catch::Contains("timed out after 150 ms"));
 }
 
-TEST_CASE("lease expiry deletes its keys and emits watch delete events") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir, "lease expiry deletes its keys and emits watch delete events") {
   auto owner = d.client();
   auto watcher = d.client();
   auto ack = watcher->call(make_request(Op::kWatch, {"nodes/"}, {}, 0, 0, 55));
@@ -68,9 +62,7 @@ TEST_CASE("lease expiry deletes its keys and emits watch delete events") {
   CHECK(owner->call(make_request(Op::kLeaseKeepAlive, {}, {}, lease)).status == Status::kLeaseNotFound);
 }
 
-TEST_CASE("a watch from a list's revision + 1 sees the changes made in between") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir, "a watch from a list's revision + 1 sees the changes made in between") {
   auto c = d.client();
   c->call(make_request(Op::kSet, {"r/a"}, {"1"}));
   auto listed = c->call(make_request(Op::kList, {"r/"}));
@@ -148,9 +140,8 @@ TEST_CASE("a killed daemon loses no acknowledged write and cuts a torn log tail"
   CHECK_THAT(d.proc->err(), Catch::Contains("torn tail"));
 }
 
-TEST_CASE("SIGTERM while waiters are pending answers them shutting-down and exits 0") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir,
+                 "SIGTERM while waiters are pending answers them shutting-down and exits 0") {
   auto a = d.client();
   auto b = d.client();
   a->send(make_request(Op::kGet, {"never"}, {}, 0, -1, 1));
@@ -175,9 +166,7 @@ TEST_CASE("SIGTERM while waiters are pending answers them shutting-down and exit
   CHECK_THAT(d.proc->err(), Catch::Contains("stopped"));
 }
 
-TEST_CASE("16 clients hammering set/get/add leave an exact counter") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(DaemonInTempDir, "16 clients hammering set/get/add leave an exact counter") {
   constexpr int kClients = 16;
   constexpr int kOps = 300;
   std::atomic<int> failures{0};
@@ -208,9 +197,9 @@ TEST_CASE("16 clients hammering set/get/add leave an exact counter") {
   CHECK(total.items[0].value == std::to_string(kClients * kOps));
 }
 
-TEST_CASE("a barrier releases its arrivals once the world size has arrived, and counts one that timed out") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(
+    DaemonInTempDir,
+    "a barrier releases its arrivals once the world size has arrived, and counts one that timed out") {
   auto a = d.client();
   auto b = d.client();
   auto c = d.client();

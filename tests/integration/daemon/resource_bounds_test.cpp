@@ -22,9 +22,9 @@ constexpr int kOverwrites = 1000;
 
 }  // namespace
 
-TEST_CASE("1000 overwrites of a 1 MiB key and a full-history watch keep the daemon under its memory bound") {
-  TempDir dir;
-  Daemon d(dir.path());
+TEST_CASE_METHOD(
+    DaemonInTempDir,
+    "1000 overwrites of a 1 MiB key and a full-history watch keep the daemon under its memory bound") {
   auto c = d.client();
   const std::string mib(1 << 20, 'v');
   for (int i = 0; i < kOverwrites; ++i) {

@@ -2,8 +2,6 @@
 // real ddprun with a failing, a flaky and a hanging --health_check, a full and
 // an unwritable --health_paths entry, a slow store, no NVML, and a two-node
 // job where `ddp-store status` shows the unhealthy node while the other waits.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -16,6 +14,7 @@
 #include <thread>
 
 #include "launcher_test_util.hpp"
+#include "loopback_listener.hpp"
 
 using namespace ddp::test;
 using namespace ddp::test::launcher;
@@ -27,6 +26,13 @@ std::vector<std::string> standalone(std::vector<std::string> flags) {
   args.insert(args.end(), flags.begin(), flags.end());
   args.insert(args.end(), {"--no_python", bin("fake_worker").string()});
   return args;
+}
+
+// ddprun kept the node out (exit 5: unhealthy, it gave up) and said `why`.
+void check_unhealthy(const RunResult& r, const std::string& why) {
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK_THAT(r.err, Catch::Contains(why));
 }
 
 std::vector<nlohmann::json> events(const fs::path& log, const std::string& name) {
@@ -59,15 +65,6 @@ struct SmallTmpfs {
 class SlowProxy {
  public:
   SlowProxy(int upstream, std::chrono::milliseconds delay) : upstream_(upstream), delay_(delay) {
-    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    ::listen(listen_, 16);
-    socklen_t len = sizeof(a);
-    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
     accept_ = std::thread([this] { accept_loop(); });
   }
   ~SlowProxy() {
@@ -75,25 +72,19 @@ class SlowProxy {
     accept_.join();  // before the pumps: it adds them
     for (auto& t : pumps_) t.join();
     for (int fd : fds_) ::close(fd);
-    ::close(listen_);
   }
-  int port = 0;
+  int port() const { return listener_.port(); }
 
  private:
   void accept_loop() {
     while (!stop_) {
-      pollfd p{listen_, POLLIN, 0};
+      pollfd p{listener_.fd(), POLLIN, 0};
       if (::poll(&p, 1, 50) <= 0) continue;
-      const int client = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      const int client = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
       if (client < 0) continue;
-      const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      a.sin_port = htons(static_cast<uint16_t>(upstream_));
-      if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      const int server = connect_loopback(upstream_);
+      if (server < 0) {
         ::close(client);
-        ::close(server);
         continue;
       }
       fds_.insert(fds_.end(), {client, server});
@@ -117,7 +108,7 @@ class SlowProxy {
   }
   int upstream_;
   std::chrono::milliseconds delay_;
-  int listen_ = -1;
+  LoopbackListener listener_;
   std::atomic<bool> stop_{false};
   std::thread accept_;
   std::vector<std::thread> pumps_;  // two per connection
@@ -202,18 +193,14 @@ TEST_CASE("a full --health_paths entry and a full --log_dir keep the node out") 
   auto r = ddprun(
       standalone({"--health_paths", (dir / "full").string(), "--health_min_free_mb=0", "--health_retries=0"}),
       dir);
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains("node unhealthy (path check): --health_paths " + (dir / "full").string() +
-                                    ": cannot write a file: No space left on device"));
+  check_unhealthy(r, "node unhealthy (path check): --health_paths " + (dir / "full").string() +
+                         ": cannot write a file: No space left on device");
 
   // Below the free-space bound: under 1 MiB of tmpfs left against the default 100 MiB.
   fs::remove(dir / "full" / "fill");
   r = ddprun(standalone({"--log_dir", (dir / "full").string(), "--health_retries=0"}), dir);
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains("(path check): --log_dir " + (dir / "full").string() +
-                                    ": 0 MiB free, below --health_min_free_mb=100"));
+  check_unhealthy(r, "(path check): --log_dir " + (dir / "full").string() +
+                         ": 0 MiB free, below --health_min_free_mb=100");
 }
 
 TEST_CASE("an unwritable or missing --health_paths entry keeps the node out") {
@@ -230,15 +217,11 @@ TEST_CASE("an unwritable or missing --health_paths entry keeps the node out") {
   auto r = ddprun(standalone({"--health_paths", "/tmp," + (dir / "ro").string(), "--health_min_free_mb=0",
                               "--health_retries=0"}),
                   dir);
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains("--health_paths " + (dir / "ro").string() + ": cannot create a file: " +
-                                    (ro.ok ? "Read-only file system" : "Permission denied")));
+  check_unhealthy(r, "--health_paths " + (dir / "ro").string() + ": cannot create a file: " +
+                         (ro.ok ? "Read-only file system" : "Permission denied"));
   r = ddprun(standalone({"--health_paths", (dir / "missing").string(), "--health_retries=0"}), dir);
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains("--health_paths " + (dir / "missing").string() +
-                                    ": cannot open the directory: No such file or directory"));
+  check_unhealthy(r, "--health_paths " + (dir / "missing").string() +
+                         ": cannot open the directory: No such file or directory");
 }
 
 TEST_CASE("a store slower than --health_store_rtt_ms keeps the node out; within the bound it joins") {
@@ -252,10 +235,8 @@ TEST_CASE("a store slower than --health_store_rtt_ms keeps the node out; within 
          "--health_store_rtt_ms=50", "--health_retries=0", "--no_python", bin("fake_worker").string()},
         dir);
   };
-  auto r = node("127.0.0.1:" + std::to_string(slow.port), "slowjob");
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains("node unhealthy (store check): store round trip "));
+  auto r = node("127.0.0.1:" + std::to_string(slow.port()), "slowjob");
+  check_unhealthy(r, "node unhealthy (store check): store round trip ");
   CHECK_THAT(r.err, Catch::Contains("over --health_store_rtt_ms=50"));
   r = node(daemon.endpoint, "fastjob");
   INFO(r.err);
@@ -271,10 +252,7 @@ TEST_CASE("without NVML the GPU check is skipped with one note, and --health_gpu
   CHECK(count_lines(r.err, "no GPU check: cannot load libnvidia-ml.so.1") == 1);
 
   r = ddprun(standalone({"--health_gpus=1", "--health_retries=0"}), dir);
-  INFO(r.err);
-  CHECK(r.code == 5);
-  CHECK_THAT(r.err, Catch::Contains(
-                        "node unhealthy (gpus check): --health_gpus=1 but cannot load libnvidia-ml.so.1"));
+  check_unhealthy(r, "node unhealthy (gpus check): --health_gpus=1 but cannot load libnvidia-ml.so.1");
 
   // A job told it has no GPUs is not checked.
   r = ddprun(standalone({"--log_level=info"}), dir, {{"CUDA_VISIBLE_DEVICES", ""}});
@@ -321,15 +299,9 @@ TEST_CASE("on a two-node c10d job ddp-store status shows the unhealthy node whil
   auto bad = node("bad", {"--health_check", "echo GPU 3 fell off the bus >&2; false", "--health_retries=100",
                           "--health_retry_interval=0.2"});
   RunResult table;
-  const bool shown = wait_until(
-      [&] {
-        table = run(
-            {bin("ddp-store").string(), "--endpoint", daemon.endpoint, "status", "--rdzv_id", "healthjob"},
-            dir.path());
-        return table.code == 0 &&
-               count_lines(table.out, "unhealthy: --health_check exited with 1: GPU 3 fell off the bus") == 1;
-      },
-      std::chrono::seconds(30));
+  const bool shown = wait_for_status(dir, daemon.endpoint, "healthjob", table, [](const std::string& out) {
+    return count_lines(out, "unhealthy: --health_check exited with 1: GPU 3 fell off the bus") == 1;
+  });
   INFO(table.out << table.err << "\ngood:\n" << good->err() << "\nbad:\n" << bad->err());
   CHECK(shown);
   CHECK(count_lines(table.out, " bad ") == 1);

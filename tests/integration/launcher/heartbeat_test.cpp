@@ -174,14 +174,9 @@ TEST_CASE("ddp-store status shows each rank's heartbeat age") {
                   trainer(dir, {"--epochs", "100000", "--step-sleep-ms", "20"}))),
               dir.path(), clean_env({}), "job");
   RunResult table;
-  const bool shown = wait_until(
-      [&] {
-        table = run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id", "hbjob"},
-                    dir.path());
-        return table.code == 0 && table.out.find("r0 ") != std::string::npos &&
-               table.out.find("r1 ") != std::string::npos;
-      },
-      30s);
+  const bool shown = wait_for_status(dir, endpoint, "hbjob", table, [](const std::string& out) {
+    return out.find("r0 ") != std::string::npos && out.find("r1 ") != std::string::npos;
+  });
   INFO(table.out << table.err << job.err());
   REQUIRE(shown);
   CHECK_THAT(table.out, Catch::Contains("HEARTBEAT"));

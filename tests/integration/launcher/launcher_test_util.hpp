@@ -4,7 +4,9 @@
 #include <sys/types.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -107,6 +109,25 @@ inline std::vector<pid_t> started_pids(const std::string& text) {
     if (line.find(" start ") != std::string::npos) out.push_back(std::stoi(line));
   }
   return out;
+}
+
+// `ddp-store status` of job `rdzv_id` on the store at `endpoint`: the table an
+// operator sees.
+inline RunResult store_status(const TempDir& dir, const std::string& endpoint, const std::string& rdzv_id) {
+  return run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id", rdzv_id}, dir.path());
+}
+
+// store_status, again until it succeeds with a table that `shown` accepts
+// (true) or `timeout` passes (false); `table` is the last one it got.
+inline bool wait_for_status(const TempDir& dir, const std::string& endpoint, const std::string& rdzv_id,
+                            RunResult& table, const std::function<bool(const std::string&)>& shown,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  return wait_until(
+      [&] {
+        table = store_status(dir, endpoint, rdzv_id);
+        return table.code == 0 && shown(table.out);
+      },
+      timeout);
 }
 
 }  // namespace ddp::test::launcher

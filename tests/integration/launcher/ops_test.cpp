@@ -155,14 +155,9 @@ TEST_CASE("ddp-store status shows both nodes of a running c10d job live from the
   auto b = node("node_b");
 
   RunResult table;
-  const bool both_running = wait_until(
-      [&] {
-        table = run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id", "statjob"},
-                    dir.path());
-        return table.code == 0 && count_lines(table.out, "running") == 2 &&
-               count_lines(table.out, "starting") == 0;
-      },
-      std::chrono::seconds(30));
+  const bool both_running = wait_for_status(dir, endpoint, "statjob", table, [](const std::string& out) {
+    return count_lines(out, "running") == 2 && count_lines(out, "starting") == 0;
+  });
   INFO(table.out << table.err << a->err() << b->err());
   REQUIRE(both_running);
   CHECK(count_lines(table.out, "GROUP_RANK") == 1);
@@ -184,8 +179,7 @@ TEST_CASE("ddp-store status shows both nodes of a running c10d job live from the
   }
 
   // An unknown job is exit 1 with one line.
-  auto none =
-      run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id", "nojob"}, dir.path());
+  auto none = store_status(dir, endpoint, "nojob");
   CHECK(none.code == 1);
   CHECK_THAT(none.err, Catch::Contains("nojob"));
 

@@ -65,12 +65,10 @@ TEST_CASE("each attempt's rendezvous, spawn and first-step times reach the event
   CHECK(steps[0].at("first_step_s").get<double>() >= steps[0].at("rendezvous_s").get<double>());
 
   RunResult table;
-  const bool shown = wait_until(
-      [&] {
-        table = run({bin("ddp-store").string(), "--endpoint", endpoint, "status", "--rdzv_id", "stepjob"},
-                    dir.path());
-        return table.code == 0 && table.out.find(" step ") != std::string::npos &&
-               table.out.find(" step -") == std::string::npos;
+  const bool shown = wait_for_status(
+      dir, endpoint, "stepjob", table,
+      [](const std::string& out) {
+        return out.find(" step ") != std::string::npos && out.find(" step -") == std::string::npos;
       },
       std::chrono::seconds(10));
   INFO(table.out << table.err);

@@ -68,10 +68,7 @@ struct Job {
                       {"STEPS", std::to_string(steps)},
                       {"STOP_FILE", (dir / "stop").string()}});
   }
-  RunResult status() const {
-    return run({bin("ddp-store").string(), "--endpoint", daemon.endpoint, "status", "--rdzv_id", "strag"},
-               dir.path());
-  }
+  RunResult status() const { return store_status(dir, daemon.endpoint, "strag"); }
   std::string verdict() const {
     return run({bin("ddp-store").string(), "--endpoint", daemon.endpoint, "get", "/strag/agent/stragglers"},
                dir.path())

@@ -1,12 +1,9 @@
 // ddp-rendezvousd settings: precedence, --print-config, and bad input that
 // must leave nothing behind (no port file, nothing listening).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
+#include "loopback_listener.hpp"
 #include "ops_support.hpp"
 
 using namespace ddp::test;
@@ -18,24 +15,6 @@ std::vector<std::string> daemon(std::vector<std::string> args) {
   args.insert(args.begin(), bin("ddp-rendezvousd").string());
   return args;
 }
-
-// A listening socket on 127.0.0.1 holding a port for the "in use" cases.
-struct HeldPort {
-  int fd = -1;
-  int port = 0;
-  HeldPort() {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(fd, 1) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-  }
-  ~HeldPort() { ::close(fd); }
-};
 
 // ddp-rendezvousd --config c.json, the file holding `json`.
 RunResult daemon_with_config(const TempDir& dir, const std::string& json) {
@@ -150,21 +129,21 @@ TEST_CASE("bad runtime input gives one line, a non-zero exit and no port file", 
                                       ": file is empty; put the token in it"));
   }
   SECTION("store port in use") {
-    HeldPort held;
+    const LoopbackListener held;  // the port "in use"
     auto r =
-        run(daemon({"--host", "127.0.0.1", "--port", std::to_string(held.port), "--port-file", port_file}),
+        run(daemon({"--host", "127.0.0.1", "--port", std::to_string(held.port()), "--port-file", port_file}),
             dir.path());
     CHECK(r.code == 2);
     CHECK(lines(r.err) == 1);
-    CHECK_THAT(r.err, Catch::Contains("127.0.0.1:" + std::to_string(held.port)));
+    CHECK_THAT(r.err, Catch::Contains("127.0.0.1:" + std::to_string(held.port())));
   }
   SECTION("metrics port in use: the store port is released too") {
-    HeldPort held;
+    const LoopbackListener held;  // the port "in use"
     auto r = run(daemon({"--host", "127.0.0.1", "--port", "0", "--port-file", port_file, "--metrics-port",
-                         std::to_string(held.port), "--metrics-port-file", (dir / "mport").string()}),
+                         std::to_string(held.port()), "--metrics-port-file", (dir / "mport").string()}),
                  dir.path());
     CHECK(r.code == 2);
-    CHECK_THAT(r.err, Catch::Contains("--metrics-port") && Catch::Contains(std::to_string(held.port)));
+    CHECK_THAT(r.err, Catch::Contains("--metrics-port") && Catch::Contains(std::to_string(held.port())));
     CHECK_FALSE(fs::exists(dir / "mport"));
   }
   SECTION("state directory that is a file") {  // a missing one is created (0700)

@@ -37,6 +37,22 @@ WorkerOutputOptions streaming_to(const Console& console, int rank) {
   o.stream_out = true;
   return o;
 }
+
+// Rank `rank` streaming its stdout to a console of its own: each call returns
+// what the console showed for it.
+struct StreamingWorker {
+  Console console;
+  WorkerOutput w;
+  explicit StreamingWorker(int rank) : w(streaming_to(console, rank)) {}
+  std::string feed(const std::string& chunk) {
+    w.feed(StdStream::kOut, chunk);
+    return console.drain();
+  }
+  std::string finish() {
+    w.finish();
+    return console.drain();
+  }
+};
 }  // namespace
 
 TEST_CASE("lines split across chunks reach the console whole and prefixed with the rank") {
@@ -111,16 +127,11 @@ TEST_CASE("an unwritable log file is a config error naming --log_dir") {
 }
 
 TEST_CASE("streaming output reaches the console as it comes, the prefix after each \\r") {
-  Console out;
-  WorkerOutput w(streaming_to(out, 3));
-  w.feed(StdStream::kOut, "(Pdb) ");
-  CHECK(out.drain() == "[rank 3]:(Pdb) ");
-  w.feed(StdStream::kOut, "\r 10%");
-  CHECK(out.drain() == "\r[rank 3]: 10%");
-  w.feed(StdStream::kOut, "\r 20%\nnext");
-  CHECK(out.drain() == "\r[rank 3]: 20%\n[rank 3]:next");
-  w.finish();
-  CHECK(out.drain() == "\n");  // a line left open is ended
+  StreamingWorker w(3);
+  CHECK(w.feed("(Pdb) ") == "[rank 3]:(Pdb) ");
+  CHECK(w.feed("\r 10%") == "\r[rank 3]: 10%");
+  CHECK(w.feed("\r 20%\nnext") == "\r[rank 3]: 20%\n[rank 3]:next");
+  CHECK(w.finish() == "\n");  // a line left open is ended
 }
 
 TEST_CASE("another worker's line first ends a streaming worker's unfinished line") {
@@ -139,15 +150,12 @@ TEST_CASE("another worker's line first ends a streaming worker's unfinished line
 }
 
 TEST_CASE("streaming puts the prefix before text only: a bare \\r or the \\n of \\r\\n gets none") {
-  Console out;
-  WorkerOutput w(streaming_to(out, 0));
+  StreamingWorker w(0);
   // tqdm's first update starts with '\r': one prefix, not "[rank 0]:\r[rank 0]:".
-  w.feed(StdStream::kOut, "\r  0%");
-  CHECK(out.drain() == "\r[rank 0]:  0%");
-  w.feed(StdStream::kOut, "\r100%\r\n");
-  CHECK(out.drain() == "\r[rank 0]:100%\r\n");
-  w.feed(StdStream::kOut, "\n\r\n");  // an empty line is prefixed, as whole lines are
-  CHECK(out.drain() == "[rank 0]:\n\r[rank 0]:\n");
+  CHECK(w.feed("\r  0%") == "\r[rank 0]:  0%");
+  CHECK(w.feed("\r100%\r\n") == "\r[rank 0]:100%\r\n");
+  // An empty line is prefixed, as whole lines are.
+  CHECK(w.feed("\n\r\n") == "[rank 0]:\n\r[rank 0]:\n");
 }
 
 TEST_CASE("a worker's window is the terminal's less the prefix, at least one column") {

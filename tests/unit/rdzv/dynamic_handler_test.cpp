@@ -78,14 +78,12 @@ TEST_CASE("c10d: a node arriving during the last call joins the round that MIN n
   cfg.last_call_timeout = 1h;  // the round can only close at MAX
   auto nodes = make_nodes(store, cfg, 2);
   std::vector<std::future<ddp::rdzv::RendezvousResult>> first;
-  for (auto& n : nodes) {
-    first.push_back(std::async(std::launch::async, [h = n->handler.get()] { return h->next_rendezvous(); }));
-  }
+  for (auto& n : nodes) first.push_back(ddp::test::rendezvous_async(*n));
   // MIN nodes have recorded themselves in round 0 and the round is still open.
   REQUIRE(ddp::test::wait_until([&] { return store->list("/job/rdzv/round_0/node/").kvs.size() == 2; }));
   CHECK(first[0].wait_for(0ms) == std::future_status::timeout);
   nodes.push_back(make_node(store, cfg, "node2"));
-  auto late = std::async(std::launch::async, [h = nodes[2]->handler.get()] { return h->next_rendezvous(); });
+  auto late = ddp::test::rendezvous_async(*nodes[2]);
   std::vector<ddp::rdzv::RendezvousResult> rs = {first[0].get(), first[1].get(), late.get()};
   check_contiguous(rs);
   CHECK(rs[0].round == 0);
@@ -100,14 +98,14 @@ TEST_CASE("c10d: a late joiner makes running nodes scale up into a larger round"
   REQUIRE(first[0].group_world_size == 2);
 
   nodes.push_back(make_node(store, cfg, "late"));
-  auto late = std::async(std::launch::async, [h = nodes[2]->handler.get()] { return h->next_rendezvous(); });
+  auto late = ddp::test::rendezvous_async(*nodes[2]);
   REQUIRE(ddp::test::wait_until([&] {
     return nodes[0]->has_event(RoundEvent::kNodesWaiting) && nodes[1]->has_event(RoundEvent::kNodesWaiting);
   }));
   CHECK_FALSE(nodes[0]->has_event(RoundEvent::kRestartRequested));
 
-  auto a = std::async(std::launch::async, [h = nodes[0]->handler.get()] { return h->next_rendezvous(); });
-  auto b = std::async(std::launch::async, [h = nodes[1]->handler.get()] { return h->next_rendezvous(); });
+  auto a = ddp::test::rendezvous_async(*nodes[0]);
+  auto b = ddp::test::rendezvous_async(*nodes[1]);
   std::vector<ddp::rdzv::RendezvousResult> second = {a.get(), b.get(), late.get()};
   check_contiguous(second);
   CHECK(second[0].round == 1);
@@ -181,9 +179,7 @@ TEST_CASE("c10d: join timeout names the nodes that joined and how many are missi
   cfg.join_timeout = 300ms;
   auto nodes = make_nodes(store, cfg, 2, {2, 1}, "host");
   std::vector<std::future<ddp::rdzv::RendezvousResult>> fs;
-  for (auto& n : nodes) {
-    fs.push_back(std::async(std::launch::async, [h = n->handler.get()] { return h->next_rendezvous(); }));
-  }
+  for (auto& n : nodes) fs.push_back(ddp::test::rendezvous_async(*n));
   for (auto& f : fs) {
     try {
       f.get();

@@ -101,13 +101,16 @@ std::string error_of(F&& f) {
   return "<no exception>";
 }
 
+// next_rendezvous on a thread of its own: the node joins while the test goes on.
+inline std::future<rdzv::RendezvousResult> rendezvous_async(const SimNode& node) {
+  return std::async(std::launch::async, [h = node.handler.get()] { return h->next_rendezvous(); });
+}
+
 // next_rendezvous on every node at once; results in node order.
 inline std::vector<rdzv::RendezvousResult> rendezvous_all(
     const std::vector<std::unique_ptr<SimNode>>& nodes) {
   std::vector<std::future<rdzv::RendezvousResult>> fs;
-  for (const auto& n : nodes) {
-    fs.push_back(std::async(std::launch::async, [h = n->handler.get()] { return h->next_rendezvous(); }));
-  }
+  for (const auto& n : nodes) fs.push_back(rendezvous_async(*n));
   std::vector<rdzv::RendezvousResult> out;
   for (auto& f : fs) out.push_back(f.get());
   return out;

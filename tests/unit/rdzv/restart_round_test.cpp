@@ -59,11 +59,7 @@ TEST_CASE("c10d restart: a member that stops answering is waited for only until 
   nodes[3]->store->drop_keepalives = true;
   nodes[0]->handler->report_failure("worker 0 exited with code 1");
   std::vector<std::future<ddp::rdzv::RendezvousResult>> fs;
-  for (int i = 0; i < 3; ++i) {
-    fs.push_back(std::async(std::launch::async, [h = nodes[static_cast<std::size_t>(i)]->handler.get()] {
-      return h->next_rendezvous();
-    }));
-  }
+  for (int i = 0; i < 3; ++i) fs.push_back(ddp::test::rendezvous_async(*nodes[static_cast<std::size_t>(i)]));
   for (auto& f : fs) {
     auto r = f.get();
     CHECK(r.round == 1);
@@ -78,15 +74,11 @@ TEST_CASE("c10d restart: a round re-formed for a newcomer still waits the last c
   auto nodes = make_nodes(store, cfg, 3);
   REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 3);
   nodes.push_back(make_node(store, cfg, "newcomer"));
-  auto late = std::async(std::launch::async, [h = nodes[3]->handler.get()] { return h->next_rendezvous(); });
+  auto late = ddp::test::rendezvous_async(*nodes[3]);
   REQUIRE(ddp::test::wait_until([&] { return nodes[0]->has_event(RoundEvent::kNodesWaiting); }));
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::future<ddp::rdzv::RendezvousResult>> fs;
-  for (int i = 0; i < 3; ++i) {
-    fs.push_back(std::async(std::launch::async, [h = nodes[static_cast<std::size_t>(i)]->handler.get()] {
-      return h->next_rendezvous();
-    }));
-  }
+  for (int i = 0; i < 3; ++i) fs.push_back(ddp::test::rendezvous_async(*nodes[static_cast<std::size_t>(i)]));
   for (auto& f : fs) CHECK(f.get().group_world_size == 4);
   CHECK(late.get().group_world_size == 4);
   // A lower bound only: the round cannot have closed before its last call.

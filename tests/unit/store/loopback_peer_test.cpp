@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "loopback_listener.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -17,30 +18,18 @@ using ddp::store::server::process_env;
 namespace {
 
 struct Listener {
-  Listener() {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-    REQUIRE(::listen(fd, 4) == 0);
-    socklen_t len = sizeof(a);
-    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-    port = ntohs(a.sin_port);
-  }
-  ~Listener() { ::close(fd); }
+  ddp::test::LoopbackListener socket{4};
+  const std::uint16_t port = static_cast<std::uint16_t>(socket.port());
+  std::vector<int> accepted;
   // Accepts one connection; returns the client's port.
   std::uint16_t accept_one() {
     sockaddr_in peer{};
     socklen_t len = sizeof(peer);
-    const int c = ::accept(fd, reinterpret_cast<sockaddr*>(&peer), &len);
+    const int c = ::accept(socket.fd(), reinterpret_cast<sockaddr*>(&peer), &len);
     REQUIRE(c >= 0);
     accepted.push_back(c);
     return ntohs(peer.sin_port);
   }
-  int fd = -1;
-  std::uint16_t port = 0;
-  std::vector<int> accepted;
 };
 
 }  // namespace

@@ -4,8 +4,6 @@
 // through. A non-idempotent request (ADD, APPEND, a batch of ADDs)
 // must be applied at most once, and its caller gets either the right value or
 // an error that says it may have been applied.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +13,7 @@
 #include <thread>
 
 #include "ddp/common/error.hpp"
+#include "loopback_listener.hpp"
 #include "store_backends.hpp"
 #include "test_support.hpp"
 
@@ -31,23 +30,13 @@ namespace {
 class CutProxy {
  public:
   CutProxy(std::uint16_t upstream, std::size_t cut_after) : upstream_(upstream), cut_after_(cut_after) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(listen_fd_, 8) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
     thread_ = std::thread([this] { run(); });
   }
   ~CutProxy() {
     stop_ = true;
     thread_.join();
-    ::close(listen_fd_);
   }
-  std::uint16_t port() const { return port_; }
+  std::uint16_t port() const { return static_cast<std::uint16_t>(listener_.port()); }
   bool cut() const { return cut_; }
 
  private:
@@ -55,9 +44,9 @@ class CutProxy {
     std::vector<std::thread> pipes;
     bool first = true;
     while (!stop_) {
-      pollfd p{listen_fd_, POLLIN, 0};
+      pollfd p{listener_.fd(), POLLIN, 0};
       if (::poll(&p, 1, 20) <= 0) continue;
-      const int client = ::accept(listen_fd_, nullptr, nullptr);
+      const int client = ::accept(listener_.fd(), nullptr, nullptr);
       if (client < 0) continue;
       pipes.emplace_back([this, client, first] { pipe(client, first); });
       first = false;
@@ -66,14 +55,9 @@ class CutProxy {
   }
 
   void pipe(int client, bool cutting) {
-    const int server = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(upstream_);
-    if (::connect(server, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    const int server = ddp::test::connect_loopback(upstream_);
+    if (server < 0) {
       ::close(client);
-      ::close(server);
       return;
     }
     bool answered = false;  // the server spoke: the handshake is done
@@ -108,8 +92,7 @@ class CutProxy {
 
   std::uint16_t upstream_;
   std::size_t cut_after_;
-  int listen_fd_ = -1;
-  std::uint16_t port_ = 0;
+  ddp::test::LoopbackListener listener_{8};
   std::atomic<bool> stop_{false};
   std::atomic<bool> cut_{false};
   std::thread thread_;
