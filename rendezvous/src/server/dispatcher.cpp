@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <charconv>
+#include <optional>
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
@@ -426,11 +427,19 @@ void Dispatcher::drain() {
       for (auto id : waiters_.on_put(c.key)) release_waiter(id);
     }
     if (hub_.size() == 0) continue;
-    for (const auto& [watch, events] : hub_.route(events_of(mutation))) {
-      auto it = watch_info_.find(watch);
-      if (it == watch_info_.end() || it->second.replay_from != 0) continue;  // replay reads it from history
-      auto session = it->second.session;
-      send_events(*session, it->second.request_id, events);
+    const auto events = events_of(mutation);
+    for (const auto& route : hub_.route_by_prefix(events)) {
+      // Built once for all the watchers of the prefix, not once per watcher.
+      std::optional<std::vector<Response>> plain;
+      std::optional<std::vector<Response>> runs;
+      for (auto watch : route.watchers) {
+        auto it = watch_info_.find(watch);
+        if (it == watch_info_.end() || it->second.replay_from != 0) continue;  // replay reads it from history
+        auto session = it->second.session;
+        auto& built = it->second.delete_runs ? runs : plain;
+        if (!built) built = event_frames(route.events, it->second.delete_runs);
+        send_frames(*session, it->second.request_id, *built);
+      }
     }
   }
   committed_.clear();

@@ -79,6 +79,8 @@ class Dispatcher final : public SessionHost {
     // While past events are still being sent: the next revision to replay from
     // the history (live events wait there meanwhile); 0 once the watch is live.
     Revision replay_from = 0;
+    // The client reads kDeleteRuns items (kWatchDeleteRuns).
+    bool delete_runs = false;
   };
 
   void dispatch(const std::shared_ptr<Session>& s, Request& req);
@@ -100,7 +102,11 @@ class Dispatcher final : public SessionHost {
   std::vector<std::string> still_missing(const Request& req) const;
   // Refuses a new pending request (duplicate id, per-connection limit).
   bool refuse_pending(const std::shared_ptr<Session>& s, const Request& req);
-  void send_events(Session& s, std::uint32_t id, const std::vector<WatchEvent>& events);
+  // One kEvent frame per revision of `events` (a multi-key mutation arrives as
+  // one unit), compacted for a watch that reads kDeleteRuns; ids left 0.
+  static std::vector<Response> event_frames(const std::vector<const WatchEvent*>& events, bool delete_runs);
+  // Sends the frames to watch `id` of `s` under its request id.
+  void send_frames(Session& s, std::uint32_t id, std::vector<Response>& frames);
   // Sends a replaying watch's next past events, about kReplayChunkBytes at a
   // time, so a watch from far back never queues the whole history at once.
   void pump_replay(WatchId id);

@@ -34,7 +34,8 @@ void Dispatcher::handle_watch(const std::shared_ptr<Session>& s, const Request& 
   }
   const WatchId id = next_handle_++;
   hub_.add(id, req.keys[0]);
-  watch_info_[id] = {s, req.id, req.keys[0], req.b};
+  // Other bits of `a` are ignored, as servers before kWatchDeleteRuns ignored all of it.
+  watch_info_[id] = {s, req.id, req.keys[0], req.b, (req.a & kWatchDeleteRuns) != 0};
   s->pending()[req.id] = {Pending::Kind::kWatch, id};
   auto ack = reply(req.id, Status::kOk);
   ack.revision = core_.revision();
@@ -47,17 +48,14 @@ void Dispatcher::pump_replay(WatchId id) {
   if (it == watch_info_.end() || it->second.replay_from == 0) return;
   const auto session = it->second.session;  // a send can close it, which erases `it`
   const auto request_id = it->second.request_id;
+  const bool delete_runs = it->second.delete_runs;
   bool paused = false;
   auto next = core_.history().visit(
-      it->second.prefix, it->second.replay_from,
-      [&](Revision rev, const std::vector<const WatchEvent*>& evs) {
-        auto frame = reply(request_id, Status::kEvent);
-        frame.revision = rev;
-        for (const auto* e : evs) {
-          frame.items.push_back({e->type == EventType::kPut ? ItemKind::kPut : ItemKind::kDelete, e->key,
-                                 e->value, e->revision});
+      it->second.prefix, it->second.replay_from, [&](Revision, const std::vector<const WatchEvent*>& evs) {
+        for (auto& frame : event_frames(evs, delete_runs)) {
+          frame.id = request_id;
+          session->send(frame);
         }
-        session->send(frame);
         paused = session->closed() || session->queued_bytes() >= kReplayChunkBytes;
         return !paused;
       });
@@ -101,17 +99,27 @@ void Dispatcher::on_drained(const std::shared_ptr<Session>& s) {
   }
 }
 
-void Dispatcher::send_events(Session& s, std::uint32_t id, const std::vector<WatchEvent>& events) {
-  // One kEvent frame per revision: a multi-key mutation arrives as one unit.
+std::vector<Response> Dispatcher::event_frames(const std::vector<const WatchEvent*>& events,
+                                               bool delete_runs) {
+  std::vector<Response> frames;
   std::size_t i = 0;
   while (i < events.size()) {
-    auto frame = reply(id, Status::kEvent);
-    frame.revision = events[i].revision;
-    for (; i < events.size() && events[i].revision == frame.revision; ++i) {
-      const auto& e = events[i];
+    auto frame = reply(0, Status::kEvent);
+    frame.revision = events[i]->revision;
+    for (; i < events.size() && events[i]->revision == frame.revision; ++i) {
+      const auto& e = *events[i];
       frame.items.push_back(
           {e.type == EventType::kPut ? ItemKind::kPut : ItemKind::kDelete, e.key, e.value, e.revision});
     }
+    if (delete_runs) frame.items = compact_deletions(std::move(frame.items));
+    frames.push_back(std::move(frame));
+  }
+  return frames;
+}
+
+void Dispatcher::send_frames(Session& s, std::uint32_t id, std::vector<Response>& frames) {
+  for (auto& frame : frames) {
+    frame.id = id;
     s.send(frame);
     ++event_frames_;
     if (s.closed()) return;

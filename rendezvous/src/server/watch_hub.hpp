@@ -27,6 +27,15 @@ class WatchHub {
   bool remove(WatchId id);
   // For each watcher (ascending id) the subset of `events` under its prefix.
   std::vector<std::pair<WatchId, std::vector<WatchEvent>>> route(const std::vector<WatchEvent>& events) const;
+  // The same, once per watched prefix: the watchers of one prefix share one
+  // list of events (pointers into `events`, in their order), so a server can
+  // build their frames once however many watch it (a whole cluster watching
+  // node/ during a mass expiry).
+  struct PrefixRoute {
+    std::vector<WatchId> watchers;  // ascending
+    std::vector<const WatchEvent*> events;
+  };
+  std::vector<PrefixRoute> route_by_prefix(const std::vector<WatchEvent>& events) const;
   std::size_t size() const { return prefix_of_.size(); }
 
  private:

@@ -263,12 +263,13 @@ Response decode_response(std::string_view body, const Limits& limits) {
   for (std::uint32_t i = 0; i < nitems; ++i) {
     Item item;
     const auto kind = r.get<std::uint8_t>("item kind");
-    if (kind > static_cast<std::uint8_t>(ItemKind::kDelete))
+    if (kind > static_cast<std::uint8_t>(ItemKind::kDeleteRuns))
       throw ProtocolError("unknown item kind " + std::to_string(kind));
     item.kind = static_cast<ItemKind>(kind);
     item.key = r.str(limits.max_key_bytes, "item key");
     item.value = r.str(limits.max_value_bytes, "item value");
     item.revision = r.get<std::int64_t>("item revision");
+    if (item.kind == ItemKind::kDeleteRuns) parse_delete_runs(item.value);  // refused here, not when expanded
     resp.items.push_back(std::move(item));
   }
   r.finish();

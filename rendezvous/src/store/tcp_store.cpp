@@ -190,6 +190,14 @@ std::int64_t TcpStore::append(const std::string& key, std::string_view value) {
   return simple(*impl_, make(Op::kAppend, {key}, {std::string(value)})).num;
 }
 
+std::int64_t TcpStore::queue_push(const std::string& queue, std::string_view value) {
+  return simple(*impl_, make(Op::kQueuePush, {queue}, {std::string(value)})).num;
+}
+
+std::int64_t TcpStore::queue_len(const std::string& queue) {
+  return simple(*impl_, make(Op::kQueueLen, {queue})).num;
+}
+
 std::int64_t TcpStore::num_keys() { return simple(*impl_, make(Op::kNumKeys)).num; }
 
 ListResult TcpStore::list(const std::string& prefix) {

@@ -1,5 +1,6 @@
 // TcpStore watches: start, events, cancel, and resumption after a reconnect from
 // the last revision delivered + 1, so a broken connection loses no event.
+#include <algorithm>
 #include <utility>
 
 #include "ddp/common/error.hpp"
@@ -41,6 +42,7 @@ std::vector<std::shared_ptr<WatchState>> TcpStore::Impl::start_watches(std::vect
     for (auto& w : ws) {
       Request req;
       req.op = Op::kWatch;
+      req.a = kWatchDeleteRuns;  // expanded in on_watch_reply
       req.keys.push_back(w->prefix);
       req.b = w->from_revision;
       {
@@ -85,21 +87,26 @@ void TcpStore::Impl::on_watch_reply(const std::shared_ptr<WatchState>& w, Respon
     case Status::kEvent: {
       std::lock_guard<std::mutex> lk(w->cb_mu);
       if (w->cancelled) return;
+      // One frame is one revision, delivered whole: after a resume the server
+      // may repeat a revision already delivered, never part of one.
+      if (resp.revision <= w->resume_after) return;
       for (auto& item : resp.items) {
-        // After a resume the server may repeat what we already delivered.
         if (item.revision <= w->resume_after) continue;
-        WatchEvent ev;
-        ev.type = item.kind == ItemKind::kDelete ? EventType::kDelete : EventType::kPut;
-        ev.key = std::move(item.key);
-        ev.value = std::move(item.value);
-        ev.revision = item.revision;
-        try {
-          w->on_event(ev);
-        } catch (const std::exception& e) {
-          log::get("store.client")->warn("watch callback threw prefix={} error={}", w->prefix, e.what());
+        // Callbacks see one delete event per key, however the server packed them.
+        for (auto& one : expand_delete_runs(std::move(item))) {
+          WatchEvent ev;
+          ev.type = one.kind == ItemKind::kDelete ? EventType::kDelete : EventType::kPut;
+          ev.key = std::move(one.key);
+          ev.value = std::move(one.value);
+          ev.revision = one.revision;
+          try {
+            w->on_event(ev);
+          } catch (const std::exception& e) {
+            log::get("store.client")->warn("watch callback threw prefix={} error={}", w->prefix, e.what());
+          }
         }
-        w->resume_after = item.revision;
       }
+      w->resume_after = std::max(w->resume_after, resp.revision);
       return;
     }
     case Status::kOk:
@@ -158,6 +165,7 @@ void TcpStore::Impl::resend_watches() {
   for (auto& w : watches) {
     Request req;
     req.op = Op::kWatch;
+    req.a = kWatchDeleteRuns;
     req.id = w->id;  // ids are unique for the client's life, so reusing it is safe
     req.keys.push_back(w->prefix);
     req.b = w->resume_after >= 0 ? w->resume_after + 1 : w->from_revision;

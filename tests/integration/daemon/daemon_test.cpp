@@ -62,6 +62,58 @@ TEST_CASE_METHOD(DaemonInTempDir, "lease expiry deletes its keys and emits watch
   CHECK(owner->call(make_request(Op::kLeaseKeepAlive, {}, {}, lease)).status == Status::kLeaseNotFound);
 }
 
+TEST_CASE_METHOD(
+    DaemonInTempDir,
+    "a lease's many deletions reach a delete-runs watch as one item and an old-style watch as one "
+    "per key") {
+  auto owner = d.client();
+  auto packed = d.client();
+  auto plain = d.client();
+  REQUIRE(packed->call(make_request(Op::kWatch, {"nodes/"}, {}, kWatchDeleteRuns, 0, 61)).status ==
+          Status::kOk);
+  REQUIRE(plain->call(make_request(Op::kWatch, {"nodes/"}, {}, 0, 0, 62)).status == Status::kOk);
+  const auto lease = owner->call(make_request(Op::kLeaseGrant, {}, {}, 0, 60000)).num;
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  for (int i = 0; i < 20; ++i) {
+    keys.push_back("nodes/" + std::to_string(i));
+    values.push_back("up");
+  }
+  keys.push_back("nodes/name");
+  values.push_back("up");
+  REQUIRE(owner->call(make_request(Op::kMultiSet, keys, values, lease)).status == Status::kOk);
+  const auto revoked = owner->call(make_request(Op::kLeaseRevoke, {}, {}, lease));
+  REQUIRE(revoked.num == 21);
+  for (auto* c : {packed.get(), plain.get()}) {
+    auto put = c->recv();
+    REQUIRE(put);
+    CHECK(put->items.size() == 21);  // puts are never packed
+  }
+  auto del = packed->recv(5s);
+  REQUIRE(del);
+  CHECK(del->id == 61);
+  REQUIRE(del->items.size() == 2);
+  CHECK(del->items[0].kind == ItemKind::kDeleteRuns);
+  CHECK(del->items[0].key == "nodes/");
+  CHECK(del->items[0].value == "0-19");
+  CHECK(del->items[1].kind == ItemKind::kDelete);
+  CHECK(del->items[1].key == "nodes/name");
+  auto old = plain->recv(5s);
+  REQUIRE(old);
+  CHECK(old->id == 62);
+  CHECK(old->revision == del->revision);
+  REQUIRE(old->items.size() == 21);
+  for (const auto& item : old->items) CHECK(item.kind == ItemKind::kDelete);
+  // Replayed from the history, the same revision comes packed the same way.
+  auto again = packed->call(make_request(Op::kWatch, {"nodes/"}, {}, kWatchDeleteRuns, del->revision, 63));
+  REQUIRE(again.status == Status::kOk);
+  auto replay = packed->recv(5s);
+  REQUIRE(replay);
+  CHECK(replay->id == 63);
+  REQUIRE(replay->items.size() == 2);
+  CHECK(replay->items[0].value == "0-19");
+}
+
 TEST_CASE_METHOD(DaemonInTempDir, "a watch from a list's revision + 1 sees the changes made in between") {
   auto c = d.client();
   c->call(make_request(Op::kSet, {"r/a"}, {"1"}));

@@ -1,6 +1,7 @@
 // Store conformance, watch part: ordering, resumption from a listing, cancel.
 #include <catch2/catch.hpp>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "store_backends.hpp"
@@ -121,4 +122,39 @@ TEMPLATE_TEST_CASE("watch_all starts every watch, each from its own revision, be
   CHECK(xs.events()[1].key == "x/2");
   CHECK(ys.events().size() == 1);
   CHECK(ys.events()[0].key == "y/2");
+}
+
+TEMPLATE_TEST_CASE("a lease revoke that deletes many keys reaches a watcher as one delete event per key",
+                   "[conformance]", STORE_BACKENDS) {
+  // As a mass lease expiry reaches a round's node/ watchers: one revision, every key.
+  TestType backend;
+  Store& s = backend.store();
+  const auto lease = s.lease_grant(60s);
+  std::set<std::string> keys;
+  for (int i = 0; i < 50; ++i) keys.insert("m/node/" + std::to_string(i));
+  keys.insert("m/node/x");
+  for (const auto& k : keys) s.set(k, "up", lease);
+  Recorder live;
+  auto h1 = s.watch("m/", 0, live.callback());
+  const auto before = s.set("m/mark", "1");
+  s.lease_revoke(lease);
+  const auto after = s.set("m/mark", "2");
+  REQUIRE(live.wait_for(keys.size() + 2));
+  Recorder replayed;  // the same revisions again, from the history
+  auto h2 = s.watch("m/", before + 1, replayed.callback());
+  REQUIRE(replayed.wait_for(keys.size() + 1));
+  for (auto* rec : {&live, &replayed}) {
+    auto events = rec->events();
+    if (rec == &live) events.erase(events.begin());  // the first mark
+    REQUIRE(events.size() == keys.size() + 1);
+    std::set<std::string> deleted;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      CHECK(events[i].type == EventType::kDelete);
+      CHECK(events[i].revision == before + 1);
+      deleted.insert(events[i].key);
+    }
+    CHECK(deleted == keys);
+    CHECK(events.back().key == "m/mark");
+    CHECK(events.back().revision == after);
+  }
 }

@@ -117,3 +117,94 @@ TEST_CASE("absurd string length is rejected without allocating") {
   limits.max_key_bytes = UINT32_MAX;
   CHECK_THROWS_WITH(decode_request(body, limits), Catch::Contains("truncated"));
 }
+
+namespace {
+Item deletion(std::string key, std::int64_t revision = 7) {
+  Item i;
+  i.kind = ItemKind::kDelete;
+  i.key = std::move(key);
+  i.revision = revision;
+  return i;
+}
+}  // namespace
+
+TEST_CASE("numbered deletions of one stem compact to runs and expand back to the same keys") {
+  std::vector<Item> items;
+  for (int n : {3, 0, 1, 2, 7, 9, 8}) items.push_back(deletion("job/r/node/" + std::to_string(n)));
+  const auto packed = compact_deletions(items);
+  REQUIRE(packed.size() == 1);
+  CHECK(packed[0].kind == ItemKind::kDeleteRuns);
+  CHECK(packed[0].key == "job/r/node/");
+  CHECK(packed[0].value == "0-3,7-9");
+  CHECK(packed[0].revision == 7);
+  CHECK(deletions_in(packed[0]) == 7);
+  // Through the codec, as a watcher reads it.
+  Response resp;
+  resp.status = Status::kEvent;
+  resp.items = packed;
+  std::string frame;
+  encode_response(resp, frame);
+  const auto back = decode_response(body_of(frame), Limits{});
+  std::vector<std::string> keys;
+  for (const auto& d : expand_delete_runs(back.items.at(0))) {
+    CHECK(d.kind == ItemKind::kDelete);
+    CHECK(d.revision == 7);
+    keys.push_back(d.key);
+  }
+  CHECK(keys == std::vector<std::string>{"job/r/node/0", "job/r/node/1", "job/r/node/2", "job/r/node/3",
+                                         "job/r/node/7", "job/r/node/8", "job/r/node/9"});
+}
+
+TEST_CASE("puts, unnumbered keys, leading zeros and a stem's lone deletion are left as they are") {
+  std::vector<Item> items;
+  Item put;
+  put.kind = ItemKind::kPut;
+  put.key = "n/5";
+  put.value = "v";
+  items.push_back(put);
+  items.push_back(deletion("n/name"));
+  items.push_back(deletion("n/007"));
+  items.push_back(deletion("m/4"));
+  items.push_back(deletion("n/1"));
+  items.push_back(deletion("n/2"));
+  const auto packed = compact_deletions(items);
+  REQUIRE(packed.size() == 5);
+  CHECK(packed[0].kind == ItemKind::kPut);
+  CHECK(packed[1].key == "n/name");
+  CHECK(packed[2].key == "n/007");
+  CHECK(packed[3].key == "m/4");
+  CHECK(packed[3].kind == ItemKind::kDelete);
+  CHECK(packed[4].kind == ItemKind::kDeleteRuns);
+  CHECK(packed[4].value == "1-2");
+  CHECK(deletions_in(packed[0]) == 0);
+  CHECK(deletions_in(packed[1]) == 1);
+}
+
+TEST_CASE("a stem with more deletions than one runs item may hold is split") {
+  std::vector<Item> items;
+  const auto n = static_cast<std::int64_t>(kMaxKeysPerDeleteRuns) + 10;
+  for (std::int64_t i = 0; i < n; ++i) items.push_back(deletion("k/" + std::to_string(i * 2)));
+  const auto packed = compact_deletions(items);
+  REQUIRE(packed.size() == 2);
+  CHECK(deletions_in(packed[0]) == kMaxKeysPerDeleteRuns);
+  CHECK(deletions_in(packed[1]) == 10);
+}
+
+TEST_CASE("malformed or oversized delete runs are refused") {
+  for (const char* bad : {"", "1-", "-1", "a", "01", "3-1", "1,1", "2,1", "1-3,3", "1;2", "0-65536"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_delete_runs(bad), ddp::ProtocolError);
+  }
+  CHECK(parse_delete_runs("0-65535").size() == 1);
+  // The decoder refuses such an item before anyone expands it.
+  Response resp;
+  resp.status = Status::kEvent;
+  Item item;
+  item.kind = ItemKind::kDeleteRuns;
+  item.key = "k/";
+  item.value = "0-999999999999";
+  resp.items.push_back(item);
+  std::string frame;
+  encode_response(resp, frame);
+  CHECK_THROWS_AS(decode_response(body_of(frame), Limits{}), ddp::ProtocolError);
+}

@@ -1,7 +1,8 @@
 // TcpStore's at-most-once rule against a real StoreServer: a proxy between the
 // two cuts the first connection after a chosen number of request bytes (inside
 // a frame, or right after a whole one), then lets every later connection
-// through. A non-idempotent request (ADD, APPEND, a batch of ADDs)
+// through. A non-idempotent request (ADD, APPEND, QUEUE_PUSH, COMPARE_SET,
+// DELETE, a batch of ADDs)
 // must be applied at most once, and its caller gets either the right value or
 // an error that says it may have been applied.
 #include <poll.h>
@@ -171,6 +172,48 @@ TEST_CASE("a batch of adds cut after its first frame applies that one once and s
   std::this_thread::sleep_for(100ms);
   CHECK(client.add("a", 0) == 1);
   CHECK(client.add("b", 0) == 0);
+}
+
+TEST_CASE("a queue push cut after its frame is queued once and reported as maybe applied",
+          "[tcp][at-most-once]") {
+  Rig rig(frame_bytes(Op::kQueuePush, "jobs", 0, {"item"}));
+  auto client = rig.client();
+  CHECK_THROWS_WITH(client.queue_push("jobs", "item"),
+                    Contains("queue_push was sent and may have been applied") && Contains("not sent again"));
+  CHECK(rig.proxy->cut());
+  CHECK(wait_until([&] { return rig.direct->queue_len("jobs") == 1; }, 5s));
+  std::this_thread::sleep_for(100ms);  // a late duplicate would land here
+  CHECK(client.queue_len("jobs") == 1);
+  CHECK(rig.direct->queue_len("jobs") == 1);
+}
+
+TEST_CASE("a compare_set cut after its frame is applied once and reported as maybe applied",
+          "[tcp][at-most-once]") {
+  Request req;
+  req.op = Op::kCompareSet;
+  req.id = 1;
+  req.keys.push_back("k");
+  req.values = {"", "v"};
+  std::string frame;
+  encode_request(req, frame);
+  Rig rig(frame.size());
+  auto client = rig.client();
+  CHECK_THROWS_WITH(client.compare_set("k", "", "v"),
+                    Contains("compare_set was sent and may have been applied"));
+  CHECK(wait_until([&] { return rig.direct->try_get("k") == std::optional<std::string>("v"); }, 5s));
+  CHECK(client.get("k", 5s) == "v");
+}
+
+TEST_CASE("a delete cut after its frame is applied and reported as maybe applied", "[tcp][at-most-once]") {
+  Rig rig(frame_bytes(Op::kDelete, "k", 0));
+  rig.direct->set("k", "v");
+  auto client = rig.client();
+  CHECK_THROWS_WITH(client.remove("k"), Contains("delete was sent and may have been applied"));
+  CHECK(wait_until([&] { return !rig.direct->try_get("k").has_value(); }, 5s));
+  // A delete sent again late would remove this.
+  rig.direct->set("k", "again");
+  std::this_thread::sleep_for(100ms);  // a late duplicate would land here
+  CHECK(rig.direct->try_get("k") == std::optional<std::string>("again"));
 }
 
 TEST_CASE("a get cut inside its frame is answered on the new connection", "[tcp][at-most-once]") {

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ddp::store {
@@ -75,6 +76,15 @@ inline constexpr std::uint8_t kMaxOp = 25;
 // server itself stops: a restarted daemon restores leases with their TTL.
 inline constexpr std::int64_t kLeaseBindToConnection = 1;
 
+// kWatch flag (a): this client reads kDeleteRuns items. A server that predates
+// the flag ignores it and sends one kDelete item per key, which such a client
+// reads as well; a client without it never gets a kDeleteRuns item.
+inline constexpr std::int64_t kWatchDeleteRuns = 1;
+// The most keys one kDeleteRuns item stands for: the server splits bigger
+// groups, and a client refuses an item that claims more (ProtocolError) before
+// building any key.
+inline constexpr std::uint64_t kMaxKeysPerDeleteRuns = 65536;
+
 // The longest lease TTL a server grants (kLeaseGrant's b), one year. Leases
 // stand for a live agent or worker and are kept alive every few seconds; a
 // TTL beyond a year is a unit mistake (seconds given as ms twice over, or a
@@ -104,6 +114,11 @@ enum class ItemKind : std::uint8_t {
   kMissing = 1,
   kPut = 2,
   kDelete = 3,
+  // Watch events, only to a watch that asked with kWatchDeleteRuns: several
+  // deletions of one revision in one item. key = a stem, value = ascending
+  // decimal runs ("0-4999,5001,5003-9999"); it stands for deleting stem + n
+  // for every n in the runs (docs/store-protocol.md, "Watches").
+  kDeleteRuns = 4,
 };
 
 // Sizes checked before anything is allocated. Defaults for server and client;
@@ -159,5 +174,23 @@ std::uint32_t decode_frame_length(std::string_view header);
 // a size beyond `limits`; the check happens before any allocation.
 Request decode_request(std::string_view body, const Limits& limits);
 Response decode_response(std::string_view body, const Limits& limits);
+
+// kDeleteRuns (delete_runs.cpp). compact_deletions() rewrites one revision's
+// event items for a watch with kWatchDeleteRuns: the kDelete items whose keys
+// are one stem followed by a canonical decimal number (no sign, no leading
+// zero, at most 18 digits), two or more per stem, become kDeleteRuns items
+// placed where the stem's first deletion was; every other item keeps its place.
+// A mass lease expiry of N agents' "node/<rank>" keys is then one item per
+// watcher instead of N.
+std::vector<Item> compact_deletions(std::vector<Item> items);
+// The runs of a kDeleteRuns value as inclusive [first, last] pairs, ascending
+// and disjoint. ProtocolError when malformed or standing for more than
+// kMaxKeysPerDeleteRuns keys.
+std::vector<std::pair<std::int64_t, std::int64_t>> parse_delete_runs(std::string_view value);
+// Number of keys the item stands for (1 for a kDelete item, 0 for a put).
+std::uint64_t deletions_in(const Item& item);
+// The kDelete items a kDeleteRuns item stands for (the item itself when it is
+// of another kind), keys ascending by number.
+std::vector<Item> expand_delete_runs(Item item);
 
 }  // namespace ddp::store

@@ -76,6 +76,11 @@ class TcpStore final : public Store {
   // One write for all the watch requests, then their acknowledgements.
   std::vector<std::unique_ptr<WatchHandle>> watch_all(std::vector<WatchSpec> specs) override;
 
+  // TCPStore's queues (QUEUE_PUSH / QUEUE_LEN, docs/store-protocol.md): the
+  // length after the push, and the length now. A push whose answer is lost is
+  // not sent again (at most once, docs/reliability.md).
+  std::int64_t queue_push(const std::string& queue, std::string_view value);
+  std::int64_t queue_len(const std::string& queue);
   // Server statistics (connections, keys, leases, watches, revision, ...).
   std::map<std::string, std::string> stat();
   void ping();
