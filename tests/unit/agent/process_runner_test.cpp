@@ -184,7 +184,7 @@ TEST_CASE("spawns never hang while the io thread is busy, and every child's exit
       ++exited;
       finished(i);
     };
-    runner.spawn({"/bin/true", {}, {}}, std::move(h), [&, i](pid_t pid, const std::string& error) {
+    runner.spawn({{"/bin/true", {}, {}}}, std::move(h), [&, i](pid_t pid, const std::string& error) {
       if (pid > 0) return;
       UNSCOPED_INFO("spawn " << i << ": " << error);
       ++failed;
@@ -246,7 +246,7 @@ TEST_CASE("cancel_spawns answers queued spawns with pid 0 and starts none of the
   std::vector<pid_t> started;
   for (int i = 0; i < kSpawns; ++i) {
     const std::string mark = (dir / ("ran." + std::to_string(i))).string();
-    runner.spawn({"/bin/sh", {"-c", "touch " + mark}, {"PATH=/usr/bin:/bin"}}, {},
+    runner.spawn({{"/bin/sh", {"-c", "touch " + mark}, {"PATH=/usr/bin:/bin"}}}, {},
                  [&](pid_t pid, const std::string& error) {
                    INFO(error);
                    CHECK(pid >= 0);
