@@ -109,17 +109,11 @@ enum class Status : std::uint8_t {
   kInternal = 13,
 };
 
-enum class ItemKind : std::uint8_t {
-  kPresent = 0,
-  kMissing = 1,
-  kPut = 2,
-  kDelete = 3,
-  // Watch events, only to a watch that asked with kWatchDeleteRuns: several
-  // deletions of one revision in one item. key = a stem, value = ascending
-  // decimal runs ("0-4999,5001,5003-9999"); it stands for deleting stem + n
-  // for every n in the runs (docs/store-protocol.md, "Watches").
-  kDeleteRuns = 4,
-};
+// kDeleteRuns goes only to a watch that asked with kWatchDeleteRuns: several
+// deletions of one revision in one item. key = a stem, value = ascending
+// decimal runs ("0-4999,5001,5003-9999"); it stands for deleting stem + n for
+// every n in the runs (docs/store-protocol.md, "Watches").
+enum class ItemKind : std::uint8_t { kPresent = 0, kMissing = 1, kPut = 2, kDelete = 3, kDeleteRuns = 4 };
 
 // Sizes checked before anything is allocated. Defaults for server and client;
 // the server can be configured tighter.
