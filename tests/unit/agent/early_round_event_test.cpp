@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 
+#include "../rdzv/rdzv_harness.hpp"
 #include "ddp/agent/agent.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
 #include "ddp/store/memory_store.hpp"
@@ -69,17 +70,11 @@ class EventBeforeRound final : public rdzv::RendezvousHandler {
   bool event_sent_ = false;
 };
 
+// The rdzv tests' two-node c10d job, with a join timeout that a node left
+// behind in round 0 makes the other one hit well within the test's wait.
 rdzv::RendezvousConfig job_config() {
-  rdzv::RendezvousConfig c;
-  c.backend = "c10d";
-  c.run_id = "early_event";
-  c.endpoint = ddp::Endpoint{"127.0.0.1", 29400};  // reported only: the store is shared in-process
-  c.min_nodes = 2;
-  c.max_nodes = 2;
+  auto c = ddp::test::dynamic_config(2, 2, "early_event");
   c.join_timeout = 10s;
-  c.last_call_timeout = 200ms;
-  c.close_timeout = 5s;
-  c.keep_alive_interval = 30s;
   return c;
 }
 
