@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <vector>
 
 #include "ddp/common/error.hpp"
 
@@ -70,9 +71,38 @@ RunDir::RunDir(const fs::path& log_dir, const std::string& run_id, bool worker_l
 }
 
 RunDir::~RunDir() {
+  std::error_code ec;
   if (temp_ && !keep_) {
-    std::error_code ec;
     fs::remove_all(path_, ec);
+    return;
+  }
+  prune();
+  // A kept temp dir with nothing left to read (a run that failed before its
+  // first attempt) is not worth keeping.
+  if (temp_ && fs::is_empty(path_, ec)) fs::remove(path_, ec);
+}
+
+void RunDir::prune() const {
+  std::error_code ec;
+  for (const char* name : {"fence", "liveness.pipe", "watchdog_timer.pipe", "zygote.sock"}) {
+    fs::remove(path_ / name, ec);
+  }
+  // Bottom-up, so that a directory emptied here is seen empty by its parent.
+  std::vector<fs::path> dirs;
+  for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    const auto& entry = *it;
+    if (entry.is_directory(ec)) {
+      dirs.push_back(entry.path());
+      continue;
+    }
+    const auto name = entry.path().filename();
+    if (name == "liveness" || (name == "python_stacks.txt" && entry.file_size(ec) == 0)) {
+      fs::remove(entry.path(), ec);
+    }
+  }
+  for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) {
+    if (fs::is_empty(*d, ec)) fs::remove(*d, ec);
   }
 }
 

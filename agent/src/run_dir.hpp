@@ -5,7 +5,8 @@
 // or /dev/shm), where its ~20 small files and directories cost microseconds
 // instead of a disk filesystem's inode allocation (docs/performance.md,
 // "Launch floor"). Holds attempt_<k>/<local_rank>/{stdout,stderr}.log, error.json
-// and attempt_<k>/failure.json.
+// and attempt_<k>/failure.json. A temp dir is kept when the run failed, for
+// its failure report.
 #pragma once
 
 #include <filesystem>
@@ -22,7 +23,8 @@ class RunDir {
   // `worker_logs`: worker output may be written there (--redirects, --tee,
   // --duplicate_std*_filters), so a temp dir stays off memory.
   RunDir(const std::filesystem::path& log_dir, const std::string& run_id, bool worker_logs = true);
-  ~RunDir();  // removes a temp dir unless keep() was called
+  // Removes a temp dir unless keep() was called; otherwise prune()s it.
+  ~RunDir();
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;
 
@@ -34,6 +36,11 @@ class RunDir {
   // left by an earlier run there, so a stale one is never reported.
   void prepare_attempt(int k, int nproc) const;
   void keep() { keep_ = true; }
+  // Removes what only a running agent uses (the fence, the liveness files and
+  // pipes, the zygote's socket, empty stack dumps) and the directories that
+  // leaves empty, so that a kept or --log_dir run directory holds only what
+  // explains the run: logs, error files, failure reports, stacks.
+  void prune() const;
 
  private:
   std::filesystem::path path_;

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -80,4 +81,70 @@ TEST_CASE("a temp run dir that may hold worker logs, or with TMPDIR set, stays i
   const ScopedEnv no_tmpdir("TMPDIR", std::nullopt);
   const RunDir dir("", "rid", /*worker_logs=*/true);
   CHECK(dir.path().string().rfind("/tmp/ddprun-rid-", 0) == 0);
+}
+
+namespace {
+
+void write_file(const std::filesystem::path& path, const std::string& text = "x") {
+  std::ofstream(path) << text;
+}
+
+}  // namespace
+
+TEST_CASE("a kept run dir keeps what explains the run and drops what only the running agent used") {
+  const ddp::test::TempDir tmp;
+  const ScopedEnv tmpdir("TMPDIR", tmp.path().string());
+  std::filesystem::path path;
+  {
+    RunDir dir("", "rid", /*worker_logs=*/false);
+    path = dir.path();
+    dir.prepare_attempt(0, 2);
+    for (const char* name : {"fence", "liveness.pipe", "watchdog_timer.pipe", "zygote.sock"}) {
+      write_file(path / name);
+    }
+    for (int lr = 0; lr < 2; ++lr) {
+      write_file(dir.worker(0, lr) / "liveness");
+      write_file(dir.worker(0, lr) / "python_stacks.txt", "");
+    }
+    write_file(dir.worker(0, 1) / "error.json", "{}");
+    write_file(dir.attempt(0) / "failure.json", "{}");
+    dir.keep();
+  }
+  CHECK(std::filesystem::exists(path / "attempt_0" / "failure.json"));
+  CHECK(std::filesystem::exists(path / "attempt_0" / "1" / "error.json"));
+  CHECK_FALSE(std::filesystem::exists(path / "attempt_0" / "1" / "liveness"));
+  CHECK_FALSE(std::filesystem::exists(path / "attempt_0" / "1" / "python_stacks.txt"));
+  CHECK_FALSE(std::filesystem::exists(path / "attempt_0" / "0"));  // nothing left in it
+  for (const char* name : {"fence", "liveness.pipe", "watchdog_timer.pipe", "zygote.sock"}) {
+    CHECK_FALSE(std::filesystem::exists(path / name));
+  }
+}
+
+TEST_CASE("a kept temp run dir with nothing to read in it is removed") {
+  const ddp::test::TempDir tmp;
+  const ScopedEnv tmpdir("TMPDIR", tmp.path().string());
+  std::filesystem::path path;
+  {
+    RunDir dir("", "rid", /*worker_logs=*/false);
+    path = dir.path();
+    dir.prepare_attempt(0, 2);
+    write_file(dir.worker(0, 0) / "liveness");
+    write_file(path / "fence");
+    dir.keep();
+  }
+  CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("a --log_dir run dir keeps its logs and loses the liveness files") {
+  const ddp::test::TempDir tmp;
+  {
+    const RunDir dir(tmp.path(), "job");
+    dir.prepare_attempt(0, 1);
+    write_file(dir.worker(0, 0) / "stdout.log", "hello\n");
+    write_file(dir.worker(0, 0) / "liveness");
+    write_file(dir.path() / "fence");
+  }
+  CHECK(std::filesystem::exists(tmp.path() / "job" / "attempt_0" / "0" / "stdout.log"));
+  CHECK_FALSE(std::filesystem::exists(tmp.path() / "job" / "attempt_0" / "0" / "liveness"));
+  CHECK_FALSE(std::filesystem::exists(tmp.path() / "job" / "fence"));
 }
