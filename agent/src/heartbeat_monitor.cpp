@@ -56,8 +56,7 @@ double ns_to_s(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 
 HeartbeatMonitor::HeartbeatMonitor(boost::asio::io_context& io, const LivenessConfig& cfg,
                                    const RunDir& run_dir, std::shared_ptr<spdlog::logger> log, Hooks hooks)
-    : io_(io),
-      cfg_(cfg),
+    : cfg_(cfg),
       run_dir_(run_dir),
       log_(std::move(log)),
       hooks_(std::move(hooks)),

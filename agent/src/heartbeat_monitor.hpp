@@ -93,7 +93,6 @@ class HeartbeatMonitor {
   // Samples every worker's step counter: called once per status interval.
   void sample_steps();
 
-  boost::asio::io_context& io_;
   const LivenessConfig& cfg_;
   const RunDir& run_dir_;
   std::shared_ptr<spdlog::logger> log_;

@@ -86,8 +86,6 @@ void WorkerGroup::on_timer_request(const TimerRequest& r) {
 }
 
 void WorkerGroup::on_deadline(const Deadline& d) {
-  const auto late =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - d.at);
   if (state_ != State::kRunning) return;
   if (d.source == "heartbeat" || d.source == "section") {
     heartbeats_->on_deadline(d);  // re-reads the worker's liveness file

@@ -23,9 +23,11 @@ using namespace ddp::test;
 namespace {
 using Outcome = ChildOutcome;
 
-// Runs `spec` to its end (20 s at most); `after_spawn` is called with the runner
-// and the child's pid once it is started.
-Outcome run_child(SpawnSpec spec, std::function<void(ProcessRunner&, pid_t)> after_spawn = nullptr) {
+// Runs `program` to its end (20 s at most); `after_spawn` is called with the
+// runner and the child's pid once it is started.
+Outcome run_child(Program program, std::function<void(ProcessRunner&, pid_t)> after_spawn = nullptr) {
+  SpawnSpec spec;
+  static_cast<Program&>(spec) = std::move(program);
   boost::asio::io_context io;
   ProcessRunner runner(io);
   Outcome o;
