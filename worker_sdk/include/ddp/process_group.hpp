@@ -15,8 +15,10 @@
 namespace ddp {
 
 class ProcessGroup;
+class ElasticGroup;
 namespace detail {
 class Backend;
+struct WorkHooks;
 Backend& backend_of(ProcessGroup& group);  // SDK-internal
 }  // namespace detail
 
@@ -138,6 +140,15 @@ class ProcessGroup {
 
  private:
   friend detail::Backend& detail::backend_of(ProcessGroup&);
+  friend class ElasticGroup;
+  // ElasticGroup's: a group whose failed Work passes its error through
+  // `hooks` before wait() throws it (src/work_state.hpp).
+  ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank, int world_size,
+               ProcessGroupOptions options, std::shared_ptr<const detail::WorkHooks> hooks);
+  // Aborts the backend and hands it over for destruction (which closes its
+  // connections; null when it had to be kept); calls fail until the group is
+  // assigned a new one.
+  std::unique_ptr<detail::Backend> drop_backend();
   // Throws ddp::ConfigError unless big == size() * small.
   void check_sizes(std::string_view op, std::size_t small, std::size_t big) const;
   Work all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options,

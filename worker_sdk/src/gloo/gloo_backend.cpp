@@ -32,7 +32,10 @@ bool mentions_timeout(const std::string& what) {
 class GlooBackend final : public Backend {
  public:
   explicit GlooBackend(const BackendConfig& config)
-      : rank_(config.rank), size_(config.size), group_(config.options.name), queue_(config.rank) {
+      : rank_(config.rank),
+        size_(config.size),
+        group_(config.options.name),
+        queue_(config.rank, config.hooks) {
     if (size_ > 1) connect(config);
   }
 
@@ -126,6 +129,18 @@ class GlooBackend final : public Backend {
         },
         sync);
   }
+
+  // With nothing running, destruction closes the connections (peers blocked
+  // on this rank then fail at once). With an operation still running, close
+  // them now (about 10 ms per pair: Gloo waits for its event loop's tick),
+  // so that the peers fail and nothing more lands in the operation's buffers.
+  // That operation is not woken by it when it waits for a send (Gloo signals
+  // a closed pair to pending receives only); ProcessGroup then keeps the
+  // backend alive until the process exits.
+  void abort() override {
+    if (context_ && !queue_.wait_idle(Millis(0))) context_->closeConnections();
+  }
+  bool wait_idle(Millis timeout) override { return queue_.wait_idle(timeout); }
 
   Work barrier(Millis timeout, bool sync) override {
     return queue_.submit(

@@ -1,0 +1,473 @@
+// ElasticGroup: the SDK side of docs/reform.md.
+#include "ddp/elastic_group.hpp"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <thread>
+
+#include "backend.hpp"
+#include "ddp/common/deadline.hpp"
+#include "ddp/common/logging.hpp"
+#include "ddp/init.hpp"
+#include "ddp/store/store.hpp"
+#include "work_state.hpp"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a failed collective waits for the agent to move the generation on
+// before its error is taken as not a membership change. The agent bumps it
+// within milliseconds of seeing a worker die.
+constexpr auto kSettle = std::chrono::seconds(10);
+constexpr auto kPoll = std::chrono::milliseconds(10);
+// Waits for keys block in the store (server-side) for at most this long
+// between two reads of the generation: a wait returns as soon as its keys
+// exist, and notices a newer generation within a slice.
+constexpr auto kSlice = std::chrono::milliseconds(50);
+
+// Polls `moved` with a short backoff (1, 2, 4, 8, then 10 ms) until it holds
+// or `until` passes; returns whether it held.
+template <typename Moved>
+bool poll_until(Clock::time_point until, Moved moved) {
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    if (moved()) return true;
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, kPoll);
+  }
+}
+
+std::string env_or(const char* name, std::string fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string(v) : fallback;
+}
+
+bool reform_mode() {
+  const std::string mode = env_or("DDP_ON_FAILURE", "");
+  if (mode.empty() || mode == "restart") return false;
+  if (mode == "reform") return true;
+  throw ConfigError("DDP_ON_FAILURE='" + mode + "' is not valid: use restart or reform");
+}
+
+std::chrono::milliseconds reform_timeout(std::chrono::milliseconds fallback) {
+  const std::string text = env_or("DDP_REFORM_TIMEOUT", "");
+  if (text.empty()) return fallback;
+  char* end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(seconds > 0) || seconds > 1e9) {
+    throw ConfigError("DDP_REFORM_TIMEOUT='" + text + "' is not valid: give a positive number of seconds");
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+}
+
+// Gloo writes to its peers' sockets without MSG_NOSIGNAL: a write to a peer
+// that just died raises SIGPIPE, whose default action kills this process
+// silently instead of failing the collective. A process that means to survive
+// a lost peer ignores it (unless the program installed its own handler).
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
+
+// The store as a generation's process group sees it: a wait or blocking get
+// polls, and gives up with MembershipChanged once the generation moves on,
+// so that a member dying while the group connects does not stall the others
+// for the group's whole timeout.
+class GenerationStore final : public store::Store {
+ public:
+  GenerationStore(std::shared_ptr<store::Store> inner, std::string generation_key, std::int64_t g)
+      : inner_(std::move(inner)), key_(std::move(generation_key)), g_(g) {}
+
+  store::Revision set(const std::string& key, std::string_view value, store::LeaseId lease) override {
+    return inner_->set(key, value, lease);
+  }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    std::string value;
+    sliced(timeout, "key " + key, [&](std::chrono::milliseconds slice) { value = inner_->get(key, slice); });
+    return value;
+  }
+  std::optional<std::string> try_get(const std::string& key) override { return inner_->try_get(key); }
+  std::int64_t add(const std::string& key, std::int64_t delta) override { return inner_->add(key, delta); }
+  std::string compare_set(const std::string& key, std::string_view expected, std::string_view desired,
+                          store::LeaseId lease) override {
+    return inner_->compare_set(key, expected, desired, lease);
+  }
+  bool remove(const std::string& key) override { return inner_->remove(key); }
+  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    sliced(timeout, std::to_string(keys.size()) + " key(s)",
+           [&](std::chrono::milliseconds slice) { inner_->wait(keys, slice); });
+  }
+  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override {
+    return inner_->multi_get(keys);
+  }
+  store::Revision multi_set(const std::vector<std::pair<std::string, std::string>>& kvs,
+                            store::LeaseId lease) override {
+    return inner_->multi_set(kvs, lease);
+  }
+  std::int64_t append(const std::string& key, std::string_view value) override {
+    return inner_->append(key, value);
+  }
+  std::int64_t num_keys() override { return inner_->num_keys(); }
+  store::ListResult list(const std::string& prefix) override { return inner_->list(prefix); }
+  void batch(std::vector<store::BatchOp>& ops) override { inner_->batch(ops); }
+  store::LeaseId lease_grant(std::chrono::milliseconds ttl) override { return inner_->lease_grant(ttl); }
+  void lease_keepalive(store::LeaseId lease) override { inner_->lease_keepalive(lease); }
+  void lease_revoke(store::LeaseId lease) override { inner_->lease_revoke(lease); }
+  std::unique_ptr<store::WatchHandle> watch(const std::string& prefix, store::Revision from_revision,
+                                            store::WatchCallback on_event,
+                                            store::WatchErrorCallback on_error) override {
+    return inner_->watch(prefix, from_revision, std::move(on_event), std::move(on_error));
+  }
+  std::vector<std::unique_ptr<store::WatchHandle>> watch_all(std::vector<store::WatchSpec> specs) override {
+    return inner_->watch_all(std::move(specs));
+  }
+
+ private:
+  // Runs `wait(slice)` (a blocking store call that throws TimeoutError when the
+  // slice passes) until it returns, reading the generation between slices.
+  template <typename Wait>
+  void sliced(std::chrono::milliseconds timeout, const std::string& what, Wait wait) {
+    const Deadline deadline = Deadline::after(timeout);
+    for (;;) {
+      const auto slice = std::min<std::chrono::milliseconds>(kSlice, deadline.remaining());
+      if (slice.count() > 0) {
+        try {
+          wait(slice);
+          return;
+        } catch (const TimeoutError&) {
+        }
+      }
+      const std::int64_t now = inner_->add(key_, 0);
+      if (now > g_) {
+        throw MembershipChanged(g_, "membership changed: generation " + std::to_string(g_) + " ended (now " +
+                                        std::to_string(now) + ") while its process group was forming");
+      }
+      if (deadline.expired()) {
+        throw TimeoutError("timed out after " + std::to_string(timeout.count()) + " ms waiting for " + what);
+      }
+    }
+  }
+
+  std::shared_ptr<store::Store> inner_;
+  std::string key_;
+  std::int64_t g_;
+};
+
+struct Member {
+  int slot = 0;
+  bool state = false;
+};
+
+// The first `n` entries of "<slot>:<s>,<slot>:<s>,…" in append order: every
+// reader sees the same ones once `joined` reached n.
+std::vector<Member> parse_members(const std::string& text, std::size_t n) {
+  std::vector<Member> members;
+  std::size_t pos = 0;
+  while (members.size() < n && pos < text.size()) {
+    const std::size_t comma = text.find(',', pos);
+    const std::string entry = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? text.size() : comma + 1;
+    const std::size_t colon = entry.find(':');
+    if (colon == std::string::npos) throw ProtocolError("reform: bad member entry '" + entry + "'");
+    Member m;
+    try {
+      m.slot = std::stoi(entry.substr(0, colon));
+    } catch (const std::exception&) {
+      throw ProtocolError("reform: bad member entry '" + entry + "'");
+    }
+    m.state = entry.substr(colon + 1) == "1";
+    members.push_back(m);
+  }
+  std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) { return a.slot < b.slot; });
+  return members;
+}
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+class ElasticGroup::Impl {
+ public:
+  std::shared_ptr<store::Store> store;
+  std::string root;  // R = DDP_STORE_PREFIX + "reform/"
+  int slot = 0;
+  int base_world = 1;  // WORLD_SIZE
+  ProcessGroupOptions options;
+  std::chrono::milliseconds timeout{};
+  bool enabled = false;
+  bool has_state = true;
+  std::int64_t generation = 0;
+  std::vector<int> members;  // slots of the current generation, sorted
+  ReformInfo info;
+  std::unique_ptr<ProcessGroup> group;
+  std::int64_t drop_ms = 0;  // of the latest reform(), for the log
+  // Destroys the previous generation's backend: Gloo's teardown waits for its
+  // event loop (about 10 ms), which the next generation need not wait for.
+  std::thread reaper;
+
+  ~Impl() {
+    if (reaper.joinable()) reaper.join();
+  }
+
+  std::int64_t read_counter(const std::string& key) { return store->add(root + key, 0); }
+
+  std::string gkey(std::int64_t g, const std::string& rest) const {
+    return root + "g" + std::to_string(g) + "/" + rest;
+  }
+
+  // A failed collective of generation g: MembershipChanged when the generation
+  // moves on within kSettle, the error itself otherwise.
+  std::shared_ptr<const detail::WorkHooks> hooks(std::int64_t g) {
+    auto st = store;
+    auto key = root + "generation";
+    auto h = std::make_shared<detail::WorkHooks>();
+    // A rank blocked on a live peer that is itself blocked (Gloo does not
+    // always wake a pending send when its peer closes): once the generation
+    // moved on, the operation can only fail, so stop waiting for it.
+    h->abandon = [st, key, g]() -> std::exception_ptr {
+      std::int64_t now = g;
+      try {
+        now = st->add(key, 0);
+      } catch (const std::exception&) {
+        return nullptr;
+      }
+      if (now <= g) return nullptr;
+      return std::make_exception_ptr(MembershipChanged(
+          g, "membership changed: generation " + std::to_string(g) + " ended (now " + std::to_string(now) +
+                 ") while a collective was waiting for a peer; call ElasticGroup::reform()"));
+    };
+    h->map_error = [st, key, g](std::exception_ptr error) {
+      std::string what;
+      try {
+        std::rethrow_exception(error);
+      } catch (const MembershipChanged&) {
+        return error;
+      } catch (const TimeoutError& e) {
+        what = e.what();
+      } catch (const NetworkError& e) {
+        what = e.what();
+      } catch (const BackendError& e) {
+        what = e.what();
+      } catch (...) {
+        return error;
+      }
+      std::int64_t now = g;
+      try {
+        poll_until(Clock::now() + kSettle, [&] { return (now = st->add(key, 0)) > g; });
+      } catch (const std::exception&) {
+        return error;  // the store is gone too: not ours to explain
+      }
+      if (now <= g) return error;
+      return std::make_exception_ptr(MembershipChanged(
+          g, "membership changed: generation " + std::to_string(g) + " ended (now " + std::to_string(now) +
+                 "); call ElasticGroup::reform(). The collective failed with: " + what));
+    };
+    return h;
+  }
+
+  [[noreturn]] void join_timed_out(std::int64_t g, std::int64_t n, const std::vector<int>& candidates) {
+    std::vector<int> joined_slots;
+    for (const Member& m : parse_members(store->try_get(gkey(g, "members")).value_or(""), SIZE_MAX))
+      joined_slots.push_back(m.slot);
+    std::vector<int> missing;
+    for (int s : candidates)
+      if (std::find(joined_slots.begin(), joined_slots.end(), s) == joined_slots.end()) missing.push_back(s);
+    throw TimeoutError("reform: slot " + std::to_string(slot) + " timed out after " +
+                       std::to_string(timeout.count()) + " ms waiting for generation " + std::to_string(g) +
+                       " to gather " + std::to_string(n) + " member(s) (joined: " + join_ints(joined_slots) +
+                       "; never joined: slot(s) " + join_ints(missing) +
+                       "); set DDP_REFORM_TIMEOUT (seconds) to wait longer");
+  }
+
+  // docs/reform.md, "A worker joins generation G". `after`: the generation must
+  // be past it (reform), or -1 (first join). Returns once G's group is formed.
+  void join(std::int64_t after, const std::vector<int>& candidates, Clock::time_point started) {
+    const auto deadline = started + timeout;
+    std::int64_t g = 0;
+    if (!poll_until(deadline, [&] { return (g = read_counter("generation")) > after; })) {
+      throw TimeoutError("reform: slot " + std::to_string(slot) + " waited " +
+                         std::to_string(timeout.count()) + " ms for the generation to move past " +
+                         std::to_string(after) + "; reform() is for after a MembershipChanged");
+    }
+    const bool had_state = has_state;
+    for (;;) {
+      const std::int64_t n = base_world + read_counter("size");
+      if (n < 1) throw ProtocolError("reform: generation " + std::to_string(g) + " has no members");
+      store->append(gkey(g, "members"), std::to_string(slot) + ":" + (had_state ? "1" : "0") + ",");
+      // The n-th to join says so under R/g<G>/full, which the others wait for
+      // in the store (no polling of the counter).
+      const std::string full = gkey(g, "full");
+      if (store->add(gkey(g, "joined"), 1) == n) store->set(full, "1");
+      std::optional<std::int64_t> newer;
+      // Everyone joined (that decides G, even if the generation moves on
+      // meanwhile: joined only grows), or G was abandoned before that.
+      for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) join_timed_out(g, n, candidates);
+        try {
+          store->wait({full}, std::min<std::chrono::milliseconds>(kSlice, left));
+          break;
+        } catch (const TimeoutError&) {
+        }
+        const std::int64_t now = read_counter("generation");
+        if (now > g) {
+          if (store->check({full})) break;
+          newer = now;
+          break;
+        }
+      }
+      if (newer) {
+        g = *newer;
+        continue;
+      }
+      const auto joined = parse_members(store->get(gkey(g, "members"), timeout), static_cast<std::size_t>(n));
+      std::vector<int> slots;
+      for (const Member& m : joined) slots.push_back(m.slot);
+      const auto self = std::find(slots.begin(), slots.end(), slot);
+      if (self == slots.end()) {
+        // Read R/size between the agent's two adds (size, then generation):
+        // our n was the next generation's, and G filled up without us. The
+        // generation moves on at once; join that one.
+        std::int64_t now = g;
+        if (poll_until(deadline, [&] { return (now = read_counter("generation")) > g; })) {
+          g = now;
+          continue;
+        }
+        throw ProtocolError("reform: slot " + std::to_string(slot) + " joined generation " +
+                            std::to_string(g) + " after it was full (members: " + join_ints(slots) + ")");
+      }
+      const int rank = static_cast<int>(self - slots.begin());
+      const int size = static_cast<int>(slots.size());
+      ReformInfo next;
+      next.generation = g;
+      next.rank = rank;
+      next.world_size = size;
+      next.had_state = had_state;
+      next.state_root = 0;
+      for (std::size_t i = 0; i < joined.size(); ++i) {
+        if (joined[i].state) {
+          next.state_root = static_cast<int>(i);
+          break;
+        }
+      }
+      for (const Member& m : joined)
+        if (!m.state) next.new_slots.push_back(m.slot);
+      for (int s : members)
+        if (std::find(slots.begin(), slots.end(), s) == slots.end()) next.lost_slots.push_back(s);
+      const auto agreed = Clock::now();
+      std::optional<ProcessGroup> formed;
+      try {
+        formed = ProcessGroup(std::make_shared<GenerationStore>(store, root + "generation", g), gkey(g, ""),
+                              rank, size, options, hooks(g));
+      } catch (const Error&) {
+        // A member died after joining, or while connecting (GenerationStore
+        // noticed the generation move on): so do we.
+        const std::int64_t now = read_counter("generation");
+        if (now <= g) throw;
+        g = now;
+        continue;
+      }
+      if (group) {
+        *group = std::move(*formed);
+      } else {
+        group = std::make_unique<ProcessGroup>(std::move(*formed));
+      }
+      generation = g;
+      members = slots;
+      has_state = true;  // the caller restores it from state_root (broadcast_state) before training on
+      next.took = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started);
+      info = next;
+      log::get("sdk")->info(
+          "elastic group formed generation={} slot={} rank={} size={} state_root={} lost=[{}] "
+          "new=[{}] took_ms={} (closing the old group {} ms, members {} ms, connecting {} ms)",
+          g, slot, rank, size, next.state_root, join_ints(next.lost_slots), join_ints(next.new_slots),
+          next.took.count() / 1000, drop_ms,
+          std::chrono::duration_cast<std::chrono::milliseconds>(agreed - started).count() - drop_ms,
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - agreed).count());
+      return;
+    }
+  }
+};
+
+ElasticGroup::ElasticGroup(const Context& ctx, ProcessGroupOptions options, ElasticOptions elastic)
+    : impl_(std::make_unique<Impl>()) {
+  auto& m = *impl_;
+  m.enabled = reform_mode();
+  m.slot = ctx.rank;
+  m.base_world = ctx.world_size;
+  m.info.rank = ctx.rank;
+  m.info.world_size = ctx.world_size;
+  if (!m.enabled) {
+    m.group = std::make_unique<ProcessGroup>(ctx, std::move(options));
+    return;
+  }
+  if (!ctx.store) throw ConfigError("ElasticGroup: no store given (call ddp::init() first)");
+  ignore_sigpipe();
+  m.store = ctx.store;
+  m.root = ctx.store_prefix + "reform/";
+  m.options = std::move(options);
+  m.timeout = reform_timeout(elastic.reform_timeout);
+  m.has_state = env_or("DDP_REFORM_JOINING", "") != "1";
+  std::vector<int> candidates;
+  for (int s = 0; s < ctx.world_size; ++s) candidates.push_back(s);
+  m.join(-1, candidates, Clock::now());
+}
+
+ElasticGroup::~ElasticGroup() = default;
+
+ProcessGroup& ElasticGroup::group() { return *impl_->group; }
+bool ElasticGroup::enabled() const { return impl_->enabled; }
+int ElasticGroup::rank() const { return impl_->group->rank(); }
+int ElasticGroup::size() const { return impl_->group->size(); }
+int ElasticGroup::slot() const { return impl_->slot; }
+std::int64_t ElasticGroup::generation() const { return impl_->generation; }
+const ReformInfo& ElasticGroup::info() const { return impl_->info; }
+
+void ElasticGroup::check() {
+  auto& m = *impl_;
+  if (!m.enabled) return;
+  const std::int64_t now = m.read_counter("generation");
+  if (now > m.generation) {
+    throw MembershipChanged(m.generation, "membership changed: generation " + std::to_string(m.generation) +
+                                              " ended (now " + std::to_string(now) +
+                                              "); call ElasticGroup::reform()");
+  }
+}
+
+ReformInfo ElasticGroup::reform() {
+  auto& m = *impl_;
+  if (!m.enabled) {
+    throw ConfigError(
+        "ElasticGroup::reform: DDP_ON_FAILURE is not 'reform' (run under ddprun --on_failure=reform)");
+  }
+  const auto started = Clock::now();
+  // First close the old connections: peers blocked on this rank fail at once.
+  if (m.reaper.joinable()) m.reaper.join();
+  if (auto old = m.group->drop_backend())
+    m.reaper = std::thread([b = std::move(old)]() mutable { b.reset(); });
+  m.drop_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+  m.join(m.generation, m.members, started);
+  return m.info;
+}
+
+void broadcast_state(ProcessGroup& group, int root, const std::vector<std::span<float>>& buffers) {
+  for (const auto& b : buffers) group.broadcast(b, root);
+}
+
+}  // namespace ddp
