@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ddp/common/error.hpp"
+#include "ddp/elastic_group.hpp"
 #include "ddp/heartbeat.hpp"
 #include "ddp/init.hpp"
 #include "ddp/process_group.hpp"
