@@ -245,6 +245,7 @@ void Agent::Impl::spawn_workers() {
   launch.torch_store = torch_store_endpoint();
   launch.base_env = &base_env;
   launch.extra_env = &liveness_env;
+  launch.reform = cfg.on_failure == OnFailure::kReform;
   life.enter(Phase::kRunning);
   if (stale_cgroups.valid()) stale_cgroups.get();
   try {

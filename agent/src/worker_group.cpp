@@ -110,6 +110,7 @@ void WorkerGroup::start(const GroupLaunch& launch) {
     in.default_omp_threads = cfg_.default_omp_threads;
     in.torch_store = launch.torch_store;
     in.virtual_local_rank = cfg_.virtual_local_rank;
+    in.reform = launch.reform;
     if (!omp_notice_logged_ && sets_default_omp_threads(*launch.base_env, in)) {
       omp_notice_logged_ = true;
       log_->info(

@@ -172,6 +172,10 @@ const FlagSpec kFlags[] = {
     {"section_timeouts", &LaunchOptions::section_timeouts, kOursGroup,
      "Per-section timeouts for ddp::Section scopes: step=30,checkpoint=600; NAME=auto or `auto` "
      "(every section) learns them (default: off)"},
+    {"on_failure", &LaunchOptions::on_failure, kOursGroup,
+     "What a worker's failure does: `restart` stops every worker and restarts the group; `reform` "
+     "keeps the other workers running, starts a replacement (within --max_restarts) and lets them "
+     "re-form in place, for ddp::ElasticGroup trainers (default restart)"},
     {"max_no_progress_restarts", &LaunchOptions::max_no_progress_restarts, kOursGroup,
      "Stop with exit 4 instead of restarting once this many restarts in a row followed attempts "
      "that made no progress (no heartbeat, no completed section) (default: no limit)"},

@@ -261,6 +261,13 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
     throw ConfigError("--max_restarts: " + std::to_string(o.max_restarts) + " must be >= 0");
   }
   cfg.max_restarts = o.max_restarts;
+  if (o.on_failure == "restart") {
+    cfg.on_failure = agent::OnFailure::kRestart;
+  } else if (o.on_failure == "reform") {
+    cfg.on_failure = agent::OnFailure::kReform;
+  } else {
+    throw ConfigError("--on_failure: '" + o.on_failure + "' is not restart or reform");
+  }
   if (!o.max_no_progress_restarts.empty()) {
     cfg.max_no_progress_restarts = parse_int_or_throw<int>(
         o.max_no_progress_restarts, "--max_no_progress_restarts", "an integer >= 0", 0);

@@ -436,3 +436,13 @@ TEST_CASE("node exclusion flags reach the agent config, and out-of-range values 
   CHECK_THAT(error_of({"--node_failure_window=soon", "/bin/true"}),
              Catch::StartsWith("--node_failure_window: "));
 }
+
+TEST_CASE("on_failure is restart by default, reform on request, and nothing else") {
+  CHECK(translate({"--standalone", "/bin/true"}).on_failure == ddp::agent::OnFailure::kRestart);
+  CHECK(translate({"--standalone", "--on_failure=reform", "/bin/true"}).on_failure ==
+        ddp::agent::OnFailure::kReform);
+  CHECK(translate({"--standalone", "--on-failure", "restart", "/bin/true"}).on_failure ==
+        ddp::agent::OnFailure::kRestart);
+  CHECK(error_of({"--standalone", "--on_failure=shrink", "/bin/true"}) ==
+        "--on_failure: 'shrink' is not restart or reform");
+}

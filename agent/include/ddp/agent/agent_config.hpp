@@ -18,6 +18,11 @@ namespace ddp::agent {
 // --numa_binding strategies (torch.distributed.run's --numa-binding).
 enum class NumaBinding { kNone, kNode, kSocket, kExclusive, kCoreComplex };
 
+// --on_failure: what a local worker's failure does (docs/agent.md, "Re-forming
+// in place"). kRestart stops every worker and starts a new round; kReform
+// replaces only the failed one and lets the workers re-form (docs/reform.md).
+enum class OnFailure { kRestart, kReform };
+
 struct AgentConfig {
   // The worker command: argv[0] is an absolute path to an executable (python3
   // already prepended for scripts); the rest are passed untouched.
@@ -33,6 +38,7 @@ struct AgentConfig {
   int nproc_per_node = 1;
   std::string role = "default";
   int max_restarts = 0;
+  OnFailure on_failure = OnFailure::kRestart;
   // --max_no_progress_restarts: at most this many restarts in a row after
   // attempts that showed no progress (no heartbeat, no completed section);
   // the next such failure stops the job with exit 4. Unset: no such limit.

@@ -66,6 +66,9 @@ struct LaunchOptions {
   double straggler_factor = 2.0;
   int straggler_steps = 10;
   std::string straggler_action = "report";
+  // What a worker's failure does: restart (every worker, a new round) or
+  // reform (only the failed one is replaced; docs/reform.md).
+  std::string on_failure = "restart";
   // Pass --local_rank=N, the torch.distributed.launch way. Neither switch: only
   // to a .py script that defines a --local_rank (or --local-rank) argument.
   bool legacy_local_rank = false;
