@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ddp/process_group.hpp"
+#include "work_state.hpp"
 
 namespace ddp::store {
 class Store;
@@ -23,6 +24,8 @@ struct BackendConfig {
   int rank = 0;
   int size = 1;
   ProcessGroupOptions options;
+  // Given to every Work of the group (Work::State::map_error); null: none.
+  std::shared_ptr<const Work::State::ErrorMap> map_error;
 };
 
 // Arguments are validated by ProcessGroup before they get here; `timeout` is
@@ -41,6 +44,12 @@ class Backend {
   virtual Work reduce_scatter(const void* input, void* output, std::size_t count, DataType type, ReduceOp op,
                               Millis timeout, bool sync) = 0;
   virtual Work barrier(Millis timeout, bool sync) = 0;
+
+  // Called once before the backend is destroyed to re-form the group
+  // (ElasticGroup::reform): fail what is in flight instead of waiting for it,
+  // and do not tear down politely with peers that may be gone. Gloo needs
+  // nothing here: destruction closes its sockets.
+  virtual void abort() {}
 
   // Device memory, for a backend whose buffers live on a GPU (nccl): the
   // Reducer keeps its buckets there. A host backend has none.

@@ -5,7 +5,8 @@
 
 namespace ddp::detail {
 
-OpQueue::OpQueue(int rank) : rank_(rank), thread_([this] { loop(); }) {}
+OpQueue::OpQueue(int rank, std::shared_ptr<const Work::State::ErrorMap> map_error)
+    : rank_(rank), map_error_(std::move(map_error)), thread_([this] { loop(); }) {}
 
 OpQueue::~OpQueue() {
   std::deque<Task> abandoned;
@@ -35,6 +36,7 @@ Work OpQueue::submit(const char* op, std::function<void()> fn, bool inline_if_id
   auto state = std::make_shared<Work::State>();
   state->op = op;
   state->rank = rank_;
+  state->map_error = map_error_;
   {
     std::unique_lock lock(mu_);
     if (!poisoned_.empty()) {

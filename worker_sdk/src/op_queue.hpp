@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ddp/work.hpp"
+#include "work_state.hpp"
 
 namespace ddp::detail {
 
@@ -22,7 +23,8 @@ namespace ddp::detail {
 // thread once the running one returns (bounded by its own timeout).
 class OpQueue {
  public:
-  explicit OpQueue(int rank);
+  // `map_error` (may be null) is handed to every Work (Work::State::map_error).
+  explicit OpQueue(int rank, std::shared_ptr<const Work::State::ErrorMap> map_error = nullptr);
   ~OpQueue();
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
@@ -43,6 +45,7 @@ class OpQueue {
   void execute(Task& task);
 
   int rank_;
+  std::shared_ptr<const Work::State::ErrorMap> map_error_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> tasks_;

@@ -21,6 +21,15 @@ class ProcessGroup::Impl {
   std::chrono::milliseconds timeout{};
   std::unique_ptr<detail::Backend> backend;
 
+  // The backend, or a clear error between ElasticGroup::reform() dropping it and the next one.
+  detail::Backend& get() const {
+    if (!backend) {
+      throw BackendError("process group on rank " + std::to_string(rank) +
+                         " has no connections: it is being re-formed (ElasticGroup::reform)");
+    }
+    return *backend;
+  }
+
   std::chrono::milliseconds resolve(const OpOptions& options) const {
     return options.timeout.count() > 0 ? clamp_duration(options.timeout) : timeout;
   }
@@ -37,7 +46,7 @@ void Backend::device_copy(void*, const void*, std::size_t) {
 }
 void Backend::device_synchronize() {}
 
-Backend& backend_of(ProcessGroup& group) { return *group.impl_->backend; }
+Backend& backend_of(ProcessGroup& group) { return group.impl_->get(); }
 
 }  // namespace detail
 
@@ -69,6 +78,11 @@ std::string default_backend() { return nccl_available() && detail::cuda_device_p
 
 ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank,
                            int world_size, ProcessGroupOptions options)
+    : ProcessGroup(std::move(store), std::move(key_prefix), rank, world_size, std::move(options), nullptr) {}
+
+ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank,
+                           int world_size, ProcessGroupOptions options,
+                           std::shared_ptr<const ErrorMap> map_error)
     : impl_(std::make_unique<Impl>()) {
   if (!store) throw ConfigError("ProcessGroup: no store given (call ddp::init() first)");
   if (world_size < 1)
@@ -97,6 +111,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_
   config.rank = rank;
   config.size = world_size;
   config.options = options;
+  config.map_error = std::move(map_error);
   detail::join_group(*config.store, config.key_prefix, rank, world_size, options.timeout,
                      "process group '" + options.name + "' (" + options.backend + ")");
   impl_->backend =
@@ -123,17 +138,24 @@ ProcessGroup::~ProcessGroup() {
   }
 }
 ProcessGroup::ProcessGroup(ProcessGroup&&) noexcept = default;
+
+void ProcessGroup::drop_backend() {
+  if (!impl_ || !impl_->backend) return;
+  impl_->backend->abort();
+  impl_->backend.reset();
+}
+
 ProcessGroup& ProcessGroup::operator=(ProcessGroup&&) noexcept = default;
 
 int ProcessGroup::rank() const { return impl_->rank; }
 int ProcessGroup::size() const { return impl_->size; }
-std::string_view ProcessGroup::backend() const { return impl_->backend->name(); }
+std::string_view ProcessGroup::backend() const { return impl_->get().name(); }
 
 Work ProcessGroup::all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op,
                                    OpOptions options, bool sync) {
   if (count == 0) return Work();
   require(data != nullptr, "all_reduce: null buffer");
-  return impl_->backend->all_reduce(data, count, type, op, impl_->resolve(options), sync);
+  return impl_->get().all_reduce(data, count, type, op, impl_->resolve(options), sync);
 }
 
 Work ProcessGroup::broadcast_impl(void* data, std::size_t count, DataType type, int root, OpOptions options,
@@ -144,21 +166,21 @@ Work ProcessGroup::broadcast_impl(void* data, std::size_t count, DataType type, 
   }
   if (count == 0) return Work();
   require(data != nullptr, "broadcast: null buffer");
-  return impl_->backend->broadcast(data, count, type, root, impl_->resolve(options), sync);
+  return impl_->get().broadcast(data, count, type, root, impl_->resolve(options), sync);
 }
 
 Work ProcessGroup::all_gather_impl(const void* input, void* output, std::size_t count, DataType type,
                                    OpOptions options, bool sync) {
   if (count == 0) return Work();
   require(input != nullptr && output != nullptr, "all_gather: null buffer");
-  return impl_->backend->all_gather(input, output, count, type, impl_->resolve(options), sync);
+  return impl_->get().all_gather(input, output, count, type, impl_->resolve(options), sync);
 }
 
 Work ProcessGroup::reduce_scatter_impl(const void* input, void* output, std::size_t count, DataType type,
                                        ReduceOp op, OpOptions options, bool sync) {
   if (count == 0) return Work();
   require(input != nullptr && output != nullptr, "reduce_scatter: null buffer");
-  return impl_->backend->reduce_scatter(input, output, count, type, op, impl_->resolve(options), sync);
+  return impl_->get().reduce_scatter(input, output, count, type, op, impl_->resolve(options), sync);
 }
 
 Work ProcessGroup::all_reduce_async(void* data, std::size_t count, DataType type, ReduceOp op,
@@ -178,7 +200,7 @@ Work ProcessGroup::reduce_scatter_async(const void* input, void* output, std::si
   return reduce_scatter_impl(input, output, count, type, op, options, false);
 }
 Work ProcessGroup::barrier_async(OpOptions options) {
-  return impl_->backend->barrier(impl_->resolve(options), false);
+  return impl_->get().barrier(impl_->resolve(options), false);
 }
 
 void ProcessGroup::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options) {
@@ -195,9 +217,7 @@ void ProcessGroup::reduce_scatter(const void* input, void* output, std::size_t c
                                   ReduceOp op, OpOptions options) {
   reduce_scatter_impl(input, output, count, type, op, options, true).wait();
 }
-void ProcessGroup::barrier(OpOptions options) {
-  impl_->backend->barrier(impl_->resolve(options), true).wait();
-}
+void ProcessGroup::barrier(OpOptions options) { impl_->get().barrier(impl_->resolve(options), true).wait(); }
 
 void ProcessGroup::check_sizes(std::string_view op, std::size_t small, std::size_t big) const {
   if (big != small * static_cast<std::size_t>(impl_->size)) {

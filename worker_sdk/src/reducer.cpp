@@ -131,6 +131,10 @@ void Reducer::launch_ready_buckets() {
   }
 }
 
+// The Work handles stay: the next step replaces them, and the destructor still
+// waits for them before freeing the buckets.
+void Reducer::discard_step() { reset_step(); }
+
 void Reducer::finalize() {
   if (!sync_enabled_) return;
   for (auto& bucket : buckets_) bucket.pending = 0;

@@ -28,7 +28,17 @@ void Work::wait(std::chrono::milliseconds timeout) const {
                        " did not complete within " + std::to_string(timeout.count()) +
                        " ms (the operation keeps running)");
   }
-  if (state_->error) std::rethrow_exception(state_->error);
+  if (!state_->error) return;
+  if (state_->map_error) {
+    // Mapping may read the store for a while: not under the lock.
+    auto map = std::move(state_->map_error);
+    auto error = state_->error;
+    lock.unlock();
+    error = (*map)(error);
+    lock.lock();
+    state_->error = error;
+  }
+  std::rethrow_exception(state_->error);
 }
 
 bool Work::is_completed() const {

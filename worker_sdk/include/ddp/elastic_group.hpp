@@ -22,7 +22,8 @@ struct Context;
 // ElasticGroup::reform(), restore state with broadcast_state() and go on.
 class MembershipChanged : public Error {
  public:
-  MembershipChanged(std::int64_t generation, const std::string& what) : Error(what), generation_(generation) {}
+  MembershipChanged(std::int64_t generation, const std::string& what)
+      : Error(what), generation_(generation) {}
   // The generation that was left.
   std::int64_t generation() const { return generation_; }
 
@@ -35,10 +36,10 @@ struct ReformInfo {
   std::int64_t generation = 0;
   int rank = 0;
   int world_size = 1;
-  int state_root = 0;           // new rank of the lowest-slot member that holds state
-  bool had_state = true;        // this process held state before (false: a newcomer)
-  std::vector<int> lost_slots;  // slots of the previous generation not in this one
-  std::vector<int> new_slots;   // slots that joined without state
+  int state_root = 0;                 // new rank of the lowest-slot member that holds state
+  bool had_state = true;              // this process held state before (false: a newcomer)
+  std::vector<int> lost_slots;        // slots of the previous generation not in this one
+  std::vector<int> new_slots;         // slots that joined without state
   std::chrono::microseconds took{0};  // reform() call (or construction) to group ready
 };
 

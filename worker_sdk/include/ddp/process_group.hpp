@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <ranges>
 #include <string>
@@ -15,6 +17,7 @@
 namespace ddp {
 
 class ProcessGroup;
+class ElasticGroup;
 namespace detail {
 class Backend;
 Backend& backend_of(ProcessGroup& group);  // SDK-internal
@@ -138,6 +141,15 @@ class ProcessGroup {
 
  private:
   friend detail::Backend& detail::backend_of(ProcessGroup&);
+  friend class ElasticGroup;
+  // ElasticGroup's: a group whose failed Work passes its error through
+  // `map_error` before wait() throws it.
+  using ErrorMap = std::function<std::exception_ptr(std::exception_ptr)>;
+  ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank, int world_size,
+               ProcessGroupOptions options, std::shared_ptr<const ErrorMap> map_error);
+  // Aborts and destroys the backend (its connections); calls fail until the
+  // group is assigned a new one.
+  void drop_backend();
   // Throws ddp::ConfigError unless big == size() * small.
   void check_sizes(std::string_view op, std::size_t small, std::size_t big) const;
   Work all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options,

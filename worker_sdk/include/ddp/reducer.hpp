@@ -56,6 +56,11 @@ class Reducer {
   // Launches what is left, waits for every bucket and writes the average over
   // the group back into the gradients. Rethrows a collective's error.
   void finalize();
+  // Forgets the current step: after a collective failed (ddp::MembershipChanged
+  // mid-step) call it, then re-form the group (ElasticGroup::reform) and redo
+  // the step. Does not wait for the step's in-flight all-reduces: they end when
+  // the group is re-formed (or by their timeout).
+  void discard_step();
 
   // RAII scope for gradient accumulation: inside it mark_ready and finalize do
   // not communicate, so gradients accumulate locally; the first step after the

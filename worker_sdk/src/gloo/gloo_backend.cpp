@@ -32,7 +32,10 @@ bool mentions_timeout(const std::string& what) {
 class GlooBackend final : public Backend {
  public:
   explicit GlooBackend(const BackendConfig& config)
-      : rank_(config.rank), size_(config.size), group_(config.options.name), queue_(config.rank) {
+      : rank_(config.rank),
+        size_(config.size),
+        group_(config.options.name),
+        queue_(config.rank, config.map_error) {
     if (size_ > 1) connect(config);
   }
 

@@ -83,7 +83,8 @@ class NcclBackend final : public Backend {
         cuda_(load_cuda(rank_text(config))),
         rank_(config.rank),
         size_(config.size),
-        group_(config.options.name) {
+        group_(config.options.name),
+        map_error_(config.map_error) {
     // One deadline for the whole bring-up: the store exchanges and NCCL's own
     // init share the group's timeout instead of each getting all of it.
     const auto started = std::chrono::steady_clock::now();
@@ -126,6 +127,19 @@ class NcclBackend final : public Backend {
   }
 
   std::string_view name() const override { return "nccl"; }
+
+  // ElasticGroup::reform: ncclCommAbort, so pending ops fail (the watchdog
+  // completes them) and the destructor skips ncclCommDestroy, which would wait
+  // for peers that may be gone. NCCL >= 2.27 could ncclCommShrink the old
+  // communicator instead; re-initialising is simpler and works with every
+  // version the SDK loads.
+  void abort() override {
+    {
+      std::lock_guard lock(mu_);
+      fail_locked("the process group is being re-formed on " + who());
+    }
+    cv_.notify_all();
+  }
 
   Work all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, Millis timeout,
                   bool sync) override {
@@ -231,6 +245,7 @@ class NcclBackend final : public Backend {
     auto state = std::make_shared<Work::State>();
     state->op = op;
     state->rank = rank_;
+    state->map_error = map_error_;
     std::unique_lock lock(mu_);
     if (!failure_.empty()) {
       state->complete(std::make_exception_ptr(
@@ -331,6 +346,7 @@ class NcclBackend final : public Backend {
   const int rank_;
   const int size_;
   const std::string group_;
+  const std::shared_ptr<const Work::State::ErrorMap> map_error_;
   int device_ = 0;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;

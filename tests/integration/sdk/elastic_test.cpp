@@ -1,0 +1,257 @@
+// ElasticGroup (docs/reform.md) with real processes, a real StoreServer and
+// Gloo over loopback; the test plays the agent: it kills ranks, moves
+// R/size and R/generation on, and starts replacements.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <regex>
+#include <thread>
+
+#include "ddp/common/endpoint.hpp"
+#include "ddp/store/store_server.hpp"
+#include "ddp/store/tcp_store.hpp"
+#include "test_support.hpp"
+
+using namespace ddp::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string worker() { return bin("ddp_sdk_elastic_worker").string(); }
+
+// One job: a store, its ranks (by slot), and the agent's side of the protocol.
+class ElasticJob {
+ public:
+  ElasticJob(int world, std::string mode, std::map<std::string, std::optional<std::string>> env = {})
+      : world_(world), mode_(std::move(mode)), env_(std::move(env)) {
+    ddp::store::StoreServerOptions options;
+    options.host = "127.0.0.1";
+    server_ = std::make_unique<ddp::store::StoreServer>(options);
+    server_->start();
+    ddp::store::TcpStoreOptions client;
+    client.endpoint = ddp::parse_endpoint(endpoint(), "test store");
+    store_ = std::make_unique<ddp::store::TcpStore>(client);
+  }
+  ~ElasticJob() {
+    for (auto& [slot, p] : procs_) {
+      if (p->running()) p->signal(SIGKILL);
+    }
+    procs_.clear();
+    store_.reset();
+    server_->stop();
+  }
+
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(server_->port()); }
+
+  void start(int slot, bool joining = false) {
+    auto env = env_;
+    env["RANK"] = std::to_string(slot);
+    env["WORLD_SIZE"] = std::to_string(world_);
+    env["LOCAL_RANK"] = std::to_string(slot);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(world_);
+    env["DDP_STORE_ENDPOINT"] = endpoint();
+    env["DDP_STORE_PREFIX"] = "job/";
+    env["TORCHELASTIC_ERROR_FILE"] = std::nullopt;
+    if (!env.count("DDP_ON_FAILURE")) env["DDP_ON_FAILURE"] = "reform";
+    env["DDP_REFORM_JOINING"] = joining ? std::optional<std::string>("1") : std::nullopt;
+    const std::string name = "slot" + std::to_string(slot) + (joining ? "_new" : "");
+    procs_[name] =
+        std::make_unique<Process>(std::vector<std::string>{worker(), mode_}, dir_.path(), env, name);
+  }
+  void start_all() {
+    for (int s = 0; s < world_; ++s) start(s);
+  }
+  Process& proc(int slot, bool joining = false) {
+    return *procs_.at("slot" + std::to_string(slot) + (joining ? "_new" : ""));
+  }
+
+  // The agent's steps 1-2 for a lost worker (docs/reform.md).
+  void kill(int slot) {
+    proc(slot).signal(SIGKILL);
+    proc(slot).wait(10s);
+  }
+  void move_on(int size_delta) {
+    store_->add("job/reform/size", size_delta);
+    store_->add("job/reform/generation", 1);
+  }
+  void stop() { store_->set("job/test/stop", "1"); }
+
+  // Waits until `slot`'s stdout holds `text`.
+  bool wait_for(int slot, const std::string& text, bool joining = false, std::chrono::seconds limit = 30s) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      if (proc(slot, joining).out().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  std::string describe() {
+    std::string s;
+    for (auto& [name, p] : procs_) s += "== " + name + " stdout:\n" + p->out() + "== stderr:\n" + p->err();
+    return s;
+  }
+
+ private:
+  TempDir dir_;
+  int world_;
+  std::string mode_;
+  std::map<std::string, std::optional<std::string>> env_;
+  std::unique_ptr<ddp::store::StoreServer> server_;
+  std::unique_ptr<ddp::store::TcpStore> store_;
+  std::map<std::string, std::unique_ptr<Process>> procs_;
+};
+
+// The number after `key=` on the line starting with `line`, or -1.
+long long field(const std::string& out, const std::string& line, const std::string& key) {
+  std::smatch m;
+  const std::regex re("(^|\n)" + line + "[^\n]*? " + key + "=(-?[0-9]+)");
+  if (!std::regex_search(out, m, re)) return -1;
+  return std::stoll(m[2].str());
+}
+
+}  // namespace
+
+TEST_CASE("elastic: a rank killed mid-step is replaced and the job trains on in the same processes") {
+  ElasticJob job(4, "train");
+  job.start_all();
+  for (int s = 0; s < 4; ++s)
+    if (!job.wait_for(s, "step 20 ok")) FAIL(job.describe());
+  job.kill(1);
+  job.move_on(0);
+  job.start(1, /*joining=*/true);
+  if (!job.wait_for(1, "step ", true)) FAIL(job.describe());
+  job.stop();
+  for (int s : {0, 2, 3}) {
+    INFO(job.describe());
+    REQUIRE(job.proc(s).wait(60s) == 0);
+  }
+  INFO(job.describe());
+  REQUIRE(job.proc(1, true).wait(60s) == 0);
+  const std::string fresh = job.proc(1, true).out();
+  CHECK(field(fresh, "formed", "had_state") == 0);
+  CHECK(field(fresh, "formed", "gen") == 1);
+  CHECK(field(fresh, "formed", "rank") == 1);
+  CHECK(field(fresh, "formed", "state_root") == 0);
+  const long long final_counter = field(job.proc(0).out(), "final", "counter");
+  CHECK(final_counter > 20);
+  CHECK(field(fresh, "final", "counter") == final_counter);  // rank 0's state reached the newcomer
+  CHECK_THAT(fresh, Catch::Contains("weight=1.5"));
+  for (int s : {0, 2, 3}) {
+    const std::string out = job.proc(s).out();
+    INFO("slot " << s);
+    CHECK(field(out, "membership changed", "left") == 0);
+    const long long ms = field(out, "membership changed", "after_ms");
+    CHECK(ms >= 0);
+    CHECK(ms < 5000);
+    CHECK(field(out, "reformed", "gen") == 1);
+    CHECK(field(out, "reformed", "rank") == s);  // same ranks with a replacement
+    CHECK(field(out, "reformed", "size") == 4);
+    CHECK(field(out, "reformed", "had_state") == 1);
+    CHECK(field(out, "reformed", "state_root") == 0);
+    CHECK_THAT(out, Catch::Contains("lost=[] new=[1]"));
+    CHECK(field(out, "final", "counter") == final_counter);
+    CHECK(field(out, "final", "size") == 4);
+  }
+}
+
+TEST_CASE("elastic: without a replacement the survivors re-form smaller and keep their order") {
+  ElasticJob job(4, "train");
+  job.start_all();
+  for (int s = 0; s < 4; ++s)
+    if (!job.wait_for(s, "step 5 ok")) FAIL(job.describe());
+  job.kill(1);
+  job.move_on(-1);
+  for (int s : {0, 2, 3})
+    if (!job.wait_for(s, "reformed")) FAIL(job.describe());
+  job.stop();
+  INFO(job.describe());
+  const std::map<int, int> rank_of{{0, 0}, {2, 1}, {3, 2}};
+  for (auto [s, r] : rank_of) {
+    REQUIRE(job.proc(s).wait(60s) == 0);
+    const std::string out = job.proc(s).out();
+    CHECK(field(out, "reformed", "rank") == r);
+    CHECK(field(out, "reformed", "size") == 3);
+    CHECK_THAT(out, Catch::Contains("lost=[1] new=[]"));
+    CHECK(field(out, "final", "size") == 3);
+  }
+}
+
+TEST_CASE("elastic: a second failure during a re-form moves everyone to the later generation") {
+  ElasticJob job(4, "train");
+  job.start_all();
+  for (int s = 0; s < 4; ++s)
+    if (!job.wait_for(s, "step 5 ok")) FAIL(job.describe());
+  job.kill(1);
+  job.move_on(-1);
+  job.kill(2);
+  job.move_on(-1);
+  for (int s : {0, 3})
+    if (!job.wait_for(s, "reformed")) FAIL(job.describe());
+  job.stop();
+  INFO(job.describe());
+  for (int s : {0, 3}) {
+    REQUIRE(job.proc(s).wait(60s) == 0);
+    const std::string out = job.proc(s).out();
+    CHECK(field(out, "final", "gen") == 2);
+    CHECK(field(out, "final", "size") == 2);
+    CHECK(field(out, "final", "rank") == (s == 0 ? 0 : 1));
+  }
+}
+
+TEST_CASE("elastic: check() throws MembershipChanged once the generation moves on") {
+  ElasticJob job(2, "check");
+  job.start_all();
+  for (int s = 0; s < 2; ++s)
+    if (!job.wait_for(s, "formed")) FAIL(job.describe());
+  job.move_on(0);
+  INFO(job.describe());
+  for (int s = 0; s < 2; ++s) {
+    REQUIRE(job.proc(s).wait(30s) == 0);
+    CHECK(field(job.proc(s).out(), "check threw", "left") == 0);
+  }
+}
+
+TEST_CASE("elastic: without DDP_ON_FAILURE=reform it is a plain process group") {
+  ElasticJob job(2, "plain", {{"DDP_ON_FAILURE", std::nullopt}});
+  job.start_all();
+  INFO(job.describe());
+  for (int s = 0; s < 2; ++s) {
+    REQUIRE(job.proc(s).wait(30s) == 0);
+    const std::string out = job.proc(s).out();
+    CHECK_THAT(out, Catch::Contains("plain enabled=0 rank=" + std::to_string(s) + " size=2 sum=3"));
+    CHECK_THAT(out,
+               Catch::Contains("reform: ConfigError: ElasticGroup::reform: DDP_ON_FAILURE is not 'reform'"));
+  }
+}
+
+TEST_CASE("elastic: a slot that never joins is named when the reform timeout passes") {
+  ElasticJob job(2, "train", {{"DDP_REFORM_TIMEOUT", "1"}});
+  job.start(0);
+  INFO(job.describe());
+  REQUIRE(job.proc(0).wait(30s) == 1);
+  CHECK_THAT(job.proc(0).err(), Catch::Contains("timed out after 1000 ms waiting for generation 0"));
+  CHECK_THAT(job.proc(0).err(), Catch::Contains("never joined: slot(s) 1)"));
+}
+
+TEST_CASE("elastic: DDP_REFORM_TIMEOUT that is not a number gives one line naming it") {
+  ElasticJob job(1, "train", {{"DDP_REFORM_TIMEOUT", "soon"}});
+  job.start(0);
+  REQUIRE(job.proc(0).wait(30s) == 1);
+  CHECK_THAT(job.proc(0).err(), Catch::Contains("DDP_REFORM_TIMEOUT='soon' is not valid"));
+}
+
+TEST_CASE("elastic: twenty re-forms leave the open file descriptors where they were") {
+  ElasticJob job(3, "fds");
+  job.start_all();
+  INFO(job.describe());
+  for (int s = 0; s < 3; ++s) {
+    REQUIRE(job.proc(s).wait(120s) == 0);
+    const std::string out = job.proc(s).out();
+    const long long before = field(out, "fds", "before");
+    const long long after = field(out, "fds", "after");
+    REQUIRE(before > 0);
+    CHECK(after <= before);
+    CHECK(field(out, "fds", "gen") == 20);
+  }
+}

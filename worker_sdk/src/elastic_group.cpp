@@ -1,0 +1,333 @@
+// ElasticGroup: the SDK side of docs/reform.md.
+#include "ddp/elastic_group.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <thread>
+
+#include "ddp/common/logging.hpp"
+#include "ddp/init.hpp"
+#include "ddp/store/store.hpp"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a failed collective waits for the agent to move the generation on
+// before its error is taken as not a membership change. The agent bumps it
+// within milliseconds of seeing a worker die.
+constexpr auto kSettle = std::chrono::seconds(10);
+constexpr auto kPoll = std::chrono::milliseconds(10);
+
+std::string env_or(const char* name, std::string fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string(v) : fallback;
+}
+
+bool reform_mode() {
+  const std::string mode = env_or("DDP_ON_FAILURE", "");
+  if (mode.empty() || mode == "restart") return false;
+  if (mode == "reform") return true;
+  throw ConfigError("DDP_ON_FAILURE='" + mode + "' is not valid: use restart or reform");
+}
+
+std::chrono::milliseconds reform_timeout(std::chrono::milliseconds fallback) {
+  const std::string text = env_or("DDP_REFORM_TIMEOUT", "");
+  if (text.empty()) return fallback;
+  char* end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(seconds > 0) || seconds > 1e9) {
+    throw ConfigError("DDP_REFORM_TIMEOUT='" + text + "' is not valid: give a positive number of seconds");
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+}
+
+struct Member {
+  int slot = 0;
+  bool state = false;
+};
+
+// The first `n` entries of "<slot>:<s>,<slot>:<s>,…" in append order: every
+// reader sees the same ones once `joined` reached n.
+std::vector<Member> parse_members(const std::string& text, std::size_t n) {
+  std::vector<Member> members;
+  std::size_t pos = 0;
+  while (members.size() < n && pos < text.size()) {
+    const std::size_t comma = text.find(',', pos);
+    const std::string entry = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? text.size() : comma + 1;
+    const std::size_t colon = entry.find(':');
+    if (colon == std::string::npos) throw ProtocolError("reform: bad member entry '" + entry + "'");
+    Member m;
+    try {
+      m.slot = std::stoi(entry.substr(0, colon));
+    } catch (const std::exception&) {
+      throw ProtocolError("reform: bad member entry '" + entry + "'");
+    }
+    m.state = entry.substr(colon + 1) == "1";
+    members.push_back(m);
+  }
+  std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) { return a.slot < b.slot; });
+  return members;
+}
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+class ElasticGroup::Impl {
+ public:
+  std::shared_ptr<store::Store> store;
+  std::string root;  // R = DDP_STORE_PREFIX + "reform/"
+  int slot = 0;
+  int base_world = 1;  // WORLD_SIZE
+  ProcessGroupOptions options;
+  std::chrono::milliseconds timeout{};
+  bool enabled = false;
+  bool has_state = true;
+  std::int64_t generation = 0;
+  std::vector<int> members;  // slots of the current generation, sorted
+  ReformInfo info;
+  std::unique_ptr<ProcessGroup> group;
+
+  std::int64_t read_counter(const std::string& key) { return store->add(root + key, 0); }
+
+  std::string gkey(std::int64_t g, const std::string& rest) const {
+    return root + "g" + std::to_string(g) + "/" + rest;
+  }
+
+  // A failed collective of generation g: MembershipChanged when the generation
+  // moves on within kSettle, the error itself otherwise.
+  std::shared_ptr<const ProcessGroup::ErrorMap> error_map(std::int64_t g) {
+    auto st = store;
+    auto key = root + "generation";
+    return std::make_shared<const ProcessGroup::ErrorMap>([st, key, g](std::exception_ptr error) {
+      std::string what;
+      try {
+        std::rethrow_exception(error);
+      } catch (const MembershipChanged&) {
+        return error;
+      } catch (const TimeoutError& e) {
+        what = e.what();
+      } catch (const NetworkError& e) {
+        what = e.what();
+      } catch (const BackendError& e) {
+        what = e.what();
+      } catch (...) {
+        return error;
+      }
+      const auto until = Clock::now() + kSettle;
+      for (;;) {
+        std::int64_t now = g;
+        try {
+          now = st->add(key, 0);
+        } catch (const std::exception&) {
+          return error;  // the store is gone too: not ours to explain
+        }
+        if (now > g) {
+          return std::make_exception_ptr(MembershipChanged(
+              g, "membership changed: generation " + std::to_string(g) + " ended (now " +
+                     std::to_string(now) +
+                     "); call ElasticGroup::reform(). The collective failed with: " + what));
+        }
+        if (Clock::now() >= until) return error;
+        std::this_thread::sleep_for(kPoll);
+      }
+    });
+  }
+
+  [[noreturn]] void join_timed_out(std::int64_t g, std::int64_t n, const std::vector<int>& candidates) {
+    std::vector<int> joined_slots;
+    for (const Member& m : parse_members(store->try_get(gkey(g, "members")).value_or(""), SIZE_MAX))
+      joined_slots.push_back(m.slot);
+    std::vector<int> missing;
+    for (int s : candidates)
+      if (std::find(joined_slots.begin(), joined_slots.end(), s) == joined_slots.end()) missing.push_back(s);
+    throw TimeoutError("reform: slot " + std::to_string(slot) + " timed out after " +
+                       std::to_string(timeout.count()) + " ms waiting for generation " + std::to_string(g) +
+                       " to gather " + std::to_string(n) + " member(s) (joined: " + join_ints(joined_slots) +
+                       "; never joined: slot(s) " + join_ints(missing) +
+                       "); set DDP_REFORM_TIMEOUT (seconds) to wait longer");
+  }
+
+  // docs/reform.md, "A worker joins generation G". `after`: the generation must
+  // be past it (reform), or -1 (first join). Returns once G's group is formed.
+  void join(std::int64_t after, const std::vector<int>& candidates) {
+    const auto started = Clock::now();
+    const auto deadline = started + timeout;
+    std::int64_t g = read_counter("generation");
+    while (g <= after) {
+      if (Clock::now() >= deadline) {
+        throw TimeoutError("reform: slot " + std::to_string(slot) + " waited " +
+                           std::to_string(timeout.count()) + " ms for the generation to move past " +
+                           std::to_string(after) + "; reform() is for after a MembershipChanged");
+      }
+      std::this_thread::sleep_for(kPoll);
+      g = read_counter("generation");
+    }
+    const bool had_state = has_state;
+    for (;;) {
+      const std::int64_t n = base_world + read_counter("size");
+      if (n < 1) throw ProtocolError("reform: generation " + std::to_string(g) + " has no members");
+      store->append(gkey(g, "members"), std::to_string(slot) + ":" + (had_state ? "1" : "0") + ",");
+      store->add(gkey(g, "joined"), 1);
+      std::optional<std::int64_t> newer;
+      // Phase 1: everyone joined (decides G, even if the generation moves on
+      // meanwhile: joined only grows), or G was abandoned before that.
+      for (;;) {
+        if (store->add(gkey(g, "joined"), 0) >= n) break;
+        const std::int64_t now = read_counter("generation");
+        if (now > g) {
+          if (store->add(gkey(g, "joined"), 0) >= n) break;
+          newer = now;
+          break;
+        }
+        if (Clock::now() >= deadline) join_timed_out(g, n, candidates);
+        std::this_thread::sleep_for(kPoll);
+      }
+      if (newer) {
+        g = *newer;
+        continue;
+      }
+      const auto joined = parse_members(store->get(gkey(g, "members"), timeout), static_cast<std::size_t>(n));
+      std::vector<int> slots;
+      for (const Member& m : joined) slots.push_back(m.slot);
+      const auto self = std::find(slots.begin(), slots.end(), slot);
+      if (self == slots.end()) {
+        throw ProtocolError("reform: slot " + std::to_string(slot) + " joined generation " +
+                            std::to_string(g) + " after it was full (members: " + join_ints(slots) + ")");
+      }
+      // Phase 2: every member is still there to form the group. A member that
+      // died after joining leaves it unfinished; the agent then moves on.
+      store->set(gkey(g, "ready/" + std::to_string(slot)), "1");
+      std::vector<std::string> ready_keys;
+      for (int s : slots) ready_keys.push_back(gkey(g, "ready/" + std::to_string(s)));
+      for (;;) {
+        if (store->check(ready_keys)) break;
+        const std::int64_t now = read_counter("generation");
+        if (now > g) {
+          newer = now;
+          break;
+        }
+        if (Clock::now() >= deadline) join_timed_out(g, n, candidates);
+        std::this_thread::sleep_for(kPoll);
+      }
+      if (newer) {
+        g = *newer;
+        continue;
+      }
+      const int rank = static_cast<int>(self - slots.begin());
+      const int size = static_cast<int>(slots.size());
+      ReformInfo next;
+      next.generation = g;
+      next.rank = rank;
+      next.world_size = size;
+      next.had_state = had_state;
+      next.state_root = 0;
+      for (std::size_t i = 0; i < joined.size(); ++i) {
+        if (joined[i].state) {
+          next.state_root = static_cast<int>(i);
+          break;
+        }
+      }
+      for (const Member& m : joined)
+        if (!m.state) next.new_slots.push_back(m.slot);
+      for (int s : members)
+        if (std::find(slots.begin(), slots.end(), s) == slots.end()) next.lost_slots.push_back(s);
+      std::optional<ProcessGroup> formed;
+      try {
+        formed = ProcessGroup(store, gkey(g, ""), rank, size, options, error_map(g));
+      } catch (const Error&) {
+        // A member died while connecting: the agent has moved on, so do we.
+        const std::int64_t now = read_counter("generation");
+        if (now <= g) throw;
+        g = now;
+        continue;
+      }
+      if (group) {
+        *group = std::move(*formed);
+      } else {
+        group = std::make_unique<ProcessGroup>(std::move(*formed));
+      }
+      generation = g;
+      members = slots;
+      has_state = true;  // the caller restores it from state_root (broadcast_state) before training on
+      next.took = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started);
+      info = next;
+      log::get("sdk")->info(
+          "elastic group formed generation={} slot={} rank={} size={} state_root={} lost=[{}] "
+          "new=[{}] took_ms={}",
+          g, slot, rank, size, next.state_root, join_ints(next.lost_slots), join_ints(next.new_slots),
+          next.took.count() / 1000);
+      return;
+    }
+  }
+};
+
+ElasticGroup::ElasticGroup(const Context& ctx, ProcessGroupOptions options, ElasticOptions elastic)
+    : impl_(std::make_unique<Impl>()) {
+  auto& m = *impl_;
+  m.enabled = reform_mode();
+  m.slot = ctx.rank;
+  m.base_world = ctx.world_size;
+  m.info.rank = ctx.rank;
+  m.info.world_size = ctx.world_size;
+  if (!m.enabled) {
+    m.group = std::make_unique<ProcessGroup>(ctx, std::move(options));
+    return;
+  }
+  if (!ctx.store) throw ConfigError("ElasticGroup: no store given (call ddp::init() first)");
+  m.store = ctx.store;
+  m.root = ctx.store_prefix + "reform/";
+  m.options = std::move(options);
+  m.timeout = reform_timeout(elastic.reform_timeout);
+  m.has_state = env_or("DDP_REFORM_JOINING", "") != "1";
+  std::vector<int> candidates;
+  for (int s = 0; s < ctx.world_size; ++s) candidates.push_back(s);
+  m.join(-1, candidates);
+}
+
+ElasticGroup::~ElasticGroup() = default;
+
+ProcessGroup& ElasticGroup::group() { return *impl_->group; }
+bool ElasticGroup::enabled() const { return impl_->enabled; }
+int ElasticGroup::rank() const { return impl_->group->rank(); }
+int ElasticGroup::size() const { return impl_->group->size(); }
+int ElasticGroup::slot() const { return impl_->slot; }
+std::int64_t ElasticGroup::generation() const { return impl_->generation; }
+const ReformInfo& ElasticGroup::info() const { return impl_->info; }
+
+void ElasticGroup::check() {
+  auto& m = *impl_;
+  if (!m.enabled) return;
+  const std::int64_t now = m.read_counter("generation");
+  if (now > m.generation) {
+    throw MembershipChanged(m.generation, "membership changed: generation " + std::to_string(m.generation) +
+                                              " ended (now " + std::to_string(now) +
+                                              "); call ElasticGroup::reform()");
+  }
+}
+
+ReformInfo ElasticGroup::reform() {
+  auto& m = *impl_;
+  if (!m.enabled) {
+    throw ConfigError(
+        "ElasticGroup::reform: DDP_ON_FAILURE is not 'reform' (run under ddprun --on_failure=reform)");
+  }
+  // First close the old connections: peers blocked on this rank fail at once.
+  m.group->drop_backend();
+  m.join(m.generation, m.members);
+  return m.info;
+}
+
+void broadcast_state(ProcessGroup& group, int root, const std::vector<std::span<float>>& buffers) {
+  for (const auto& b : buffers) group.broadcast(b, root);
+}
+
+}  // namespace ddp
