@@ -41,23 +41,27 @@ const char* event_name(rdzv::RoundEvent e) {
   return "unknown";
 }
 
-// What the other nodes learn of a local failure, on one line: rank, host,
-// how it ended and, when known, why (the error file's message, else the
-// last stderr line).
-std::string describe_failure(const WorkerFailure& f) {
-  if (f.hang) {
-    return "rank " + std::to_string(f.rank) + " on " + f.host + ": hung, " + f.hang->what() + "; killed";
-  }
+}  // namespace
+
+std::string failure_why(const WorkerFailure& f) {
+  if (f.hang) return "";
   std::string why = f.error && !f.error->message.empty() ? f.error->message
                     : f.stderr_tail.empty()              ? ""
                                                          : f.stderr_tail.back();
   if (const auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
   if (why.size() > 200) why = why.substr(0, 200) + "...";
-  return "rank " + std::to_string(f.rank) + " on " + f.host + ": " + f.how() +
-         (why.empty() ? "" : " (" + why + ")");
+  return why;
 }
 
-}  // namespace
+std::string failure_how(const WorkerFailure& f) {
+  return f.hang ? "hung, " + f.hang->what() + "; killed" : f.how();
+}
+
+std::string describe_failure(const WorkerFailure& f) {
+  const std::string why = failure_why(f);
+  return "rank " + std::to_string(f.rank) + " on " + f.host + ": " + failure_how(f) +
+         (why.empty() ? "" : " (" + why + ")");
+}
 
 Agent::Impl::Impl(AgentConfig c, std::unique_ptr<rdzv::RendezvousHandler> h)
     : cfg(std::move(c)),
@@ -88,6 +92,8 @@ AgentResult Agent::Impl::run() {
   base_env = current_environment();
   start_liveness();  // a pipe that cannot be made fails before anything connects
   rdzv = std::make_unique<RendezvousCalls>(io, handler);
+  reform = cfg.on_failure == OnFailure::kReform;
+  if (reform) reform_store = std::make_unique<ReformStore>(io);
   rdzv->on_event([this](std::int64_t round, rdzv::RoundEvent e, const std::string& detail) {
     on_round_event(round, e, detail);
   });
@@ -105,7 +111,7 @@ AgentResult Agent::Impl::run() {
   WorkerGroupEvents events;
   events.spawn_reported = [this](int lr, pid_t pid) { observers.spawn_reported(lr, pid); };
   events.exited = [this](const Worker& w) { observers.worker_exited(w); };
-  events.failed = [this] { begin_stop(StopReason::kLocalFailure, SIGTERM); };
+  events.failed = [this] { on_local_failure(); };
   events.succeeded = [this] { after_local_success(); };
   events.hung = [this](const Worker& w, const HangInfo& h, std::chrono::milliseconds late) {
     observers.emit("worker_hang", {{"rank", w.rank},
@@ -117,6 +123,7 @@ AgentResult Agent::Impl::run() {
                                    {"late_ms", late.count()}});
   };
   events.hang_recorded = [this](const WorkerFailure& f) {
+    if (reform) return;  // the other nodes' workers learn of it through the store
     hang_reported = true;
     rdzv->report_failure(describe_failure(f), [this](const std::string& m) {
       log->warn("could not report the hang to the other nodes: {}", m);
@@ -167,7 +174,7 @@ AgentResult Agent::Impl::run() {
   boost::system::error_code ignored;
   signals.cancel(ignored);
   signals.clear(ignored);
-  if (rdzv->busy()) result.abandon_process = true;
+  if (rdzv->busy() || (reform_store && reform_store->busy())) result.abandon_process = true;
   return result;
 }
 
@@ -245,7 +252,7 @@ void Agent::Impl::spawn_workers() {
   launch.torch_store = torch_store_endpoint();
   launch.base_env = &base_env;
   launch.extra_env = &liveness_env;
-  launch.reform = cfg.on_failure == OnFailure::kReform;
+  launch.reform = reform;
   life.enter(Phase::kRunning);
   if (stale_cgroups.valid()) stale_cgroups.get();
   try {
@@ -393,6 +400,10 @@ void Agent::Impl::on_signal(int sig) {
 void Agent::Impl::on_all_stopped() {
   switch (life.stop_reason()) {
     case StopReason::kLocalFailure: {
+      if (!reform_stop_line.empty()) {
+        stop_below_minimum();
+        return;
+      }
       const auto& failures = group->failures();
       const bool spent = life.restarts_spent();
       const std::string stalled = spent ? "" : judge_progress();

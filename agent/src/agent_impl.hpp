@@ -34,6 +34,7 @@
 #include "observers.hpp"
 #include "preload_zygote.hpp"
 #include "process_runner.hpp"
+#include "reform_store.hpp"
 #include "rendezvous_calls.hpp"
 #include "run_dir.hpp"
 #include "startup_times.hpp"
@@ -45,6 +46,14 @@ class logger;
 }
 
 namespace ddp::agent {
+
+// A local failure on one line, as the other nodes learn of it: rank, host,
+// how it ended and, when known, why (the error file's message, else the last
+// stderr line).
+std::string describe_failure(const WorkerFailure& f);
+// Its parts: how it ended ("exit code 1", "hung, ...; killed") and why (may be empty).
+std::string failure_how(const WorkerFailure& f);
+std::string failure_why(const WorkerFailure& f);
 
 struct Agent::Impl {
   Impl(AgentConfig c, std::unique_ptr<rdzv::RendezvousHandler> h);
@@ -62,6 +71,19 @@ struct Agent::Impl {
   void on_signal(int sig);
   void spawn_workers();
   void begin_stop(StopReason reason, int sig);
+  // A local worker failed while the group runs: a stop for a restart, or
+  // with --on_failure=reform a re-form (agent_reform.cpp).
+  void on_local_failure();
+  // agent_reform.cpp: the failed worker's slot gets a replacement (or, with
+  // the restarts spent, the job goes on without it) and the workers re-form.
+  void reform_after(const WorkerFailure& f);
+  // Once the store knows: the replacement starts, or the slot is given up,
+  // or (below the job's minimum) the job stops.
+  void after_reform_writes(const WorkerFailure& f, bool replaced, int restart_count,
+                           const ReformStore::Outcome& out);
+  // Too few workers left to re-form (reform_stop_line): the final report, the
+  // other nodes told, and the job ends with that line.
+  void stop_below_minimum();
   void on_all_stopped();
   void after_local_success();
   void poll_all_succeeded();
@@ -114,6 +136,15 @@ struct Agent::Impl {
   // Step times compared across the job (docs/agent.md, "Stragglers named").
   std::unique_ptr<StragglerWatch> stragglers;
   std::unique_ptr<RendezvousCalls> rdzv;  // after io: destroyed before it
+  // --on_failure=reform: in effect (until a worker shows it cannot re-form),
+  // the agent's writes to the workers' store, the ranks this node's workers
+  // went on without, and the line the job stops with when too few are left.
+  bool reform = false;
+  std::unique_ptr<ReformStore> reform_store;  // after io: destroyed before it
+  std::vector<int> lost_ranks;
+  std::size_t failures_seen = 0;  // of the group's failures() in attempt failures_attempt
+  int failures_attempt = -1;
+  std::string reform_stop_line;
 
   EnvMap base_env;
   EnvMap liveness_env;                          // what workers get of the liveness channels

@@ -7,6 +7,8 @@
 // the process promptly (AgentResult::abandon_process).
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -80,6 +82,25 @@ class BlockingCaller {
 
   std::shared_ptr<State> state_;
   std::thread thread_;
+};
+
+// Lets a BlockingCaller's thread post results to the io_context only while
+// it exists: its owner close()s it before the io_context goes.
+class IoSink {
+ public:
+  explicit IoSink(boost::asio::io_context& io) : io_(&io) {}
+  void post(std::function<void()> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (io_ != nullptr) boost::asio::post(*io_, std::move(fn));
+  }
+  void close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    io_ = nullptr;
+  }
+
+ private:
+  std::mutex mu_;
+  boost::asio::io_context* io_;
 };
 
 }  // namespace ddp::agent

@@ -145,6 +145,15 @@ void HeartbeatMonitor::add_env(int local_rank, EnvMap& env) const {
   env[kPipeEnv] = pipe_path_;
 }
 
+void HeartbeatMonitor::restart_worker(int local_rank) {
+  if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= files_.size()) return;
+  // The failed worker is gone: nothing else writes the file meanwhile.
+  void* base = files_[static_cast<std::size_t>(local_rank)].base;
+  std::memset(base, 0, lv::kFileSize);
+  lv::init_header(base);
+  step_samples_[static_cast<std::size_t>(local_rank)] = StepSample{};
+}
+
 void HeartbeatMonitor::watch(int local_rank) {
   evaluate(local_rank, ch::milliseconds(0));
   schedule_status();

@@ -69,6 +69,9 @@ class HeartbeatMonitor {
   void start_attempt(int attempt, int nproc);
   // DDP_LIVENESS_FILE and DDP_LIVENESS_PIPE for one worker.
   void add_env(int local_rank, EnvMap& env) const;
+  // A replacement for `local_rank`'s worker (--on_failure=reform) is about to
+  // start: its liveness file and step samples start over.
+  void restart_worker(int local_rank);
   // A worker started: ask it for what the agent needs to hear.
   void watch(int local_rank);
   // A "heartbeat" or "section" deadline passed: re-check that worker.

@@ -9,27 +9,19 @@ namespace ddp::agent {
 
 RendezvousCalls::RendezvousCalls(boost::asio::io_context& io,
                                  std::shared_ptr<rdzv::RendezvousHandler> handler)
-    : handler_(std::move(handler)), caller_(std::make_unique<BlockingCaller>()) {
-  sink_->io = &io;
-}
+    : sink_(std::make_shared<IoSink>(io)),
+      handler_(std::move(handler)),
+      caller_(std::make_unique<BlockingCaller>()) {}
 
 RendezvousCalls::~RendezvousCalls() {
-  {
-    std::lock_guard<std::mutex> lock(sink_->mu);
-    sink_->io = nullptr;
-  }
+  sink_->close();
   caller_.reset();
-}
-
-void RendezvousCalls::post(const std::shared_ptr<Sink>& sink, std::function<void()> fn) {
-  std::lock_guard<std::mutex> lock(sink->mu);
-  if (sink->io != nullptr) boost::asio::post(*sink->io, std::move(fn));
 }
 
 void RendezvousCalls::on_event(rdzv::RoundEventCallback fn) {
   handler_->set_event_callback(
       [s = sink_, fn = std::move(fn)](std::int64_t round, rdzv::RoundEvent e, const std::string& detail) {
-        post(s, [fn, round, e, detail] { fn(round, e, detail); });
+        s->post([fn, round, e, detail] { fn(round, e, detail); });
       });
 }
 
@@ -39,16 +31,16 @@ void RendezvousCalls::next_round(std::function<void(const rdzv::RendezvousResult
     try {
       auto r = h->next_rendezvous();
       log::set_status_line("");  // a "waiting for nodes" line, if one is shown
-      post(s, [done, r] { done(r); });
+      s->post([done, r] { done(r); });
     } catch (const ConfigError& e) {
       log::set_status_line("");
-      post(s, [failed, m = std::string(e.what())] { failed(ExitCode::kConfig, m); });
+      s->post([failed, m = std::string(e.what())] { failed(ExitCode::kConfig, m); });
     } catch (const ExcludedError& e) {
       log::set_status_line("");
-      post(s, [failed, m = std::string(e.what())] { failed(ExitCode::kExcluded, m); });
+      s->post([failed, m = std::string(e.what())] { failed(ExitCode::kExcluded, m); });
     } catch (const std::exception& e) {
       log::set_status_line("");
-      post(s, [failed, m = std::string(e.what())] { failed(ExitCode::kRendezvous, m); });
+      s->post([failed, m = std::string(e.what())] { failed(ExitCode::kRendezvous, m); });
     }
   });
 }
@@ -58,7 +50,7 @@ void RendezvousCalls::report_failure(const std::string& reason, ErrorFn failed) 
     try {
       h->report_failure(reason);
     } catch (const std::exception& e) {
-      if (failed) post(s, [failed, m = std::string(e.what())] { failed(m); });
+      if (failed) s->post([failed, m = std::string(e.what())] { failed(m); });
     }
   });
 }
@@ -67,9 +59,9 @@ void RendezvousCalls::report_success(std::function<void()> done, ErrorFn failed)
   caller_->call([h = handler_, s = sink_, done = std::move(done), failed = std::move(failed)] {
     try {
       h->report_success();
-      post(s, done);
+      s->post(done);
     } catch (const std::exception& e) {
-      post(s, [failed, m = std::string(e.what())] { failed(m); });
+      s->post([failed, m = std::string(e.what())] { failed(m); });
     }
   });
 }
@@ -78,9 +70,9 @@ void RendezvousCalls::all_succeeded(std::function<void(bool)> done, ErrorFn fail
   caller_->call([h = handler_, s = sink_, done = std::move(done), failed = std::move(failed)] {
     try {
       const bool all = h->all_succeeded();
-      post(s, [done, all] { done(all); });
+      s->post([done, all] { done(all); });
     } catch (const std::exception& e) {
-      post(s, [failed, m = std::string(e.what())] { failed(m); });
+      s->post([failed, m = std::string(e.what())] { failed(m); });
     }
   });
 }
@@ -90,9 +82,9 @@ void RendezvousCalls::exclude_self(const std::string& why, std::function<void(co
   caller_->call([h = handler_, s = sink_, why, done = std::move(done), failed = std::move(failed)] {
     try {
       auto ex = h->exclude_self(why);
-      post(s, [done, ex] { done(ex); });
+      s->post([done, ex] { done(ex); });
     } catch (const std::exception& e) {
-      post(s, [failed, m = std::string(e.what())] { failed(m); });
+      s->post([failed, m = std::string(e.what())] { failed(m); });
     }
   });
 }
@@ -104,7 +96,7 @@ void RendezvousCalls::close(const std::string& reason, std::function<void()> don
     } catch (const std::exception&) {
       // The caller exits either way: the other nodes notice through the lease.
     }
-    if (done) post(s, done);
+    if (done) s->post(done);
   });
 }
 
@@ -118,7 +110,7 @@ void RendezvousCalls::check_health(std::shared_ptr<HealthCheck> check,
     } catch (const std::exception& e) {
       v.note = "no store check: " + std::string(e.what());  // the rendezvous reports it
     }
-    post(s, [done, v] { done(v); });
+    s->post([done, v] { done(v); });
   });
 }
 

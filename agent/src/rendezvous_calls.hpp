@@ -55,14 +55,7 @@ class RendezvousCalls {
   bool busy() const { return caller_->busy(); }
 
  private:
-  // Lets the calling thread post to the io_context only while it exists.
-  struct Sink {
-    std::mutex mu;
-    boost::asio::io_context* io = nullptr;
-  };
-  static void post(const std::shared_ptr<Sink>& sink, std::function<void()> fn);
-
-  std::shared_ptr<Sink> sink_ = std::make_shared<Sink>();
+  std::shared_ptr<IoSink> sink_;
   // Shared with closures on the blocking thread, which may outlive us (abandon).
   std::shared_ptr<rdzv::RendezvousHandler> handler_;
   std::unique_ptr<BlockingCaller> caller_;  // after handler_: destroyed first

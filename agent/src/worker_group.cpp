@@ -37,24 +37,22 @@ void WorkerGroup::start(const GroupLaunch& launch) {
   workers_.clear();
   failures_.clear();
   succeeded_ = 0;
+  dropped_ = 0;
   stack_dumps_ = 0;
   state_ = State::kRunning;
+  launch_ = launch;
   const auto& round = *launch.round;
   rank_offset_ = round.rank_offset;
   restart_count_ = launch.restart_count;
 
-  const auto console_ok = [&](int lr) {
-    return cfg_.local_ranks_filter.empty() ||
-           std::find(cfg_.local_ranks_filter.begin(), cfg_.local_ranks_filter.end(), lr) !=
-               cfg_.local_ranks_filter.end();
-  };
   // torchrun's --duplicate_std*_filters: one file per attempt, every rank's lines.
-  std::shared_ptr<SharedLog> filtered_out, filtered_err;
+  filtered_out_.reset();
+  filtered_err_.reset();
   if (!cfg_.duplicate_stdout_filters.empty()) {
-    filtered_out = std::make_shared<SharedLog>(run_dir_.attempt(attempt_) / "filtered_stdout.log");
+    filtered_out_ = std::make_shared<SharedLog>(run_dir_.attempt(attempt_) / "filtered_stdout.log");
   }
   if (!cfg_.duplicate_stderr_filters.empty()) {
-    filtered_err = std::make_shared<SharedLog>(run_dir_.attempt(attempt_) / "filtered_stderr.log");
+    filtered_err_ = std::make_shared<SharedLog>(run_dir_.attempt(attempt_) / "filtered_stderr.log");
   }
   // Build every Worker first: output callbacks index into `workers_`, which must
   // not reallocate once spawning starts.
@@ -63,108 +61,176 @@ void WorkerGroup::start(const GroupLaunch& launch) {
     Worker& w = workers_[static_cast<std::size_t>(lr)];
     w.local_rank = lr;
     w.rank = round.rank_offset + lr;
-    const auto dir = run_dir_.worker(attempt_, lr);
-    w.error_file = (dir / "error.json").string();
-    const Std redirect = cfg_.redirects.for_rank(lr);
-    const Std tee = cfg_.tee.for_rank(lr);
-    WorkerOutputOptions out;
-    out.rank = w.rank;
-    out.prefix = expand_prefix(cfg_.line_prefix_template, w.rank, lr, cfg_.role);
-    out.console_out = !has(redirect, Std::kOut) && console_ok(lr);
-    out.console_err = !has(redirect, Std::kErr) && console_ok(lr);
-    if (has(redirect, Std::kOut) || has(tee, Std::kOut)) out.out_file = dir / "stdout.log";
-    if (has(redirect, Std::kErr) || has(tee, Std::kErr)) out.err_file = dir / "stderr.log";
-    out.out_filters = cfg_.duplicate_stdout_filters;
-    out.err_filters = cfg_.duplicate_stderr_filters;
-    out.filtered_out = filtered_out;
-    out.filtered_err = filtered_err;
-    w.stderr_log = out.err_file.string();
-    w.terminal = terminal_.plan(lr, out);
-    w.output = std::make_unique<WorkerOutput>(out);  // throws ConfigError
+    w.error_file = (run_dir_.worker(attempt_, lr) / "error.json").string();
+    make_output(w, /*append=*/false);
   }
 
-  std::vector<std::string> cpus;
+  cpus_.clear();
   if (cfg_.numa_binding != NumaBinding::kNone) {
     const auto cvd = launch.base_env->find("CUDA_VISIBLE_DEVICES");
     std::string notice;
-    cpus = machine_numa_binding(cfg_.numa_binding, cfg_.nproc_per_node,
-                                cvd == launch.base_env->end() ? "" : cvd->second, &notice);
+    cpus_ = machine_numa_binding(cfg_.numa_binding, cfg_.nproc_per_node,
+                                 cvd == launch.base_env->end() ? "" : cvd->second, &notice);
     if (!notice.empty() && !numa_notice_logged_) log_->info("{}", notice);
     numa_notice_logged_ = true;
-    for (std::size_t lr = 0; lr < cpus.size(); ++lr) {
+    for (std::size_t lr = 0; lr < cpus_.size(); ++lr) {
       log_->debug("--numa_binding={}: local rank {} on CPUs {}", numa_binding_name(cfg_.numa_binding), lr,
-                  cpus[lr]);
+                  cpus_[lr]);
     }
   }
-  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
-    Worker& w = workers_[static_cast<std::size_t>(lr)];
-    WorkerEnvInput in;
-    in.local_rank = lr;
-    in.local_world_size = cfg_.nproc_per_node;
-    in.role = cfg_.role;
-    in.restart_count = launch.restart_count;
-    in.max_restarts = cfg_.max_restarts;
-    in.run_id = cfg_.rendezvous.run_id;
-    in.error_file = w.error_file;
-    in.token_file = cfg_.token_file.string();
-    in.default_omp_threads = cfg_.default_omp_threads;
-    in.torch_store = launch.torch_store;
-    in.virtual_local_rank = cfg_.virtual_local_rank;
-    in.reform = launch.reform;
-    if (!omp_notice_logged_ && sets_default_omp_threads(*launch.base_env, in)) {
-      omp_notice_logged_ = true;
-      log_->info(
-          "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "
-          "set it yourself to tune");
-    }
-    SpawnSpec spec;
-    spec.executable = cfg_.argv.at(0);
-    spec.args.assign(cfg_.argv.begin() + 1, cfg_.argv.end());
-    if (cfg_.local_rank_arg_index >= 0) {
-      const auto at =
-          std::min<std::size_t>(static_cast<std::size_t>(cfg_.local_rank_arg_index), spec.args.size());
-      spec.args.insert(spec.args.begin() + static_cast<std::ptrdiff_t>(at),
-                       "--local_rank=" + std::to_string(lr));
-    }
-    EnvMap env = build_worker_env(*launch.base_env, round, in);
-    if (launch.extra_env != nullptr) {
-      for (const auto& [k, v] : *launch.extra_env) env[k] = v;
-    }
-    heartbeats_->add_env(lr, env);
-    if (const auto file = (run_dir_.worker(attempt_, lr) / "python_stacks.txt").string();
-        is_python_command(spec.executable) && add_python_stack_hook(env, file)) {
-      w.python_stack_file = file;
-    }
-    spec.env = to_env_strings(env);
-    spec.stop_timeout = cfg_.stop_timeout;
-    if (!cpus.empty()) spec.cpu_affinity = cpu_set_from_list(cpus[static_cast<std::size_t>(lr)]);
-    ZygoteSpawn zygote;
-    // The zygote's forks would keep its affinity: bound workers are exec'd.
-    if (zygote_ != nullptr && !spec.cpu_affinity && spec.args.size() >= 2) {
-      // {"-u", SCRIPT, ARGS...}: the zygote runs it as `python3 -u SCRIPT ARGS...` would.
-      zygote.argv.assign(spec.args.begin() + 1, spec.args.end());
-      zygote.connect = zygote_->connector();
-    }
+  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) spawn(lr, launch.restart_count, /*joining=*/false);
+}
 
-    ChildHandlers handlers;
-    handlers.on_output = [this, lr, att = attempt_](StdStream s, std::string_view bytes) {
-      if (att == attempt_) workers_[static_cast<std::size_t>(lr)].output->feed(s, bytes);
-    };
-    handlers.on_exit = [this, lr, att = attempt_](int status) {
-      if (att == attempt_) on_exit(lr, status);
-    };
-    ++pending_spawns_;
-    runner_.spawn(
-        std::move(spec), std::move(handlers),
-        [this, lr, att = attempt_](pid_t pid, const std::string& error) {
-          if (att == attempt_) on_spawned(lr, pid, error);
-        },
-        terminal_.open_stdio(lr, w.terminal,
-                             [this, lr, att = attempt_](std::string_view bytes) {
-                               if (att == attempt_)
-                                 workers_[static_cast<std::size_t>(lr)].output->echo(bytes);
-                             }),
-        std::move(zygote));
+void WorkerGroup::make_output(Worker& w, bool append) {
+  const int lr = w.local_rank;
+  const auto dir = run_dir_.worker(attempt_, lr);
+  const Std redirect = cfg_.redirects.for_rank(lr);
+  const Std tee = cfg_.tee.for_rank(lr);
+  const bool console = cfg_.local_ranks_filter.empty() ||
+                       std::find(cfg_.local_ranks_filter.begin(), cfg_.local_ranks_filter.end(), lr) !=
+                           cfg_.local_ranks_filter.end();
+  WorkerOutputOptions out;
+  out.rank = w.rank;
+  out.prefix = expand_prefix(cfg_.line_prefix_template, w.rank, lr, cfg_.role);
+  out.console_out = !has(redirect, Std::kOut) && console;
+  out.console_err = !has(redirect, Std::kErr) && console;
+  if (has(redirect, Std::kOut) || has(tee, Std::kOut)) out.out_file = dir / "stdout.log";
+  if (has(redirect, Std::kErr) || has(tee, Std::kErr)) out.err_file = dir / "stderr.log";
+  out.append_files = append;
+  out.out_filters = cfg_.duplicate_stdout_filters;
+  out.err_filters = cfg_.duplicate_stderr_filters;
+  out.filtered_out = filtered_out_;
+  out.filtered_err = filtered_err_;
+  w.stderr_log = out.err_file.string();
+  w.terminal = terminal_.plan(lr, out);
+  w.output = std::make_unique<WorkerOutput>(out);  // throws ConfigError
+}
+
+void WorkerGroup::spawn(int lr, int restart_count, bool joining) {
+  Worker& w = workers_[static_cast<std::size_t>(lr)];
+  const auto& launch = launch_;
+  WorkerEnvInput in;
+  in.local_rank = lr;
+  in.local_world_size = cfg_.nproc_per_node;
+  in.role = cfg_.role;
+  in.restart_count = restart_count;
+  in.max_restarts = cfg_.max_restarts;
+  in.run_id = cfg_.rendezvous.run_id;
+  in.error_file = w.error_file;
+  in.token_file = cfg_.token_file.string();
+  in.default_omp_threads = cfg_.default_omp_threads;
+  in.torch_store = launch.torch_store;
+  in.virtual_local_rank = cfg_.virtual_local_rank;
+  in.reform = launch.reform;
+  in.reform_joining = joining;
+  if (!omp_notice_logged_ && sets_default_omp_threads(*launch.base_env, in)) {
+    omp_notice_logged_ = true;
+    log_->info(
+        "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "
+        "set it yourself to tune");
+  }
+  SpawnSpec spec;
+  spec.executable = cfg_.argv.at(0);
+  spec.args.assign(cfg_.argv.begin() + 1, cfg_.argv.end());
+  if (cfg_.local_rank_arg_index >= 0) {
+    const auto at =
+        std::min<std::size_t>(static_cast<std::size_t>(cfg_.local_rank_arg_index), spec.args.size());
+    spec.args.insert(spec.args.begin() + static_cast<std::ptrdiff_t>(at),
+                     "--local_rank=" + std::to_string(lr));
+  }
+  EnvMap env = build_worker_env(*launch.base_env, *launch.round, in);
+  if (launch.extra_env != nullptr) {
+    for (const auto& [k, v] : *launch.extra_env) env[k] = v;
+  }
+  heartbeats_->add_env(lr, env);
+  if (const auto file = (run_dir_.worker(attempt_, lr) / "python_stacks.txt").string();
+      is_python_command(spec.executable) && add_python_stack_hook(env, file)) {
+    w.python_stack_file = file;
+  }
+  spec.env = to_env_strings(env);
+  spec.stop_timeout = cfg_.stop_timeout;
+  if (!cpus_.empty()) spec.cpu_affinity = cpu_set_from_list(cpus_[static_cast<std::size_t>(lr)]);
+  ZygoteSpawn zygote;
+  // The zygote's forks would keep its affinity: bound workers are exec'd.
+  if (zygote_ != nullptr && !spec.cpu_affinity && spec.args.size() >= 2) {
+    // {"-u", SCRIPT, ARGS...}: the zygote runs it as `python3 -u SCRIPT ARGS...` would.
+    zygote.argv.assign(spec.args.begin() + 1, spec.args.end());
+    zygote.connect = zygote_->connector();
+  }
+
+  // Callbacks of an earlier attempt, or of the worker this one replaced, are stale.
+  const auto current = [this, lr, att = attempt_, inc = w.incarnation] {
+    return att == attempt_ && inc == workers_[static_cast<std::size_t>(lr)].incarnation;
+  };
+  ChildHandlers handlers;
+  handlers.on_output = [this, lr, current](StdStream s, std::string_view bytes) {
+    if (current()) workers_[static_cast<std::size_t>(lr)].output->feed(s, bytes);
+  };
+  handlers.on_exit = [this, lr, current](int status) {
+    if (current()) on_exit(lr, status);
+  };
+  ++pending_spawns_;
+  runner_.spawn(
+      std::move(spec), std::move(handlers),
+      [this, lr, current](pid_t pid, const std::string& error) {
+        if (current()) on_spawned(lr, pid, error);
+      },
+      terminal_.open_stdio(lr, w.terminal,
+                           [this, lr, current](std::string_view bytes) {
+                             if (current()) workers_[static_cast<std::size_t>(lr)].output->echo(bytes);
+                           }),
+      std::move(zygote));
+}
+
+void WorkerGroup::replace(int local_rank, int restart_count) {
+  if (state_ != State::kRunning || local_rank < 0 || static_cast<std::size_t>(local_rank) >= workers_.size())
+    return;
+  Worker& w = workers_[static_cast<std::size_t>(local_rank)];
+  if (!w.done) {
+    w.replace_with_restart_count = restart_count;  // on_exit starts it
+    return;
+  }
+  const int rank = w.rank;
+  const int incarnation = w.incarnation + 1;
+  const std::string error_file = w.error_file;
+  w = Worker{};
+  w.local_rank = local_rank;
+  w.rank = rank;
+  w.incarnation = incarnation;
+  w.error_file = error_file;
+  // Read into the failure record already; the replacement writes its own.
+  std::error_code ignored;
+  std::filesystem::remove(error_file, ignored);
+  heartbeats_->restart_worker(local_rank);
+  watch_.clear(local_rank);
+  try {
+    make_output(w, /*append=*/true);
+  } catch (const ConfigError& e) {
+    w.done = true;
+    w.spawn_error = e.what();
+    w.wait_status = 127 << 8;
+    failures_.push_back(make_failure(w));
+    events_.failed();
+    return;
+  }
+  spawn(local_rank, restart_count, /*joining=*/true);
+}
+
+void WorkerGroup::drop(int local_rank) {
+  if (state_ != State::kRunning || local_rank < 0 || static_cast<std::size_t>(local_rank) >= workers_.size())
+    return;
+  Worker& w = workers_[static_cast<std::size_t>(local_rank)];
+  if (w.dropped) return;
+  w.dropped = true;
+  w.replace_with_restart_count = -1;
+  ++dropped_;
+  succeed_if_done();
+}
+
+void WorkerGroup::succeed_if_done() {
+  if (state_ == State::kRunning && succeeded_ + dropped_ >= cfg_.nproc_per_node) {
+    state_ = State::kSucceeded;
+    events_.succeeded();
   }
 }
 
@@ -197,6 +263,9 @@ void WorkerGroup::on_spawned(int local_rank, pid_t pid, const std::string& error
   }
   if (state_ == State::kStopping) {
     runner_.signal_group(pid, stop_signal_);
+  } else if (state_ == State::kRunning && w.incarnation > 0) {
+    log_->info("started a replacement rank={} local_rank={} pid={} attempt={}", w.rank, local_rank, pid,
+               attempt_);
   } else if (state_ == State::kRunning && pending_spawns_ == 0) {
     std::string pids;
     for (const auto& x : workers_) {
@@ -227,15 +296,19 @@ void WorkerGroup::on_exit(int local_rank, int wait_status) {
   events_.exited(w);
   const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
   if (state_ == State::kRunning) {
+    if (w.replace_with_restart_count >= 0) {  // its replacement was waiting for this exit
+      replace(local_rank, w.replace_with_restart_count);
+      return;
+    }
     if (w.hung) return;  // killed for hanging: recorded once the others' stacks are in
     if (!ok) {
       failures_.push_back(make_failure(w));
       log_->warn("worker failed rank={} local_rank={} pid={}: {}", w.rank, w.local_rank, w.pid,
                  failures_.back().how());
       events_.failed();
-    } else if (++succeeded_ == cfg_.nproc_per_node) {
-      state_ = State::kSucceeded;
-      events_.succeeded();
+    } else {
+      ++succeeded_;
+      succeed_if_done();
     }
     return;
   }

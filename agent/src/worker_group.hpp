@@ -51,6 +51,13 @@ struct Worker {
   bool hung = false;               // killed for hanging: its failure is already recorded
   bool timer_scopes_full = false;  // warned that it has the most FileTimer scopes ddprun keeps
   std::string python_stack_file;   // its faulthandler dump file; empty: native
+  // --on_failure=reform: how many times this slot's worker was replaced in
+  // the attempt (callbacks of an earlier worker are ignored); whether the
+  // slot's replacement waits for the failed worker's exit; whether the slot
+  // was given up (no replacement: the job goes on without it).
+  int incarnation = 0;
+  int replace_with_restart_count = -1;  // >= 0: replace once it exited
+  bool dropped = false;
 };
 
 struct WorkerGroupEvents {
@@ -110,6 +117,17 @@ class WorkerGroup {
   // --preload: Python-script workers are forked by `zygote` from now on (null: never).
   void use_zygote(PreloadZygote* zygote) { zygote_ = zygote; }
 
+  // --on_failure=reform: starts a replacement for `local_rank`, whose worker
+  // failed, within the running attempt: same RANK, LOCAL_RANK and WORLD_SIZE,
+  // DDP_REFORM_JOINING=1, TORCHELASTIC_RESTART_COUNT=`restart_count`, its
+  // output where the slot's went (log files appended to), its liveness state
+  // fresh. A worker still exiting (a hung one being killed) is replaced once
+  // it exited. Nothing happens unless the group runs.
+  void replace(int local_rank, int restart_count);
+  // --on_failure=reform: the slot's failed worker is not replaced; the group
+  // succeeds once every other slot's worker exited 0.
+  void drop(int local_rank);
+
   // Liveness. A torch FileTimer request from a worker (or a process of its tree).
   void on_timer_request(const TimerRequest& r);
   // Collects every live worker's stack into the attempt's log directory (SIGURG to ddprun).
@@ -157,6 +175,12 @@ class WorkerGroup {
   // The local rank whose worker is `pid` or an ancestor of it; -1 if none.
   int local_rank_of(pid_t pid) const;
   WorkerFailure make_failure(const Worker& w) const;
+  // Sets up `w`'s output (ConfigError when a log file cannot be opened);
+  // `append`: a replacement's, after the lines of the worker it replaces.
+  void make_output(Worker& w, bool append);
+  // Spawns local rank `lr`'s worker (its Worker set up) with `launch_`.
+  void spawn(int lr, int restart_count, bool joining);
+  void succeed_if_done();
 
   boost::asio::io_context& io_;
   const AgentConfig& cfg_;
@@ -178,6 +202,10 @@ class WorkerGroup {
   std::vector<Worker> workers_;
   int pending_spawns_ = 0;
   int succeeded_ = 0;
+  int dropped_ = 0;  // slots given up in this attempt (--on_failure=reform)
+  GroupLaunch launch_;
+  std::vector<std::string> cpus_;  // --numa_binding, per local rank
+  std::shared_ptr<SharedLog> filtered_out_, filtered_err_;
   std::vector<WorkerFailure> failures_;  // of the current attempt
   int stop_signal_ = SIGTERM;            // what stop() sent; late spawns get it too
   // The local rank whose hang is being collected (stacks, then the report);

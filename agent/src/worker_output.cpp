@@ -12,11 +12,11 @@
 namespace ddp::agent {
 namespace {
 
-int open_log(const std::filesystem::path& path) {
+int open_log(const std::filesystem::path& path, bool append) {
   if (path.empty()) return -1;
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw ConfigError("--log_dir: cannot create " + path.string() + ": " + errno_text(errno));
   }
@@ -84,9 +84,9 @@ WorkerOutput::WorkerOutput(WorkerOutputOptions options)
   err_.stream = options_.stream_err;
   err_.console = options_.console_err;
   err_.console_fd = options_.console_err_fd;
-  out_.file_fd = open_log(options_.out_file);
+  out_.file_fd = open_log(options_.out_file, options_.append_files);
   try {
-    err_.file_fd = open_log(options_.err_file);
+    err_.file_fd = open_log(options_.err_file, options_.append_files);
   } catch (...) {
     if (out_.file_fd >= 0) ::close(out_.file_fd);
     throw;

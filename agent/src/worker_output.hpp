@@ -42,6 +42,7 @@ struct WorkerOutputOptions {
   bool console_err = true;         // stderr lines reach the agent's stderr
   std::filesystem::path out_file;  // empty: stdout not logged to a file
   std::filesystem::path err_file;  // empty: stderr not logged to a file
+  bool append_files = false;       // after what the files hold (a replacement's); else truncated
   std::size_t tail_lines = 10;     // stderr lines kept for the failure report
   int console_out_fd = 1;
   int console_err_fd = 2;

@@ -1,0 +1,61 @@
+// The agent's writes to the workers' store for --on_failure=reform
+// (docs/reform.md, "The contract between agent and SDK"): why a slot was
+// lost, the new size and the new generation, in that order. Store calls
+// block, so they run on a thread of their own, with a client of the workers'
+// store made on first use; results come back on the io thread, only while
+// the io_context exists.
+//
+// Thread-safety: construct, call and destroy on the io thread.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "blocking_caller.hpp"
+#include "ddp/common/endpoint.hpp"
+
+namespace ddp::agent {
+
+class ReformStore {
+ public:
+  // One lost worker.
+  struct Loss {
+    Endpoint store;      // the round's store_endpoint, which the workers use
+    std::string token;   // the store's auth token; empty: none
+    std::string prefix;  // R: the round's worker_prefix + "reform/"
+    int slot = 0;
+    std::string reason;  // one line
+    int delta = 0;       // added to R/size: 0 with a replacement, -1 without
+    // R/size may not fall below this: then R/generation is left alone and
+    // `below_min` says so.
+    std::int64_t min_size = 0;
+  };
+  struct Outcome {
+    std::int64_t size = 0;        // R/size after the add
+    std::int64_t generation = 0;  // R/generation after the add
+    bool below_min = false;
+  };
+
+  explicit ReformStore(boost::asio::io_context& io);
+  ~ReformStore();
+  ReformStore(const ReformStore&) = delete;
+  ReformStore& operator=(const ReformStore&) = delete;
+
+  // set(R/lost/<slot>), add(R/size, delta), then (unless below min_size)
+  // add(R/generation, 1); `failed` gets the store's error.
+  void lose(Loss loss, std::function<void(const Outcome&)> done,
+            std::function<void(const std::string&)> failed);
+
+  bool busy() const { return caller_->busy(); }
+
+ private:
+  struct Client;  // the store's client, made and used on the caller's thread only
+  std::shared_ptr<IoSink> sink_;
+  std::shared_ptr<Client> client_;
+  std::unique_ptr<BlockingCaller> caller_;  // last: destroyed first
+};
+
+}  // namespace ddp::agent

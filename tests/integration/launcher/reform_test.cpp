@@ -1,0 +1,252 @@
+// --on_failure=reform (docs/reform.md): a failed worker is replaced, or given
+// up, while its siblings keep their processes; the agent writes the
+// generation and size to the workers' store.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "launcher_test_util.hpp"
+
+using namespace ddp::test;
+using namespace ddp::test::launcher;
+using namespace std::chrono_literals;
+
+namespace {
+
+// FAKE_PID_FILE lines of `rank` that say `what` ("start", "exit"): their pids.
+std::vector<pid_t> pids_of(const fs::path& pid_file, int rank, const std::string& what) {
+  std::vector<pid_t> out;
+  std::istringstream lines(read_file(pid_file));
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream in(line);
+    pid_t pid = 0;
+    int r = -1;
+    std::string w;
+    if (in >> pid >> r >> w && r == rank && w == what) out.push_back(pid);
+  }
+  return out;
+}
+
+// Waits until `rank` has started `n` times; returns the latest pid (-1 on timeout).
+pid_t wait_for_start(const fs::path& pid_file, int rank, std::size_t n) {
+  pid_t pid = -1;
+  wait_until(
+      [&] {
+        const auto p = pids_of(pid_file, rank, "start");
+        if (p.size() < n) return false;
+        pid = p.back();
+        return true;
+      },
+      15s);
+  return pid;
+}
+
+// `ddp-store list` of the job's reform keys, as key (after "reform/") -> value.
+std::map<std::string, std::string> reform_keys(const TempDir& dir, const std::string& endpoint,
+                                               const std::string& prefix) {
+  const auto r =
+      run({bin("ddp-store").string(), "--endpoint", endpoint, "list", prefix + "reform/"}, dir.path());
+  std::map<std::string, std::string> out;
+  std::istringstream lines(r.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto tab = line.find('\t');
+    if (tab == std::string::npos) continue;
+    out[line.substr(prefix.size() + 7, tab - prefix.size() - 7)] = line.substr(tab + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its siblings run on") {
+  TempDir dir;
+  const auto pid_file = dir / "pids";
+  const auto events = dir / "events.jsonl";
+  // Every worker runs 5 s and exits 0: a sibling signalled by ddprun would
+  // die without its "exit" line.
+  Process job(ddprun_argv({"--standalone", "--nproc_per_node=3", "--on_failure=reform", "--max_restarts=2",
+                           "--event_log", events.string(), "--no_python", bin("fake_worker").string()}),
+              dir.path(),
+              clean_env({{"FAKE_PID_FILE", pid_file.string()},
+                         {"FAKE_ENV_DUMP", dir.path().string()},
+                         {"FAKE_SLEEP_MS", "5000"}}),
+              "ddprun");
+  const pid_t first = wait_for_start(pid_file, 1, 1);
+  const pid_t sibling0 = wait_for_start(pid_file, 0, 1);
+  const pid_t sibling2 = wait_for_start(pid_file, 2, 1);
+  REQUIRE(first > 0);
+  REQUIRE(sibling0 > 0);
+  REQUIRE(sibling2 > 0);
+  REQUIRE(::kill(first, SIGKILL) == 0);
+  const pid_t second = wait_for_start(pid_file, 1, 2);
+  INFO(job.err());
+  REQUIRE(second > 0);
+
+  auto env = read_env_dump(dir / "rank_1.env");
+  CHECK(env["RANK"] == "1");
+  CHECK(env["LOCAL_RANK"] == "1");
+  CHECK(env["WORLD_SIZE"] == "3");
+  CHECK(env["DDP_ON_FAILURE"] == "reform");
+  CHECK(env["DDP_REFORM_JOINING"] == "1");
+  CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "1");
+  const auto sibling_env = read_env_dump(dir / "rank_0.env");
+  CHECK(sibling_env.at("DDP_ON_FAILURE") == "reform");
+  CHECK(sibling_env.count("DDP_REFORM_JOINING") == 0);
+  const std::string endpoint = env["DDP_STORE_ENDPOINT"];
+  const std::string prefix = env["DDP_STORE_PREFIX"];
+  auto keys = reform_keys(dir, endpoint, prefix);
+  CHECK(keys["generation"] == "1");
+  CHECK(keys["size"] == "0");
+  CHECK(keys["lost/1"] == "rank 1 on " +
+                              read_file("/proc/sys/kernel/hostname")
+                                  .substr(0, read_file("/proc/sys/kernel/hostname").find('\n')) +
+                              ": signal SIGKILL");
+
+  // A second failure while the group re-forms: the generation moves on again.
+  REQUIRE(::kill(second, SIGKILL) == 0);
+  const pid_t third = wait_for_start(pid_file, 1, 3);
+  REQUIRE(third > 0);
+  env = read_env_dump(dir / "rank_1.env");
+  CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "2");
+  keys = reform_keys(dir, endpoint, prefix);
+  CHECK(keys["generation"] == "2");
+  CHECK(keys["size"] == "0");
+
+  CHECK(job.wait(30s) == std::optional<int>(0));
+  // The siblings kept their one process each, which ran to its own end.
+  CHECK(pids_of(pid_file, 0, "start") == std::vector<pid_t>{sibling0});
+  CHECK(pids_of(pid_file, 2, "start") == std::vector<pid_t>{sibling2});
+  CHECK(pids_of(pid_file, 0, "exit") == std::vector<pid_t>{sibling0});
+  CHECK(pids_of(pid_file, 2, "exit") == std::vector<pid_t>{sibling2});
+  CHECK(pids_of(pid_file, 1, "exit") == std::vector<pid_t>{third});
+  const auto err = job.err();
+  CHECK_THAT(err, Catch::Contains("reform: rank 1 lost (signal SIGKILL); starting a replacement (1/2)"));
+  CHECK_THAT(err, Catch::Contains("reform: rank 1 lost (signal SIGKILL); starting a replacement (2/2)"));
+  CHECK(count_lines(err, "stopping") == 0);
+  const auto log = read_file(events);
+  CHECK(count_lines(log, "\"event\":\"reform\"") == 2);
+  CHECK_THAT(log, Catch::Contains("\"generation\":2"));
+  CHECK(count_lines(log, "\"event\":\"restart\"") == 0);
+}
+
+TEST_CASE(
+    "on_failure=reform with the restarts spent: the job goes on without the slot while MIN nodes' workers "
+    "are left") {
+  TempDir dir;
+  LocalDaemon daemon(dir);
+  REQUIRE(daemon.port > 0);
+  const auto pid_file = dir / "pids";
+  auto node = [&](int n) {
+    return ddprun_argv({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + daemon.endpoint,
+                        "--rdzv_id=shrink", "--rdzv_conf=join_timeout=30,last_call_timeout=10",
+                        "--local_addr=node" + std::to_string(n), "--nproc_per_node=2", "--on_failure=reform",
+                        "--no_python", bin("fake_worker").string()});
+  };
+  const auto env = clean_env({{"FAKE_PID_FILE", pid_file.string()},
+                              {"FAKE_ENV_DUMP", dir.path().string()},
+                              {"FAKE_SLEEP_MS", "5000"}});
+  Process n0(node(0), dir.path(), env, "node0");
+  Process n1(node(1), dir.path(), env, "node1");
+  std::vector<pid_t> started(4, -1);
+  for (int r = 0; r < 4; ++r) started[static_cast<std::size_t>(r)] = wait_for_start(pid_file, r, 1);
+  INFO("node 0:\n" << n0.err() << "node 1:\n" << n1.err());
+  REQUIRE(started[3] > 0);
+  REQUIRE(::kill(started[3], SIGKILL) == 0);
+  CHECK(n0.wait(30s) == std::optional<int>(0));
+  CHECK(n1.wait(30s) == std::optional<int>(0));
+  // Nobody replaced it, and the three others ran to their own end.
+  CHECK(pids_of(pid_file, 3, "start").size() == 1);
+  for (int r = 0; r < 3; ++r) {
+    CHECK(pids_of(pid_file, r, "exit") == std::vector<pid_t>{started[static_cast<std::size_t>(r)]});
+  }
+  const auto dump = read_env_dump(dir / "rank_0.env");
+  auto keys = reform_keys(dir, daemon.endpoint, dump.at("DDP_STORE_PREFIX"));
+  CHECK(keys["generation"] == "1");
+  CHECK(keys["size"] == "-1");
+  // Group ranks go by arrival: either node may hold rank 3.
+  CHECK_THAT(keys["lost/3"], Catch::Matches("rank 3 on node[01]: signal SIGKILL"));
+  CHECK_THAT(n0.err() + n1.err(),
+             Catch::Contains("reform: rank 3 lost (signal SIGKILL); max_restarts=0 is spent: the job "
+                             "goes on without it"));
+}
+
+TEST_CASE("on_failure=reform below the job's minimum: one line naming the lost rank and exit 1") {
+  TempDir dir;
+  const auto pid_file = dir / "pids";
+  Process job(ddprun_argv({"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--stop_timeout=2",
+                           "--no_python", bin("fake_worker").string()}),
+              dir.path(), clean_env({{"FAKE_PID_FILE", pid_file.string()}, {"FAKE_SLEEP_MS", "10000"}}),
+              "ddprun");
+  const pid_t victim = wait_for_start(pid_file, 1, 1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  CHECK(job.wait(30s) == std::optional<int>(1));
+  const auto err = job.err();
+  INFO(err);
+  REQUIRE(count_lines(err, "ddprun: error:") == 1);
+  CHECK_THAT(err, Catch::Contains(
+                      "ddprun: error: reform: rank 1 lost and max_restarts=0 is spent: 1 worker(s) would "
+                      "be left, fewer than the job's minimum of 2 (--nnodes MIN 1 x --nproc_per_node "
+                      "2); raise --max_restarts or lower the --nnodes minimum"));
+  CHECK(pids_of(pid_file, 1, "start").size() == 1);
+}
+
+TEST_CASE("on_failure=reform: a worker that did not catch ddp::MembershipChanged falls back to restarting") {
+  TempDir dir;
+  // Rank 1 dies of the exception (its error file says so) on the first
+  // attempt and succeeds on the restart.
+  auto r = ddprun({"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--max_restarts=1",
+                   "--no_python", bin("fake_worker").string()},
+                  dir,
+                  {{"FAKE_ONLY_RANK", "1"},
+                   {"FAKE_ERROR_MESSAGE", "ddp::MembershipChanged: generation 1: rank 0 left"},
+                   {"FAKE_FAIL_ON_RESTART_BELOW", "1"},
+                   {"FAKE_ENV_DUMP", dir.path().string()}});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(
+      count_lines(
+          r.err,
+          "rank 1 did not catch ddp::MembershipChanged: falling back to --on_failure=restart for this run") ==
+      1);
+  CHECK(count_lines(r.err, "restarting workers (1/1)") == 1);
+  // The restarted workers are told nothing of re-forming.
+  const auto env = read_env_dump(dir / "rank_1.env");
+  CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "1");
+  CHECK(env.count("DDP_ON_FAILURE") == 0);
+  CHECK(env.count("DDP_REFORM_JOINING") == 0);
+}
+
+TEST_CASE(
+    "on_failure=reform: a worker killed for hanging (FileTimer) is replaced while its sibling runs on") {
+  TempDir dir;
+  // Rank 1 arms a FileTimer scope due in a second and hangs; its replacement
+  // exits 0 at once. Rank 0 runs 3 s and notes that it ran to its end.
+  const auto worker = dir / "worker.sh";
+  write_file(worker,
+             "req() { printf '{\"version\": 1, \"pid\": %d, \"scope_id\": \"%s\", \"expiration_time\": %s, "
+             "\"signal\": %d}\\n' $$ \"$1\" \"$2\" \"$3\" > \"$TORCHELASTIC_TIMER_FILE\"; }\n"
+             "cd '" +
+                 dir.path().string() +
+                 "'\n"
+                 "echo $$ >> starts_$RANK\n"
+                 "if [ \"$RANK\" = 1 ] && [ -z \"$DDP_REFORM_JOINING\" ]; then\n"
+                 "  req step $(( $(date +%s) + 1 )) 9; sleep 30\n"
+                 "fi\n"
+                 "if [ \"$RANK\" = 0 ]; then sleep 3; echo $$ > done_0; fi\n");
+  auto r = ddprun({"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--max_restarts=1",
+                   "--no_python", "/bin/sh", worker.string()},
+                  dir, {{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("reform: rank 1 lost (hung, "));
+  CHECK_THAT(r.err, Catch::Contains("; starting a replacement (1/1)"));
+  CHECK(count_lines(read_file(dir / "starts_1"), "") == 2);
+  CHECK(count_lines(read_file(dir / "starts_0"), "") == 1);
+  CHECK(read_file(dir / "done_0") == read_file(dir / "starts_0"));
+}
