@@ -154,8 +154,8 @@ struct Pending {
 
 void report(const ddp::Context& ctx, const Pending& p, std::int64_t step) {
   const auto kill = read_kill(ctx);
-  const bool ours = kill && (p.restart ? kill->attempt == ctx.restart_count - 1 && kill->generation == 0
-                                       : kill->generation == p.generation - 1);
+  // A kill of an earlier world (a restart may follow a replacement's restart too).
+  const bool ours = kill && (p.restart ? kill->attempt < ctx.restart_count : kill->generation < p.generation);
   std::string cost = "rank killed -> next step ?";
   std::string lost = "?";
   if (ours) {
@@ -184,6 +184,9 @@ std::string slot_list(const std::vector<int>& slots) {
 
 int train(const Options& opt) {
   std::optional<ddp::Section> setup(std::in_place, "setup");
+  // A write to the socket of a SIGKILLed peer must fail (and become
+  // MembershipChanged), not kill this survivor with SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   ddp::Context ctx = ddp::init();
   ddp::ProcessGroupOptions group_options;
   group_options.backend = "gloo";
