@@ -319,7 +319,7 @@ int train(const Options& opt) {
     }
   }
   if (eg.rank() == 0) {
-    std::printf("final loss %.6f after %lld epochs, %lld steps, %lld re-forms, %d restarts\n",
+    std::printf("final loss %.9f after %lld epochs, %lld steps, %lld re-forms, %d restarts\n",
                 evaluate(model, data), static_cast<long long>(counters[kEpoch]),
                 static_cast<long long>(counters[kStep]), static_cast<long long>(eg.generation()),
                 ctx.restart_count);
