@@ -281,6 +281,51 @@ int abort_on_error() {
   return g_failures ? 1 : 0;
 }
 
+// ElasticGroup over NCCL on one device: check() sees the generation move,
+// reform() aborts the communicator (ncclCommAbort) with an op still queued
+// and builds a new one in place; a Reducer built on group() keeps working.
+int elastic_reform() {
+  setenv("DDP_ON_FAILURE", "reform", 1);
+  ddp::Context ctx;
+  ctx.store = std::make_shared<ddp::store::MemoryStore>();
+  ctx.store_prefix = "t/";
+  ddp::ElasticGroup eg(ctx, nccl_options(std::chrono::seconds(30)));
+  expect(eg.enabled() && eg.group().backend() == "nccl", "an enabled ElasticGroup over nccl");
+  std::vector<float> host(1 << 20, 2.0f);
+  float* d = device_copy(host);
+  ddp::Reducer reducer(eg.group(), {std::span<float>(d, host.size())});
+  for (int round = 1; round <= 5; ++round) {
+    reducer.finalize();
+    auto pending = eg.group().all_reduce_async(d, host.size(), ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
+    ctx.store->add("t/reform/generation", 1);
+    bool threw = false;
+    try {
+      eg.check();
+    } catch (const ddp::MembershipChanged& e) {
+      threw = e.generation() == round - 1;
+    }
+    expect(threw, "check() throws MembershipChanged naming the generation left");
+    const auto t0 = Clock::now();
+    const auto info = eg.reform();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    std::printf("reform %d: %lld ms (group ready after %lld us)\n", round, static_cast<long long>(ms),
+                static_cast<long long>(info.took.count()));
+    try {
+      pending.wait(std::chrono::seconds(10));
+    } catch (const std::exception&) {
+      // aborted or done: either way it ended
+    }
+    expect(pending.is_completed(), "the op queued before reform() has ended");
+    expect(info.generation == round && info.rank == 0 && info.world_size == 1, "re-formed as rank 0 of 1");
+  }
+  eg.group().all_reduce(d, host.size(), ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
+  reducer.finalize();
+  expect(host_copy(d, 1)[0] > 0.0f, "collectives work after the last re-form");
+  cudaFree(d);
+  unsetenv("DDP_ON_FAILURE");
+  return g_failures ? 1 : 0;
+}
+
 // Single-rank SDK all-reduce against raw NCCL on the same device (a figure, not an assert).
 int bench() {
   auto store = std::make_shared<ddp::store::MemoryStore>();
@@ -356,6 +401,7 @@ int main(int argc, char** argv) {
     if (mode == "scalable-ids") return scalable_ids();
     if (mode == "abort-on-error") return abort_on_error();
     if (mode == "reducer") return reducer();
+    if (mode == "elastic-reform") return elastic_reform();
     if (mode == "bench") return bench();
   } catch (const std::exception& e) {
     std::printf("FAILED: %s\n", e.what());
@@ -364,6 +410,6 @@ int main(int argc, char** argv) {
   std::fprintf(stderr,
                "usage: ddp_gpu_nccl_test "
                "world-of-one|init-timeout|duplicate-gpu|id-never-published|scalable-ids|reducer|abort-on-"
-               "error|bench\n");
+               "error|elastic-reform|bench\n");
   return 2;
 }

@@ -24,8 +24,8 @@ struct BackendConfig {
   int rank = 0;
   int size = 1;
   ProcessGroupOptions options;
-  // Given to every Work of the group (Work::State::map_error); null: none.
-  std::shared_ptr<const Work::State::ErrorMap> map_error;
+  // Given to every Work of the group (Work::State::hooks); null: none.
+  std::shared_ptr<const WorkHooks> hooks;
 };
 
 // Arguments are validated by ProcessGroup before they get here; `timeout` is
@@ -46,10 +46,12 @@ class Backend {
   virtual Work barrier(Millis timeout, bool sync) = 0;
 
   // Called once before the backend is destroyed to re-form the group
-  // (ElasticGroup::reform): fail what is in flight instead of waiting for it,
-  // and do not tear down politely with peers that may be gone. Gloo needs
-  // nothing here: destruction closes its sockets.
+  // (ElasticGroup::reform): close the connections so that peers blocked on
+  // this rank fail at once, fail what is in flight instead of waiting for it,
+  // and do not tear down politely with peers that may be gone.
   virtual void abort() {}
+  // After abort(): whether the operation running (if any) ended within `timeout`.
+  virtual bool wait_idle(Millis /*timeout*/) { return true; }
 
   // Device memory, for a backend whose buffers live on a GPU (nccl): the
   // Reducer keeps its buckets there. A host backend has none.

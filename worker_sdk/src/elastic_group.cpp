@@ -1,14 +1,18 @@
 // ElasticGroup: the SDK side of docs/reform.md.
 #include "ddp/elastic_group.hpp"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <thread>
 
+#include "ddp/common/deadline.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/init.hpp"
 #include "ddp/store/store.hpp"
+#include "work_state.hpp"
 
 namespace ddp {
 namespace {
@@ -43,6 +47,96 @@ std::chrono::milliseconds reform_timeout(std::chrono::milliseconds fallback) {
   }
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
 }
+
+// Gloo writes to its peers' sockets without MSG_NOSIGNAL: a write to a peer
+// that just died raises SIGPIPE, whose default action kills this process
+// silently instead of failing the collective. A process that means to survive
+// a lost peer ignores it (unless the program installed its own handler).
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
+
+// The store as a generation's process group sees it: a wait or blocking get
+// polls, and gives up with MembershipChanged once the generation moves on,
+// so that a member dying while the group connects does not stall the others
+// for the group's whole timeout.
+class GenerationStore final : public store::Store {
+ public:
+  GenerationStore(std::shared_ptr<store::Store> inner, std::string generation_key, std::int64_t g)
+      : inner_(std::move(inner)), key_(std::move(generation_key)), g_(g) {}
+
+  store::Revision set(const std::string& key, std::string_view value, store::LeaseId lease) override {
+    return inner_->set(key, value, lease);
+  }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    std::optional<std::string> value;
+    poll(timeout, "key " + key, [&] { return (value = inner_->try_get(key)).has_value(); });
+    return *value;
+  }
+  std::optional<std::string> try_get(const std::string& key) override { return inner_->try_get(key); }
+  std::int64_t add(const std::string& key, std::int64_t delta) override { return inner_->add(key, delta); }
+  std::string compare_set(const std::string& key, std::string_view expected, std::string_view desired,
+                          store::LeaseId lease) override {
+    return inner_->compare_set(key, expected, desired, lease);
+  }
+  bool remove(const std::string& key) override { return inner_->remove(key); }
+  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    poll(timeout, std::to_string(keys.size()) + " key(s)", [&] { return inner_->check(keys); });
+  }
+  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override {
+    return inner_->multi_get(keys);
+  }
+  store::Revision multi_set(const std::vector<std::pair<std::string, std::string>>& kvs,
+                            store::LeaseId lease) override {
+    return inner_->multi_set(kvs, lease);
+  }
+  std::int64_t append(const std::string& key, std::string_view value) override {
+    return inner_->append(key, value);
+  }
+  std::int64_t num_keys() override { return inner_->num_keys(); }
+  store::ListResult list(const std::string& prefix) override { return inner_->list(prefix); }
+  void batch(std::vector<store::BatchOp>& ops) override { inner_->batch(ops); }
+  store::LeaseId lease_grant(std::chrono::milliseconds ttl) override { return inner_->lease_grant(ttl); }
+  void lease_keepalive(store::LeaseId lease) override { inner_->lease_keepalive(lease); }
+  void lease_revoke(store::LeaseId lease) override { inner_->lease_revoke(lease); }
+  std::unique_ptr<store::WatchHandle> watch(const std::string& prefix, store::Revision from_revision,
+                                            store::WatchCallback on_event,
+                                            store::WatchErrorCallback on_error) override {
+    return inner_->watch(prefix, from_revision, std::move(on_event), std::move(on_error));
+  }
+  std::vector<std::unique_ptr<store::WatchHandle>> watch_all(std::vector<store::WatchSpec> specs) override {
+    return inner_->watch_all(std::move(specs));
+  }
+
+ private:
+  template <typename Ready>
+  void poll(std::chrono::milliseconds timeout, const std::string& what, Ready ready) {
+    const Deadline deadline = Deadline::after(timeout);
+    for (;;) {
+      if (ready()) return;
+      const std::int64_t now = inner_->add(key_, 0);
+      if (now > g_) {
+        throw MembershipChanged(g_, "membership changed: generation " + std::to_string(g_) + " ended (now " +
+                                        std::to_string(now) + ") while its process group was forming");
+      }
+      if (deadline.expired()) {
+        throw TimeoutError("timed out after " + std::to_string(timeout.count()) + " ms waiting for " + what);
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+  }
+
+  std::shared_ptr<store::Store> inner_;
+  std::string key_;
+  std::int64_t g_;
+};
 
 struct Member {
   int slot = 0;
@@ -104,10 +198,26 @@ class ElasticGroup::Impl {
 
   // A failed collective of generation g: MembershipChanged when the generation
   // moves on within kSettle, the error itself otherwise.
-  std::shared_ptr<const ProcessGroup::ErrorMap> error_map(std::int64_t g) {
+  std::shared_ptr<const detail::WorkHooks> hooks(std::int64_t g) {
     auto st = store;
     auto key = root + "generation";
-    return std::make_shared<const ProcessGroup::ErrorMap>([st, key, g](std::exception_ptr error) {
+    auto h = std::make_shared<detail::WorkHooks>();
+    // A rank blocked on a live peer that is itself blocked (Gloo does not
+    // always wake a pending send when its peer closes): once the generation
+    // moved on, the operation can only fail, so stop waiting for it.
+    h->abandon = [st, key, g]() -> std::exception_ptr {
+      std::int64_t now = g;
+      try {
+        now = st->add(key, 0);
+      } catch (const std::exception&) {
+        return nullptr;
+      }
+      if (now <= g) return nullptr;
+      return std::make_exception_ptr(MembershipChanged(
+          g, "membership changed: generation " + std::to_string(g) + " ended (now " + std::to_string(now) +
+                 ") while a collective was waiting for a peer; call ElasticGroup::reform()"));
+    };
+    h->map_error = [st, key, g](std::exception_ptr error) {
       std::string what;
       try {
         std::rethrow_exception(error);
@@ -139,7 +249,8 @@ class ElasticGroup::Impl {
         if (Clock::now() >= until) return error;
         std::this_thread::sleep_for(kPoll);
       }
-    });
+    };
+    return h;
   }
 
   [[noreturn]] void join_timed_out(std::int64_t g, std::int64_t n, const std::vector<int>& candidates) {
@@ -158,8 +269,7 @@ class ElasticGroup::Impl {
 
   // docs/reform.md, "A worker joins generation G". `after`: the generation must
   // be past it (reform), or -1 (first join). Returns once G's group is formed.
-  void join(std::int64_t after, const std::vector<int>& candidates) {
-    const auto started = Clock::now();
+  void join(std::int64_t after, const std::vector<int>& candidates, Clock::time_point started) {
     const auto deadline = started + timeout;
     std::int64_t g = read_counter("generation");
     while (g <= after) {
@@ -242,7 +352,8 @@ class ElasticGroup::Impl {
         if (std::find(slots.begin(), slots.end(), s) == slots.end()) next.lost_slots.push_back(s);
       std::optional<ProcessGroup> formed;
       try {
-        formed = ProcessGroup(store, gkey(g, ""), rank, size, options, error_map(g));
+        formed = ProcessGroup(std::make_shared<GenerationStore>(store, root + "generation", g), gkey(g, ""),
+                              rank, size, options, hooks(g));
       } catch (const Error&) {
         // A member died while connecting: the agent has moved on, so do we.
         const std::int64_t now = read_counter("generation");
@@ -283,6 +394,7 @@ ElasticGroup::ElasticGroup(const Context& ctx, ProcessGroupOptions options, Elas
     return;
   }
   if (!ctx.store) throw ConfigError("ElasticGroup: no store given (call ddp::init() first)");
+  ignore_sigpipe();
   m.store = ctx.store;
   m.root = ctx.store_prefix + "reform/";
   m.options = std::move(options);
@@ -290,7 +402,7 @@ ElasticGroup::ElasticGroup(const Context& ctx, ProcessGroupOptions options, Elas
   m.has_state = env_or("DDP_REFORM_JOINING", "") != "1";
   std::vector<int> candidates;
   for (int s = 0; s < ctx.world_size; ++s) candidates.push_back(s);
-  m.join(-1, candidates);
+  m.join(-1, candidates, Clock::now());
 }
 
 ElasticGroup::~ElasticGroup() = default;
@@ -320,9 +432,10 @@ ReformInfo ElasticGroup::reform() {
     throw ConfigError(
         "ElasticGroup::reform: DDP_ON_FAILURE is not 'reform' (run under ddprun --on_failure=reform)");
   }
+  const auto started = Clock::now();
   // First close the old connections: peers blocked on this rank fail at once.
   m.group->drop_backend();
-  m.join(m.generation, m.members);
+  m.join(m.generation, m.members, started);
   return m.info;
 }
 

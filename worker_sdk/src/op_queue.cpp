@@ -5,8 +5,8 @@
 
 namespace ddp::detail {
 
-OpQueue::OpQueue(int rank, std::shared_ptr<const Work::State::ErrorMap> map_error)
-    : rank_(rank), map_error_(std::move(map_error)), thread_([this] { loop(); }) {}
+OpQueue::OpQueue(int rank, std::shared_ptr<const WorkHooks> hooks)
+    : rank_(rank), hooks_(std::move(hooks)), thread_([this] { loop(); }) {}
 
 OpQueue::~OpQueue() {
   std::deque<Task> abandoned;
@@ -36,7 +36,7 @@ Work OpQueue::submit(const char* op, std::function<void()> fn, bool inline_if_id
   auto state = std::make_shared<Work::State>();
   state->op = op;
   state->rank = rank_;
-  state->map_error = map_error_;
+  state->hooks = hooks_;
   {
     std::unique_lock lock(mu_);
     if (!poisoned_.empty()) {
@@ -62,6 +62,11 @@ Work OpQueue::submit(const char* op, std::function<void()> fn, bool inline_if_id
   }
   cv_.notify_all();
   return Work(state);
+}
+
+bool OpQueue::wait_idle(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return !busy_ && tasks_.empty(); });
 }
 
 void OpQueue::execute(Task& task) {

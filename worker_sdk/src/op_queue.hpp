@@ -23,8 +23,8 @@ namespace ddp::detail {
 // thread once the running one returns (bounded by its own timeout).
 class OpQueue {
  public:
-  // `map_error` (may be null) is handed to every Work (Work::State::map_error).
-  explicit OpQueue(int rank, std::shared_ptr<const Work::State::ErrorMap> map_error = nullptr);
+  // `hooks` (may be null) is handed to every Work (Work::State::hooks).
+  explicit OpQueue(int rank, std::shared_ptr<const WorkHooks> hooks = nullptr);
   ~OpQueue();
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
@@ -34,6 +34,8 @@ class OpQueue {
   // running) runs on the calling thread instead: the caller is about to wait
   // anyway, and this saves two thread hand-offs per blocking collective.
   Work submit(const char* op, std::function<void()> fn, bool inline_if_idle = false);
+  // Whether nothing runs or waits within `timeout`.
+  bool wait_idle(std::chrono::milliseconds timeout);
 
  private:
   struct Task {
@@ -45,7 +47,7 @@ class OpQueue {
   void execute(Task& task);
 
   int rank_;
-  std::shared_ptr<const Work::State::ErrorMap> map_error_;
+  std::shared_ptr<const WorkHooks> hooks_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> tasks_;

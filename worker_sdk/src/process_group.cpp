@@ -82,7 +82,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_
 
 ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank,
                            int world_size, ProcessGroupOptions options,
-                           std::shared_ptr<const ErrorMap> map_error)
+                           std::shared_ptr<const detail::WorkHooks> hooks)
     : impl_(std::make_unique<Impl>()) {
   if (!store) throw ConfigError("ProcessGroup: no store given (call ddp::init() first)");
   if (world_size < 1)
@@ -111,7 +111,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_
   config.rank = rank;
   config.size = world_size;
   config.options = options;
-  config.map_error = std::move(map_error);
+  config.hooks = std::move(hooks);
   detail::join_group(*config.store, config.key_prefix, rank, world_size, options.timeout,
                      "process group '" + options.name + "' (" + options.backend + ")");
   impl_->backend =
@@ -142,6 +142,22 @@ ProcessGroup::ProcessGroup(ProcessGroup&&) noexcept = default;
 void ProcessGroup::drop_backend() {
   if (!impl_ || !impl_->backend) return;
   impl_->backend->abort();
+  // An operation still blocked on a peer after the abort ends by its own
+  // timeout; destroying its backend would wait that long. Keep it instead
+  // (its connections are closed already), as the destructor does when unwinding.
+  constexpr auto kGrace = std::chrono::milliseconds(500);
+  if (!impl_->backend->wait_idle(kGrace)) {
+    log::get("sdk")->warn(
+        "process group on rank {}: an operation still runs {} ms after its connections were closed; leaving "
+        "it "
+        "to its timeout",
+        impl_->rank, kGrace.count());
+    static std::mutex mu;
+    static auto* kept = new std::vector<std::unique_ptr<detail::Backend>>();  // never freed, on purpose
+    std::lock_guard lock(mu);
+    kept->push_back(std::move(impl_->backend));
+    return;
+  }
   impl_->backend.reset();
 }
 

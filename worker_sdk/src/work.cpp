@@ -23,20 +23,34 @@ Work::Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
 void Work::wait(std::chrono::milliseconds timeout) const {
   std::unique_lock lock(state_->mu);
   // A timeout past the clock's range (kForever among them) is no timeout.
-  if (!wait_within(state_->cv, lock, Deadline::after(timeout), [&] { return state_->done; })) {
-    throw TimeoutError(std::string("Work::wait: ") + state_->op + " on rank " + std::to_string(state_->rank) +
-                       " did not complete within " + std::to_string(timeout.count()) +
-                       " ms (the operation keeps running)");
+  const Deadline deadline = Deadline::after(timeout);
+  const auto hooks = state_->hooks;
+  const auto done = [&] { return state_->done; };
+  for (;;) {
+    const bool polling = hooks && hooks->abandon;
+    const Deadline slice = polling ? Deadline::after(hooks->poll) : deadline;
+    const Deadline until = slice.at() < deadline.at() ? slice : deadline;
+    if (wait_within(state_->cv, lock, until, done)) break;
+    if (deadline.expired()) {
+      throw TimeoutError(std::string("Work::wait: ") + state_->op + " on rank " +
+                         std::to_string(state_->rank) + " did not complete within " +
+                         std::to_string(timeout.count()) + " ms (the operation keeps running)");
+    }
+    // The store is read without the lock.
+    lock.unlock();
+    std::exception_ptr instead = hooks->abandon();
+    lock.lock();
+    if (instead && !state_->done) std::rethrow_exception(instead);
   }
   if (!state_->error) return;
-  if (state_->map_error) {
+  if (hooks && hooks->map_error && !state_->mapped) {
     // Mapping may read the store for a while: not under the lock.
-    auto map = std::move(state_->map_error);
     auto error = state_->error;
     lock.unlock();
-    error = (*map)(error);
+    error = hooks->map_error(error);
     lock.lock();
     state_->error = error;
+    state_->mapped = true;
   }
   std::rethrow_exception(state_->error);
 }

@@ -1,6 +1,7 @@
 // The shared completion state behind ddp::Work.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -11,11 +12,22 @@
 
 namespace ddp {
 
-struct Work::State {
-  // Turns a failure into the error wait() throws (ElasticGroup: a lost peer
-  // becomes ddp::MembershipChanged). Runs on the waiting thread, once.
-  using ErrorMap = std::function<std::exception_ptr(std::exception_ptr)>;
+namespace detail {
+// What an ElasticGroup adds to every Work of its group; both run on the
+// waiting thread.
+struct WorkHooks {
+  // Turns a failure into the error wait() throws (a lost peer becomes
+  // ddp::MembershipChanged). Runs once per Work.
+  std::function<std::exception_ptr(std::exception_ptr)> map_error;
+  // Asked every `poll` while wait() blocks: an error to throw at once instead
+  // of waiting further (the generation moved on, so the operation can only
+  // end by failing), or null to keep waiting.
+  std::function<std::exception_ptr()> abandon;
+  std::chrono::milliseconds poll{500};
+};
+}  // namespace detail
 
+struct Work::State {
   // Completes the operation; only the first call counts.
   void complete(std::exception_ptr error = nullptr);
 
@@ -25,7 +37,8 @@ struct Work::State {
   std::exception_ptr error;
   const char* op = "collective";  // for "wait timed out" messages
   int rank = 0;
-  std::shared_ptr<const ErrorMap> map_error;  // null: errors as they are
+  std::shared_ptr<const detail::WorkHooks> hooks;  // null: a plain group
+  bool mapped = false;                             // hooks->map_error ran on `error`
 };
 
 }  // namespace ddp

@@ -75,6 +75,15 @@ class ElasticJob {
     store_->add("job/reform/generation", 1);
   }
   void stop() { store_->set("job/test/stop", "1"); }
+  // Waits until a reform counter (R/<key>) reaches `at_least`.
+  bool wait_counter(const std::string& key, std::int64_t at_least, std::chrono::seconds limit = 30s) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      if (store_->add("job/reform/" + key, 0) >= at_least) return true;
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  }
 
   // Waits until `slot`'s stdout holds `text`.
   bool wait_for(int slot, const std::string& text, bool joining = false, std::chrono::seconds limit = 30s) {
@@ -184,6 +193,8 @@ TEST_CASE("elastic: a second failure during a re-form moves everyone to the late
     if (!job.wait_for(s, "step 5 ok")) FAIL(job.describe());
   job.kill(1);
   job.move_on(-1);
+  // The second failure lands once a survivor has joined generation 1.
+  if (!job.wait_counter("g1/joined", 1)) FAIL(job.describe());
   job.kill(2);
   job.move_on(-1);
   for (int s : {0, 3})

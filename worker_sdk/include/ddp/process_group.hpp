@@ -4,8 +4,6 @@
 
 #include <chrono>
 #include <cstddef>
-#include <exception>
-#include <functional>
 #include <memory>
 #include <ranges>
 #include <string>
@@ -20,6 +18,7 @@ class ProcessGroup;
 class ElasticGroup;
 namespace detail {
 class Backend;
+struct WorkHooks;
 Backend& backend_of(ProcessGroup& group);  // SDK-internal
 }  // namespace detail
 
@@ -143,10 +142,9 @@ class ProcessGroup {
   friend detail::Backend& detail::backend_of(ProcessGroup&);
   friend class ElasticGroup;
   // ElasticGroup's: a group whose failed Work passes its error through
-  // `map_error` before wait() throws it.
-  using ErrorMap = std::function<std::exception_ptr(std::exception_ptr)>;
+  // `hooks` before wait() throws it (src/work_state.hpp).
   ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank, int world_size,
-               ProcessGroupOptions options, std::shared_ptr<const ErrorMap> map_error);
+               ProcessGroupOptions options, std::shared_ptr<const detail::WorkHooks> hooks);
   // Aborts and destroys the backend (its connections); calls fail until the
   // group is assigned a new one.
   void drop_backend();

@@ -35,7 +35,7 @@ class GlooBackend final : public Backend {
       : rank_(config.rank),
         size_(config.size),
         group_(config.options.name),
-        queue_(config.rank, config.map_error) {
+        queue_(config.rank, config.hooks) {
     if (size_ > 1) connect(config);
   }
 
@@ -129,6 +129,15 @@ class GlooBackend final : public Backend {
         },
         sync);
   }
+
+  // Closing the pairs makes peers blocked on this rank fail at once. An
+  // operation of ours blocked on a peer is not woken by it (Gloo signals a
+  // closed pair to pending receives, not to a pending send of an unbound
+  // buffer); ProcessGroup keeps such a backend alive until the process exits.
+  void abort() override {
+    if (context_) context_->closeConnections();
+  }
+  bool wait_idle(Millis timeout) override { return queue_.wait_idle(timeout); }
 
   Work barrier(Millis timeout, bool sync) override {
     return queue_.submit(

@@ -84,7 +84,7 @@ class NcclBackend final : public Backend {
         rank_(config.rank),
         size_(config.size),
         group_(config.options.name),
-        map_error_(config.map_error) {
+        hooks_(config.hooks) {
     // One deadline for the whole bring-up: the store exchanges and NCCL's own
     // init share the group's timeout instead of each getting all of it.
     const auto started = std::chrono::steady_clock::now();
@@ -245,7 +245,7 @@ class NcclBackend final : public Backend {
     auto state = std::make_shared<Work::State>();
     state->op = op;
     state->rank = rank_;
-    state->map_error = map_error_;
+    state->hooks = hooks_;
     std::unique_lock lock(mu_);
     if (!failure_.empty()) {
       state->complete(std::make_exception_ptr(
@@ -346,7 +346,7 @@ class NcclBackend final : public Backend {
   const int rank_;
   const int size_;
   const std::string group_;
-  const std::shared_ptr<const Work::State::ErrorMap> map_error_;
+  const std::shared_ptr<const WorkHooks> hooks_;
   int device_ = 0;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
