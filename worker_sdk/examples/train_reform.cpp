@@ -184,9 +184,6 @@ std::string slot_list(const std::vector<int>& slots) {
 
 int train(const Options& opt) {
   std::optional<ddp::Section> setup(std::in_place, "setup");
-  // A write to the socket of a SIGKILLed peer must fail (and become
-  // MembershipChanged), not kill this survivor with SIGPIPE.
-  std::signal(SIGPIPE, SIG_IGN);
   ddp::Context ctx = ddp::init();
   ddp::ProcessGroupOptions group_options;
   group_options.backend = "gloo";
