@@ -25,7 +25,6 @@
 // restart's) cost: the time from the SIGKILL to the next completed step.
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <array>
 #include <chrono>
 #include <csignal>
@@ -39,6 +38,7 @@
 
 #include "ddp/sdk.hpp"
 #include "ddp/store/store.hpp"
+#include "example_cli.hpp"
 #include "mlp.hpp"
 
 namespace {
@@ -333,16 +333,10 @@ int main(int argc, char** argv) {
   return ddp::run(argc, argv, [](int ac, char** av) {
     Options opt;
     CLI::App app{"Train a small MLP that survives a lost rank in-process (ddprun --on_failure=reform)"};
-    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    app.add_option("--epochs", opt.epochs, "epochs to train")->check(CLI::Range(1, 1000000));
-    app.add_option("--batch-size", opt.batch_size, "samples per rank per step")
-        ->check(CLI::Range(1, 1 << 20));
-    app.add_option("--lr", opt.lr, "SGD learning rate")->check(CLI::PositiveNumber);
+    example::add_training_options(app, opt.epochs, opt.batch_size, opt.lr, opt.hidden, opt.dataset_size,
+                                  opt.seed);
     app.add_option("--momentum", opt.momentum, "SGD momentum (the optimizer state a re-form hands on)")
         ->check(CLI::Range(0.0f, 0.999f));
-    app.add_option("--hidden", opt.hidden, "width of the two hidden layers")->check(CLI::Range(1, 4096));
-    app.add_option("--dataset-size", opt.dataset_size, "generated samples")->check(CLI::Range(1, 1 << 26));
-    app.add_option("--seed", opt.seed, "seed of data, model and shuffling");
     app.add_option("--checkpoint", opt.checkpoint,
                    "checkpoint written at each epoch's end, read after a full restart "
                    "(default: $TMPDIR/ddp-example-train-reform-<run id>.ckpt)");
@@ -357,14 +351,7 @@ int main(int argc, char** argv) {
         "do not catch ddp::MembershipChanged (a trainer that cannot re-form: ddprun falls back to restart)");
     app.add_option("--step-sleep-ms", opt.step_sleep_ms, "sleep this long in every step (steady step times)")
         ->check(CLI::Range(0.0, 1e6));
-    try {
-      app.parse(ac, av);
-    } catch (const CLI::CallForHelp& e) {
-      return app.exit(e);
-    } catch (const CLI::ParseError& e) {
-      app.exit(e);
-      return 2;
-    }
+    if (const auto code = example::parse(app, ac, av)) return *code;
     return train(opt);
   });
 }
