@@ -302,8 +302,8 @@ int train(const Options& opt) {
       }
       eg.group().barrier();  // nobody leaves before everyone is done
       break;
-    } catch (const ddp::MembershipChanged& e) {
-      if (opt.no_catch) throw;
+    } catch (const ddp::MembershipChanged&) {
+      if (opt.no_catch) throw;  // exits through ddp::run: the error file names MembershipChanged
       const std::int64_t caught = now_ns();
       reducer.discard_step();  // the step in flight is done again in the new world
       const ddp::ReformInfo info = eg.reform();
