@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "backend.hpp"
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/init.hpp"
@@ -24,6 +25,23 @@ using Clock = std::chrono::steady_clock;
 // within milliseconds of seeing a worker die.
 constexpr auto kSettle = std::chrono::seconds(10);
 constexpr auto kPoll = std::chrono::milliseconds(10);
+// Waits for keys block in the store (server-side) for at most this long
+// between two reads of the generation: a wait returns as soon as its keys
+// exist, and notices a newer generation within a slice.
+constexpr auto kSlice = std::chrono::milliseconds(50);
+
+// Polls `moved` with a short backoff (1, 2, 4, 8, then 10 ms) until it holds
+// or `until` passes; returns whether it held.
+template <typename Moved>
+bool poll_until(Clock::time_point until, Moved moved) {
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    if (moved()) return true;
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, kPoll);
+  }
+}
 
 std::string env_or(const char* name, std::string fallback) {
   const char* v = std::getenv(name);
@@ -75,9 +93,9 @@ class GenerationStore final : public store::Store {
     return inner_->set(key, value, lease);
   }
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
-    std::optional<std::string> value;
-    poll(timeout, "key " + key, [&] { return (value = inner_->try_get(key)).has_value(); });
-    return *value;
+    std::string value;
+    sliced(timeout, "key " + key, [&](std::chrono::milliseconds slice) { value = inner_->get(key, slice); });
+    return value;
   }
   std::optional<std::string> try_get(const std::string& key) override { return inner_->try_get(key); }
   std::int64_t add(const std::string& key, std::int64_t delta) override { return inner_->add(key, delta); }
@@ -88,7 +106,8 @@ class GenerationStore final : public store::Store {
   bool remove(const std::string& key) override { return inner_->remove(key); }
   bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-    poll(timeout, std::to_string(keys.size()) + " key(s)", [&] { return inner_->check(keys); });
+    sliced(timeout, std::to_string(keys.size()) + " key(s)",
+           [&](std::chrono::milliseconds slice) { inner_->wait(keys, slice); });
   }
   std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override {
     return inner_->multi_get(keys);
@@ -116,11 +135,20 @@ class GenerationStore final : public store::Store {
   }
 
  private:
-  template <typename Ready>
-  void poll(std::chrono::milliseconds timeout, const std::string& what, Ready ready) {
+  // Runs `wait(slice)` (a blocking store call that throws TimeoutError when the
+  // slice passes) until it returns, reading the generation between slices.
+  template <typename Wait>
+  void sliced(std::chrono::milliseconds timeout, const std::string& what, Wait wait) {
     const Deadline deadline = Deadline::after(timeout);
     for (;;) {
-      if (ready()) return;
+      const auto slice = std::min<std::chrono::milliseconds>(kSlice, deadline.remaining());
+      if (slice.count() > 0) {
+        try {
+          wait(slice);
+          return;
+        } catch (const TimeoutError&) {
+        }
+      }
       const std::int64_t now = inner_->add(key_, 0);
       if (now > g_) {
         throw MembershipChanged(g_, "membership changed: generation " + std::to_string(g_) + " ended (now " +
@@ -129,7 +157,6 @@ class GenerationStore final : public store::Store {
       if (deadline.expired()) {
         throw TimeoutError("timed out after " + std::to_string(timeout.count()) + " ms waiting for " + what);
       }
-      std::this_thread::sleep_for(kPoll);
     }
   }
 
@@ -189,6 +216,14 @@ class ElasticGroup::Impl {
   std::vector<int> members;  // slots of the current generation, sorted
   ReformInfo info;
   std::unique_ptr<ProcessGroup> group;
+  std::int64_t drop_ms = 0;  // of the latest reform(), for the log
+  // Destroys the previous generation's backend: Gloo's teardown waits for its
+  // event loop (about 10 ms), which the next generation need not wait for.
+  std::thread reaper;
+
+  ~Impl() {
+    if (reaper.joinable()) reaper.join();
+  }
 
   std::int64_t read_counter(const std::string& key) { return store->add(root + key, 0); }
 
@@ -232,23 +267,16 @@ class ElasticGroup::Impl {
       } catch (...) {
         return error;
       }
-      const auto until = Clock::now() + kSettle;
-      for (;;) {
-        std::int64_t now = g;
-        try {
-          now = st->add(key, 0);
-        } catch (const std::exception&) {
-          return error;  // the store is gone too: not ours to explain
-        }
-        if (now > g) {
-          return std::make_exception_ptr(MembershipChanged(
-              g, "membership changed: generation " + std::to_string(g) + " ended (now " +
-                     std::to_string(now) +
-                     "); call ElasticGroup::reform(). The collective failed with: " + what));
-        }
-        if (Clock::now() >= until) return error;
-        std::this_thread::sleep_for(kPoll);
+      std::int64_t now = g;
+      try {
+        poll_until(Clock::now() + kSettle, [&] { return (now = st->add(key, 0)) > g; });
+      } catch (const std::exception&) {
+        return error;  // the store is gone too: not ours to explain
       }
+      if (now <= g) return error;
+      return std::make_exception_ptr(MembershipChanged(
+          g, "membership changed: generation " + std::to_string(g) + " ended (now " + std::to_string(now) +
+                 "); call ElasticGroup::reform(). The collective failed with: " + what));
     };
     return h;
   }
@@ -271,35 +299,38 @@ class ElasticGroup::Impl {
   // be past it (reform), or -1 (first join). Returns once G's group is formed.
   void join(std::int64_t after, const std::vector<int>& candidates, Clock::time_point started) {
     const auto deadline = started + timeout;
-    std::int64_t g = read_counter("generation");
-    while (g <= after) {
-      if (Clock::now() >= deadline) {
-        throw TimeoutError("reform: slot " + std::to_string(slot) + " waited " +
-                           std::to_string(timeout.count()) + " ms for the generation to move past " +
-                           std::to_string(after) + "; reform() is for after a MembershipChanged");
-      }
-      std::this_thread::sleep_for(kPoll);
-      g = read_counter("generation");
+    std::int64_t g = 0;
+    if (!poll_until(deadline, [&] { return (g = read_counter("generation")) > after; })) {
+      throw TimeoutError("reform: slot " + std::to_string(slot) + " waited " +
+                         std::to_string(timeout.count()) + " ms for the generation to move past " +
+                         std::to_string(after) + "; reform() is for after a MembershipChanged");
     }
     const bool had_state = has_state;
     for (;;) {
       const std::int64_t n = base_world + read_counter("size");
       if (n < 1) throw ProtocolError("reform: generation " + std::to_string(g) + " has no members");
       store->append(gkey(g, "members"), std::to_string(slot) + ":" + (had_state ? "1" : "0") + ",");
-      store->add(gkey(g, "joined"), 1);
+      // The n-th to join says so under R/g<G>/full, which the others wait for
+      // in the store (no polling of the counter).
+      const std::string full = gkey(g, "full");
+      if (store->add(gkey(g, "joined"), 1) == n) store->set(full, "1");
       std::optional<std::int64_t> newer;
-      // Phase 1: everyone joined (decides G, even if the generation moves on
+      // Everyone joined (that decides G, even if the generation moves on
       // meanwhile: joined only grows), or G was abandoned before that.
       for (;;) {
-        if (store->add(gkey(g, "joined"), 0) >= n) break;
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) join_timed_out(g, n, candidates);
+        try {
+          store->wait({full}, std::min<std::chrono::milliseconds>(kSlice, left));
+          break;
+        } catch (const TimeoutError&) {
+        }
         const std::int64_t now = read_counter("generation");
         if (now > g) {
-          if (store->add(gkey(g, "joined"), 0) >= n) break;
+          if (store->check({full})) break;
           newer = now;
           break;
         }
-        if (Clock::now() >= deadline) join_timed_out(g, n, candidates);
-        std::this_thread::sleep_for(kPoll);
       }
       if (newer) {
         g = *newer;
@@ -312,25 +343,6 @@ class ElasticGroup::Impl {
       if (self == slots.end()) {
         throw ProtocolError("reform: slot " + std::to_string(slot) + " joined generation " +
                             std::to_string(g) + " after it was full (members: " + join_ints(slots) + ")");
-      }
-      // Phase 2: every member is still there to form the group. A member that
-      // died after joining leaves it unfinished; the agent then moves on.
-      store->set(gkey(g, "ready/" + std::to_string(slot)), "1");
-      std::vector<std::string> ready_keys;
-      for (int s : slots) ready_keys.push_back(gkey(g, "ready/" + std::to_string(s)));
-      for (;;) {
-        if (store->check(ready_keys)) break;
-        const std::int64_t now = read_counter("generation");
-        if (now > g) {
-          newer = now;
-          break;
-        }
-        if (Clock::now() >= deadline) join_timed_out(g, n, candidates);
-        std::this_thread::sleep_for(kPoll);
-      }
-      if (newer) {
-        g = *newer;
-        continue;
       }
       const int rank = static_cast<int>(self - slots.begin());
       const int size = static_cast<int>(slots.size());
@@ -350,12 +362,14 @@ class ElasticGroup::Impl {
         if (!m.state) next.new_slots.push_back(m.slot);
       for (int s : members)
         if (std::find(slots.begin(), slots.end(), s) == slots.end()) next.lost_slots.push_back(s);
+      const auto agreed = Clock::now();
       std::optional<ProcessGroup> formed;
       try {
         formed = ProcessGroup(std::make_shared<GenerationStore>(store, root + "generation", g), gkey(g, ""),
                               rank, size, options, hooks(g));
       } catch (const Error&) {
-        // A member died while connecting: the agent has moved on, so do we.
+        // A member died after joining, or while connecting (GenerationStore
+        // noticed the generation move on): so do we.
         const std::int64_t now = read_counter("generation");
         if (now <= g) throw;
         g = now;
@@ -373,9 +387,11 @@ class ElasticGroup::Impl {
       info = next;
       log::get("sdk")->info(
           "elastic group formed generation={} slot={} rank={} size={} state_root={} lost=[{}] "
-          "new=[{}] took_ms={}",
+          "new=[{}] took_ms={} (closing the old group {} ms, members {} ms, connecting {} ms)",
           g, slot, rank, size, next.state_root, join_ints(next.lost_slots), join_ints(next.new_slots),
-          next.took.count() / 1000);
+          next.took.count() / 1000, drop_ms,
+          std::chrono::duration_cast<std::chrono::milliseconds>(agreed - started).count() - drop_ms,
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - agreed).count());
       return;
     }
   }
@@ -434,7 +450,10 @@ ReformInfo ElasticGroup::reform() {
   }
   const auto started = Clock::now();
   // First close the old connections: peers blocked on this rank fail at once.
-  m.group->drop_backend();
+  if (m.reaper.joinable()) m.reaper.join();
+  if (auto old = m.group->drop_backend())
+    m.reaper = std::thread([b = std::move(old)]() mutable { b.reset(); });
+  m.drop_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   m.join(m.generation, m.members, started);
   return m.info;
 }

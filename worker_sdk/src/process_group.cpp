@@ -139,8 +139,8 @@ ProcessGroup::~ProcessGroup() {
 }
 ProcessGroup::ProcessGroup(ProcessGroup&&) noexcept = default;
 
-void ProcessGroup::drop_backend() {
-  if (!impl_ || !impl_->backend) return;
+std::unique_ptr<detail::Backend> ProcessGroup::drop_backend() {
+  if (!impl_ || !impl_->backend) return nullptr;
   impl_->backend->abort();
   // An operation still blocked on a peer after the abort ends by its own
   // timeout; destroying its backend would wait that long. Keep it instead
@@ -156,9 +156,9 @@ void ProcessGroup::drop_backend() {
     static auto* kept = new std::vector<std::unique_ptr<detail::Backend>>();  // never freed, on purpose
     std::lock_guard lock(mu);
     kept->push_back(std::move(impl_->backend));
-    return;
+    return nullptr;
   }
-  impl_->backend.reset();
+  return std::move(impl_->backend);
 }
 
 ProcessGroup& ProcessGroup::operator=(ProcessGroup&&) noexcept = default;

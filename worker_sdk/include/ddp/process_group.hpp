@@ -145,9 +145,10 @@ class ProcessGroup {
   // `hooks` before wait() throws it (src/work_state.hpp).
   ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank, int world_size,
                ProcessGroupOptions options, std::shared_ptr<const detail::WorkHooks> hooks);
-  // Aborts and destroys the backend (its connections); calls fail until the
-  // group is assigned a new one.
-  void drop_backend();
+  // Aborts the backend and hands it over for destruction (which closes its
+  // connections; null when it had to be kept); calls fail until the group is
+  // assigned a new one.
+  std::unique_ptr<detail::Backend> drop_backend();
   // Throws ddp::ConfigError unless big == size() * small.
   void check_sizes(std::string_view op, std::size_t small, std::size_t big) const;
   Work all_reduce_impl(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options,

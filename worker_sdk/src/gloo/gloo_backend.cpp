@@ -130,12 +130,15 @@ class GlooBackend final : public Backend {
         sync);
   }
 
-  // Closing the pairs makes peers blocked on this rank fail at once. An
-  // operation of ours blocked on a peer is not woken by it (Gloo signals a
-  // closed pair to pending receives, not to a pending send of an unbound
-  // buffer); ProcessGroup keeps such a backend alive until the process exits.
+  // With nothing running, destruction closes the connections (peers blocked
+  // on this rank then fail at once). With an operation still running, close
+  // them now (about 10 ms per pair: Gloo waits for its event loop's tick),
+  // so that the peers fail and nothing more lands in the operation's buffers.
+  // That operation is not woken by it when it waits for a send (Gloo signals
+  // a closed pair to pending receives only); ProcessGroup then keeps the
+  // backend alive until the process exits.
   void abort() override {
-    if (context_) context_->closeConnections();
+    if (context_ && !queue_.wait_idle(Millis(0))) context_->closeConnections();
   }
   bool wait_idle(Millis timeout) override { return queue_.wait_idle(timeout); }
 
