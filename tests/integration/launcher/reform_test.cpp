@@ -61,6 +61,16 @@ std::map<std::string, std::string> reform_keys(const TempDir& dir, const std::st
   return out;
 }
 
+// ddprun's argv for node `n` of a c10d job `id` of two nodes on `daemon`, two
+// fake workers each, in reform mode.
+std::vector<std::string> c10d_node(const LocalDaemon& daemon, const std::string& id,
+                                   const std::string& nnodes, int n, const std::string& max_restarts) {
+  return ddprun_argv({"--nnodes=" + nnodes, "--rdzv_backend=c10d", "--rdzv_endpoint=" + daemon.endpoint,
+                      "--rdzv_id=" + id, "--rdzv_conf=join_timeout=30,last_call_timeout=10",
+                      "--local_addr=node" + std::to_string(n), "--nproc_per_node=2", "--on_failure=reform",
+                      "--max_restarts=" + max_restarts, "--no_python", bin("fake_worker").string()});
+}
+
 }  // namespace
 
 TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its siblings run on") {
@@ -141,12 +151,7 @@ TEST_CASE(
   LocalDaemon daemon(dir);
   REQUIRE(daemon.port > 0);
   const auto pid_file = dir / "pids";
-  auto node = [&](int n) {
-    return ddprun_argv({"--nnodes=1:2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + daemon.endpoint,
-                        "--rdzv_id=shrink", "--rdzv_conf=join_timeout=30,last_call_timeout=10",
-                        "--local_addr=node" + std::to_string(n), "--nproc_per_node=2", "--on_failure=reform",
-                        "--no_python", bin("fake_worker").string()});
-  };
+  auto node = [&](int n) { return c10d_node(daemon, "shrink", "1:2", n, "0"); };
   const auto env = clean_env({{"FAKE_PID_FILE", pid_file.string()},
                               {"FAKE_ENV_DUMP", dir.path().string()},
                               {"FAKE_SLEEP_MS", "5000"}});
@@ -249,4 +254,45 @@ TEST_CASE(
   CHECK(count_lines(read_file(dir / "starts_1"), "") == 2);
   CHECK(count_lines(read_file(dir / "starts_0"), "") == 1);
   CHECK(read_file(dir / "done_0") == read_file(dir / "starts_0"));
+}
+
+TEST_CASE(
+    "on_failure=reform on two nodes: only the failed worker is replaced, and the other node restarts "
+    "nothing") {
+  TempDir dir;
+  LocalDaemon daemon(dir);
+  REQUIRE(daemon.port > 0);
+  const auto pid_file = dir / "pids";
+  const auto env = clean_env({{"FAKE_PID_FILE", pid_file.string()},
+                              {"FAKE_ENV_DUMP", dir.path().string()},
+                              {"FAKE_SLEEP_MS", "5000"}});
+  Process n0(c10d_node(daemon, "two", "2", 0, "1"), dir.path(), env, "node0");
+  Process n1(c10d_node(daemon, "two", "2", 1, "1"), dir.path(), env, "node1");
+  std::vector<pid_t> started(4, -1);
+  for (int r = 0; r < 4; ++r) started[static_cast<std::size_t>(r)] = wait_for_start(pid_file, r, 1);
+  INFO("node 0:\n" << n0.err() << "node 1:\n" << n1.err());
+  REQUIRE(started[0] > 0);
+  REQUIRE(::kill(started[0], SIGKILL) == 0);
+  const pid_t replacement = wait_for_start(pid_file, 0, 2);
+  REQUIRE(replacement > 0);
+  CHECK(n0.wait(30s) == std::optional<int>(0));
+  CHECK(n1.wait(30s) == std::optional<int>(0));
+  // Rank 0's sibling and the other node's workers kept their one process,
+  // which ran to its own end.
+  for (int r = 1; r < 4; ++r) {
+    CHECK(pids_of(pid_file, r, "start") == std::vector<pid_t>{started[static_cast<std::size_t>(r)]});
+    CHECK(pids_of(pid_file, r, "exit") == std::vector<pid_t>{started[static_cast<std::size_t>(r)]});
+  }
+  CHECK(pids_of(pid_file, 0, "exit") == std::vector<pid_t>{replacement});
+  const auto dump = read_env_dump(dir / "rank_0.env");
+  CHECK(dump.at("DDP_REFORM_JOINING") == "1");
+  CHECK(dump.at("WORLD_SIZE") == "4");
+  auto keys = reform_keys(dir, daemon.endpoint, dump.at("DDP_STORE_PREFIX"));
+  CHECK(keys["generation"] == "1");
+  CHECK(keys["size"] == "0");
+  const auto err = n0.err() + n1.err();
+  CHECK(count_lines(err, "starting a replacement (1/1)") == 1);
+  CHECK(count_lines(err, "restarting workers") == 0);
+  CHECK(count_lines(err, "round event") == 0);
+  CHECK(count_lines(err, "stopping") == 0);
 }

@@ -105,6 +105,32 @@ TEST_CASE("log files get the raw bytes and a redirected stream skips the console
   CHECK(err.drain() == "[rank 0]:e\n");
 }
 
+TEST_CASE("a replacement's output appends to its slot's log files, a new attempt's truncates them") {
+  TempDir dir;
+  Console out, err;
+  WorkerOutputOptions o;
+  o.console_out = false;
+  o.console_err = false;
+  o.console_out_fd = out.fds[1];
+  o.console_err_fd = err.fds[1];
+  o.out_file = dir / "0" / "stdout.log";
+  o.err_file = dir / "0" / "stderr.log";
+  const auto write = [&](const WorkerOutputOptions& opts, const std::string& text) {
+    WorkerOutput w(opts);
+    w.feed(StdStream::kOut, text);
+    w.feed(StdStream::kErr, text);
+    w.finish();
+  };
+  write(o, "first\n");
+  auto replacement = o;
+  replacement.append_files = true;
+  write(replacement, "second\n");
+  CHECK(read_file(dir / "0" / "stdout.log") == "first\nsecond\n");
+  CHECK(read_file(dir / "0" / "stderr.log") == "first\nsecond\n");
+  write(o, "third\n");
+  CHECK(read_file(dir / "0" / "stdout.log") == "third\n");
+}
+
 TEST_CASE("only the last stderr lines are kept for the failure report") {
   Console out, err;
   WorkerOutputOptions o;
