@@ -110,6 +110,34 @@ bool load_checkpoint(const std::string& path, int hidden, Counters& c, std::vect
   return true;
 }
 
+// The state a re-form hands on, as one float buffer for broadcast_state:
+// parameters, momentum, then each counter in three 21-bit pieces (a float
+// holds integers below 2^24 exactly, so the counters travel bit for bit).
+constexpr int kPieceBits = 21;
+void pack_state(const std::vector<float>& params, const std::vector<float>& velocity, const Counters& c,
+                std::vector<float>& out) {
+  out.assign(params.begin(), params.end());
+  out.insert(out.end(), velocity.begin(), velocity.end());
+  for (std::int64_t v : c) {
+    for (int piece = 0; piece < 3; ++piece) {
+      out.push_back(static_cast<float>((static_cast<std::uint64_t>(v) >> (piece * kPieceBits)) & 0x1fffff));
+    }
+  }
+}
+void unpack_state(const std::vector<float>& in, std::vector<float>& params, std::vector<float>& velocity,
+                  Counters& c) {
+  auto it = in.begin();
+  std::copy_n(it, params.size(), params.begin());
+  it += static_cast<std::ptrdiff_t>(params.size());
+  std::copy_n(it, velocity.size(), velocity.begin());
+  it += static_cast<std::ptrdiff_t>(velocity.size());
+  for (std::int64_t& v : c) {
+    std::uint64_t bits = 0;
+    for (int piece = 0; piece < 3; ++piece) bits |= static_cast<std::uint64_t>(*it++) << (piece * kPieceBits);
+    v = static_cast<std::int64_t>(bits);
+  }
+}
+
 // Mean squared error of the model over the whole dataset (rank 0 only: no collective).
 double evaluate(example::Mlp& model, const example::Dataset& data) {
   std::vector<std::size_t> all(data.size());
@@ -224,12 +252,14 @@ int train(const Options& opt) {
   bool first_step = true;
 
   // After every (re)form, every member: the state root's state, and the rest of
-  // the epoch dealt among this world. It is also DDP's initial broadcast.
+  // the epoch dealt among this world. It is also DDP's initial broadcast. One
+  // collective, not three: parameters, momentum and counters packed together.
+  std::vector<float> packed;
   const auto restore = [&] {
     const std::int64_t start = now_ns();
-    const int root = eg.info().state_root;
-    ddp::broadcast_state(eg.group(), root, {std::span(model.flat_params()), std::span(velocity)});
-    eg.group().broadcast(std::span(counters), root);
+    pack_state(model.flat_params(), velocity, counters, packed);
+    ddp::broadcast_state(eg.group(), eg.info().state_root, {std::span(packed)});
+    unpack_state(packed, model.flat_params(), velocity, counters);
     sampler.set_epoch(static_cast<std::uint64_t>(counters[kEpoch]));
     sampler.reshard(eg.size(), eg.rank(), static_cast<std::size_t>(counters[kConsumed]));
     if (pending) {
