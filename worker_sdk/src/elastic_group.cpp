@@ -341,6 +341,14 @@ class ElasticGroup::Impl {
       for (const Member& m : joined) slots.push_back(m.slot);
       const auto self = std::find(slots.begin(), slots.end(), slot);
       if (self == slots.end()) {
+        // Read R/size between the agent's two adds (size, then generation):
+        // our n was the next generation's, and G filled up without us. The
+        // generation moves on at once; join that one.
+        std::int64_t now = g;
+        if (poll_until(deadline, [&] { return (now = read_counter("generation")) > g; })) {
+          g = now;
+          continue;
+        }
         throw ProtocolError("reform: slot " + std::to_string(slot) + " joined generation " +
                             std::to_string(g) + " after it was full (members: " + join_ints(slots) + ")");
       }

@@ -95,6 +95,17 @@ class ElasticJob {
     return false;
   }
 
+  // Fails the test (with every rank's output) unless each of `slots` prints `text`.
+  void require_all(std::initializer_list<int> slots, const std::string& text) {
+    for (int s : slots)
+      if (!wait_for(s, text)) FAIL(describe());
+  }
+  // All 4 slots started and `steps` steps trained.
+  void start_training(int steps) {
+    start_all();
+    require_all({0, 1, 2, 3}, "step " + std::to_string(steps) + " ok");
+  }
+
   std::string describe() {
     std::string s;
     for (auto& [name, p] : procs_) s += "== " + name + " stdout:\n" + p->out() + "== stderr:\n" + p->err();
@@ -123,9 +134,7 @@ long long field(const std::string& out, const std::string& line, const std::stri
 
 TEST_CASE("elastic: a rank killed mid-step is replaced and the job trains on in the same processes") {
   ElasticJob job(4, "train");
-  job.start_all();
-  for (int s = 0; s < 4; ++s)
-    if (!job.wait_for(s, "step 20 ok")) FAIL(job.describe());
+  job.start_training(20);
   job.kill(1);
   job.move_on(0);
   job.start(1, /*joining=*/true);
@@ -166,13 +175,10 @@ TEST_CASE("elastic: a rank killed mid-step is replaced and the job trains on in 
 
 TEST_CASE("elastic: without a replacement the survivors re-form smaller and keep their order") {
   ElasticJob job(4, "train");
-  job.start_all();
-  for (int s = 0; s < 4; ++s)
-    if (!job.wait_for(s, "step 5 ok")) FAIL(job.describe());
+  job.start_training(5);
   job.kill(1);
   job.move_on(-1);
-  for (int s : {0, 2, 3})
-    if (!job.wait_for(s, "reformed")) FAIL(job.describe());
+  job.require_all({0, 2, 3}, "reformed");
   job.stop();
   INFO(job.describe());
   const std::map<int, int> rank_of{{0, 0}, {2, 1}, {3, 2}};
@@ -188,17 +194,14 @@ TEST_CASE("elastic: without a replacement the survivors re-form smaller and keep
 
 TEST_CASE("elastic: a second failure during a re-form moves everyone to the later generation") {
   ElasticJob job(4, "train");
-  job.start_all();
-  for (int s = 0; s < 4; ++s)
-    if (!job.wait_for(s, "step 5 ok")) FAIL(job.describe());
+  job.start_training(5);
   job.kill(1);
   job.move_on(-1);
   // The second failure lands once a survivor has joined generation 1.
   if (!job.wait_counter("g1/joined", 1)) FAIL(job.describe());
   job.kill(2);
   job.move_on(-1);
-  for (int s : {0, 3})
-    if (!job.wait_for(s, "reformed")) FAIL(job.describe());
+  job.require_all({0, 3}, "reformed");
   job.stop();
   INFO(job.describe());
   for (int s : {0, 3}) {
@@ -213,8 +216,7 @@ TEST_CASE("elastic: a second failure during a re-form moves everyone to the late
 TEST_CASE("elastic: check() throws MembershipChanged once the generation moves on") {
   ElasticJob job(2, "check");
   job.start_all();
-  for (int s = 0; s < 2; ++s)
-    if (!job.wait_for(s, "formed")) FAIL(job.describe());
+  job.require_all({0, 1}, "formed");
   job.move_on(0);
   INFO(job.describe());
   for (int s = 0; s < 2; ++s) {
