@@ -18,11 +18,13 @@
 // a plain group and a failure restarts every worker; then rank 0 resumes from
 // the checkpoint written at each epoch's end, as ddp-example-train does.
 //
-// --kill-every N makes the worker of slot --kill-rank SIGKILL itself at the
-// end of step N, then 2N, ... (--kills times in all): the k-th kill happens in
-// the k-th world (generation, or attempt after a restart), so a replacement
-// never repeats its predecessor's kill. Rank 0 prints each re-form's (or
-// restart's) cost: the time from the SIGKILL to the next completed step.
+// --kill-every N makes the worker of slot --kill-rank (with --kill-rotate:
+// slot k % WORLD_SIZE for the k-th kill) SIGKILL itself at the end of step N,
+// then 2N, ... (--kills times in all): the k-th kill happens in the k-th world
+// (generation, or attempt after a restart), so a replacement never repeats its
+// predecessor's kill. Rank 0 of the new world prints each re-form's (or
+// restart's) cost: the time from the SIGKILL to the next completed step, and
+// its own reform() (a replacement: its join) and state broadcast times.
 #include <unistd.h>
 
 #include <array>
@@ -53,7 +55,8 @@ struct Options {
   std::uint64_t seed = 1234;
   std::string checkpoint;
   long kill_every = 0;
-  int kill_rank = -1;  // a slot; -1: the last
+  int kill_rank = -1;        // a slot; -1: the last
+  bool kill_rotate = false;  // the k-th kill hits slot k % WORLD_SIZE
   int kills = 2;
   bool no_catch = false;
   double step_sleep_ms = 0;
@@ -210,6 +213,14 @@ std::string slot_list(const std::vector<int>& slots) {
   return out.empty() ? "-" : out;
 }
 
+Pending reformed(const ddp::ReformInfo& info, double reform_ms) {
+  return Pending{.generation = info.generation,
+                 .world = info.world_size,
+                 .reform_ms = reform_ms,
+                 .slots = " (lost slots " + slot_list(info.lost_slots) + ", new slots " +
+                          slot_list(info.new_slots) + ")"};
+}
+
 int train(const Options& opt) {
   std::optional<ddp::Section> setup(std::in_place, "setup");
   ddp::Context ctx = ddp::init();
@@ -241,13 +252,19 @@ int train(const Options& opt) {
                   ctx.restart_count);
     }
   }
-  if (ctx.restart_count > 0 && eg.generation() == 0)
+  if (ctx.restart_count > 0 && eg.generation() == 0) {
     pending = Pending{.restart = true, .world = eg.size(), .slots = ""};
+  } else if (eg.generation() > 0) {  // a replacement: the new world's rank 0 may be this process
+    pending = reformed(eg.info(), static_cast<double>(eg.info().took.count()) / 1e3);
+  }
 
   ddp::Reducer reducer(eg.group(), model.grads());
   ddp::DistributedSampler sampler(data.size(), eg.size(), eg.rank(),
                                   {.shuffle = true, .seed = opt.seed, .drop_last = true});
-  const int kill_slot = opt.kill_rank >= 0 ? opt.kill_rank : ctx.world_size - 1;
+  const auto kill_slot = [&](std::int64_t world_index) {
+    if (opt.kill_rotate) return static_cast<int>(world_index % ctx.world_size);
+    return opt.kill_rank >= 0 ? opt.kill_rank : ctx.world_size - 1;
+  };
   const auto mark = [&](std::size_t i) { reducer.mark_ready(i); };
   bool first_step = true;
 
@@ -303,7 +320,7 @@ int train(const Options& opt) {
           }
           // The k-th kill in the k-th world: a replacement does not repeat it.
           const std::int64_t world_index = std::max<std::int64_t>(eg.generation(), ctx.restart_count);
-          if (opt.kill_every > 0 && slot == kill_slot && world_index < opt.kills &&
+          if (opt.kill_every > 0 && slot == kill_slot(world_index) && world_index < opt.kills &&
               counters[kStep] == (world_index + 1) * opt.kill_every) {
             std::printf("slot %d pid %d: SIGKILL after step %lld (--kill-every)\n", slot,
                         static_cast<int>(getpid()), static_cast<long long>(counters[kStep]));
@@ -337,11 +354,7 @@ int train(const Options& opt) {
       const std::int64_t caught = now_ns();
       reducer.discard_step();  // the step in flight is done again in the new world
       const ddp::ReformInfo info = eg.reform();
-      pending = Pending{.generation = info.generation,
-                        .world = info.world_size,
-                        .reform_ms = ms_since(caught),
-                        .slots = " (lost slots " + slot_list(info.lost_slots) + ", new slots " +
-                                 slot_list(info.new_slots) + ")"};
+      pending = reformed(info, ms_since(caught));
       restored = false;
     }
   }
@@ -374,6 +387,8 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1L, 1L << 40));
     app.add_option("--kill-rank", opt.kill_rank, "the slot (first RANK) that is killed (default: the last)")
         ->check(CLI::Range(0, 1 << 20));
+    app.add_flag("--kill-rotate", opt.kill_rotate,
+                 "the k-th kill hits slot k % WORLD_SIZE (not --kill-rank)");
     app.add_option("--kills", opt.kills, "how many times --kill-every kills in all (default 2)")
         ->check(CLI::Range(0, 1 << 20));
     app.add_flag(

@@ -41,12 +41,13 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// slot -> pid, from the trainer's "slot S pid P start|end" lines (the last one wins).
+// slot -> pid, from the trainer's "slot S pid P start|end" lines (the first one:
+// a slot's original process at start).
 std::map<int, long> pids(const std::string& out, const std::string& when) {
   std::map<int, long> found;
   const std::regex line("slot ([0-9]+) pid ([0-9]+) " + when + ":");
   for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it) {
-    found[std::stoi((*it)[1])] = std::stol((*it)[2]);
+    found.emplace(std::stoi((*it)[1]), std::stol((*it)[2]));
   }
   return found;
 }
@@ -82,6 +83,28 @@ TEST_CASE("reform: two SIGKILLed workers are replaced in place and the final los
   REQUIRE(end.size() == 4);
   for (int slot : {0, 1, 2}) CHECK(end.at(slot) == start.at(slot));
   CHECK(count(r.out, "slot 3 pid ") == 3 + 2 + 1);  // three starts, two kills, one end
+}
+
+TEST_CASE("reform: killing rank 0, the state root and reporter, then rank 1 still matches the loss") {
+  TempDir dir;
+  const RunResult clean = ddprun(four_ranks({}, dir, {}), dir);
+  REQUIRE(clean.code == 0);
+  TempDir dir2;
+  const RunResult r = ddprun(four_ranks({"--on_failure=reform", "--max_restarts=3"}, dir2,
+                                        {"--kill-every", "10", "--kills", "2", "--kill-rotate"}),
+                             dir2);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("slot 0 pid ") && Catch::Contains(": SIGKILL after step 10"));
+  CHECK_THAT(r.out, Catch::Contains(": SIGKILL after step 20"));
+  // The replacement of slot 0 is the new rank 0: it reports both re-forms.
+  CHECK_THAT(r.out, Catch::Contains("re-form: generation 1, world 4 (lost slots -, new slots 0)"));
+  CHECK_THAT(r.out, Catch::Contains("re-form: generation 2, world 4 (lost slots -, new slots 1)"));
+  CHECK_THAT(r.out, Catch::Contains("after 2 epochs, 32 steps, 2 re-forms"));
+  CHECK(relative(final_loss(r.out), final_loss(clean.out)) <= 1e-6);
+  const auto start = pids(r.out, "start"), end = pids(r.out, "end");
+  for (int slot : {2, 3}) CHECK(end.at(slot) == start.at(slot));
+  for (int slot : {0, 1}) CHECK(end.at(slot) != start.at(slot));
 }
 
 TEST_CASE("reform: a trainer that does not catch MembershipChanged completes by restart") {
