@@ -16,6 +16,8 @@ reads it and writes the PNG next to the table it illustrates:
       `ddp-bench allreduce`: busbw against message size, SDK and raw Gloo
   plot.py bootstrap docs/data/bootstrap.txt docs/img/bootstrap.png
       scripts/bench/bootstrap_vs_torch.sh: N torch ranks bootstrap on one store
+  plot.py reform docs/data/reform.txt docs/img/reform.png
+      scripts/bench/reform_vs_restart.sh: a SIGKILLed rank, re-form in place vs restart
 
 Regenerate every plot: scripts/bench/plot.py all   (needs python3-matplotlib)
 """
@@ -133,6 +135,36 @@ def restart(src, out):
     finish(fig, out)
 
 
+def reform(src, out):
+    """reform_vs_restart.sh: 'rep I POLICY: rank killed -> next step X ms, steps lost L, one step S ms, ...'."""
+    reps = {"reform": [], "restart": []}
+    step, lost = [], {}
+    for line in open(src):
+        m = re.match(r"rep \d+ (reform|restart): rank killed -> next step ([\d.]+) ms, steps lost (\d+), "
+                     r"one step ([\d.]+) ms", line)
+        if m:
+            reps[m.group(1)].append(float(m.group(2)))
+            lost[m.group(1)] = int(m.group(3))
+            step.append(float(m.group(4)))
+    one = statistics.median(step)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    keys = ["reform", "restart"]
+    med = [statistics.median(reps[k]) for k in keys]
+    err = [[med[i] - min(reps[k]) for i, k in enumerate(keys)], [max(reps[k]) - med[i] for i, k in enumerate(keys)]]
+    ax.bar([0, 1], med, 0.4, yerr=err, capsize=6, label="SIGKILL → next completed step (median, min–max)")
+    ax.bar([0.4, 1.4], [med[i] + lost[k] * one for i, k in enumerate(keys)], 0.4, color="tab:orange",
+           label="… plus the lost steps done again")
+    ax.axhline(50 + one, color="grey", linestyle=":", label="goal: 50 ms + one step (%.1f ms) = %.1f ms" % (one, 50 + one))
+    ax.set_xticks([0.2, 1.2])
+    ax.set_xticklabels(["--on_failure=reform\n(%d steps lost)" % lost["reform"],
+                        "--on_failure=restart\n(%d steps lost)" % lost["restart"]])
+    ax.set_ylabel("ms")
+    ax.set_title("4 Gloo workers, one SIGKILLed (%d reps)" % len(reps["reform"]), fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    finish(fig, out)
+
+
 def allreduce(src, out):
     """`ddp-bench allreduce`: per 'allreduce: N ranks' block, rows 'bytes iters | raw alg bus | sdk alg bus | ovh'."""
     blocks, ranks = {}, None
@@ -183,7 +215,7 @@ def bootstrap(src, out):
 
 
 PLOTS = {"rendezvous": rendezvous, "launcher": launcher, "restart": restart, "allreduce": allreduce,
-         "bootstrap": bootstrap}
+         "bootstrap": bootstrap, "reform": reform}
 
 
 def main():

@@ -63,6 +63,13 @@ void Mlp::sgd_step(float lr) {
   for (std::size_t i = 0; i < params_.size(); ++i) params_[i] -= lr * grads_[i];
 }
 
+void Mlp::sgd_step(float lr, float momentum, std::span<float> velocity) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    velocity[i] = momentum * velocity[i] + grads_[i];
+    params_[i] -= lr * velocity[i];
+  }
+}
+
 double Mlp::forward_backward(const Dataset& data, std::span<const std::size_t> batch,
                              const std::function<void(std::size_t)>& ready) {
   const std::size_t h = static_cast<std::size_t>(hidden_);

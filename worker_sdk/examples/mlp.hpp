@@ -36,6 +36,9 @@ class Mlp {
                           const std::function<void(std::size_t)>& ready);
   void zero_grad();
   void sgd_step(float lr);
+  // SGD with (torch-style) momentum: v = momentum * v + g; p -= lr * v.
+  // `velocity` is the optimizer state, one per parameter.
+  void sgd_step(float lr, float momentum, std::span<float> velocity);
 
  private:
   int hidden_;

@@ -6,7 +6,6 @@
 // each rank its shard, the Reducer averages gradients (overlapping the backward
 // pass), rank 0 prints the loss per epoch and checkpoints, and after an elastic
 // restart (TORCHELASTIC_RESTART_COUNT > 0) every rank resumes from it.
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include <thread>
 
 #include "ddp/sdk.hpp"
+#include "example_cli.hpp"
 #include "mlp.hpp"
 
 namespace {
@@ -201,15 +201,8 @@ int main(int argc, char** argv) {
   return ddp::run(argc, argv, [](int ac, char** av) {
     Options opt;
     CLI::App app{"Train a small MLP data-parallel with the ddp worker SDK (run under ddprun)"};
-    app.option_defaults()->multi_option_policy(
-        CLI::MultiOptionPolicy::TakeLast);  // later flags win, as in argparse
-    app.add_option("--epochs", opt.epochs, "epochs to train")->check(CLI::Range(1, 1000000));
-    app.add_option("--batch-size", opt.batch_size, "samples per rank per step")
-        ->check(CLI::Range(1, 1 << 20));
-    app.add_option("--lr", opt.lr, "SGD learning rate")->check(CLI::PositiveNumber);
-    app.add_option("--hidden", opt.hidden, "width of the two hidden layers")->check(CLI::Range(1, 4096));
-    app.add_option("--dataset-size", opt.dataset_size, "generated samples")->check(CLI::Range(1, 1 << 26));
-    app.add_option("--seed", opt.seed, "seed of data, model and shuffling");
+    example::add_training_options(app, opt.epochs, opt.batch_size, opt.lr, opt.hidden, opt.dataset_size,
+                                  opt.seed);
     app.add_option("--checkpoint", opt.checkpoint,
                    "checkpoint path (default: $TMPDIR/ddp-example-train-<run id>.ckpt)");
     app.add_option("--grad-accum", opt.grad_accum, "micro-batches per step (no_sync for all but the last)")
@@ -228,14 +221,7 @@ int main(int argc, char** argv) {
     app.add_option("--stall-at-step", opt.stall_at_step, "step (from 1, across epochs) the stall begins in");
     app.add_option("--stall-seconds", opt.stall_seconds, "how long the stall lasts (default 3600)");
     app.add_option("--step-sleep-ms", opt.step_sleep_ms, "sleep this long in every step (steady step times)");
-    try {
-      app.parse(ac, av);
-    } catch (const CLI::CallForHelp& e) {
-      return app.exit(e);
-    } catch (const CLI::ParseError& e) {
-      app.exit(e);
-      return 2;
-    }
+    if (const auto code = example::parse(app, ac, av)) return *code;
     return train(opt);
   });
 }
