@@ -30,16 +30,25 @@ constexpr auto kPoll = std::chrono::milliseconds(10);
 // exist, and notices a newer generation within a slice.
 constexpr auto kSlice = std::chrono::milliseconds(50);
 
-// Polls `moved` with a short backoff (1, 2, 4, 8, then 10 ms) until it holds
-// or `until` passes; returns whether it held.
+// Polls `moved` every 0.5 ms for the first kFastPolls (the agent moves the
+// generation on within milliseconds of a death, and every millisecond here is
+// on the re-form's critical path), then every kPoll, until it holds or `until`
+// passes; returns whether it held.
+constexpr auto kFastPoll = std::chrono::microseconds(500);
+constexpr auto kFastPolls = std::chrono::milliseconds(200);
+
 template <typename Moved>
 bool poll_until(Clock::time_point until, Moved moved) {
-  auto pause = std::chrono::milliseconds(1);
+  const auto slow_from = Clock::now() + kFastPolls;
   for (;;) {
     if (moved()) return true;
-    if (Clock::now() >= until) return false;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, kPoll);
+    const auto now = Clock::now();
+    if (now >= until) return false;
+    if (now < slow_from) {
+      std::this_thread::sleep_for(kFastPoll);
+    } else {
+      std::this_thread::sleep_for(kPoll);
+    }
   }
 }
 
