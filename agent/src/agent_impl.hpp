@@ -79,6 +79,9 @@ struct Agent::Impl {
   void reform_after(const WorkerFailure& f);
   // Once the store knows: the replacement starts, or the slot is given up,
   // or (below the job's minimum) the job stops.
+  // Asks the store whether the workers are worker SDK trainers (they joined a
+  // ddp::ElasticGroup) before the first re-form; falls back to restart if not.
+  void probe_workers();
   void after_reform_writes(const WorkerFailure& f, bool replaced, int restart_count,
                            const ReformStore::Outcome& out);
   // Too few workers left to re-form (reform_stop_line): the final report, the
@@ -145,6 +148,8 @@ struct Agent::Impl {
   std::size_t failures_seen = 0;  // of the group's failures() in attempt failures_attempt
   int failures_attempt = -1;
   std::string reform_stop_line;
+  bool elastic_workers = false;  // a worker joined a ddp::ElasticGroup (probe_workers)
+  bool probing_workers = false;
 
   EnvMap base_env;
   EnvMap liveness_env;                          // what workers get of the liveness channels

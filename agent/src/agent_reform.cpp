@@ -36,6 +36,11 @@ void Agent::Impl::on_local_failure() {
     failures_attempt = group->attempt();
     failures_seen = 0;
   }
+  if (!elastic_workers) {
+    // Once per run, before the first re-form: are these SDK trainers at all?
+    if (!probing_workers) probe_workers();
+    return;
+  }
   while (reform && life.is(Phase::kRunning) && failures_seen < group->failures().size()) {
     const WorkerFailure f = group->failures()[failures_seen++];
     if (f.error && f.error->message.find(kMembershipChanged) != std::string::npos) {
@@ -50,6 +55,40 @@ void Agent::Impl::on_local_failure() {
     }
     reform_after(f);
   }
+}
+
+void Agent::Impl::probe_workers() {
+  probing_workers = true;
+  const auto& round = life.round();
+  const int attempt = group->attempt();
+  const auto current = [this, attempt] { return life.is(Phase::kRunning) && group->attempt() == attempt; };
+  reform_store->probe(
+      round.store_endpoint, cfg.rendezvous.token, round.worker_prefix + "reform/",
+      [this, current](bool joined) {
+        probing_workers = false;
+        if (!current()) return;
+        if (joined) {
+          elastic_workers = true;
+          on_local_failure();
+          return;
+        }
+        // Torch workers, or any program that never made a ddp::ElasticGroup:
+        // its siblings cannot re-form and would wait in their collectives.
+        const auto& f = group->failures()[failures_seen];
+        log->warn(
+            "rank {} failed and no worker joined a ddp::ElasticGroup (not a worker SDK trainer?): falling "
+            "back to --on_failure=restart for this run",
+            f.rank);
+        reform = false;
+        begin_stop(StopReason::kLocalFailure, SIGTERM);
+      },
+      [this, current, endpoint = round.store_endpoint.to_string()](const std::string& m) {
+        probing_workers = false;
+        if (!current()) return;
+        log->error("reform: cannot read the workers' store at {} ({}): restarting every worker instead",
+                   endpoint, m);
+        begin_stop(StopReason::kLocalFailure, SIGTERM);
+      });
 }
 
 void Agent::Impl::reform_after(const WorkerFailure& f) {

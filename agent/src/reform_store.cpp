@@ -15,6 +15,21 @@ constexpr std::chrono::seconds kStoreTimeout{10};
 struct ReformStore::Client {
   Endpoint endpoint;
   std::unique_ptr<store::TcpStore> store;
+
+  // The client for `to`, made on first use (or when the round's store moved).
+  store::TcpStore& connected(const Endpoint& to, const std::string& token) {
+    if (!store || endpoint.host != to.host || endpoint.port != to.port) {
+      store.reset();
+      store::TcpStoreOptions o;
+      o.endpoint = to;
+      o.token = token;
+      o.connect_timeout = kStoreTimeout;
+      o.request_timeout = kStoreTimeout;
+      store = std::make_unique<store::TcpStore>(o);
+      endpoint = to;
+    }
+    return *store;
+  }
 };
 
 ReformStore::ReformStore(boost::asio::io_context& io)
@@ -32,26 +47,30 @@ void ReformStore::lose(Loss loss, std::function<void(const Outcome&)> done,
   caller_->call(
       [c = client_, s = sink_, loss = std::move(loss), done = std::move(done), failed = std::move(failed)] {
         try {
-          if (!c->store || c->endpoint.host != loss.store.host || c->endpoint.port != loss.store.port) {
-            c->store.reset();
-            store::TcpStoreOptions o;
-            o.endpoint = loss.store;
-            o.token = loss.token;
-            o.connect_timeout = kStoreTimeout;
-            o.request_timeout = kStoreTimeout;
-            c->store = std::make_unique<store::TcpStore>(o);
-            c->endpoint = loss.store;
-          }
+          auto& store = c->connected(loss.store, loss.token);
           Outcome out;
-          c->store->set(loss.prefix + "lost/" + std::to_string(loss.slot), loss.reason);
-          out.size = c->store->add(loss.prefix + "size", loss.delta);
+          store.set(loss.prefix + "lost/" + std::to_string(loss.slot), loss.reason);
+          out.size = store.add(loss.prefix + "size", loss.delta);
           out.below_min = out.size < loss.min_size;
-          if (!out.below_min) out.generation = c->store->add(loss.prefix + "generation", 1);
+          if (!out.below_min) out.generation = store.add(loss.prefix + "generation", 1);
           s->post([done, out] { done(out); });
         } catch (const std::exception& e) {
           s->post([failed, m = std::string(e.what())] { failed(m); });
         }
       });
+}
+
+void ReformStore::probe(Endpoint endpoint, std::string token, std::string prefix,
+                        std::function<void(bool)> done, std::function<void(const std::string&)> failed) {
+  caller_->call([c = client_, s = sink_, endpoint = std::move(endpoint), token = std::move(token),
+                 prefix = std::move(prefix), done = std::move(done), failed = std::move(failed)] {
+    try {
+      const bool joined = c->connected(endpoint, token).try_get(prefix + "g0/joined").has_value();
+      s->post([done, joined] { done(joined); });
+    } catch (const std::exception& e) {
+      s->post([failed, m = std::string(e.what())] { failed(m); });
+    }
+  });
 }
 
 }  // namespace ddp::agent

@@ -49,6 +49,13 @@ class ReformStore {
   void lose(Loss loss, std::function<void(const Outcome&)> done,
             std::function<void(const std::string&)> failed);
 
+  // Whether a worker of the round (`prefix` is its R) ever joined a
+  // ddp::ElasticGroup: R/g0/joined exists once the first generation's members
+  // count themselves in. A program that never does (a torch worker) cannot
+  // re-form, and its siblings would wait in their collectives.
+  void probe(Endpoint store, std::string token, std::string prefix, std::function<void(bool)> done,
+             std::function<void(const std::string&)> failed);
+
   bool busy() const { return caller_->busy(); }
 
  private:

@@ -21,6 +21,11 @@
 //                           <CLOCK_MONOTONIC ns>" every 10 ms: which world
 //                           was still writing when (fencing tests)
 //   FAKE_SLEEP_MS=n         sleep before exiting
+//   FAKE_ELASTIC_JOIN=1     before anything else, count itself into the first
+//                           generation of --on_failure=reform as a
+//                           ddp::ElasticGroup does (add 1 to
+//                           $DDP_STORE_PREFIX/reform/g0/joined), so that the
+//                           agent takes it for a worker SDK trainer
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -35,6 +40,9 @@
 #include <fstream>
 #include <string>
 #include <thread>
+
+#include "ddp/common/endpoint.hpp"
+#include "ddp/store/tcp_store.hpp"
 
 extern char** environ;
 
@@ -146,6 +154,11 @@ void write_bad_error_file(const std::string& how) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (env("FAKE_ELASTIC_JOIN") == "1") {
+    ddp::store::TcpStoreOptions options;
+    options.endpoint = ddp::parse_endpoint(env("DDP_STORE_ENDPOINT"), "DDP_STORE_ENDPOINT");
+    ddp::store::TcpStore(options).add(env("DDP_STORE_PREFIX") + "reform/g0/joined", 1);
+  }
   const bool applies = env("FAKE_ONLY_RANK").empty() || env("FAKE_ONLY_RANK") == env("RANK");
   if (applies && env("FAKE_IGNORE_SIGTERM") == "1") ::signal(SIGTERM, SIG_IGN);
   if (applies && env("FAKE_IGNORE_SIGINT") == "1") ::signal(SIGINT, SIG_IGN);

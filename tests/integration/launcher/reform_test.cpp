@@ -83,6 +83,7 @@ TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its 
                            "--event_log", events.string(), "--no_python", bin("fake_worker").string()}),
               dir.path(),
               clean_env({{"FAKE_PID_FILE", pid_file.string()},
+                         {"FAKE_ELASTIC_JOIN", "1"},
                          {"FAKE_ENV_DUMP", dir.path().string()},
                          {"FAKE_SLEEP_MS", "5000"}}),
               "ddprun");
@@ -153,6 +154,7 @@ TEST_CASE(
   const auto pid_file = dir / "pids";
   auto node = [&](int n) { return c10d_node(daemon, "shrink", "1:2", n, "0"); };
   const auto env = clean_env({{"FAKE_PID_FILE", pid_file.string()},
+                              {"FAKE_ELASTIC_JOIN", "1"},
                               {"FAKE_ENV_DUMP", dir.path().string()},
                               {"FAKE_SLEEP_MS", "5000"}});
   Process n0(node(0), dir.path(), env, "node0");
@@ -183,10 +185,13 @@ TEST_CASE(
 TEST_CASE("on_failure=reform below the job's minimum: one line naming the lost rank and exit 1") {
   TempDir dir;
   const auto pid_file = dir / "pids";
-  Process job(ddprun_argv({"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--stop_timeout=2",
-                           "--no_python", bin("fake_worker").string()}),
-              dir.path(), clean_env({{"FAKE_PID_FILE", pid_file.string()}, {"FAKE_SLEEP_MS", "10000"}}),
-              "ddprun");
+  Process job(
+      ddprun_argv({"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--stop_timeout=2",
+                   "--no_python", bin("fake_worker").string()}),
+      dir.path(),
+      clean_env(
+          {{"FAKE_PID_FILE", pid_file.string()}, {"FAKE_ELASTIC_JOIN", "1"}, {"FAKE_SLEEP_MS", "10000"}}),
+      "ddprun");
   const pid_t victim = wait_for_start(pid_file, 1, 1);
   REQUIRE(victim > 0);
   REQUIRE(::kill(victim, SIGKILL) == 0);
@@ -201,6 +206,27 @@ TEST_CASE("on_failure=reform below the job's minimum: one line naming the lost r
   CHECK(pids_of(pid_file, 1, "start").size() == 1);
 }
 
+TEST_CASE("on_failure=reform with workers that never join a ddp::ElasticGroup falls back to restarting") {
+  TempDir dir;
+  // Not a worker SDK trainer (as a torch worker): rank 1 fails once, and its
+  // sibling, which could not re-form, is restarted with it.
+  auto r = ddprun(
+      {"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--max_restarts=1", "--no_python",
+       bin("fake_worker").string()},
+      dir,
+      {{"FAKE_ONLY_RANK", "1"}, {"FAKE_FAIL_ON_RESTART_BELOW", "1"}, {"FAKE_ENV_DUMP", dir.path().string()}});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(count_lines(r.err,
+                    "rank 1 failed and no worker joined a ddp::ElasticGroup (not a worker SDK trainer?): "
+                    "falling back to --on_failure=restart for this run") == 1);
+  CHECK(count_lines(r.err, "restarting workers (1/1)") == 1);
+  CHECK_THAT(r.err, !Catch::Contains("starting a replacement"));
+  const auto env = read_env_dump(dir / "rank_0.env");
+  CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "1");
+  CHECK(env.count("DDP_ON_FAILURE") == 0);
+}
+
 TEST_CASE("on_failure=reform: a worker that did not catch ddp::MembershipChanged falls back to restarting") {
   TempDir dir;
   // Rank 1 dies of the exception (its error file says so) on the first
@@ -209,6 +235,7 @@ TEST_CASE("on_failure=reform: a worker that did not catch ddp::MembershipChanged
                    "--no_python", bin("fake_worker").string()},
                   dir,
                   {{"FAKE_ONLY_RANK", "1"},
+                   {"FAKE_ELASTIC_JOIN", "1"},
                    {"FAKE_ERROR_MESSAGE", "ddp::MembershipChanged: generation 1: rank 0 left"},
                    {"FAKE_FAIL_ON_RESTART_BELOW", "1"},
                    {"FAKE_ENV_DUMP", dir.path().string()}});
@@ -240,6 +267,10 @@ TEST_CASE(
                  dir.path().string() +
                  "'\n"
                  "echo $$ >> starts_$RANK\n"
+                 "'" +
+                 bin("ddp-store").string() +
+                 "' --endpoint \"$DDP_STORE_ENDPOINT\" add \"${DDP_STORE_PREFIX}reform/g0/joined\" 1 > "
+                 "/dev/null\n"
                  "if [ \"$RANK\" = 1 ] && [ -z \"$DDP_REFORM_JOINING\" ]; then\n"
                  "  req step $(( $(date +%s) + 1 )) 9; sleep 30\n"
                  "fi\n"
@@ -264,6 +295,7 @@ TEST_CASE(
   REQUIRE(daemon.port > 0);
   const auto pid_file = dir / "pids";
   const auto env = clean_env({{"FAKE_PID_FILE", pid_file.string()},
+                              {"FAKE_ELASTIC_JOIN", "1"},
                               {"FAKE_ENV_DUMP", dir.path().string()},
                               {"FAKE_SLEEP_MS", "5000"}});
   Process n0(c10d_node(daemon, "two", "2", 0, "1"), dir.path(), env, "node0");
