@@ -2,6 +2,7 @@
 // fence deadline that follows from the keep-alives the store answered
 // (docs/rendezvous.md, "Fencing"). round_monitor.cpp has the round's watches
 // and events.
+#include <algorithm>
 #include <thread>
 #include <utility>
 
@@ -17,9 +18,33 @@ std::chrono::milliseconds fence_margin(std::chrono::milliseconds keep_alive_inte
 }
 
 store::LeaseId RoundMonitor::lease() {
+  store::LeaseId held = 0;
   {
     std::lock_guard<std::mutex> lock(keepalive_->mu);
-    if (keepalive_->lease != 0) return keepalive_->lease;
+    held = keepalive_->lease;
+    // Kept alive within the last interval: it cannot have expired.
+    if (held != 0 && Clock::now() - keepalive_->last_ok < interval_) return held;
+  }
+  if (held != 0) {
+    // Not heard of for a while (this process was stopped past the lease's
+    // TTL, say): the keep-alive thread may not have found it gone yet, and a
+    // key put under a lease the store dropped is refused. Ask once.
+    const auto sent = Clock::now();
+    try {
+      store_->lease_keepalive(held);
+      std::lock_guard<std::mutex> lock(keepalive_->mu);
+      if (keepalive_->lease == held) {
+        keepalive_->last_ok = Clock::now();
+        keepalive_->acked_send = std::max(keepalive_->acked_send, sent);
+        if (keepalive_->fence_sink) keepalive_->fence_sink(keepalive_->acked_send + keepalive_->backstop);
+        return held;
+      }
+    } catch (const StoreError& e) {
+      // The store answered: the lease is gone. A new one follows.
+      log::get("rdzv")->info("lease {} of this node is gone ({}): granting a new one", held, e.what());
+    }
+    std::lock_guard<std::mutex> lock(keepalive_->mu);
+    if (keepalive_->lease == held) keepalive_->lease = 0;
   }
   const auto sent = Clock::now();
   auto id = store_->lease_grant(ttl_);
