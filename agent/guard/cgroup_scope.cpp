@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "stale_cgroups.hpp"
@@ -29,11 +28,20 @@ bool is_cgroup2(const std::string& dir) {
 }
 
 // This process's cgroup in the unified hierarchy ("0::/path" in /proc/self/cgroup).
+// Plain read(): the guard runs once per worker, and a stream costs more than the file.
 std::string own_cgroup() {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  const int fd = ::open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buf[4096];
+  ssize_t n = 0;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) text.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  for (std::size_t pos = 0; pos < text.size();) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    if (text.compare(pos, 3, "0::") == 0) return text.substr(pos + 3, end - pos - 3);
+    pos = end + 1;
   }
   return "";
 }
@@ -55,11 +63,14 @@ std::vector<std::string> nested_cgroups(const std::string& dir) {
   return out;
 }
 
-// rmdir of `dir` after its child cgroups, deepest first: a preload zygote's
-// cgroup holds one per worker forked from it (docs/agent.md, "Preloading"),
-// left behind when those workers' guards were killed with the tree. A cgroup's
-// files cannot be removed and need not be: rmdir takes them.
+// rmdir of `dir`, after its child cgroups (deepest first) where it has any: a
+// preload zygote's cgroup holds one per worker forked from it (docs/agent.md,
+// "Preloading"), left behind when those workers' guards were killed with the
+// tree. A cgroup's files cannot be removed and need not be: rmdir takes them.
+// The usual cgroup has no child: one rmdir, no directory read.
 bool remove_tree(const std::string& dir) {
+  if (::rmdir(dir.c_str()) == 0) return true;
+  if (errno != EBUSY && errno != ENOTEMPTY) return false;
   for (const auto& child : nested_cgroups(dir)) remove_tree(child);
   return ::rmdir(dir.c_str()) == 0;
 }
@@ -90,8 +101,7 @@ std::string own_cgroup_dir() {
   return root + own;
 }
 
-std::unique_ptr<CgroupScope> CgroupScope::create(pid_t guard_pid) {
-  const std::string parent = own_cgroup_dir();
+std::unique_ptr<CgroupScope> CgroupScope::create(pid_t guard_pid, const std::string& parent) {
   const std::string owner = owner_name(guard_pid);
   if (parent.empty() || owner.empty()) return nullptr;
   const std::string path = parent + "/" + std::string(kGuardCgroupPrefix) + owner;
@@ -106,7 +116,12 @@ CgroupScope::CgroupScope(std::string path, int dir_fd)
 
 CgroupScope::~CgroupScope() {
   if (dir_fd_ >= 0) ::close(dir_fd_);
-  remove_tree(path_);
+  if (!removed_) remove_tree(path_);
+}
+
+bool CgroupScope::remove() {
+  removed_ = remove_tree(path_);
+  return removed_;
 }
 
 pid_t CgroupScope::fork_into() const {
@@ -129,16 +144,6 @@ bool CgroupScope::join(pid_t pid) const {
 }
 
 bool CgroupScope::kill_all() const { return write_text(path_ + "/cgroup.kill", "1\n", 2); }
-
-bool CgroupScope::populated() const {
-  std::ifstream in(path_ + "/cgroup.events");
-  std::string key;
-  int value = 0;
-  while (in >> key >> value) {
-    if (key == "populated") return value != 0;
-  }
-  return false;
-}
 
 std::size_t kill_cgroup_tree(const std::string& path) {
   std::size_t found = members(path).size();

@@ -19,11 +19,11 @@ namespace ddp::guard {
 
 class CgroupScope {
  public:
-  // Creates "<own cgroup>/ddp-guard.<owner>" in the unified hierarchy, <owner>
-  // naming the guard `guard_pid` for good (stale_cgroups.hpp); null when there
-  // is no such hierarchy or it is not writable.
-  static std::unique_ptr<CgroupScope> create(pid_t guard_pid);
-  ~CgroupScope();  // removes the cgroup (and empty cgroups inside it) if it is empty
+  // Creates "<parent>/ddp-guard.<owner>", <owner> naming the guard `guard_pid`
+  // for good (stale_cgroups.hpp); `parent` is own_cgroup_dir(). Null when
+  // there is no such hierarchy ("") or it is not writable.
+  static std::unique_ptr<CgroupScope> create(pid_t guard_pid, const std::string& parent);
+  ~CgroupScope();  // remove()s the cgroup, if it is empty and still there
   CgroupScope(const CgroupScope&) = delete;
   CgroupScope& operator=(const CgroupScope&) = delete;
 
@@ -40,13 +40,16 @@ class CgroupScope {
   bool join(pid_t pid) const;
   // SIGKILLs every process in the cgroup at once. False without cgroup.kill.
   bool kill_all() const;
-  bool populated() const;
+  // Removes the cgroup (and empty cgroups inside it) now: false while a
+  // process is still in it.
+  bool remove();
 
  private:
   CgroupScope(std::string path, int dir_fd);
   std::string path_;
   int dir_fd_;              // the cgroup's directory, for fork_into()
   std::string procs_file_;  // built up front: join_self() may not allocate
+  bool removed_ = false;
 };
 
 // The unified (v2) hierarchy's mount point: /sys/fs/cgroup on a pure v2

@@ -74,8 +74,9 @@ class Guard {
     if (!agent_gone) {
       // Where ddprun and its guards were all SIGKILLed at once, what their
       // workers left still runs in their cgroups, beside the one made here.
-      for (const auto& stale : reap_stale_guard_cgroups(own_cgroup_dir(), 1)) say(describe(stale));
-      cgroup_ = CgroupScope::create(self_);
+      const std::string parent = own_cgroup_dir();
+      for (const auto& stale : reap_stale_guard_cgroups(parent, 1)) say(describe(stale));
+      cgroup_ = CgroupScope::create(self_, parent);
     }
     if (o_.adopt_pid > 0) {
       adopt_worker();
@@ -284,7 +285,9 @@ class Guard {
 
   // Exits the way the worker did, so the agent reports the worker's outcome.
   [[noreturn]] void finish() {
-    if (cgroup_ && cgroup_->populated()) cgroup_->kill_all();
+    // The usual end: the cgroup is empty and goes with one rmdir. What is
+    // still in it (a process moved in from outside the tree) is killed first.
+    if (cgroup_ && !cgroup_->remove()) cgroup_->kill_all();
     cgroup_.reset();
     if (!worker_done_) mirror_signal(SIGKILL);
     if (WIFEXITED(worker_status_)) ::_exit(WEXITSTATUS(worker_status_));

@@ -87,7 +87,9 @@ std::optional<GuardOwner> parse_guard_cgroup(std::string_view dir_name) {
 }
 
 bool owner_alive(const GuardOwner& owner) {
-  if (owner.pid_ns != pid_namespace("/proc/self")) return true;
+  // Read once: a scan judges every guard cgroup beside it by this.
+  static const unsigned long long own_ns = pid_namespace("/proc/self");
+  if (owner.pid_ns != own_ns) return true;
   ProcInfo info;
   if (!read_proc(owner.pid, &info) || info.state == 'Z' || info.state == 'X') return false;
   return info.start_time == owner.start_time;

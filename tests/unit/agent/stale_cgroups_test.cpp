@@ -59,7 +59,7 @@ TEST_CASE("an owner in another pid namespace is never judged from this one") {
 }
 
 TEST_CASE("a child forked into a guard cgroup starts in it, and the cgroup is removed with its scope") {
-  auto scope = ddp::guard::CgroupScope::create(::getpid());
+  auto scope = ddp::guard::CgroupScope::create(::getpid(), ddp::guard::own_cgroup_dir());
   if (!scope) {
     WARN("SKIP: no writable cgroup v2 hierarchy here (needs root or a delegated subtree)");
     return;
