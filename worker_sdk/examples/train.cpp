@@ -198,30 +198,30 @@ int train(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return ddp::run(argc, argv, [](int ac, char** av) {
-    Options opt;
-    CLI::App app{"Train a small MLP data-parallel with the ddp worker SDK (run under ddprun)"};
-    example::add_training_options(app, opt.epochs, opt.batch_size, opt.lr, opt.hidden, opt.dataset_size,
-                                  opt.seed);
-    app.add_option("--checkpoint", opt.checkpoint,
-                   "checkpoint path (default: $TMPDIR/ddp-example-train-<run id>.ckpt)");
-    app.add_option("--grad-accum", opt.grad_accum, "micro-batches per step (no_sync for all but the last)")
-        ->check(CLI::Range(1, 1024));
-    app.add_flag("--no-overlap", opt.no_overlap, "all-reduce after backward instead of during it");
-    app.add_option("--bucket-cap-kb", opt.bucket_cap_kb, "Reducer bucket cap in KiB")
-        ->check(CLI::Range(1, 1 << 22));
-    app.add_option("--first-bucket-cap-kb", opt.first_bucket_cap_kb, "first bucket cap in KiB")
-        ->check(CLI::Range(1, 1 << 22));
-    app.add_option("--dump-params", opt.dump_params, "rank 0 writes the final parameters here, one per line");
-    app.add_option("--fail-at-epoch", opt.fail_at_epoch,
-                   "fail after this epoch on the first attempt (restart demo)");
-    app.add_option("--fail-rank", opt.fail_rank, "rank that fails (default: the last)");
-    app.add_option("--stall-rank", opt.stall_rank,
-                   "this rank stalls inside a step on the first attempt (hang detection demo)");
-    app.add_option("--stall-at-step", opt.stall_at_step, "step (from 1, across epochs) the stall begins in");
-    app.add_option("--stall-seconds", opt.stall_seconds, "how long the stall lasts (default 3600)");
-    app.add_option("--step-sleep-ms", opt.step_sleep_ms, "sleep this long in every step (steady step times)");
-    if (const auto code = example::parse(app, ac, av)) return *code;
-    return train(opt);
-  });
+  return example::run_trainer<Options>(
+      argc, argv, "Train a small MLP data-parallel with the ddp worker SDK (run under ddprun)",
+      "checkpoint path (default: $TMPDIR/ddp-example-train-<run id>.ckpt)",
+      [](CLI::App& app, Options& opt) {
+        app.add_option("--grad-accum", opt.grad_accum,
+                       "micro-batches per step (no_sync for all but the last)")
+            ->check(CLI::Range(1, 1024));
+        app.add_flag("--no-overlap", opt.no_overlap, "all-reduce after backward instead of during it");
+        app.add_option("--bucket-cap-kb", opt.bucket_cap_kb, "Reducer bucket cap in KiB")
+            ->check(CLI::Range(1, 1 << 22));
+        app.add_option("--first-bucket-cap-kb", opt.first_bucket_cap_kb, "first bucket cap in KiB")
+            ->check(CLI::Range(1, 1 << 22));
+        app.add_option("--dump-params", opt.dump_params,
+                       "rank 0 writes the final parameters here, one per line");
+        app.add_option("--fail-at-epoch", opt.fail_at_epoch,
+                       "fail after this epoch on the first attempt (restart demo)");
+        app.add_option("--fail-rank", opt.fail_rank, "rank that fails (default: the last)");
+        app.add_option("--stall-rank", opt.stall_rank,
+                       "this rank stalls inside a step on the first attempt (hang detection demo)");
+        app.add_option("--stall-at-step", opt.stall_at_step,
+                       "step (from 1, across epochs) the stall begins in");
+        app.add_option("--stall-seconds", opt.stall_seconds, "how long the stall lasts (default 3600)");
+        app.add_option("--step-sleep-ms", opt.step_sleep_ms,
+                       "sleep this long in every step (steady step times)");
+      },
+      train);
 }

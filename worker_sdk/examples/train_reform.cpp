@@ -373,30 +373,30 @@ int train(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return ddp::run(argc, argv, [](int ac, char** av) {
-    Options opt;
-    CLI::App app{"Train a small MLP that survives a lost rank in-process (ddprun --on_failure=reform)"};
-    example::add_training_options(app, opt.epochs, opt.batch_size, opt.lr, opt.hidden, opt.dataset_size,
-                                  opt.seed);
-    app.add_option("--momentum", opt.momentum, "SGD momentum (the optimizer state a re-form hands on)")
-        ->check(CLI::Range(0.0f, 0.999f));
-    app.add_option("--checkpoint", opt.checkpoint,
-                   "checkpoint written at each epoch's end, read after a full restart "
-                   "(default: $TMPDIR/ddp-example-train-reform-<run id>.ckpt)");
-    app.add_option("--kill-every", opt.kill_every, "slot --kill-rank SIGKILLs itself after step N, 2N, ...")
-        ->check(CLI::Range(1L, 1L << 40));
-    app.add_option("--kill-rank", opt.kill_rank, "the slot (first RANK) that is killed (default: the last)")
-        ->check(CLI::Range(0, 1 << 20));
-    app.add_flag("--kill-rotate", opt.kill_rotate,
-                 "the k-th kill hits slot k % WORLD_SIZE (not --kill-rank)");
-    app.add_option("--kills", opt.kills, "how many times --kill-every kills in all (default 2)")
-        ->check(CLI::Range(0, 1 << 20));
-    app.add_flag(
-        "--no-catch", opt.no_catch,
-        "do not catch ddp::MembershipChanged (a trainer that cannot re-form: ddprun falls back to restart)");
-    app.add_option("--step-sleep-ms", opt.step_sleep_ms, "sleep this long in every step (steady step times)")
-        ->check(CLI::Range(0.0, 1e6));
-    if (const auto code = example::parse(app, ac, av)) return *code;
-    return train(opt);
-  });
+  return example::run_trainer<Options>(
+      argc, argv, "Train a small MLP that survives a lost rank in-process (ddprun --on_failure=reform)",
+      "checkpoint written at each epoch's end, read after a full restart "
+      "(default: $TMPDIR/ddp-example-train-reform-<run id>.ckpt)",
+      [](CLI::App& app, Options& opt) {
+        app.add_option("--momentum", opt.momentum, "SGD momentum (the optimizer state a re-form hands on)")
+            ->check(CLI::Range(0.0f, 0.999f));
+        app.add_option("--kill-every", opt.kill_every,
+                       "slot --kill-rank SIGKILLs itself after step N, 2N, ...")
+            ->check(CLI::Range(1L, 1L << 40));
+        app.add_option("--kill-rank", opt.kill_rank,
+                       "the slot (first RANK) that is killed (default: the last)")
+            ->check(CLI::Range(0, 1 << 20));
+        app.add_flag("--kill-rotate", opt.kill_rotate,
+                     "the k-th kill hits slot k % WORLD_SIZE (not --kill-rank)");
+        app.add_option("--kills", opt.kills, "how many times --kill-every kills in all (default 2)")
+            ->check(CLI::Range(0, 1 << 20));
+        app.add_flag(
+            "--no-catch", opt.no_catch,
+            "do not catch ddp::MembershipChanged (a trainer that cannot re-form: ddprun falls back to "
+            "restart)");
+        app.add_option("--step-sleep-ms", opt.step_sleep_ms,
+                       "sleep this long in every step (steady step times)")
+            ->check(CLI::Range(0.0, 1e6));
+      },
+      train);
 }
