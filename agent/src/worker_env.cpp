@@ -78,10 +78,10 @@ EnvMap build_worker_env(const EnvMap& base, const rdzv::RendezvousResult& round,
   }
   put("DDP_STORE_ENDPOINT", round.store_endpoint.to_string());
   put("DDP_STORE_PREFIX", round.worker_prefix);
-  env.erase("DDP_ON_FAILURE");
+  env.erase("DDP_REFORM");
   env.erase("DDP_REFORM_JOINING");
   if (in.reform) {
-    put("DDP_ON_FAILURE", "reform");
+    put("DDP_REFORM", "1");
     if (in.reform_joining) put("DDP_REFORM_JOINING", "1");
   }
   if (!in.token_file.empty()) {

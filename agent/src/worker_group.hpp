@@ -88,7 +88,7 @@ struct GroupLaunch {
   const EnvMap* base_env = nullptr;
   // Set in every worker's env on top of the contract (liveness channels); may be null.
   const EnvMap* extra_env = nullptr;
-  // --on_failure=reform in effect: DDP_ON_FAILURE=reform in every worker's env.
+  // --on_failure=reform in effect: DDP_REFORM=1 in every worker's env.
   bool reform = false;
 };
 

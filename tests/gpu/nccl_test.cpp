@@ -285,7 +285,7 @@ int abort_on_error() {
 // reform() aborts the communicator (ncclCommAbort) with an op still queued
 // and builds a new one in place; a Reducer built on group() keeps working.
 int elastic_reform() {
-  setenv("DDP_ON_FAILURE", "reform", 1);
+  setenv("DDP_REFORM", "1", 1);
   ddp::Context ctx;
   ctx.store = std::make_shared<ddp::store::MemoryStore>();
   ctx.store_prefix = "t/";
@@ -322,7 +322,7 @@ int elastic_reform() {
   reducer.finalize();
   expect(host_copy(d, 1)[0] > 0.0f, "collectives work after the last re-form");
   cudaFree(d);
-  unsetenv("DDP_ON_FAILURE");
+  unsetenv("DDP_REFORM");
   return g_failures ? 1 : 0;
 }
 

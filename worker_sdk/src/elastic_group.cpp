@@ -58,10 +58,12 @@ std::string env_or(const char* name, std::string fallback) {
 }
 
 bool reform_mode() {
-  const std::string mode = env_or("DDP_ON_FAILURE", "");
-  if (mode.empty() || mode == "restart") return false;
-  if (mode == "reform") return true;
-  throw ConfigError("DDP_ON_FAILURE='" + mode + "' is not valid: use restart or reform");
+  // Not DDP_ON_FAILURE: that is ddprun's own env spelling of --on_failure, and
+  // a ddprun started by a worker would take it up.
+  const std::string mode = env_or("DDP_REFORM", "");
+  if (mode.empty() || mode == "0") return false;
+  if (mode == "1") return true;
+  throw ConfigError("DDP_REFORM='" + mode + "' is not valid: 1 (set by ddprun --on_failure=reform) or 0");
 }
 
 std::chrono::milliseconds reform_timeout(std::chrono::milliseconds fallback) {
@@ -462,8 +464,7 @@ void ElasticGroup::check() {
 ReformInfo ElasticGroup::reform() {
   auto& m = *impl_;
   if (!m.enabled) {
-    throw ConfigError(
-        "ElasticGroup::reform: DDP_ON_FAILURE is not 'reform' (run under ddprun --on_failure=reform)");
+    throw ConfigError("ElasticGroup::reform: DDP_REFORM is not 1 (run under ddprun --on_failure=reform)");
   }
   const auto started = Clock::now();
   // First close the old connections: peers blocked on this rank fail at once.

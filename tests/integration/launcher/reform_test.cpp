@@ -71,6 +71,39 @@ std::vector<std::string> c10d_node(const LocalDaemon& daemon, const std::string&
                       "--max_restarts=" + max_restarts, "--no_python", bin("fake_worker").string()});
 }
 
+// Two such nodes on a daemon of their own, every rank a fake worker in a
+// ddp::ElasticGroup that runs 5 s; built once each rank has started.
+struct TwoNodeJob {
+  TempDir dir;
+  LocalDaemon daemon{dir};
+  fs::path pid_file = dir / "pids";
+  std::optional<Process> n0, n1;
+  std::vector<pid_t> started = std::vector<pid_t>(4, -1);
+
+  TwoNodeJob(const std::string& id, const std::string& nnodes, const std::string& max_restarts) {
+    REQUIRE(daemon.port > 0);
+    const auto env = clean_env({{"FAKE_PID_FILE", pid_file.string()},
+                                {"FAKE_ELASTIC_JOIN", "1"},
+                                {"FAKE_ENV_DUMP", dir.path().string()},
+                                {"FAKE_SLEEP_MS", "5000"}});
+    n0.emplace(c10d_node(daemon, id, nnodes, 0, max_restarts), dir.path(), env, "node0");
+    n1.emplace(c10d_node(daemon, id, nnodes, 1, max_restarts), dir.path(), env, "node1");
+    for (int r = 0; r < 4; ++r) started[static_cast<std::size_t>(r)] = wait_for_start(pid_file, r, 1);
+  }
+  // SIGKILL to the first process of `rank`.
+  void kill_first(int rank) {
+    const pid_t pid = started[static_cast<std::size_t>(rank)];
+    REQUIRE(pid > 0);
+    REQUIRE(::kill(pid, SIGKILL) == 0);
+  }
+  std::string err() const { return "node 0:\n" + n0->err() + "node 1:\n" + n1->err(); }
+  // Both nodes exit 0 within 30 s.
+  void require_success() {
+    CHECK(n0->wait(30s) == std::optional<int>(0));
+    CHECK(n1->wait(30s) == std::optional<int>(0));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its siblings run on") {
@@ -102,12 +135,15 @@ TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its 
   CHECK(env["RANK"] == "1");
   CHECK(env["LOCAL_RANK"] == "1");
   CHECK(env["WORLD_SIZE"] == "3");
-  CHECK(env["DDP_ON_FAILURE"] == "reform");
+  CHECK(env["DDP_REFORM"] == "1");
   CHECK(env["DDP_REFORM_JOINING"] == "1");
   CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "1");
   const auto sibling_env = read_env_dump(dir / "rank_0.env");
-  CHECK(sibling_env.at("DDP_ON_FAILURE") == "reform");
+  CHECK(sibling_env.at("DDP_REFORM") == "1");
   CHECK(sibling_env.count("DDP_REFORM_JOINING") == 0);
+  // ddprun's own env spelling of --on_failure: a ddprun this worker starts
+  // must not inherit the mode.
+  CHECK(sibling_env.count("DDP_ON_FAILURE") == 0);
   const std::string endpoint = env["DDP_STORE_ENDPOINT"];
   const std::string prefix = env["DDP_STORE_PREFIX"];
   auto keys = reform_keys(dir, endpoint, prefix);
@@ -148,36 +184,23 @@ TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its 
 TEST_CASE(
     "on_failure=reform with the restarts spent: the job goes on without the slot while MIN nodes' workers "
     "are left") {
-  TempDir dir;
-  LocalDaemon daemon(dir);
-  REQUIRE(daemon.port > 0);
-  const auto pid_file = dir / "pids";
-  auto node = [&](int n) { return c10d_node(daemon, "shrink", "1:2", n, "0"); };
-  const auto env = clean_env({{"FAKE_PID_FILE", pid_file.string()},
-                              {"FAKE_ELASTIC_JOIN", "1"},
-                              {"FAKE_ENV_DUMP", dir.path().string()},
-                              {"FAKE_SLEEP_MS", "5000"}});
-  Process n0(node(0), dir.path(), env, "node0");
-  Process n1(node(1), dir.path(), env, "node1");
-  std::vector<pid_t> started(4, -1);
-  for (int r = 0; r < 4; ++r) started[static_cast<std::size_t>(r)] = wait_for_start(pid_file, r, 1);
-  INFO("node 0:\n" << n0.err() << "node 1:\n" << n1.err());
-  REQUIRE(started[3] > 0);
-  REQUIRE(::kill(started[3], SIGKILL) == 0);
-  CHECK(n0.wait(30s) == std::optional<int>(0));
-  CHECK(n1.wait(30s) == std::optional<int>(0));
+  TwoNodeJob job("shrink", "1:2", "0");
+  INFO(job.err());
+  job.kill_first(3);
+  const auto& started = job.started;
+  job.require_success();
   // Nobody replaced it, and the three others ran to their own end.
-  CHECK(pids_of(pid_file, 3, "start").size() == 1);
+  CHECK(pids_of(job.pid_file, 3, "start").size() == 1);
   for (int r = 0; r < 3; ++r) {
-    CHECK(pids_of(pid_file, r, "exit") == std::vector<pid_t>{started[static_cast<std::size_t>(r)]});
+    CHECK(pids_of(job.pid_file, r, "exit") == std::vector<pid_t>{started[static_cast<std::size_t>(r)]});
   }
-  const auto dump = read_env_dump(dir / "rank_0.env");
-  auto keys = reform_keys(dir, daemon.endpoint, dump.at("DDP_STORE_PREFIX"));
+  const auto dump = read_env_dump(job.dir / "rank_0.env");
+  auto keys = reform_keys(job.dir, job.daemon.endpoint, dump.at("DDP_STORE_PREFIX"));
   CHECK(keys["generation"] == "1");
   CHECK(keys["size"] == "-1");
   // Group ranks go by arrival: either node may hold rank 3.
   CHECK_THAT(keys["lost/3"], Catch::Matches("rank 3 on node[01]: signal SIGKILL"));
-  CHECK_THAT(n0.err() + n1.err(),
+  CHECK_THAT(job.err(),
              Catch::Contains("reform: rank 3 lost (signal SIGKILL); max_restarts=0 is spent: the job "
                              "goes on without it"));
 }
@@ -224,7 +247,7 @@ TEST_CASE("on_failure=reform with workers that never join a ddp::ElasticGroup fa
   CHECK_THAT(r.err, !Catch::Contains("starting a replacement"));
   const auto env = read_env_dump(dir / "rank_0.env");
   CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "1");
-  CHECK(env.count("DDP_ON_FAILURE") == 0);
+  CHECK(env.count("DDP_REFORM") == 0);
 }
 
 TEST_CASE("on_failure=reform: a worker that did not catch ddp::MembershipChanged falls back to restarting") {
@@ -250,7 +273,7 @@ TEST_CASE("on_failure=reform: a worker that did not catch ddp::MembershipChanged
   // The restarted workers are told nothing of re-forming.
   const auto env = read_env_dump(dir / "rank_1.env");
   CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "1");
-  CHECK(env.count("DDP_ON_FAILURE") == 0);
+  CHECK(env.count("DDP_REFORM") == 0);
   CHECK(env.count("DDP_REFORM_JOINING") == 0);
 }
 
@@ -290,39 +313,27 @@ TEST_CASE(
 TEST_CASE(
     "on_failure=reform on two nodes: only the failed worker is replaced, and the other node restarts "
     "nothing") {
-  TempDir dir;
-  LocalDaemon daemon(dir);
-  REQUIRE(daemon.port > 0);
-  const auto pid_file = dir / "pids";
-  const auto env = clean_env({{"FAKE_PID_FILE", pid_file.string()},
-                              {"FAKE_ELASTIC_JOIN", "1"},
-                              {"FAKE_ENV_DUMP", dir.path().string()},
-                              {"FAKE_SLEEP_MS", "5000"}});
-  Process n0(c10d_node(daemon, "two", "2", 0, "1"), dir.path(), env, "node0");
-  Process n1(c10d_node(daemon, "two", "2", 1, "1"), dir.path(), env, "node1");
-  std::vector<pid_t> started(4, -1);
-  for (int r = 0; r < 4; ++r) started[static_cast<std::size_t>(r)] = wait_for_start(pid_file, r, 1);
-  INFO("node 0:\n" << n0.err() << "node 1:\n" << n1.err());
-  REQUIRE(started[0] > 0);
-  REQUIRE(::kill(started[0], SIGKILL) == 0);
-  const pid_t replacement = wait_for_start(pid_file, 0, 2);
+  TwoNodeJob job("two", "2", "1");
+  INFO(job.err());
+  job.kill_first(0);
+  const auto& started = job.started;
+  const pid_t replacement = wait_for_start(job.pid_file, 0, 2);
   REQUIRE(replacement > 0);
-  CHECK(n0.wait(30s) == std::optional<int>(0));
-  CHECK(n1.wait(30s) == std::optional<int>(0));
+  job.require_success();
   // Rank 0's sibling and the other node's workers kept their one process,
   // which ran to its own end.
   for (int r = 1; r < 4; ++r) {
-    CHECK(pids_of(pid_file, r, "start") == std::vector<pid_t>{started[static_cast<std::size_t>(r)]});
-    CHECK(pids_of(pid_file, r, "exit") == std::vector<pid_t>{started[static_cast<std::size_t>(r)]});
+    CHECK(pids_of(job.pid_file, r, "start") == std::vector<pid_t>{started[static_cast<std::size_t>(r)]});
+    CHECK(pids_of(job.pid_file, r, "exit") == std::vector<pid_t>{started[static_cast<std::size_t>(r)]});
   }
-  CHECK(pids_of(pid_file, 0, "exit") == std::vector<pid_t>{replacement});
-  const auto dump = read_env_dump(dir / "rank_0.env");
+  CHECK(pids_of(job.pid_file, 0, "exit") == std::vector<pid_t>{replacement});
+  const auto dump = read_env_dump(job.dir / "rank_0.env");
   CHECK(dump.at("DDP_REFORM_JOINING") == "1");
   CHECK(dump.at("WORLD_SIZE") == "4");
-  auto keys = reform_keys(dir, daemon.endpoint, dump.at("DDP_STORE_PREFIX"));
+  auto keys = reform_keys(job.dir, job.daemon.endpoint, dump.at("DDP_STORE_PREFIX"));
   CHECK(keys["generation"] == "1");
   CHECK(keys["size"] == "0");
-  const auto err = n0.err() + n1.err();
+  const auto err = job.err();
   CHECK(count_lines(err, "starting a replacement (1/1)") == 1);
   CHECK(count_lines(err, "restarting workers") == 0);
   CHECK(count_lines(err, "round event") == 0);

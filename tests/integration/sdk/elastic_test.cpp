@@ -52,7 +52,7 @@ class ElasticJob {
     env["DDP_STORE_ENDPOINT"] = endpoint();
     env["DDP_STORE_PREFIX"] = "job/";
     env["TORCHELASTIC_ERROR_FILE"] = std::nullopt;
-    if (!env.count("DDP_ON_FAILURE")) env["DDP_ON_FAILURE"] = "reform";
+    if (!env.count("DDP_REFORM")) env["DDP_REFORM"] = "1";
     env["DDP_REFORM_JOINING"] = joining ? std::optional<std::string>("1") : std::nullopt;
     const std::string name = "slot" + std::to_string(slot) + (joining ? "_new" : "");
     procs_[name] =
@@ -74,7 +74,17 @@ class ElasticJob {
     store_->add("job/reform/size", size_delta);
     store_->add("job/reform/generation", 1);
   }
+  // kill() then move_on(): the agent's steps for a worker it does not replace.
+  void lose(int slot) {
+    kill(slot);
+    move_on(-1);
+  }
   void stop() { store_->set("job/test/stop", "1"); }
+  // `slot`'s stdout once it exited 0 (the test fails otherwise).
+  std::string finished(int slot, bool joining = false, std::chrono::seconds limit = 60s) {
+    if (proc(slot, joining).wait(limit) != 0) FAIL("slot " << slot << " did not exit 0\n" << describe());
+    return proc(slot, joining).out();
+  }
   // Waits until a reform counter (R/<key>) reaches `at_least`.
   bool wait_counter(const std::string& key, std::int64_t at_least, std::chrono::seconds limit = 30s) {
     const auto until = std::chrono::steady_clock::now() + limit;
@@ -140,13 +150,8 @@ TEST_CASE("elastic: a rank killed mid-step is replaced and the job trains on in 
   job.start(1, /*joining=*/true);
   if (!job.wait_for(1, "step ", true)) FAIL(job.describe());
   job.stop();
-  for (int s : {0, 2, 3}) {
-    INFO(job.describe());
-    REQUIRE(job.proc(s).wait(60s) == 0);
-  }
-  INFO(job.describe());
-  REQUIRE(job.proc(1, true).wait(60s) == 0);
-  const std::string fresh = job.proc(1, true).out();
+  for (int s : {0, 2, 3}) job.finished(s);
+  const std::string fresh = job.finished(1, true);
   CHECK(field(fresh, "formed", "had_state") == 0);
   CHECK(field(fresh, "formed", "gen") == 1);
   CHECK(field(fresh, "formed", "rank") == 1);
@@ -176,15 +181,12 @@ TEST_CASE("elastic: a rank killed mid-step is replaced and the job trains on in 
 TEST_CASE("elastic: without a replacement the survivors re-form smaller and keep their order") {
   ElasticJob job(4, "train");
   job.start_training(5);
-  job.kill(1);
-  job.move_on(-1);
+  job.lose(1);
   job.require_all({0, 2, 3}, "reformed");
   job.stop();
-  INFO(job.describe());
   const std::map<int, int> rank_of{{0, 0}, {2, 1}, {3, 2}};
   for (auto [s, r] : rank_of) {
-    REQUIRE(job.proc(s).wait(60s) == 0);
-    const std::string out = job.proc(s).out();
+    const std::string out = job.finished(s);
     CHECK(field(out, "reformed", "rank") == r);
     CHECK(field(out, "reformed", "size") == 3);
     CHECK_THAT(out, Catch::Contains("lost=[1] new=[]"));
@@ -195,18 +197,14 @@ TEST_CASE("elastic: without a replacement the survivors re-form smaller and keep
 TEST_CASE("elastic: a second failure during a re-form moves everyone to the later generation") {
   ElasticJob job(4, "train");
   job.start_training(5);
-  job.kill(1);
-  job.move_on(-1);
+  job.lose(1);
   // The second failure lands once a survivor has joined generation 1.
   if (!job.wait_counter("g1/joined", 1)) FAIL(job.describe());
-  job.kill(2);
-  job.move_on(-1);
+  job.lose(2);
   job.require_all({0, 3}, "reformed");
   job.stop();
-  INFO(job.describe());
   for (int s : {0, 3}) {
-    REQUIRE(job.proc(s).wait(60s) == 0);
-    const std::string out = job.proc(s).out();
+    const std::string out = job.finished(s);
     CHECK(field(out, "final", "gen") == 2);
     CHECK(field(out, "final", "size") == 2);
     CHECK(field(out, "final", "rank") == (s == 0 ? 0 : 1));
@@ -225,16 +223,14 @@ TEST_CASE("elastic: check() throws MembershipChanged once the generation moves o
   }
 }
 
-TEST_CASE("elastic: without DDP_ON_FAILURE=reform it is a plain process group") {
-  ElasticJob job(2, "plain", {{"DDP_ON_FAILURE", std::nullopt}});
+TEST_CASE("elastic: without DDP_REFORM=1 it is a plain process group") {
+  ElasticJob job(2, "plain", {{"DDP_REFORM", std::nullopt}});
   job.start_all();
   INFO(job.describe());
   for (int s = 0; s < 2; ++s) {
-    REQUIRE(job.proc(s).wait(30s) == 0);
-    const std::string out = job.proc(s).out();
+    const std::string out = job.finished(s, false, 30s);
     CHECK_THAT(out, Catch::Contains("plain enabled=0 rank=" + std::to_string(s) + " size=2 sum=3"));
-    CHECK_THAT(out,
-               Catch::Contains("reform: ConfigError: ElasticGroup::reform: DDP_ON_FAILURE is not 'reform'"));
+    CHECK_THAT(out, Catch::Contains("reform: ConfigError: ElasticGroup::reform: DDP_REFORM is not 1"));
   }
 }
 

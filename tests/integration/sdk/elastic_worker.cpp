@@ -3,7 +3,7 @@
 //   ddp_sdk_elastic_worker train   steps with a Reducer until rank 0 reads the
 //                                  store key "<prefix>test/stop"; survives lost ranks
 //   ddp_sdk_elastic_worker check   forms, then polls check() until it throws
-//   ddp_sdk_elastic_worker plain   the group without DDP_ON_FAILURE=reform
+//   ddp_sdk_elastic_worker plain   the group without DDP_REFORM=1
 //   ddp_sdk_elastic_worker fds     20 re-forms driven by rank 0; prints fd counts
 #include <algorithm>
 #include <cstdarg>

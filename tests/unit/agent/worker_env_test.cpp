@@ -98,20 +98,20 @@ TEST_CASE(
   CHECK(env.at("DDP_STORE_PREFIX") == "/job/workers/round_3/");
 }
 
-TEST_CASE("on_failure=reform sets DDP_ON_FAILURE, and DDP_REFORM_JOINING on a replacement only") {
-  const ddp::agent::EnvMap inherited = {{"DDP_ON_FAILURE", "reform"}, {"DDP_REFORM_JOINING", "1"}};
+TEST_CASE("on_failure=reform sets DDP_REFORM, and DDP_REFORM_JOINING on a replacement only") {
+  const ddp::agent::EnvMap inherited = {{"DDP_REFORM", "1"}, {"DDP_REFORM_JOINING", "1"}};
   auto in = input(1);
   const auto plain = build_worker_env(inherited, two_node_round(), in);
-  CHECK(plain.count("DDP_ON_FAILURE") == 0);
+  CHECK(plain.count("DDP_REFORM") == 0);
   CHECK(plain.count("DDP_REFORM_JOINING") == 0);
   in.reform = true;
   const auto first = build_worker_env(inherited, two_node_round(), in);
-  CHECK(first.at("DDP_ON_FAILURE") == "reform");
+  CHECK(first.at("DDP_REFORM") == "1");
   CHECK(first.count("DDP_REFORM_JOINING") == 0);
   in.reform_joining = true;
   in.restart_count = 3;
   const auto joining = build_worker_env({}, two_node_round(), in);
-  CHECK(joining.at("DDP_ON_FAILURE") == "reform");
+  CHECK(joining.at("DDP_REFORM") == "1");
   CHECK(joining.at("DDP_REFORM_JOINING") == "1");
   CHECK(joining.at("RANK") == "5");
   CHECK(joining.at("TORCHELASTIC_RESTART_COUNT") == "3");

@@ -56,7 +56,7 @@ struct ElasticOptions {
 class ElasticGroup {
  public:
   // Joins the current generation (docs/reform.md) and forms its process group.
-  // Without DDP_ON_FAILURE=reform it is a plain ProcessGroup over ctx:
+  // Without DDP_REFORM=1 it is a plain ProcessGroup over ctx:
   // collectives throw as before, check() never throws, reform() throws
   // ddp::ConfigError. Keeps a reference to nothing in ctx but its store.
   explicit ElasticGroup(const Context& ctx, ProcessGroupOptions options = {}, ElasticOptions elastic = {});

@@ -26,7 +26,7 @@ struct WorkerEnvInput {
   // MASTER_ADDR/MASTER_PORT: the agent's torch store proxy, which puts torch's
   // keys under the round's worker_prefix. Port 0: the round's store itself.
   Endpoint torch_store;
-  // --on_failure=reform (docs/reform.md): DDP_ON_FAILURE=reform, and on a
+  // --on_failure=reform (docs/reform.md): DDP_REFORM=1, and on a
   // replacement DDP_REFORM_JOINING=1. Otherwise neither is set, even when
   // inherited.
   bool reform = false;
