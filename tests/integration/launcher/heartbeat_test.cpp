@@ -110,11 +110,13 @@ TEST_CASE("without restarts the failure report names the hung rank and its secti
 
 TEST_CASE("auto section timeouts learn the normal step and then catch a stall of ten steps") {
   TempDir dir;
-  // 16 steps of ~200 ms per rank; after the warm-up of 10 the timeout is about
-  // 5 x 200 ms, and rank 1 stalls for 2 s at the end of step 13.
+  // 16 steps of ~400 ms per rank; after the warm-up of 10 the timeout is about
+  // 5 x 400 ms, and rank 1 stalls for 4 s at the end of step 13. (With 200 ms
+  // steps, a normal step on a 2-core host under a load of 10 once outlasted
+  // its learned 1 s, and the stall, which only the first attempt has, never came.)
   auto r = two_local_ranks(dir, {"--max_restarts=1", "--section_timeouts", "auto"},
-                           trainer(dir, {"--dataset-size", "1024", "--step-sleep-ms", "200", "--stall-rank",
-                                         "1", "--stall-at-step", "13", "--stall-seconds", "2"}));
+                           trainer(dir, {"--dataset-size", "1024", "--step-sleep-ms", "400", "--stall-rank",
+                                         "1", "--stall-at-step", "13", "--stall-seconds", "4"}));
   INFO(r.err);
   CHECK(r.code == 0);
   CHECK_THAT(r.err, Catch::Contains("worker hung rank=1 local_rank=1"));

@@ -54,30 +54,44 @@ std::map<int, long> pids(const std::string& out, const std::string& when) {
 
 double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
-}  // namespace
+void check_contains(const std::string& text, std::initializer_list<std::string> parts) {
+  for (const auto& part : parts) CHECK_THAT(text, Catch::Contains(part));
+}
 
-TEST_CASE("reform: two SIGKILLed workers are replaced in place and the final loss is the failure-free one") {
+// The final loss of the same job without a failure.
+double failure_free_loss() {
   TempDir dir;
   const RunResult clean = ddprun(four_ranks({}, dir, {}), dir);
   INFO(clean.out << clean.err);
   REQUIRE(clean.code == 0);
   CHECK_THAT(clean.out, Catch::Contains("0 re-forms, 0 restarts"));
+  return final_loss(clean.out);
+}
 
-  TempDir dir2;
-  const RunResult r = ddprun(
-      four_ranks({"--on_failure=reform", "--max_restarts=3"}, dir2, {"--kill-every", "10", "--kills", "2"}),
-      dir2);
+// Two SIGKILLs, 10 steps apart, under --on_failure=reform; the run must succeed.
+RunResult two_kills(const TempDir& dir, std::vector<std::string> trainer_args) {
+  for (const char* a : {"--kill-every", "10", "--kills", "2"}) trainer_args.emplace_back(a);
+  RunResult r = ddprun(four_ranks({"--on_failure=reform", "--max_restarts=3"}, dir, trainer_args), dir);
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("reform: two SIGKILLed workers are replaced in place and the final loss is the failure-free one") {
+  const double clean_loss = failure_free_loss();
+  TempDir dir;
+  const RunResult r = two_kills(dir, {});
+  INFO(r.out << r.err);
   CHECK(count(r.out, "SIGKILL after step") == 2);
   CHECK(count(r.out, "re-form: generation ") == 2);
-  CHECK_THAT(r.out, Catch::Contains("re-form: generation 1, world 4 (lost slots -, new slots 3)"));
-  CHECK_THAT(r.out, Catch::Contains("re-form: generation 2, world 4 (lost slots -, new slots 3)"));
-  CHECK_THAT(r.out, Catch::Contains("steps lost 0"));
-  CHECK_THAT(r.out, Catch::Contains("after 2 epochs, 32 steps, 2 re-forms, 0 restarts"));
+  check_contains(r.out, {"re-form: generation 1, world 4 (lost slots -, new slots 3)",
+                         "re-form: generation 2, world 4 (lost slots -, new slots 3)", "steps lost 0",
+                         "after 2 epochs, 32 steps, 2 re-forms, 0 restarts"});
   // The same world size throughout, so every step saw the same samples: the
   // same parameters, up to nothing (the state is copied bit for bit).
-  CHECK(relative(final_loss(r.out), final_loss(clean.out)) <= 1e-6);
+  CHECK(relative(final_loss(r.out), clean_loss) <= 1e-6);
   // Survivors kept their processes; slot 3 is a third process.
   const auto start = pids(r.out, "start"), end = pids(r.out, "end");
   REQUIRE(end.size() == 4);
@@ -86,22 +100,17 @@ TEST_CASE("reform: two SIGKILLed workers are replaced in place and the final los
 }
 
 TEST_CASE("reform: killing rank 0, the state root and reporter, then rank 1 still matches the loss") {
+  const double clean_loss = failure_free_loss();
   TempDir dir;
-  const RunResult clean = ddprun(four_ranks({}, dir, {}), dir);
-  REQUIRE(clean.code == 0);
-  TempDir dir2;
-  const RunResult r = ddprun(four_ranks({"--on_failure=reform", "--max_restarts=3"}, dir2,
-                                        {"--kill-every", "10", "--kills", "2", "--kill-rotate"}),
-                             dir2);
+  const RunResult r = two_kills(dir, {"--kill-rotate"});
   INFO(r.out << r.err);
-  REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("slot 0 pid ") && Catch::Contains(": SIGKILL after step 10"));
-  CHECK_THAT(r.out, Catch::Contains(": SIGKILL after step 20"));
   // The replacement of slot 0 is the new rank 0: it reports both re-forms.
-  CHECK_THAT(r.out, Catch::Contains("re-form: generation 1, world 4 (lost slots -, new slots 0)"));
-  CHECK_THAT(r.out, Catch::Contains("re-form: generation 2, world 4 (lost slots -, new slots 1)"));
-  CHECK_THAT(r.out, Catch::Contains("after 2 epochs, 32 steps, 2 re-forms"));
-  CHECK(relative(final_loss(r.out), final_loss(clean.out)) <= 1e-6);
+  check_contains(
+      r.out,
+      {": SIGKILL after step 20", "re-form: generation 1, world 4 (lost slots -, new slots 0)",
+       "re-form: generation 2, world 4 (lost slots -, new slots 1)", "after 2 epochs, 32 steps, 2 re-forms"});
+  CHECK(relative(final_loss(r.out), clean_loss) <= 1e-6);
   const auto start = pids(r.out, "start"), end = pids(r.out, "end");
   for (int slot : {2, 3}) CHECK(end.at(slot) == start.at(slot));
   for (int slot : {0, 1}) CHECK(end.at(slot) != start.at(slot));
@@ -118,8 +127,7 @@ TEST_CASE("reform: a trainer that does not catch MembershipChanged completes by 
              Catch::Contains(
                  "did not catch ddp::MembershipChanged: falling back to --on_failure=restart for this run"));
   // The replacement spent restart 1, the fallback restart 2.
-  CHECK_THAT(r.out, Catch::Contains("restart 2: world 4, rank killed -> next step"));
-  CHECK_THAT(r.out, Catch::Contains("0 re-forms, 2 restarts"));
+  check_contains(r.out, {"restart 2: world 4, rank killed -> next step", "0 re-forms, 2 restarts"});
 }
 
 TEST_CASE("reform: under --on_failure=restart the same trainer resumes from its checkpoint") {
@@ -128,8 +136,7 @@ TEST_CASE("reform: under --on_failure=restart the same trainer resumes from its 
       ddprun(four_ranks({"--max_restarts=1"}, dir, {"--kill-every", "20", "--kills", "1"}), dir);
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
-  CHECK_THAT(r.out, Catch::Contains("resuming from"));
   // Killed after step 20, resumed after epoch 1 (step 16).
-  CHECK_THAT(r.out, Catch::Contains("steps lost 4 (resumed after step 16, now 17)"));
-  CHECK_THAT(r.out, Catch::Contains("after 2 epochs, 32 steps, 0 re-forms, 1 restarts"));
+  check_contains(r.out, {"resuming from", "steps lost 4 (resumed after step 16, now 17)",
+                         "after 2 epochs, 32 steps, 0 re-forms, 1 restarts"});
 }

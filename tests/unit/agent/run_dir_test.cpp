@@ -89,18 +89,25 @@ void write_file(const std::filesystem::path& path, const std::string& text = "x"
   std::ofstream(path) << text;
 }
 
+// A temp run dir (in a TMPDIR of its own) with two workers' attempt 0,
+// filled by `fill`, then kept and closed: its path.
+template <class Fill>
+std::filesystem::path kept_temp_run_dir(const ddp::test::TempDir& tmp, Fill fill) {
+  const ScopedEnv tmpdir("TMPDIR", tmp.path().string());
+  RunDir dir("", "rid", /*worker_logs=*/false);
+  dir.prepare_attempt(0, 2);
+  fill(dir);
+  dir.keep();
+  return dir.path();
+}
+
 }  // namespace
 
 TEST_CASE("a kept run dir keeps what explains the run and drops what only the running agent used") {
   const ddp::test::TempDir tmp;
-  const ScopedEnv tmpdir("TMPDIR", tmp.path().string());
-  std::filesystem::path path;
-  {
-    RunDir dir("", "rid", /*worker_logs=*/false);
-    path = dir.path();
-    dir.prepare_attempt(0, 2);
+  const auto path = kept_temp_run_dir(tmp, [](RunDir& dir) {
     for (const char* name : {"fence", "liveness.pipe", "watchdog_timer.pipe", "zygote.sock"}) {
-      write_file(path / name);
+      write_file(dir.path() / name);
     }
     for (int lr = 0; lr < 2; ++lr) {
       write_file(dir.worker(0, lr) / "liveness");
@@ -108,8 +115,7 @@ TEST_CASE("a kept run dir keeps what explains the run and drops what only the ru
     }
     write_file(dir.worker(0, 1) / "error.json", "{}");
     write_file(dir.attempt(0) / "failure.json", "{}");
-    dir.keep();
-  }
+  });
   CHECK(std::filesystem::exists(path / "attempt_0" / "failure.json"));
   CHECK(std::filesystem::exists(path / "attempt_0" / "1" / "error.json"));
   CHECK_FALSE(std::filesystem::exists(path / "attempt_0" / "1" / "liveness"));
@@ -122,16 +128,10 @@ TEST_CASE("a kept run dir keeps what explains the run and drops what only the ru
 
 TEST_CASE("a kept temp run dir with nothing to read in it is removed") {
   const ddp::test::TempDir tmp;
-  const ScopedEnv tmpdir("TMPDIR", tmp.path().string());
-  std::filesystem::path path;
-  {
-    RunDir dir("", "rid", /*worker_logs=*/false);
-    path = dir.path();
-    dir.prepare_attempt(0, 2);
+  const auto path = kept_temp_run_dir(tmp, [](RunDir& dir) {
     write_file(dir.worker(0, 0) / "liveness");
-    write_file(path / "fence");
-    dir.keep();
-  }
+    write_file(dir.path() / "fence");
+  });
   CHECK_FALSE(std::filesystem::exists(path));
 }
 
