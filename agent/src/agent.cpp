@@ -45,9 +45,16 @@ const char* event_name(rdzv::RoundEvent e) {
 
 std::string failure_why(const WorkerFailure& f) {
   if (f.hang) return "";
-  std::string why = f.error && !f.error->message.empty() ? f.error->message
-                    : f.stderr_tail.empty()              ? ""
-                                                         : f.stderr_tail.back();
+  std::string why;
+  if (f.error && !f.error->message.empty()) {
+    why = f.error->message;
+  } else if (!f.stderr_tail.empty()) {
+    // A program SIGKILLed from outside (the OOM killer, a user, a scheduler)
+    // could not say why: its last line is whatever it printed before, not the
+    // cause. Unless ddp-guard wrote it: the fence deadline's kill says so.
+    const std::string& last = f.stderr_tail.back();
+    if (f.signal != SIGKILL || last.rfind("ddprun: ", 0) == 0) why = last;
+  }
   if (const auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
   if (why.size() > 200) why = why.substr(0, 200) + "...";
   return why;

@@ -152,6 +152,23 @@ TEST_CASE("the crash report names the signal, the error-file message and the std
   CHECK_THAT(report, Catch::Contains("err 11 of rank 1"));
 }
 
+TEST_CASE(
+    "a worker SIGKILLed from outside is not explained by its last stderr line, which the report keeps") {
+  TempDir dir;
+  auto r = ddprun({"--nproc_per_node=1", "--max_restarts=1", "--no_python", "/bin/sh", "-c",
+                   "echo 'loading shard 3' >&2; kill -9 $$"},
+                  dir);
+  INFO(r.err);
+  CHECK(r.code == 1);
+  // The one-line cause (restart line, other nodes' view) is the signal alone:
+  // the line before it did not cause it.
+  CHECK_THAT(r.err, Catch::Contains("restarting workers (1/1) after failure of rank 0 on "));
+  CHECK_THAT(r.err, Catch::Contains(": signal SIGKILL\n"));
+  CHECK_THAT(r.err, !Catch::Contains("signal SIGKILL (loading shard 3)"));
+  // The failure report still shows what the worker printed last.
+  CHECK_THAT(r.err, Catch::Contains("    loading shard 3"));
+}
+
 TEST_CASE("SIGTERM to the agent stops every worker and exits 143") {
   HangingJob job(4, {"--stop_timeout=5"}, {});
   job.agent.signal(SIGTERM);
