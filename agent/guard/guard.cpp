@@ -42,7 +42,7 @@ bool write_all(int fd, const std::string& text) {
   return true;
 }
 
-void say(const std::string& line) { write_all(2, "ddprun: " + line + "\n"); }
+void say(const std::string& line) { write_all(2, std::string(kGuardLinePrefix) + line + "\n"); }
 
 std::string seconds(milliseconds ms) {
   char buf[32];

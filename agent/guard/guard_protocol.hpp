@@ -6,6 +6,8 @@
 
 #include <signal.h>
 
+#include <string_view>
+
 namespace ddp::guard {
 
 // Sent by the agent to the guard alone (never to the group) instead of SIGKILL,
@@ -39,5 +41,9 @@ inline constexpr const char* kFenceFileEnv = "DDP_FENCE_FILE";
 inline constexpr const char* kInfoPid = "pid";
 inline constexpr const char* kInfoCgroup = "cgroup";
 inline constexpr const char* kInfoError = "error";
+
+// Every line the guard itself writes to the worker's stderr starts with this
+// (the agent tells such a line apart from the worker's own output).
+inline constexpr std::string_view kGuardLinePrefix = "ddprun: ";
 
 }  // namespace ddp::guard

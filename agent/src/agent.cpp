@@ -10,6 +10,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/rdzv/backend.hpp"
+#include "guard_protocol.hpp"
 
 namespace ddp::agent {
 
@@ -53,7 +54,7 @@ std::string failure_why(const WorkerFailure& f) {
     // could not say why: its last line is whatever it printed before, not the
     // cause. Unless ddp-guard wrote it: the fence deadline's kill says so.
     const std::string& last = f.stderr_tail.back();
-    if (f.signal != SIGKILL || last.rfind("ddprun: ", 0) == 0) why = last;
+    if (f.signal != SIGKILL || last.rfind(guard::kGuardLinePrefix, 0) == 0) why = last;
   }
   if (const auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
   if (why.size() > 200) why = why.substr(0, 200) + "...";
@@ -94,7 +95,7 @@ AgentResult Agent::Impl::run() {
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id,
                   cfg.redirects.any() || cfg.tee.any() || !cfg.duplicate_stdout_filters.empty() ||
                       !cfg.duplicate_stderr_filters.empty());
-  if (fence->open(run_dir->path() / "fence")) set_guard_fence_file(fence->path());
+  if (fence->open(run_dir->path() / RunDir::kFence)) set_guard_fence_file(fence->path());
   if (!cfg.log_dir.empty()) log->info("worker logs in {}", run_dir->path().string());
   base_env = current_environment();
   start_liveness();  // a pipe that cannot be made fails before anything connects

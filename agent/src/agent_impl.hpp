@@ -77,11 +77,11 @@ struct Agent::Impl {
   // agent_reform.cpp: the failed worker's slot gets a replacement (or, with
   // the restarts spent, the job goes on without it) and the workers re-form.
   void reform_after(const WorkerFailure& f);
-  // Once the store knows: the replacement starts, or the slot is given up,
-  // or (below the job's minimum) the job stops.
   // Asks the store whether the workers are worker SDK trainers (they joined a
   // ddp::ElasticGroup) before the first re-form; falls back to restart if not.
   void probe_workers();
+  // Once the store knows: the replacement starts, or the slot is given up,
+  // or (below the job's minimum) the job stops.
   void after_reform_writes(const WorkerFailure& f, bool replaced, int restart_count,
                            const ReformStore::Outcome& out);
   // Too few workers left to re-form (reform_stop_line): the final report, the

@@ -18,7 +18,7 @@ void Agent::Impl::start_liveness() {
     const auto given = base_env.find(kTimerFile);
     std::filesystem::path path = given != base_env.end() && !given->second.empty()
                                      ? std::filesystem::path(given->second)
-                                     : run_dir->path() / "watchdog_timer.pipe";
+                                     : run_dir->path() / RunDir::kTimerPipe;
     file_timer = std::make_unique<FileTimerServer>(
         io, path, [this](const TimerRequest& r) { group->on_timer_request(r); });
     liveness_env[kTimerFile] = path.string();

@@ -82,7 +82,7 @@ void HeartbeatMonitor::unmap() {
 }
 
 void HeartbeatMonitor::open_pipe() {
-  const auto path = run_dir_.path() / "liveness.pipe";
+  const auto path = run_dir_.path() / RunDir::kLivenessPipe;
   std::error_code ec;
   std::filesystem::remove(path, ec);
   if (::mkfifo(path.c_str(), 0600) != 0) {
@@ -121,7 +121,7 @@ void HeartbeatMonitor::start_attempt(int attempt, int nproc) {
   if (pipe_path_.empty()) open_pipe();
   unmap();
   for (int lr = 0; lr < nproc; ++lr) {
-    const auto path = run_dir_.worker(attempt, lr) / "liveness";
+    const auto path = run_dir_.worker(attempt, lr) / RunDir::kLivenessFile;
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     void* base = MAP_FAILED;
     if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(lv::kFileSize)) == 0) {

@@ -23,7 +23,7 @@ void Agent::Impl::start_preload() {
   }
   // The zygote starts the guards of the workers it forks: it passes this on.
   if (!fence->path().empty()) env[guard::kFenceFileEnv] = fence->path();
-  const auto socket = run_dir->path() / "zygote.sock";
+  const auto socket = run_dir->path() / RunDir::kZygoteSocket;
   zygote = std::make_unique<PreloadZygote>(io, cfg.argv.at(0), cfg.preload, socket, to_env_strings(env),
                                            log::get("agent"));
   zygote->start();

@@ -84,7 +84,7 @@ RunDir::~RunDir() {
 
 void RunDir::prune() const {
   std::error_code ec;
-  for (const char* name : {"fence", "liveness.pipe", "watchdog_timer.pipe", "zygote.sock"}) {
+  for (const char* name : {kFence, kLivenessPipe, kTimerPipe, kZygoteSocket}) {
     fs::remove(path_ / name, ec);
   }
   // Bottom-up, so that a directory emptied here is seen empty by its parent.
@@ -97,7 +97,7 @@ void RunDir::prune() const {
       continue;
     }
     const auto name = entry.path().filename();
-    if (name == "liveness" || (name == "python_stacks.txt" && entry.file_size(ec) == 0)) {
+    if (name == kLivenessFile || (name == kPythonStacks && entry.file_size(ec) == 0)) {
       fs::remove(entry.path(), ec);
     }
   }

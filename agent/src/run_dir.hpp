@@ -42,6 +42,15 @@ class RunDir {
   // explains the run: logs, error files, failure reports, stacks.
   void prune() const;
 
+  // The files of a running agent, in path() (the first four) and in a
+  // worker's directory (the last two); prune() removes them.
+  static constexpr const char* kFence = "fence";
+  static constexpr const char* kLivenessPipe = "liveness.pipe";
+  static constexpr const char* kTimerPipe = "watchdog_timer.pipe";
+  static constexpr const char* kZygoteSocket = "zygote.sock";
+  static constexpr const char* kLivenessFile = "liveness";
+  static constexpr const char* kPythonStacks = "python_stacks.txt";  // removed when empty
+
  private:
   std::filesystem::path path_;
   bool temp_ = false;

@@ -143,7 +143,7 @@ void WorkerGroup::spawn(int lr, int restart_count, bool joining) {
     for (const auto& [k, v] : *launch.extra_env) env[k] = v;
   }
   heartbeats_->add_env(lr, env);
-  if (const auto file = (run_dir_.worker(attempt_, lr) / "python_stacks.txt").string();
+  if (const auto file = (run_dir_.worker(attempt_, lr) / RunDir::kPythonStacks).string();
       is_python_command(spec.executable) && add_python_stack_hook(env, file)) {
     w.python_stack_file = file;
   }
