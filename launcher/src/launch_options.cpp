@@ -616,9 +616,14 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   std::vector<std::string> argv{args.empty() ? "ddprun" : args.front()};
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.insert(argv.end(), args.begin() + (args.empty() ? 0 : 1), args.end());
-  App cli(out.options);
-  if (auto early = parse_into(cli, argv)) return *early;
-  out.options.master_port_given = cli.app.get_option("--master_port")->count() > 0;
+  // The same parser again, cleared and bound to fresh defaults: building one
+  // costs more than a parse (CLI11 checks each option it adds against all
+  // those added before).
+  first.app.clear();
+  cl = LaunchOptions{};
+  if (auto early = parse_into(first, argv)) return *early;
+  out.options = std::move(cl);
+  out.options.master_port_given = first.app.get_option("--master_port")->count() > 0;
   out.warnings = std::move(warnings);
   out.options.config = file ? file->path : "";
 
