@@ -121,10 +121,13 @@ void Agent::Impl::reform_after(const WorkerFailure& f) {
         }
         after_reform_writes(f, replace, restarts, out);
       },
-      [this, current, endpoint = round.store_endpoint.to_string()](const std::string& m) {
+      [this, current, replace, endpoint = round.store_endpoint.to_string()](const std::string& m) {
         if (!current()) return;
         log->error("reform: cannot write to the workers' store at {} ({}): restarting every worker instead",
                    endpoint, m);
+        // No replacement started: the restart of every worker spends the
+        // restart the replacement had taken, not a second one.
+        if (replace) life.refund_restart();
         begin_stop(StopReason::kLocalFailure, SIGTERM);
       });
 }

@@ -56,6 +56,8 @@ class Lifecycle {
   int max_restarts() const { return max_restarts_; }
   bool restarts_spent() const { return restart_count_ >= max_restarts_; }
   void spend_restart() { ++restart_count_; }
+  // Gives back a restart spent on something that then did not happen.
+  void refund_restart() { --restart_count_; }
 
   // The current round, once a rendezvous completed.
   bool have_round() const { return round_.has_value(); }

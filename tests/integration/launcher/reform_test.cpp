@@ -182,6 +182,43 @@ TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its 
 }
 
 TEST_CASE(
+    "on_failure=reform: when the agent cannot write the loss to the workers' store it restarts every worker, "
+    "spending one restart") {
+  TempDir dir;
+  const auto pid_file = dir / "pids";
+  Process job(ddprun_argv({"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--max_restarts=1",
+                           "--no_python", bin("fake_worker").string()}),
+              dir.path(),
+              clean_env({{"FAKE_PID_FILE", pid_file.string()},
+                         {"FAKE_ELASTIC_JOIN", "1"},
+                         {"FAKE_ENV_DUMP", dir.path().string()},
+                         {"FAKE_SLEEP_MS", "3000"}}),
+              "ddprun");
+  const pid_t victim = wait_for_start(pid_file, 1, 1);
+  REQUIRE(victim > 0);
+  REQUIRE(wait_for_start(pid_file, 0, 1) > 0);
+  // R/size holds what no add can count on: the agent's add(R/size) fails
+  // after its probe of the store succeeded.
+  const auto env = read_env_dump(dir / "rank_1.env");
+  const auto set = run({bin("ddp-store").string(), "--endpoint", env.at("DDP_STORE_ENDPOINT"), "set",
+                        env.at("DDP_STORE_PREFIX") + "reform/size", "not-a-number"},
+                       dir.path());
+  REQUIRE(set.code == 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  const auto code = job.wait(60s);
+  const auto err = job.err();
+  INFO(err);
+  // One failure, one restart: max_restarts=1 is enough.
+  CHECK(code == std::optional<int>(0));
+  CHECK(count_lines(err, "reform: cannot write to the workers' store at ") == 1);
+  CHECK(count_lines(err, "restarting workers (1/1)") == 1);
+  CHECK_THAT(err, !Catch::Contains("is spent"));
+  CHECK(pids_of(pid_file, 0, "start").size() == 2);
+  CHECK(pids_of(pid_file, 1, "start").size() == 2);
+  CHECK(read_env_dump(dir / "rank_0.env").at("TORCHELASTIC_RESTART_COUNT") == "1");
+}
+
+TEST_CASE(
     "on_failure=reform with the restarts spent: the job goes on without the slot while MIN nodes' workers "
     "are left") {
   TwoNodeJob job("shrink", "1:2", "0");
