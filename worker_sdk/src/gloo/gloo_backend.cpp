@@ -15,6 +15,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "gloo/gloo_address.hpp"
+#include "gloo/gloo_loop_waker.hpp"
 #include "gloo/gloo_store.hpp"
 #include "op_queue.hpp"
 #include "reduce_kernels.hpp"
@@ -28,7 +29,7 @@ bool mentions_timeout(const std::string& what) {
 }
 
 // Thread-safety: the constructor runs on the caller's thread; every collective
-// runs on queue_'s thread, the only one touching context_ afterwards.
+// runs on queue_'s thread, the only one touching mesh_.context afterwards.
 class GlooBackend final : public Backend {
  public:
   explicit GlooBackend(const BackendConfig& config)
@@ -49,7 +50,7 @@ class GlooBackend final : public Backend {
           dispatch_type(type, [&]<typename T>(std::type_identity<T>) {
             T* typed = static_cast<T*>(data);
             if (size_ > 1) {
-              gloo::AllreduceOptions opts(context_);
+              gloo::AllreduceOptions opts(mesh_.context);
               opts.setOutput(typed, count);
               opts.setReduceFunction(reduce_function<T>(op));
               opts.setTag(next_tag());
@@ -69,7 +70,7 @@ class GlooBackend final : public Backend {
         [=, this] {
           if (size_ == 1) return;
           auto* ptr = static_cast<std::uint8_t*>(data);
-          gloo::BroadcastOptions opts(context_);
+          gloo::BroadcastOptions opts(mesh_.context);
           if (rank_ == root) opts.setInput(ptr, bytes);
           opts.setOutput(ptr, bytes);
           opts.setRoot(root);
@@ -91,7 +92,7 @@ class GlooBackend final : public Backend {
             std::memmove(out, input, bytes);
             return;
           }
-          gloo::AllgatherOptions opts(context_);
+          gloo::AllgatherOptions opts(mesh_.context);
           // Gloo's allgather reads `input` through its own buffer, so the const_cast
           // never leads to a write.
           opts.setInput(static_cast<std::uint8_t*>(const_cast<void*>(input)), bytes);
@@ -115,7 +116,7 @@ class GlooBackend final : public Backend {
             const std::size_t total = count * static_cast<std::size_t>(size_);
             std::vector<T> scratch(static_cast<const T*>(input), static_cast<const T*>(input) + total);
             if (size_ > 1) {
-              gloo::AllreduceOptions opts(context_);
+              gloo::AllreduceOptions opts(mesh_.context);
               opts.setOutput(scratch.data(), total);
               opts.setReduceFunction(reduce_function<T>(op));
               opts.setTag(next_tag());
@@ -132,13 +133,16 @@ class GlooBackend final : public Backend {
 
   // With nothing running, destruction closes the connections (peers blocked
   // on this rank then fail at once). With an operation still running, close
-  // them now (about 10 ms per pair: Gloo waits for its event loop's tick),
-  // so that the peers fail and nothing more lands in the operation's buffers.
-  // That operation is not woken by it when it waits for a send (Gloo signals
-  // a closed pair to pending receives only); ProcessGroup then keeps the
-  // backend alive until the process exits.
+  // them now (each close waits for a tick of Gloo's event loop, kept short by
+  // the waker), so that the peers fail and nothing more lands in the
+  // operation's buffers. That operation is not woken by it when it waits for
+  // a send (Gloo signals a closed pair to pending receives only);
+  // ProcessGroup then keeps the backend alive until the process exits.
   void abort() override {
-    if (context_ && !queue_.wait_idle(Millis(0))) context_->closeConnections();
+    if (mesh_.context && !queue_.wait_idle(Millis(0))) {
+      const GlooLoopWaker::Awake awake(mesh_.waker.get());
+      mesh_.context->closeConnections();
+    }
   }
   bool wait_idle(Millis timeout) override { return queue_.wait_idle(timeout); }
 
@@ -147,7 +151,7 @@ class GlooBackend final : public Backend {
         "barrier",
         [=, this] {
           if (size_ == 1) return;
-          gloo::BarrierOptions opts(context_);
+          gloo::BarrierOptions opts(mesh_.context);
           opts.setTag(next_tag());
           opts.setTimeout(timeout);
           guarded("barrier", timeout, [&] { gloo::barrier(opts); });
@@ -167,17 +171,19 @@ class GlooBackend final : public Backend {
     else
       attr.hostname = address.hostname;
     try {
-      device_ = gloo::transport::tcp::CreateDevice(attr);
+      mesh_.device = gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
       throw NetworkError("rank " + std::to_string(rank_) + ": cannot bind the gloo transport to " + where +
                          " (" + address.reason + "): " + e.what() +
                          "; set DDP_GLOO_IFNAME to an interface the other ranks can reach");
     }
-    context_ = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-    context_->setTimeout(config.options.timeout);
+    mesh_.waker = std::make_unique<GlooLoopWaker>(mesh_.device);
+    mesh_.context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    mesh_.context->setTimeout(config.options.timeout);
     GlooStore store(config.store, config.key_prefix + "gloo/", config.options.timeout);
     try {
-      context_->connectFullMesh(store, device_);
+      const GlooLoopWaker::Awake awake(mesh_.waker.get());
+      mesh_.context->connectFullMesh(store, mesh_.device);
     } catch (const ddp::Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -212,8 +218,23 @@ class GlooBackend final : public Backend {
   const int rank_;
   const int size_;
   const std::string group_;
-  std::shared_ptr<gloo::transport::Device> device_;
-  std::shared_ptr<gloo::rendezvous::Context> context_;
+  // The transport device, the group's connections, and the waker of the
+  // device's event loop (gloo_loop_waker.hpp), which outlives the loop: it
+  // keeps the loop awake while the connections close and the loop ends.
+  struct Mesh {
+    std::unique_ptr<GlooLoopWaker> waker;
+    std::shared_ptr<gloo::transport::Device> device;
+    std::shared_ptr<gloo::rendezvous::Context> context;
+    Mesh() = default;
+    Mesh(const Mesh&) = delete;
+    Mesh& operator=(const Mesh&) = delete;
+    ~Mesh() {
+      const GlooLoopWaker::Awake awake(waker.get());
+      context.reset();
+      device.reset();
+    }
+  };
+  Mesh mesh_;
   std::uint32_t tag_ = 0;
   OpQueue queue_;  // last: its thread stops before the context goes away
 };
