@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <exception>
 
 namespace ddp::detail {
 
@@ -21,8 +22,16 @@ GlooLoopWaker::GlooLoopWaker(const std::shared_ptr<gloo::transport::Device>& dev
   const int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (fd < 0) return;  // no waker: the group connects at Gloo's own pace
   fd_.store(fd, std::memory_order_release);
+  try {
+    tcp->registerDescriptor(fd, EPOLLIN, this);
+  } catch (const std::exception&) {
+    // Not in the loop: no waker either (the connect that follows reports
+    // what is wrong with the device, if anything).
+    fd_.store(-1, std::memory_order_relaxed);
+    ::close(fd);
+    return;
+  }
   device_ = device;
-  tcp->registerDescriptor(fd, EPOLLIN, this);
 }
 
 GlooLoopWaker::~GlooLoopWaker() {
