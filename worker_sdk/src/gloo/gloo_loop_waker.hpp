@@ -11,9 +11,11 @@
 // in the loop's epoll set bounds each wait by its period; it is armed only
 // while something waits, so a running group's loop sleeps as before.
 //
-// Thread-safety: construct, start(), stop() and destroy on one thread (the
-// group's owner); the loop thread only reads the timer in handleEvents().
-// Destroy it after the device, so that the loop is gone before the handler.
+// Thread-safety: construct and destroy on the group's owner thread; start()
+// and stop() only set the timer and may run on any thread (two overlapping
+// Awake scopes on two threads may end the wake-ups early: slower, not
+// wrong). The loop thread only reads the timer in handleEvents(). Destroy it
+// after the device, so that the loop is gone before the handler.
 #pragma once
 
 #include <gloo/transport/device.h>
