@@ -104,6 +104,23 @@ struct TwoNodeJob {
   }
 };
 
+// `ddprun --standalone --on_failure=reform` over `nproc` fake workers, each
+// in a ddp::ElasticGroup, running `sleep_ms` and logging to dir/pids, their
+// env dumped in `dir`; `flags` go before the program.
+Process standalone_reform_job(const TempDir& dir, int nproc, const std::string& sleep_ms,
+                              std::vector<std::string> flags) {
+  std::vector<std::string> args = {"--standalone", "--nproc_per_node=" + std::to_string(nproc),
+                                   "--on_failure=reform"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.insert(args.end(), {"--no_python", bin("fake_worker").string()});
+  return Process(ddprun_argv(args), dir.path(),
+                 clean_env({{"FAKE_PID_FILE", (dir / "pids").string()},
+                            {"FAKE_ELASTIC_JOIN", "1"},
+                            {"FAKE_ENV_DUMP", dir.path().string()},
+                            {"FAKE_SLEEP_MS", sleep_ms}}),
+                 "ddprun");
+}
+
 }  // namespace
 
 TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its siblings run on") {
@@ -112,14 +129,7 @@ TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its 
   const auto events = dir / "events.jsonl";
   // Every worker runs 5 s and exits 0: a sibling signalled by ddprun would
   // die without its "exit" line.
-  Process job(ddprun_argv({"--standalone", "--nproc_per_node=3", "--on_failure=reform", "--max_restarts=2",
-                           "--event_log", events.string(), "--no_python", bin("fake_worker").string()}),
-              dir.path(),
-              clean_env({{"FAKE_PID_FILE", pid_file.string()},
-                         {"FAKE_ELASTIC_JOIN", "1"},
-                         {"FAKE_ENV_DUMP", dir.path().string()},
-                         {"FAKE_SLEEP_MS", "5000"}}),
-              "ddprun");
+  Process job = standalone_reform_job(dir, 3, "5000", {"--max_restarts=2", "--event_log", events.string()});
   const pid_t first = wait_for_start(pid_file, 1, 1);
   const pid_t sibling0 = wait_for_start(pid_file, 0, 1);
   const pid_t sibling2 = wait_for_start(pid_file, 2, 1);
@@ -186,14 +196,7 @@ TEST_CASE(
     "spending one restart") {
   TempDir dir;
   const auto pid_file = dir / "pids";
-  Process job(ddprun_argv({"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--max_restarts=1",
-                           "--no_python", bin("fake_worker").string()}),
-              dir.path(),
-              clean_env({{"FAKE_PID_FILE", pid_file.string()},
-                         {"FAKE_ELASTIC_JOIN", "1"},
-                         {"FAKE_ENV_DUMP", dir.path().string()},
-                         {"FAKE_SLEEP_MS", "3000"}}),
-              "ddprun");
+  Process job = standalone_reform_job(dir, 2, "3000", {"--max_restarts=1"});
   const pid_t victim = wait_for_start(pid_file, 1, 1);
   REQUIRE(victim > 0);
   REQUIRE(wait_for_start(pid_file, 0, 1) > 0);
@@ -245,13 +248,7 @@ TEST_CASE(
 TEST_CASE("on_failure=reform below the job's minimum: one line naming the lost rank and exit 1") {
   TempDir dir;
   const auto pid_file = dir / "pids";
-  Process job(
-      ddprun_argv({"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--stop_timeout=2",
-                   "--no_python", bin("fake_worker").string()}),
-      dir.path(),
-      clean_env(
-          {{"FAKE_PID_FILE", pid_file.string()}, {"FAKE_ELASTIC_JOIN", "1"}, {"FAKE_SLEEP_MS", "10000"}}),
-      "ddprun");
+  Process job = standalone_reform_job(dir, 2, "10000", {"--stop_timeout=2"});
   const pid_t victim = wait_for_start(pid_file, 1, 1);
   REQUIRE(victim > 0);
   REQUIRE(::kill(victim, SIGKILL) == 0);
