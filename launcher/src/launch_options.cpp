@@ -252,6 +252,21 @@ const FlagSpec kFlags[] = {
      "disjoint share of the node's physical cores), core-complex (one L3 domain)"},
 };
 
+// CLI11's own conversion error ("Could not convert: --x = y") says neither
+// what was wanted nor where the value came from: these run first, and accept
+// exactly what CLI11's conversion does.
+template <typename T>
+CLI::Validator converts_to(const char* what) {
+  return CLI::Validator(
+      [what](std::string& text) {
+        T value{};
+        return CLI::detail::lexical_cast(text, value) ? std::string() : "'" + text + "' is not " + what;
+      },
+      "");
+}
+const CLI::Validator kInteger = converts_to<int>("an integer");
+const CLI::Validator kNumber = converts_to<double>("a number");
+
 struct App {
   CLI::App app{
       "ddprun: launches and supervises distributed training workers (torchrun "
@@ -274,6 +289,10 @@ struct App {
             env_flags.push_back({opt, pet_name(spec.name), true, ddp_env, &target});
           } else {
             auto* opt = app.add_option(spelled, target, spec.help)->group(spec.group);
+            if constexpr (std::is_same_v<std::remove_reference_t<decltype(target)>, int>)
+              opt->check(kInteger);
+            if constexpr (std::is_same_v<std::remove_reference_t<decltype(target)>, double>)
+              opt->check(kNumber);
             env_flags.push_back({opt, pet_name(spec.name), false, ddp_env});
           }
         },
@@ -316,6 +335,16 @@ struct App {
         ->group(kOursGroup);
   }
 };
+
+// "--flag: ..." from a value the environment, a config file or Slurm gave:
+// the message says which.
+std::string naming_source(std::string message, const std::map<std::string, std::string>& sources) {
+  const auto colon = message.find(':');
+  if (message.rfind("--", 0) != 0 || colon == std::string::npos) return message;
+  const auto it = sources.find(message.substr(2, colon - 2));
+  if (it == sources.end() || it->second == "flag") return message;
+  return message + " (from " + it->second + ")";
+}
 
 [[noreturn]] void rethrow_as_config_error(const CLI::ParseError& e) {
   std::string msg = e.what();
@@ -621,7 +650,11 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   // those added before).
   first.app.clear();
   cl = LaunchOptions{};
-  if (auto early = parse_into(first, argv)) return *early;
+  try {
+    if (auto early = parse_into(first, argv)) return *early;
+  } catch (const ConfigError& e) {
+    throw ConfigError(naming_source(e.what(), sources));
+  }
   out.options = std::move(cl);
   out.options.master_port_given = first.app.get_option("--master_port")->count() > 0;
   out.warnings = std::move(warnings);

@@ -134,6 +134,22 @@ TEST_CASE("an unknown option before the program is an error naming it") {
   CHECK_THROWS_AS(parse_command_line({"ddprun", "--max_restarts=x", "/bin/true"}, {}), ddp::ConfigError);
 }
 
+TEST_CASE(
+    "a numeric flag's value that is not a number names the flag, and the variable or file it came from") {
+  CHECK_THROWS_WITH(parse_command_line({"ddprun", "--max_restarts=x", "/bin/true"}, {}),
+                    Catch::Equals("--max_restarts: 'x' is not an integer"));
+  CHECK_THROWS_WITH(parse_command_line({"ddprun", "--stop_timeout", "soon", "/bin/true"}, {}),
+                    Catch::Equals("--stop_timeout: 'soon' is not a number"));
+  CHECK_THROWS_WITH(parse_command_line({"ddprun", "/bin/true"}, {{"PET_MAX_RESTARTS", "-x"}}),
+                    Catch::Equals("--max_restarts: '-x' is not an integer (from env PET_MAX_RESTARTS)"));
+  CHECK_THROWS_WITH(
+      parse_command_line({"ddprun", "/bin/true"}, {{"DDP_STRAGGLER_FACTOR", "2x"}}),
+      Catch::Equals("--straggler_factor: '2x' is not a number (from env DDP_STRAGGLER_FACTOR)"));
+  // What CLI11 converts still converts.
+  CHECK(parse({"--max_restarts=0x10", "/bin/true"}).max_restarts == 16);
+  CHECK(parse({"/bin/true"}, {{"PET_STOP_TIMEOUT", "1.5e1"}}).stop_timeout_s == 15.0);
+}
+
 TEST_CASE("a .py script runs under python3 -u, a module under -m, an executable directly") {
   TempDir dir;
   ddp::test::write_file(dir / "train.py", "print(1)\n");
