@@ -42,7 +42,7 @@ cost() {
 final() { sed -n -E 's/.*final loss ([0-9.]+) after.*/\1/p' "$tmp/$1$2.log" | head -1; }
 step_ms() { sed -n -E 's/.*epoch 1\/[0-9]+ loss [0-9.]+ step [0-9]+ step_ms ([0-9.]+).*/\1/p' "$tmp/$1$2.log"; }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.1f", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+median_1() { printf '%.1f' "$(median)"; }  # lib.sh's, to 0.1
 
 for ((i = 0; i < reps; i++)); do
   for policy in reform restart; do
@@ -57,9 +57,9 @@ for ((i = 0; i < reps; i++)); do
   [[ "$(final reform "$i")" == "$(final restart "$i")" ]] ||
     echo "rep $i: the final losses differ: reform $(final reform "$i"), restart $(final restart "$i")" >&2
 done
-reform_ms=$(median <"$tmp/reform.ms")
-restart_ms=$(median <"$tmp/restart.ms")
-step=$(median <"$tmp/step.ms")
+reform_ms=$(median_1 <"$tmp/reform.ms")
+restart_ms=$(median_1 <"$tmp/restart.ms")
+step=$(median_1 <"$tmp/step.ms")
 reform_lost=$(cost reform 0 | cut -d' ' -f2)
 restart_lost=$(cost restart 0 | cut -d' ' -f2)
 echo "reform (--on_failure=reform, 4 workers, slot 3 killed after step $kill_at): median $reform_ms ms," \

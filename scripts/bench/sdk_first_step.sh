@@ -37,7 +37,6 @@ first_step_ms() {  # bin_dir n: one run's first_step_s, in ms
   }
   sed -n 's/.*"event":"first_step".*"first_step_s":\([0-9.e-]*\).*/\1/p' "$ev" | awk '{ printf "%.2f\n", $1 * 1000 }'
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { printf "%.1f", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
 printf '%-6s' ranks
 for b in "${builds[@]}"; do printf '%12s' "$b ms"; done
@@ -51,7 +50,7 @@ for n in 2 4 8; do
   printf '%-6s' "$n"
   declare -A med=()
   for b in "${builds[@]}"; do
-    med[$b]=$(median <"$tmp/$b.$n")
+    med[$b]=$(printf '%.1f' "$(median <"$tmp/$b.$n")")
     printf '%12s' "${med[$b]}"
   done
   [[ ${#builds[@]} -eq 2 ]] && printf '%12.2f' "$(echo "${med[new]} / ${med[old]}" | bc -l)"
