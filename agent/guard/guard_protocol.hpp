@@ -34,6 +34,9 @@ inline constexpr const char* kAdoptPidFlag = "--adopt-pid=";
 // it finds in its environment, kFenceFileEnv.
 inline constexpr const char* kFenceFileFlag = "--fence-file=";
 inline constexpr const char* kFenceFileEnv = "DDP_FENCE_FILE";
+// Run as the agent's guard server instead (guard_server.hpp): fork a guard
+// for each request on this fd. With --agent-pid and nothing else.
+inline constexpr const char* kServeFdFlag = "--serve-fd=";
 
 // On the info fd the guard writes one of these, then closes it:
 //   "pid <worker pid>\n" [+ "cgroup <path>\n"]   the worker was exec'd

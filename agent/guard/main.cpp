@@ -8,6 +8,7 @@
 #include "ddp/common/exit_code.hpp"
 #include "guard.hpp"
 #include "guard_protocol.hpp"
+#include "guard_server.hpp"
 
 namespace {
 
@@ -23,7 +24,8 @@ bool take(const char* arg, const char* flag, long* value) {
   std::fprintf(stderr,
                "ddp-guard: %s\nusage: ddp-guard [--stop-timeout-ms=N] [--info-fd=N] [--agent-pid=N] "
                "[--fence-file=PATH] "
-               "{-- /abs/path/to/worker [args...] | --adopt-pid=N}\n(started by ddprun for each worker; see "
+               "{-- /abs/path/to/worker [args...] | --adopt-pid=N | --serve-fd=N}\n(started by ddprun for "
+               "each worker; see "
                "docs/agent.md)\n",
                why);
   std::exit(ddp::exit_code(ddp::ExitCode::kConfig));
@@ -33,6 +35,7 @@ bool take(const char* arg, const char* flag, long* value) {
 
 int main(int argc, char** argv) {
   ddp::guard::GuardOptions o;
+  int serve_fd = -1;
   int i = 1;
   for (; i < argc; ++i) {
     long v = 0;
@@ -46,6 +49,8 @@ int main(int argc, char** argv) {
       o.info_fd = static_cast<int>(v);
     } else if (take(argv[i], ddp::guard::kAgentPidFlag, &v) && v > 0) {
       o.agent_pid = static_cast<pid_t>(v);
+    } else if (take(argv[i], ddp::guard::kServeFdFlag, &v) && v >= 0 && v <= 65535) {
+      serve_fd = static_cast<int>(v);
     } else if (take(argv[i], ddp::guard::kAdoptPidFlag, &v) && v > 0) {
       o.adopt_pid = static_cast<pid_t>(v);
     } else if (std::strncmp(argv[i], ddp::guard::kFenceFileFlag, std::strlen(ddp::guard::kFenceFileFlag)) ==
@@ -54,6 +59,10 @@ int main(int argc, char** argv) {
     } else {
       usage((std::string("unknown or malformed option '") + argv[i] + "'").c_str());
     }
+  }
+  if (serve_fd >= 0) {
+    if (i < argc || o.adopt_pid > 0 || o.agent_pid <= 0) usage("--serve-fd takes --agent-pid and no worker");
+    ddp::guard::run_guard_server(serve_fd, o.agent_pid);
   }
   if (o.adopt_pid > 0) {
     if (i < argc) usage("--adopt-pid takes no worker command");

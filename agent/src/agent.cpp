@@ -114,7 +114,7 @@ AgentResult Agent::Impl::run() {
     if (!life.done()) signals.async_wait(on_sig);
   };
   signals.async_wait(on_sig);
-  runner = std::make_unique<ProcessRunner>(io);
+  runner = std::make_unique<ProcessRunner>(io, /*prestart_guard_server=*/true);
   terminal = std::make_unique<AgentTerminal>(io, cfg, log);
   WorkerGroupEvents events;
   events.spawn_reported = [this](int lr, pid_t pid) { observers.spawn_reported(lr, pid); };

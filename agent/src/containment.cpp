@@ -44,6 +44,11 @@ void set_guard_fence_file(const std::string& path) {
   fence_file = path;
 }
 
+std::string guard_fence_file() {
+  std::lock_guard<std::mutex> lock(fence_mu);
+  return fence_file;
+}
+
 const std::string& guard_executable() {
   static const std::string path = find_guard();
   return path;
@@ -56,10 +61,8 @@ std::vector<std::string> guard_args(const std::string& executable, const std::ve
       guard::kInfoFdFlag + std::to_string(info_fd),
       guard::kAgentPidFlag + std::to_string(::getpid()),
   };
-  {
-    std::lock_guard<std::mutex> lock(fence_mu);
-    if (!fence_file.empty()) out.push_back(guard::kFenceFileFlag + fence_file);
-  }
+  if (const std::string fence = guard_fence_file(); !fence.empty())
+    out.push_back(guard::kFenceFileFlag + fence);
   out.push_back("--");
   out.push_back(executable);
   out.insert(out.end(), args.begin(), args.end());

@@ -20,6 +20,7 @@ const std::string& guard_executable();
 // Every guard started from now on gets this fence file (fence_file.hpp);
 // empty: none.
 void set_guard_fence_file(const std::string& path);
+std::string guard_fence_file();
 
 // The guard's argv (after its own path) for running `executable args...`.
 std::vector<std::string> guard_args(const std::string& executable, const std::vector<std::string>& args,

@@ -1,6 +1,7 @@
 #include "ddp/agent/failure_report.hpp"
 
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <ctime>
@@ -72,6 +73,12 @@ std::string signal_name(int sig) {
   // sigabbrev_np is glibc >= 2.32; bookworm has 2.36.
   if (const char* name = ::sigabbrev_np(sig); name != nullptr) return std::string("SIG") + name;
   return "SIG" + std::to_string(sig);
+}
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return signal_name(WTERMSIG(status));
+  return "status " + std::to_string(status);
 }
 
 std::string WorkerFailure::how() const {

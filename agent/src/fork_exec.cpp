@@ -204,7 +204,15 @@ void kill_and_reap(pid_t pid) {
 void reap_killed(pid_t pid) {
   // Normally gone within a millisecond of SIGKILL; one stuck in the kernel
   // (uninterruptible sleep) must not hold up the spawner thread.
-  const auto until = Clock::now() + std::chrono::milliseconds(50);
+  constexpr std::chrono::milliseconds kWait{50};
+  // Its pidfd turns readable the moment it exits (Linux 5.3+); else poll.
+  if (const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    while (::poll(&p, 1, static_cast<int>(kWait.count())) < 0 && errno == EINTR) {
+    }
+    ::close(pidfd);
+  }
+  const auto until = Clock::now() + kWait;
   while (true) {
     const pid_t r = ::waitpid(pid, nullptr, WNOHANG);
     if (r == pid || (r < 0 && errno != EINTR)) return;

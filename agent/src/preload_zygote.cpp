@@ -27,12 +27,6 @@ std::string find_zygote_script() {
   return find_installed(fs::path("share") / "ddprun" / "ddp_zygote.py", DDP_ZYGOTE_INSTALL_PATH, R_OK);
 }
 
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return signal_name(WTERMSIG(status));
-  return "status " + std::to_string(status);
-}
-
 }  // namespace
 
 const std::string& zygote_script() {
@@ -169,11 +163,11 @@ struct PreloadZygote::State : std::enable_shared_from_this<PreloadZygote::State>
     const Phase p = current();
     if (p == Phase::kStopped || p == Phase::kRefused) return;
     if (p == Phase::kStarting) {
-      refuse("the zygote exited before it was ready (" + describe_status(status) + ")");
+      refuse("the zygote exited before it was ready (" + describe_wait_status(status) + ")");
       return;
     }
     log->warn("preload zygote pid={} exited ({}), with the workers forked from it; starting a new one", pid,
-              describe_status(status));
+              describe_wait_status(status));
     start();
   }
 

@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 // Boost 1.81 ships these out of line: exactly one .cpp of a binary includes them.
 #include <boost/process/v2/impl/environment.ipp>
@@ -34,6 +35,7 @@
 #include "ddp/common/logging.hpp"
 #include "fork_exec.hpp"
 #include "guard_protocol.hpp"
+#include "guard_server_client.hpp"
 #include "zygote_client.hpp"
 
 namespace ddp::agent {
@@ -126,6 +128,15 @@ struct PendingReport : std::enable_shared_from_this<PendingReport> {
   std::function<void(GuardReport)> done_;
 };
 
+// Once per server, on the io thread: its guards' exits are lost with it.
+void report_server_lost(pid_t server) {
+  static std::set<pid_t> reported;
+  if (!reported.insert(server).second) return;
+  log::get("agent")->warn(
+      "the ddp-guard server (pid {}) is gone: each guard it started has killed its worker's whole tree",
+      server);
+}
+
 struct Child : std::enable_shared_from_this<Child> {
   Child(asio::io_context& io, int out_fd, int err_fd, ChildHandlers h)
       : out(io, out_fd), err(io, err_fd), drain(io), handlers(std::move(h)) {}
@@ -148,6 +159,7 @@ struct Child : std::enable_shared_from_this<Child> {
   int status = 0;
   pid_t group = -1;  // the guard's pid, which leads the worker's process group
   bool guarded = false;
+  pid_t server_pid = 0;           // the guard server that forked the guard, if one did
   std::string cgroup;             // the worker's cgroup v2, if its guard made one
   std::function<void()> on_done;  // unregisters from the runner
 
@@ -163,8 +175,9 @@ struct Child : std::enable_shared_from_this<Child> {
                                asio::buffers_begin(self->zygote_buf.data()) + static_cast<std::ptrdiff_t>(n));
               exit_status = parse_zygote_exit(line);
             }
-            // No exit line: the zygote died, and with it (its
-            // parent-death signal) the guard and the worker.
+            // No exit line: the zygote or guard server died, and with it
+            // (its parent-death signal) the guard and the worker.
+            if (!exit_status && self->server_pid > 0) report_server_lost(self->server_pid);
             self->on_guard_exit(exit_status.value_or(SIGKILL));
           });
       return;
@@ -265,14 +278,23 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
   // waiting for its child's exec.
   std::atomic<std::uint64_t> cancelled_below{0};
   int cancel_fd;
+  bool prestart_guard_server = false;       // set before the spawner thread starts
+  std::optional<GuardServer> guard_server;  // spawner thread only
 
   void spawner_loop() {
+    if (prestart_guard_server && guard_server_enabled() && !guard_executable().empty()) {
+      guard_server.emplace(guard_executable());
+      guard_server->start();
+    }
     while (true) {
       std::optional<Job> job;
       {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return stopping || !jobs.empty(); });
-        if (stopping) return;
+        if (stopping) {
+          guard_server.reset();  // its guards are being killed (~ProcessRunner)
+          return;
+        }
         job.emplace(std::move(jobs.front()));
         jobs.pop_front();
       }
@@ -314,8 +336,6 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
       } else {
         info.read = fds[0];
         info.write = fds[1];
-        spec.args = guard_args(spec.executable, spec.args, spec.stop_timeout, info.write);
-        spec.executable = guard;
       }
     }
     const ZygoteSpawn& zygote = job.zygote;
@@ -349,9 +369,41 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
       }
     }
 
+    if (stdio.in == WorkerStdio::kNull) in.read = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (error.empty() && info.write >= 0 && guard_server_enabled()) {
+      if (!guard_server) guard_server.emplace(guard);
+      // The agent's stdin where the worker inherits it: the server's is /dev/null.
+      const int in_fd = in.read >= 0 ? in.read : 0;
+      guard::GuardRequest req{spec.stop_timeout,  guard_fence_file(), current_dir(), spec.cpu_affinity, {},
+                              std::move(spec.env)};
+      req.argv.reserve(spec.args.size() + 1);
+      req.argv.push_back(spec.executable);
+      req.argv.insert(req.argv.end(), spec.args.begin(), spec.args.end());
+      GuardServer::Started s =
+          guard_server->start_guard(req, in_fd, out.write, err.write, info.write, kExecTimeout);
+      spec.env = std::move(req.env);
+      if (s.error.empty()) {
+        close_child_ends(out, err, info);
+        auto child = std::make_shared<Child>(io, out.read, err.read, std::move(job.handlers));
+        out.read = err.read = -1;
+        child->zygote_conn.emplace(io, s.conn);
+        child->group = s.guard_pid;
+        child->server_pid = guard_server->pid();
+        return watch_guard(child, info, worker_exe, std::move(job.on_spawned));
+      }
+      if (!s.nothing_started) {
+        error = "cannot start " + worker_exe + ": " + s.error;
+      } else if (guard_server->pid() > 0) {
+        log::get("agent")->warn("the ddp-guard server could not start a guard ({}): exec'ing it", s.error);
+      }
+    }
+    if (error.empty() && info.write >= 0) {
+      spec.args = guard_args(spec.executable, spec.args, spec.stop_timeout, info.write);
+      spec.executable = guard;
+    }
+
     pid_t pid = -1;
     if (error.empty()) {
-      if (stdio.in == WorkerStdio::kNull) in.read = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       ExecSpec exec;
       static_cast<Program&>(exec) = std::move(spec);
       exec.in = in.read;
@@ -369,13 +421,7 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
         error = "cannot start " + exec.executable + ": " + r.error;
       }
     }
-    // The child holds its own copies of the write ends: EOF comes when it (and
-    // anything it forked) is gone.
-    if (out.write >= 0) ::close(out.write);
-    if (err.write >= 0) ::close(err.write);
-    out.write = err.write = -1;
-    if (info.write >= 0) ::close(info.write);
-    info.write = -1;
+    close_child_ends(out, err, info);
     if (pid < 0) {
       asio::post(io, [on_spawned = std::move(job.on_spawned), error] { on_spawned(-1, error); });
       return;
@@ -388,23 +434,44 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
       report_spawned(child, child->group, std::move(job.on_spawned));
       return;
     }
-    // The guard reports its worker's pid once the worker's exec succeeded.
-    // That report is read on the io thread, so that this thread can start the
-    // next guard at once: with eight workers, eight guards start side by side
-    // instead of each waiting for the previous worker's exec.
-    // Every operation on the report's descriptor and timer happens on the io
-    // thread (Asio objects are not shared between threads).
-    auto pending = std::make_shared<PendingReport>(io, info.read, worker_exe, pid);
+    watch_guard(child, info, worker_exe, std::move(job.on_spawned));
+  }
+
+  // The child holds its own copies of the write ends: EOF comes when it (and
+  // anything it forked) is gone.
+  static void close_child_ends(Pipe& out, Pipe& err, Pipe& info) {
+    for (int* fd : {&out.write, &err.write, &info.write}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+  }
+
+  // On the spawner thread, for a guard started (exec'd, or forked by the guard
+  // server) with `info` as its info pipe: the guard reports its worker's pid
+  // once the worker's exec succeeded. That report is read on the io thread, so
+  // that this thread can start the next guard at once: with eight workers,
+  // eight guards start side by side instead of each waiting for the previous
+  // worker's exec. Every operation on the report's descriptor and timer
+  // happens on the io thread (Asio objects are not shared between threads).
+  void watch_guard(const std::shared_ptr<Child>& child, Pipe& info, const std::string& worker_exe,
+                   SpawnedFn on_spawned) {
+    auto pending = std::make_shared<PendingReport>(io, info.read, worker_exe, child->group);
     info.read = -1;
     auto on_report = [self = weak_from_this(), child,
-                      on_spawned = std::move(job.on_spawned)](GuardReport report) mutable {
+                      on_spawned = std::move(on_spawned)](GuardReport report) mutable {
       auto impl = self.lock();
       if (!impl) return;
       if (!report.error.empty()) {
         // The guard is exiting, or stuck (no report in time): its whole group
-        // goes, and it is reaped when it is gone, off this thread's back.
+        // goes, and it is reaped when it is gone, off this thread's back (by
+        // the guard server, once its connection is closed).
         ::kill(-child->group, SIGKILL);
-        child->proc->async_wait([child](error_code, int) { child->proc->detach(); });
+        if (child->proc) {
+          child->proc->async_wait([child](error_code, int) { child->proc->detach(); });
+        } else {
+          error_code ignored;
+          child->zygote_conn->close(ignored);
+        }
         on_spawned(-1, report.error);
         return;
       }
@@ -444,8 +511,10 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
   }
 };
 
-ProcessRunner::ProcessRunner(asio::io_context& io) : impl_(std::make_shared<Impl>(io)) {
+ProcessRunner::ProcessRunner(asio::io_context& io, bool prestart_guard_server)
+    : impl_(std::make_shared<Impl>(io)) {
   if (impl_->cancel_fd < 0) throw InternalError("eventfd: " + errno_text(errno));
+  impl_->prestart_guard_server = prestart_guard_server;
   impl_->spawner = std::thread([impl = impl_.get()] { impl->spawner_loop(); });
 }
 

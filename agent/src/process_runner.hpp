@@ -3,7 +3,9 @@
 // is safe in a process with threads.
 //
 // Every worker runs under its own ddp-guard (containment.hpp), which contains
-// the worker's whole process tree; the pid reported is the worker's own.
+// the worker's whole process tree; the pid reported is the worker's own. The
+// guards are forked by one guard server per runner (guard_server_client.hpp),
+// or exec'd one by one where it cannot run.
 // Every guard is forked from one long-lived spawner thread, because
 // PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: a
 // short-lived thread would kill its workers with it. Each worker gets its own
@@ -66,7 +68,9 @@ using SpawnedFn = std::function<void(pid_t pid, const std::string& error)>;
 
 class ProcessRunner {
  public:
-  explicit ProcessRunner(boost::asio::io_context& io);
+  // `prestart_guard_server`: start the guard server (guard_server_client.hpp)
+  // now, off the first spawn's path; otherwise at the first spawn.
+  explicit ProcessRunner(boost::asio::io_context& io, bool prestart_guard_server = false);
   ~ProcessRunner();  // SIGKILLs the process groups of children still running
   ProcessRunner(const ProcessRunner&) = delete;
   ProcessRunner& operator=(const ProcessRunner&) = delete;

@@ -1,6 +1,5 @@
 #include "zygote_client.hpp"
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -13,73 +12,13 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/json_input.hpp"
+#include "fd_passing.hpp"
 
 namespace ddp::agent {
 
 namespace {
 
-bool send_with_fds(int conn, const std::string& text, const int (&fds)[3], std::string& error) {
-  std::size_t done = 0;
-  bool fds_sent = false;
-  while (done < text.size()) {
-    iovec iov{const_cast<char*>(text.data() + done), text.size() - done};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))];
-    if (!fds_sent) {
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(fds));
-      std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
-    }
-    const ssize_t n = ::sendmsg(conn, &msg, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error = "send to the preload zygote: " + errno_text(errno);
-      return false;
-    }
-    fds_sent = true;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-// One line from `conn` (without '\n'), waiting at most `timeout`.
-bool read_line(int conn, std::chrono::milliseconds timeout, std::string& line, std::string& error) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  line.clear();
-  while (true) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{conn, POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(std::max<long>(0, left.count())));
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0) {
-      error = "the preload zygote did not answer within " + std::to_string(timeout.count()) + " ms";
-      return false;
-    }
-    // One byte at a time: what follows the line (the exit line) stays unread
-    // for the process runner. A reply is a few dozen bytes.
-    char c = 0;
-    const ssize_t got = ::read(conn, &c, 1);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      error = "the preload zygote closed the connection without an answer";
-      return false;
-    }
-    if (c == '\n') return true;
-    if (line.size() >= json_input::kZygoteLine.max_bytes) {
-      error = "the preload zygote sent an answer longer than " +
-              std::to_string(json_input::kZygoteLine.max_bytes) + " bytes";
-      return false;
-    }
-    line.push_back(c);
-  }
-}
+const std::string kPeer = "preload zygote";
 
 // A pid in the zygote's answer: a positive integer that fits pid_t, else -1.
 pid_t pid_field(const nlohmann::json& reply, const char* key) {
@@ -121,12 +60,12 @@ ZygoteReply request_worker(int conn, const ZygoteRequest& request, int in, int o
   // Invalid UTF-8 in an env value must not throw: replace it, as Python would decode it anyway.
   const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   const int fds[3] = {in, out, err};
-  if (!send_with_fds(conn, text, fds, r.error)) {
+  if (!send_with_fds(conn, text, fds, kPeer, r.error)) {
     r.nothing_started = true;  // a request cut short is malformed: the zygote forks nothing
     return r;
   }
   std::string line;
-  if (!read_line(conn, timeout, line, r.error)) return r;
+  if (!read_line(conn, timeout, json_input::kZygoteLine.max_bytes, kPeer, line, r.error)) return r;
   std::string refused;
   const auto reply = try_parse_json(line, json_input::kZygoteLine, &refused);
   if (reply.is_discarded() || !reply.is_object()) {

@@ -3,28 +3,25 @@
 #   ddprun --standalone --nproc_per_node=N --no_python /bin/true
 # and the agent's own spawn time (round closed -> every worker started, the
 # "startup" event's spawn_s), for N = 1 and 8, with every worker under its
-# ddp-guard against the anchor in the same run: the same ddprun with no
-# ddp-guard beside it (it warns and spawns the workers directly, without
-# containment). Runs alternate, so load drifts hit both alike.
+# ddp-guard (forked by the guard server), against two anchors in the same
+# run: the same binaries with DDP_GUARD_SERVER=0 (each guard exec'd), and the
+# same ddprun with no ddp-guard beside it (it warns and spawns the workers
+# directly, without containment). Runs alternate, so load drifts hit all alike.
 #   BUILD_DIR=build scripts/bench/launch_floor.sh [runs per case, default 40]
-# OLD_BUILD_DIR=DIR adds a third column: another build's ddprun + ddp-guard
+# OLD_BUILD_DIR=DIR adds a column: another build's ddprun + ddp-guard
 # (before/after a change).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD_DIR=${BUILD_DIR:-build}
+source "$(dirname "$0")/lib.sh"
 runs=${1:-40}
-for f in ddprun ddp-guard; do
-  [[ -x $BUILD_DIR/bin/$f ]] || { echo "missing $BUILD_DIR/bin/$f: build it first (BUILD_DIR=$BUILD_DIR)" >&2; exit 2; }
-done
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/guarded" "$work/bare"
-cp "$BUILD_DIR/bin/ddprun" "$BUILD_DIR/bin/ddp-guard" "$work/guarded/"
-cp "$BUILD_DIR/bin/ddprun" "$work/bare/"
-cases=(guarded bare)
+[[ "$runs" =~ ^[1-9][0-9]*$ ]] || bench_usage_error "runs must be a positive integer, not '$runs'"
+require_bins ddprun ddp-guard
+mkdir -p "$tmp/guarded" "$tmp/bare"
+cp "$build/bin/ddprun" "$build/bin/ddp-guard" "$tmp/guarded/"
+cp "$build/bin/ddprun" "$tmp/bare/"
+cases=(guarded exec bare)
 if [[ -n ${OLD_BUILD_DIR:-} ]]; then
-  mkdir -p "$work/old"
-  cp "$OLD_BUILD_DIR/bin/ddprun" "$OLD_BUILD_DIR/bin/ddp-guard" "$work/old/"
+  mkdir -p "$tmp/old"
+  cp "$OLD_BUILD_DIR/bin/ddprun" "$OLD_BUILD_DIR/bin/ddp-guard" "$tmp/old/"
   cases+=(old)
 fi
 # The bare ddprun must not find an installed guard either (its second place to look).
@@ -32,31 +29,34 @@ for g in /usr/local/bin/ddp-guard /usr/bin/ddp-guard; do
   if [[ -x $g ]]; then echo "note: $g is installed; the bare column may use it" >&2; fi
 done
 
-echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r)"
+echo "machine: $(nproc) cores, load $(load_average), $(uname -r)"
 for n in 1 8; do
-  for c in "${cases[@]}"; do : >"$work/wall_${c}_$n" && : >"$work/spawn_${c}_$n"; done
+  for c in "${cases[@]}"; do : >"$tmp/wall_${c}_$n" && : >"$tmp/spawn_${c}_$n"; done
   for ((i = 0; i < runs; i++)); do
     for c in "${cases[@]}"; do
-      rm -f "$work/ev.jsonl"
+      dir=$c server=1
+      [[ $c == exec ]] && dir=guarded server=0
+      rm -f "$tmp/ev.jsonl"
       start=$(date +%s%N)
-      "$work/$c/ddprun" --standalone --nproc_per_node="$n" --no_python --event_log "$work/ev.jsonl" /bin/true \
-        >/dev/null 2>&1
+      DDP_GUARD_SERVER=$server "$tmp/$dir/ddprun" --standalone --nproc_per_node="$n" --no_python \
+        --event_log "$tmp/ev.jsonl" /bin/true >/dev/null 2>&1
       end=$(date +%s%N)
-      echo $(((end - start) / 1000)) >>"$work/wall_${c}_$n"
-      sed -n 's/.*"event":"startup".*"spawn_s":\([0-9.e-]*\).*/\1/p' "$work/ev.jsonl" >>"$work/spawn_${c}_$n"
+      echo $(((end - start) / 1000)) >>"$tmp/wall_${c}_$n"
+      sed -n 's/.*"event":"startup".*"spawn_s":\([0-9.e-]*\).*/\1/p' "$tmp/ev.jsonl" >>"$tmp/spawn_${c}_$n"
     done
   done
 done
-median() { sort -g "$1" | awk '{a[NR] = $1} END {if (NR == 0) print "nan"; else print a[int((NR + 1) / 2)]}'; }
 printf '%-3s %-8s %12s %12s\n' N case "wall ms" "spawn ms"
 for n in 1 8; do
   for c in "${cases[@]}"; do
-    wall=$(median "$work/wall_${c}_$n")
-    spawn=$(median "$work/spawn_${c}_$n")
+    wall=$(median <"$tmp/wall_${c}_$n")
+    spawn=$(median <"$tmp/spawn_${c}_$n")
     printf '%-3s %-8s %12.1f %12.1f\n' "$n" "$c" "$(echo "$wall / 1000" | bc -l)" "$(echo "$spawn * 1000" | bc -l)"
   done
-  g=$(median "$work/wall_guarded_$n")
-  b=$(median "$work/wall_bare_$n")
-  printf '    guarded / bare wall: %.2f\n' "$(echo "$g / $b" | bc -l)"
+  g=$(median <"$tmp/wall_guarded_$n")
+  e=$(median <"$tmp/wall_exec_$n")
+  b=$(median <"$tmp/wall_bare_$n")
+  printf '    guarded / bare wall: %.2f   exec / bare wall: %.2f\n' "$(echo "$g / $b" | bc -l)" \
+    "$(echo "$e / $b" | bc -l)"
 done
 echo "runs per case: $runs (medians)"

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <sstream>
 
 #include "containment_util.hpp"
 
@@ -97,10 +98,13 @@ struct Job {
 
 TEST_CASE("kill -9 of ddprun leaves no process of any worker's tree") {
   const auto shape = GENERATE(as<std::string>{}, "shell", "setsid", "double_fork");
-  const bool preload = GENERATE(false, true);
-  INFO("shape=" << shape << " preload=" << preload);
+  // Guards forked by the guard server (the default), exec'd one by one, or
+  // forked by the preload zygote.
+  const auto start = GENERATE(as<std::string>{}, "served", "exec", "preload");
+  const bool preload = start == "preload";
+  INFO("shape=" << shape << " start=" << start);
   Job job;
-  auto agent = job.start(shape, {}, {}, preload);
+  auto agent = job.start(shape, {}, {{"DDP_GUARD_SERVER", start == "exec" ? "0" : "1"}}, preload);
   REQUIRE(job.ready());
   if (preload) REQUIRE_THAT(agent->err(), Catch::Contains("preload zygote ready"));
   const auto cgroups = Job::guard_cgroups(std::stoi(read_file(job.dir / "pid_0")));
@@ -113,6 +117,53 @@ TEST_CASE("kill -9 of ddprun leaves no process of any worker's tree") {
     INFO("cgroup " << dir);
     CHECK(wait_until([&] { return !fs::exists(dir); }));
   }
+}
+
+// The guard server's children are the guards: it lives in ddprun's process
+// tree, never in a worker's.
+pid_t guard_server_of(pid_t agent) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string cmdline = read_file(entry.path() / "cmdline");
+    std::string stat = read_file(entry.path() / "stat");
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos || cmdline.find("--serve-fd=") == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == agent) return std::stoi(name);
+  }
+  return -1;
+}
+
+TEST_CASE("kill -9 of the guard server: every worker's tree is stopped, and the restart starts another") {
+  Job job;
+  auto agent = job.start("all", {"--stop_timeout=1", "--max_restarts=1"});
+  REQUIRE(job.ready());
+  const pid_t server = guard_server_of(agent->pid());
+  REQUIRE(server > 0);
+  const std::string first_worker = read_file(job.dir / "pid_0");
+  fs::remove(job.dir / "ready_0");
+  fs::remove(job.dir / "ready_1");
+  ::kill(server, SIGKILL);
+  // The restarted workers mark themselves ready again, under a new server.
+  REQUIRE(job.ready());
+  CHECK(read_file(job.dir / "pid_0") != first_worker);
+  const pid_t second = guard_server_of(agent->pid());
+  CHECK(second > 0);
+  CHECK(second != server);
+  CHECK_THAT(agent->err(),
+             Catch::Contains("the ddp-guard server (pid " + std::to_string(server) +
+                             ") is gone: each guard it started has killed its worker's whole tree"));
+  agent->signal(SIGTERM);
+  const auto code = agent->wait(std::chrono::seconds(20));
+  INFO(agent->err());
+  REQUIRE(code);
+  CHECK(*code == 128 + SIGTERM);
+  INFO("survivors:\n" << job.tag.describe());
+  CHECK(job.tag.all_gone(std::chrono::seconds(2)));
 }
 
 TEST_CASE("SIGTERM and SIGHUP stop children that called setsid or double-forked") {

@@ -47,7 +47,8 @@ inline std::vector<std::string> ddprun_argv(std::vector<std::string> args) {
 inline EnvOverrides clean_env(EnvOverrides extra) {
   EnvOverrides env = {{"OMP_NUM_THREADS", std::nullopt},      {"PET_NPROC_PER_NODE", std::nullopt},
                       {"PET_NNODES", std::nullopt},           {"PET_STANDALONE", std::nullopt},
-                      {"CUDA_VISIBLE_DEVICES", std::nullopt}, {"DDP_SLURM", "0"}};
+                      {"CUDA_VISIBLE_DEVICES", std::nullopt}, {"DDP_SLURM", "0"},
+                      {"DDP_GUARD_SERVER", std::nullopt}};
   for (auto& [k, v] : extra) env[k] = v;
   return env;
 }

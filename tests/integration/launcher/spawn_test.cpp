@@ -1,6 +1,6 @@
 // Starting workers at the sizes users run, and starts that go wrong: no launch
-// hangs, a guard that never reports is killed and reported, and SIGTERM ends a
-// job whose spawn is stuck within --stop_timeout.
+// hangs, a guard (or guard server) that never reports is killed and reported,
+// and SIGTERM ends a job whose spawn is stuck within --stop_timeout.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -14,7 +14,9 @@ using namespace ddp::test::launcher;
 namespace {
 
 // A copy of ddprun beside a ddp-guard that never starts its worker: ddprun
-// finds the guard beside itself. The stand-in records its pid, then sleeps.
+// finds the guard beside itself. The stand-in records its pid, then sleeps;
+// as the guard server it never answers either. Where a test is about an
+// exec'd guard, it turns the guard server off (DDP_GUARD_SERVER=0).
 fs::path ddprun_with_stuck_guard(const TempDir& dir) {
   const fs::path bin_dir = dir / "bin";
   fs::create_directories(bin_dir);
@@ -74,7 +76,7 @@ TEST_CASE("a guard that never reports fails its spawn within the deadline, and i
   const auto ddprun_copy = ddprun_with_stuck_guard(dir);
   const auto start = std::chrono::steady_clock::now();
   auto r = run({ddprun_copy.string(), "--standalone", "--nproc_per_node=2", "--no_python", "/bin/true"},
-               dir.path(), clean_env({}), std::chrono::seconds(60));
+               dir.path(), clean_env({{"DDP_GUARD_SERVER", "0"}}), std::chrono::seconds(60));
   const auto took = std::chrono::steady_clock::now() - start;
   INFO(r.err);
   CHECK(r.code == 1);
@@ -85,12 +87,32 @@ TEST_CASE("a guard that never reports fails its spawn within the deadline, and i
   CHECK(wait_until([&] { return all_gone(guards); }, std::chrono::seconds(5)));
 }
 
+TEST_CASE("a guard server that never answers fails its spawn within the deadline, and is killed") {
+  TempDir dir;
+  const auto ddprun_copy = ddprun_with_stuck_guard(dir);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run({ddprun_copy.string(), "--standalone", "--nproc_per_node=2", "--no_python", "/bin/true"},
+               dir.path(), clean_env({}), std::chrono::seconds(60));
+  const auto took = std::chrono::steady_clock::now() - start;
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("the guard server did not answer within 5000 ms (pid "));
+  CHECK_THAT(r.err, Catch::Contains("killed it; each worker's guard is exec'd from now on"));
+  CHECK_THAT(r.err,
+             Catch::Contains("cannot start /bin/true: the guard server did not answer within 5000 ms"));
+  CHECK(took < std::chrono::seconds(30));
+  // The server, and an exec'd guard for the other worker if its spawn began.
+  const auto guards = guard_pids(dir);
+  CHECK(!guards.empty());
+  CHECK(wait_until([&] { return all_gone(guards); }, std::chrono::seconds(5)));
+}
+
 TEST_CASE("SIGTERM while a spawn is stuck ends the job once --stop_timeout is over") {
   TempDir dir;
   const auto ddprun_copy = ddprun_with_stuck_guard(dir);
   Process agent({ddprun_copy.string(), "--standalone", "--nproc_per_node=4", "--stop_timeout=1",
                  "--no_python", "/bin/true"},
-                dir.path(), clean_env({}));
+                dir.path(), clean_env({{"DDP_GUARD_SERVER", "0"}}));
   REQUIRE(wait_until([&] { return guard_pids(dir).size() == 4; }));
   const auto start = std::chrono::steady_clock::now();
   agent.signal(SIGTERM);

@@ -34,6 +34,9 @@ ErrorFileRead read_error_file(const std::filesystem::path& path);
 // "SIGSEGV" for 11; "SIG<n>" for a number without a name.
 std::string signal_name(int sig);
 
+// "exit code 3" or "SIGKILL" for a wait status.
+std::string describe_wait_status(int status);
+
 // Why ddprun killed a worker it found hung, and where its code was.
 struct HangInfo {
   std::string source;                    // "FileTimer", "heartbeat", "section", "straggler"
