@@ -58,12 +58,7 @@ class Guard {
   [[noreturn]] void run() {
     // Every signal but the synchronous faults is taken here: a notice that
     // reaches the group (SIGUSR1, SIGWINCH, ...) must not end the guard.
-    sigset_t set;
-    ::sigfillset(&set);
-    for (int s : {SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS, SIGTSTP,
-                  SIGTTIN, SIGTTOU, SIGCONT}) {
-      ::sigdelset(&set, s);
-    }
+    const sigset_t set = taken_signals();
     ::sigprocmask(SIG_BLOCK, &set, nullptr);
     const int kill_now = kill_now_signal();
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -321,6 +316,16 @@ class Guard {
 };
 
 }  // namespace
+
+sigset_t taken_signals() {
+  sigset_t set;
+  ::sigfillset(&set);
+  for (int s : {SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS, SIGTSTP, SIGTTIN,
+                SIGTTOU, SIGCONT}) {
+    ::sigdelset(&set, s);
+  }
+  return set;
+}
 
 void run_guard(const GuardOptions& options) {
   Guard g(options);

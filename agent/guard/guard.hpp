@@ -6,6 +6,7 @@
 // Single-threaded: signals are blocked and taken with sigtimedwait.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -25,6 +26,11 @@ struct GuardOptions {
   pid_t adopt_pid = 0;            // > 0: the worker is this child, already running (argv empty)
   std::string fence_file;         // the fence backstop's deadline (guard_protocol.hpp), or none
 };
+
+// The signals a guard takes with sigtimedwait, blocked for its whole life:
+// all but SIGKILL, SIGSTOP, the job-control stops and SIGCONT, and the
+// synchronous faults. The guard server blocks the same (guard_server.hpp).
+sigset_t taken_signals();
 
 // Runs the worker and returns only by exiting the process: with the worker's
 // exit code, or by the worker's terminating signal.

@@ -135,12 +135,10 @@ int wait_status(const siginfo_t& info) {
   }
 }
 
-// Ends what the guard inherited from the server: the fds it does not own, the
-// blocked SIGCHLD. Async-signal-safe, between fork and run_guard().
+// Ends what the guard inherited from the server: the fds it does not own.
+// (Its signal mask is already the guard's, so no signal in between can end
+// it.) Async-signal-safe, between fork and run_guard().
 void become_guard_process(const std::vector<int>& fds) {
-  sigset_t none;
-  ::sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
   // Received fds are all above 2 (the server's own 0-2 are open).
   ::dup2(fds[kIn], 0);
   ::dup2(fds[kOut], 1);
@@ -156,10 +154,15 @@ class Server {
   Server(int control, pid_t agent) : control_(control), agent_(agent), self_(::getpid()) {}
 
   [[noreturn]] void run() {
+    // What reaches every process of a job (scancel's SIGTERM or --signal=USR1,
+    // a kill of the agent's session) must not end the server: its guards
+    // would kill their trees at once instead of forwarding the signal. Such
+    // signals stay blocked and pending; only SIGCHLD is read.
+    const sigset_t taken = taken_signals();
+    ::sigprocmask(SIG_SETMASK, &taken, nullptr);
     sigset_t chld;
     ::sigemptyset(&chld);
     ::sigaddset(&chld, SIGCHLD);
-    ::sigprocmask(SIG_BLOCK, &chld, nullptr);
     sigfd_ = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd_ < 0) die("signalfd: " + std::string(std::strerror(errno)));
     // Parent-death signal SIGKILL is set by the agent before our exec; it may

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "containment_util.hpp"
 
@@ -138,13 +139,21 @@ pid_t guard_server_of(pid_t agent) {
   return -1;
 }
 
-TEST_CASE("kill -9 of the guard server: every worker's tree is stopped, and the restart starts another") {
+TEST_CASE(
+    "the guard server ignores job-wide signals, and kill -9 of it stops every worker's tree before a restart "
+    "under another") {
   Job job;
   auto agent = job.start("all", {"--stop_timeout=1", "--max_restarts=1"});
   REQUIRE(job.ready());
   const pid_t server = guard_server_of(agent->pid());
   REQUIRE(server > 0);
   const std::string first_worker = read_file(job.dir / "pid_0");
+  // What scancel or a kill of the session sends every process leaves it running.
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGQUIT, SIGPIPE}) ::kill(server, sig);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(pid_alive(server));
+  CHECK(pid_alive(std::stoi(first_worker)));
+  CHECK(agent->err().find("is gone") == std::string::npos);
   fs::remove(job.dir / "ready_0");
   fs::remove(job.dir / "ready_1");
   ::kill(server, SIGKILL);
