@@ -58,21 +58,33 @@ bool read_line(int conn, std::chrono::milliseconds timeout, std::size_t max_byte
       error = "the " + peer + " did not answer within " + std::to_string(timeout.count()) + " ms";
       return false;
     }
-    // One byte at a time: what follows the line (the exit line) stays unread
-    // for the process runner. A reply is a few dozen bytes.
-    char c = 0;
-    const ssize_t got = ::read(conn, &c, 1);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
+    // Up to the line's end and no further: what follows it (the exit line)
+    // stays unread for the process runner. A peek finds the end, one read
+    // takes the line: two calls for a reply of a few dozen bytes.
+    char buf[512];
+    const ssize_t seen = ::recv(conn, buf, sizeof(buf), MSG_PEEK);
+    if (seen < 0 && errno == EINTR) continue;
+    if (seen <= 0) {
       error = "the " + peer + " closed the connection without an answer";
       return false;
     }
-    if (c == '\n') return true;
-    if (line.size() >= max_bytes) {
+    const auto* end = static_cast<const char*>(std::memchr(buf, '\n', static_cast<std::size_t>(seen)));
+    const std::size_t take =
+        end != nullptr ? static_cast<std::size_t>(end - buf) + 1 : static_cast<std::size_t>(seen);
+    ssize_t got = -1;
+    do {
+      got = ::recv(conn, buf, take, 0);
+    } while (got < 0 && errno == EINTR);
+    if (got != static_cast<ssize_t>(take)) {
+      error = "the " + peer + " closed the connection without an answer";
+      return false;
+    }
+    line.append(buf, end != nullptr ? take - 1 : take);
+    if (line.size() > max_bytes) {
       error = "the " + peer + " sent an answer longer than " + std::to_string(max_bytes) + " bytes";
       return false;
     }
-    line.push_back(c);
+    if (end != nullptr) return true;
   }
 }
 

@@ -18,8 +18,8 @@ namespace ddp::agent {
 bool send_with_fds(int conn, const std::string& text, std::span<const int> fds, const std::string& peer,
                    std::string& error);
 
-// One line from `conn` (without its '\n'), waiting at most `timeout`; what
-// follows the line stays unread. False (with `error`, naming `peer`) on a
+// One line from stream socket `conn` (without its '\n'), waiting at most
+// `timeout`; what follows the line stays unread. False (with `error`, naming `peer`) on a
 // timeout, EOF, or a line longer than `max_bytes`.
 bool read_line(int conn, std::chrono::milliseconds timeout, std::size_t max_bytes, const std::string& peer,
                std::string& line, std::string& error);
