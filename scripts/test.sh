@@ -38,7 +38,7 @@ san_targets=(ddp_unit_protocol ddp_unit_server ddp_unit_store ddp_unit_torch_cod
              ddp_integration_daemon ddp_integration_store ddp-rendezvousd ddp-store
              fuzz_native_codec fuzz_torch_codec fuzz_dispatcher
              fuzz_json_input fuzz_error_file fuzz_agent_lines fuzz_status_record fuzz_rdzv_record
-             fuzz_config_files fuzz_etcd_reply fuzz_metrics_http)
+             fuzz_config_files fuzz_etcd_reply fuzz_metrics_http fuzz_guard_request)
 cmake --build build-san --parallel "$(nproc)" --target "${san_targets[@]}"
 stage "sanitized build"
 export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1
