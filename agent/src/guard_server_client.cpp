@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -17,6 +16,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/json_input.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/parse.hpp"
 #include "fd_passing.hpp"
 #include "fork_exec.hpp"
 #include "guard_protocol.hpp"
@@ -52,7 +52,7 @@ pid_t parse_guard_pid(const std::string& line, std::string& error) {
 
 bool guard_server_enabled() {
   const char* v = std::getenv("DDP_GUARD_SERVER");
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  return v == nullptr || parse_bool(v) != false;  // 0, false, no, off: off; anything else: on
 }
 
 GuardServer::GuardServer(std::string guard_executable) : exe_(std::move(guard_executable)) {}

@@ -4,8 +4,8 @@
 // it reports on the info pipe the agent gave it, leads the worker's process
 // group, and its exit comes as a line on its own connection.
 //
-// DDP_GUARD_SERVER=0 in the agent's environment turns the server off: each
-// guard is exec'd (docs/agent.md, "Process containment").
+// DDP_GUARD_SERVER=0 (or false, no, off) in the agent's environment turns the
+// server off: each guard is exec'd (docs/agent.md, "The guard server").
 //
 // Thread-safety: one owner thread, the process runner's spawner thread (the
 // server's parent-death signal follows it).
@@ -20,7 +20,7 @@
 
 namespace ddp::agent {
 
-// False when DDP_GUARD_SERVER=0.
+// False when DDP_GUARD_SERVER is 0, false, no or off.
 bool guard_server_enabled();
 
 class GuardServer {
