@@ -3,7 +3,9 @@
 // that is cut short or wrong is refused with a reason, never half-read.
 #include "guard_request.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <utility>
 
 using ddp::guard::decode_request;
 using ddp::guard::encode_request;
@@ -69,30 +71,20 @@ TEST_CASE("a malformed guard request is refused with the reason") {
     INFO("cut at " << n);
     CHECK_FALSE(decode_request(good.substr(0, n), &why));
   }
-  CHECK_FALSE(decode_request(std::string("abc\0\0\0\0"
-                                         "1\0/bin/true\0",
-                                         18),
-                             &why));
-  CHECK(why == "bad stop timeout");
-  CHECK_FALSE(decode_request(std::string("1\0\0/\0"
-                                         "0,x\0"
-                                         "1\0/bin/true\0",
-                                         20),
-                             &why));
-  CHECK(why == "bad CPU list");
-  CHECK_FALSE(decode_request(std::string("1\0\0/\0\0"
-                                         "0\0",
-                                         9),
-                             &why));
-  CHECK(why == "bad argc");
-  CHECK_FALSE(decode_request(std::string("1\0\0/\0\0"
-                                         "1\0true\0",
-                                         14),
-                             &why));
-  CHECK(why == "the worker's path is not absolute");
-  CHECK_FALSE(decode_request(std::string("1\0\0/\0\0"
-                                         "3\0/bin/true\0",
-                                         19),
-                             &why));
-  CHECK(why == "truncated argv");
+  // Payloads written out field by field ('|' stands for the NUL after each).
+  const std::pair<std::string, std::string> refused[] = {
+      {"abc||||1|/bin/true|0|", "bad stop timeout"},
+      {"1|||0,x|1|/bin/true|0|", "bad CPU list"},
+      {"1||/||0|0|", "bad argc"},
+      {"1||/||1|true|0|", "the worker's path is not absolute"},
+      {"1||/||3|/bin/true|", "truncated argv"},
+      {"1||/||1|/bin/true|x|", "bad envc"},
+      {"1||/||1|/bin/true|2|A=1|", "truncated environment"},
+  };
+  for (auto [payload, reason] : refused) {
+    std::replace(payload.begin(), payload.end(), '|', '\0');
+    INFO(reason);
+    CHECK_FALSE(decode_request(payload, &why));
+    CHECK(why == reason);
+  }
 }
