@@ -76,7 +76,7 @@ bool GuardServer::reap_if_gone() {
   const pid_t r = ::waitpid(pid_, &status, WNOHANG);
   if (r == 0) return false;
   log::get("agent")->warn("ddp-guard server (pid {}) ended ({}): starting another for the next workers", pid_,
-                          describe_wait_status(status));
+                          r == pid_ ? describe_wait_status(status) : "reaped elsewhere");
   ::close(control_);
   control_ = -1;
   pid_ = -1;
