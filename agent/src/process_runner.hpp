@@ -5,8 +5,8 @@
 // Every worker runs under its own ddp-guard (containment.hpp), which contains
 // the worker's whole process tree; the pid reported is the worker's own. The
 // guards are forked by one guard server per runner (guard_server_client.hpp),
-// or exec'd one by one where it cannot run.
-// Every guard is forked from one long-lived spawner thread, because
+// or exec'd one by one where it cannot run. The guard server (and any exec'd
+// guard) is forked from one long-lived spawner thread, because
 // PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: a
 // short-lived thread would kill its workers with it. Each worker gets its own
 // process group (so a stop reaches its children too), SIGKILL as parent-death
