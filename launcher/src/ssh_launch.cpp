@@ -340,6 +340,10 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
   const Host* first_failed = nullptr;
   int first_rc = 0;
   int first_signal = 0;
+  // A host that ended with a rendezvous error while others run is often the
+  // echo of a failure elsewhere ("rendezvous ... is closed: workers failed"):
+  // a host whose workers failed, ending after it, names the job's outcome.
+  bool echo_only = false;
   std::size_t running = hosts.size();
   while (running > 0) {
     int status = 0;
@@ -357,7 +361,9 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
       --running;
       const bool killed = WIFSIGNALED(status);
       const int rc = killed ? signal_exit_code(WTERMSIG(status)) : WEXITSTATUS(status);
-      if (rc != exit_code(ExitCode::kOk) && code == exit_code(ExitCode::kOk) && stop_signal == 0) {
+      const bool first =
+          code == exit_code(ExitCode::kOk) || (echo_only && rc == exit_code(ExitCode::kFailed));
+      if (rc != exit_code(ExitCode::kOk) && first && stop_signal == 0) {
         // ssh's own failures exit 255, and a killed ssh closed its connection:
         // the host is lost to this job (requeue-able, like a lost node).
         const bool lost = killed || rc == kSshFailed;
@@ -365,8 +371,10 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
         first_failed = &h;
         first_rc = rc;
         first_signal = killed ? WTERMSIG(status) : 0;
-        // The error line waits for every host's last lines, so that it is ours last.
-        if (rc == exit_code(ExitCode::kFailed)) {
+        echo_only = !lost && rc == exit_code(ExitCode::kRendezvous) && running > 0;
+        // The error line waits for every host's last lines, so that it is ours
+        // last; the others end on their own first, within a grace.
+        if (rc == exit_code(ExitCode::kFailed) || echo_only) {
           const auto grace = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
               std::chrono::duration<double>(o.stop_timeout_s) + kEndOnTheirOwn);
           stop_at = (std::chrono::steady_clock::now() + grace).time_since_epoch().count();
