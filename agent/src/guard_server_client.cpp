@@ -51,8 +51,20 @@ pid_t parse_guard_pid(const std::string& line, std::string& error) {
 }  // namespace
 
 bool guard_server_enabled() {
-  const char* v = std::getenv("DDP_GUARD_SERVER");
-  return v == nullptr || parse_bool(v) != false;  // 0, false, no, off: off; anything else: on
+  // Read once: the environment is the agent's own and does not change.
+  static const bool enabled = [] {
+    const char* v = std::getenv("DDP_GUARD_SERVER");
+    if (v == nullptr) return true;
+    const auto on = parse_bool(v);
+    if (!on) {
+      log::get("agent")->warn(
+          "DDP_GUARD_SERVER='{}' is not a boolean (0/1, false/true, no/yes, off/on): "
+          "the guard server stays on",
+          v);
+    }
+    return on.value_or(true);
+  }();
+  return enabled;
 }
 
 GuardServer::GuardServer(std::string guard_executable) : exe_(std::move(guard_executable)) {}

@@ -125,3 +125,13 @@ TEST_CASE("SIGTERM while a spawn is stuck ends the job once --stop_timeout is ov
   CHECK(took < std::chrono::seconds(5));
   CHECK(wait_until([&] { return all_gone(guard_pids(dir)); }, std::chrono::seconds(5)));
 }
+
+TEST_CASE("a DDP_GUARD_SERVER that is not a boolean is named in one warning, and the job runs") {
+  TempDir dir;
+  auto r = run(ddprun_argv({"--standalone", "--nproc_per_node=2", "--no_python", "/bin/true"}), dir.path(),
+               clean_env({{"DDP_GUARD_SERVER", "maybe"}}), std::chrono::seconds(30));
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("DDP_GUARD_SERVER='maybe' is not a boolean"));
+  CHECK(r.err.find("is not a boolean") == r.err.rfind("is not a boolean"));
+}
