@@ -1,4 +1,4 @@
-// TcpStore's connect cycle, run on the I/O thread: resolve, connect, preamble +
+// TcpStore's connect cycle, run on the I/O thread: resolve (names only), connect, preamble +
 // HELLO, retried with exponential backoff and full jitter until
 // options.connect_timeout. One cycle at a time; callers wait on connect_cv_.
 #include <boost/asio/connect.hpp>
@@ -77,45 +77,57 @@ void TcpStore::Impl::attempt_connect() {
   socket_.close(ignored);
   handshake_done_ = false;
   rlen_ = 0;
+  // A numeric address needs no resolver: Asio runs getaddrinfo on a thread of
+  // its own, started by the first async_resolve and joined at shutdown.
+  boost::system::error_code numeric;
+  const auto address = asio::ip::make_address(options_.endpoint.host, numeric);
+  if (!numeric) {
+    connect_to(seq, {asio::ip::tcp::endpoint(address, options_.endpoint.port)});
+    return;
+  }
   resolver_.async_resolve(
       options_.endpoint.host, std::to_string(options_.endpoint.port),
       [this, seq](const boost::system::error_code& ec, asio::ip::tcp::resolver::results_type results) {
         if (seq != attempt_seq_) return;
         if (ec) return on_attempt_failed("cannot resolve '" + options_.endpoint.host + "': " + ec.message());
-        asio::async_connect(
-            socket_, results,
-            [this, seq](const boost::system::error_code& cec, const asio::ip::tcp::endpoint&) {
+        std::vector<asio::ip::tcp::endpoint> endpoints;
+        for (const auto& r : results) endpoints.push_back(r.endpoint());
+        connect_to(seq, std::move(endpoints));
+      });
+}
+
+void TcpStore::Impl::connect_to(std::uint64_t seq, std::vector<asio::ip::tcp::endpoint> endpoints) {
+  asio::async_connect(
+      socket_, endpoints, [this, seq](const boost::system::error_code& cec, const asio::ip::tcp::endpoint&) {
+        if (seq != attempt_seq_) return;
+        if (cec) return on_attempt_failed(cec.message());
+        boost::system::error_code opt_ec;
+        socket_.set_option(asio::ip::tcp::no_delay(true), opt_ec);
+        hello_frame_.assign(kPreamble, sizeof(kPreamble));
+        Request hello;
+        hello.op = Op::kHello;
+        hello.id = 0;  // ids of ordinary requests start at 1
+        hello.a = kProtocolVersion;
+        hello.values.push_back(options_.token);
+        encode_request(hello, hello_frame_);
+        asio::async_write(
+            socket_, asio::buffer(hello_frame_),
+            [this, seq](const boost::system::error_code& wec, std::size_t) {
               if (seq != attempt_seq_) return;
-              if (cec) return on_attempt_failed(cec.message());
-              boost::system::error_code opt_ec;
-              socket_.set_option(asio::ip::tcp::no_delay(true), opt_ec);
-              hello_frame_.assign(kPreamble, sizeof(kPreamble));
-              Request hello;
-              hello.op = Op::kHello;
-              hello.id = 0;  // ids of ordinary requests start at 1
-              hello.a = kProtocolVersion;
-              hello.values.push_back(options_.token);
-              encode_request(hello, hello_frame_);
-              asio::async_write(
-                  socket_, asio::buffer(hello_frame_),
-                  [this, seq](const boost::system::error_code& wec, std::size_t) {
-                    if (seq != attempt_seq_) return;
-                    if (wec) return on_attempt_failed(wec.message());
-                    handshake_timer_.expires_after(
-                        std::min(kHandshakeTimeout, connect_deadline_.remaining()));
-                    handshake_timer_.async_wait([this, seq](const boost::system::error_code& tec) {
-                      if (tec || seq != attempt_seq_ || handshake_done_) return;
-                      if (!ever_connected_ && !connect_deadline_.expired()) {
-                        return not_a_store(
-                            "accepted the connection but did not answer the handshake "
-                            "within " +
-                            std::to_string(kHandshakeTimeout.count() / 1000) +
-                            " s (or the store process is stopped)");
-                      }
-                      on_attempt_failed("no answer to the handshake");
-                    });
-                    read_more(seq);
-                  });
+              if (wec) return on_attempt_failed(wec.message());
+              handshake_timer_.expires_after(std::min(kHandshakeTimeout, connect_deadline_.remaining()));
+              handshake_timer_.async_wait([this, seq](const boost::system::error_code& tec) {
+                if (tec || seq != attempt_seq_ || handshake_done_) return;
+                if (!ever_connected_ && !connect_deadline_.expired()) {
+                  return not_a_store(
+                      "accepted the connection but did not answer the handshake "
+                      "within " +
+                      std::to_string(kHandshakeTimeout.count() / 1000) +
+                      " s (or the store process is stopped)");
+                }
+                on_attempt_failed("no answer to the handshake");
+              });
+              read_more(seq);
             });
       });
 }

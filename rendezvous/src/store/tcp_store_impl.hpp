@@ -116,6 +116,7 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   // I/O-thread side (tcp_store_connect.cpp): the connect cycle.
   void begin_connect();
   void attempt_connect();
+  void connect_to(std::uint64_t seq, std::vector<asio::ip::tcp::endpoint> endpoints);
   void on_attempt_failed(const std::string& why);
   void on_handshake_reply(const Response& hello);
   void finish_connect(std::exception_ptr error);

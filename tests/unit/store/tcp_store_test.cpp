@@ -95,6 +95,21 @@ TEST_CASE("connecting to a closed port fails after connect_timeout naming the en
                                           Contains("within 300 ms") && Contains("refused"));
 }
 
+TEST_CASE("a client reaches its store by host name as by address, and a name that does not resolve is named",
+          "[tcp]") {
+  auto server = start_server(loopback_server_options());
+  auto by_name = client_options(server->port());
+  by_name.endpoint.host = "localhost";
+  TcpStore named(by_name);
+  named.set("k", "by name");
+  CHECK(TcpStore(client_options(server->port())).try_get("k") == std::optional<std::string>("by name"));
+
+  auto unknown = client_options(server->port());
+  unknown.endpoint.host = "no-such-host.invalid";
+  unknown.connect_timeout = 300ms;
+  CHECK_THROWS_WITH(TcpStore(unknown), Contains("no-such-host.invalid"));
+}
+
 TEST_CASE("a client started before its server keeps retrying and connects once the server is up", "[tcp]") {
   const std::uint16_t port = closed_port();
   auto client = client_options(port);
