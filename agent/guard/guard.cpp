@@ -70,7 +70,9 @@ class Guard {
       // Where ddprun and its guards were all SIGKILLed at once, what their
       // workers left still runs in their cgroups, beside the one made here.
       const std::string parent = own_cgroup_dir();
-      for (const auto& stale : reap_stale_guard_cgroups(parent, 1)) say(describe(stale));
+      if (o_.reap_stale_siblings) {
+        for (const auto& stale : reap_stale_guard_cgroups(parent, 1)) say(describe(stale));
+      }
       cgroup_ = CgroupScope::create(self_, parent);
     }
     if (o_.adopt_pid > 0) {

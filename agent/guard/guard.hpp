@@ -25,6 +25,10 @@ struct GuardOptions {
   std::vector<std::string> argv;  // the worker's; argv[0] is an absolute path
   pid_t adopt_pid = 0;            // > 0: the worker is this child, already running (argv empty)
   std::string fence_file;         // the fence backstop's deadline (guard_protocol.hpp), or none
+  // False in a guard forked by the guard server, which looks for stale
+  // cgroups beside the guards' (stale_cgroups.hpp) once per spawn, not once
+  // per guard.
+  bool reap_stale_siblings = true;
 };
 
 // The signals a guard takes with sigtimedwait, blocked for its whole life:

@@ -10,17 +10,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cgroup_scope.hpp"
 #include "ddp/common/exit_code.hpp"
 #include "guard.hpp"
 #include "guard_protocol.hpp"
 #include "guard_request.hpp"
+#include "stale_cgroups.hpp"
 
 extern char** environ;
 
@@ -34,6 +39,11 @@ enum Attached { kIn, kOut, kErr, kInfo, kConn, kAttached };
 // How long the rest of a frame may take to arrive once its length has: the
 // agent writes a frame in one call, so only a dying agent is ever slower.
 constexpr int kFrameTimeoutMs = 5000;
+
+// The guards of one spawn share one look for stale cgroups beside theirs:
+// the first guard of a spawn (none of the server's running) looks, and so
+// does any guard asked for this long after the last look.
+constexpr std::chrono::seconds kStaleReapInterval{1};
 
 void close_all(std::vector<int>& fds) {
   for (int fd : fds) {
@@ -213,6 +223,7 @@ class Server {
       close_all(fds);
       return;
     }
+    reap_stale_siblings();
     const pid_t pid = ::fork();
     if (pid == 0) run_forked(*request, fds);
     if (pid < 0) {
@@ -224,6 +235,20 @@ class Server {
     fds[kConn] = -1;
     close_all(fds);
     guards_.push_back({pid, conn});
+  }
+
+  // What an exec'd guard does before it makes its cgroup (guard.cpp), done
+  // here for the guards this server forks: they start in this server's
+  // cgroup, beside the same stale ones. Lines go to ddprun's stderr.
+  void reap_stale_siblings() {
+    const auto now = std::chrono::steady_clock::now();
+    const bool spawn_running =
+        std::any_of(guards_.begin(), guards_.end(), [](const Guard& g) { return !g.exited; });
+    if (spawn_running && last_reap_ && now - *last_reap_ < kStaleReapInterval) return;
+    last_reap_ = now;
+    for (const auto& stale : reap_stale_guard_cgroups(own_cgroup_dir(), 1)) {
+      std::fprintf(stderr, "%s%s\n", kGuardLinePrefix.data(), describe(stale).c_str());
+    }
   }
 
   // The forked guard: sets up what fork_exec sets up for an exec'd one, then
@@ -254,6 +279,7 @@ class Server {
     o.agent_pid = self_;  // the guard checks that its parent, this server, still lives
     o.argv = r.argv;
     o.fence_file = r.fence_file;
+    o.reap_stale_siblings = false;  // reap_stale_siblings() just looked
     run_guard(o);
   }
 
@@ -296,6 +322,7 @@ class Server {
   const pid_t self_;
   int sigfd_ = -1;
   std::vector<Guard> guards_;
+  std::optional<std::chrono::steady_clock::time_point> last_reap_;  // reap_stale_siblings()
 };
 
 }  // namespace

@@ -145,6 +145,15 @@ void check_cleaned_up(const RunResult& r, const ProcessTag& tag, const LeftoverC
   }
 }
 
+// A job already running when the cgroups go stale: its worker fails once,
+// when the test says so, and the restart runs /bin/true.
+constexpr const char* kFailOnce = R"(#!/bin/sh
+[ "$TORCHELASTIC_RESTART_COUNT" != 0 ] && exit 0
+touch "$JOB/started"
+while [ ! -f "$JOB/go" ]; do sleep 0.02; done
+exit 1
+)";
+
 }  // namespace
 
 TEST_CASE("after kill -9 of ddprun and its guards, the next ddprun kills and removes their cgroups") {
@@ -165,4 +174,29 @@ TEST_CASE("after kill -9 of ddprun and its guards, a ddp-guard started next to t
   // a new guard's own will be.
   const auto r = run({bin("ddp-guard").string(), "--", "/bin/true"}, dir.path());
   check_cleaned_up(r, tag, leftovers);
+}
+
+TEST_CASE("after kill -9 of ddprun and its guards, a running ddprun's restart removes their cgroups") {
+  // The restart's guard looks beside its cgroup before making it: exec'd,
+  // itself; forked by the guard server, the server for it.
+  for (const char* server : {"1", "0"}) {
+    DYNAMIC_SECTION("DDP_GUARD_SERVER=" << server) {
+      TempDir job_dir;
+      TempDir dir;
+      ProcessTag tag;
+      LeftoverCgroups leftovers;
+      const std::string script = (job_dir / "fail_once.sh").string();
+      write_file(script, kFailOnce);
+      Process job(ddprun_argv({"--nproc_per_node=1", "--max_restarts=1", "--no_python", "/bin/sh", script}),
+                  job_dir.path(),
+                  clean_env({{"JOB", job_dir.path().string()}, {"DDP_GUARD_SERVER", server}}));
+      REQUIRE(wait_until([&] { return fs::exists(job_dir / "started"); }));
+      const bool stale = left_stale_cgroups(dir, tag, leftovers);
+      write_file(job_dir / "go", "");
+      const auto code = job.wait(std::chrono::seconds(60));
+      REQUIRE(code.has_value());
+      if (!stale) return;
+      check_cleaned_up(RunResult{*code, job.out(), job.err()}, tag, leftovers);
+    }
+  }
 }
