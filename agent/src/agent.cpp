@@ -92,6 +92,11 @@ AgentResult Agent::Impl::run() {
   };
   std::shared_ptr<rdzv::RendezvousHandler> handler =
       initial_handler ? std::move(initial_handler) : rdzv::create_handler(cfg.rendezvous, cfg.node);
+  rdzv = std::make_unique<RendezvousCalls>(io, handler);
+  rdzv->on_event([this](std::int64_t round, rdzv::RoundEvent e, const std::string& detail) {
+    on_round_event(round, e, detail);
+  });
+  rdzv->connect_store();  // while the rest is set up here
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id,
                   cfg.redirects.any() || cfg.tee.any() || !cfg.duplicate_stdout_filters.empty() ||
                       !cfg.duplicate_stderr_filters.empty());
@@ -99,12 +104,8 @@ AgentResult Agent::Impl::run() {
   if (!cfg.log_dir.empty()) log->info("worker logs in {}", run_dir->path().string());
   base_env = current_environment();
   start_liveness();  // a pipe that cannot be made fails before anything connects
-  rdzv = std::make_unique<RendezvousCalls>(io, handler);
   reform = cfg.on_failure == OnFailure::kReform;
   if (reform) reform_store = std::make_unique<ReformStore>(io);
-  rdzv->on_event([this](std::int64_t round, rdzv::RoundEvent e, const std::string& detail) {
-    on_round_event(round, e, detail);
-  });
   for (int sig : cfg.signals_to_handle) signals.add(sig);
   signals.add(kStackDumpSignal);  // on demand: the workers' stacks into the run directory
   std::function<void(boost::system::error_code, int)> on_sig = [this, &on_sig](boost::system::error_code ec,

@@ -14,6 +14,7 @@ RendezvousCalls::RendezvousCalls(boost::asio::io_context& io,
       caller_(std::make_unique<BlockingCaller>()) {}
 
 RendezvousCalls::~RendezvousCalls() {
+  if (store_connected_.valid()) store_connected_.wait();
   sink_->close();
   caller_.reset();
 }
@@ -97,6 +98,19 @@ void RendezvousCalls::close(const std::string& reason, std::function<void()> don
       // The caller exits either way: the other nodes notice through the lease.
     }
     if (done) s->post(done);
+  });
+}
+
+void RendezvousCalls::connect_store() {
+  auto done = std::make_shared<std::promise<void>>();
+  store_connected_ = done->get_future();
+  caller_->call([h = handler_, done] {
+    try {
+      h->store();
+    } catch (const std::exception&) {
+      // The health check and the rendezvous ask again and report it.
+    }
+    done->set_value();
   });
 }
 

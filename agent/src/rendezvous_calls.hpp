@@ -9,6 +9,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,6 +48,12 @@ class RendezvousCalls {
   // close(reason), then `done` whether it worked or not; `done` may be empty.
   void close(const std::string& reason, std::function<void()> done = {});
 
+  // The handler's store(), made on the rendezvous thread now, so that a new
+  // client's connect overlaps what the caller does next instead of starting
+  // the first health check. Errors are left to the calls that need the store.
+  // The destructor waits for it (a connect is bounded by its timeout).
+  void connect_store();
+
   // check->run() with the handler's store, on the rendezvous thread (the
   // command may run for its whole timeout); `done` gets the verdict.
   void check_health(std::shared_ptr<HealthCheck> check, std::function<void(const HealthVerdict&)> done);
@@ -59,6 +66,9 @@ class RendezvousCalls {
   // Shared with closures on the blocking thread, which may outlive us (abandon).
   std::shared_ptr<rdzv::RendezvousHandler> handler_;
   std::unique_ptr<BlockingCaller> caller_;  // after handler_: destroyed first
+  // connect_store()'s call: never abandoned, so that the handler it holds is
+  // not destroyed on the blocking thread.
+  std::future<void> store_connected_;
 };
 
 }  // namespace ddp::agent
