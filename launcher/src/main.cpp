@@ -12,11 +12,13 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/std_fds.hpp"
 #include "ddp/launcher/launch_options.hpp"
 #include "remote_streams.hpp"
 #include "ssh_launch.hpp"
 
 int main(int argc, char** argv) {
+  ddp::open_closed_std_fds();
   // A closed console (`ddprun ... | head`) must not kill the agent and, through
   // the parent-death signal, the training; worker output is then dropped.
   std::signal(SIGPIPE, SIG_IGN);

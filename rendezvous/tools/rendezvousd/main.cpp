@@ -24,6 +24,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/std_fds.hpp"
 #include "ddp/common/token_file.hpp"
 #include "ddp/store/store_server.hpp"
 #include "descriptor_budget.hpp"
@@ -99,6 +100,7 @@ struct PortFiles {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ddp::open_closed_std_fds();
   CLI::App app{
       "ddp-rendezvousd: rendezvous and key-value store daemon for ddprun jobs.\n"
       "Settings come from flags, then --config FILE (JSON object, keys as below with '_'),\n"

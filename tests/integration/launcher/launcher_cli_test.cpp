@@ -324,3 +324,23 @@ TEST_CASE("a --local_rank given to ddprun warns in one line that it is read as -
   REQUIRE(full.code == 0);
   CHECK(full.err.find("abbreviation") == std::string::npos);
 }
+
+TEST_CASE("ddprun started with stdin, stdout and stderr closed puts /dev/null there, not its own files") {
+  TempDir dir;
+  // The shell closes the three and execs ddprun: the process looked at is ddprun.
+  Process agent({"/bin/sh", "-c", "exec \"$0\" \"$@\" <&- >&- 2>&-", bin("ddprun").string(), "--standalone",
+                 "--nproc_per_node=1", "--no_python", "/bin/sh", "-c",
+                 "touch \"$MARKS/started\"; while [ ! -f \"$MARKS/go\" ]; do sleep 0.02; done; echo done"},
+                dir.path(), clean_env({{"MARKS", dir.path().string()}}));
+  REQUIRE(wait_until([&] { return fs::exists(dir / "started"); }));
+  // Without this, the first files ddprun opened took these numbers, and its
+  // log lines and the workers' output were written into them.
+  for (int fd = 0; fd <= 2; ++fd) {
+    INFO("fd " << fd);
+    std::error_code ec;
+    CHECK(fs::read_symlink("/proc/" + std::to_string(agent.pid()) + "/fd/" + std::to_string(fd), ec) ==
+          "/dev/null");
+  }
+  write_file(dir / "go", "");
+  CHECK(agent.wait() == 0);
+}
