@@ -9,7 +9,8 @@
 # directly, without containment). Runs alternate, so load drifts hit all alike.
 #   BUILD_DIR=build scripts/bench/launch_floor.sh [runs per case, default 40]
 # OLD_BUILD_DIR=DIR adds a column: another build's ddprun + ddp-guard
-# (before/after a change).
+# (before/after a change), or its ddprun alone when it has no ddp-guard (a
+# build from before containment, e.g. 24509ac: the issue's anchor).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 runs=${1:-40}
@@ -21,7 +22,8 @@ cp "$build/bin/ddprun" "$tmp/bare/"
 cases=(guarded exec bare)
 if [[ -n ${OLD_BUILD_DIR:-} ]]; then
   mkdir -p "$tmp/old"
-  cp "$OLD_BUILD_DIR/bin/ddprun" "$OLD_BUILD_DIR/bin/ddp-guard" "$tmp/old/"
+  cp "$OLD_BUILD_DIR/bin/ddprun" "$tmp/old/"
+  if [[ -x $OLD_BUILD_DIR/bin/ddp-guard ]]; then cp "$OLD_BUILD_DIR/bin/ddp-guard" "$tmp/old/"; fi
   cases+=(old)
 fi
 # The bare ddprun must not find an installed guard either (its second place to look).
@@ -51,12 +53,17 @@ for n in 1 8; do
   for c in "${cases[@]}"; do
     wall=$(median <"$tmp/wall_${c}_$n")
     spawn=$(median <"$tmp/spawn_${c}_$n")
-    printf '%-3s %-8s %12.1f %12.1f\n' "$n" "$c" "$(echo "$wall / 1000" | bc -l)" "$(echo "$spawn * 1000" | bc -l)"
+    # A build older than the "startup" event has no spawn time.
+    [[ $spawn == nan ]] && spawn_ms=- || spawn_ms=$(printf '%.1f' "$(echo "$spawn * 1000" | bc -l)")
+    printf '%-3s %-8s %12.1f %12s\n' "$n" "$c" "$(echo "$wall / 1000" | bc -l)" "$spawn_ms"
   done
   g=$(median <"$tmp/wall_guarded_$n")
   e=$(median <"$tmp/wall_exec_$n")
   b=$(median <"$tmp/wall_bare_$n")
-  printf '    guarded / bare wall: %.2f   exec / bare wall: %.2f\n' "$(echo "$g / $b" | bc -l)" \
-    "$(echo "$e / $b" | bc -l)"
+  printf '    guarded / bare wall: %.2f   exec / bare wall: %.2f' "$(echo "$g / $b" | bc -l)" "$(echo "$e / $b" | bc -l)"
+  if [[ -n ${OLD_BUILD_DIR:-} ]]; then
+    printf '   guarded / old wall: %.2f' "$(echo "$g / $(median <"$tmp/wall_old_$n")" | bc -l)"
+  fi
+  echo
 done
 echo "runs per case: $runs (medians)"
