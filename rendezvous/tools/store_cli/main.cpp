@@ -9,6 +9,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/common/printable.hpp"
+#include "ddp/common/std_fds.hpp"
 #include "ddp/common/token_file.hpp"
 #include "ddp/store/tcp_store.hpp"
 #include "excluded_nodes.hpp"
@@ -32,6 +33,7 @@ void fail(const std::exception& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ddp::open_closed_std_fds();  // its answer must not go into its own connection
   CLI::App app{"ddp-store: command-line client of the ddp rendezvous store", "ddp-store"};
   app.footer(kFooter);
   std::string endpoint_text;
