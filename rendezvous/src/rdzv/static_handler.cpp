@@ -1,5 +1,7 @@
 #include "static_handler.hpp"
 
+#include <charconv>
+
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
@@ -125,7 +127,13 @@ void StaticHandler::check_same_node_count(std::int64_t round) {
   const std::string why = "--nnodes differs between nodes: node_rank " + std::to_string(config_.node_rank) +
                           " (" + self_.node_id + ") has --nnodes=" + std::to_string(config_.max_nodes) +
                           ", node_rank " + their_rank + " (" + their_id + ") has --nnodes=" + theirs;
-  close_while_joining(round, why);
+  // The node that recorded its count goes on to write its record: the exit
+  // barrier waits for it, so that it reads why instead of a store that is gone.
+  int rank = -1;
+  const auto [end, ec] = std::from_chars(their_rank.data(), their_rank.data() + their_rank.size(), rank);
+  const bool known = ec == std::errc() && end == their_rank.data() + their_rank.size() && rank >= 0 &&
+                     rank != config_.node_rank;
+  close_while_joining(round, why, known ? std::optional<int>(rank) : std::nullopt);
   throw ConfigError(why + "; give every node the same --nnodes");
 }
 

@@ -77,6 +77,7 @@ void StoreHandler::wait_for_members_to_leave() {
   // the reason at its next progress tick (a second), not a store that is gone.
   std::chrono::milliseconds wait = keep_alive_window(config_) + std::chrono::milliseconds(500);
   std::optional<std::int64_t> round;
+  std::optional<int> coming;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_round_) {
@@ -84,6 +85,7 @@ void StoreHandler::wait_for_members_to_leave() {
       // static waiter at its next tick. A member still stopping its workers
       // does not hold this node up for the whole window.
       round = closed_round_;
+      coming = closed_on_rank_;
       wait = std::min(wait, kClosedJobBarrier);
     } else if (done_seen_ && current_ && current_->group_world_size > 1) {
       round = current_->round;
@@ -94,6 +96,12 @@ void StoreHandler::wait_for_members_to_leave() {
   const std::string nodes = nodes_prefix(prefix_of(*round));
   auto delay = std::chrono::milliseconds(2);
   try {
+    // A node that passed the check this node failed writes its record right
+    // after: gone before it did, the store would leave it nothing to read.
+    const std::string coming_key = coming ? node_key(prefix_of(*round), *coming) : "";
+    while (coming && !store_->try_get(coming_key) && !deadline.expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
     while (!store_->list(nodes).kvs.empty()) {
       if (deadline.expired()) {
         log::get("rdzv")->warn("stopping the rendezvous store while other nodes still hold it");
@@ -286,7 +294,7 @@ void StoreHandler::close(const std::string& reason) {
   log::get("rdzv")->info("rendezvous closed run_id={} reason={}", config_.run_id, why);
 }
 
-void StoreHandler::close_while_joining(std::int64_t round, const std::string& why) {
+void StoreHandler::close_while_joining(std::int64_t round, const std::string& why, std::optional<int> other) {
   store_->set(rdzv_key("closed"), why);
   store_->compare_set(prefix_of(round) + "ctl/ended", "", encode_event(RoundEvent::kJobClosed, why));
   store_->compare_set(prefix_of(round) + "closed", "", "closed " + why);
@@ -294,6 +302,7 @@ void StoreHandler::close_while_joining(std::int64_t round, const std::string& wh
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed_round_ = round;
+    closed_on_rank_ = other;
   }
   log::get("rdzv")->info("rendezvous closed run_id={} reason={}", config_.run_id, why);
 }

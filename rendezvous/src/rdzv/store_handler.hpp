@@ -57,8 +57,11 @@ class StoreHandler : public RendezvousHandler {
   store::BatchOp advance_pointer_op(std::int64_t round) const;
   // Closes the job from a node that has no round of its own yet (it found a
   // mistake while joining `round`): members already running `round` end it,
-  // and whoever waits to join it or the next one is told `why`.
-  void close_while_joining(std::int64_t round, const std::string& why);
+  // and whoever waits to join it or the next one is told `why`. `other`: the
+  // group rank of a node known to be joining `round` whose record may not be
+  // there yet; the exit barrier waits for it to come (and go).
+  void close_while_joining(std::int64_t round, const std::string& why,
+                           std::optional<int> other = std::nullopt);
   // A RendezvousError for the job having been closed by some node.
   [[noreturn]] void throw_closed(const std::string& reason) const;
   // ExcludedError (exit 6) when this node's host is excluded from the job;
@@ -83,6 +86,7 @@ class StoreHandler : public RendezvousHandler {
   bool done_seen_ = false;  // all_succeeded() was true for current_
   // This node closed the job while the others were in (or joining) this round.
   std::optional<std::int64_t> closed_round_;
+  std::optional<int> closed_on_rank_;  // close_while_joining's `other`
   // While this node rejoins: the members of the last round it was a member of
   // that are gone (kept across aborted rounds, until a round closes). Only the
   // next_rendezvous() thread sets it.

@@ -2,9 +2,13 @@
 // for real with node 0 hosting a StoreServer and the others on TcpStore.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <future>
+#include <thread>
 
 #include "ddp/common/error.hpp"
+#include "ddp/store/job_keys.hpp"
 #include "ddp/store/memory_store.hpp"
+#include "ddp/store/tcp_store.hpp"
 #include "rdzv_harness.hpp"
 #include "test_support.hpp"
 
@@ -130,4 +134,30 @@ TEST_CASE("static: a host that closes the job keeps its store up until the waiti
   h0.reset();  // stops the store, after node 1 left
   CHECK_THAT(f1.get(), Catch::Matchers::Contains("--nnodes differs between nodes") &&
                            Catch::Matchers::Contains("has --nnodes=3"));
+}
+
+TEST_CASE(
+    "static: a host that closes the job waits for the node that recorded its count to write its record") {
+  const auto port = static_cast<std::uint16_t>(ddp::test::free_port());
+  // Node 1 recorded --nnodes=2 first and is about to write its node record
+  // when node 0 (--nnodes=3) finds the mismatch and closes the job.
+  auto h0 = ddp::rdzv::create_handler(static_config(3, 0, port), ddp::rdzv::NodeSpec{"n0", "127.0.0.1", 1});
+  ddp::store::TcpStoreOptions opts;
+  opts.endpoint = ddp::Endpoint{"127.0.0.1", port};
+  ddp::store::TcpStore node1(opts);
+  const std::string round = "/job/rdzv/round_0/";
+  REQUIRE(node1.compare_set(round + "nnodes", "", "2 1 n1") == "2 1 n1");
+  CHECK_THAT(ddp::test::error_of<ddp::ConfigError>([&] { h0->next_rendezvous(); }),
+             Catch::Matchers::Contains("node_rank 1 (n1) has --nnodes=2"));
+  // Node 1, late: its record, what it reads next, and its exit.
+  auto late = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(300ms);
+    const auto record = ddp::store::keys::node_key(round, 1);
+    node1.set(record, "n1");
+    const auto why = node1.try_get(round + "closed");
+    node1.remove(record);
+    return why.value_or("");
+  });
+  h0.reset();  // stops the store: not before node 1 has read why
+  CHECK_THAT(late.get(), Catch::Matchers::Contains("--nnodes differs between nodes"));
 }
