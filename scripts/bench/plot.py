@@ -18,6 +18,8 @@ reads it and writes the PNG next to the table it illustrates:
       scripts/bench/bootstrap_vs_torch.sh: N torch ranks bootstrap on one store
   plot.py reform docs/data/reform.txt docs/img/reform.png
       scripts/bench/reform_vs_restart.sh: a SIGKILLed rank, re-form in place vs restart
+  plot.py launch_floor docs/data/launch_floor.txt docs/img/launch_floor.png
+      scripts/bench/launch_floor.sh with OLD_BUILD_DIR: guarded, exec'd, bare and old wall times
 
 Regenerate every plot: scripts/bench/plot.py all   (needs python3-matplotlib)
 """
@@ -214,8 +216,34 @@ def bootstrap(src, out):
     finish(fig, out)
 
 
+def launch_floor(src, out):
+    """launch_floor.sh: `N case wall spawn` rows (ms), one table per run; medians over the runs."""
+    walls = {}
+    for line in open(src):
+        cells = line.split()
+        if len(cells) == 4 and cells[0] in ("1", "8") and not cells[1].startswith("/"):
+            walls.setdefault((int(cells[0]), cells[1]), []).append(float(cells[2]))
+    ns = sorted({n for n, _ in walls})
+    names = {"guarded": "guarded (guard server)", "exec": "guarded (each guard exec'd)", "bare": "bare (no guard)",
+             "old": "before containment (24509ac)"}
+    cases = [c for c in names if any((n, c) in walls for n in ns)]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    width = 0.8 / len(cases)
+    for i, c in enumerate(cases):
+        xs = [k + (i - (len(cases) - 1) / 2) * width for k in range(len(ns))]
+        ax.bar(xs, [statistics.median(walls.get((n, c), [0])) for n in ns], width, label=names[c])
+    ax.set_xticks(list(range(len(ns))))
+    ax.set_xticklabels([str(n) for n in ns])
+    ax.set_xlabel("workers (--nproc_per_node, --no_python /bin/true)")
+    ax.set_ylabel("wall time, ms (median of runs)")
+    ax.set_title("ddprun --standalone launch: containment against the anchors", fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    finish(fig, out)
+
+
 PLOTS = {"rendezvous": rendezvous, "launcher": launcher, "restart": restart, "allreduce": allreduce,
-         "bootstrap": bootstrap, "reform": reform}
+         "bootstrap": bootstrap, "reform": reform, "launch_floor": launch_floor}
 
 
 def main():
