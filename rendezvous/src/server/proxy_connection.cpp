@@ -90,24 +90,33 @@ void ProxyConnection::connect_up() {
             target_->store.to_string(), error, options_.connect_timeout.count(), peer_);
     close("store unreachable");
   };
+  auto connect = [this, self, retry_or_fail](std::vector<tcp::endpoint> endpoints) {
+    asio::async_connect(up_, endpoints, [this, self, retry_or_fail](error_code cec, const tcp::endpoint&) {
+      guarded([&] {
+        if (closed_) return;
+        if (cec) {
+          error_code ignored;
+          up_.close(ignored);
+          return retry_or_fail(cec.message());
+        }
+        on_connected();
+      });
+    });
+  };
+  // A numeric address needs no resolver, whose first use starts a thread of
+  // its own (Asio runs getaddrinfo there).
+  error_code numeric;
+  const auto address = asio::ip::make_address(target_->store.host, numeric);
+  if (!numeric) return connect({tcp::endpoint(address, target_->store.port)});
   resolver_.async_resolve(
       target_->store.host, std::to_string(target_->store.port),
-      [this, self, retry_or_fail](error_code ec, const tcp::resolver::results_type& results) {
+      [this, self, retry_or_fail, connect](error_code ec, const tcp::resolver::results_type& results) {
         guarded([&] {
           if (closed_) return;
           if (ec) return retry_or_fail(ec.message());
-          asio::async_connect(up_, results,
-                              [this, self, retry_or_fail](error_code cec, const tcp::endpoint&) {
-                                guarded([&] {
-                                  if (closed_) return;
-                                  if (cec) {
-                                    error_code ignored;
-                                    up_.close(ignored);
-                                    return retry_or_fail(cec.message());
-                                  }
-                                  on_connected();
-                                });
-                              });
+          std::vector<tcp::endpoint> endpoints;
+          for (const auto& r : results) endpoints.push_back(r.endpoint());
+          connect(std::move(endpoints));
         });
       });
 }

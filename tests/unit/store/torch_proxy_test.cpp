@@ -371,3 +371,15 @@ TEST_CASE("an exception in a proxy connection's handler closes that client only"
   TorchClient later(p->port());
   CHECK(later.get("/after") == "2");
 }
+
+TEST_CASE("a proxy whose store is named by host name reaches it as by address", "[proxy]") {
+  Setup s;
+  ddp::store::TorchProxyOptions options;
+  TorchStoreProxy p(options);
+  p.start();
+  p.set_target({{"localhost", s.server->port()}, "", "/named/worker/round_0/"});
+  TorchClient c(p.port());
+  c.set("/k", "by name");
+  CHECK(c.get("/k") == "by name");
+  CHECK(s.store->try_get("/named/worker/round_0/k") == std::optional<std::string>("by name"));
+}
