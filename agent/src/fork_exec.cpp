@@ -81,6 +81,8 @@ struct Prepared {
     if (sig == SIGKILL || sig == SIGSTOP || (sig > SIGSYS && sig < SIGRTMIN)) continue;
     struct sigaction old {};
     if (::sigaction(sig, nullptr, &old) != 0) continue;  // a signal number glibc reserves
+    // Already default: nothing to set (most signals; one system call saved each).
+    if (old.sa_handler == SIG_DFL) continue;
     if (sig == SIGPIPE || old.sa_handler != SIG_IGN) ::sigaction(sig, &dfl, nullptr);
   }
   if (::setpgid(0, 0) != 0) fail(p, Step::kSetpgid);
