@@ -103,7 +103,7 @@ AgentResult Agent::Impl::run() {
   if (fence->open(run_dir->path() / RunDir::kFence)) set_guard_fence_file(fence->path());
   if (!cfg.log_dir.empty()) log->info("worker logs in {}", run_dir->path().string());
   base_env = current_environment();
-  start_liveness();  // a pipe that cannot be made fails before anything connects
+  start_liveness();  // a pipe that cannot be made fails before this node joins anything
   reform = cfg.on_failure == OnFailure::kReform;
   if (reform) reform_store = std::make_unique<ReformStore>(io);
   for (int sig : cfg.signals_to_handle) signals.add(sig);

@@ -21,6 +21,7 @@ cp "$build/bin/ddprun" "$build/bin/ddp-guard" "$tmp/guarded/"
 cp "$build/bin/ddprun" "$tmp/bare/"
 cases=(guarded exec bare)
 if [[ -n ${OLD_BUILD_DIR:-} ]]; then
+  [[ -x $OLD_BUILD_DIR/bin/ddprun ]] || bench_usage_error "OLD_BUILD_DIR: $OLD_BUILD_DIR/bin/ddprun not found; name a build directory"
   mkdir -p "$tmp/old"
   cp "$OLD_BUILD_DIR/bin/ddprun" "$tmp/old/"
   if [[ -x $OLD_BUILD_DIR/bin/ddp-guard ]]; then cp "$OLD_BUILD_DIR/bin/ddp-guard" "$tmp/old/"; fi

@@ -1,10 +1,9 @@
 #include "static_handler.hpp"
 
-#include <charconv>
-
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp::rdzv {
 
@@ -129,11 +128,9 @@ void StaticHandler::check_same_node_count(std::int64_t round) {
                           ", node_rank " + their_rank + " (" + their_id + ") has --nnodes=" + theirs;
   // The node that recorded its count goes on to write its record: the exit
   // barrier waits for it, so that it reads why instead of a store that is gone.
-  int rank = -1;
-  const auto [end, ec] = std::from_chars(their_rank.data(), their_rank.data() + their_rank.size(), rank);
-  const bool known = ec == std::errc() && end == their_rank.data() + their_rank.size() && rank >= 0 &&
-                     rank != config_.node_rank;
-  close_while_joining(round, why, known ? std::optional<int>(rank) : std::nullopt);
+  auto other = parse_int<int>(their_rank);
+  if (other && (*other < 0 || *other == config_.node_rank)) other.reset();
+  close_while_joining(round, why, other);
   throw ConfigError(why + "; give every node the same --nnodes");
 }
 

@@ -11,6 +11,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "failpoints.hpp"
+#include "resolve_endpoints.hpp"
 
 namespace ddp::store::server {
 
@@ -103,19 +104,12 @@ void ProxyConnection::connect_up() {
       });
     });
   };
-  // A numeric address needs no resolver, whose first use starts a thread of
-  // its own (Asio runs getaddrinfo there).
-  error_code numeric;
-  const auto address = asio::ip::make_address(target_->store.host, numeric);
-  if (!numeric) return connect({tcp::endpoint(address, target_->store.port)});
-  resolver_.async_resolve(
-      target_->store.host, std::to_string(target_->store.port),
-      [this, self, retry_or_fail, connect](error_code ec, const tcp::resolver::results_type& results) {
+  resolve_endpoints(
+      resolver_, target_->store.host, target_->store.port,
+      [this, self, retry_or_fail, connect](const error_code& ec, std::vector<tcp::endpoint> endpoints) {
         guarded([&] {
           if (closed_) return;
           if (ec) return retry_or_fail(ec.message());
-          std::vector<tcp::endpoint> endpoints;
-          for (const auto& r : results) endpoints.push_back(r.endpoint());
           connect(std::move(endpoints));
         });
       });

@@ -1,10 +1,11 @@
-// TcpStore's connect cycle, run on the I/O thread: resolve (names only), connect, preamble +
+// TcpStore's connect cycle, run on the I/O thread: resolve, connect, preamble +
 // HELLO, retried with exponential backoff and full jitter until
 // options.connect_timeout. One cycle at a time; callers wait on connect_cv_.
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
 
 #include "ddp/common/error.hpp"
+#include "resolve_endpoints.hpp"
 #include "tcp_store_impl.hpp"
 
 namespace ddp::store {
@@ -77,21 +78,13 @@ void TcpStore::Impl::attempt_connect() {
   socket_.close(ignored);
   handshake_done_ = false;
   rlen_ = 0;
-  // A numeric address needs no resolver: Asio runs getaddrinfo on a thread of
-  // its own, started by the first async_resolve and joined at shutdown.
-  boost::system::error_code numeric;
-  const auto address = asio::ip::make_address(options_.endpoint.host, numeric);
-  if (!numeric) {
-    connect_to(seq, {asio::ip::tcp::endpoint(address, options_.endpoint.port)});
-    return;
-  }
-  resolver_.async_resolve(
-      options_.endpoint.host, std::to_string(options_.endpoint.port),
-      [this, seq](const boost::system::error_code& ec, asio::ip::tcp::resolver::results_type results) {
+  resolve_endpoints(
+      resolver_, options_.endpoint.host, options_.endpoint.port,
+      [this, seq](const boost::system::error_code& ec, std::vector<asio::ip::tcp::endpoint> endpoints) {
         if (seq != attempt_seq_) return;
-        if (ec) return on_attempt_failed("cannot resolve '" + options_.endpoint.host + "': " + ec.message());
-        std::vector<asio::ip::tcp::endpoint> endpoints;
-        for (const auto& r : results) endpoints.push_back(r.endpoint());
+        if (ec) {
+          return on_attempt_failed("cannot resolve '" + options_.endpoint.host + "': " + ec.message());
+        }
         connect_to(seq, std::move(endpoints));
       });
 }
