@@ -212,7 +212,8 @@ std::vector<std::string> forwarded_args(const std::vector<std::string>& args,
   for (std::size_t i = 1; i < end; ++i) {
     const std::string& a = args[i];
     bool dropped = false;
-    for (const char* name : {"--hosts", "--hostfile", "--local_addr", "--local-addr"}) {
+    for (const char* name :
+         {"--hosts", "--hostfile", "--local_addr", "--local-addr", "--rdzv_conf", "--rdzv-conf"}) {
       if (a == name) {
         ++i;  // and its value
         dropped = true;
@@ -284,16 +285,24 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
   // background jobs with SIGINT ignored, and `kill -INT` must still stop the job.
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(s, SIG_DFL);
 
+  // The user's --rdzv_conf (dropped from the forwarded flags) goes on with
+  // is_host=false: no remote agent hosts a store of its own.
+  const std::string rdzv_conf = (o.rdzv_conf.empty() ? "" : o.rdzv_conf + ",") + "is_host=false";
+
   std::mutex out_mu;
   std::vector<Host> hosts(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {
     Host& h = hosts[i];
     h.spec = specs[i];
+    // Node ranks follow the host list, as with DeepSpeed's and MPI's
+    // launchers: rank 0 runs on the first host. The store is this process's.
     std::vector<std::string> remote = {self,
                                        "--nnodes=" + std::to_string(specs.size()),
-                                       "--rdzv_backend=c10d",
+                                       "--node_rank=" + std::to_string(i),
+                                       "--rdzv_backend=static",
                                        "--rdzv_endpoint=" + endpoint,
                                        "--rdzv_id=" + run_id,
+                                       "--rdzv_conf=" + rdzv_conf,
                                        "--local_addr=" + h.spec.name};
     if (h.spec.slots > 0 && !user_nproc) remote.push_back("--nproc_per_node=" + std::to_string(h.spec.slots));
     remote.insert(remote.end(), user.begin(), user.end());

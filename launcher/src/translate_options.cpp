@@ -343,7 +343,9 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
                         ? parse_endpoint(o.master_addr + ":" + std::to_string(o.master_port), "--master_addr")
                         : parse_endpoint(o.rdzv_endpoint, "--rdzv_endpoint", o.master_port);
       rc.node_rank = o.node_rank;
-      rc.is_host = o.node_rank == 0;
+      // Node 0 hosts the store, unless --rdzv_conf is_host=false says that
+      // one runs already (ddp-store, ddp-rendezvousd, the --hosts launcher).
+      rc.is_host = rc.is_host.value_or(o.node_rank == 0);
     }
   } else if (*kind == rdzv::Backend::kC10d) {
     if (o.rdzv_endpoint.empty()) {

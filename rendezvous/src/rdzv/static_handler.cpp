@@ -36,10 +36,12 @@ const RendezvousConfig& checked(const RendezvousConfig& c) {
 }  // namespace
 
 StaticHandler::StaticHandler(const RendezvousConfig& config, const NodeSpec& self)
-    : StoreHandler(checked(config), self,
-                   detail::open_store(
-                       config, config.node_rank == 0 ? detail::HostMode::kAlways : detail::HostMode::kNever,
-                       "--master_addr/--master_port")) {}
+    : StoreHandler(
+          checked(config), self,
+          detail::open_store(config,
+                             config.is_host.value_or(config.node_rank == 0) ? detail::HostMode::kAlways
+                                                                            : detail::HostMode::kNever,
+                             "--master_addr/--master_port")) {}
 
 StaticHandler::StaticHandler(const RendezvousConfig& config, const NodeSpec& self, detail::StoreAccess access)
     : StoreHandler(checked(config), self, std::move(access)) {}

@@ -1,7 +1,8 @@
 #!/bin/bash
 # ddprun --hostfile / --hosts over real OpenSSH: two sshd started here on
 # 127.0.0.2 and 127.0.0.3 with a key generated for the test; a two-host job,
-# a failure on one host stopping the other and named in the last line, every run,
+# ranks in the host list's order, a failure on one host stopping the other and
+# named in the last line, every run,
 # the remote agents' logs on stderr and only the program's output on stdout,
 # Ctrl-C, killing the launcher leaving no worker on either host, a host's ssh
 # connection dying, and an unreachable host.
@@ -107,11 +108,26 @@ for h in h1 h2; do
 done
 grep -q $'\x1e' job.out job.log && fail "the stream tags reached the output"
 
+echo "== ranks follow the host list: rank 0 on its first host"
+# As with DeepSpeed's and MPI's launchers; ranks 0-1 on the hostfile's h1 above.
+for r in 0 1; do grep -qx "h1: \[rank $r\]:out 0 of rank $r" job.out || fail "rank $r is not on h1, the first host"; done
+for r in 2 3; do grep -qx "h2: \[rank $r\]:out 0 of rank $r" job.out || fail "rank $r is not on h2, the second host"; done
+# The first host's ssh starts a second late here, so that it arrives last.
+cat >slow_ssh <<SCRIPT
+#!/bin/bash
+for a in "\$@"; do [ "\$a" = h2 ] && sleep 1; done
+exec ssh -F $TMP/ssh_config "\$@"
+SCRIPT
+chmod +x slow_ssh
+DDP_SSH_COMMAND=$TMP/slow_ssh FAKE_PRINT=1 timeout 60 "$BIN/ddprun" --hosts h2,h1 --nproc_per_node=2 \
+  --local_addr=127.0.0.1 --rdzv_conf=join_timeout=30 --no_python "$BIN/fake_worker" >order.out 2>order.log ||
+  fail "the --hosts h2,h1 job failed"
+[ "$(sed -n 's/^\(h[12]\): \[rank \([0-3]\)\]:out .*/\2 \1/p' order.out | sort | tr '\n' ' ')" = \
+  "0 h2 1 h2 2 h1 3 h1 " ] || fail "--hosts h2,h1 did not put ranks 0-1 on h2: $(cat order.out)"
+
 echo "== a failure on one host stops the other, and the last line names it every time"
-# Ranks follow the hosts' arrival order, so rank 3 is on either host: its
-# "[rank 3]:out" line on stdout says which. Both agents exit 1, in either order.
-# Which host ends first is a race: 10 runs, each must name rank 3's host.
-on_h2=0
+# Rank 3 runs on h2. Both agents exit 1, in either order. Which host ends
+# first is a race: 10 runs, each must name rank 3's host.
 for run in 1 2 3 4 5 6 7 8 9 10; do
   rm -f fail.pids
   FAKE_PRINT=1 FAKE_ONLY_RANK=3 FAKE_EXIT=3 FAKE_ERROR_MESSAGE="bad batch 17" FAKE_OTHERS_HANG=1 \
@@ -120,8 +136,7 @@ for run in 1 2 3 4 5 6 7 8 9 10; do
   rc=$?
   [ "$rc" = 1 ] || fail "run $run: a failed worker gave exit $rc, not 1"
   failed=$(sed -n 's/^\(h[12]\): \[rank 3\]:out 0 of rank 3$/\1/p' fail.out)
-  [ -n "$failed" ] || fail "run $run: no stdout line of rank 3"
-  [ "$failed" = h2 ] && on_h2=$((on_h2 + 1))
+  [ "$failed" = h2 ] || fail "run $run: rank 3's stdout line is not h2's: $(cat fail.out)"
   last=$(tail -n 1 fail.log)
   [ "$last" = "ddprun: error: workers failed: rank 3 on $failed: exit code 3 (bad batch 17)" ] ||
     fail "run $run: rank 3 failed on $failed, but the last line is: $last"
@@ -132,7 +147,6 @@ for run in 1 2 3 4 5 6 7 8 9 10; do
     wait_for 100 "! kill -0 $p 2>/dev/null" || fail "run $run: worker $p outlived the failed job"
   done
 done
-echo "rank 3 was on h2 in $on_h2 of 10 runs, on h1 in the others; each named right"
 
 # Starts a job of 2 hosts x 2 hanging workers in the background (LAUNCHER: its
 # pid), its stdout/stderr in $1.out/$1.log and its workers' pids in $1.pids, and

@@ -273,6 +273,15 @@ TEST_CASE("the backend follows the flags") {
   CHECK(st.rendezvous.node_rank == 1);
   CHECK(st.rendezvous.min_nodes == 2);
   CHECK(st.rendezvous.is_host == false);
+  const std::vector<std::string> node0 = {"--nnodes=2", "--master_addr=10.1.2.3", "--master_port=4000"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), node0.begin(), node0.end());
+    extra.push_back("/bin/true");
+    return translate(extra).rendezvous.is_host;
+  };
+  CHECK(with({}) == true);
+  // A store that runs already (ddp-store, the --hosts launcher): node 0 joins it.
+  CHECK(with({"--rdzv_conf=is_host=false"}) == false);
   auto dyn =
       translate({"--nnodes=1:4", "--rdzv_backend=ddp", "--rdzv_endpoint=h:1234",
                  "--rdzv_conf=join_timeout=5,last_call_timeout=0.5,keep_alive_max_attempt=2", "/bin/true"});

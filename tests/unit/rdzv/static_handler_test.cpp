@@ -8,6 +8,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/store/job_keys.hpp"
 #include "ddp/store/memory_store.hpp"
+#include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
 #include "rdzv_harness.hpp"
 #include "test_support.hpp"
@@ -104,6 +105,32 @@ TEST_CASE("static: node 0 hosts the store and node 1 reaches it over TCP") {
   });
   h0->report_failure("boom");
   CHECK(ddp::test::wait_until([&] { return got.load(); }));
+}
+
+TEST_CASE("static: with is_host=false node 0 joins a store that already runs on the master port") {
+  // A store someone else runs (ddp-store, the --hosts launcher): node 0 would
+  // fail to listen on its port if it still tried to host.
+  ddp::store::StoreServerOptions so;
+  so.host = "127.0.0.1";
+  ddp::store::StoreServer server(so);
+  server.start();
+  auto cfg0 = static_config(2, 0, server.port());
+  auto cfg1 = static_config(2, 1, server.port());
+  cfg0.is_host = cfg1.is_host = false;
+  auto h0 = ddp::rdzv::create_handler(cfg0, ddp::rdzv::NodeSpec{"n0", "127.0.0.1", 1});
+  auto h1 = ddp::rdzv::create_handler(cfg1, ddp::rdzv::NodeSpec{"n1", "127.0.0.1", 2});
+  auto f1 = std::async(std::launch::async, [&] { return h1->next_rendezvous(); });
+  const auto r0 = h0->next_rendezvous();
+  const auto r1 = f1.get();
+  CHECK(r0.group_rank == 0);
+  CHECK(r1.group_rank == 1);
+  CHECK(r1.world_size == 3);
+  CHECK(r0.store_endpoint.port == server.port());
+  ddp::store::TcpStoreOptions co;
+  co.endpoint = ddp::Endpoint{"127.0.0.1", server.port()};
+  ddp::store::TcpStore check(co);
+  // The round was recorded in that store.
+  CHECK_FALSE(check.list("/" + cfg0.run_id + "/rdzv/").kvs.empty());
 }
 
 TEST_CASE("static: a node that cannot reach the master names it and how long it waited") {

@@ -77,7 +77,8 @@ struct RendezvousConfig {
   std::function<void(std::chrono::steady_clock::time_point)> on_fence_deadline;
   // This agent hosts the store in-process: always (true), never (false, a
   // client only), or unset: c10d hosts it when the endpoint is this machine
-  // and its port is free (torchrun's default without --rdzv_conf is_host).
+  // and its port is free (torchrun's default without --rdzv_conf is_host),
+  // static when node_rank is 0.
   std::optional<bool> is_host;
   EtcdRendezvousConfig etcd;  // backend "etcd" (alias "etcd-v2") only
   // c10d: read every node's record into RendezvousResult::nodes (one list request,
