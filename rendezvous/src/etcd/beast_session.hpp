@@ -14,9 +14,11 @@
 #include <boost/beast/http.hpp>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "ddp/common/json_input.hpp"
 #include "http_connection.hpp"
+#include "resolve_endpoints.hpp"
 
 namespace ddp::store::etcd {
 
@@ -76,7 +78,7 @@ class BeastSession final : public HttpSession {
     tcp::resolver resolver(ioc_);
     asio::steady_timer timer(ioc_);
     error_code ec = asio::error::would_block;
-    tcp::resolver::results_type results;
+    std::vector<tcp::endpoint> results;
     bool timed_out = false;
     timer.expires_after(deadline.remaining());
     timer.async_wait([&](error_code e) {
@@ -85,12 +87,12 @@ class BeastSession final : public HttpSession {
         resolver.cancel();
       }
     });
-    resolver.async_resolve(endpoint_.host, std::to_string(endpoint_.port),
-                           [&](error_code e, tcp::resolver::results_type r) {
-                             ec = e;
-                             results = std::move(r);
-                             timer.cancel();
-                           });
+    store::resolve_endpoints(resolver, endpoint_.host, endpoint_.port,
+                             [&](const error_code& e, std::vector<tcp::endpoint> r) {
+                               ec = e;
+                               results = std::move(r);
+                               timer.cancel();
+                             });
     run();
     if (timed_out)
       throw EndpointFailure(EndpointFailure::Kind::kTimeout,

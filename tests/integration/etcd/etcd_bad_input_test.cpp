@@ -48,6 +48,23 @@ TEST_CASE("etcd bad input: an etcd that is down is a NetworkError naming the end
   CHECK_THROWS_WITH(s.watch("", 0, [](const WatchEvent&) {}), Contains(where));
 }
 
+TEST_CASE("etcd: a member named by host name is resolved, and a name that resolves nowhere is named") {
+  TempDir dir;
+  EtcdCluster etcd(dir.path());
+  auto named = etcd.options();
+  for (auto& e : named.endpoints) e.host = "localhost";
+  EtcdStore s(named);
+  s.set("k", "v");
+  CHECK(s.try_get("k") == std::optional<std::string>("v"));
+  // RFC 2606: .invalid never resolves.
+  auto nowhere = one(etcd.endpoint(0).port);
+  nowhere.endpoints.front().host = "no-such-etcd.invalid";
+  EtcdStore bad(nowhere);
+  CHECK_THROWS_WITH(bad.ping(),
+                    Contains("etcd at no-such-etcd.invalid:" + std::to_string(etcd.endpoint(0).port) +
+                             " unreachable: cannot resolve host"));
+}
+
 TEST_CASE("etcd bad input: an HTTP server that is not etcd is a ConfigError naming it") {
   TempDir dir;
   const auto requests = dir / "requests";
