@@ -98,9 +98,12 @@ void StoreHandler::wait_for_members_to_leave() {
   try {
     // A node that passed the check this node failed writes its record right
     // after: gone before it did, the store would leave it nothing to read.
-    const std::string coming_key = coming ? node_key(prefix_of(*round), *coming) : "";
-    while (coming && !store_->try_get(coming_key) && !deadline.expired()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (coming && !deadline.expired()) {
+      try {
+        store_->wait({node_key(prefix_of(*round), *coming)}, deadline.remaining());
+      } catch (const TimeoutError&) {
+        // It never came: the list below sees who still holds the store.
+      }
     }
     while (!store_->list(nodes).kvs.empty()) {
       if (deadline.expired()) {
