@@ -256,7 +256,16 @@ def main():
     if len(sys.argv) != 4 or sys.argv[1] not in PLOTS:
         sys.stderr.write(__doc__)
         return 2
-    PLOTS[sys.argv[1]](sys.argv[2], sys.argv[3])
+    kind, src, out = sys.argv[1:]
+    try:
+        PLOTS[kind](src, out)
+    except OSError as e:
+        sys.stderr.write("plot.py: %s: %s\n" % (e.filename or src, e.strerror or e))
+        return 1
+    except (ValueError, IndexError, KeyError, ZeroDivisionError, statistics.StatisticsError) as e:
+        sys.stderr.write("plot.py %s: %s is not the output this plot reads (%s); see docs/performance.md "
+                         "for the command that writes it\n" % (kind, src, e))
+        return 1
     return 0
 
 
