@@ -49,14 +49,24 @@ void Observers::spawn_reported(int local_rank, pid_t pid) {
   if (group_->pending_spawns() > 0) return;
   nlohmann::json ranks = nlohmann::json::array();
   nlohmann::json pids = nlohmann::json::array();
-  for (const auto& w : group_->workers()) {
-    ranks.push_back(w.rank);
-    pids.push_back(w.local_rank == local_rank ? pid : w.pid);  // -1: could not start
-  }
-  emit("worker_start", {{"attempt", group_->attempt()}, {"ranks", ranks}, {"pids", pids}});
-  if (startup_) {
-    startup_->spawned();
-    emit_startup("startup");
+  if (started_attempt_ == group_->attempt()) {
+    // A replacement within the running attempt (--on_failure=reform): its
+    // line names it alone; the attempt's startup times stay the group's.
+    ranks.push_back(group_->workers()[static_cast<std::size_t>(local_rank)].rank);
+    pids.push_back(pid);
+    emit("worker_start",
+         {{"attempt", group_->attempt()}, {"ranks", ranks}, {"pids", pids}, {"replacement", true}});
+  } else {
+    started_attempt_ = group_->attempt();
+    for (const auto& w : group_->workers()) {
+      ranks.push_back(w.rank);
+      pids.push_back(w.local_rank == local_rank ? pid : w.pid);  // -1: could not start
+    }
+    emit("worker_start", {{"attempt", group_->attempt()}, {"ranks", ranks}, {"pids", pids}});
+    if (startup_) {
+      startup_->spawned();
+      emit_startup("startup");
+    }
   }
   for (int lr : deferred_exits_) worker_exited(group_->workers()[static_cast<std::size_t>(lr)]);
   deferred_exits_.clear();

@@ -77,6 +77,7 @@ class Observers {
   std::unique_ptr<EventLog> event_log_;
   std::unique_ptr<BlockingCaller> status_caller_;  // status writes never wait behind a join
   std::vector<int> deferred_exits_;                // local ranks that exited before worker_start was logged
+  int started_attempt_ = -1;                       // the attempt whose group worker_start is logged
 };
 
 }  // namespace ddp::agent

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -189,6 +190,22 @@ TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its 
   CHECK(count_lines(log, "\"event\":\"reform\"") == 2);
   CHECK_THAT(log, Catch::Contains("\"generation\":2"));
   CHECK(count_lines(log, "\"event\":\"restart\"") == 0);
+  // One worker_start for the group, then one per replacement naming it alone;
+  // the attempt's startup times are the group's only.
+  std::vector<nlohmann::json> starts;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    auto e = nlohmann::json::parse(line);
+    if (e.at("event") == "worker_start") starts.push_back(e);
+  }
+  REQUIRE(starts.size() == 3);
+  CHECK(starts[0].at("ranks") == nlohmann::json::array({0, 1, 2}));
+  CHECK(starts[0].count("replacement") == 0);
+  CHECK(starts[1].at("ranks") == nlohmann::json::array({1}));
+  CHECK(starts[1].at("pids") == nlohmann::json::array({second}));
+  CHECK(starts[1].at("replacement") == true);
+  CHECK(starts[2].at("pids") == nlohmann::json::array({third}));
+  CHECK(count_lines(log, "\"event\":\"startup\"") == 1);
 }
 
 TEST_CASE(
