@@ -303,6 +303,9 @@ struct App {
   // default string, which is how --print-config reads the effective values.
   explicit App(LaunchOptions& o, bool capture_values = false) {
     if (capture_values) app.option_defaults()->always_capture_default();
+    // argparse (torchrun) keeps the last of a repeated flag: wrappers that add
+    // a default before the user's own flags rely on it.
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     app.set_help_flag("-h,--help", "Print this help and exit");
     app.formatter(std::make_shared<UsageFormatter>());
     app.prefix_command();  // the program and everything after it pass through untouched
@@ -581,6 +584,12 @@ ParseOutcome parse_command_line(const std::vector<std::string>& args,
   if (auto early = parse_into(first, args)) return *early;
   const std::vector<std::string> cl_program = program_of(first.app);
   std::vector<std::string> warnings = abbreviation_warnings(first.app, args);
+  for (const CLI::Option* o : first.app.get_options()) {
+    if (o->get_expected_min() > 0 && o->count() > 1) {  // not a flag: --standalone twice is no news
+      warnings.push_back("--" + o->get_lnames().front() + " given " + std::to_string(o->count()) +
+                         " times: the last one, " + o->as<std::string>() + ", is used");
+    }
+  }
   const auto file = load_config(cl, env);
   if (file) check_keys(first, *file);
 

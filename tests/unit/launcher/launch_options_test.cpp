@@ -128,6 +128,21 @@ TEST_CASE("help and version are answered without running anything") {
   CHECK_THAT(version.text, Catch::StartsWith("ddprun "));
 }
 
+TEST_CASE("a flag given twice keeps its last value, as torchrun's argparse does, with a warning") {
+  // A wrapper puts its defaults first; the user's own flags come after.
+  const auto out = parse_command_line(
+      {"ddprun", "--nproc_per_node=2", "--rdzv_conf=join_timeout=5", "--nproc-per-node", "4",
+       "--rdzv_conf=join_timeout=9", "--standalone", "--standalone", "/bin/true", "--nproc_per_node=7"},
+      {});
+  REQUIRE(out.kind == ParseOutcome::Kind::kRun);
+  CHECK(out.options.nproc_per_node == "4");
+  CHECK(out.options.rdzv_conf == "join_timeout=9");
+  CHECK(out.options.program == std::vector<std::string>{"/bin/true", "--nproc_per_node=7"});
+  CHECK(out.warnings ==
+        std::vector<std::string>{"--nproc_per_node given 2 times: the last one, 4, is used",
+                                 "--rdzv_conf given 2 times: the last one, join_timeout=9, is used"});
+}
+
 TEST_CASE("an unknown option before the program is an error naming it") {
   CHECK_THROWS_WITH(parse_command_line({"ddprun", "--bogus=1", "/bin/true"}, {}),
                     Catch::StartsWith("--bogus=1: unknown option"));
