@@ -1,6 +1,7 @@
 // ddprun: parse -> configure logging -> run the agent -> exit code.
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,11 @@
 #include "ddp/launcher/launch_options.hpp"
 #include "remote_streams.hpp"
 #include "ssh_launch.hpp"
+
+namespace {
+// How long a --hosts agent tries to reach the launcher's store.
+constexpr std::chrono::seconds kHandedStoreConnectTimeout{30};
+}  // namespace
 
 int main(int argc, char** argv) {
   ddp::open_closed_std_fds();
@@ -55,6 +61,11 @@ int main(int argc, char** argv) {
       return ddp::launcher::run_over_ssh(parsed.options, args, env);
     }
     auto config = ddp::launcher::translate_options(parsed.options, ddp::launcher::current_host());
+    if (remote_agent) {
+      // The launcher's store listens before any host is reached: one that
+      // does not answer is an address this host cannot reach.
+      config.rendezvous.handed_store = {"--local_addr of the launching ddprun", kHandedStoreConnectTimeout};
+    }
     // torchrun puts its --signals_to_handle in its own environment, so its
     // workers inherit it; theirs and ours then see the same value.
     ::setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", parsed.options.signals_to_handle.c_str(), 1);

@@ -41,7 +41,9 @@ StaticHandler::StaticHandler(const RendezvousConfig& config, const NodeSpec& sel
           detail::open_store(config,
                              config.is_host.value_or(config.node_rank == 0) ? detail::HostMode::kAlways
                                                                             : detail::HostMode::kNever,
-                             "--master_addr/--master_port")) {}
+                             config.handed_store ? config.handed_store->flag : "--master_addr/--master_port",
+                             config.handed_store ? detail::Unreachable::kConfigError
+                                                 : detail::Unreachable::kRendezvousError)) {}
 
 StaticHandler::StaticHandler(const RendezvousConfig& config, const NodeSpec& self, detail::StoreAccess access)
     : StoreHandler(checked(config), self, std::move(access)) {}

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -117,13 +118,16 @@ StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std:
   opts.endpoint = config.endpoint;
   if (access.server) opts.endpoint.port = access.server->port();
   opts.token = config.token;
-  opts.connect_timeout = config.join_timeout;
+  opts.connect_timeout = config.handed_store
+                             ? std::min(config.handed_store->connect_timeout, config.join_timeout)
+                             : config.join_timeout;
+  const auto first_wait = opts.connect_timeout;
   try {
     if (!access.server) {
       // The first connection may wait for the store as long as the join timeout
-      // (nodes start in any order); that client is then dropped for one whose
-      // reconnects give up within the keep-alive window, so that a dead store
-      // is reported as lost instead of retried for the whole join timeout.
+      // (nodes start in any order; a handed-down store, its shorter bound); that client is then dropped for
+      // one whose reconnects give up within the keep-alive window, so that a dead store is reported as lost
+      // instead of retried for the whole join timeout.
       store::TcpStore first(opts);
       first.ping();
     }
@@ -135,7 +139,7 @@ StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std:
     access.client = std::make_shared<store::TcpStore>(opts);
   } catch (const NetworkError& e) {
     const std::string what = "cannot reach the rendezvous store at " + where + " (" + flag +
-                             ") after waiting " + seconds_text(config.join_timeout) + ": " + e.what();
+                             ") after waiting " + seconds_text(first_wait) + ": " + e.what();
     if (unreachable == Unreachable::kConfigError) throw ConfigError(what);
     throw RendezvousError(what);
   } catch (const ProtocolError& e) {

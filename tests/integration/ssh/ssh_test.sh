@@ -2,10 +2,10 @@
 # ddprun --hostfile / --hosts over real OpenSSH: two sshd started here on
 # 127.0.0.2 and 127.0.0.3 with a key generated for the test; a two-host job,
 # ranks in the host list's order, a failure on one host stopping the other and
-# named in the last line, every run,
-# the remote agents' logs on stderr and only the program's output on stdout,
-# Ctrl-C, killing the launcher leaving no worker on either host, a host's ssh
-# connection dying, and an unreachable host.
+# named in the last line, every run, the remote agents' logs on stderr and only
+# the program's output on stdout, Ctrl-C, killing the launcher leaving no
+# worker on either host, a host's ssh connection dying, a --local_addr the
+# hosts cannot reach, and an unreachable host.
 #   ssh_test.sh BIN_DIR
 # Exits 77 (skipped) with the reason where sshd cannot run (not root).
 set -u
@@ -192,6 +192,17 @@ rc=$?
 [ "$(tail -n 1 cut.log)" = "ddprun: error: host h1: its ssh was killed by signal 9" ] ||
   fail "the last line does not name the host whose connection died"
 expect_workers_gone cut "its host's ssh connection"
+
+echo "== a --local_addr the hosts cannot reach is exit 2 naming it"
+# The launcher's store listens before any host starts: a host that cannot reach
+# it gives up within 30 s (here the shorter join timeout), not a node's wait.
+timeout 60 "$BIN/ddprun" --hosts h1,h2 --local_addr=no-such-launcher.invalid --rdzv_conf=join_timeout=3 \
+  --no_python /bin/true >addr.out 2>addr.log
+rc=$?
+[ "$rc" = 2 ] || fail "an unreachable --local_addr gave exit $rc, not 2"
+tail -n 1 addr.log | grep -Eq "^ddprun: error: host h[12]: ddprun exited with code 2: cannot reach the rendezvous \
+store at no-such-launcher.invalid:[0-9]+ \(--local_addr of the launching ddprun\) after waiting 3.0s: " ||
+  fail "the last line does not name --local_addr"
 
 echo "== an unreachable host is exit 3 naming it"
 timeout 60 "$BIN/ddprun" --hosts h1,127.0.0.1:1 --local_addr=127.0.0.1 --no_python /bin/true >down.out 2>down.log

@@ -142,6 +142,20 @@ TEST_CASE("static: a node that cannot reach the master names it and how long it 
              Catch::Matchers::Contains("127.0.0.1:1") && Catch::Matchers::Contains("0.3s"));
 }
 
+TEST_CASE(
+    "static: a store handed down that does not answer is a ConfigError naming its flag, within its bound") {
+  auto cfg = static_config(2, 1, 1);  // port 1: nobody listens there
+  cfg.is_host = false;
+  cfg.handed_store = ddp::rdzv::RendezvousConfig::HandedStore{"--local_addr of the launching ddprun", 300ms};
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THAT(
+      ddp::test::error_of<ddp::ConfigError>([&] {
+        ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"n1", "127.0.0.1", 1});
+      }),
+      Catch::Matchers::Contains("127.0.0.1:1 (--local_addr of the launching ddprun) after waiting 0.3s"));
+  CHECK(std::chrono::steady_clock::now() - start < 5s);  // not the 600 s join timeout
+}
+
 TEST_CASE("static: a host that closes the job keeps its store up until the waiting node has read why") {
   const auto port = static_cast<std::uint16_t>(ddp::test::free_port());
   // Node 1 (--nnodes=2) records its count first and waits for node 0; node 0

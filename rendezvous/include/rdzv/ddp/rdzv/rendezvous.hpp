@@ -80,6 +80,16 @@ struct RendezvousConfig {
   // and its port is free (torchrun's default without --rdzv_conf is_host),
   // static when node_rank is 0.
   std::optional<bool> is_host;
+  // Set when the store's address was handed down rather than typed (the
+  // --hosts launcher's store, at its --local_addr): that store listens before
+  // any node starts, so one that does not answer within `connect_timeout` (at
+  // most join_timeout) is that flag's mistake, a ConfigError naming `flag`,
+  // not a node still to come. Static only.
+  struct HandedStore {
+    std::string flag;
+    std::chrono::milliseconds connect_timeout;
+  };
+  std::optional<HandedStore> handed_store;
   EtcdRendezvousConfig etcd;  // backend "etcd" (alias "etcd-v2") only
   // c10d: read every node's record into RendezvousResult::nodes (one list request,
   // O(N) bytes per agent). false: `nodes` holds only this node, O(1) bytes.
