@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "ddp/agent/failure_report.hpp"
@@ -35,10 +34,7 @@ constexpr std::chrono::milliseconds kServerExecTimeout{5000};
 pid_t parse_guard_pid(const std::string& line, std::string& error) {
   const auto j = try_parse_json(line, json_input::kZygoteLine);
   if (j.is_object()) {
-    if (const auto it = j.find("guard_pid"); it != j.end() && it->is_number_integer()) {
-      const auto v = it->get<std::int64_t>();
-      if (v > 0 && v <= std::numeric_limits<pid_t>::max()) return static_cast<pid_t>(v);
-    }
+    if (const pid_t pid = pid_field(j, "guard_pid"); pid > 0) return pid;
     if (const auto it = j.find("error"); it != j.end() && it->is_string()) {
       error = "the " + kPeer + " started no guard: " + it->get<std::string>();
       return -1;

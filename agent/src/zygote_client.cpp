@@ -20,15 +20,14 @@ namespace {
 
 const std::string kPeer = "preload zygote";
 
-// A pid in the zygote's answer: a positive integer that fits pid_t, else -1.
+}  // namespace
+
 pid_t pid_field(const nlohmann::json& reply, const char* key) {
   const auto it = reply.find(key);
   if (it == reply.end() || !it->is_number_integer()) return -1;
   const auto v = it->get<std::int64_t>();  // an unsigned past int64 comes out negative
   return v > 0 && v <= std::numeric_limits<pid_t>::max() ? static_cast<pid_t>(v) : -1;
 }
-
-}  // namespace
 
 int connect_zygote(const std::string& socket_path) {
   sockaddr_un addr{};

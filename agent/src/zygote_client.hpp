@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,5 +46,9 @@ ZygoteReply request_worker(int conn, const ZygoteRequest& request, int in, int o
 
 // The wait status in an exit line ({"exit": N}); nullopt for anything else.
 std::optional<int> parse_zygote_exit(const std::string& line);
+
+// A pid in a JSON answer (the zygote's, the guard server's): a positive
+// integer that fits pid_t, else -1.
+pid_t pid_field(const nlohmann::json& reply, const char* key);
 
 }  // namespace ddp::agent
