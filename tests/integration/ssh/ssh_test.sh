@@ -2,10 +2,11 @@
 # ddprun --hostfile / --hosts over real OpenSSH: two sshd started here on
 # 127.0.0.2 and 127.0.0.3 with a key generated for the test; a two-host job,
 # ranks in the host list's order, a failure on one host stopping the other and
-# named in the last line, every run, the remote agents' logs on stderr and only
-# the program's output on stdout, Ctrl-C, killing the launcher leaving no
-# worker on either host, a host's ssh connection dying, a --local_addr the
-# hosts cannot reach, and an unreachable host.
+# named in the last line, every run, a restart of both hosts keeping their
+# ranks, the remote agents' logs on stderr and only the program's output on
+# stdout, Ctrl-C, killing the launcher leaving no worker on either host, a
+# host's ssh connection dying, a --local_addr the hosts cannot reach, and an
+# unreachable host.
 #   ssh_test.sh BIN_DIR
 # Exits 77 (skipped) with the reason where sshd cannot run (not root).
 set -u
@@ -81,7 +82,7 @@ ssh -F "$TMP/ssh_config" -o BatchMode=yes h1 true >"$TMP/probe.out" 2>&1 || skip
 
 # The user's ssh config is ~/.ssh/config; the test brings its own.
 export DDP_SSH_COMMAND="ssh -F $TMP/ssh_config"
-export DDP_SSH_ENV=DDP_SSH_TEST,FAKE_ENV_DUMP,FAKE_PID_FILE,FAKE_HANG,FAKE_PRINT,FAKE_ONLY_RANK,FAKE_EXIT,FAKE_OTHERS_HANG,FAKE_ERROR_MESSAGE
+export DDP_SSH_ENV=DDP_SSH_TEST,FAKE_ENV_DUMP,FAKE_PID_FILE,FAKE_HANG,FAKE_PRINT,FAKE_ONLY_RANK,FAKE_EXIT,FAKE_OTHERS_HANG,FAKE_ERROR_MESSAGE,FAKE_FAIL_ON_RESTART_BELOW
 unset PET_NNODES PET_NPROC_PER_NODE PET_STANDALONE SLURM_JOB_ID SLURM_JOBID
 cd "$TMP" || exit 1
 printf '# two hosts\nh1 slots=2\nh2 slots=2  # the second\n' >hostfile
@@ -124,6 +125,16 @@ DDP_SSH_COMMAND=$TMP/slow_ssh FAKE_PRINT=1 timeout 60 "$BIN/ddprun" --hosts h2,h
   fail "the --hosts h2,h1 job failed"
 [ "$(sed -n 's/^\(h[12]\): \[rank \([0-3]\)\]:out .*/\2 \1/p' order.out | sort | tr '\n' ' ')" = \
   "0 h2 1 h2 2 h1 3 h1 " ] || fail "--hosts h2,h1 did not put ranks 0-1 on h2: $(cat order.out)"
+
+echo "== a failure with --max_restarts restarts both hosts, each keeping its ranks"
+FAKE_PRINT=1 FAKE_ONLY_RANK=3 FAKE_FAIL_ON_RESTART_BELOW=1 timeout 60 "$BIN/ddprun" --hostfile hostfile \
+  --local_addr=127.0.0.1 --max_restarts=1 --no_python "$BIN/fake_worker" >again.out 2>again.log ||
+  fail "a job whose rank 3 failed once did not succeed on its restart"
+for h in h1 h2; do
+  grep -q "^$h: .*restart_count=1/1" again.log || fail "$h's agent did not restart its workers"
+done
+[ "$(grep -c '^h2: \[rank 3\]:out 0 of rank 3$' again.out)" = 2 ] || fail "rank 3 did not run twice on h2"
+[ "$(grep -c '^h1: \[rank 0\]:out 0 of rank 0$' again.out)" = 2 ] || fail "rank 0 did not run twice on h1"
 
 echo "== a failure on one host stops the other, and the last line names it every time"
 # Rank 3 runs on h2. Both agents exit 1, in either order. Which host ends
