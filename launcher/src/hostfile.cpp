@@ -11,10 +11,11 @@
 namespace ddp::launcher {
 namespace {
 
-int parse_slots(std::string_view text, const std::string& where) {
+int parse_slots(std::string_view text, const std::string& where, std::string_view key = "slots") {
   const auto v = parse_int<int>(text);
   if (!v || *v < 1)
-    throw ConfigError(where + ": slots '" + std::string(text) + "' is not a positive integer");
+    throw ConfigError(where + ": " + std::string(key) + " '" + std::string(text) +
+                      "' is not a positive integer");
   return *v;
 }
 
@@ -65,16 +66,26 @@ std::vector<RemoteHost> parse_hostfile(const std::string& text, const std::strin
     const std::string where = path + ":" + std::to_string(n);
     check_name(h.name, where);
     std::string word;
+    int max_slots = 0;
     while (words >> word) {
       if (word.rfind("slots=", 0) == 0) {
         h.slots = parse_slots(std::string_view(word).substr(6), where);
+      } else if (word.rfind("max_slots=", 0) == 0 || word.rfind("max-slots=", 0) == 0) {
+        // Open MPI's cap on oversubscription: ddprun runs `slots` workers there.
+        max_slots = parse_slots(std::string_view(word).substr(10), where, "max_slots");
       } else {
-        throw ConfigError(where + ": '" + word + "' is not understood; lines are `HOST slots=N`");
+        throw ConfigError(where + ": '" + word +
+                          "' is not understood; lines are `HOST slots=N [max_slots=M]`");
       }
+    }
+    if (max_slots > 0 && h.slots > max_slots) {
+      throw ConfigError(where + ": slots=" + std::to_string(h.slots) +
+                        " is more than max_slots=" + std::to_string(max_slots));
     }
     add(hosts, seen, std::move(h), where);
   }
-  if (hosts.empty()) throw ConfigError("--hostfile: " + path + " lists no host; lines are `HOST slots=N`");
+  if (hosts.empty())
+    throw ConfigError("--hostfile: " + path + " lists no host; lines are `HOST slots=N [max_slots=M]`");
   return hosts;
 }
 

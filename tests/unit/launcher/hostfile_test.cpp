@@ -18,6 +18,11 @@ TEST_CASE("a hostfile lists hosts with their slots, comments and blank lines ign
   CHECK(hosts[1].name == "worker-2");
   CHECK(hosts[1].slots == 8);
   CHECK(hosts[2].slots == 0);
+  // Open MPI's hostfiles cap each host's slots too.
+  const auto mpi = parse_hostfile("n1 slots=4 max_slots=8\nn2 max-slots=2\n", "hf");
+  REQUIRE(mpi.size() == 2);
+  CHECK(mpi[0].slots == 4);
+  CHECK(mpi[1].slots == 0);
 }
 
 TEST_CASE("hostfile mistakes name the file and line") {
@@ -25,11 +30,14 @@ TEST_CASE("hostfile mistakes name the file and line") {
                     "hf:2: slots 'x' is not a positive integer");
   CHECK_THROWS_WITH(parse_hostfile("a slots=0\n", "hf"), "hf:1: slots '0' is not a positive integer");
   CHECK_THROWS_WITH(parse_hostfile("a gpus=2\n", "hf"),
-                    "hf:1: 'gpus=2' is not understood; lines are `HOST slots=N`");
+                    "hf:1: 'gpus=2' is not understood; lines are `HOST slots=N [max_slots=M]`");
   CHECK_THROWS_WITH(parse_hostfile("a\na slots=2\n", "hf"),
                     "hf:2: host 'a' is listed twice; give it once with all its slots");
   CHECK_THROWS_WITH(parse_hostfile("# none\n", "hf"),
-                    "--hostfile: hf lists no host; lines are `HOST slots=N`");
+                    "--hostfile: hf lists no host; lines are `HOST slots=N [max_slots=M]`");
+  CHECK_THROWS_WITH(parse_hostfile("a slots=8 max_slots=4\n", "hf"),
+                    "hf:1: slots=8 is more than max_slots=4");
+  CHECK_THROWS_WITH(parse_hostfile("a max_slots=x\n", "hf"), "hf:1: max_slots 'x' is not a positive integer");
   CHECK_THROWS_WITH(parse_hostfile("a;rm slots=1\n", "hf"), "hf:1: 'a;rm' is not a host name");
   CHECK_THROWS_WITH(load_hostfile("/nonexistent/hostfile"),
                     "--hostfile: cannot read '/nonexistent/hostfile'");
