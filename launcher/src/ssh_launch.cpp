@@ -212,8 +212,8 @@ std::vector<std::string> forwarded_args(const std::vector<std::string>& args,
   for (std::size_t i = 1; i < end; ++i) {
     const std::string& a = args[i];
     bool dropped = false;
-    for (const char* name :
-         {"--hosts", "--hostfile", "--local_addr", "--local-addr", "--rdzv_conf", "--rdzv-conf"}) {
+    for (const char* name : {"--hosts", "--hostfile", "--local_addr", "--local-addr", "--rdzv_conf",
+                             "--rdzv-conf", "--rdzv_id", "--rdzv-id"}) {
       if (a == name) {
         ++i;  // and its value
         dropped = true;

@@ -23,8 +23,8 @@ std::string remote_command(const std::string& cwd, const std::map<std::string, s
 std::string shell_quote(const std::string& word);
 
 // The user's flags and program from `args` (argv[0] dropped) minus the ones
-// --hosts replaces (--hosts, --hostfile, --local_addr) or passes on merged
-// with its own (--rdzv_conf); `program` is the
+// --hosts replaces (--hosts, --hostfile, --local_addr), passes on itself
+// (--rdzv_id) or merged with its own (--rdzv_conf); `program` is the
 // parsed TRAINING_PROGRAM and its arguments, passed on untouched.
 std::vector<std::string> forwarded_args(const std::vector<std::string>& args,
                                         const std::vector<std::string>& program);

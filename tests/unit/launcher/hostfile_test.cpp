@@ -66,8 +66,9 @@ TEST_CASE("each host gets the user's flags and program without the ones --hosts 
   CHECK(forwarded_args(args, {"train.py", "--hosts", "passed-to-the-program"}) ==
         Args{"--max_restarts=2", "train.py", "--hosts", "passed-to-the-program"});
   CHECK(forwarded_args({"ddprun", "--hosts=a,b", "-m", "pkg.mod"}, {"pkg.mod"}) == Args{"-m", "pkg.mod"});
-  // --rdzv_conf goes on merged with the launcher's own (is_host=false).
-  CHECK(
-      forwarded_args({"ddprun", "--rdzv_conf", "join_timeout=9", "--rdzv-conf=a=1", "t.py", "--rdzv_conf=x"},
-                     {"t.py", "--rdzv_conf=x"}) == Args{"t.py", "--rdzv_conf=x"});
+  // --rdzv_conf goes on merged with the launcher's own (is_host=false), and
+  // --rdzv_id as the launcher's own.
+  CHECK(forwarded_args({"ddprun", "--rdzv_conf", "join_timeout=9", "--rdzv-conf=a=1", "--rdzv_id=j",
+                        "--rdzv-id", "j", "t.py", "--rdzv_conf=x"},
+                       {"t.py", "--rdzv_conf=x"}) == Args{"t.py", "--rdzv_conf=x"});
 }
