@@ -1,6 +1,7 @@
 // Torch workers' store namespaces (docs/rendezvous.md, "Torch workers' store"):
-// several torch jobs started together on one ddp-rendezvousd, and a running
-// torch job scaled up and down, each rank checking a job-specific all_reduce.
+// several torch jobs started together on one ddp-rendezvousd, a running torch
+// job scaled up and down, and a --hosts job on the launcher's store, each rank
+// checking a job-specific all_reduce.
 // Real python3 + torch 1.13 workers (gloo); label torch.
 #include <signal.h>
 
@@ -198,4 +199,38 @@ TEST_CASE("torch workers reach a daemon that requires a token, which TCPStore cl
   const auto got = results_of_both(*a, *b, "tokenjob");
   CHECK(count(got, "2/0/12/0") == 1);
   CHECK(count(got, "2/1/12/0") == 1);
+}
+
+TEST_CASE(
+    "torch workers of a --hosts job all_reduce through the launcher's store, ranks in the host list's "
+    "order") {
+  if (!have_torch()) return;
+  TempDir dir;
+  // A stand-in for ssh that runs the remote command here; the first host's
+  // starts a second late, so that it arrives last.
+  const auto ssh = dir / "ssh";
+  write_file(ssh,
+             "#!/bin/bash\n"
+             "while [ \"$1\" != -- ]; do [ \"$1\" = localhost ] && sleep 1; shift; done\n"
+             "exec bash -c \"$2\"\n");
+  fs::permissions(ssh, fs::perms::owner_all);
+  const Env env = {{"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt},
+                   {"PET_NNODES", std::nullopt},      {"PET_STANDALONE", std::nullopt},
+                   {"SLURM_JOB_ID", std::nullopt},    {"SLURM_JOBID", std::nullopt},
+                   {"PYTHONUNBUFFERED", "1"},         {"JOB_VALUE", "6"},
+                   {"DDP_SSH_COMMAND", ssh.string()}, {"DDP_SSH_ENV", "JOB_VALUE"}};
+  Process job({bin("ddprun").string(), "--hosts", "localhost:1,127.0.0.1:2", "--local_addr=127.0.0.1",
+               "--rdzv_id=hostsjob", "--python", python(),
+               (source_dir() / "tests/integration/torch/job_allreduce.py").string()},
+              dir.path(), env, "launcher");
+  const auto code = job.wait(150s);
+  INFO(job.out() << job.err());
+  REQUIRE(code == 0);
+  // World 3: sum = 6 * 3 * 4 / 2. Rank 0 on localhost, the first host.
+  for (const auto& [host, rank] :
+       std::vector<std::pair<std::string, int>>{{"localhost", 0}, {"127.0.0.1", 1}, {"127.0.0.1", 2}}) {
+    CHECK_THAT(job.out(), Catch::Contains(host + ": [rank " + std::to_string(rank) +
+                                          "]:allreduce job=hostsjob world=3 rank=" + std::to_string(rank) +
+                                          " sum=36 restart=0 ok"));
+  }
 }
