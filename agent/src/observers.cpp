@@ -44,20 +44,23 @@ void Observers::emit(const std::string& event, nlohmann::json fields) {
 }
 
 void Observers::spawn_reported(int local_rank, pid_t pid) {
-  // worker_start is one line for the group, once every spawn has reported;
-  // a fast worker may already have exited by then, so its exit line waits.
-  if (group_->pending_spawns() > 0) return;
-  nlohmann::json ranks = nlohmann::json::array();
-  nlohmann::json pids = nlohmann::json::array();
   if (started_attempt_ == group_->attempt()) {
-    // A replacement within the running attempt (--on_failure=reform): its
-    // line names it alone; the attempt's startup times stay the group's.
-    ranks.push_back(group_->workers()[static_cast<std::size_t>(local_rank)].rank);
-    pids.push_back(pid);
+    // A replacement within the running attempt (--on_failure=reform): a line
+    // of its own as soon as it reports, even while another replacement is
+    // still starting; the attempt's startup times stay the group's.
     emit("worker_start",
-         {{"attempt", group_->attempt()}, {"ranks", ranks}, {"pids", pids}, {"replacement", true}});
-  } else {
+         {{"attempt", group_->attempt()},
+          {"ranks", nlohmann::json::array({group_->workers()[static_cast<std::size_t>(local_rank)].rank})},
+          {"pids", nlohmann::json::array({pid})},  // -1: could not start
+          {"replacement", true}});
+  }
+  // The group's worker_start is one line, once every spawn has reported; a
+  // fast worker may already have exited by then, so its exit line waits.
+  if (group_->pending_spawns() > 0) return;
+  if (started_attempt_ != group_->attempt()) {
     started_attempt_ = group_->attempt();
+    nlohmann::json ranks = nlohmann::json::array();
+    nlohmann::json pids = nlohmann::json::array();
     for (const auto& w : group_->workers()) {
       ranks.push_back(w.rank);
       pids.push_back(w.local_rank == local_rank ? pid : w.pid);  // -1: could not start
