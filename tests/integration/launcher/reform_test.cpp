@@ -208,6 +208,35 @@ TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its 
   CHECK(count_lines(log, "\"event\":\"startup\"") == 1);
 }
 
+TEST_CASE("on_failure=reform: two workers killed at once each get a replacement and a worker_start line") {
+  TempDir dir;
+  const auto pid_file = dir / "pids";
+  const auto events = dir / "events.jsonl";
+  Process job = standalone_reform_job(dir, 4, "4000", {"--max_restarts=2", "--event_log", events.string()});
+  std::vector<pid_t> first;
+  for (int r = 0; r < 4; ++r) first.push_back(wait_for_start(pid_file, r, 1));
+  REQUIRE(first[1] > 0);
+  REQUIRE(first[2] > 0);
+  REQUIRE(::kill(first[1], SIGKILL) == 0);
+  REQUIRE(::kill(first[2], SIGKILL) == 0);
+  const pid_t second1 = wait_for_start(pid_file, 1, 2);
+  const pid_t second2 = wait_for_start(pid_file, 2, 2);
+  INFO(job.err());
+  REQUIRE(second1 > 0);
+  REQUIRE(second2 > 0);
+  CHECK(job.wait(30s) == std::optional<int>(0));
+  // However the two replacements' spawns overlap, each is named in a line of its own.
+  std::set<pid_t> replaced;
+  std::istringstream lines(read_file(events));
+  for (std::string line; std::getline(lines, line);) {
+    const auto e = nlohmann::json::parse(line);
+    if (e.at("event") != "worker_start" || !e.contains("replacement")) continue;
+    REQUIRE(e.at("pids").size() == 1);
+    replaced.insert(e.at("pids")[0].get<pid_t>());
+  }
+  CHECK(replaced == std::set<pid_t>{second1, second2});
+}
+
 TEST_CASE(
     "on_failure=reform: when the agent cannot write the loss to the workers' store it restarts every worker, "
     "spending one restart") {
