@@ -17,8 +17,11 @@ for b in "${bins[@]}"; do
   [[ -x $build/bin/$b ]] || { echo "bundle.sh: $build/bin/$b is missing; build it first" >&2; exit 1; }
   cp "$build/bin/$b" "$out/bin/"
 done
+# The plugins ddprun dlopens from ../lib/ddprun (hwloc for --numa_binding).
+mkdir -p "$out/lib/ddprun"
+cp "$build/lib/ddprun/libddp_numa.so" "$out/lib/ddprun/"
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libstdc\+\+|libgcc_s|libcuda\.so|libnccl\.so)'
-for b in "${bins[@]}"; do ldd "$build/bin/$b" || true; done | awk '$3 ~ /^\// {print $1, $3}' | sort -u |
+for b in "${bins[@]/#/$build/bin/}" "$out/lib/ddprun/libddp_numa.so"; do ldd "$b" 2>/dev/null || true; done | awk '$3 ~ /^\// {print $1, $3}' | sort -u |
   while read -r name path; do
     [[ $name =~ $skip ]] || cp -L "$path" "$out/lib/$name"
   done
@@ -29,9 +32,9 @@ mkdir -p "$out/lib/hwloc"
 cp -L /usr/lib/x86_64-linux-gnu/hwloc/hwloc_pci.so "$out/lib/hwloc/"
 ldd "$out/lib/hwloc/hwloc_pci.so" | awk '$1 ~ /^libpciaccess/ {print $3}' | xargs -r -I{} cp -L {} "$out/lib/"
 strip --strip-unneeded "$out"/bin/* "$out"/lib/* 2>/dev/null || true
-for f in "$out"/bin/* "$out"/lib/*.so* "$out"/lib/hwloc/*.so; do
+for f in "$out"/bin/* "$out"/lib/*.so* "$out"/lib/hwloc/*.so "$out"/lib/ddprun/*.so; do
   patchelf --print-interpreter "$f" >/dev/null 2>&1 || [[ $f == */lib/* ]] || continue  # static: nothing to find
-  patchelf --set-rpath '$ORIGIN/../lib:$ORIGIN:$ORIGIN/..' "$f"  # lib/hwloc/: .. is lib
+  patchelf --set-rpath '$ORIGIN/../lib:$ORIGIN:$ORIGIN/..' "$f"  # lib/hwloc/, lib/ddprun/: .. is lib
 done
 echo "$root" >"$out/source_dir"   # compiled into the test binaries
 realpath "$build/bin" >"$out/bin_dir"

@@ -43,8 +43,16 @@ nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nc
 } >"$out/env.txt" 2>&1
 note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1); nccl dir: $nccl_dir"
 
-# --- 2. every gpu test (tests/gpu/CMakeLists.txt's scenarios)
-for s in world-of-one init-timeout duplicate-gpu id-never-published scalable-ids reducer abort-on-error; do
+# --- 2. every gpu test (tests/gpu/CMakeLists.txt's scenarios), the health check through NVML first
+{
+  echo "=== gpu: health checks"
+  /sbin/ldconfig -p | grep nvidia-ml
+  find / -xdev -name 'libnvidia-ml.so*' 2>/dev/null | head -5
+} >>"$out/nccl.txt" 2>&1
+t0=$(stamp)
+timeout 60 tests/gpu/health_gpu_test.sh "$B/ddprun" >>"$out/nccl.txt" 2>&1
+note "gpu test health checks: rc=$? ($(secs "$t0" "$(stamp)") s) $(grep -h 'with the NVML check' "$out/nccl.txt" | tail -1)"
+for s in elastic-reform world-of-one init-timeout duplicate-gpu id-never-published scalable-ids reducer abort-on-error; do
   t0=$(stamp)
   echo "=== $s" >>"$out/nccl.txt"
   LD_LIBRARY_PATH=$nccl_dir timeout 60 "$B/ddp_gpu_nccl_test" "$s" >>"$out/nccl.txt" 2>&1
@@ -57,11 +65,6 @@ for backend in nccl auto; do
     "$B/ddp_sdk_nccl_loading_worker" "$backend" >>"$out/nccl.txt" 2>&1
   note "ddprun + SDK ($backend): rc=$? $(grep -o 'backend=\(nccl\|gloo\)' "$out/nccl.txt" | tail -1)"
 done
-
-# --- 3. overhead: SDK all-reduce vs raw NCCL, 4 KiB .. 1 GiB
-LD_LIBRARY_PATH=$nccl_dir timeout 150 "$B/ddp_gpu_nccl_test" bench >"$out/bench.txt" 2>&1
-note "bench: rc=$?"
-cat "$out/bench.txt" >>"$summary"
 
 # --- 4. torch with nccl on the GPU: ddprun, torchrun, ddprun --preload torch
 script=tests/gpu/torch_nccl_train.py
@@ -95,6 +98,11 @@ for strategy in node socket exclusive; do
     note "numa_binding=$strategy CUDA_VISIBLE_DEVICES=$cvd: rc=$? $(grep -h 'cpus=' "$out/placement.txt" | tail -1)"
   done
 done
+
+# --- 3. overhead: SDK all-reduce vs raw NCCL, 4 KiB .. 1 GiB
+LD_LIBRARY_PATH=$nccl_dir timeout 150 "$B/ddp_gpu_nccl_test" bench >"$out/bench.txt" 2>&1
+note "bench: rc=$?"
+cat "$out/bench.txt" >>"$summary"
 
 # --- the torch integration tests against this machine's torch (compiled-in paths made to resolve)
 if [[ ${GPU_CHECKLIST_TORCH_SUITE:-1} == 1 ]]; then

@@ -5,7 +5,13 @@
 # without a GPU or without libnvidia-ml.so.1.
 set -u
 ddprun=$1
-if ! ls /dev/nvidia[0-9]* >/dev/null 2>&1 || ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml.so.1'; then
+have_nvml() {
+  /sbin/ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml.so.1' && return 0
+  local d IFS=:
+  for d in ${LD_LIBRARY_PATH:-}; do [ -e "$d/libnvidia-ml.so.1" ] && return 0; done
+  return 1
+}
+if ! ls /dev/nvidia[0-9]* >/dev/null 2>&1 || ! have_nvml; then
   echo "SKIP: no NVIDIA GPU or no libnvidia-ml.so.1 here"
   exit 77
 fi
