@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -144,7 +145,6 @@ HealthVerdict HealthCheck::check_gpus() {
   // CUDA_VISIBLE_DEVICES= (or -1): the job runs without GPUs.
   const bool hidden = visible && (visible->empty() || *visible == "-1" || *visible == "NoDevFiles");
   if (h.gpus == HealthConfig::kAutoGpus && hidden) return {};
-  const int want = h.gpus == HealthConfig::kAutoGpus ? cfg_.nproc_per_node : h.gpus;
   if (!nvml_.load()) {
     if (h.gpus != HealthConfig::kAutoGpus) {
       return {"gpus", "--health_gpus=" + std::to_string(h.gpus) + " but " + nvml_.unavailable(), ""};
@@ -158,16 +158,37 @@ HealthVerdict HealthCheck::check_gpus() {
   }
   const auto found = nvml_.visible(visible);
   if (!found.error.empty()) return {"gpus", found.error, ""};
-  if (found.count < want) {
-    const std::string bound = h.gpus == HealthConfig::kAutoGpus
-                                  ? "--nproc_per_node=" + std::to_string(want) + " (--health_gpus=auto)"
-                                  : "--health_gpus=" + std::to_string(want);
+  const std::string where = visible ? " (CUDA_VISIBLE_DEVICES=" + *visible + ")" : "";
+  if (h.gpus != HealthConfig::kAutoGpus) {
+    if (found.count >= h.gpus) return {};
     return {"gpus",
-            std::to_string(found.count) + " GPU(s) visible" +
-                (visible ? " (CUDA_VISIBLE_DEVICES=" + *visible + ")" : "") + ", fewer than " + bound,
+            std::to_string(found.count) + " GPU(s) visible" + where +
+                ", fewer than --health_gpus=" + std::to_string(h.gpus),
             ""};
   }
-  return {};
+  // auto: a GPU per worker, as far as the node had them at its first check.
+  // Fewer GPUs than workers from the start is a job that shares GPUs or uses
+  // none (gloo on a GPU node, as torchrun runs it), not a fault; a GPU gone
+  // since then is.
+  HealthVerdict v;
+  if (!gpus_at_start_) {
+    gpus_at_start_ = found.count;
+    if (found.count < cfg_.nproc_per_node) {
+      v.note = std::to_string(found.count) + " GPU(s) visible" + where +
+               " for --nproc_per_node=" + std::to_string(cfg_.nproc_per_node) +
+               ": the workers share them or use none (--health_gpus=" + std::to_string(cfg_.nproc_per_node) +
+               " would keep such a node out)";
+    }
+  }
+  const int want = std::min(cfg_.nproc_per_node, *gpus_at_start_);
+  if (found.count >= want) return v;
+  const std::string bound = want == cfg_.nproc_per_node
+                                ? "--nproc_per_node=" + std::to_string(want)
+                                : "the " + std::to_string(want) + " this node had at its first check";
+  return {"gpus",
+          std::to_string(found.count) + " GPU(s) visible" + where + ", fewer than " + bound +
+              " (--health_gpus=auto)",
+          ""};
 }
 
 HealthVerdict HealthCheck::check_store(store::Store& store) {

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ddp/agent/agent_config.hpp"
@@ -57,6 +58,9 @@ class HealthCheck {
   const AgentConfig& cfg_;
   NvmlProbe nvml_;
   bool nvml_noted_ = false;
+  // --health_gpus=auto: the GPUs NVML saw at the first check, the bound for
+  // every later one (a GPU lost between restarts keeps the node out).
+  std::optional<int> gpus_at_start_;
   std::atomic<pid_t> running_{0};  // the command's process group while it runs
   std::atomic<bool> cancelled_{false};
 };

@@ -229,8 +229,9 @@ const FlagSpec kFlags[] = {
     {"health_min_free_mb", &LaunchOptions::health_min_free_mb, kOursGroup,
      "Free MiB --log_dir and each --health_paths entry must have (default 100)"},
     {"health_gpus", &LaunchOptions::health_gpus, kOursGroup,
-     "GPUs NVML must see, each answering: auto (--nproc_per_node of them where NVML loads and "
-     "CUDA_VISIBLE_DEVICES does not hide them all), a number, or 0 for no GPU check (default auto)"},
+     "GPUs NVML must see, each answering: auto (--nproc_per_node of them, or the node's GPUs at its "
+     "first check if fewer, where NVML loads and CUDA_VISIBLE_DEVICES does not hide them all), a "
+     "number, or 0 for no GPU check (default auto)"},
     {"health_store_rtt_ms", &LaunchOptions::health_store_rtt_ms, kOursGroup,
      "A store round trip slower than this many ms is unhealthy; 0: no bound (default 1000)"},
     {"health_retries", &LaunchOptions::health_retries, kOursGroup,

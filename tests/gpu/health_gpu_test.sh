@@ -45,12 +45,22 @@ if [ $rc -ne 5 ] || ! grep -q "node unhealthy (gpus check): .* GPU(s) visible, f
 fi
 
 # A GPU index past the devices ends CUDA_VISIBLE_DEVICES' list, as in CUDA.
-CUDA_VISIBLE_DEVICES=0,4095 "$ddprun" --standalone --nproc_per_node=2 --health_retries=0 --no_python /bin/true \
+CUDA_VISIBLE_DEVICES=0,4095 "$ddprun" --standalone --health_gpus=2 --health_retries=0 --no_python /bin/true \
   2>"$dir/cvd.err"
 rc=$?
-if [ $rc -ne 5 ] || ! grep -q "1 GPU(s) visible (CUDA_VISIBLE_DEVICES=0,4095), fewer than --nproc_per_node=2" "$dir/cvd.err"; then
+if [ $rc -ne 5 ] || ! grep -q "1 GPU(s) visible (CUDA_VISIBLE_DEVICES=0,4095), fewer than --health_gpus=2" "$dir/cvd.err"; then
   cat "$dir/cvd.err"
-  echo "FAIL: CUDA_VISIBLE_DEVICES=0,4095 with --nproc_per_node=2 exited $rc without the gpus line"
+  echo "FAIL: CUDA_VISIBLE_DEVICES=0,4095 with --health_gpus=2 exited $rc without the gpus line"
+  exit 1
+fi
+
+# More workers than GPUs (gloo on a GPU node) joins under the default, as under torchrun.
+CUDA_VISIBLE_DEVICES=0 "$ddprun" --standalone --nproc_per_node=2 --health_retries=0 --log_level=info --no_python \
+  /bin/true 2>"$dir/share.err"
+rc=$?
+if [ $rc -ne 0 ] || ! grep -q "1 GPU(s) visible (CUDA_VISIBLE_DEVICES=0) for --nproc_per_node=2" "$dir/share.err"; then
+  cat "$dir/share.err"
+  echo "FAIL: two workers on one GPU exited $rc without the note"
   exit 1
 fi
 echo "PASS"

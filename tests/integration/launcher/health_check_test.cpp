@@ -261,6 +261,65 @@ TEST_CASE("without NVML the GPU check is skipped with one note, and --health_gpu
   CHECK(count_lines(r.err, "no GPU check") == 0);
 }
 
+// NVML answers through bin/fake_nvml/libnvidia-ml.so.1 (fake_nvml.cpp).
+TEST_CASE(
+    "the default --health_gpus=auto joins a node with fewer GPUs than workers, not one that lost a GPU") {
+  TempDir dir;
+  const std::string nvml = bin("fake_nvml").string();
+  // Two gloo workers on a one-GPU node: torchrun runs them, and so does ddprun.
+  auto r = ddprun(standalone({"--nproc_per_node=2", "--log_level=info"}), dir,
+                  {{"LD_LIBRARY_PATH", nvml}, {"DDP_TEST_FAKE_NVML_GPUS", "1"}});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(count_lines(r.err,
+                    "1 GPU(s) visible for --nproc_per_node=2: the workers share them or use none "
+                    "(--health_gpus=2 would keep such a node out)") == 1);
+  CHECK_THAT(r.err, Catch::Contains("all 2 local workers succeeded"));
+  CHECK(count_lines(r.err, "no GPU check") == 0);
+
+  // An explicit count is one.
+  r = ddprun(standalone({"--nproc_per_node=2", "--health_gpus=2", "--health_retries=0"}), dir,
+             {{"LD_LIBRARY_PATH", nvml}, {"DDP_TEST_FAKE_NVML_GPUS", "1"}});
+  check_unhealthy(r, "node unhealthy (gpus check): 1 GPU(s) visible, fewer than --health_gpus=2");
+
+  // A GPU lost between two rounds: the first attempt's workers take one away
+  // (by rename: the agent may stop one mid-way) and fail; the restart round's
+  // check keeps the node out.
+  const auto gpus = dir / "gpus";
+  const auto lose_one = [&](int nproc) {
+    write_file(gpus, "2");
+    return ddprun(
+        {"--standalone", "--health_retries=0", "--nproc_per_node=" + std::to_string(nproc),
+         "--max_restarts=1", "--no_python", "/bin/sh", "-c",
+         "echo 1 >" + gpus.string() + ".$$ && mv " + gpus.string() + ".$$ " + gpus.string() + "; exit 1"},
+        dir, {{"LD_LIBRARY_PATH", nvml}, {"DDP_TEST_FAKE_NVML_GPUS_FILE", gpus.string()}});
+  };
+  check_unhealthy(
+      lose_one(2),
+      "node unhealthy (gpus check): 1 GPU(s) visible, fewer than --nproc_per_node=2 (--health_gpus=auto)");
+  check_unhealthy(lose_one(3),
+                  "node unhealthy (gpus check): 1 GPU(s) visible, fewer than the 2 this node had at "
+                  "its first check (--health_gpus=auto)");
+
+  // A GPU that is counted but does not answer (fallen off the bus).
+  r = ddprun(standalone({"--health_retries=0"}), dir,
+             {{"LD_LIBRARY_PATH", nvml}, {"DDP_TEST_FAKE_NVML_GPUS", "2"}, {"DDP_TEST_FAKE_NVML_LOST", "1"}});
+  check_unhealthy(r, "node unhealthy (gpus check): GPU 1 does not answer: GPU is lost");
+
+  // CUDA_VISIBLE_DEVICES: the list ends at an index past the devices, as in
+  // CUDA; UUIDs count.
+  r = ddprun(
+      standalone({"--health_gpus=2", "--health_retries=0"}), dir,
+      {{"LD_LIBRARY_PATH", nvml}, {"DDP_TEST_FAKE_NVML_GPUS", "2"}, {"CUDA_VISIBLE_DEVICES", "0,4095,1"}});
+  check_unhealthy(r, "1 GPU(s) visible (CUDA_VISIBLE_DEVICES=0,4095,1), fewer than --health_gpus=2");
+  r = ddprun(standalone({"--health_gpus=2"}), dir,
+             {{"LD_LIBRARY_PATH", nvml},
+              {"DDP_TEST_FAKE_NVML_GPUS", "2"},
+              {"CUDA_VISIBLE_DEVICES", "GPU-fake-1,0"}});
+  INFO(r.err);
+  CHECK(r.code == 0);
+}
+
 TEST_CASE("health flags out of range get one line naming the flag and exit 2") {
   TempDir dir;
   const std::vector<std::pair<std::string, std::string>> cases = {

@@ -12,8 +12,9 @@ namespace ddp::agent {
 
 struct HealthConfig {
   // --health_gpus: GPUs NVML must see, each answering, before the node joins.
-  // kAutoGpus: nproc_per_node of them where NVML loads and CUDA_VISIBLE_DEVICES
-  // does not hide every GPU; 0: no GPU check.
+  // kAutoGpus: nproc_per_node of them, or as many as the first check saw if
+  // fewer (workers sharing GPUs or using none), where NVML loads and
+  // CUDA_VISIBLE_DEVICES does not hide every GPU; 0: no GPU check.
   static constexpr int kAutoGpus = -1;
   int gpus = kAutoGpus;
   // --health_paths: directories that must be readable, writable and hold
