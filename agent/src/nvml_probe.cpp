@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "ddp/agent/gpu_count.hpp"
+
 namespace ddp::agent {
 
 namespace {
@@ -103,6 +105,14 @@ NvmlProbe::Devices NvmlProbe::visible(const std::optional<std::string>& cuda_vis
     ++out.count;
   }
   return out;
+}
+
+std::optional<int> nvml_gpu_count(const std::optional<std::string>& cuda_visible_devices) {
+  NvmlProbe nvml;
+  if (!nvml.load()) return std::nullopt;
+  const auto found = nvml.visible(cuda_visible_devices);
+  if (!found.error.empty()) return std::nullopt;
+  return found.count;
 }
 
 }  // namespace ddp::agent

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ddp/agent/gpu_count.hpp"
 #include "ddp/agent/worker_env.hpp"
 #include "ddp/launcher/launch_options.hpp"
 
@@ -47,6 +48,9 @@ HostInfo current_host() {
     h.cpu_count = static_cast<int>(std::thread::hardware_concurrency());
   }
   h.gpu_count = detect_gpu_count(h.env);
+  h.probe_gpus = [cvd = h.env.count("CUDA_VISIBLE_DEVICES") != 0
+                            ? std::optional<std::string>(h.env.at("CUDA_VISIBLE_DEVICES"))
+                            : std::nullopt] { return agent::nvml_gpu_count(cvd); };
   return h;
 }
 

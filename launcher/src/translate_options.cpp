@@ -137,16 +137,24 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
 }
 
 int resolve_nproc(const std::string& text, const HostInfo& host) {
+  const auto gpus = [&] {
+    if (host.gpu_count > 0 || !host.probe_gpus) return host.gpu_count;
+    return host.probe_gpus().value_or(0);
+  };
   if (text == "gpu") {
-    if (host.gpu_count < 1) {
+    const int n = gpus();
+    if (n < 1) {
       throw ConfigError(
           "--nproc_per_node=gpu: no CUDA device visible (check nvidia driver and "
           "CUDA_VISIBLE_DEVICES), or give a number");
     }
-    return host.gpu_count;
+    return n;
   }
   if (text == "cpu") return std::max(1, host.cpu_count);
-  if (text == "auto") return host.gpu_count > 0 ? host.gpu_count : std::max(1, host.cpu_count);
+  if (text == "auto") {
+    const int n = gpus();
+    return n > 0 ? n : std::max(1, host.cpu_count);
+  }
   return parse_int_or_throw<int>(text, "--nproc_per_node", "a positive integer, gpu, cpu or auto", 1);
 }
 

@@ -51,6 +51,40 @@ TEST_CASE("many lines from dying workers all arrive") {
   }
 }
 
+// NVML answers through bin/fake_nvml/libnvidia-ml.so.1 (fake_nvml.cpp), as
+// on WSL2, which has NVML but no /proc/driver/nvidia.
+TEST_CASE(
+    "with --nproc_per_node=gpu or auto, the GPUs NVML sees are counted where /proc/driver/nvidia lists "
+    "none") {
+  if (fs::exists("/proc/driver/nvidia/gpus")) {
+    SUCCEED("SKIP: this machine's driver lists its GPUs in /proc; they would be counted instead");
+    return;
+  }
+  TempDir dir;
+  const EnvOverrides nvml = {{"LD_LIBRARY_PATH", bin("fake_nvml").string()},
+                             {"DDP_TEST_FAKE_NVML_GPUS", "3"}};
+  for (const std::string flag : {"gpu", "auto"}) {
+    auto r = ddprun({"--standalone", "--nproc_per_node=" + flag, "--log_level=info", "--no_python",
+                     bin("fake_worker").string()},
+                    dir, nvml);
+    INFO(flag << "\n" << r.err);
+    CHECK(r.code == 0);
+    CHECK_THAT(r.err, Catch::Contains("all 3 local workers succeeded"));
+  }
+  auto with_cvd = nvml;
+  with_cvd["CUDA_VISIBLE_DEVICES"] = "2";
+  auto r = ddprun({"--standalone", "--nproc_per_node=gpu", "--log_level=info", "--no_python",
+                   bin("fake_worker").string()},
+                  dir, with_cvd);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.err, Catch::Contains("all 1 local workers succeeded"));
+  // No NVML: the one-line error, exit 2.
+  r = ddprun({"--standalone", "--nproc_per_node=gpu", "--no_python", bin("fake_worker").string()}, dir);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--nproc_per_node=gpu: no CUDA device visible"));
+}
+
 TEST_CASE("a .py script runs under python3 -u with the env contract") {
   TempDir dir;
   write_file(dir / "train.py",

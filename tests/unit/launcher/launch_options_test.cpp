@@ -269,6 +269,29 @@ TEST_CASE("nproc_per_node takes a number, gpu, cpu or auto") {
              Catch::StartsWith("--nproc_per_node=gpu: no CUDA device"));
 }
 
+TEST_CASE("where the driver's /proc entries show no GPU, gpu and auto ask NVML") {
+  HostInfo h = host();
+  int asked = 0;
+  h.probe_gpus = [&]() -> std::optional<int> {
+    ++asked;
+    return 3;
+  };
+  CHECK(translate({"--nproc_per_node=gpu", "/bin/true"}, h).nproc_per_node == 3);
+  CHECK(translate({"--nproc_per_node=auto", "/bin/true"}, h).nproc_per_node == 3);
+  CHECK(asked == 2);
+  CHECK(translate({"--nproc_per_node=cpu", "/bin/true"}, h).nproc_per_node == 6);
+  CHECK(translate({"--nproc_per_node=2", "/bin/true"}, h).nproc_per_node == 2);
+  CHECK(asked == 2);  // only gpu and auto need a GPU count
+  h.gpu_count = 8;    // /proc/driver/nvidia/gpus answers first
+  CHECK(translate({"--nproc_per_node=gpu", "/bin/true"}, h).nproc_per_node == 8);
+  CHECK(asked == 2);
+  h.gpu_count = 0;
+  h.probe_gpus = [] { return std::optional<int>(); };  // no NVML either
+  CHECK(translate({"--nproc_per_node=auto", "/bin/true"}, h).nproc_per_node == 6);
+  CHECK_THAT(error_of({"--nproc_per_node=gpu", "/bin/true"}, h),
+             Catch::StartsWith("--nproc_per_node=gpu: no CUDA device"));
+}
+
 TEST_CASE("CUDA_VISIBLE_DEVICES narrows the GPU count") {
   CHECK(detect_gpu_count({{"CUDA_VISIBLE_DEVICES", ""}}) == 0);
   CHECK(detect_gpu_count({{"CUDA_VISIBLE_DEVICES", "-1"}}) == 0);

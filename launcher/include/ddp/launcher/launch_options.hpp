@@ -3,6 +3,7 @@
 // validated and translated into the agent's config. No CLI11 types here.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -128,6 +129,10 @@ struct HostInfo {
   std::string hostname;
   int pid = 0;
   int gpu_count = 0;
+  // Asked for --nproc_per_node=gpu|auto when gpu_count is 0: NVML's count
+  // (where /proc/driver/nvidia is missing, as on WSL2), nullopt without NVML.
+  // current_host() sets it; empty in tests that give gpu_count.
+  std::function<std::optional<int>()> probe_gpus;
   int cpu_count = 1;
   std::map<std::string, std::string> env;  // PATH lookups, CUDA_VISIBLE_DEVICES
 };
@@ -139,7 +144,8 @@ HostInfo current_host();
 agent::AgentConfig translate_options(const LaunchOptions& options, const HostInfo& host);
 
 // The number of CUDA devices visible here without loading CUDA: entries of
-// /proc/driver/nvidia/gpus, narrowed by CUDA_VISIBLE_DEVICES.
+// /proc/driver/nvidia/gpus, narrowed by CUDA_VISIBLE_DEVICES (HostInfo's
+// probe_gpus asks NVML where that shows none).
 int detect_gpu_count(const std::map<std::string, std::string>& env);
 
 }  // namespace ddp::launcher
