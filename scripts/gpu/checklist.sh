@@ -37,6 +37,7 @@ nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nc
   done
   python3 -c 'import sys, torch; print(sys.executable, "torch", torch.__version__, "cuda", torch.version.cuda,
     "nccl", torch.cuda.nccl.version(), torch.cuda.get_device_name(0))'
+  echo "/proc/driver/nvidia/gpus: $(ls /proc/driver/nvidia/gpus 2>&1 | tr '\n' ' ')"
   echo "libnccl.so.2 used: $nccl_dir"
   ls -la "$nccl_dir" /usr/local/cuda/lib64/libcudart.so* 2>&1
   LD_LIBRARY_PATH=$nccl_dir ldd "$B/ddp_gpu_nccl_test" "$B/ddprun"
@@ -60,6 +61,9 @@ for s in elastic-reform world-of-one init-timeout duplicate-gpu id-never-publish
     "$B/ddp_gpu_nccl_test" "$s" >>"$out/nccl.txt" 2>&1
   note "gpu test $s: rc=$? ($(secs "$t0" "$(stamp)") s)"
 done
+# --nproc_per_node=gpu: one worker per GPU (/proc/driver/nvidia/gpus, else NVML).
+"$B/ddprun" --standalone --nproc_per_node=gpu --log_level=info --no_python /bin/true >>"$out/nccl.txt" 2>&1
+note "ddprun --nproc_per_node=gpu: rc=$? $(grep -o 'all [0-9]* local workers succeeded' "$out/nccl.txt" | tail -1)"
 # The SDK bootstrapped through the agent's store under ddprun, NCCL loaded at run time.
 for backend in nccl auto; do
   echo "=== ddprun + SDK backend $backend" >>"$out/nccl.txt"
