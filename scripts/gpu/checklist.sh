@@ -121,7 +121,7 @@ if [[ ${GPU_CHECKLIST_TORCH_SUITE:-1} == 1 ]]; then
   t0=$(stamp)
   DDP_TEST_PYTHON=$(command -v python3) DDP_TORCH_REFERENCE=$ref timeout 60 "$B/ddp_integration_torch" "[reference]" \
     >"$out/torch-suite.txt" 2>&1
-  DDP_TEST_PYTHON=$(command -v python3) DDP_TORCH_REFERENCE=$ref timeout "${GPU_CHECKLIST_SUITE_TIMEOUT:-150}" \
+  DDP_TEST_PYTHON=$(command -v python3) DDP_TORCH_REFERENCE=$ref timeout "${GPU_CHECKLIST_SUITE_TIMEOUT:-300}" \
     "$B/ddp_integration_torch" --durations yes >>"$out/torch-suite.txt" 2>&1
   rc=$?
   note "torch suite with $(python3 -c 'import torch; print(torch.__version__)'): rc=$rc ($(secs "$t0" "$(stamp)") s) $(grep -E '^(test cases|All tests)' "$out/torch-suite.txt" | tail -1)"
