@@ -153,7 +153,10 @@ TEST_CASE("ps, pgrep -f and /proc show a preloaded worker as the exec'd worker i
   INFO(p.out() << p.err());
   REQUIRE(fs::exists(pid_file));
   const pid_t pid = std::stoi(read_file(pid_file));
-  CHECK_THAT(p.out(), Catch::Contains(std::string("forked ") + (forked ? "True" : "False")));
+  // The line comes through the agent's pipe: it may arrive after the file.
+  const std::string line = std::string("forked ") + (forked ? "True" : "False");
+  wait_until([&] { return p.out().find(line) != std::string::npos || !p.running(); }, 30s);
+  CHECK_THAT(p.out(), Catch::Contains(line));
 
   // What a user sees: the exact argv an exec'd worker has, its comm, its environment.
   const std::string cmdline = python + '\0' + "-u" + '\0' + script + '\0' + "a b" + '\0' + pid_file + '\0' +
