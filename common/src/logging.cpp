@@ -1,16 +1,19 @@
 #include "ddp/common/logging.hpp"
 
+#include <fcntl.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/printable.hpp"
 
 namespace ddp::log {
 namespace {
@@ -19,6 +22,7 @@ std::mutex g_mutex;
 bool g_configured = false;
 spdlog::level::level_enum g_level = spdlog::level::warn;
 std::string g_pattern = "[%Y-%m-%d %H:%M:%S.%e] [%n] [%l] %v";
+std::string g_program;
 
 spdlog::level::level_enum initial_level() {
   // Training binaries can turn SDK logging up without code changes.
@@ -37,6 +41,9 @@ struct StatusLine {
   std::mutex mu;
   bool enabled = false;
   std::string text;  // shown when non-empty
+  // Where log lines go: stderr, or the --log-file (status lines never go there).
+  std::FILE* out = stderr;
+  std::string out_path;
 
   // With `mu` held.
   void erase() {
@@ -62,18 +69,85 @@ class StderrSink final : public spdlog::sinks::base_sink<spdlog::details::null_m
     auto& st = status();
     std::lock_guard<std::mutex> lock(st.mu);  // the formatter too is used by one thread at a time
     spdlog::memory_buf_t line;
-    formatter_->format(msg, line);
+    // A log line may quote outside text (a health check's stderr, a store
+    // key, a peer's reason): what a terminal would act on is shown escaped,
+    // in a log file too (it is read on a terminal).
+    const std::string_view payload(msg.payload.data(), msg.payload.size());
+    if (needs_escape(payload)) {
+      const std::string safe = printable(payload, Newlines::kKeep);
+      spdlog::details::log_msg escaped = msg;
+      escaped.payload = spdlog::string_view_t(safe.data(), safe.size());
+      formatter_->format(escaped, line);
+    } else {
+      formatter_->format(msg, line);
+    }
+    if (st.out != stderr) {
+      std::fwrite(line.data(), 1, line.size(), st.out);
+      return;
+    }
     st.erase();
     std::fwrite(line.data(), 1, line.size(), stderr);
     st.draw();
   }
   void flush_() override {
     std::lock_guard<std::mutex> lock(status().mu);
-    std::fflush(stderr);
+    std::fflush(status().out);
   }
 };
 
 }  // namespace
+
+namespace {
+
+std::FILE* open_log(const std::string& path, std::string& error) {
+  // O_APPEND: several writers (and logrotate's copytruncate) never overwrite
+  // each other; close-on-exec: no child inherits it.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  std::FILE* f = fd < 0 ? nullptr : ::fdopen(fd, "a");
+  if (f == nullptr) {
+    error = errno_text(errno);
+    if (fd >= 0) ::close(fd);
+  }
+  return f;
+}
+
+}  // namespace
+
+void log_to_file(const std::string& path, const std::string& flag) {
+  std::string error;
+  std::FILE* f = open_log(path, error);
+  if (f == nullptr) throw ConfigError(flag + " " + path + ": cannot open: " + error);
+  std::setvbuf(f, nullptr, _IOLBF, 0);
+  auto& st = status();
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (st.out != stderr) std::fclose(st.out);
+    st.out = f;
+    st.out_path = path;
+  }
+  // A file has no journald to timestamp its lines.
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_pattern = "[%Y-%m-%d %H:%M:%S.%e] " + g_program + " [%n] [%l] %v";
+  spdlog::apply_all([&](const std::shared_ptr<spdlog::logger>& l) { l->set_pattern(g_pattern); });
+}
+
+std::string reopen_log_file() {
+  auto& st = status();
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (st.out == stderr) return "";
+    path = st.out_path;
+  }
+  std::string error;
+  std::FILE* f = open_log(path, error);
+  if (f == nullptr) return path + ": cannot open: " + error;
+  std::setvbuf(f, nullptr, _IOLBF, 0);
+  std::lock_guard<std::mutex> lock(st.mu);
+  std::fclose(st.out);
+  st.out = f;
+  return "";
+}
 
 void enable_status_line() {
   auto& st = status();
@@ -92,7 +166,7 @@ bool set_status_line(const std::string& text) {
     st.erase();
     std::fflush(stderr);
   }
-  st.text = text.substr(0, width);
+  st.text = terminal_safe(text).substr(0, width);  // names from the store may be in it
   st.draw();
   return true;
 }
@@ -126,6 +200,7 @@ void setup(const std::string& level, const std::string& program_name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_configured = true;
   g_level = parsed;
+  g_program = program_name;
   // journald timestamps every line itself.
   const bool journal = std::getenv("JOURNAL_STREAM") != nullptr;
   g_pattern = journal ? "[%n] [%l] %v" : "[%Y-%m-%d %H:%M:%S.%e] " + program_name + " [%n] [%l] %v";

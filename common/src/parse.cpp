@@ -40,7 +40,7 @@ std::optional<bool> parse_bool(std::string_view text) noexcept {
 
 bool parse_bool_or_throw(std::string_view text, std::string_view what) {
   const auto v = parse_bool(text);
-  if (!v) detail::throw_not(what, text, "a boolean (true/false, 1/0, yes/no, on/off)");
+  if (!v) detail::throw_not(what, text, "a boolean (" + std::string(kBooleanSpellings) + ")");
   return *v;
 }
 

@@ -92,4 +92,27 @@ std::string printable(std::string_view bytes, Newlines newlines) {
   return out;
 }
 
+bool needs_escape(std::string_view text) {
+  while (!text.empty()) {
+    const auto byte = static_cast<unsigned char>(text[0]);
+    if (byte >= 0x20 && byte < 0x7f) {  // the usual case: printable ASCII
+      text.remove_prefix(1);
+      continue;
+    }
+    if (byte == '\n' || byte == '\t') {
+      text.remove_prefix(1);
+      continue;
+    }
+    char32_t cp = 0;
+    const std::size_t len = utf8_sequence(text, cp);
+    if (len == 0 || cp < 0x20 || cp == 0x7f || invisible(cp)) return true;
+    text.remove_prefix(len);
+  }
+  return false;
+}
+
+std::string terminal_safe(std::string_view text) {
+  return needs_escape(text) ? printable(text, Newlines::kKeep) : std::string(text);
+}
+
 }  // namespace ddp

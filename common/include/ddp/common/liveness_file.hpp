@@ -1,6 +1,6 @@
 // The liveness file: one small shared-memory file per worker through which a
 // worker reports heartbeats and sections and the agent watches them
-// (docs/agent.md, "Heartbeats and sections", has the byte layout for other
+// (docs/agent-liveness.md, "Heartbeats and sections", has the byte layout for other
 // languages). Little-endian, fixed offsets, 8-byte fields 8-byte aligned so
 // every field is one atomic load or store. CLOCK_MONOTONIC nanoseconds: the
 // worker and its agent share the host, so they share the clock.
@@ -47,6 +47,16 @@ inline constexpr std::size_t kOffNotifySlots = 56;  // u32, agent: bit i set = e
 inline constexpr std::size_t kOffSectionSeq = 64;      // u64, worker: odd while being written
 inline constexpr std::size_t kOffSectionEnterNs = 72;  // u64, worker: when the current section began
 inline constexpr std::size_t kOffSectionSlot = 80;     // u32, worker: its slot; kNoSection outside any
+// Collectives (docs/agent-diagnosis.md, "Who hung: the culprit rule"): written by a
+// worker that runs its collectives through a library that counts them (the
+// C++ SDK); all zero otherwise. Numbered from 1 in issue order, the same on
+// every rank, so the agent can tell a rank waiting in collective #n from the
+// rank that never issued it.
+inline constexpr std::size_t kOffCollIssued = 88;     // u64, worker: collectives issued so far
+inline constexpr std::size_t kOffCollCompleted = 96;  // u64, worker: highest collective completed
+inline constexpr std::size_t kOffCollKinds = 104;     // 16 x u8, worker: kind of collective #n at n % 16
+inline constexpr std::size_t kCollKindSlots = 16;
+inline constexpr std::size_t kOffCollPublished = 120;  // u32, worker: 1 = it counts its collectives
 // Section slots: kMaxSections of kSlotBytes from kOffSlots.
 inline constexpr std::size_t kOffSlots = 128;
 inline constexpr std::size_t kSlotBytes = 64;
@@ -57,6 +67,7 @@ inline constexpr std::size_t kSlotCount = 40;    // u64, completed sections
 inline constexpr std::size_t kSlotMaxNs = 48;    // u64, longest completed one
 inline constexpr std::size_t kSlotTotalNs = 56;  // u64, sum of completed durations
 static_assert(kOffSlots + kMaxSections * kSlotBytes <= kFileSize);
+static_assert(kOffCollPublished + 4 <= kOffSlots && kOffCollKinds + kCollKindSlots <= kOffCollPublished);
 
 // Atomic access to a field of a mapped liveness file.
 template <typename T>
@@ -80,6 +91,33 @@ inline void init_header(void* base) {
   u32(base, kOffSectionSlot).store(kNoSection);
 }
 
+// What a worker's collective kind byte means (kOffCollKinds).
+enum class CollectiveKind : std::uint8_t {
+  kUnknown = 0,
+  kAllReduce = 1,
+  kBroadcast = 2,
+  kAllGather = 3,
+  kReduceScatter = 4,
+  kBarrier = 5,
+};
+inline const char* collective_name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kAllGather:
+      return "all_gather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kBarrier:
+      return "barrier";
+    case CollectiveKind::kUnknown:
+      break;
+  }
+  return "a collective";
+}
+
 struct SectionStats {
   std::string name;
   std::uint64_t count = 0;
@@ -97,6 +135,11 @@ struct Snapshot {
   std::uint32_t section_slot = kNoSection;
   std::string section;  // name of the current section; empty outside any
   std::vector<SectionStats> slots;
+  // Collectives, when the worker publishes them (collectives_published).
+  bool collectives_published = false;
+  std::uint64_t coll_issued = 0;
+  std::uint64_t coll_completed = 0;
+  CollectiveKind coll_waiting_kind = CollectiveKind::kUnknown;  // of #coll_completed + 1, if issued
 };
 
 inline std::string slot_name(void* base, std::uint32_t slot) {
@@ -132,6 +175,18 @@ inline Snapshot read_snapshot(void* base) {
     s.slots.push_back(std::move(st));
   }
   if (s.section_slot < s.slots.size()) s.section = s.slots[s.section_slot].name;
+  s.collectives_published = u32(base, kOffCollPublished).load() == 1;
+  if (s.collectives_published) {
+    // Completed first: a collective completing between the two loads then
+    // reads as still waited in, never as issued-and-done without its issue.
+    s.coll_completed = u64(base, kOffCollCompleted).load();
+    s.coll_issued = u64(base, kOffCollIssued).load();
+    if (s.coll_issued > s.coll_completed) {
+      const std::uint64_t next = s.coll_completed + 1;
+      s.coll_waiting_kind = static_cast<CollectiveKind>(
+          field<std::uint8_t>(base, kOffCollKinds + next % kCollKindSlots).load());
+    }
+  }
   return s;
 }
 

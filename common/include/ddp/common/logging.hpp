@@ -21,6 +21,14 @@ std::shared_ptr<spdlog::logger> get(const std::string& name);
 // dropped because journald adds its own. Throws ConfigError on a bad level name.
 void setup(const std::string& level, const std::string& program_name);
 
+// For main(): log lines go to the file at `path` (appended, created 0640)
+// instead of stderr. Throws ConfigError naming `flag` when it cannot be opened.
+void log_to_file(const std::string& path, const std::string& flag);
+// Opens the log file again under the same name (after logrotate moved it:
+// its postrotate sends SIGHUP). On failure the old file stays in use and the
+// error is returned ("" on success). Thread-safe; a no-op without a log file.
+std::string reopen_log_file();
+
 // A live status line at the bottom of a terminal (ddprun's "waiting for
 // nodes" while a rendezvous waits): for main() to enable, and only when stderr
 // is a terminal. While one is shown, every log line first erases it and then

@@ -46,6 +46,9 @@ T parse_int_or_throw(std::string_view text, std::string_view what, std::string_v
 // ("True", "YES"). nullopt for anything else, "" included.
 std::optional<bool> parse_bool(std::string_view text) noexcept;
 
+// The spellings parse_bool reads, for messages.
+inline constexpr std::string_view kBooleanSpellings = "true/false, 1/0, yes/no, on/off";
+
 // As parse_bool; else ConfigError "<what>: '<text>' is not a boolean (true/false,
 // 1/0, yes/no, on/off)".
 bool parse_bool_or_throw(std::string_view text, std::string_view what);

@@ -24,4 +24,13 @@ enum class Newlines : std::uint8_t {
 // back to the same bytes.
 std::string printable(std::string_view bytes, Newlines newlines = Newlines::kEscape);
 
+// For a message bound for a terminal that may carry outside text (a log line,
+// an error line, a report): the text as it is when nothing in it would be
+// escaped but a backslash, else printable(text, Newlines::kKeep). Clean text
+// keeps its backslashes as they are; text that had to be escaped is escaped
+// whole, so that it still decodes back to the same bytes.
+std::string terminal_safe(std::string_view text);
+// True when printable(text, Newlines::kKeep) would change more than backslashes.
+bool needs_escape(std::string_view text);
+
 }  // namespace ddp
