@@ -126,14 +126,19 @@ void EtcdClient::diagnose(std::size_t index, const EndpointFailure& failure) con
                       " serves https but no TLS option is set: give the cluster's CA file (etcd_cacert)");
 }
 
-void EtcdClient::throw_unreachable(const std::vector<std::string>& failures) const {
+std::string EtcdClient::joined(const std::vector<std::string>& failures) {
   std::string msg;
   for (const auto& f : failures) {
     if (f.empty()) continue;
     if (!msg.empty()) msg += "; ";
     msg += f;
   }
-  throw NetworkError(msg + " (gave up after " + std::to_string(options_.connect_timeout.count()) + " ms)");
+  return msg;
+}
+
+void EtcdClient::throw_unreachable(const std::vector<std::string>& failures) const {
+  throw NetworkError(joined(failures) + " (gave up after " +
+                     std::to_string(options_.connect_timeout.count()) + " ms)");
 }
 
 EtcdClient::Attempt EtcdClient::try_member(std::size_t index, const std::string& path,
@@ -186,6 +191,7 @@ json EtcdClient::call(const std::string& path, const json& body, const std::stri
       log::get("store.etcd")->debug("etcd request failed path={} reason=\"{}\"", path, attempt.failure);
     }
     if (give_up.expired()) throw_unreachable(failures);
+    if (options_.on_unreachable) options_.on_unreachable(joined(failures));
     std::this_thread::sleep_for(std::min(backoff.next(), give_up.remaining()));
   }
 }

@@ -42,6 +42,8 @@ class EtcdClient {
   void diagnose(std::size_t index, const EndpointFailure& failure) const;
   // The NetworkError after every member failed; `failures` holds one reason per member.
   [[noreturn]] void throw_unreachable(const std::vector<std::string>& failures) const;
+  // The failures of one round over the endpoints, "; "-separated.
+  static std::string joined(const std::vector<std::string>& failures);
 
   std::size_t endpoint_count() const { return options_.endpoints.size(); }
   std::size_t preferred() const { return preferred_.load(); }

@@ -6,6 +6,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/json_input.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp::store::etcd {
 
@@ -165,9 +166,9 @@ WatchMessage decode_watch_message(std::string_view line, std::size_t strip) {
 }
 
 bool parse_decimal(std::string_view text, std::int64_t& out) {
-  if (text.empty()) return false;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && ptr == text.data() + text.size();
+  const auto v = parse_int<std::int64_t>(text);
+  if (v) out = *v;
+  return v.has_value();
 }
 
 }  // namespace ddp::store::etcd

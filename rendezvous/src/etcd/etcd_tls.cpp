@@ -1,7 +1,7 @@
 // The https half of the etcd client, built as the plugin libddp_etcd_tls.so
 // (http_session.hpp's EtcdTlsPlugin): the OpenSSL context from the store's
 // files, and sessions over TLS streams. Linked into ddprun, OpenSSL cost every
-// launch ~1.3 ms of start-up (docs/performance.md, "Launch floor").
+// launch ~1.3 ms of start-up (docs/data/performance-history.md, "Launch floor").
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/ssl.hpp>
 #include <filesystem>

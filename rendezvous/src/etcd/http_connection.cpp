@@ -26,6 +26,11 @@ const EtcdTlsPlugin& tls_plugin() {
           kEtcdTlsPluginFile + ", found neither in " + DDP_ETCD_TLS_PLUGIN_DIR +
           "/ under the program's prefix nor at " + DDP_ETCD_TLS_PLUGIN_INSTALL_PATH + "; reinstall ddprun");
     }
+    // A file cut short would be mapped and kill the program with SIGBUS.
+    if (const auto damaged = elf_file_problem(path); !damaged.empty()) {
+      throw ConfigError("an https etcd endpoint (--rdzv_endpoint, etcd_cacert/etcd_cert/etcd_key) needs " +
+                        path + ", which " + damaged + "; reinstall ddprun");
+    }
     void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
       const char* why = ::dlerror();

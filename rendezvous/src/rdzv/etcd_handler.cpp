@@ -7,6 +7,7 @@
 #include "ddp/store/etcd_store.hpp"
 #include "dynamic_handler.hpp"
 #include "keys.hpp"
+#include "retry_notice.hpp"
 #include "store_access.hpp"
 
 namespace ddp::rdzv::detail {
@@ -25,15 +26,27 @@ std::shared_ptr<store::Store> open_etcd_store(const RendezvousConfig& config) {
   o.ca_file = config.etcd.cacert;
   o.cert_file = config.etcd.cert;
   o.key_file = config.etcd.key;
-  o.connect_timeout = std::max(keep_alive_window(config), std::chrono::milliseconds(1000));
   o.request_timeout = std::max(config.keep_alive_interval, std::chrono::milliseconds(1000));
-  auto etcd = std::make_shared<store::EtcdStore>(o);
-  try {
-    etcd->ping();
-  } catch (const NetworkError& e) {
-    throw ConfigError(std::string(e.what()) + " (--rdzv_endpoint)");
+  std::string where;
+  for (const auto& ep : o.endpoints) {
+    if (!where.empty()) where += ',';
+    where += ep.to_string();
   }
-  return etcd;
+  // As for the built-in store: the first contact waits for etcd as long as the
+  // join timeout (saying early and then every 30 s that it cannot reach it);
+  // later requests give up within the keep-alive window, so that a dead etcd
+  // is reported as lost instead of retried for the whole join timeout.
+  auto first = o;
+  first.connect_timeout = std::max(config.join_timeout, std::chrono::milliseconds(1));
+  first.on_unreachable = RetryNotice(where, first.connect_timeout, "--rdzv_conf join_timeout");
+  try {
+    store::EtcdStore(first).ping();
+  } catch (const NetworkError& e) {
+    throw ConfigError("cannot reach the rendezvous store at " + where + " (--rdzv_endpoint) after waiting " +
+                      seconds_text(first.connect_timeout) + ": " + e.what());
+  }
+  o.connect_timeout = std::max(keep_alive_window(config), std::chrono::milliseconds(1000));
+  return std::make_shared<store::EtcdStore>(o);
 }
 
 EtcdHandler::EtcdHandler(const RendezvousConfig& config, const NodeSpec& self)

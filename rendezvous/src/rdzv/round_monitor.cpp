@@ -6,11 +6,7 @@
 #include "ddp/common/logging.hpp"
 #include "keys.hpp"
 
-namespace ddp::rdzv::detail {
-
-namespace {
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-}  // namespace
+namespace ddp::rdzv {
 
 const char* event_name(RoundEvent e) {
   switch (e) {
@@ -29,6 +25,14 @@ const char* event_name(RoundEvent e) {
   }
   return "unknown";
 }
+
+}  // namespace ddp::rdzv
+
+namespace ddp::rdzv::detail {
+
+namespace {
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+}  // namespace
 
 std::string encode_event(RoundEvent e, const std::string& detail) {
   // Losing the store or its own lease is this node's news; for the others it

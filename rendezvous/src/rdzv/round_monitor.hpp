@@ -196,6 +196,5 @@ class RoundMonitor {
 // "<code> <detail>" as stored in P/ctl/ended, and back.
 std::string encode_event(RoundEvent e, const std::string& detail);
 std::pair<RoundEvent, std::string> decode_event(const std::string& text);
-const char* event_name(RoundEvent e);
 
 }  // namespace ddp::rdzv::detail

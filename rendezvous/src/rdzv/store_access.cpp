@@ -15,6 +15,7 @@
 #include "ddp/common/logging.hpp"
 #include "ddp/store/tcp_store.hpp"
 #include "keys.hpp"
+#include "retry_notice.hpp"
 
 namespace ddp::rdzv::detail {
 
@@ -128,7 +129,10 @@ StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std:
       // (nodes start in any order; a handed-down store, its shorter bound); that client is then dropped for
       // one whose reconnects give up within the keep-alive window, so that a dead store is reported as lost
       // instead of retried for the whole join timeout.
-      store::TcpStore first(opts);
+      auto first_opts = opts;
+      first_opts.on_connect_retry =
+          RetryNotice(where, first_wait, first_wait == config.join_timeout ? "--rdzv_conf join_timeout" : "");
+      store::TcpStore first(first_opts);
       first.ping();
     }
     opts.connect_timeout = std::max(keep_alive_window(config), std::chrono::milliseconds(1000));

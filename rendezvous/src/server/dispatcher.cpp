@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
-#include <charconv>
 #include <optional>
 
 #include "ddp/common/error.hpp"
@@ -15,12 +14,6 @@ namespace {
 
 // How long a graceful stop waits for sessions to take their last replies.
 constexpr std::chrono::seconds kShutdownGrace{2};
-// Compaction retries after a failure: 1 s, doubling up to 60 s.
-constexpr std::chrono::milliseconds kCompactBackoffFirst{1000};
-constexpr std::chrono::milliseconds kCompactBackoffMax{60000};
-// While degraded: how often the data dir is probed, and how long lease expiry
-// waits before writing its deletion again.
-constexpr std::chrono::milliseconds kDiskProbeInterval{1000};
 // Past this many leases revoked at once, one summary log line instead of one
 // per lease: a whole cluster disconnecting must not flood the journal.
 constexpr std::size_t kLeaseLogLines = 16;
@@ -31,16 +24,8 @@ constexpr std::size_t kLeaseLogLines = 16;
 // late; against a TTL of seconds (15 s for agents) that is noise.
 constexpr Millis kLeaseExpiryBatch{100};
 
-bool same_token(std::string_view a, std::string_view b) {
-  // Constant time in the token's length, so response timing does not leak a prefix.
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const auto n = std::max(a.size(), b.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto ca = i < a.size() ? a[i] : '\0';
-    const auto cb = i < b.size() ? b[i] : '\0';
-    diff |= static_cast<unsigned char>(ca ^ cb);
-  }
-  return diff == 0;
+double wall_clock_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::size_t encoded_size(const Response& r) {
@@ -58,6 +43,7 @@ Dispatcher::Dispatcher(asio::io_context& io, const StoreServerOptions& options)
           options.history_max_events != 0 ? options.history_max_events : HistoryLimits::kDefaultMaxEvents,
           options.history_max_bytes != 0 ? options.history_max_bytes : HistoryLimits::kDefaultMaxBytes}),
       preauth_(options.max_preauth_buffered_bytes),
+      reply_budget_(options.max_queued_reply_bytes),
       reclaimer_(ReclaimOptions{options.keep_rounds, options.reclaim_idle_jobs}),
       reclaim_timer_(io),
       waiter_timer_(io),
@@ -65,11 +51,16 @@ Dispatcher::Dispatcher(asio::io_context& io, const StoreServerOptions& options)
       grace_timer_(io),
       auth_log_timer_(io),
       auth_(AuthBackoff{options.auth_free_failures, options.auth_backoff_base, options.auth_backoff_max}),
-      disk_timer_(io) {
+      disk_timer_(io),
+      job_log_(options.log_jobs) {
   core_.set_expiry_batch(kLeaseExpiryBatch);
   core_.set_sink([this](const Mutation& m) {
-    // Before the response exists: an acknowledged write is in the log.
-    if (persistence_) persistence_->append(m);
+    // Before the response exists: an acknowledged write is in the log (and,
+    // with --fsync=always, fsynced before any reply leaves: after_append()).
+    if (persistence_) {
+      persistence_->append(m);
+      after_append();
+    }
     committed_.push_back(m);
   });
 }
@@ -78,38 +69,19 @@ Dispatcher::~Dispatcher() = default;
 
 void Dispatcher::open_persistence() {
   if (!options_.data_dir.empty()) {
-    persistence_ = std::make_unique<Persistence>(options_.data_dir, Persistence::kDefaultCompactBytes,
-                                                 options_.recover_corrupt_log);
+    persistence_ =
+        std::make_unique<Persistence>(options_.data_dir, Persistence::kDefaultCompactBytes,
+                                      options_.recover_corrupt_log, options_.fsync == FsyncMode::kAlways);
     persistence_->open(core_, Clock::now());
+    if (options_.fsync == FsyncMode::kAlways) {
+      syncer_ = std::make_unique<LogSyncer>(io_, [this](std::uint64_t seq, int err) { on_synced(seq, err); });
+      // open() made what it loaded durable.
+      gate_.appended(persistence_->last_seq());
+      gate_.durable(persistence_->last_seq());
+    }
   }
+  job_log_.adopt(core_.kv(), wall_clock_now());
   arm_reclaim_sweep();
-}
-
-void Dispatcher::arm_reclaim_sweep() {
-  const auto period = reclaimer_.sweep_period();
-  if (period.count() == 0 || stopping_) return;
-  reclaim_timer_.expires_after(period);
-  reclaim_timer_.async_wait([this](boost::system::error_code ec) {
-    if (ec || stopping_) return;
-    auto keys = reclaimer_.idle_jobs(core_.kv(), Clock::now());
-    reclaim_keys_.insert(reclaim_keys_.end(), keys.begin(), keys.end());
-    after_work();
-    arm_reclaim_sweep();
-  });
-}
-
-void Dispatcher::reclaim() {
-  if (reclaim_keys_.empty() || stopping_) return;
-  auto keys = std::exchange(reclaim_keys_, {});
-  try {
-    const auto n = core_.erase_keys(keys);
-    reclaimer_.count_reclaimed(n);
-    ddp::log::get("store.server")->debug("reclaimed keys of old rounds and finished jobs count={}", n);
-  } catch (const std::exception& e) {
-    // Not in the log, so not deleted; the next round close or sweep names them again.
-    ddp::log::get("store.server")
-        ->warn("reclaiming keys failed count={} error=\"{}\"", keys.size(), e.what());
-  }
 }
 
 void Dispatcher::add_session(const std::shared_ptr<Session>& session) { sessions_[session.get()] = session; }
@@ -127,7 +99,8 @@ std::map<std::string, std::int64_t> Dispatcher::stats() const {
           {"reclaimed_jobs", reclaimer_.reclaimed_jobs()},
           {"degraded", persistence_ && persistence_->degraded() ? 1 : 0},
           {"persist_failures", persistence_ ? static_cast<std::int64_t>(persistence_->write_failures()) : 0},
-          {"compaction_failures", compaction_failures_}};
+          {"compaction_failures", compaction_failures_},
+          {"log_fsyncs", persistence_ ? static_cast<std::int64_t>(persistence_->syncs()) : 0}};
 }
 
 std::map<std::string, std::int64_t> Dispatcher::metrics() const {
@@ -138,7 +111,7 @@ std::map<std::string, std::int64_t> Dispatcher::metrics() const {
   out["unauthenticated_bytes"] = static_cast<std::int64_t>(preauth_.bytes());
   out["unauthenticated_closed"] = static_cast<std::int64_t>(preauth_.closed());
   request_metrics_.append_to(out);
-  append_rendezvous_rounds(core_.kv(), out);
+  out["jobs_tracked"] = static_cast<std::int64_t>(job_log_.size());
   return out;
 }
 
@@ -195,6 +168,8 @@ void Dispatcher::dispatch(const std::shared_ptr<Session>& s, Request& req) {
       return handle_cancel(s, req);
     case Op::kBarrier:
       return handle_barrier(s, req);
+    case Op::kJobs:
+      return handle_jobs(s, req);
     default:
       if (is_queue_op(req.op)) return handle_queue(s, req);
       break;
@@ -219,207 +194,15 @@ void Dispatcher::dispatch(const std::shared_ptr<Session>& s, Request& req) {
   s->send(resp);
 }
 
-void Dispatcher::handle_hello(const std::shared_ptr<Session>& s, const Request& req) {
-  auto log = ddp::log::get("store.server");
-  Response resp = reply(req.id, Status::kOk);
-  resp.num = kProtocolVersion;
-  resp.revision = core_.revision();
-  if (req.a != static_cast<std::int64_t>(kProtocolVersion)) {
-    resp.status = Status::kVersionMismatch;
-    resp.message = "server speaks protocol version " + std::to_string(kProtocolVersion) + ", client sent " +
-                   std::to_string(req.a) + "; use matching ddp versions";
-    log->warn("closing connection: protocol version mismatch peer={} client_version={}", s->peer(), req.a);
-    s->send(resp);
-    s->close_after_flush();
-    return;
-  }
-  if (!options_.token.empty()) {
-    // Compared whatever the address's back-off: a guesser sharing the address
-    // (a NAT, a host) must not lock out the client that has the token.
-    const std::string_view given = req.values.empty() ? std::string_view() : std::string_view(req.values[0]);
-    if (!same_token(given, options_.token)) {
-      const auto now = Clock::now();
-      auth_.record_failure(s->peer_address(), now);
-      // Past the free failures the verdict is held: one guesser from an
-      // address waits for each answer, 100 ms doubling up to the maximum.
-      const auto hold = std::min(auth_.wait_for(s->peer_address(), now), options_.auth_backoff_max);
-      resp.status = Status::kAuthFailed;
-      resp.message = given.empty() ? "this server requires a token; pass --token-file"
-                                   : "wrong token; check --token-file";
-      if (hold > Millis::zero()) {
-        auth_.record_delayed(s->peer_address());
-        resp.message += " (too many failed authentication attempts from " + s->peer_address() +
-                        ": this answer was held " + std::to_string(hold.count()) + " ms)";
-      }
-      log_auth_failure(*s, given.empty() ? "token=missing" : "token=wrong");
-      s->send(resp);
-      s->close_after_flush(hold);
-      return;
-    }
-  }
-  s->set_hello_done();
-  s->send(resp);
-}
-
-void Dispatcher::log_auth_failure(const Session& s, const char* what) {
-  ++auth_failures_;
-  if (auth_period_open_) return;  // counted; the period's summary line reports it
-  auth_period_open_ = true;
-  auth_.take_summary();  // this one is logged here, not in the summary
-  ddp::log::get("store.server")
-      ->warn(
-          "closing connection: authentication failed peer={} {}; further failures are summarised every {} ms",
-          s.peer(), what, options_.auth_log_period.count());
-  auth_log_timer_.expires_after(options_.auth_log_period);
-  auth_log_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) on_auth_log_timer();
-  });
-}
-
-void Dispatcher::on_auth_log_timer() {
-  const auto sum = auth_.take_summary();
-  if (sum.failed == 0) {
-    auth_period_open_ = false;  // quiet: the next failure is logged at once
-    return;
-  }
-  ddp::log::get("store.server")
-      ->warn(
-          "authentication failures in the last {} ms: failed={} delayed={} peers={} top_peer={} "
-          "top_peer_count={}",
-          options_.auth_log_period.count(), sum.failed, sum.delayed, sum.peers, sum.top_peer, sum.top_count);
-  auth_log_timer_.expires_after(options_.auth_log_period);
-  auth_log_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) on_auth_log_timer();
-  });
-}
-
-bool Dispatcher::refuse_pending(const std::shared_ptr<Session>& s, const Request& req) {
-  if (s->pending().count(req.id) != 0) {
-    s->send(
-        reply(req.id, Status::kBadRequest, "request id " + std::to_string(req.id) + " is already pending"));
-    return true;
-  }
-  if (s->pending().size() >= options_.limits.max_pending_per_connection) {
-    s->send(reply(req.id, Status::kLimitExceeded,
-                  "more than " + std::to_string(options_.limits.max_pending_per_connection) +
-                      " pending gets/waits/watches on one connection"));
-    return true;
-  }
-  return false;
-}
-
-void Dispatcher::handle_blocking(const std::shared_ptr<Session>& s, Request& req) {
-  const auto now = Clock::now();
-  auto resp = core_.execute(req, now);
-  if (resp.status == Status::kNotFound && req.op == Op::kWait && !queues_.empty() &&
-      still_missing(req).empty()) {
-    resp = reply(req.id, Status::kOk);
-  }
-  if (resp.status != Status::kNotFound) return s->send(resp);
-  if (req.b == 0) {
-    resp.status = Status::kTimeout;
-    resp.message = "timed out after 0 ms";
-    return s->send(resp);
-  }
-  park(s, req, still_missing(req), now);
-}
-
-void Dispatcher::park(const std::shared_ptr<Session>& s, Request& req, const std::vector<std::string>& keys,
-                      Clock::time_point now) {
-  if (refuse_pending(s, req)) return;
-  // A timeout past the clock's range is forever, as a negative one.
-  const auto deadline = req.b < 0 ? Clock::time_point::max() : saturating_add(now, Millis(req.b));
-  const WaiterId id = next_handle_++;
-  waiters_.add(id, keys, deadline);
-  s->pending()[req.id] = {Pending::Kind::kWaiter, id};
-  waiter_info_[id] = {s, std::move(req), deadline};
-}
-
-void Dispatcher::handle_barrier(const std::shared_ptr<Session>& s, Request& req) {
-  if (req.keys.size() != 1) return s->send(reply(req.id, Status::kBadRequest, "barrier takes one key"));
-  const auto now = Clock::now();
-  Request arrive;
-  arrive.op = Op::kAdd;
-  arrive.keys = req.keys;
-  arrive.b = 1;
-  auto resp = core_.execute(arrive, now);
-  resp.id = req.id;
-  if (resp.status != Status::kOk || resp.num >= req.a) return s->send(resp);
-  if (req.b == 0) return s->send(reply(req.id, Status::kTimeout, "barrier timed out after 0 ms"));
-  park(s, req, req.keys, now);
-}
-
-std::optional<Response> Dispatcher::barrier_reached(const Request& req) {
-  Request read;
-  read.op = Op::kTryGet;
-  read.keys = req.keys;
-  const auto now = core_.execute(read, Clock::now());
-  if (now.items.empty()) return std::nullopt;  // deleted: the next arrival starts it again
-  const auto& text = now.items[0].value;
-  std::int64_t count = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), count);
-  if (ec != std::errc() || end != text.data() + text.size() || count < req.a) return std::nullopt;
-  auto resp = reply(req.id, Status::kOk);
-  resp.num = count;
-  return resp;
-}
-
-void Dispatcher::release_waiter(WaiterId id) {
-  auto it = waiter_info_.find(id);
-  if (it == waiter_info_.end()) return;
-  if (it->second.req.op == Op::kBarrier) {
-    auto reached = barrier_reached(it->second.req);
-    if (!reached) {  // another write to the counter, not yet the count: keep waiting
-      waiters_.add(id, it->second.req.keys, it->second.deadline);
-      return;
-    }
-    auto info = std::move(it->second);
-    waiter_info_.erase(it);
-    info.session->pending().erase(info.req.id);
-    info.session->send(*reached);
-    return;
-  }
-  auto resp = core_.execute(it->second.req, Clock::now());
-  if (resp.status == Status::kNotFound && it->second.req.op == Op::kWait &&
-      still_missing(it->second.req).empty()) {
-    resp = reply(it->second.req.id, Status::kOk);  // a queue it waits on is not empty
-  }
-  if (resp.status == Status::kNotFound) {  // deleted again before we got here: keep waiting
-    waiters_.add(id, still_missing(it->second.req), it->second.deadline);
-    return;
-  }
-  auto info = std::move(it->second);
-  waiter_info_.erase(it);
-  info.session->pending().erase(info.req.id);
-  info.session->send(resp);
-}
-
-void Dispatcher::handle_cancel(const std::shared_ptr<Session>& s, const Request& req) {
-  auto resp = reply(req.id, Status::kOk);
-  const auto target = static_cast<std::uint32_t>(req.a);
-  auto it = s->pending().find(target);
-  if (it != s->pending().end()) {
-    if (it->second.kind == Pending::Kind::kWaiter) {
-      waiters_.remove(it->second.handle);
-      waiter_info_.erase(it->second.handle);
-    } else {
-      hub_.remove(it->second.handle);
-      watch_info_.erase(it->second.handle);
-    }
-    s->pending().erase(it);
-    s->send(reply(target, Status::kCancelled, "cancelled by the client"));
-    resp.num = 1;
-  }
-  s->send(resp);
-}
-
 void Dispatcher::drain() {
   // Sends can close sessions (write queue full), which edits the maps: look ids
   // up afresh every time instead of holding iterators.
   const auto now = Clock::now();
+  const auto wall_now = wall_clock_now();
   for (std::size_t m = 0; m < committed_.size(); ++m) {
     const auto mutation = std::move(committed_[m]);
     auto old = reclaimer_.on_commit(mutation, core_.kv(), now);
+    job_log_.on_commit(mutation, core_.kv(), wall_now);
     reclaim_keys_.insert(reclaim_keys_.end(), std::make_move_iterator(old.begin()),
                          std::make_move_iterator(old.end()));
     for (const auto& c : mutation.changes) {
@@ -466,39 +249,6 @@ void Dispatcher::after_work() {
   }
 }
 
-void Dispatcher::maybe_compact() {
-  if (!persistence_ || stopping_ || !persistence_->wants_compaction()) return;
-  const auto now = std::chrono::steady_clock::now();
-  if (now < compact_retry_at_) return;
-  try {
-    persistence_->compact(core_);
-    compact_backoff_ = std::chrono::milliseconds(0);
-  } catch (const std::exception& e) {
-    ++compaction_failures_;
-    compact_backoff_ = compact_backoff_.count() == 0 ? kCompactBackoffFirst
-                                                     : std::min(compact_backoff_ * 2, kCompactBackoffMax);
-    compact_retry_at_ = now + compact_backoff_;
-    ddp::log::get("store.server")
-        ->error("compaction failed; the log keeps growing, next try in {} ms error=\"{}\"",
-                compact_backoff_.count(), e.what());
-  }
-}
-
-void Dispatcher::arm_disk_probe() {
-  if (disk_probe_armed_ || stopping_) return;
-  disk_probe_armed_ = true;
-  disk_timer_.expires_after(kDiskProbeInterval);
-  disk_timer_.async_wait([this](boost::system::error_code ec) {
-    disk_probe_armed_ = false;
-    if (ec || stopping_ || !persistence_) return;
-    if (persistence_->probe()) {
-      lease_retry_at_.reset();
-      compact_retry_at_ = {};
-    }
-    after_work();
-  });
-}
-
 void Dispatcher::rearm_timers() {
   if (stopping_) return;
   rearm(waiter_timer_, waiter_armed_, waiters_.next_deadline(), &Dispatcher::on_waiter_timer);
@@ -520,31 +270,6 @@ void Dispatcher::rearm(boost::asio::steady_timer& timer, std::optional<Clock::ti
   timer.async_wait([this, fire](boost::system::error_code ec) {
     if (!ec) (this->*fire)();
   });
-}
-
-void Dispatcher::on_waiter_timer() {
-  waiter_armed_.reset();
-  for (auto id : waiters_.take_expired(Clock::now())) {
-    auto it = waiter_info_.find(id);
-    if (it == waiter_info_.end()) continue;
-    auto info = std::move(it->second);
-    waiter_info_.erase(it);
-    info.session->pending().erase(info.req.id);
-    if (info.req.op == Op::kBarrier) {
-      info.session->send(reply(info.req.id, Status::kTimeout,
-                               "barrier on '" + info.req.keys[0] + "' timed out after " +
-                                   std::to_string(info.req.b) + " ms; fewer than " +
-                                   std::to_string(info.req.a) + " arrived"));
-      continue;
-    }
-    auto missing = core_.missing(info.req.keys);
-    std::string msg = std::string(op_name(info.req.op)) + " timed out after " + std::to_string(info.req.b) +
-                      " ms; missing key(s):";
-    for (std::size_t i = 0; i < missing.size() && i < 5; ++i) msg += " '" + missing[i] + "'";
-    if (missing.size() > 5) msg += " and " + std::to_string(missing.size() - 5) + " more";
-    info.session->send(reply(info.req.id, Status::kTimeout, msg));
-  }
-  after_work();
 }
 
 void Dispatcher::on_lease_timer() {
@@ -634,6 +359,7 @@ void Dispatcher::shutdown(std::function<void()> done) {
     log->error("shutdown: delivering last changes failed error=\"{}\"", e.what());
   }
   stopping_ = true;
+  // Job listings in progress end at their next slice, answered "shutting down".
   waiter_timer_.cancel();
   lease_timer_.cancel();
   reclaim_timer_.cancel();
@@ -660,6 +386,8 @@ void Dispatcher::shutdown(std::function<void()> done) {
     if (info.replay_from == 0) r.revision = core_.revision();
     info.session->send(r);
   }
+  // One fdatasync at a time, and no answer from the syncer after this.
+  if (syncer_) syncer_->stop();
   if (persistence_) {
     try {
       persistence_->close(core_);
@@ -668,6 +396,15 @@ void Dispatcher::shutdown(std::function<void()> done) {
     } catch (const std::exception& e) {
       saved_ = false;
       log->error("saving state failed data_dir={} error=\"{}\"", persistence_->dir(), e.what());
+    }
+  }
+  // close() fsynced everything (or failed): the held replies go out now, or never.
+  if (syncer_) {
+    if (saved_) {
+      gate_.durable(persistence_->last_seq());
+      release_held();
+    } else {
+      for (auto& s : gate_.release()) s->close("data dir not saved");
     }
   }
   if (sessions_.empty()) return done();

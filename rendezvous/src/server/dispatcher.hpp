@@ -2,12 +2,16 @@
 // through one StoreCore, parks blocked gets/waits in a WaiterTable and watches
 // in a WatchHub, runs the two timers (waiter deadlines, lease expiry), and
 // appends every mutation to the persistence log before its response is queued.
+// With --fsync=always no reply leaves before the log records appended
+// before it are fdatasync'ed, by a LogSyncer off the loop, one sync covering
+// every record appended since the last (group commit, ack_gate.hpp).
 //
 // Thread-safety: loop thread only; StoreServer posts to it.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -17,10 +21,15 @@
 #include <vector>
 
 #include "auth_limiter.hpp"
+#include "ddp/store/job_report.hpp"
 #include "ddp/store/store_server.hpp"
+#include "job_log.hpp"
+#include "job_scan.hpp"
+#include "log_syncer.hpp"
 #include "persistence.hpp"
 #include "preauth_pool.hpp"
 #include "reclaimer.hpp"
+#include "reply_budget.hpp"
 #include "request_metrics.hpp"
 #include "session.hpp"
 #include "store_core.hpp"
@@ -29,6 +38,10 @@
 #include "watch_hub.hpp"
 
 namespace ddp::store::server {
+
+// While degraded: how often the data dir is probed, and how long lease expiry
+// waits before writing its deletion again.
+inline constexpr std::chrono::milliseconds kDiskProbeInterval{1000};
 
 // A response with just an id, a status and a message: the start of every reply
 // the dispatcher sends (dispatcher.cpp and its continuations).
@@ -51,10 +64,20 @@ class Dispatcher final : public SessionHost {
   std::size_t connections() const { return sessions_.size(); }
   // Connections still in their handshake (SessionOptions::preauth).
   PreauthPool& preauth() { return preauth_; }
+  // The sessions' output waits while it is closed (--fsync=always).
+  AckGate& ack_gate() { return gate_; }
+  // Unread replies of all connections together (SessionOptions::reply_budget).
+  ReplyBudget& reply_budget() { return reply_budget_; }
   std::map<std::string, std::int64_t> stats() const;
-  // stats() plus per-op request counts, the latency histogram and rendezvous
-  // rounds (see RequestMetrics); for the daemon's /metrics.
+  // stats() plus per-op request counts and the latency histogram (see
+  // RequestMetrics); for the daemon's /metrics (its per-job series come from jobs()).
   std::map<std::string, std::int64_t> metrics() const;
+  // The jobs in the store (dispatcher_jobs.cpp): `done` runs on the loop
+  // thread once a JobScan for `query` has walked the key space in slices, or
+  // at once with a recent enough answer; with nullptr when the server stops
+  // first. False, without calling `done`, when too many listings run already.
+  using JobsCallback = std::function<void(const JobsReport*)>;
+  bool jobs(const JobQuery& query, JobsCallback done);
   // Graceful stop: pending gets/waits/watches get kShuttingDown, state is
   // flushed, sessions close after writing; `done` runs once all have closed (or
   // after a grace period).
@@ -96,6 +119,10 @@ class Dispatcher final : public SessionHost {
   // Parks `req` until a put of one of `keys`, or its deadline (b ms; <0: never).
   void park(const std::shared_ptr<Session>& s, Request& req, const std::vector<std::string>& keys,
             Clock::time_point now);
+  // kJobs: keys[0] = a run id, or none for every job (dispatcher_jobs.cpp).
+  void handle_jobs(const std::shared_ptr<Session>& s, const Request& req);
+  // Runs the next slice of the listing `key`, and answers its requests once done.
+  void step_scan(const std::string& key);
   // TCPStore queue ops (dispatcher_queues.cpp).
   void handle_queue(const std::shared_ptr<Session>& s, Request& req);
   // Keys a get/wait/check still lacks; a non-empty queue counts as present for wait/check.
@@ -120,6 +147,16 @@ class Dispatcher final : public SessionHost {
   void reclaim();
   void arm_reclaim_sweep();
   void maybe_compact();
+  // Group commit: a record was appended; starts a sync unless one runs.
+  void after_append();
+  void start_sync();
+  // A sync covered the records up to `seq` (err 0), or failed (fatal).
+  void on_synced(std::uint64_t seq, int err);
+  // The sessions whose output waited for the disk write what may go now.
+  void release_held();
+  // No reply that may wait for an unsynced record is ever sent: every
+  // session is closed, writes are refused from now on, options_.on_fatal is told.
+  void on_sync_failed(const std::string& why);
   // While the data dir is degraded: probes it every second until it takes writes.
   void arm_disk_probe();
   void rearm_timers();
@@ -144,8 +181,9 @@ class Dispatcher final : public SessionHost {
   std::unique_ptr<Persistence> persistence_;
   std::unordered_map<WaiterId, WaiterInfo> waiter_info_;
   std::unordered_map<WatchId, WatchInfo> watch_info_;
-  // Before sessions_: a session leaves it when it is destroyed.
+  // Before sessions_: a session leaves them when it is destroyed.
   PreauthPool preauth_;
+  ReplyBudget reply_budget_;
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions_;
   // Leases granted with kLeaseBindToConnection, by the session that granted them.
   std::unordered_map<Session*, std::vector<LeaseId>> bound_leases_;
@@ -156,8 +194,12 @@ class Dispatcher final : public SessionHost {
   // Watch event frames sent (stat `event_frames`): what a mass expiry costs.
   std::int64_t event_frames_ = 0;
   std::vector<Mutation> committed_;
+  AckGate gate_;
+  std::unique_ptr<LogSyncer> syncer_;  // --fsync=always with a data dir
   Reclaimer reclaimer_;
   std::vector<std::string> reclaim_keys_;  // named by the reclaimer, deleted by reclaim()
+  // Prefixes of finished jobs whose history goes once reclaim() deleted their keys.
+  std::vector<std::string> forget_prefixes_;
   boost::asio::steady_timer reclaim_timer_;
   boost::asio::steady_timer waiter_timer_;
   boost::asio::steady_timer lease_timer_;
@@ -180,6 +222,19 @@ class Dispatcher final : public SessionHost {
   std::uint64_t next_handle_ = 1;
   std::int64_t requests_ = 0;
   RequestMetrics request_metrics_;
+  JobLog job_log_;
+  struct JobScanRun {
+    std::unique_ptr<JobScan> scan;
+    std::vector<JobsCallback> waiting;
+  };
+  struct JobsCache {
+    Revision revision = 0;
+    Clock::time_point at;
+    std::shared_ptr<const JobsReport> report;
+  };
+  std::map<std::string, JobScanRun> job_scans_;  // running listings, by query
+  std::map<std::string, JobsCache> jobs_cache_;  // finished ones, by query
+  std::size_t job_waiters_ = 0;
   bool stopping_ = false;
   std::function<void()> done_;
 };

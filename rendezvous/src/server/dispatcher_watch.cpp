@@ -26,9 +26,8 @@ void Dispatcher::handle_watch(const std::shared_ptr<Session>& s, const Request& 
   if (req.b < 0) return s->send(reply(req.id, Status::kBadRequest, "watch from a negative revision"));
   if (refuse_pending(s, req)) return;
   drain();  // nothing committed may be both replayed and routed
-  if (req.b > 0 && req.b <= core_.history().compacted_revision()) {
-    auto r =
-        reply(req.id, Status::kCompacted, compacted_message(req.b, core_.history().compacted_revision()));
+  if (const auto compacted = core_.history().compacted_for(req.keys[0]); req.b > 0 && req.b <= compacted) {
+    auto r = reply(req.id, Status::kCompacted, compacted_message(req.b, compacted));
     r.revision = core_.revision();
     return s->send(r);
   }
@@ -56,7 +55,11 @@ void Dispatcher::pump_replay(WatchId id) {
           frame.id = request_id;
           session->send(frame);
         }
-        paused = session->closed() || session->queued_bytes() >= kReplayChunkBytes;
+        // While all clients' unread replies take half the budget, a replay
+        // sends one revision at a time, each once the last is read: a
+        // thousand replays cost a revision each, not a chunk each.
+        paused = session->closed() || session->queued_bytes() >= kReplayChunkBytes ||
+                 (reply_budget_.pressed() && session->queued_bytes() > 0);
         return !paused;
       });
   if (session->closed()) return;
@@ -65,11 +68,11 @@ void Dispatcher::pump_replay(WatchId id) {
   if (!next) {
     // The history moved past the replay while the client was reading slowly.
     const auto from = it->second.replay_from;
+    const auto compacted = core_.history().compacted_for(it->second.prefix);
     hub_.remove(id);
     watch_info_.erase(it);
     session->pending().erase(request_id);
-    auto r =
-        reply(request_id, Status::kCompacted, compacted_message(from, core_.history().compacted_revision()));
+    auto r = reply(request_id, Status::kCompacted, compacted_message(from, compacted));
     r.revision = core_.revision();
     session->send(r);
     return;

@@ -13,7 +13,9 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -52,9 +54,26 @@ class EventHistory {
   std::optional<Revision> visit(std::string_view prefix, Revision from, const FrameVisitor& frame) const;
   // Every event with revision <= this is gone.
   Revision compacted_revision() const { return compacted_; }
+  // For a watch of `prefix`: every event under it after this revision is
+  // held (compacted_revision(), or later where a forgotten prefix overlaps).
+  Revision compacted_for(std::string_view prefix) const;
+  // Drops the events under `prefix` (a reclaimed job's, which nobody can
+  // watch to any purpose any more), all of revision <= `revision`. From then
+  // on a watch of a prefix that overlaps it (contains it or lies in it) from
+  // a revision <= `revision` is compacted; one of any other prefix is not.
+  // At most kMaxForgotten prefixes are remembered: past that, the oldest is
+  // folded into an ordinary compaction up to its revision.
+  void forget(std::string_view prefix, Revision revision);
+  // Why 4096: a finished job is three prefixes, so the last 1,365 reclaimed
+  // jobs are remembered (about 300 KB); a watch from before the oldest of them
+  // is long out of date anyway.
+  static constexpr std::size_t kMaxForgotten = 4096;
+  std::size_t forgotten() const { return forgotten_order_.size(); }
   // After a restart from a snapshot, history before the snapshot is unknown.
   void reset(Revision compacted) {
     events_.clear();
+    forgotten_.clear();
+    forgotten_order_.clear();
     bytes_ = 0;
     compacted_ = compacted;
   }
@@ -66,7 +85,14 @@ class EventHistory {
 
  private:
   HistoryLimits limits_;
+  // Drops whole revisions from the front up to `revision`.
+  void compact_to(Revision revision);
+
   std::deque<WatchEvent> events_;
+  // Forgotten prefixes: the latest revision of each, for lookups by prefix,
+  // and every forget in order, oldest first, for the bound.
+  std::map<std::string, Revision, std::less<>> forgotten_;
+  std::deque<std::pair<Revision, std::string>> forgotten_order_;
   std::size_t bytes_ = 0;
   Revision compacted_ = 0;
 };

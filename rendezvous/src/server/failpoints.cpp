@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp::store::server::failpoints {
 namespace {
@@ -25,16 +26,9 @@ std::mutex g_mu;
 std::map<std::string, Armed, std::less<>> g_points;
 
 long parse_count(const std::string& entry, const std::string& text) {
-  std::size_t used = 0;
-  long n = -1;
-  try {
-    n = std::stol(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || n < 0)
-    throw ConfigError("DDP_FAILPOINTS entry '" + entry + "': bad count '" + text + "'");
-  return n;
+  const auto n = parse_int<long>(text);
+  if (!n || *n < 0) throw ConfigError("DDP_FAILPOINTS entry '" + entry + "': bad count '" + text + "'");
+  return *n;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "ddp/common/parse.hpp"
 #include "ddp/common/proc_file.hpp"
 
 namespace ddp::store::server {
@@ -31,6 +32,7 @@ bool is_loopback_port(const std::string& field, std::uint16_t port) {
     return false;
   }
   unsigned value = 0;
+  // number-parse-ok: /proc/net/tcp writes the port in hex; parse_int reads decimal.
   const auto* first = field.data() + colon + 1;
   const auto [ptr, ec] = std::from_chars(first, field.data() + field.size(), value, 16);
   return ec == std::errc() && ptr != first && value == port;
@@ -59,10 +61,9 @@ std::vector<pid_t> descendants(pid_t ancestor) {
   std::multimap<pid_t, pid_t> children;
   if (DIR* d = ::opendir("/proc")) {
     while (const dirent* e = ::readdir(d)) {
-      pid_t pid = 0;
-      const char* end = e->d_name + std::char_traits<char>::length(e->d_name);
-      if (std::from_chars(e->d_name, end, pid).ptr != end || pid <= 0) continue;
-      if (auto ppid = proc_parent(pid)) children.emplace(*ppid, pid);
+      const auto pid = parse_int<pid_t>(e->d_name);
+      if (!pid || *pid <= 0) continue;
+      if (auto ppid = proc_parent(*pid)) children.emplace(*ppid, *pid);
     }
     ::closedir(d);
   }

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <ctime>
 #include <filesystem>
+#include <vector>
 
 #include "ddp/common/logging.hpp"
 #include "persistence_format.hpp"
@@ -22,8 +23,11 @@ std::string recover_hint() {
 
 }  // namespace
 
-Persistence::Persistence(std::string dir, std::uint64_t compact_bytes, bool recover_corrupt)
-    : dir_(std::move(dir)), compact_bytes_(compact_bytes), recover_corrupt_(recover_corrupt) {}
+Persistence::Persistence(std::string dir, std::uint64_t compact_bytes, bool recover_corrupt, bool durable)
+    : dir_(std::move(dir)),
+      compact_bytes_(compact_bytes),
+      recover_corrupt_(recover_corrupt),
+      durable_(durable) {}
 
 Persistence::~Persistence() {
   if (log_fd_ >= 0) ::close(log_fd_);
@@ -34,9 +38,21 @@ void Persistence::open(StoreCore& core, Clock::time_point now) {
   std::error_code ec;
   if (!fs::exists(dir_, ec)) {
     // Like etcd: a data dir that does not exist yet is created, private to us.
+    std::vector<fs::path> missing;
+    for (auto p = fs::absolute(dir_, ec).lexically_normal(); p.has_relative_path() && !fs::exists(p, ec);
+         p = p.parent_path())
+      missing.push_back(p);
     fs::create_directories(dir_, ec);
     if (ec) throw ConfigError("cannot create data dir " + dir_ + ": " + ec.message() + "; fix --data-dir");
     ::chmod(dir_.c_str(), 0700);
+    // Its name must last as its files do: fsynced into each parent it was made in.
+    for (const auto& p : missing) {
+      for (const auto& d : {p, p.parent_path()}) {
+        if (const int err = format::fsync_dir(d.string()); err != 0)
+          throw ConfigError("cannot fsync directory " + d.string() + " after creating data dir " + dir_ +
+                            ": " + errno_text(err));
+      }
+    }
     log->info("created data dir {} (mode 0700)", dir_);
   }
   struct stat st {};
@@ -58,6 +74,12 @@ void Persistence::open(StoreCore& core, Clock::time_point now) {
       throw ConfigError(std::string("cannot rewrite the data dir after loading it: ") + e.what());
     }
     compact_after_open_ = false;
+  }
+  // What was read back may be in the page cache only (the daemon crashed, the
+  // machine did not): on disk before anything is acknowledged on top of it.
+  if (durable_ && log_fd_ >= 0) {
+    if (const int err = format::sync_fd(log_fd_, "log.fsync", /*data_only=*/true); err != 0)
+      throw ConfigError("cannot fsync " + dir_ + "/log after reading it: " + errno_text(err));
   }
 }
 

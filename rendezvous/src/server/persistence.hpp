@@ -5,8 +5,16 @@
 // - An acknowledged mutation is in the log: append() write(2)s the record before
 //   the response exists, and a failed append throws after cutting the file back
 //   to its last whole record, so nothing is ever appended after a torn one.
-//   fsync happens on snapshot and on graceful stop, so a power loss can still
-//   lose the last writes (the trade-off etcd makes configurable; we chose speed).
+// - With --fsync=always (the default) it is also on disk: the dispatcher holds
+//   every reply until an fdatasync of the log (LogSyncer, off the loop) has
+//   covered the records before it (group commit, ack_gate.hpp). With
+//   --fsync=never, fsync happens on snapshot and on graceful stop only, so a
+//   power loss or a file system error can lose the writes since the last
+//   snapshot. A failed sync fails the persistence for good (sync_failed()):
+//   after a failed fsync the kernel may have dropped the dirty pages, so a
+//   second fsync could report success for data that is gone.
+// - Every file is created or replaced by write, fsync, rename, fsync of the
+//   directory; a data dir it creates is fsynced into its parent.
 // - open() cuts a torn tail (an incomplete last record, as a crash mid-write
 //   leaves) with a warning, but refuses to start (ConfigError naming the file
 //   and byte offset, file untouched) on damage anywhere else, unless the
@@ -43,8 +51,10 @@ class Persistence {
   // the snapshot more often would cost more than it saves.
   static constexpr std::uint64_t kDefaultCompactBytes = 64ull << 20;
 
+  // `durable` (--fsync=always): open() also fsyncs the log it read, which a
+  // crashed daemon may have left in the page cache only.
   explicit Persistence(std::string dir, std::uint64_t compact_bytes = kDefaultCompactBytes,
-                       bool recover_corrupt = false);
+                       bool recover_corrupt = false, bool durable = false);
   ~Persistence();
   Persistence(const Persistence&) = delete;
   Persistence& operator=(const Persistence&) = delete;
@@ -56,6 +66,15 @@ class Persistence {
   // Appends one record; PersistError when the write fails (the log is then as
   // it was before the call, or the next append cuts it back first).
   void append(const Mutation& m);
+  // The last record appended (0: none yet), and the log's fd to sync (-1: none).
+  std::uint64_t last_seq() const { return next_seq_ - 1; }
+  int log_fd() const { return log_fd_; }
+  // An fdatasync of the log covered the records up to `seq` (counted).
+  void synced(std::uint64_t seq);
+  // An fdatasync of the log failed with `err`: the persistence is failed for
+  // good (every later append, compaction and close throws PersistError).
+  // Returns why, for the log.
+  std::string sync_failed(int err);
   bool wants_compaction() const { return log_bytes_ > compact_bytes_; }
   // Writes a new snapshot of `core` and starts an empty log; PersistError on
   // failure, leaving no snapshot.tmp and the old snapshot and log in use.
@@ -67,8 +86,12 @@ class Persistence {
   bool probe();
 
   bool degraded() const { return degraded_; }
+  // A sync() failed: nothing more is written until a restart.
+  bool failed() const { return !failed_reason_.empty(); }
   const std::string& degraded_reason() const { return degraded_reason_; }
   std::uint64_t write_failures() const { return write_failures_; }
+  // Successful syncs: with group commit, fewer than the writes they cover.
+  std::uint64_t syncs() const { return syncs_; }
   const std::string& dir() const { return dir_; }
 
  private:
@@ -86,6 +109,7 @@ class Persistence {
   std::string dir_;
   std::uint64_t compact_bytes_;
   bool recover_corrupt_;
+  bool durable_;
   int log_fd_ = -1;
   std::uint64_t log_bytes_ = 0;
   std::uint64_t next_seq_ = 1;
@@ -93,9 +117,11 @@ class Persistence {
   bool snapshot_found_ = false;
   bool compact_after_open_ = false;
   bool needs_cut_ = false;
+  std::string failed_reason_;
   bool degraded_ = false;
   std::string degraded_reason_;
   std::uint64_t write_failures_ = 0;
+  std::uint64_t syncs_ = 0;
   std::uint64_t last_failed_bytes_ = 0;
 };
 

@@ -212,19 +212,20 @@ bool write_all(int fd, std::string_view data, std::string_view point, WriteFailu
   return true;
 }
 
-int sync_fd(int fd, std::string_view point) {
+int sync_fd(int fd, std::string_view point, bool data_only) {
   if (const auto fault = failpoints::check(point)) {
     if (fault.action == failpoints::Action::kCrash) failpoints::crash(point);
     return fault.err;
   }
-  return ::fsync(fd) == 0 ? 0 : errno;
+  return (data_only ? ::fdatasync(fd) : ::fsync(fd)) == 0 ? 0 : errno;
 }
 
-void fsync_dir(const std::string& dir) {
+int fsync_dir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
+  if (fd < 0) return errno;
+  const int err = ::fsync(fd) == 0 ? 0 : errno;
   ::close(fd);
+  return err;
 }
 
 }  // namespace ddp::store::server::format

@@ -97,8 +97,11 @@ struct WriteFailure {
   std::size_t written = 0;
 };
 bool write_all(int fd, std::string_view data, std::string_view point, WriteFailure& failure);
-// fsync through the failpoint `point`; the errno, or 0.
-int sync_fd(int fd, std::string_view point);
-void fsync_dir(const std::string& dir);
+// fsync (fdatasync with data_only: the file's data and size, what a reader
+// of an appended log needs) through the failpoint `point`; the errno, or 0.
+int sync_fd(int fd, std::string_view point, bool data_only = false);
+// fsync of a directory, so that the names created or renamed in it last; the
+// errno, or 0.
+int fsync_dir(const std::string& dir);
 
 }  // namespace ddp::store::server::format

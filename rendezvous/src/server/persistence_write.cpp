@@ -46,7 +46,8 @@ void replace_file(const std::string& dir, const std::string& name, std::string_v
     ::unlink(tmp.c_str());
     throw PersistError("cannot rename " + tmp + " to " + path + ": " + errno_text(err));
   }
-  format::fsync_dir(dir);
+  if (const int derr = format::fsync_dir(dir); derr != 0)
+    throw PersistError("cannot fsync directory " + dir + " after renaming " + tmp + ": " + errno_text(derr));
 }
 
 }  // namespace
@@ -70,6 +71,7 @@ bool Persistence::cut_back() {
 void Persistence::append(const Mutation& m) {
   if (log_fd_ < 0) return;
   const auto path = dir_ + "/log";
+  if (failed()) throw PersistError(failed_reason_);
   if (needs_cut_ && !cut_back())
     throw PersistError("log " + path +
                        " ends in an unfinished record that cannot be cut yet; writes are refused");
@@ -89,7 +91,18 @@ void Persistence::append(const Mutation& m) {
   if (degraded_) leave_degraded();
 }
 
+void Persistence::synced(std::uint64_t) { ++syncs_; }
+
+std::string Persistence::sync_failed(int err) {
+  ++write_failures_;
+  failed_reason_ = "an fsync of " + dir_ + "/log failed (" + errno_text(err) +
+                   "); nothing is written until the daemon restarts and reads the log back";
+  enter_degraded(failed_reason_);
+  return failed_reason_;
+}
+
 void Persistence::compact(const StoreCore& core) {
+  if (failed()) throw PersistError(failed_reason_);
   std::string body;
   put<std::int64_t>(body, core.revision());
   put<std::uint64_t>(body, next_seq_ - 1);
@@ -141,6 +154,7 @@ void Persistence::start_new_log() {
 
 void Persistence::close(const StoreCore& core) {
   if (log_fd_ < 0) return;
+  if (failed()) throw PersistError(failed_reason_);
   if (const int err = format::sync_fd(log_fd_, "log.fsync"); err != 0)
     throw PersistError("cannot fsync " + dir_ + "/log: " + errno_text(err));
   compact(core);
@@ -150,6 +164,7 @@ void Persistence::close(const StoreCore& core) {
 
 bool Persistence::probe() {
   if (!degraded_) return true;
+  if (failed()) return false;
   if (needs_cut_ && !cut_back()) return false;
   struct statvfs vfs {};
   if (::statvfs(dir_.c_str(), &vfs) != 0) return false;

@@ -38,7 +38,7 @@ std::vector<std::string> Reclaimer::on_commit(const Mutation& m, const KvState& 
     if (!closed || *closed < options_.keep_rounds) continue;
     const auto last_old = *closed - options_.keep_rounds;
     const std::string run(job->run);
-    for (const auto& root : {keys::rdzv_prefix(run) + "round_", keys::worker_root(run) + "round_"}) {
+    for (const auto& root : keys::rounds_roots(run)) {
       for_each_under(kv, root, [&](const std::string& key, const KvEntry&) {
         const auto k = keys::job_key_of(key);
         const auto r = k ? keys::round_of(*k) : std::nullopt;
@@ -78,7 +78,10 @@ std::vector<std::string> Reclaimer::idle_jobs(const KvState& kv, Clock::time_poi
       ++it;
       continue;
     }
-    if (!keys.empty()) ++reclaimed_jobs_;  // else its keys went some other way
+    if (!keys.empty()) {  // else its keys went some other way
+      ++reclaimed_jobs_;
+      reclaimed_runs_.emplace_back(it->first, keys.size());
+    }
     out.insert(out.end(), keys.begin(), keys.end());
     it = last_write_.erase(it);
   }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ddp/common/deadline.hpp"
@@ -44,6 +45,13 @@ class Reclaimer {
   // How often idle_jobs() should run; zero when jobs are never reclaimed.
   std::chrono::milliseconds sweep_period() const;
   std::size_t jobs() const { return last_write_.size(); }
+  // The jobs idle_jobs() named since the last call, with their key counts:
+  // for the job log, and once their keys are deleted their past events go
+  // from the watch history too (EventHistory::forget), so that a daemon
+  // running job after job holds no history of the finished ones.
+  std::vector<std::pair<std::string, std::size_t>> take_reclaimed_runs() {
+    return std::exchange(reclaimed_runs_, {});
+  }
   std::int64_t reclaimed_jobs() const { return reclaimed_jobs_; }
   std::int64_t reclaimed_keys() const { return reclaimed_keys_; }
   void count_reclaimed(std::size_t keys) { reclaimed_keys_ += static_cast<std::int64_t>(keys); }
@@ -54,6 +62,7 @@ class Reclaimer {
   bool adopted_ = false;
   std::int64_t reclaimed_jobs_ = 0;
   std::int64_t reclaimed_keys_ = 0;
+  std::vector<std::pair<std::string, std::size_t>> reclaimed_runs_;
 };
 
 }  // namespace ddp::store::server

@@ -2,6 +2,7 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <utility>
 
 #include "contained.hpp"
 #include "ddp/common/error.hpp"
@@ -17,6 +18,22 @@ namespace {
 // Reads per readiness before yielding to other connections, so one client
 // streaming bytes cannot starve the rest of the loop.
 constexpr int kReadsPerTurn = 64;
+
+// An emptied reply buffer keeps its memory up to this much (most replies fit,
+// so most reuse it); a bigger one is freed, so that an idle connection never
+// pins the buffer of a large reply it once got.
+constexpr std::size_t kKeepBufferBytes = 4096;
+
+void empty_buffer(std::string& buffer) {
+  if (buffer.capacity() > kKeepBufferBytes)
+    std::string().swap(buffer);
+  else
+    buffer.clear();
+}
+
+// The memory a non-empty reply buffer holds (its capacity: a string grown by
+// appends holds up to twice its size); an empty one counts nothing.
+std::size_t held(const std::string& buffer) { return buffer.empty() ? 0 : buffer.capacity(); }
 
 std::string address_of(const asio::ip::tcp::socket& s) {
   error_code ec;
@@ -54,7 +71,30 @@ Session::Session(asio::ip::tcp::socket socket, SessionHost& host, const SessionO
       peer_(describe(socket_)),
       peer_address_(address_of(socket_)) {}
 
-Session::~Session() { leave_preauth(); }
+Session::~Session() {
+  leave_preauth();
+  if (options_.reply_budget != nullptr && charged_ > 0) options_.reply_budget->charge(*this, charged_, 0);
+}
+
+void Session::recharge() {
+  if (options_.reply_budget == nullptr || closed_ || dropped_) return;
+  const std::size_t now = held(out_) + held(writing_);
+  if (now == charged_) return;
+  const std::size_t before = std::exchange(charged_, now);
+  options_.reply_budget->charge(*this, before, now);  // may drop this connection
+}
+
+void Session::drop_replies(const std::string& why) {
+  if (closed_ || dropped_) return;
+  dropped_ = true;
+  closing_ = true;  // no more reads: its requests would only queue more replies
+  charged_ = 0;     // the budget took them off when it chose this connection
+  drain_wanted_ = false;
+  std::string().swap(out_);
+  // Not closed here: this runs inside another connection's send, and a close
+  // reaches the host (its watches and waiters) at once.
+  asio::post(socket_.get_executor(), [self = shared_from_this(), why] { self->close(why); });
+}
 
 void Session::leave_preauth() {
   if (!in_preauth_) return;
@@ -234,9 +274,11 @@ void Session::on_timer() {
 }
 
 void Session::send(const Response& resp) {
-  if (closed_) return;
+  if (closed_ || dropped_) return;
+  const auto begin = out_.size();
   try {
     codec_->encode(resp, out_);
+    if (options_.ack_gate != nullptr) options_.ack_gate->mark(ack_marks_, begin, out_.size());
   } catch (const ProtocolError& e) {
     // A reply the client's protocol cannot express (torch has no error replies):
     // closing is how torch's own server reports it.
@@ -252,11 +294,22 @@ void Session::send(const Response& resp) {
     close("write queue full");
     return;
   }
+  recharge();
   if (!in_read_handler_) flush();
 }
 
+void Session::on_durable() {
+  gated_ = false;
+  guarded([&] { flush(); });
+}
+
 void Session::flush() {
-  if (held_) return;
+  write_queued();
+  recharge();
+}
+
+void Session::write_queued() {
+  if (held_ || dropped_) return;
   while (!closed_ && !write_in_flight_) {
     if (out_.empty()) {
       if (closing_) {
@@ -269,8 +322,22 @@ void Session::flush() {
       }
       return;
     }
-    writing_.swap(out_);
-    out_.clear();
+    // Only what the disk has caught up with (--fsync=always): the rest waits.
+    const auto ready =
+        options_.ack_gate != nullptr ? options_.ack_gate->writable(ack_marks_, out_.size()) : out_.size();
+    if (ready == 0) {
+      if (!std::exchange(gated_, true)) options_.ack_gate->hold(shared_from_this());
+      return;
+    }
+    if (ready == out_.size()) {
+      writing_.swap(out_);
+      empty_buffer(out_);
+      ack_marks_.clear();
+    } else {
+      writing_.assign(out_, 0, ready);
+      out_.erase(0, ready);
+      AckGate::consumed(ack_marks_, ready);
+    }
     // Try the write at once: most replies fit the socket buffer, which saves a
     // trip through the reactor per response.
     error_code ec;
@@ -280,7 +347,7 @@ void Session::flush() {
       return;
     }
     if (n == writing_.size()) {
-      writing_.clear();
+      empty_buffer(writing_);
       continue;
     }
     write_in_flight_ = true;
@@ -291,11 +358,7 @@ void Session::flush() {
                           if (wec != asio::error::operation_aborted) self->close(wec.message());
                           return;
                         }
-                        // Big replies must not pin their buffer to an idle connection.
-                        if (self->writing_.capacity() > (1u << 20))
-                          std::string().swap(self->writing_);
-                        else
-                          self->writing_.clear();
+                        empty_buffer(self->writing_);
                         self->guarded([&] { self->flush(); });
                       });
   }
@@ -325,6 +388,9 @@ void Session::close(const std::string& reason) {
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   socket_.close(ec);
   out_.clear();
+  ack_marks_.clear();
+  if (options_.reply_budget != nullptr && charged_ > 0)
+    options_.reply_budget->charge(*this, std::exchange(charged_, 0), 0);
   if (options_.buffered_total != nullptr) *options_.buffered_total -= buffered_;
   buffered_ = 0;
   leave_preauth();

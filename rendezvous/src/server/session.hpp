@@ -8,7 +8,9 @@
 // mid-way, for idle_frame_timeout; more than max_queued_bytes of responses the
 // client does not read; before HELLO, a frame larger than a HELLO can be;
 // buffered request bytes that would take all authenticated connections
-// together past max_buffered_request_bytes. Until its handshake is done a
+// together past max_buffered_request_bytes; holding the most unread replies
+// while all connections together hold more than their ReplyBudget (the queue
+// is freed at once, the close posted). Until its handshake is done a
 // connection's bytes count in the PreauthPool instead, which closes the
 // oldest unauthenticated connections when they hold too much.
 //
@@ -20,12 +22,15 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
 
+#include "ack_gate.hpp"
 #include "codec.hpp"
 #include "preauth_pool.hpp"
+#include "reply_budget.hpp"
 
 namespace ddp::store::server {
 
@@ -59,6 +64,12 @@ struct SessionOptions {
   // Where the connection waits, and its bytes count, until its handshake is
   // done (nullptr: nowhere, its bytes count in buffered_total from the start).
   PreauthPool* preauth = nullptr;
+  // Output waits for the log records it may depend on to be on disk (group
+  // commit, ack_gate.hpp); nullptr: never.
+  AckGate* ack_gate = nullptr;
+  // Where the replies queued for clients that do not read count, all
+  // connections together (nullptr: nowhere; max_queued_bytes still holds).
+  ReplyBudget* reply_budget = nullptr;
 };
 
 // A blocked get/wait or a watch of this session, by request id.
@@ -87,7 +98,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // With `hold`, the queued output waits that long first (a held answer to a
   // wrong token); a later call without one releases it at once.
   void close_after_flush(std::chrono::milliseconds hold = std::chrono::milliseconds::zero());
-  bool closed() const { return closed_; }
+  // Closed, or dropped by the ReplyBudget and about to close: nothing more is sent.
+  bool closed() const { return closed_ || dropped_; }
+  // For the ReplyBudget: frees the queued replies now (they no longer count
+  // there) and closes the connection in a later handler, logging `why`.
+  void drop_replies(const std::string& why);
 
   const std::string& peer() const { return peer_; }
   // The peer's address without the port (what authentication limits key on).
@@ -98,6 +113,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::size_t queued_bytes() const { return out_.size() + writing_.size(); }
   // Asks for one host on_drained() call once all queued output is written.
   void notify_when_drained();
+  // More log records are on disk: writes what waited for them.
+  void on_durable();
   std::unordered_map<std::uint32_t, Pending>& pending() { return pending_; }
 
  private:
@@ -116,6 +133,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // Out of the PreauthPool: the handshake is done, or the connection closed.
   void leave_preauth();
   void flush();
+  void write_queued();
+  // Tells the ReplyBudget what this connection's reply buffers hold now.
+  void recharge();
   // Runs the work of one of this connection's handlers: an exception it lets
   // out (a bug) closes this connection and never reaches the loop.
   template <typename F>
@@ -144,7 +164,11 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closing_ = false;
   bool held_ = false;  // close_after_flush(hold): output waits for the timer
   bool drain_wanted_ = false;
+  bool gated_ = false;             // in the AckGate's list of held sessions
+  std::deque<AckMark> ack_marks_;  // bytes of out_ that wait for a log record
   bool closed_ = false;
+  bool dropped_ = false;     // by the ReplyBudget: the close is posted
+  std::size_t charged_ = 0;  // what the ReplyBudget was last told this connection holds
 };
 
 }  // namespace ddp::store::server

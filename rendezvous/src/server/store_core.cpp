@@ -295,6 +295,7 @@ Response StoreCore::execute(const Request& req, Clock::time_point now) {
     case Op::kQueuePop:
     case Op::kQueueLen:
     case Op::kBarrier:  // an add, then parked by the dispatcher
+    case Op::kJobs:     // read in slices by the dispatcher
       return bad(std::move(resp), std::string(op_name(req.op)) + " is handled by the session");
   }
   commit(m, u);

@@ -1,5 +1,7 @@
 #include "ddp/store/store_server.hpp"
 
+#include <future>
+
 #include "accept_loop.hpp"
 #include "ddp/common/endpoint.hpp"
 #include "ddp/common/error.hpp"
@@ -51,14 +53,19 @@ class StoreServer::Impl {
     const bool started = loop_.start([this] {
       dispatcher_ = std::make_unique<server::Dispatcher>(loop_.io(), options_);
       session_options_.preauth = &dispatcher_->preauth();
+      session_options_.ack_gate = &dispatcher_->ack_gate();
+      session_options_.reply_budget = &dispatcher_->reply_budget();
       dispatcher_->open_persistence();
       loop_.listen(endpoint(), Endpoint{options_.host, options_.port}.to_string());
     });
     if (!started) return;
     ddp::log::get("store.server")
-        ->info("listening host={} port={} data_dir={} auth={} max_connections={}", options_.host, port(),
-               options_.data_dir.empty() ? "none" : options_.data_dir, options_.token.empty() ? "off" : "on",
-               options_.max_connections);
+        ->info("listening host={} port={} data_dir={}{} auth={} max_connections={}", options_.host, port(),
+               options_.data_dir.empty() ? "none" : options_.data_dir,
+               options_.data_dir.empty()                     ? ""
+               : options_.fsync == store::FsyncMode::kAlways ? " fsync=always"
+                                                             : " fsync=never",
+               options_.token.empty() ? "off" : "on", options_.max_connections);
   }
 
   void stop() {
@@ -73,6 +80,29 @@ class StoreServer::Impl {
   }
   std::map<std::string, std::int64_t> metrics() {
     return loop_.on_loop([this] { return dispatcher_->metrics(); }, StoreServer::kLoopAnswerTimeout);
+  }
+
+  JobsReport jobs(const JobQuery& query) {
+    // Shared: the loop may answer after this caller gave up.
+    auto answer = std::make_shared<std::promise<JobsReport>>();
+    auto f = answer->get_future();
+    // 0: the server has not started (on_loop's default); 1: queued; 2: refused.
+    const int queued = loop_.on_loop(
+        [this, query, answer] {
+          const bool ok = dispatcher_->jobs(query, [answer](const JobsReport* r) {
+            if (r != nullptr) return answer->set_value(*r);
+            answer->set_exception(std::make_exception_ptr(StoreError("the store server is stopping")));
+          });
+          return ok ? 1 : 2;
+        },
+        StoreServer::kLoopAnswerTimeout);
+    if (queued == 0) return {};
+    if (queued == 2) throw StoreError("too many job listings in progress; try again");
+    if (f.wait_for(StoreServer::kJobsTimeout) != std::future_status::ready) {
+      throw TimeoutError("the job listing did not finish within " +
+                         std::to_string(StoreServer::kJobsTimeout.count()) + " ms");
+    }
+    return f.get();
   }
 
  private:
@@ -131,5 +161,6 @@ bool StoreServer::saved() const { return impl_->saved(); }
 std::uint16_t StoreServer::port() const { return impl_->port(); }
 std::map<std::string, std::int64_t> StoreServer::stats() const { return impl_->stats(); }
 std::map<std::string, std::int64_t> StoreServer::metrics() const { return impl_->metrics(); }
+JobsReport StoreServer::jobs(const JobQuery& query) const { return impl_->jobs(query); }
 
 }  // namespace ddp::store

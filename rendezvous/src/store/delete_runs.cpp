@@ -5,6 +5,7 @@
 #include <map>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 #include "ddp/store/protocol.hpp"
 
 namespace ddp::store {
@@ -19,19 +20,18 @@ bool split_number(std::string_view key, std::string_view& stem, std::int64_t& nu
   while (i > 0 && key[i - 1] >= '0' && key[i - 1] <= '9') --i;
   const auto digits = key.substr(i);
   if (digits.empty() || digits.size() > kMaxDigits || (digits.size() > 1 && digits[0] == '0')) return false;
-  std::from_chars(digits.data(), digits.data() + digits.size(), number);
+  const auto v = parse_int<std::int64_t>(digits);
+  if (!v) return false;
+  number = *v;
   stem = key.substr(0, i);
   return true;
 }
 
 std::int64_t parse_number(std::string_view s, std::string_view value) {
-  std::int64_t n = 0;
-  const auto* end = s.data() + s.size();
-  if (s.empty() || s.size() > kMaxDigits || (s.size() > 1 && s[0] == '0') ||
-      std::from_chars(s.data(), end, n).ptr != end) {
-    throw ProtocolError("malformed delete runs \"" + std::string(value.substr(0, 64)) + "\"");
-  }
-  return n;
+  const auto n =
+      s.size() > kMaxDigits || (s.size() > 1 && s[0] == '0') ? std::nullopt : parse_int<std::int64_t>(s);
+  if (!n) throw ProtocolError("malformed delete runs \"" + std::string(value.substr(0, 64)) + "\"");
+  return *n;
 }
 
 // One stem's numbers (sorted, unique) as items of at most kMaxKeysPerDeleteRuns keys.
@@ -128,6 +128,28 @@ std::uint64_t deletions_in(const Item& item) {
   for (const auto& [first, last] : parse_delete_runs(item.value))
     n += static_cast<std::uint64_t>(last - first) + 1;
   return n;
+}
+
+std::uint64_t plain_deletion_bytes(const Item& item) {
+  if (item.kind != ItemKind::kDeleteRuns) return 0;
+  // A kDelete item: kind, key length, value length, revision; then the key.
+  constexpr std::uint64_t kItemHeader = 1 + 4 + 4 + 8;
+  std::uint64_t bytes = 0;
+  for (const auto& [first, last] : parse_delete_runs(item.value)) {
+    const auto count = static_cast<std::uint64_t>(last - first) + 1;
+    bytes += count * (kItemHeader + item.key.size());
+    // The numbers' digits, one decade at a time (at most 18 digits each).
+    std::int64_t low = 0;
+    std::int64_t high = 9;
+    for (std::uint64_t digits = 1; digits <= kMaxDigits; ++digits) {
+      const auto from = std::max(first, low);
+      const auto to = std::min(last, high);
+      if (from <= to) bytes += static_cast<std::uint64_t>(to - from + 1) * digits;
+      low = high + 1;
+      if (digits < kMaxDigits) high = high * 10 + 9;
+    }
+  }
+  return bytes;
 }
 
 std::vector<Item> expand_delete_runs(Item item) {

@@ -71,13 +71,67 @@ std::optional<std::int64_t> worker_round_of(std::string_view rest) {
   return parse_index(rest.substr(0, rest.find('/')));
 }
 
+std::optional<RoundPart> round_part_of(std::string_view rest) {
+  if (!rest.starts_with(kRoundDir)) return std::nullopt;
+  rest.remove_prefix(kRoundDir.size());
+  const auto slash = rest.find('/');
+  if (slash == std::string_view::npos) return std::nullopt;
+  const auto round = parse_index(rest.substr(0, slash));
+  if (!round) return std::nullopt;
+  return RoundPart{*round, rest.substr(slash + 1)};
+}
+
+std::vector<std::string> rounds_roots(const std::string& run_id) {
+  return {rdzv_prefix(run_id) + std::string(kRoundDir), worker_root(run_id) + std::string(kRoundDir)};
+}
+
+std::string reform_prefix(const std::string& worker_prefix) { return worker_prefix + "reform/"; }
+
+std::string reform_generation_key(const std::string& reform_prefix) { return reform_prefix + "generation"; }
+
+std::string reform_size_key(const std::string& reform_prefix) { return reform_prefix + "size"; }
+
+std::string reform_lost_key(const std::string& reform_prefix, std::int64_t slot) {
+  return reform_prefix + "lost/" + std::to_string(slot);
+}
+
+std::string reform_generation_prefix(const std::string& reform_prefix, std::int64_t generation) {
+  return reform_prefix + "g" + std::to_string(generation) + "/";
+}
+
+std::string reform_members_key(const std::string& reform_prefix, std::int64_t generation) {
+  return reform_generation_prefix(reform_prefix, generation) + "members";
+}
+
+std::string reform_joined_key(const std::string& reform_prefix, std::int64_t generation) {
+  return reform_generation_prefix(reform_prefix, generation) + "joined";
+}
+
+std::string reform_full_key(const std::string& reform_prefix, std::int64_t generation) {
+  return reform_generation_prefix(reform_prefix, generation) + "full";
+}
+
 std::string agent_status_prefix(const std::string& run_id) { return run_root(run_id) + "/agent/status/"; }
 
 std::string agent_status_key(const std::string& run_id, const std::string& node_id) {
   return agent_status_prefix(run_id) + node_id;
 }
 
+std::string agent_failure_prefix(const std::string& run_id) { return run_root(run_id) + "/agent/failure/"; }
+
+std::string agent_failure_key(const std::string& run_id, const std::string& node_id) {
+  return agent_failure_prefix(run_id) + node_id;
+}
+
 std::string stragglers_key(const std::string& run_id) { return run_root(run_id) + "/agent/stragglers"; }
+
+std::string agent_first_failure_prefix(const std::string& run_id) {
+  return run_root(run_id) + "/agent/first_failure/";
+}
+
+std::string agent_first_failure_key(const std::string& run_id, const std::string& node_id) {
+  return agent_first_failure_prefix(run_id) + node_id;
+}
 
 std::optional<std::string_view> run_of_round_pointer(std::string_view key) {
   if (key.size() <= kRoundPointer.size() + 1 || key.front() != '/' || !key.ends_with(kRoundPointer)) {

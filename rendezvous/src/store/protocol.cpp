@@ -135,6 +135,8 @@ const char* op_name(Op op) {
       return "queue_len";
     case Op::kBarrier:
       return "barrier";
+    case Op::kJobs:
+      return "jobs";
   }
   return "unknown";
 }
@@ -184,6 +186,7 @@ bool is_read_only(Op op) {
     case Op::kList:
     case Op::kStat:
     case Op::kPing:
+    case Op::kJobs:
       return true;
     default:
       return false;
@@ -260,6 +263,8 @@ Response decode_response(std::string_view body, const Limits& limits) {
   // A list response may legitimately hold more items than one request may name keys.
   const auto nitems = r.count(UINT32_MAX, 1 + 4 + 4 + 8, "items");
   resp.items.reserve(nitems);
+  // The frame as if its delete runs were plain deletions (plain_deletion_bytes).
+  std::uint64_t expanded_bytes = body.size();
   for (std::uint32_t i = 0; i < nitems; ++i) {
     Item item;
     const auto kind = r.get<std::uint8_t>("item kind");
@@ -269,7 +274,14 @@ Response decode_response(std::string_view body, const Limits& limits) {
     item.key = r.str(limits.max_key_bytes, "item key");
     item.value = r.str(limits.max_value_bytes, "item value");
     item.revision = r.get<std::int64_t>("item revision");
-    if (item.kind == ItemKind::kDeleteRuns) parse_delete_runs(item.value);  // refused here, not when expanded
+    if (item.kind == ItemKind::kDeleteRuns) {  // refused here, not when expanded
+      expanded_bytes += plain_deletion_bytes(item);
+      if (expanded_bytes > limits.max_frame_bytes) {
+        throw ProtocolError("an EVENT frame whose delete runs stand for more keys than a frame of " +
+                            std::to_string(limits.max_frame_bytes) +
+                            " bytes can carry as plain deletions (a forged or corrupt frame)");
+      }
+    }
     resp.items.push_back(std::move(item));
   }
   r.finish();

@@ -302,6 +302,16 @@ std::map<std::string, std::string> TcpStore::stat() {
   return out;
 }
 
+std::vector<KeyValue> TcpStore::jobs(const std::string& run_id, bool* truncated) {
+  auto resp =
+      simple(*impl_, make(Op::kJobs, run_id.empty() ? std::vector<std::string>{} : std::vector{run_id}));
+  if (truncated) *truncated = resp.message == "truncated";
+  std::vector<KeyValue> out;
+  out.reserve(resp.items.size());
+  for (auto& item : resp.items) out.push_back({std::move(item.key), std::move(item.value), item.revision});
+  return out;
+}
+
 void TcpStore::ping() { simple(*impl_, make(Op::kPing)); }
 
 }  // namespace ddp::store

@@ -18,6 +18,11 @@ constexpr std::chrono::milliseconds kBackoffCap{1000};
 // A store answers the HELLO at once; a peer silent for this long is not one
 // (or is stopped).
 constexpr std::chrono::milliseconds kHandshakeTimeout{5000};
+// A resolve and TCP connect that take longer are tried again: a firewall
+// that drops the SYNs would otherwise hold one attempt for the kernel's two
+// minutes of retransmits, with nothing said (the caller hears of each failed
+// attempt) and no new DNS answer looked at.
+constexpr std::chrono::milliseconds kAttemptTimeout{5000};
 
 // The first bytes a peer sent, for the error that says what answered.
 std::string printable(std::string_view bytes) {
@@ -78,6 +83,17 @@ void TcpStore::Impl::attempt_connect() {
   socket_.close(ignored);
   handshake_done_ = false;
   rlen_ = 0;
+  // Re-armed for the handshake once connected (connect_to). An attempt that
+  // would outlast the whole connect_timeout is left to its timer, which names
+  // the last real failure (a refused connect) rather than this attempt's cut.
+  if (kAttemptTimeout < connect_deadline_.remaining()) {
+    handshake_timer_.expires_after(kAttemptTimeout);
+    handshake_timer_.async_wait([this, seq](const boost::system::error_code& tec) {
+      if (tec || seq != attempt_seq_ || connected_attempt_ == seq) return;
+      resolver_.cancel();
+      on_attempt_failed("no answer within " + std::to_string(kAttemptTimeout.count() / 1000) + " s");
+    });
+  }
   resolve_endpoints(
       resolver_, options_.endpoint.host, options_.endpoint.port,
       [this, seq](const boost::system::error_code& ec, std::vector<asio::ip::tcp::endpoint> endpoints) {
@@ -94,6 +110,7 @@ void TcpStore::Impl::connect_to(std::uint64_t seq, std::vector<asio::ip::tcp::en
       socket_, endpoints, [this, seq](const boost::system::error_code& cec, const asio::ip::tcp::endpoint&) {
         if (seq != attempt_seq_) return;
         if (cec) return on_attempt_failed(cec.message());
+        connected_attempt_ = seq;
         boost::system::error_code opt_ec;
         socket_.set_option(asio::ip::tcp::no_delay(true), opt_ec);
         hello_frame_.assign(kPreamble, sizeof(kPreamble));
@@ -136,11 +153,15 @@ void TcpStore::Impl::on_attempt_failed(const std::string& why) {
                                                         " ms: " + why)));
     return;
   }
+  if (!ever_connected_ && options_.on_connect_retry) options_.on_connect_retry(why);
   const auto delay = std::min(backoff_.next(), connect_deadline_.remaining());
   backoff_timer_.expires_after(delay);
   const auto seq = attempt_seq_;
   backoff_timer_.async_wait([this, seq](const boost::system::error_code& ec) {
-    if (ec || seq != attempt_seq_) return;
+    // A backoff cut short by the deadline ends where the connect timer fires:
+    // it reports the last attempt's error. A new attempt would have no time
+    // left and fail as "no answer" at once.
+    if (ec || seq != attempt_seq_ || connect_deadline_.expired()) return;
     attempt_connect();
   });
 }

@@ -145,7 +145,7 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   asio::ip::tcp::resolver resolver_;
   asio::steady_timer connect_timer_;  // overall connect_timeout deadline
   asio::steady_timer backoff_timer_;
-  asio::steady_timer handshake_timer_;  // a peer that accepts but never answers
+  asio::steady_timer handshake_timer_;  // an attempt's connect, then a peer that accepts but never answers
   asio::steady_timer deferred_timer_;   // sends deferred_ when no request comes to carry it
   std::thread thread_;
   std::thread::id io_thread_id_;
@@ -174,8 +174,9 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   Deadline connect_deadline_ = Deadline::never();
   std::string last_connect_error_;
   bool cycle_active_ = false;
-  std::uint64_t cycle_ = 0;        // one per connect cycle, for the deadline timer
-  std::uint64_t attempt_seq_ = 0;  // invalidates callbacks of an abandoned attempt
+  std::uint64_t cycle_ = 0;              // one per connect cycle, for the deadline timer
+  std::uint64_t attempt_seq_ = 0;        // invalidates callbacks of an abandoned attempt
+  std::uint64_t connected_attempt_ = 0;  // the last attempt whose TCP connect succeeded
   std::vector<char> rbuf_;
   std::size_t rlen_ = 0;  // bytes of rbuf_ holding unparsed data
   std::string hello_frame_;

@@ -77,6 +77,10 @@ constexpr Key kKeys[] = {
     {"port_file", "write the bound port here once listening", ""},
     {"token_file", "require clients to present the token in this file", ""},
     {"data_dir", "keep a snapshot and log here; restarts keep every key", ""},
+    {"fsync",
+     "with data_dir: always (every acknowledged write is fsynced first, one fsync per batch; survives a "
+     "power loss) or never (faster; a power loss or file system error may lose the last writes)",
+     "always"},
     {"max_connections", "refuse connections beyond this many", "65536"},
     {"idle_frame_timeout_ms", "close clients that send no HELLO, or stall mid-frame, this long", "30000"},
     {"torch_legacy_protocol",
@@ -84,7 +88,12 @@ constexpr Key kKeys[] = {
     {"history_max_bytes", "keep at most this many key+value bytes of past events for watches", "67108864"},
     {"max_buffered_request_bytes", "drop a client that takes all clients' incomplete requests past this",
      "268435456"},
+    {"max_queued_reply_bytes",
+     "while all clients' unread replies are past this, drop the clients holding the most, largest first",
+     "268435456"},
     {"log_level", "trace, debug, info, warn, error or off", "info"},
+    {"log_file", "write the log to this file (appended) instead of stderr; SIGHUP reopens it (logrotate)",
+     ""},
     {"metrics_port", "serve /metrics and /healthz on this port; 0 picks one; unset: off", ""},
     {"metrics_port_file", "write the bound metrics port here once listening", ""},
     {"keep_rounds",
@@ -223,6 +232,11 @@ DaemonSettings DaemonConfig::to_settings() const {
   out.token_file = get("token_file").value;
   out.token_file_source = where(get("token_file"));
   out.server.data_dir = get("data_dir").value;
+  const auto& fsync = get("fsync");
+  const auto fsync_mode = store::parse_fsync_mode(fsync.value);
+  if (!fsync_mode)
+    throw ConfigError(where(fsync) + ": '" + fsync.value + "' is not " + store::kFsyncModeValues);
+  out.server.fsync = *fsync_mode;
   out.server.max_connections = static_cast<std::uint32_t>(to_int(get("max_connections"), 1, 1 << 24));
   out.max_connections_set = get("max_connections").kind != SourceKind::kDefault;
   out.server.idle_frame_timeout =
@@ -239,10 +253,14 @@ DaemonSettings DaemonConfig::to_settings() const {
       static_cast<std::size_t>(to_int(get("history_max_bytes"), 1, std::int64_t{1} << 40));
   out.server.max_buffered_request_bytes = static_cast<std::size_t>(
       to_int(get("max_buffered_request_bytes"), out.server.limits.max_frame_bytes, std::int64_t{1} << 40));
+  out.server.max_queued_reply_bytes = static_cast<std::size_t>(
+      to_int(get("max_queued_reply_bytes"), out.server.limits.max_frame_bytes, std::int64_t{1} << 40));
   out.server.keep_rounds = static_cast<int>(to_int(get("keep_rounds"), 0, 1000000));
   out.server.reclaim_idle_jobs =
       to_ms(get("reclaim_idle_jobs_ms"), std::chrono::milliseconds(0), std::chrono::hours(24 * 365));
   out.log_level = get("log_level").value;
+  out.log_file = get("log_file").value;
+  out.log_file_source = where(get("log_file"));
   if (!get("metrics_port").value.empty())
     out.metrics_port = static_cast<int>(to_int(get("metrics_port"), 0, 65535));
   out.metrics_port_file = get("metrics_port_file").value;

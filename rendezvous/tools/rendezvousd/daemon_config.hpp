@@ -33,7 +33,9 @@ struct DaemonSettings {
   std::string token_file;
   std::string token_file_source;  // the flag, variable or file line that named it, for errors
   std::string log_level;
-  int metrics_port = -1;  // -1: no metrics endpoint
+  std::string log_file;         // empty: stderr
+  std::string log_file_source;  // the flag, variable or file line that named it
+  int metrics_port = -1;        // -1: no metrics endpoint
   std::string metrics_port_file;
 };
 

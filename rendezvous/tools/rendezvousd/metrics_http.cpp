@@ -1,13 +1,17 @@
 #include "metrics_http.hpp"
 
 #include <atomic>
+#include <boost/archive/iterators/binary_from_base64.hpp>
+#include <boost/archive/iterators/transform_width.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <map>
 #include <optional>
 #include <thread>
@@ -37,6 +41,42 @@ constexpr std::chrono::milliseconds kAcceptRetry{100};
 
 class Connection;
 
+// What the page and /metrics answer, computed on the render thread.
+struct Answer {
+  http::status status = http::status::ok;
+  std::string type;
+  std::string body;
+  bool page = false;  // the page's headers (no caching, no scripts)
+};
+
+std::optional<std::string> base64_decode(std::string_view in) {
+  namespace it = boost::archive::iterators;
+  std::string s(in);
+  std::size_t pad = 0;
+  while (!s.empty() && s.back() == '=') {
+    s.pop_back();
+    ++pad;
+  }
+  if (pad > 2) return std::nullopt;
+  for (char c : s) {
+    if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '+' && c != '/') return std::nullopt;
+  }
+  using Decode = it::transform_width<it::binary_from_base64<std::string::const_iterator>, 8, 6>;
+  try {
+    return std::string(Decode(s.cbegin()), Decode(s.cend()));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool same(std::string_view a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ b[i]);
+  }
+  return diff == 0;
+}
+
 // The open connections, oldest first (metrics thread only).
 struct Registry {
   std::map<std::uint64_t, std::weak_ptr<Connection>> open;
@@ -45,8 +85,12 @@ struct Registry {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, const MetricsSources& sources, Registry& registry)
-      : stream_(std::move(socket)), sources_(sources), registry_(registry), seq_(registry.next++) {}
+  Connection(tcp::socket socket, const MetricsSources& sources, Registry& registry, asio::io_context& render)
+      : stream_(std::move(socket)),
+        sources_(sources),
+        registry_(registry),
+        render_(render),
+        seq_(registry.next++) {}
   ~Connection() { registry_.open.erase(seq_); }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -88,20 +132,60 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (req.method() != http::verb::get && req.method() != http::verb::head) {
       reply(http::status::method_not_allowed, "text/plain", "only GET\n");
     } else if (path == "/metrics") {
-      std::string body;
-      try {
-        body = render_prometheus(sources_.metrics());
-      } catch (const std::exception& e) {
-        return reply(http::status::service_unavailable, "text/plain", std::string(e.what()) + "\n");
+      offload([this] {
+        auto body = render_prometheus(sources_.metrics());
+        if (sources_.job_metrics) body += sources_.job_metrics();
+        return Answer{http::status::ok, "text/plain; version=0.0.4; charset=utf-8", std::move(body)};
+      });
+    } else if ((path == "/" || path == "/job" || path == "/api/jobs") && sources_.page) {
+      if (!sources_.token.empty() && !authorized(req[http::field::authorization], sources_.token)) {
+        response_.set(http::field::www_authenticate, "Basic realm=\"ddp-rendezvousd\", charset=\"UTF-8\"");
+        return reply(
+            http::status::unauthorized, "text/plain",
+            "401: this daemon wants its token: send \"Authorization: Bearer TOKEN\", or give the token "
+            "as the password when the browser asks\n");
       }
-      reply(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", std::move(body));
+      const auto query =
+          target.find('?') == std::string::npos ? std::string() : target.substr(target.find('?') + 1);
+      offload([this, path, query] {
+        auto r = sources_.page(path, query);
+        return Answer{static_cast<http::status>(r.status), std::move(r.content_type), std::move(r.body),
+                      true};
+      });
     } else if (path == "/healthz") {
       probe(sources_.health);
     } else if (path == "/readyz") {
       probe(sources_.ready);
     } else {
-      reply(http::status::not_found, "text/plain", "try /metrics, /healthz or /readyz\n");
+      reply(http::status::not_found, "text/plain", "try /, /metrics, /healthz or /readyz\n");
     }
+  }
+
+  // Runs `work` on the render thread, then writes its answer from this
+  // connection's own thread; a failure is a 503 with its message.
+  template <typename Work>
+  void offload(Work work) {
+    asio::post(render_, [self = shared_from_this(), work = std::move(work)]() mutable {
+      Answer a;
+      try {
+        a = work();
+      } catch (const std::exception& e) {
+        a = Answer{http::status::service_unavailable, "text/plain", std::string(e.what()) + "\n"};
+      }
+      asio::post(self->stream_.get_executor(), [self, a = std::move(a)]() mutable {
+        if (a.page) {
+          // Read-only, nothing to fetch, nothing to run: a value that slipped
+          // past the escaping still could not load or execute anything.
+          self->response_.set(http::field::cache_control, "no-store");
+          self->response_.set("Content-Security-Policy",
+                              "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; "
+                              "form-action 'none'; frame-ancestors 'none'");
+          self->response_.set("X-Content-Type-Options", "nosniff");
+          self->response_.set("Referrer-Policy", "no-referrer");
+        }
+        self->reply(a.status, a.type.c_str(), std::move(a.body));
+      });
+    });
   }
 
   void probe(const HealthSource& source) {
@@ -130,6 +214,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   beast::tcp_stream stream_;
   const MetricsSources& sources_;
   Registry& registry_;
+  asio::io_context& render_;
   const std::uint64_t seq_;
   bool responding_ = false;
   beast::flat_buffer buffer_{kMaxRequestBytes};
@@ -138,6 +223,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 }  // namespace
+
+bool authorized(std::string_view header, const std::string& token) {
+  const auto sp = header.find(' ');
+  if (sp == std::string_view::npos) return false;
+  const auto scheme = header.substr(0, sp);
+  auto value = header.substr(sp + 1);
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
+  if (beast::iequals(scheme, "Bearer")) return same(value, token);
+  if (!beast::iequals(scheme, "Basic")) return false;
+  const auto decoded = base64_decode(value);
+  if (!decoded) return false;
+  const auto colon = decoded->find(':');
+  return colon != std::string::npos && same(std::string_view(*decoded).substr(colon + 1), token);
+}
 
 class MetricsHttp::Impl {
  public:
@@ -163,8 +263,12 @@ class MetricsHttp::Impl {
     port_ = acceptor_.local_endpoint().port();
     accept();
     thread_ = std::thread([this] { run(); });
+    render_thread_ = std::thread(
+        [this] { ddp::log::run_surviving([this] { render_io_.run(); }, "store.server", "metrics render"); });
     ddp::log::get("store.server")
-        ->info("metrics listening host={} port={} paths=/metrics,/healthz,/readyz", host_, port_.load());
+        ->info(
+            "metrics listening host={} port={} paths=/,/job,/api/jobs,/metrics,/healthz,/readyz page_auth={}",
+            host_, port_.load(), sources_.token.empty() ? "off" : "token");
   }
 
   void stop() {
@@ -176,6 +280,9 @@ class MetricsHttp::Impl {
       io_.stop();
     });
     thread_.join();
+    render_work_.reset();
+    render_io_.stop();
+    render_thread_.join();
   }
 
   std::uint16_t port() const { return port_.load(); }
@@ -214,7 +321,7 @@ class MetricsHttp::Impl {
       socket.close(ignored);
       return;
     }
-    std::make_shared<Connection>(std::move(socket), sources_, registry_)->start();
+    std::make_shared<Connection>(std::move(socket), sources_, registry_, render_io_)->start();
   }
 
   bool close_oldest_idle() {
@@ -251,6 +358,11 @@ class MetricsHttp::Impl {
   asio::steady_timer retry_;
   std::atomic<std::uint16_t> port_{0};
   std::thread thread_;
+  // After io_: destroyed first, with the connections its queued work holds.
+  asio::io_context render_io_{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> render_work_{
+      render_io_.get_executor()};
+  std::thread render_thread_;
 };
 
 MetricsHttp::MetricsHttp(std::string host, std::uint16_t port, MetricsSources sources)

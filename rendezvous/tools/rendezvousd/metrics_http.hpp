@@ -1,5 +1,6 @@
 // A tiny HTTP/1.1 endpoint for monitoring: GET /metrics (Prometheus text
-// format 0.0.4), GET /healthz and GET /readyz (the probe callback's text, 503
+// format 0.0.4), the status page (GET /, /job, /api/jobs: status_page.hpp),
+// GET /healthz and GET /readyz (the probe callback's text, 503
 // when it throws: the daemon's probes go through the store's loop with a
 // deadline, so a wedged loop reads as unhealthy and /metrics never blocks for
 // good; /readyz is also 503 while the data dir cannot persist writes). It
@@ -8,6 +9,8 @@
 // store's loop thread. Connections are bounded on their own (kMaxConnections,
 // the oldest idle one closed for a new one) and must send their request
 // within 2 s, so idle HTTP clients hold few descriptors and never for long.
+// /metrics and the page are rendered on a second thread, so that a page of a
+// big job or a slow scrape never holds up a probe.
 //
 // Thread-safety: start/stop from one thread; the destructor stops and joins.
 #pragma once
@@ -18,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace ddp::rendezvousd {
 
@@ -26,11 +30,32 @@ using MetricsSource = std::function<std::map<std::string, std::int64_t>()>;
 // becomes a 503 body).
 using HealthSource = std::function<std::string()>;
 
+// An answer of the status page.
+struct PageReply {
+  int status = 200;
+  std::string content_type = "text/html; charset=utf-8";
+  std::string body;
+};
+// Answers a status page path ("/", "/job", "/api/jobs") with its query string.
+using PageSource = std::function<PageReply(const std::string& path, const std::string& query)>;
+
 struct MetricsSources {
   MetricsSource metrics;  // /metrics
-  HealthSource health;    // /healthz: alive (unset: always "ok")
-  HealthSource ready;     // /readyz: alive and able to do its job (unset: always "ok")
+  // /metrics: the per-job series, after the store's (unset: none).
+  std::function<std::string()> job_metrics;
+  HealthSource health;  // /healthz: alive (unset: always "ok")
+  HealthSource ready;   // /readyz: alive and able to do its job (unset: always "ok")
+  PageSource page;      // the status page (unset: 404)
+  // Non-empty: the page answers only requests that carry this token, as
+  // "Authorization: Bearer TOKEN" or as the password of Basic authentication
+  // (which a browser asks for); any other is 401 with nothing of the store.
+  std::string token;
 };
+
+// Whether an Authorization header value carries `token` (Bearer, or Basic
+// with any user name and the token as the password). Compared in constant
+// time in the token's length.
+bool authorized(std::string_view header, const std::string& token);
 
 // Renders a metrics() snapshot as Prometheus text (exposed for tests of the format).
 std::string render_prometheus(const std::map<std::string, std::int64_t>& m);

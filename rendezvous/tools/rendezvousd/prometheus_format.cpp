@@ -1,6 +1,7 @@
 // Store metrics() keys → Prometheus exposition format.
 #include <sstream>
 
+#include "ddp/common/parse.hpp"
 #include "metrics_http.hpp"
 
 namespace ddp::rendezvousd {
@@ -45,6 +46,10 @@ std::string render_prometheus(const std::map<std::string, std::int64_t>& m) {
         "persist_failures");
   gauge("ddp_store_compaction_failures", "snapshots (compactions) that failed since start",
         "compaction_failures");
+  o << "# HELP ddp_store_log_fsyncs_total fdatasyncs of the data dir's log (--fsync=always: one per batch "
+       "of writes)\n"
+       "# TYPE ddp_store_log_fsyncs_total counter\nddp_store_log_fsyncs_total "
+    << value("log_fsyncs") << "\n";
   gauge("ddp_store_revision", "store revision (bumped by every change)", "revision");
   gauge("ddp_store_history_bytes", "key and value bytes of the watch history (capped by history_max_bytes)",
         "history_bytes");
@@ -69,7 +74,8 @@ std::string render_prometheus(const std::map<std::string, std::int64_t>& m) {
   // Buckets in ascending numeric order (the map orders "+Inf" and "10" as text).
   std::map<std::int64_t, std::int64_t> buckets;
   for (const auto& [k, v] : m) {
-    if (starts(k, "latency_le_us.") && k != "latency_le_us.+Inf") buckets[std::stoll(k.substr(14))] = v;
+    if (!starts(k, "latency_le_us.")) continue;
+    if (const auto us = parse_int<std::int64_t>(std::string_view(k).substr(14))) buckets[*us] = v;
   }
   for (const auto& [us, v] : buckets) {
     o << "ddp_store_request_duration_seconds_bucket{le=\"" << static_cast<double>(us) / 1e6 << "\"} " << v
@@ -80,23 +86,6 @@ std::string render_prometheus(const std::map<std::string, std::int64_t>& m) {
     << "\n";
   o << "ddp_store_request_duration_seconds_count " << value("latency_count") << "\n";
 
-  // One gauge per job, labelled by run id, from the "<prefix><run_id>" keys.
-  auto per_run = [&](const std::string& name, const std::string& help, const std::string& prefix) {
-    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n";
-    for (const auto& [k, v] : m) {
-      if (starts(k, prefix))
-        o << name << "{run_id=\"" << label(k.substr(prefix.size())) << "\"} " << v << "\n";
-    }
-  };
-  per_run("ddp_rendezvous_round", "current c10d rendezvous round of each job (value of /<run_id>/rdzv/round)",
-          "rdzv_round.");
-  per_run("ddp_rendezvous_spares", "hot spares waiting beside each job's current round", "rdzv_spares.");
-  per_run("ddp_rendezvous_excluded", "hosts excluded from each job (--max_node_failures)", "rdzv_excluded.");
-  per_run("ddp_rendezvous_unhealthy_nodes",
-          "nodes of each job whose status record reads unhealthy (failing their health checks, not joined)",
-          "rdzv_unhealthy.");
-  per_run("ddp_rendezvous_stragglers", "ranks of each job named as stragglers in its current round",
-          "rdzv_stragglers.");
   return o.str();
 }
 

@@ -75,7 +75,7 @@ double now_s() {
 }
 
 // "r0 0.4s step, r1 12.3s step": each worker's time since its latest
-// heartbeat (docs/agent.md, "Heartbeats and sections"), aged by how long ago
+// heartbeat (docs/agent-liveness.md, "Heartbeats and sections"), aged by how long ago
 // the record was written; "-" when no worker beats.
 std::string heartbeat_cell(const nlohmann::json& workers, double updated) {
   std::string out;
@@ -111,7 +111,7 @@ std::string age(double updated) {
   return std::to_string(static_cast<long long>(secs)) + "s ago";
 }
 
-// The ranks the nodes' records name as stragglers (docs/agent.md,
+// The ranks the nodes' records name as stragglers (docs/agent-diagnosis.md,
 // "Stragglers"), each with its numbers from the newest round that names it
 // and the nodes whose records do: every node shows the job-wide list.
 void print_stragglers(const std::vector<store::KeyValue>& records) {
@@ -214,6 +214,25 @@ int print_spares_and_excluded(store::Store& store, const std::string& rdzv_id) {
 
 }  // namespace
 
+void print_columns(const std::vector<std::string>& header,
+                   const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t c = 0; c < header.size(); ++c) {
+    width[c] = header[c].size();
+    for (const auto& r : rows) width[c] = std::max(width[c], r[c].size());
+  }
+  const auto print = [&](const std::vector<std::string>& cells) {
+    std::string line;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      line += cells[c];
+      if (c + 1 < cells.size()) line += std::string(width[c] - cells[c].size() + 2, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  };
+  print(header);
+  for (const auto& r : rows) print(r);
+}
+
 int print_job_status(store::Store& store, const std::string& rdzv_id) {
   const std::string prefix = store::keys::agent_status_prefix(rdzv_id);
   const std::vector<std::string> header = {"NODE",    "HOST",      "GROUP_RANK", "RANKS",
@@ -249,21 +268,10 @@ int print_job_status(store::Store& store, const std::string& rdzv_id) {
   std::sort(rows.begin(), rows.end(), [](const NodeRow& a, const NodeRow& b) {
     return a.round != b.round ? a.round > b.round : a.group_rank < b.group_rank;
   });
-  std::vector<std::size_t> width(header.size());
-  for (std::size_t c = 0; c < header.size(); ++c) {
-    width[c] = header[c].size();
-    for (const auto& r : rows) width[c] = std::max(width[c], r.cells[c].size());
-  }
-  const auto print = [&](const std::vector<std::string>& cells) {
-    std::string line;
-    for (std::size_t c = 0; c < cells.size(); ++c) {
-      line += cells[c];
-      if (c + 1 < cells.size()) line += std::string(width[c] - cells[c].size() + 2, ' ');
-    }
-    std::printf("%s\n", line.c_str());
-  };
-  print(header);
-  for (const auto& r : rows) print(r.cells);
+  std::vector<std::vector<std::string>> cells;
+  cells.reserve(rows.size());
+  for (auto& r : rows) cells.push_back(std::move(r.cells));
+  print_columns(header, cells);
   print_stragglers(store.list(prefix).kvs);
   print_spares_and_excluded(store, rdzv_id);
 

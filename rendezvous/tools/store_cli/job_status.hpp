@@ -25,6 +25,10 @@ struct NodeRow {
 // the wrong type.
 NodeRow node_row(std::string_view record);
 
+// Prints `header` and `rows` as left-aligned columns two spaces apart (the
+// tables of `status` and `jobs`).
+void print_columns(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
+
 // Prints the table to stdout; returns 0, or 1 (and a line on stderr) when the
 // store holds no node of that job.
 int print_job_status(store::Store& store, const std::string& rdzv_id);

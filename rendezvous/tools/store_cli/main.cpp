@@ -13,6 +13,7 @@
 #include "ddp/common/token_file.hpp"
 #include "ddp/store/tcp_store.hpp"
 #include "excluded_nodes.hpp"
+#include "job_list.hpp"
 #include "job_status.hpp"
 #include "store_commands.hpp"
 
@@ -80,6 +81,13 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand(
       "status", "print a ddprun job's nodes: host, group rank, ranks, round, restarts, workers");
   status->add_option("--rdzv_id,--rdzv-id", rdzv_id, "the job's --rdzv_id")->required();
+  // Every job on the daemon, without knowing run ids (docs/operations.md).
+  bool jobs_json = false;
+  auto* jobs = app.add_subcommand(
+      "jobs",
+      "print one row per ddprun job on the daemon: state, nodes, ranks, round, restarts, last failure");
+  jobs->add_option("--rdzv_id,--rdzv-id", rdzv_id, "only this job");
+  jobs->add_flag("--json", jobs_json, "a JSON array of the jobs' rows, for scripts");
   // Hosts kept out of a job by --max_node_failures (docs/operations.md).
   auto* excluded = app.add_subcommand("excluded", "list a ddprun job's excluded hosts, or re-admit one");
   excluded->require_subcommand(1);
@@ -102,7 +110,7 @@ int main(int argc, char** argv) {
   if (app.get_subcommands().empty()) {
     std::fprintf(
         stderr,
-        "ddp-store: a command is required (set get add cas del list watch wait stat status excluded); "
+        "ddp-store: a command is required (set get add cas del list watch wait stat status jobs excluded); "
         "run "
         "'ddp-store --help'\n");
     return kExitUsage;
@@ -131,6 +139,8 @@ int main(int argc, char** argv) {
     int code = 0;
     if (cmd.name == "status") {
       code = print_job_status(store, rdzv_id);
+    } else if (cmd.name == "jobs") {
+      code = print_jobs(store, rdzv_id, jobs_json);
     } else if (cmd.name == "excluded") {
       code = ex_list->parsed() ? list_excluded(store, rdzv_id)
                                : readmit_excluded(store, rdzv_id, cmd.args.at(0));

@@ -49,6 +49,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -72,6 +73,9 @@ struct EtcdStoreOptions {
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
   // Deadline of one HTTP exchange with one member.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(15)};
+  // Told why after each round in which every endpoint failed while a request
+  // keeps retrying (on the calling thread): say early that etcd cannot be reached.
+  std::function<void(const std::string& why)> on_unreachable;
 
   bool tls() const { return https || !ca_file.empty() || !cert_file.empty() || !key_file.empty(); }
 };

@@ -137,6 +137,10 @@ enum class RoundEvent : std::uint8_t {
   kJobClosed = 4,          // a joining node closed the job for a mistake no restart mends
   kLeaseLost = 5,          // this node's own lease ended (it stalled past its TTL): rejoin
 };
+// "restart_requested", "membership_changed", "nodes_waiting", "store_lost",
+// "job_closed", "lease_lost": the one spelling of an event in every log line,
+// ddprun's messages and the daemon's job records.
+const char* event_name(RoundEvent e);
 // A kRestartRequested detail from report_failure is "node ID" + this + the
 // reason: after it, the failed worker as the failing node described it.
 inline constexpr std::string_view kReportedFailure = " reported a failure: ";

@@ -44,14 +44,57 @@ std::string worker_prefix(const std::string& run_id, std::int64_t round);
 // The round of a key under worker_root ("round_<r>/..."), given the part after
 // the root; nullopt for a key ddprun did not write.
 std::optional<std::int64_t> worker_round_of(std::string_view rest);
+// The round and the rest of a round's key, given the part after
+// rdzv_prefix or worker_root: "round_<r>/<what>"; nullopt for any other.
+struct RoundPart {
+  std::int64_t round = 0;
+  std::string_view what;
+};
+std::optional<RoundPart> round_part_of(std::string_view rest);
+// rdzv_prefix + "round_" and worker_root + "round_": where every round's keys
+// of the job begin, for a scan over them.
+std::vector<std::string> rounds_roots(const std::string& run_id);
+
+// --on_failure=reform (docs/reform.md, "The contract between agent and SDK"):
+// R = reform_prefix(the round's worker_prefix), i.e. $DDP_STORE_PREFIX + "reform/".
+std::string reform_prefix(const std::string& worker_prefix);
+// "R/generation": the workers' current generation (agent: add 1).
+std::string reform_generation_key(const std::string& reform_prefix);
+// "R/size": added to WORLD_SIZE, the latest generation's size (agent: add delta).
+std::string reform_size_key(const std::string& reform_prefix);
+// "R/lost/<slot>": why that slot's worker was lost (agent: set).
+std::string reform_lost_key(const std::string& reform_prefix, std::int64_t slot);
+// "R/g<G>/": generation G's keys; its process group lives under this prefix.
+std::string reform_generation_prefix(const std::string& reform_prefix, std::int64_t generation);
+// "R/g<G>/members": who joined G (SDK: append "<slot>:<s>,").
+std::string reform_members_key(const std::string& reform_prefix, std::int64_t generation);
+// "R/g<G>/joined": how many joined G (SDK: add 1); the agent reads R/g0/joined
+// to tell worker SDK trainers from programs that never joined.
+std::string reform_joined_key(const std::string& reform_prefix, std::int64_t generation);
+// "R/g<G>/full": G is complete (SDK: set by the member whose add reached n).
+std::string reform_full_key(const std::string& reform_prefix, std::int64_t generation);
 
 // "/<run>/agent/status/": the agents' status records.
 std::string agent_status_prefix(const std::string& run_id);
 // "/<run>/agent/status/<node_id>".
 std::string agent_status_key(const std::string& run_id, const std::string& node_id);
+// "/<run>/agent/failure/": each node's latest failure report (the root cause
+// of its last failed attempt, with the hung worker's stack), for the daemon's
+// status page (docs/operations.md).
+std::string agent_failure_prefix(const std::string& run_id);
+// "/<run>/agent/failure/<node_id>".
+std::string agent_failure_key(const std::string& run_id, const std::string& node_id);
 // "/<run>/agent/stragglers": the deciding agent's verdict on the current
-// round's stragglers (docs/agent.md, "Stragglers"), beside the status records.
+// round's stragglers (docs/agent-diagnosis.md, "Stragglers"), beside the status records.
 std::string stragglers_key(const std::string& run_id);
+// "/<run>/agent/first_failure/": each node's first failure of its latest
+// failed attempt, written when it happens with the node's own time (docs/
+// agent.md, "Failure report"), from which every node names the job's
+// earliest failure. (agent_failure_key's full report comes later, once the
+// node's workers stopped: too late for that.)
+std::string agent_first_failure_prefix(const std::string& run_id);
+// "/<run>/agent/first_failure/<node_id>".
+std::string agent_first_failure_key(const std::string& run_id, const std::string& node_id);
 
 // The run id of a round pointer key "/<run>/rdzv/round"; nullopt for any other key.
 std::optional<std::string_view> run_of_round_pointer(std::string_view key);

@@ -67,8 +67,15 @@ enum class Op : std::uint8_t {
   // in torch's server, every arrival stays counted (a timed-out one too) and
   // the counter never resets.
   kBarrier = 25,
+  // The ddprun jobs in the store (ddp-store jobs): keys[0] = a run id, or no
+  // key for every job. items: one per job, key = run id, value = its row as a
+  // JSON object (docs/store-protocol.md); num = the number of items; message
+  // "truncated" when more jobs exist than one answer lists. The server reads
+  // the key space in slices between other requests, so the answer may come
+  // after later requests' answers.
+  kJobs = 26,
 };
-inline constexpr std::uint8_t kMaxOp = 25;
+inline constexpr std::uint8_t kMaxOp = 26;
 
 // kLeaseGrant flag: the lease is also revoked when the connection that granted
 // it closes (the peer's kernel closed it: the process died or let go), so a
@@ -183,6 +190,12 @@ std::vector<Item> compact_deletions(std::vector<Item> items);
 std::vector<std::pair<std::int64_t, std::int64_t>> parse_delete_runs(std::string_view value);
 // Number of keys the item stands for (1 for a kDelete item, 0 for a put).
 std::uint64_t deletions_in(const Item& item);
+// The bytes the kDeleteRuns item's deletions would take on the wire as plain
+// kDelete items (0 for an item of another kind). decode_response() refuses a
+// frame whose runs would make it, so expanded, longer than max_frame_bytes:
+// delete runs never let a frame stand for more keys than a frame without them
+// could carry, so one small frame cannot make a client build millions of keys.
+std::uint64_t plain_deletion_bytes(const Item& item);
 // The kDelete items a kDeleteRuns item stands for (the item itself when it is
 // of another kind), keys ascending by number.
 std::vector<Item> expand_delete_runs(Item item);

@@ -1,7 +1,15 @@
-// The abstract key-value store that rendezvous and the worker SDK build on.
-// Modelled on PyTorch's c10d::Store plus the etcd primitives rendezvous needs
-// (revisions, leases, watches). Implementations: TcpStore (client of
-// ddp-rendezvousd or of an embedded StoreServer) and MemoryStore (in-process).
+// The abstract key-value store that rendezvous, the agent and the worker SDK
+// build on, modelled on PyTorch's c10d::Store plus the etcd primitives
+// rendezvous needs. This file holds: the value types (LeaseId, Revision,
+// KeyValue, ListResult, WatchEvent and the watch callbacks), CompactedError,
+// BatchOp (one request of Store::batch and its answer) with
+// rethrow_first_error, WatchHandle and WatchSpec (one watch of watch_all), and
+// the Store interface itself: get/set/add/compare_set/append/multi_*/list,
+// check and wait, leases, watches, and batch and watch_all (with defaults that
+// send one request at a time). Implementations: TcpStore (tcp_store.hpp,
+// client of ddp-rendezvousd or of an embedded StoreServer), MemoryStore
+// (store_server's memory_store.hpp, in-process) and EtcdStore (etcd_store's
+// etcd_store.hpp, etcd v3); the SDK's ElasticGroup wraps one internally.
 //
 // Thread-safety: every implementation is safe to call from several threads.
 // Errors: TimeoutError when a deadline passes, NetworkError when the server is

@@ -32,6 +32,10 @@ struct TcpStoreOptions {
   // died): others notice at once instead of after the TTL. A reconnect after a
   // broken connection then finds its leases gone (lease not found).
   bool bind_leases_to_connection = false;
+  // Told why, after each failed attempt of the first connect while it keeps
+  // retrying (not of reconnects), on the client's I/O thread: the caller can
+  // say early that the store cannot be reached yet.
+  std::function<void(const std::string& why)> on_connect_retry;
 };
 
 // One connection with pipelined requests, served by an internal I/O thread.
@@ -83,6 +87,10 @@ class TcpStore final : public Store {
   std::int64_t queue_len(const std::string& queue);
   // Server statistics (connections, keys, leases, watches, revision, ...).
   std::map<std::string, std::string> stat();
+  // The ddprun jobs on the server (JOBS, docs/store-protocol.md): run id and
+  // its row as a JSON object, by run id; `run_id` non-empty: that job only.
+  // `truncated` (when given) is set when the server had more jobs than it lists.
+  std::vector<KeyValue> jobs(const std::string& run_id = {}, bool* truncated = nullptr);
   void ping();
   const Endpoint& endpoint() const;
   // Called on the I/O thread each time the client connects again after a

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "ddp/store/job_report.hpp"
 #include "ddp/store/protocol.hpp"
 
 namespace ddp::store {
@@ -40,6 +41,22 @@ inline std::optional<TorchLegacyProtocol> parse_torch_legacy_protocol(std::strin
   return std::nullopt;
 }
 
+// When a write to a data dir counts as saved (StoreServerOptions::fsync).
+// kAlways: no reply leaves the server while the log holds a record that is not
+// fsynced yet: every acknowledged write survives a power loss or a file
+// system error (etcd's rule). Group commit: one fdatasync, off the loop,
+// covers every record appended since the last one. kNever: written with write(2), fsynced
+// at compaction and at a graceful stop only; a crash of the daemon loses
+// nothing acknowledged, a power loss or a file system error may lose the last
+// seconds of writes (or all of them since the last compaction).
+enum class FsyncMode : std::uint8_t { kAlways, kNever };
+inline constexpr const char* kFsyncModeValues = "always or never";
+inline std::optional<FsyncMode> parse_fsync_mode(std::string_view value) {
+  if (value == "always") return FsyncMode::kAlways;
+  if (value == "never") return FsyncMode::kNever;
+  return std::nullopt;
+}
+
 struct StoreServerOptions {
   std::string host = "0.0.0.0";
   std::uint16_t port = 0;  // 0: the kernel picks a free port; see StoreServer::port()
@@ -48,6 +65,15 @@ struct StoreServerOptions {
   // Start from a damaged data dir by keeping every intact record (and reporting
   // what was dropped) instead of refusing to start. An operator's decision.
   bool recover_corrupt_log = false;
+  // With a data_dir: when an acknowledged write is on disk (FsyncMode).
+  FsyncMode fsync = FsyncMode::kAlways;
+  // Called on the loop thread when the data dir failed in a way that leaves
+  // no safe way on: an fsync of the log failed (the kernel may have dropped
+  // the dirty pages, so a retry could "succeed" without the data). The
+  // replies held for it are never sent (their connections are closed) and
+  // every later write is refused; the daemon stops itself here. Unset: the
+  // server goes on refusing writes.
+  std::function<void(const std::string& why)> on_fatal;
   // Past this, a new connection is closed at accept; with a token required,
   // the oldest connection still in its handshake is closed instead to make
   // room (likewise when accept() runs out of descriptors).
@@ -70,6 +96,13 @@ struct StoreServerOptions {
   // whole; this is 128 clients stalled in the largest HELLO a server takes
   // (64 KiB, buffered in up to 128 KiB), and no flood of them costs more.
   std::size_t max_preauth_buffered_bytes = 16u << 20;
+  // Replies queued for clients that do not read them, all connections
+  // together; past this the connections holding the most are dropped, largest
+  // first, until the total is back within it. 0: no cap (each connection's
+  // max_queued_bytes_per_connection still holds). Why 256 MiB: three of the
+  // largest replies (a 64 MiB value) queued at once still fit, while 100
+  // watchers that never read cost this, not 100 x 88 MiB.
+  std::size_t max_queued_reply_bytes = 256u << 20;
   // Watch history kept for watches from a past revision, capped in events and
   // in key + value bytes (0: the defaults, 100,000 events and 64 MiB).
   std::size_t history_max_events = 0;
@@ -93,6 +126,10 @@ struct StoreServerOptions {
   // Why one hour: long enough to read a finished job with `ddp-store status`.
   int keep_rounds = 2;
   std::chrono::milliseconds reclaim_idle_jobs{std::chrono::hours(1)};
+  // One info line on the "store.jobs" logger per event in a ddprun job's life
+  // (formed, restarted and why, succeeded, failed, stopped, reclaimed): for
+  // ddp-rendezvousd; an embedded server leaves it off.
+  bool log_jobs = false;
 };
 
 // Owns one event-loop thread that owns all state; no locks on the request path.
@@ -122,8 +159,15 @@ class StoreServer {
   // within kLoopAnswerTimeout (it is wedged): a health probe of the loop.
   std::map<std::string, std::int64_t> stats() const;
   // stats() plus "requests.<op>", "latency_le_us.<bound>" (cumulative),
-  // "latency_sum_ns", "latency_count" and "rdzv_round.<run_id>"; for monitoring.
+  // "latency_sum_ns", "latency_count"; for monitoring.
   std::map<std::string, std::int64_t> metrics() const;
+  // The ddprun jobs in the store (job_report.hpp), read on the loop in
+  // bounded slices so that store requests are served meanwhile. Call from
+  // any thread but the loop's. TimeoutError when it takes longer than
+  // kJobsTimeout (the loop is wedged); StoreError when too many listings run
+  // at once or the server stops first. An empty report before start().
+  static constexpr std::chrono::milliseconds kJobsTimeout{10000};
+  JobsReport jobs(const JobQuery& query) const;
 
  private:
   class Impl;
