@@ -64,7 +64,7 @@ std::vector<std::string> nested_cgroups(const std::string& dir) {
 }
 
 // rmdir of `dir`, after its child cgroups (deepest first) where it has any: a
-// preload zygote's cgroup holds one per worker forked from it (docs/agent.md,
+// preload zygote's cgroup holds one per worker forked from it (docs/agent-preload.md,
 // "Preloading"), left behind when those workers' guards were killed with the
 // tree. A cgroup's files cannot be removed and need not be: rmdir takes them.
 // The usual cgroup has no child: one rmdir, no directory read.

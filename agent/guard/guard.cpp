@@ -17,6 +17,7 @@
 #include "ddp/common/time_bounds.hpp"
 #include "fence_deadline.hpp"
 #include "guard_protocol.hpp"
+#include "oom_watch.hpp"
 #include "proc_tree.hpp"
 #include "stale_cgroups.hpp"
 
@@ -152,7 +153,7 @@ class Guard {
   }
 
   // The worker was forked by our parent-to-be before it exec'd us: it is our
-  // child already and waits (on its own, docs/agent.md) for the report below
+  // child already and waits (on its own, docs/agent-workers.md) for the report below
   // before it runs user code, so it is in the cgroup before it can fork.
   void adopt_worker() {
     worker_ = o_.adopt_pid;
@@ -168,6 +169,16 @@ class Guard {
       write_all(o_.info_fd, text);
       ::close(o_.info_fd);
     }
+    // After the report: the agent does not wait for these few reads.
+    oom_.start(cgroup_ ? cgroup_->path() : own_cgroup_dir(), OomWatch::proc_self_cgroup());
+  }
+
+  // A worker the kernel's OOM killer ended is named as such on its stderr,
+  // where the agent's failure report reads it (the exit alone says SIGKILL).
+  void report_oom_kill() {
+    if (!worker_done_ || !WIFSIGNALED(worker_status_) || WTERMSIG(worker_status_) != SIGKILL) return;
+    if (phase_ == Phase::kKilling) return;  // ours
+    if (const auto where = oom_.killed()) say(oom_line(worker_, OomWatch::peak_bytes(*where), *where));
   }
 
   [[noreturn]] void report_and_exit_127(int err) {
@@ -282,6 +293,7 @@ class Guard {
 
   // Exits the way the worker did, so the agent reports the worker's outcome.
   [[noreturn]] void finish() {
+    report_oom_kill();  // before its cgroup, which may hold the count, goes
     // The usual end: the cgroup is empty and goes with one rmdir. What is
     // still in it (a process moved in from outside the tree) is killed first.
     if (cgroup_ && !cgroup_->remove()) cgroup_->kill_all();
@@ -307,6 +319,7 @@ class Guard {
   const pid_t self_;
   const pid_t pgid_;
   std::unique_ptr<CgroupScope> cgroup_;
+  OomWatch oom_;
   FenceDeadline fence_;
   pid_t worker_ = -1;
   bool worker_done_ = false;

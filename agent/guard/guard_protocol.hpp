@@ -1,7 +1,7 @@
 // What the agent and ddp-guard agree on. ddp-guard sits between the agent and
 // one worker: the agent spawns `ddp-guard [options] -- WORKER ARGS...`, the
 // guard forks and execs the worker and watches its whole process tree
-// (docs/agent.md, "Process containment").
+// (docs/agent-workers.md, "Process containment").
 #pragma once
 
 #include <signal.h>
@@ -25,7 +25,7 @@ inline constexpr const char* kInfoFdFlag = "--info-fd=";               // where 
 inline constexpr const char* kAgentPidFlag = "--agent-pid=";           // died before the guard started?
 // The worker is already the guard's child (forked by the preload zygote, which
 // then exec'd the guard in the worker's parent): watch it instead of starting
-// one. No "--" and no command then (docs/agent.md, "Preloading").
+// one. No "--" and no command then (docs/agent-preload.md, "Preloading").
 inline constexpr const char* kAdoptPidFlag = "--adopt-pid=";
 // The fence backstop (docs/rendezvous.md, "Fencing"): a file of 8 bytes, one
 // native-endian int64 the agent keeps storing to, the CLOCK_MONOTONIC

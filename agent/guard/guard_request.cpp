@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "ddp/common/parse.hpp"
+
 namespace ddp::guard {
 
 namespace {
@@ -27,10 +29,8 @@ class Fields {
   std::optional<long long> number(long long max) {
     const auto f = next();
     if (!f || f->empty()) return std::nullopt;
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(f->c_str(), &end, 10);
-    if (errno != 0 || *end != '\0' || v < 0 || v > max) return std::nullopt;
+    const auto v = parse_int<long long>(*f);
+    if (!v || *v < 0 || *v > max) return std::nullopt;
     return v;
   }
 
@@ -90,10 +90,9 @@ std::optional<GuardRequest> decode_request(const std::string& payload, std::stri
       while (at <= cpus->size()) {
         const auto comma = cpus->find(',', at);
         const std::string one = cpus->substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-        char* end = nullptr;
-        const long c = std::strtol(one.c_str(), &end, 10);
-        if (one.empty() || *end != '\0' || c < 0 || c >= CPU_SETSIZE) return fail("bad CPU list");
-        CPU_SET(static_cast<int>(c), &set);
+        const auto c = parse_int<long>(one);
+        if (!c || *c < 0 || *c >= CPU_SETSIZE) return fail("bad CPU list");
+        CPU_SET(static_cast<int>(*c), &set);
         if (comma == std::string::npos) break;
         at = comma + 1;
       }

@@ -1,9 +1,9 @@
 // ddp-guard --serve-fd=N: one per agent, started once, forks every guard the
 // agent asks for instead of the agent exec'ing ddp-guard per worker. A fork
 // of this small single-threaded process skips the exec and the static
-// start-up a guard costs otherwise (docs/performance.md, "Launch floor").
+// start-up a guard costs otherwise (docs/data/performance-history.md, "Launch floor").
 // Each guard forked here runs run_guard() exactly as an exec'd one does: the
-// containment is the same (docs/agent.md, "Process containment").
+// containment is the same (docs/agent-workers.md, "Process containment").
 //
 // Protocol, on the control socket (a stream socketpair, the agent's end held by
 // its spawner thread): per guard, one frame (guard_request.hpp) with five fds

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ddp/common/exit_code.hpp"
+#include "ddp/common/parse.hpp"
 #include "guard.hpp"
 #include "guard_protocol.hpp"
 #include "guard_server.hpp"
@@ -15,9 +16,9 @@ namespace {
 bool take(const char* arg, const char* flag, long* value) {
   const std::size_t n = std::strlen(flag);
   if (std::strncmp(arg, flag, n) != 0) return false;
-  char* end = nullptr;
-  *value = std::strtol(arg + n, &end, 10);
-  return end != arg + n && *end == '\0';
+  const auto v = ddp::parse_int<long>(arg + n);
+  if (v) *value = *v;
+  return v.has_value();
 }
 
 [[noreturn]] void usage(const char* why) {
@@ -26,7 +27,7 @@ bool take(const char* arg, const char* flag, long* value) {
                "[--fence-file=PATH] "
                "{-- /abs/path/to/worker [args...] | --adopt-pid=N | --serve-fd=N}\n(started by ddprun for "
                "each worker; see "
-               "docs/agent.md)\n",
+               "docs/agent-workers.md)\n",
                why);
   std::exit(ddp::exit_code(ddp::ExitCode::kConfig));
 }

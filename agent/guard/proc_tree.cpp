@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <map>
 
+#include "ddp/common/parse.hpp"
+
 namespace ddp::guard {
 
 bool read_proc(pid_t pid, ProcInfo* out) {
@@ -26,8 +28,15 @@ bool read_proc(pid_t pid, ProcInfo* out) {
   if (open == std::string::npos || close == std::string::npos || close + 2 >= text.size()) return false;
   out->pid = pid;
   out->comm = text.substr(open + 1, close - open - 1);
+  // A process names itself (PR_SET_NAME): what a terminal would act on is
+  // shown as '?' in the guard's lines.
+  for (char& c : out->comm) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  }
   const char* p = text.c_str() + close + 2;
   out->state = *p;
+  // number-parse-ok: the fields of /proc/<pid>/stat are scanned in place,
+  // each strtol starting where the last one ended.
   char* end = nullptr;
   out->ppid = static_cast<pid_t>(std::strtol(p + 1, &end, 10));
   out->pgid = static_cast<pid_t>(std::strtol(end, &end, 10));
@@ -41,11 +50,10 @@ std::vector<ProcInfo> descendants(pid_t root) {
   std::multimap<pid_t, ProcInfo> by_parent;
   if (DIR* d = ::opendir("/proc")) {
     while (const dirent* e = ::readdir(d)) {
-      char* end = nullptr;
-      const long pid = std::strtol(e->d_name, &end, 10);
-      if (pid <= 0 || *end != '\0') continue;
+      const auto pid = parse_int<pid_t>(e->d_name);
+      if (!pid || *pid <= 0) continue;
       ProcInfo info;
-      if (read_proc(static_cast<pid_t>(pid), &info)) by_parent.emplace(info.ppid, info);
+      if (read_proc(*pid, &info)) by_parent.emplace(info.ppid, info);
     }
     ::closedir(d);
   }

@@ -19,7 +19,7 @@ struct ProcInfo {
   pid_t ppid = 0;
   pid_t pgid = 0;
   char state = '?';  // R, S, D, Z, T, ... as in /proc/PID/stat
-  std::string comm;
+  std::string comm;  // control and non-ASCII bytes as '?'
   // Clock ticks after boot when the process started: with the pid, it names
   // one process even after the pid is reused.
   unsigned long long start_time = 0;

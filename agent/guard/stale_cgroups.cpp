@@ -8,6 +8,7 @@
 #include <charconv>
 
 #include "cgroup_scope.hpp"
+#include "ddp/common/parse.hpp"
 #include "proc_tree.hpp"
 
 namespace ddp::guard {
@@ -21,18 +22,18 @@ unsigned long long pid_namespace(const std::string& proc_dir) {
   if (n <= 0) return 0;
   const std::string_view text(buf, static_cast<std::size_t>(n));
   const auto open = text.find('[');
-  unsigned long long ns = 0;
   if (open == std::string_view::npos) return 0;
-  std::from_chars(text.data() + open + 1, text.data() + text.size(), ns);
-  return ns;
+  const auto digits = text.substr(open + 1);
+  return parse_int<unsigned long long>(digits.substr(0, digits.find(']'))).value_or(0);
 }
 
 template <class T>
 bool take_number(std::string_view& text, T* out, bool last) {
   const auto end = last ? text.size() : text.find('.');
   if (end == 0 || end == std::string_view::npos) return false;
-  const auto [p, ec] = std::from_chars(text.data(), text.data() + end, *out);
-  if (ec != std::errc() || p != text.data() + end) return false;
+  const auto v = parse_int<T>(text.substr(0, end));
+  if (!v) return false;
+  *out = *v;
   text.remove_prefix(last ? end : end + 1);
   return true;
 }

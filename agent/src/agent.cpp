@@ -1,75 +1,18 @@
-// The agent's control flow: rendezvous, round events, signals, restarts and
-// the final outcome. The parts it coordinates are listed in agent_impl.hpp.
+// The agent's control flow: rendezvous, round events, stops and the policy
+// that decides what each ending leads to. The parts it coordinates are listed
+// in agent_impl.hpp.
 #include <signal.h>
 
-#include <boost/asio/post.hpp>
 #include <fstream>
 
 #include "agent_impl.hpp"
-#include "containment.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/printable.hpp"
 #include "ddp/rdzv/backend.hpp"
-#include "guard_protocol.hpp"
+#include "stack_dump.hpp"
 
 namespace ddp::agent {
-
-namespace asio = boost::asio;
-
-namespace {
-
-// After a signal, how long closing the rendezvous may take before the agent
-// exits anyway: a dead store must not keep a Ctrl-C'd agent alive.
-constexpr std::chrono::milliseconds kCloseOnSignalTimeout{2000};
-// Backoff cap while waiting for the other nodes to report success.
-constexpr std::chrono::milliseconds kMaxPollDelay{1000};
-
-const char* event_name(rdzv::RoundEvent e) {
-  switch (e) {
-    case rdzv::RoundEvent::kRestartRequested:
-      return "restart requested";
-    case rdzv::RoundEvent::kMembershipChanged:
-      return "membership changed";
-    case rdzv::RoundEvent::kNodesWaiting:
-      return "nodes waiting";
-    case rdzv::RoundEvent::kStoreLost:
-      return "store lost";
-    case rdzv::RoundEvent::kJobClosed:
-      return "job closed";
-    case rdzv::RoundEvent::kLeaseLost:
-      return "lease lost";
-  }
-  return "unknown";
-}
-
-}  // namespace
-
-std::string failure_why(const WorkerFailure& f) {
-  if (f.hang) return "";
-  std::string why;
-  if (f.error && !f.error->message.empty()) {
-    why = f.error->message;
-  } else if (!f.stderr_tail.empty()) {
-    // A program SIGKILLed from outside (the OOM killer, a user, a scheduler)
-    // could not say why: its last line is whatever it printed before, not the
-    // cause. Unless ddp-guard wrote it: the fence deadline's kill says so.
-    const std::string& last = f.stderr_tail.back();
-    if (f.signal != SIGKILL || last.rfind(guard::kGuardLinePrefix, 0) == 0) why = last;
-  }
-  if (const auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
-  if (why.size() > 200) why = why.substr(0, 200) + "...";
-  return why;
-}
-
-std::string failure_how(const WorkerFailure& f) {
-  return f.hang ? "hung, " + f.hang->what() + "; killed" : f.how();
-}
-
-std::string describe_failure(const WorkerFailure& f) {
-  const std::string why = failure_why(f);
-  return "rank " + std::to_string(f.rank) + " on " + f.host + ": " + failure_how(f) +
-         (why.empty() ? "" : " (" + why + ")");
-}
 
 Agent::Impl::Impl(AgentConfig c, std::unique_ptr<rdzv::RendezvousHandler> h)
     : cfg(std::move(c)),
@@ -82,30 +25,9 @@ Agent::Impl::~Impl() { rdzv.reset(); }
 
 AgentResult Agent::Impl::run() {
   observers.open();  // a bad --event_log fails before anything connects
-  // A walk of the cgroup hierarchy (milliseconds on a big host), done while
-  // the first rendezvous runs; waited for before any guard of ours starts.
-  stale_cgroups = std::async(std::launch::async, reap_stale_cgroups);
-  cfg.rendezvous.on_fence_deadline = [f = fence](std::chrono::steady_clock::time_point t) { f->publish(t); };
-  // Runs on the joining thread: the event log is the io thread's.
-  cfg.rendezvous.on_spare = [this](std::int64_t round) {
-    asio::post(io, [this, round] { observers.emit("spare", {{"waiting_beside_round", round}}); });
-  };
-  std::shared_ptr<rdzv::RendezvousHandler> handler =
-      initial_handler ? std::move(initial_handler) : rdzv::create_handler(cfg.rendezvous, cfg.node);
-  rdzv = std::make_unique<RendezvousCalls>(io, handler);
-  rdzv->on_event([this](std::int64_t round, rdzv::RoundEvent e, const std::string& detail) {
-    on_round_event(round, e, detail);
-  });
-  rdzv->connect_store();  // while the rest is set up here
-  run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id,
-                  cfg.redirects.any() || cfg.tee.any() || !cfg.duplicate_stdout_filters.empty() ||
-                      !cfg.duplicate_stderr_filters.empty());
-  if (fence->open(run_dir->path() / RunDir::kFence)) set_guard_fence_file(fence->path());
-  if (!cfg.log_dir.empty()) log->info("worker logs in {}", run_dir->path().string());
-  base_env = current_environment();
-  start_liveness();  // a pipe that cannot be made fails before this node joins anything
-  reform = cfg.on_failure == OnFailure::kReform;
-  if (reform) reform_store = std::make_unique<ReformStore>(io);
+  // While the first rendezvous runs; waited for before any guard of ours starts.
+  services.reap_stale_cgroups();
+  set_up();  // agent_setup.cpp: the handler, the run directory, the workers' services
   for (int sig : cfg.signals_to_handle) signals.add(sig);
   signals.add(kStackDumpSignal);  // on demand: the workers' stacks into the run directory
   std::function<void(boost::system::error_code, int)> on_sig = [this, &on_sig](boost::system::error_code ec,
@@ -115,60 +37,7 @@ AgentResult Agent::Impl::run() {
     if (!life.done()) signals.async_wait(on_sig);
   };
   signals.async_wait(on_sig);
-  runner = std::make_unique<ProcessRunner>(io, /*prestart_guard_server=*/true);
-  terminal = std::make_unique<AgentTerminal>(io, cfg, log);
-  WorkerGroupEvents events;
-  events.spawn_reported = [this](int lr, pid_t pid) { observers.spawn_reported(lr, pid); };
-  events.exited = [this](const Worker& w) { observers.worker_exited(w); };
-  events.failed = [this] { on_local_failure(); };
-  events.succeeded = [this] { after_local_success(); };
-  events.hung = [this](const Worker& w, const HangInfo& h, std::chrono::milliseconds late) {
-    observers.emit("worker_hang", {{"rank", w.rank},
-                                   {"local_rank", w.local_rank},
-                                   {"pid", w.pid},
-                                   {"source", h.source},
-                                   {"scope", h.scope},
-                                   {"detail", h.detail},
-                                   {"late_ms", late.count()}});
-  };
-  events.hang_recorded = [this](const WorkerFailure& f) {
-    if (reform) return;  // the other nodes' workers learn of it through the store
-    hang_reported = true;
-    rdzv->report_failure(describe_failure(f), [this](const std::string& m) {
-      log->warn("could not report the hang to the other nodes: {}", m);
-    });
-  };
-  events.stopped = [this] {
-    if (life.is(Phase::kStopping)) on_all_stopped();
-  };
-  events.heartbeat_ages = [this] {
-    observers.publish_status();
-    stragglers->tick();
-  };
-  StragglerWatch::Hooks straggler_hooks;
-  straggler_hooks.emit = [this](const std::string& event, nlohmann::json f) {
-    observers.emit(event, std::move(f));
-  };
-  straggler_hooks.changed = [this] { observers.publish_status(); };
-  straggler_hooks.act = [this](const Straggler& s) {
-    const int lr = life.have_round() ? s.rank - life.round().rank_offset : -1;
-    if (lr < 0 || lr >= cfg.nproc_per_node) return;  // another node's rank: that node acts
-    HangInfo info;
-    info.source = "straggler";
-    info.detail = straggler_detail(s, cfg.liveness.straggler_factor);
-    group->kill_straggler(lr, std::move(info));
-  };
-  stragglers = std::make_unique<StragglerWatch>(io, cfg, life, log, std::move(straggler_hooks));
-  stragglers->attach(handler);
-  observers.attach_stragglers(*stragglers);
-  group = std::make_unique<WorkerGroup>(io, cfg, *runner, *run_dir, *terminal, log, std::move(events));
-  observers.attach(handler, *group);
-  observers.attach_startup(startup);
-  terminal->open([this](const winsize& size) { group->resize_ptys(size); });
-  start_torch_store();
-  if (!cfg.preload.empty()) stale_cgroups.wait();
-  start_preload();
-
+  make_parts();  // agent_setup.cpp: the runner, the terminal, the worker group
   start_rendezvous();
   io.run();
   if (!observers.flush(result.exit_code == exit_code(ExitCode::kRendezvous))) {
@@ -183,21 +52,25 @@ AgentResult Agent::Impl::run() {
   boost::system::error_code ignored;
   signals.cancel(ignored);
   signals.clear(ignored);
-  if (rdzv->busy() || (reform_store && reform_store->busy())) result.abandon_process = true;
+  if (rdzv->busy() || reform.busy()) result.abandon_process = true;
   return result;
 }
 
 void Agent::Impl::start_rendezvous() {
   announce_rendezvous_start();
   life.enter(Phase::kRendezvous);
-  early_event.reset();
+  round_events.forget();
   check_health_then_join();  // agent_health.cpp: join_rendezvous() once healthy
 }
 
 void Agent::Impl::join_rendezvous() {
   startup.rendezvous_started();
-  log->info("rendezvous backend={} run_id={} restart_count={}/{}", rdzv->handler()->backend(),
-            cfg.rendezvous.run_id, life.restart_count(), cfg.max_restarts);
+  // A standalone node's rendezvous is with itself: nothing to tell a user at
+  // the default level (the start-up output is the workers' start).
+  const bool alone = rdzv->handler()->backend() == "standalone";
+  log->log(alone ? spdlog::level::debug : spdlog::level::info,
+           "rendezvous backend={} run_id={} restart_count={}/{}", rdzv->handler()->backend(),
+           cfg.rendezvous.run_id, life.restart_count(), cfg.max_restarts);
   rdzv->next_round([this](const rdzv::RendezvousResult& r) { on_round(r); },
                    [this](ExitCode code, const std::string& m) {
                      if (!life.done()) finish(code, m);
@@ -211,17 +84,18 @@ void Agent::Impl::announce_rendezvous_start() {
   if (life.restart_count() != restarts_announced) {
     restarts_announced = life.restart_count();
     std::string reason = "another node's workers failed";
-    const auto& failures = group->failures();
-    if (life.is(Phase::kStopping) && life.stop_reason() == StopReason::kLocalFailure && !failures.empty()) {
-      const auto& root = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
+    if (life.is(Phase::kStopping) && life.stop_reason() == StopReason::kLocalFailure &&
+        !group->failures().empty()) {
+      const auto& root = root_failure();
       reason = "rank " + std::to_string(root.rank) + " on " + root.host + ": " + root.how();
-    } else if (!last_event_detail.empty()) {
-      reason += " (" + last_event_detail + ")";
+    } else if (!round_events.last().empty()) {
+      reason += " (" + round_events.last() + ")";
     }
     observers.emit("restart", {{"reason", reason}});
   } else {
-    observers.emit("scale",
-                   {{"reason", last_event_detail.empty() ? "membership changed" : last_event_detail}});
+    observers.emit("scale", {{"reason", round_events.last().empty()
+                                            ? rdzv::event_name(rdzv::RoundEvent::kMembershipChanged)
+                                            : round_events.last()}});
   }
   observers.publish_status();
 }
@@ -233,9 +107,10 @@ void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
                                 {"group_world_size", r.group_world_size},
                                 {"world_size", r.world_size},
                                 {"rank_offset", r.rank_offset}});
-  log->info("rendezvous complete round={} group_rank={}/{} world_size={} rank_offset={} store={}", r.round,
-            r.group_rank, r.group_world_size, r.world_size, r.rank_offset, r.store_endpoint.to_string());
-  point_torch_store(r);
+  log->log(rdzv->handler()->backend() == "standalone" ? spdlog::level::debug : spdlog::level::info,
+           "rendezvous complete round={} group_rank={}/{} world_size={} rank_offset={} store={}", r.round,
+           r.group_rank, r.group_world_size, r.world_size, r.rank_offset, r.store_endpoint.to_string());
+  services.point_torch_store(r);
   // On etcd the workers' store is group rank 0's, not the handler's: no
   // first-step times there (docs/agent.md, "Startup times").
   const auto backend = rdzv::parse_backend(cfg.rendezvous.backend);
@@ -247,25 +122,21 @@ void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
   spawn_workers();
   // The round ended before it got here: its workers stop at once, on the same
   // path as an event a moment later (restart accounting, reports, fencing).
-  if (early_event && early_event->round == r.round) {
-    const EarlyEvent e = std::move(*early_event);
-    early_event.reset();
-    on_round_event(e.round, e.event, e.detail);
-  }
+  if (const auto e = round_events.take(r.round)) on_round_event(e->round, e->event, e->detail);
 }
 
 void Agent::Impl::spawn_workers() {
   GroupLaunch launch;
   launch.round = &life.round();
   launch.restart_count = life.restart_count();
-  launch.torch_store = torch_store_endpoint();
-  launch.base_env = &base_env;
-  launch.extra_env = &liveness_env;
-  launch.reform = reform;
+  launch.torch_store = services.torch_store_endpoint();
+  launch.base_env = &services.base_env();
+  launch.extra_env = &services.liveness_env();
+  launch.reform = reform.active();
   life.enter(Phase::kRunning);
-  if (stale_cgroups.valid()) stale_cgroups.get();
+  services.cgroups_reaped();
   try {
-    hang_reported = false;
+    records.set_reported(false);
     group->start(launch);
   } catch (const ConfigError& e) {
     finish(ExitCode::kConfig, e.what());
@@ -278,14 +149,13 @@ void Agent::Impl::begin_stop(StopReason reason, int sig) {
 }
 
 void Agent::Impl::on_round_event(std::int64_t round, rdzv::RoundEvent event, const std::string& detail) {
-  log->info("round event: {}{}{}", event_name(event), detail.empty() ? "" : ": ", detail);
+  log->info("round event: {}{}{}", rdzv::event_name(event), detail.empty() ? "" : ": ", detail);
   const std::int64_t current = life.have_round() ? life.round().round : -1;
   if (life.is(Phase::kRendezvous)) {
     // The handler watches a round from just before it hands it over; an
     // event of the last round (stopped already) is stale.
-    if (round > current && !early_event) {
+    if (round > current && round_events.defer(round, event, detail)) {
       log->info("round {} ended before its workers started: they stop as they start", round);
-      early_event = EarlyEvent{round, event, detail};
     }
     return;
   }
@@ -293,7 +163,18 @@ void Agent::Impl::on_round_event(std::int64_t round, rdzv::RoundEvent event, con
   // The event that decides a stop names its cause; later ones (the failed
   // node leaving) must not replace it.
   if (life.is(Phase::kRunning) || life.is(Phase::kSucceeded)) {
-    last_event_detail = std::string(event_name(event)) + (detail.empty() ? "" : ": ") + detail;
+    round_events.decided(event, detail);
+  }
+  if (life.is(Phase::kRunning) && records.reported() && event != rdzv::RoundEvent::kStoreLost &&
+      event != rdzv::RoundEvent::kLeaseLost) {
+    // This node reported a hang and is taking its other workers' stacks (at
+    // most the stack budget); the other nodes stop for it, and the one
+    // hosting the store may leave first. The local failure decides this
+    // node's stop once the stacks are in; a lost store or lease still stops
+    // it at once (fencing).
+    log->info("round event while this node's hang report is completed: {}: the hang decides",
+              rdzv::event_name(event));
+    return;
   }
   if (life.is(Phase::kRunning)) {
     switch (event) {
@@ -307,7 +188,7 @@ void Agent::Impl::on_round_event(std::int64_t round, rdzv::RoundEvent event, con
       // The store may count this node gone and the others start their next
       // world: no grace for a checkpoint (docs/rendezvous.md, "Fencing").
       case rdzv::RoundEvent::kStoreLost:
-        store_lost = detail;
+        round_events.store_lost(detail);
         begin_stop(StopReason::kStoreLost, SIGKILL);
         break;
       case rdzv::RoundEvent::kLeaseLost:
@@ -324,7 +205,7 @@ void Agent::Impl::on_round_event(std::int64_t round, rdzv::RoundEvent event, con
     // another node's workers fail, this node rejoins and reruns with them.
     switch (event) {
       case rdzv::RoundEvent::kRestartRequested:
-        restart_after_remote_failure();
+        after_remote_failure();
         break;
       case rdzv::RoundEvent::kMembershipChanged:
         // Usually the node hosting the store finishing first. Like torchrun, a
@@ -347,205 +228,151 @@ void Agent::Impl::fence_while_stopping(rdzv::RoundEvent event, const std::string
   // Workers still inside their --stop_timeout (a checkpoint on SIGTERM, or
   // ignoring it) when the store may count this node gone: the grace ends now.
   if (event != rdzv::RoundEvent::kStoreLost && event != rdzv::RoundEvent::kLeaseLost) return;
-  log->warn("{} while stopping workers: killing them now", event_name(event));
+  log->warn("{} while stopping workers: killing them now", rdzv::event_name(event));
   group->signal_all(SIGKILL);
   // A signal decides the exit code as before; otherwise the lost store does.
   if (event == rdzv::RoundEvent::kStoreLost && life.stop_reason() != StopReason::kSignal) {
-    store_lost = detail;
+    round_events.store_lost(detail);
     life.restop(StopReason::kStoreLost);
   }
 }
 
-void Agent::Impl::on_signal(int sig) {
-  if (life.done()) return;
-  if (sig == kStackDumpSignal) {
-    if (group) group->dump_stacks();
-    return;
-  }
-  if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP && sig != SIGQUIT) {
-    // A notice for the workers (preemption), not a request to stop.
-    log->info("received {}: forwarding to workers", signal_name(sig));
-    group->signal_all(sig);
-    return;
-  }
-  if (signal_received != 0) {
-    // Only a second Ctrl-C is someone impatient at the terminal; a scheduler
-    // or `timeout` may send SIGTERM twice, and the workers' SIGTERM handlers
-    // (checkpoints) must get their full --stop_timeout.
-    if (sig == SIGINT && signal_received == SIGINT) {
-      log->warn("received SIGINT again: killing workers now");
-      group->signal_all(SIGKILL);
-    } else {
-      log->info(
-          "received {} again: workers are already stopping (SIGKILL after the stop "
-          "timeout; Ctrl-C twice to kill at once)",
-          signal_name(sig));
+// The policy: what each way an attempt ends leads to.
+//   a local worker fails    restart: every local worker stops (kLocalFailure)
+//                           reform:  its slot is replaced (restarts left) or given up, the workers
+//                                    re-form; workers that cannot: restart, for the rest of the run
+//   the workers stopped     local failure   -> next_after_failure(local)
+//                           remote failure  -> next_after_failure(remote)
+//                           below the re-form minimum -> exit 1, the job ends
+//                           membership      -> rendezvous again, no restart spent
+//                           store lost      -> exit 3
+//                           job closed      -> exit 3, or 6 when closed by exclusions
+//                           a signal        -> close the rendezvous, exit 128+N
+//   after a failure         restarts spent -> exit 1; no progress -> exit 4; the node's
+//                           failure limit (local only) -> excluded, exit 6; else a restart
+void Agent::Impl::on_local_failure() {
+  if (!reform.active()) return begin_stop(StopReason::kLocalFailure, SIGTERM);
+  if (reform.workers() == Reform::Workers::kUnknown)
+    return probe_workers();  // once, before the first re-form
+  if (reform.workers() == Reform::Workers::kProbing) return;
+  while (reform.active() && life.is(Phase::kRunning)) {
+    const WorkerFailure* next = reform.next(group->attempt(), group->failures());
+    if (next == nullptr) return;
+    const WorkerFailure f = *next;
+    reform.take();
+    if (uncaught_membership_change(f)) {
+      return fall_back_to_restart("rank " + std::to_string(f.rank) + " did not catch ddp::MembershipChanged");
     }
-    return;
-  }
-  signal_received = sig;
-  // A spawn still waiting for the zygote's imports starts normally, to be stopped.
-  if (zygote) zygote->stop_forking();
-  switch (life.phase()) {
-    case Phase::kRunning:
-      log->info("received {}: forwarding to workers, then stopping them{}", signal_name(sig),
-                sig == SIGINT ? " (Ctrl-C again to kill at once)" : "");
-      begin_stop(StopReason::kSignal, sig);
-      break;
-    case Phase::kStopping:
-      log->info("received {}: forwarding to workers{}", signal_name(sig),
-                sig == SIGINT ? " (Ctrl-C again to kill at once)" : "");
-      life.restop(StopReason::kSignal);
-      group->stop_counting_failures();
-      group->signal_all(sig);
-      break;
-    default:
-      log->info("received {}: exiting", signal_name(sig));
-      finish(signal_exit_code(sig));
-      break;
+    reform_after(f);
   }
 }
 
 void Agent::Impl::on_all_stopped() {
   switch (life.stop_reason()) {
-    case StopReason::kLocalFailure: {
-      if (!reform_stop_line.empty()) {
-        stop_below_minimum();
-        return;
-      }
-      const auto& failures = group->failures();
-      const bool spent = life.restarts_spent();
-      const std::string stalled = spent ? "" : judge_progress();
-      const bool final_report = spent || !stalled.empty();
-      write_failure_report(final_report);
-      const auto& root = failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
-      const std::string reason = describe_failure(root);
-      if (final_report) {
-        // The other nodes' only news of what failed: report it before closing.
-        // Closing follows; if the report fails the other nodes see the job end
-        // without a cause.
-        if (!hang_reported) rdzv->report_failure(reason);
-        result.failure = reason;
+    case StopReason::kLocalFailure:
+      return reform.stop_line().empty() ? after_local_failure() : stop_below_minimum();
+    case StopReason::kRemoteFailure:
+      return after_remote_failure();
+    case StopReason::kMembership:
+      log->info("re-forming the group (no restart spent)");
+      return start_rendezvous();
+    case StopReason::kStoreLost:
+      return finish(ExitCode::kRendezvous,
+                    "rendezvous store lost (" + round_events.store_lost() + "); workers killed");
+    case StopReason::kJobClosed:  // round_events.last() is "job closed: <why>"
+      return finish(round_events.last().find(rdzv::kClosedByExclusion) != std::string::npos
+                        ? ExitCode::kExcluded
+                        : ExitCode::kRendezvous,
+                    "rendezvous of run_id=" + cfg.rendezvous.run_id + " was closed by another node: " +
+                        round_events.last().substr(round_events.last().find(": ") + 2) + "; workers stopped");
+    case StopReason::kSignal:
+      return close_after_signal();
+  }
+}
+
+// Every node spends a restart on a failure anywhere, so all nodes agree on
+// TORCHELASTIC_RESTART_COUNT. `why`: the limit's line.
+Agent::Impl::AfterFailure Agent::Impl::next_after_failure(bool local, std::string& why) {
+  if (life.restarts_spent()) return AfterFailure::kFailSpent;
+  why = limits.judge_progress(group->heartbeats().any_progress(), *log);
+  if (!why.empty()) return AfterFailure::kFailNoProgress;
+  if (local) why = limits.count_node_failure(std::chrono::steady_clock::now());
+  return why.empty() ? AfterFailure::kRestart : AfterFailure::kExclude;
+}
+
+void Agent::Impl::after_local_failure() {
+  std::string why;
+  const AfterFailure next = next_after_failure(/*local=*/true, why);
+  const bool final_report = next == AfterFailure::kFailSpent || next == AfterFailure::kFailNoProgress;
+  write_failure_report(final_report);
+  const WorkerFailure& root = root_failure();
+  const std::string reason = describe_failure(root);
+  if (next == AfterFailure::kExclude) return exclude_this_node(why, reason);
+  if (next == AfterFailure::kRestart) {
+    life.spend_restart();
+    log->warn("restarting workers ({}/{}) after failure of {}", life.restart_count(), cfg.max_restarts,
+              reason);
+    if (!records.reported()) {
+      rdzv->report_failure(reason, [this](const std::string& m) {
+        log->warn("could not report the failure to the other nodes: {}", m);
+      });
+    }
+    return start_rendezvous();
+  }
+  // The other nodes' only news of what failed: report it before closing.
+  // Closing follows; if the report fails the other nodes see the job end
+  // without a cause.
+  if (!records.reported()) rdzv->report_failure(reason);
+  result.failure = reason;
+  const auto root_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(root.time.time_since_epoch()).count();
+  const std::string stalled = next == AfterFailure::kFailNoProgress ? why : "";
+  records.earliest(
+      *rdzv, life.have_round() ? life.round().round : -1,
+      [this, stalled, root_ms](std::optional<FailureRecord> first) {
+        // Another node's failure came before this node's: that is the job's
+        // first, whichever node reported first.
+        if (first && first->node != cfg.node.node_id && first->time_unix_ms < root_ms) {
+          result.failure = first->failure;
+          write_fully(2, "ddprun: error: the job's first failure was on another node, at " +
+                             failure_time_text(first->time_unix_ms) + ": " + first->failure + "\n");
+        }
         if (!stalled.empty()) {
           fail_for_good(stalled, /*print=*/true, ExitCode::kNoProgress);
         } else {
           fail_for_good("workers failed and max_restarts=" + std::to_string(cfg.max_restarts) + " is spent");
         }
-        return;
-      }
-      if (const std::string why = count_node_failure(); !why.empty()) {
-        exclude_this_node(why, reason);
-        return;
-      }
-      life.spend_restart();
-      log->warn("restarting workers ({}/{}) after failure of {}", life.restart_count(), cfg.max_restarts,
-                reason);
-      if (!hang_reported) {
-        rdzv->report_failure(reason, [this](const std::string& m) {
-          log->warn("could not report the failure to the other nodes: {}", m);
-        });
-      }
-      start_rendezvous();
-      return;
-    }
-    case StopReason::kRemoteFailure:
-      restart_after_remote_failure();
-      return;
-    case StopReason::kMembership:
-      log->info("re-forming the group (no restart spent)");
-      start_rendezvous();
-      return;
-    case StopReason::kStoreLost:
-      finish(ExitCode::kRendezvous, "rendezvous store lost (" + store_lost + "); workers killed");
-      return;
-    case StopReason::kJobClosed:
-      // last_event_detail is "job closed: <why>".
-      finish(last_event_detail.find(rdzv::kClosedByExclusion) != std::string::npos ? ExitCode::kExcluded
-                                                                                   : ExitCode::kRendezvous,
-             "rendezvous of run_id=" + cfg.rendezvous.run_id + " was closed by another node: " +
-                 last_event_detail.substr(last_event_detail.find(": ") + 2) + "; workers stopped");
-      return;
-    case StopReason::kSignal: {
-      life.enter(Phase::kClosing);
-      const int code = signal_exit_code(signal_received);
-      rdzv->close("agent on " + cfg.node.host + " stopped by " + signal_name(signal_received),
-                  [this, code] { finish(code); });
-      poll_timer.expires_after(kCloseOnSignalTimeout);
-      poll_timer.async_wait([this, code](boost::system::error_code ec) {
-        if (!ec) finish(code);
-      });
-      return;
-    }
-  }
-}
-
-void Agent::Impl::after_local_success() {
-  life.enter(Phase::kSucceeded);
-  log->info("all {} local workers succeeded", group->workers().size());
-  rdzv->report_success([this] { poll_all_succeeded(); },
-                       [this](const std::string& m) {
-                         if (life.is(Phase::kSucceeded)) {
-                           succeed_unconfirmed("cannot report success: " + m);
-                         }
-                       });
-}
-
-void Agent::Impl::poll_all_succeeded() {
-  if (!life.is(Phase::kSucceeded)) return;
-  rdzv->all_succeeded(
-      [this](bool all) {
-        if (!life.is(Phase::kSucceeded)) return;
-        if (all) {
-          // The handler is the exit barrier: the node hosting the store keeps
-          // it up until the other nodes have seen this and left.
-          finish(ExitCode::kOk);
-          return;
-        }
-        // No "all done" event exists; the other nodes' workers may run for hours,
-        // so back off to one store read per second.
-        poll_timer.expires_after(poll_delay);
-        poll_delay = std::min(poll_delay * 2, kMaxPollDelay);
-        poll_timer.async_wait([this](boost::system::error_code ec) {
-          if (!ec) poll_all_succeeded();
-        });
-      },
-      [this](const std::string& m) {
-        if (life.is(Phase::kSucceeded)) succeed_unconfirmed(m);
       });
 }
 
-void Agent::Impl::succeed_unconfirmed(const std::string& why) {
-  // torchrun's exit barrier does the same: this node's workers succeeded, and a
-  // store that vanished afterwards (often: the hosting node finished first)
-  // does not turn that into a failure. A node still running sees the loss itself.
-  log->warn(
-      "this node's workers succeeded, but the other nodes' success could not be "
-      "confirmed: {}",
-      why);
-  finish(ExitCode::kOk);
-}
-
-void Agent::Impl::restart_after_remote_failure() {
-  // Every node spends a restart on a failure anywhere, so all nodes agree on
-  // TORCHELASTIC_RESTART_COUNT.
-  const std::string stalled = life.restarts_spent() ? "" : judge_progress();
-  if (!stalled.empty()) {
-    fail_for_good(stalled, /*print=*/true, ExitCode::kNoProgress);
-  } else if (!life.restarts_spent()) {
+void Agent::Impl::after_remote_failure() {
+  std::string why;
+  const AfterFailure next = next_after_failure(/*local=*/false, why);
+  if (next == AfterFailure::kFailNoProgress) return fail_for_good(why, /*print=*/true, ExitCode::kNoProgress);
+  if (next == AfterFailure::kRestart) {
     life.spend_restart();
     log->warn("restarting workers ({}/{}) after another node's failure", life.restart_count(),
               cfg.max_restarts);
-    start_rendezvous();
-  } else {
-    // The only line on this node saying what went wrong: name the node,
-    // rank and cause the failing node reported through the store.
-    if (const auto at = last_event_detail.find(rdzv::kReportedFailure); at != std::string::npos) {
-      result.failure = last_event_detail.substr(at + rdzv::kReportedFailure.size());
-    }
-    fail_for_good("another node's workers failed and max_restarts=" + std::to_string(cfg.max_restarts) +
-                      " is spent (" + last_event_detail + ")",
-                  /*print=*/true);
+    return start_rendezvous();
   }
+  // The only line on this node saying what went wrong: name the node, rank
+  // and cause of the job's first failure by the nodes' own times, else what
+  // the first node to report said through the store.
+  records.earliest(
+      *rdzv, life.have_round() ? life.round().round : -1, [this](std::optional<FailureRecord> first) {
+        std::string detail = round_events.last();
+        if (first) {
+          detail = "node " + first->node + std::string(rdzv::kReportedFailure) + first->failure +
+                   "; the job's first failure, at " + failure_time_text(first->time_unix_ms);
+          result.failure = first->failure;
+        } else if (const auto at = round_events.last().find(rdzv::kReportedFailure);
+                   at != std::string::npos) {
+          result.failure = round_events.last().substr(at + rdzv::kReportedFailure.size());
+        }
+        fail_for_good("another node's workers failed and max_restarts=" + std::to_string(cfg.max_restarts) +
+                          " is spent (" + detail + ")",
+                      /*print=*/true);
+      });
 }
 
 void Agent::Impl::fail_for_good(const std::string& reason, bool print, ExitCode code) {
@@ -555,25 +382,9 @@ void Agent::Impl::fail_for_good(const std::string& reason, bool print, ExitCode 
   rdzv->close(reason, [this, reason, print, code] { finish(code, print ? reason : ""); });
 }
 
-std::string Agent::Impl::judge_progress() {
-  if (group->heartbeats().any_progress()) {
-    no_progress_restarts = 0;
-    return "";
-  }
-  if (!cfg.max_no_progress_restarts) return "";
-  const int limit = *cfg.max_no_progress_restarts;
-  if (no_progress_restarts >= limit) {
-    return std::to_string(no_progress_restarts + 1) +
-           " attempts in a row ended without progress (no heartbeat, no completed section): not restarting "
-           "again (--max_no_progress_restarts=" +
-           std::to_string(limit) + ")";
-  }
-  ++no_progress_restarts;
-  log->warn(
-      "the attempt ended without progress (no heartbeat, no completed section): {}/{} restarts without "
-      "progress",
-      no_progress_restarts, limit);
-  return "";
+const WorkerFailure& Agent::Impl::root_failure() const {
+  const auto& failures = group->failures();
+  return failures[FailureReport{"", "", 0, 0, 0, failures}.root_cause()];
 }
 
 void Agent::Impl::write_failure_report(bool final_report) {
@@ -584,10 +395,14 @@ void Agent::Impl::write_failure_report(bool final_report) {
     std::ofstream out(path, std::ios::trunc);
     out << render_json(report);
   }
+  const auto& root = report.failures[report.root_cause()];
+  observers.publish_failure(report, root, describe_failure(root));
   if (!final_report) return;
   run_dir->keep();
-  write_fully(2, render_text(report) + interpreter_hint(report, cfg.argv.front()) +
-                     "failure report: " + path.string() + "\n");
+  // The report quotes the workers' error files and last lines: escaped where
+  // a terminal would act on them (failure.json keeps them as they were).
+  write_fully(2, terminal_safe(render_text(report) + interpreter_hint(report, cfg.argv.front()) +
+                               "failure report: " + path.string() + "\n"));
 }
 
 void Agent::Impl::finish(int code, const std::string& error) {
@@ -599,7 +414,7 @@ void Agent::Impl::finish(int code, const std::string& error) {
   if (code != 0 && run_dir && run_dir->is_temp()) run_dir->keep();
   if (code == 0) log->info("run succeeded");
   if (group) group->cancel_timers();
-  if (health) health->cancel();  // a --health_check command still running
+  health.cancel();  // a --health_check command still running
   poll_timer.cancel();
   io.stop();
 }

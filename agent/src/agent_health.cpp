@@ -1,9 +1,8 @@
-// Health checks before each rendezvous (docs/agent.md, "Health checks"). An
+// Health checks before each rendezvous (docs/agent-recovery.md, "Health checks"). An
 // unhealthy node does not join: it says why (log, --event_log, its status
-// record), waits, checks again with backoff, and after --health_retries
-// failed retries exits 5 without closing the rendezvous, so the other nodes
-// go on without it and a scheduler can requeue the job elsewhere.
-#include <algorithm>
+// record), waits, checks again with backoff (HealthGate), and after
+// --health_retries failed retries exits 5 without closing the rendezvous, so
+// the other nodes go on without it and a scheduler can requeue the job elsewhere.
 #include <cstdio>
 
 #include "agent_impl.hpp"
@@ -12,10 +11,6 @@
 namespace ddp::agent {
 
 namespace {
-
-// The backoff stops doubling here: a node that recovers (a remount, a
-// driver reset) should not wait much longer than that to rejoin.
-constexpr std::chrono::milliseconds kMaxHealthRetryInterval{std::chrono::seconds(60)};
 
 std::string seconds_text(std::chrono::milliseconds d) {
   char buf[32];
@@ -26,49 +21,45 @@ std::string seconds_text(std::chrono::milliseconds d) {
 }  // namespace
 
 void Agent::Impl::check_health_then_join() {
-  if (!health) health = std::make_shared<HealthCheck>(cfg);
-  rdzv->check_health(health, [this](const HealthVerdict& v) { on_health(v); });
+  health.check(*rdzv, [this](const HealthVerdict& v) { on_health(v); });
 }
 
 void Agent::Impl::on_health(const HealthVerdict& v) {
   if (!life.is(Phase::kRendezvous)) return;  // a signal ended the run meanwhile
   if (!v.note.empty()) log->info("{}", v.note);
+  const int before = health.failures();
+  const int failures = health.count(v);
   if (v.healthy()) {
-    if (health_failures > 0) {
-      log->info("node healthy again after {} failed health check(s): joining", health_failures);
-      observers.emit("healthy", {{"failures", health_failures}});
+    if (before > 0) {
+      log->info("node healthy again after {} failed health check(s): joining", before);
+      observers.emit("healthy", {{"failures", before}});
     }
-    health_failures = 0;
     join_rendezvous();
     return;
   }
-  ++health_failures;
   const int retries = cfg.health.max_retries;
-  if (health_failures > retries) {
+  if (failures > retries) {
     const std::string msg = "node unhealthy (" + v.check + " check): " + v.reason + "; gave up after " +
-                            std::to_string(health_failures) +
+                            std::to_string(failures) +
                             " failed health checks (--health_retries=" + std::to_string(retries) + ")";
     observers.emit(
         "unhealthy",
-        {{"check", v.check}, {"reason", v.reason}, {"failures", health_failures}, {"retry_in_s", nullptr}});
+        {{"check", v.check}, {"reason", v.reason}, {"failures", failures}, {"retry_in_s", nullptr}});
     finish(ExitCode::kUnhealthy, msg);
     // After finish()'s final record: the node's last word is why it left.
-    observers.publish_unhealthy(v.reason, health_failures);
+    observers.publish_unhealthy(v.reason, failures);
     return;
   }
-  auto delay = cfg.health.retry_interval;
-  for (int i = 1; i < health_failures && delay < kMaxHealthRetryInterval; ++i) delay *= 2;
-  delay = std::min(delay, std::max(kMaxHealthRetryInterval, cfg.health.retry_interval));
+  const auto delay = health.backoff();
   log->warn("node unhealthy, not joining ({} check): {}; checking again in {} ({}/{})", v.check, v.reason,
-            seconds_text(delay), health_failures, retries);
+            seconds_text(delay), failures, retries);
   observers.emit("unhealthy", {{"check", v.check},
                                {"reason", v.reason},
-                               {"failures", health_failures},
+                               {"failures", failures},
                                {"retry_in_s", static_cast<double>(delay.count()) / 1000.0}});
-  observers.publish_unhealthy(v.reason, health_failures);
-  health_timer.expires_after(delay);
-  health_timer.async_wait([this](boost::system::error_code ec) {
-    if (!ec && life.is(Phase::kRendezvous)) check_health_then_join();
+  observers.publish_unhealthy(v.reason, failures);
+  health.retry_after(delay, [this] {
+    if (life.is(Phase::kRendezvous)) check_health_then_join();
   });
 }
 

@@ -20,7 +20,8 @@ AgentTerminal::~AgentTerminal() = default;
 void AgentTerminal::open(std::function<void(const winsize&)> resized) {
   resized_ = std::move(resized);
   relay_ = std::make_unique<TerminalRelay>(io_, console_line_);
-  if (terminal_size(1) || terminal_size(2)) {
+  if (const auto size = terminal_size(1) ? terminal_size(1) : terminal_size(2)) {
+    console_line_->set_size(size->ws_col, size->ws_row);
     winch_ = std::make_unique<boost::asio::signal_set>(io_, SIGWINCH);
     winch_->async_wait([this](boost::system::error_code ec, int) {
       if (ec) return;
@@ -91,6 +92,7 @@ void AgentTerminal::close_input() {
 
 void AgentTerminal::on_window_change() {
   if (const auto size = terminal_size(1) ? terminal_size(1) : terminal_size(2)) {
+    console_line_->set_size(size->ws_col, size->ws_row);
     if (relay_) relay_->resize(worker_window(*size, reader_prefix_cols_));
     if (resized_) resized_(*size);
   }

@@ -1,6 +1,6 @@
 // The agent's side of process containment: every worker is started under
 // ddp-guard (agent/guard/), which keeps the worker's whole process tree
-// contained while the agent runs and after it dies (docs/agent.md).
+// contained while the agent runs and after it dies (docs/agent-workers.md).
 //
 // Thread-safety: free functions; guard_executable() is computed once.
 #pragma once

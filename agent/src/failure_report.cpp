@@ -62,6 +62,7 @@ ErrorFileRead read_error_file(const std::filesystem::path& path) {
       const json& extra = msg["extraInfo"];
       out.traceback = text_of(extra.value("py_callstack", json()));
       out.timestamp = text_of(extra.value("timestamp", json()));
+      out.error_type = text_of(extra.value("error_type", json()));
     }
   } else {
     out.message = text_of(msg);
@@ -82,6 +83,8 @@ std::string describe_wait_status(int status) {
 }
 
 std::string WorkerFailure::how() const {
+  if (oom_killed)
+    return "killed by the kernel OOM killer" + (memory_peak.empty() ? "" : " (" + memory_peak + ")");
   if (signal != 0) return "signal " + signal_name(signal);
   return "exit code " + std::to_string(exit_code);
 }
@@ -90,6 +93,7 @@ std::string HangInfo::what() const {
   std::string out = source;
   if (!scope.empty()) out += (source == "FileTimer" ? " scope '" : " '") + scope + "'";
   out += source == "heartbeat" ? " missed" : source == "straggler" ? " named" : " expired";
+  if (missed_rank >= 0) out += " on rank " + std::to_string(missed_rank) + ", which waits for it";
   if (!detail.empty()) out += " (" + detail + ")";
   return out;
 }
@@ -131,10 +135,13 @@ std::string render_text(const FailureReport& r) {
      << "  host       : " << f.host << '\n'
      << "  rank       : " << f.rank << " (local_rank " << f.local_rank << ")\n"
      << "  pid        : " << f.pid << '\n'
-     << "  exit       : " << f.how() << '\n';
+     << "  exit       : " << (f.oom_killed ? "signal SIGKILL: " : "") << f.how() << '\n';
   if (f.hang) {
     const auto& h = *f.hang;
     os << "  hang       : " << h.what() << "; ddprun killed the worker's process tree\n";
+    if (!h.waiting.empty()) os << "  waiting    : " << h.waiting << '\n';
+    if (!h.culprit_rule.empty()) os << "  culprit    : " << h.culprit_rule << '\n';
+    if (!h.liveness_note.empty()) os << "  liveness   : " << h.liveness_note << '\n';
     if (!h.top_frames.empty()) {
       os << "  stuck at   :\n";
       for (const auto& frame : h.top_frames) os << "    " << frame << '\n';
@@ -220,10 +227,22 @@ std::string render_json(const FailureReport& r) {
               {"stderr_tail", f.stderr_tail},
               {"stderr_log", f.stderr_log}};
     if (f.hang) {
-      j["hang"] = {{"source", f.hang->source},         {"scope", f.hang->scope},
-                   {"detail", f.hang->detail},         {"what", f.hang->what()},
-                   {"top_frames", f.hang->top_frames}, {"stacks_file", f.hang->stacks_file},
-                   {"stack_note", f.hang->stack_note}, {"other_ranks", f.hang->other_ranks}};
+      j["hang"] = {{"source", f.hang->source},
+                   {"scope", f.hang->scope},
+                   {"detail", f.hang->detail},
+                   {"what", f.hang->what()},
+                   {"top_frames", f.hang->top_frames},
+                   {"stacks_file", f.hang->stacks_file},
+                   {"stack_note", f.hang->stack_note},
+                   {"other_ranks", f.hang->other_ranks},
+                   {"waiting", f.hang->waiting},
+                   {"missed_rank", f.hang->missed_rank >= 0 ? json(f.hang->missed_rank) : json()},
+                   {"culprit_rule", f.hang->culprit_rule},
+                   {"liveness_note", f.hang->liveness_note}};
+    }
+    if (f.oom_killed) {
+      j["oom_killed"] = true;
+      j["memory_peak_bytes"] = f.memory_peak_bytes >= 0 ? json(f.memory_peak_bytes) : json();
     }
     if (!f.error_file_problem.empty()) j["error_file_problem"] = f.error_file_problem;
     if (f.error) {
@@ -242,6 +261,46 @@ std::string render_json(const FailureReport& r) {
               {"failures", failures}};
   // Worker output is arbitrary bytes: replace invalid UTF-8 rather than throw.
   return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::string encode_failure_record(const FailureRecord& r) {
+  const json j = {{"node", r.node},
+                  {"host", r.host},
+                  {"round", r.round},
+                  {"rank", r.rank},
+                  {"time_unix_ms", r.time_unix_ms},
+                  {"failure", r.failure}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::optional<FailureRecord> decode_failure_record(const std::string& text) {
+  try {
+    const json j = parse_json(text, json_input::kStatusRecord);
+    if (!j.is_object()) return std::nullopt;
+    FailureRecord r;
+    r.node = j.at("node").get<std::string>();
+    r.host = j.at("host").get<std::string>();
+    r.round = j.at("round").get<std::int64_t>();
+    r.rank = j.at("rank").get<int>();
+    r.time_unix_ms = j.at("time_unix_ms").get<std::int64_t>();
+    r.failure = j.at("failure").get<std::string>();
+    return r;
+  } catch (const std::exception&) {
+    return std::nullopt;  // not JSON, a field missing or of another type
+  }
+}
+
+std::optional<FailureRecord> first_failure(const std::vector<FailureRecord>& records, std::int64_t round) {
+  std::optional<FailureRecord> out;
+  for (const auto& r : records) {
+    if (round >= 0 && r.round != round) continue;
+    if (!out || r.time_unix_ms < out->time_unix_ms) out = r;
+  }
+  return out;
+}
+
+std::string failure_time_text(std::int64_t time_unix_ms) {
+  return format_time(std::chrono::system_clock::time_point(std::chrono::milliseconds(time_unix_ms)));
 }
 
 }  // namespace ddp::agent

@@ -150,7 +150,7 @@ constexpr bool kShareMemory = true;
 // (CLONE_VM), as posix_spawn does: no page table is copied, no page is
 // copied on write, and the exec drops a reference instead of tearing down a
 // copy of the agent's address space (8 spawns: ~0.3 ms of CPU each, measured,
-// docs/performance.md "Launch floor"). Unlike vfork, this thread is not
+// docs/data/performance-history.md "Launch floor"). Unlike vfork, this thread is not
 // suspended, so the exec wait below keeps its deadline and its cancel.
 // The child runs on `stack` with this thread's thread pointer: its failing
 // calls would write this thread's errno, so until the child has exec'd or

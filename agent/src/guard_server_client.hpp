@@ -5,7 +5,7 @@
 // group, and its exit comes as a line on its own connection.
 //
 // DDP_GUARD_SERVER=0 (or false, no, off) in the agent's environment turns the
-// server off: each guard is exec'd (docs/agent.md, "The guard server").
+// server off: each guard is exec'd (docs/agent-workers.md, "The guard server").
 //
 // Thread-safety: one owner thread, the process runner's spawner thread (the
 // server's parent-death signal follows it).

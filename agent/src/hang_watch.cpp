@@ -1,5 +1,6 @@
 #include "hang_watch.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace ddp::agent {
@@ -49,6 +50,14 @@ void HangWatch::clear_all() {
 
 bool HangWatch::armed(int local_rank, const std::string& source, const std::string& scope) const {
   return by_key_.count(Key{local_rank, source, scope}) > 0;
+}
+
+std::chrono::steady_clock::time_point HangWatch::earliest(int local_rank) const {
+  auto out = std::chrono::steady_clock::time_point::max();
+  auto it = by_key_.lower_bound(Key{local_rank, std::string(), std::string()});
+  for (; it != by_key_.end() && std::get<0>(it->first) == local_rank; ++it)
+    out = std::min(out, it->second.at);
+  return out;
 }
 
 std::size_t HangWatch::count(int local_rank, const std::string& source) const {

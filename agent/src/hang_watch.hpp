@@ -46,6 +46,8 @@ class HangWatch {
   // How many deadlines one worker has from one source (its live FileTimer scopes).
   std::size_t count(int local_rank, const std::string& source) const;
   std::size_t size() const { return by_key_.size(); }
+  // The earliest deadline armed for one worker; max when none.
+  std::chrono::steady_clock::time_point earliest(int local_rank) const;
 
  private:
   // Each deadline is in two ordered indexes, by what it watches and by when it

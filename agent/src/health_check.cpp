@@ -14,10 +14,13 @@
 #include <cstdlib>
 #include <optional>
 
+#include "containment.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
 #include "ddp/store/job_keys.hpp"
 #include "ddp/store/store.hpp"
 #include "fork_exec.hpp"
+#include "guard_protocol.hpp"
 
 extern char** environ;
 
@@ -45,14 +48,38 @@ std::string seconds_text(std::chrono::milliseconds d) {
   return buf;
 }
 
+// How long a guard told to kill the check's tree may take to do so and exit:
+// its own wait for processes to vanish after SIGKILL is 5 s (guard.hpp).
+constexpr std::chrono::milliseconds kGuardExitWait{6000};
+
+// The command's last line on stderr, skipping those its ddp-guard wrote
+// (guard_protocol.hpp: "ddprun: worker pid=... exited; stopping ...").
 std::string last_line(const std::string& text) {
-  std::size_t end = text.find_last_not_of("\r\n \t");
-  if (end == std::string::npos) return "";
-  const std::size_t begin = text.rfind('\n', end);
-  std::string line = text.substr(begin == std::string::npos ? 0 : begin + 1,
-                                 end + 1 - (begin == std::string::npos ? 0 : begin + 1));
-  if (line.size() > kReasonMaxBytes) line = line.substr(0, kReasonMaxBytes) + "...";
-  return line;
+  std::size_t end = text.size();
+  while (true) {
+    end = end == 0 ? std::string::npos : text.find_last_not_of("\r\n \t", end - 1);
+    if (end == std::string::npos) return "";
+    const std::size_t nl = text.rfind('\n', end);
+    const std::size_t begin = nl == std::string::npos ? 0 : nl + 1;
+    std::string line = text.substr(begin, end + 1 - begin);
+    if (line.starts_with(guard::kGuardLinePrefix)) {
+      end = begin;
+      continue;
+    }
+    if (line.size() > kReasonMaxBytes) line = line.substr(0, kReasonMaxBytes) + "...";
+    return line;
+  }
+}
+
+// Waits up to `wait` for `pid` to exit and reaps it; false if it has not.
+bool wait_exit(pid_t pid, std::chrono::milliseconds wait, int& status) {
+  const auto until = Clock::now() + wait;
+  while (true) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) return true;
+    if (Clock::now() >= until) return false;
+    ::usleep(2000);
+  }
 }
 
 // Writes one byte into an unnamed file in `dir`: what a worker's log needs.
@@ -103,7 +130,14 @@ HealthCheck::~HealthCheck() { cancel(); }
 
 void HealthCheck::cancel() {
   cancelled_ = true;
-  if (const pid_t pg = running_.load(); pg > 0) ::kill(-pg, SIGKILL);
+  const pid_t pg = running_.load();
+  if (pg <= 0) return;
+  // A guard kills the whole tree, what left the group included, then exits.
+  if (guarded_) {
+    ::kill(pg, guard::kill_now_signal());
+  } else {
+    ::kill(-pg, SIGKILL);
+  }
 }
 
 HealthVerdict HealthCheck::run(store::Store* store) {
@@ -149,12 +183,13 @@ HealthVerdict HealthCheck::check_gpus() {
     if (h.gpus != HealthConfig::kAutoGpus) {
       return {"gpus", "--health_gpus=" + std::to_string(h.gpus) + " but " + nvml_.unavailable(), ""};
     }
-    HealthVerdict v;
+    // Not news on a machine without an NVIDIA driver (a laptop, a CPU job):
+    // a debug line, once per run.
     if (!nvml_noted_) {
       nvml_noted_ = true;
-      v.note = "no GPU check: " + nvml_.unavailable();
+      log::get("agent")->debug("no GPU check: {}", nvml_.unavailable());
     }
-    return v;
+    return {};
   }
   const auto found = nvml_.visible(visible);
   if (!found.error.empty()) return {"gpus", found.error, ""};
@@ -222,6 +257,20 @@ HealthVerdict HealthCheck::run_command() {
   ExecSpec spec;
   spec.executable = "/bin/sh";
   spec.args = {"-c", h.command};
+  // Contained as a worker is (containment.hpp): under its own ddp-guard, a
+  // subreaper with a cgroup, so a setsid child or a double-fork daemon of the
+  // check is killed with it, not only its process group.
+  const std::string& guard_exe = guard_executable();
+  const bool guarded = !guard_exe.empty();
+  if (guarded) {
+    spec.args = {guard::kStopTimeoutFlag + std::string("0"),
+                 guard::kAgentPidFlag + std::to_string(::getpid()),
+                 "--",
+                 "/bin/sh",
+                 "-c",
+                 h.command};
+    spec.executable = guard_exe;
+  }
   for (char** e = environ; *e != nullptr; ++e) spec.env.emplace_back(*e);
   spec.in = null_fd;
   spec.out = null_fd;
@@ -237,8 +286,9 @@ HealthVerdict HealthCheck::run_command() {
     return {"command", "--health_check could not start: " + launched.error, ""};
   }
   const pid_t pid = launched.pid;
+  guarded_ = guarded;
   running_ = pid;
-  if (cancelled_) ::kill(-pid, SIGKILL);  // cancel() ran between the checks and now
+  if (cancelled_) cancel();  // cancel() ran between the checks and now
 
   std::string err_text;
   bool eof = false;
@@ -279,9 +329,20 @@ HealthVerdict HealthCheck::run_command() {
       ::usleep(static_cast<useconds_t>(wait_ms) * 1000);
     }
   }
-  // The command's process group goes, whatever it left running.
-  ::kill(-pid, SIGKILL);
-  if (!exited) reap_killed(pid);
+  if (guarded) {
+    // An exited guard has killed what the command left; else it is told to.
+    if (!exited) {
+      ::kill(pid, guard::kill_now_signal());
+      if (!wait_exit(pid, kGuardExitWait, status)) {
+        ::kill(-pid, SIGKILL);
+        reap_killed(pid);
+      }
+    }
+  } else {
+    // The command's process group goes, whatever it left running.
+    ::kill(-pid, SIGKILL);
+    if (!exited) reap_killed(pid);
+  }
   running_ = 0;
   ::close(pipefd[0]);
 

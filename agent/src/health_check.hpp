@@ -1,4 +1,4 @@
-// The checks a node runs before each rendezvous (docs/agent.md, "Health
+// The checks a node runs before each rendezvous (docs/agent-recovery.md, "Health
 // checks"): --log_dir and --health_paths usable, the GPUs there, the store
 // answering in time, and the user's --health_check command. The first check
 // that fails is the verdict; an unhealthy node does not join.
@@ -61,7 +61,8 @@ class HealthCheck {
   // --health_gpus=auto: the GPUs NVML saw at the first check, the bound for
   // every later one (a GPU lost between restarts keeps the node out).
   std::optional<int> gpus_at_start_;
-  std::atomic<pid_t> running_{0};  // the command's process group while it runs
+  std::atomic<pid_t> running_{0};     // the command's process group while it runs
+  std::atomic<bool> guarded_{false};  // running_ is the command's ddp-guard
   std::atomic<bool> cancelled_{false};
 };
 

@@ -23,7 +23,7 @@ namespace {
 
 constexpr const char* kFileEnv = "DDP_LIVENESS_FILE";
 constexpr const char* kPipeEnv = "DDP_LIVENESS_PIPE";
-// The section whose completions are a worker's steps (docs/agent.md, "Stragglers").
+// The section whose completions are a worker's steps (docs/agent-diagnosis.md, "Stragglers").
 constexpr std::string_view kStepSection = "step";
 
 MonoNs mono_now() {
@@ -256,6 +256,48 @@ std::optional<HeartbeatStatus> HeartbeatMonitor::status(int local_rank) const {
     st.step_s = step_samples_[static_cast<std::size_t>(local_rank)].step_s;
   }
   return st;
+}
+
+std::optional<lv::Snapshot> HeartbeatMonitor::snapshot(int local_rank) const {
+  if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= files_.size()) return std::nullopt;
+  return lv::read_snapshot(files_[static_cast<std::size_t>(local_rank)].base);
+}
+
+ch::steady_clock::time_point HeartbeatMonitor::next_deadline(int local_rank) const {
+  if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= files_.size()) {
+    return ch::steady_clock::time_point::max();
+  }
+  if (!cfg_.heartbeats_on() && !cfg_.sections_on()) return ch::steady_clock::time_point::max();
+  const auto p = plan_liveness(cfg_, read_learned(files_[static_cast<std::size_t>(local_rank)].base));
+  const MonoNs at = std::min(p.heartbeat_deadline, p.section_deadline);
+  return at == kNever ? ch::steady_clock::time_point::max() : to_steady(at);
+}
+
+std::string HeartbeatMonitor::liveness_note(int local_rank, int missed_local_rank) const {
+  const auto in_range = [this](int lr) { return lr >= 0 && static_cast<std::size_t>(lr) < files_.size(); };
+  if (!cfg_.heartbeats_on() || !in_range(local_rank) || !in_range(missed_local_rank)) return "";
+  const auto s = read_learned(files_[static_cast<std::size_t>(local_rank)].base);
+  if (s.beat_count == 0) return "";
+  const MonoNs now = mono_now();
+  const double age = ns_to_s(now > s.last_beat_ns ? now - s.last_beat_ns : 0);
+  if (s.beat_count == 1) {
+    return "it heartbeat once (" + secs(age) +
+           " ago) and never again: --heartbeat_timeout counts from the first heartbeat, so heartbeat in "
+           "every step, not once at the start";
+  }
+  // How long the rank whose deadline passed has been stuck: since its latest
+  // heartbeat, or in its current section.
+  const auto m = lv::read_snapshot(files_[static_cast<std::size_t>(missed_local_rank)].base);
+  MonoNs since = now;
+  if (m.beat_count > 0) since = std::min(since, m.last_beat_ns);
+  if (!m.section.empty()) since = std::min(since, m.section_enter_ns);
+  const double stuck = ns_to_s(now > since ? now - since : 0);
+  if (stuck > 0 && age < stuck / 2) {
+    return "it still heartbeats (the latest " + secs(age) +
+           " ago) while it is stuck: its heartbeats come from a thread other than the stuck one, so they "
+           "cannot tell that it hangs";
+  }
+  return "";
 }
 
 bool HeartbeatMonitor::any_progress() const {

@@ -1,4 +1,4 @@
-// Heartbeats and sections of the local workers (docs/agent.md, "Heartbeats
+// Heartbeats and sections of the local workers (docs/agent-liveness.md, "Heartbeats
 // and sections"). Each worker gets a liveness file (DDP_LIVENESS_FILE) it
 // writes with plain stores, and the run's notify pipe (DDP_LIVENESS_PIPE) it
 // writes a byte to only when the agent asked to hear of a change. The agent
@@ -40,7 +40,7 @@ struct HeartbeatStatus {
   double age_s = -1;  // since the latest heartbeat; < 0: none yet
   std::string section;
   double section_s = 0;  // time in the current section
-  // Step times (docs/agent.md, "Stragglers"): steps measured so far, and the
+  // Step times (docs/agent-diagnosis.md, "Stragglers"): steps measured so far, and the
   // mean step time over those of the latest status interval; < 0: none yet.
   std::uint64_t steps = 0;
   double step_s = -1;
@@ -77,6 +77,15 @@ class HeartbeatMonitor {
   // A "heartbeat" or "section" deadline passed: re-check that worker.
   void on_deadline(const Deadline& d);
   std::optional<HeartbeatStatus> status(int local_rank) const;
+  // What the worker reported (its collectives among it); nullopt before the attempt's files exist.
+  std::optional<liveness::Snapshot> snapshot(int local_rank) const;
+  // Its next heartbeat or section deadline, passed or not; max when none.
+  std::chrono::steady_clock::time_point next_deadline(int local_rank) const;
+  // What its heartbeats say beside a hang (HangInfo::liveness_note): it beat
+  // once and never again, or it still beats although it is stuck (from
+  // another thread: its latest beat is far more recent than the moment the
+  // rank whose deadline passed, `missed_local_rank`, got stuck); "" otherwise.
+  std::string liveness_note(int local_rank, int missed_local_rank) const;
   // Whether any worker of the attempt made progress: beat at least once or
   // completed a section. Read before the next attempt's files replace these.
   bool any_progress() const;

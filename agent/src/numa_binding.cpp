@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ddp/common/installed_file.hpp"
+#include "ddp/common/parse.hpp"
 #include "numa_plugin.hpp"
 #endif
 
@@ -53,9 +54,11 @@ cpu_set_t cpu_set_from_list(const std::string& list) {
     if (end == std::string::npos) end = list.size();
     const std::string item = list.substr(pos, end - pos);
     const auto dash = item.find('-');
-    const int lo = std::stoi(item.substr(0, dash));
-    const int hi = dash == std::string::npos ? lo : std::stoi(item.substr(dash + 1));
-    for (int c = lo; c <= hi && c < CPU_SETSIZE; ++c) CPU_SET(static_cast<std::size_t>(c), &set);
+    // The list is the cpuset ddprun computed ("0-3,8"); an item it cannot read sets no CPU.
+    const auto lo = parse_int<int>(std::string_view(item).substr(0, dash));
+    const auto hi = dash == std::string::npos ? lo : parse_int<int>(std::string_view(item).substr(dash + 1));
+    for (int c = lo.value_or(0); lo && hi && c >= 0 && c <= *hi && c < CPU_SETSIZE; ++c)
+      CPU_SET(static_cast<std::size_t>(c), &set);
     pos = end + 1;
   }
   return set;
@@ -78,6 +81,9 @@ NumaPluginFn* load_numa_plugin() {
                       DDP_NUMA_PLUGIN_DIR + "/ under ddprun's prefix nor at " + DDP_NUMA_PLUGIN_INSTALL_PATH +
                       "; reinstall ddprun");
   }
+  // A file cut short would be mapped and kill ddprun with SIGBUS.
+  if (const auto damaged = elf_file_problem(path); !damaged.empty())
+    throw ConfigError("--numa_binding needs " + path + ", which " + damaged + "; reinstall ddprun");
   void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = ::dlerror();

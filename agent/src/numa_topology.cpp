@@ -1,7 +1,7 @@
 // --numa_binding's hwloc half: the CPU lists from the machine's topology. It
 // is built into the plugin libddp_numa.so (numa_plugin.hpp), which ddprun loads
 // only for --numa_binding: linked into ddprun, hwloc and libudev cost every
-// launch ~1 ms of start-up (docs/performance.md, "Launch floor").
+// launch ~1 ms of start-up (docs/data/performance-history.md, "Launch floor").
 #include <hwloc.h>
 
 #include <algorithm>

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "ddp/agent/gpu_count.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp::agent {
 
@@ -93,10 +94,9 @@ NvmlProbe::Devices NvmlProbe::visible(const std::optional<std::string>& cuda_vis
       ++out.count;  // a MIG instance: its parent GPU was counted by NVML
       continue;
     } else {
-      char* end = nullptr;
-      const long index = std::strtol(item.c_str(), &end, 10);
-      if (end == item.c_str() || *end != '\0' || index < 0 || index >= static_cast<long>(total)) break;
-      rc = by_index_(static_cast<unsigned>(index), &dev);
+      const auto index = parse_int<long>(item);
+      if (!index || *index < 0 || *index >= static_cast<long>(total)) break;
+      rc = by_index_(static_cast<unsigned>(*index), &dev);
     }
     if (rc != 0) {
       out.error = "GPU " + item + " (CUDA_VISIBLE_DEVICES) does not answer: " + error(rc);

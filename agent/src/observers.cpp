@@ -8,6 +8,7 @@
 
 #include "ddp/common/logging.hpp"
 #include "ddp/store/job_keys.hpp"
+#include "failure_record.hpp"
 
 namespace ddp::agent {
 
@@ -15,6 +16,14 @@ namespace {
 
 // How long run() waits at the end for the last status write to land.
 constexpr std::chrono::milliseconds kStatusFlushTimeout{2000};
+
+// A worker the kernel's OOM killer ended, in an event or its status record.
+void add_oom(nlohmann::json& j, const Worker& w) {
+  if (!w.oom_killed) return;
+  j["oom_killed"] = true;
+  j["memory_peak_bytes"] = w.memory_peak_bytes >= 0 ? nlohmann::json(w.memory_peak_bytes) : nlohmann::json();
+  j["reason"] = "killed by the kernel OOM killer" + (w.memory_peak.empty() ? "" : " (" + w.memory_peak + ")");
+}
 
 }  // namespace
 
@@ -98,6 +107,7 @@ void Observers::worker_exited(const Worker& w) {
   } else {
     f["exit_code"] = WEXITSTATUS(w.wait_status);
   }
+  add_oom(f, w);
   emit("worker_exit", f);
   publish_status();
 }
@@ -115,7 +125,8 @@ void Observers::finished(int code, const std::string& error) {
     reason = "stopped by " + signal_name(code - 128);
   }
   emit("shutdown", {{"exit_code", code}, {"reason", reason}});
-  publish_status(code == 0 ? "succeeded" : "failed");
+  // A node stopped by a signal did not fail: the operator (or systemd) stopped it.
+  publish_status(code == 0 ? "succeeded" : code > 128 ? "stopped" : "failed");
 }
 
 void Observers::publish_status(const std::string& final_state) {
@@ -130,12 +141,13 @@ void Observers::publish_status(const std::string& final_state) {
       state = "running";
     }
     nlohmann::json wj = {{"local_rank", w.local_rank}, {"rank", w.rank}, {"pid", w.pid}, {"state", state}};
-    // Seconds since its latest heartbeat, as of "updated" (docs/agent.md).
+    if (w.done) add_oom(wj, w);
+    // Seconds since its latest heartbeat, as of "updated" (docs/agent-liveness.md).
     if (const auto hb = group_->heartbeats().status(w.local_rank); hb && w.spawned && !w.done) {
       if (hb->age_s >= 0) wj["heartbeat_age_s"] = hb->age_s;
       wj["heartbeats"] = hb->beats;
       if (!hb->section.empty()) wj["section"] = hb->section;
-      // Step times (docs/agent.md, "Stragglers"): what the deciding agent compares.
+      // Step times (docs/agent-diagnosis.md, "Stragglers"): what the deciding agent compares.
       if (hb->step_s >= 0) {
         wj["step_s"] = hb->step_s;
         wj["steps"] = hb->steps;
@@ -170,14 +182,26 @@ nlohmann::json Observers::record_base(const std::string& state) const {
 }
 
 void Observers::write_record(const nlohmann::json& record) {
-  status_caller_->call([h = handler_, key = status_key(cfg_.rendezvous.run_id, cfg_.node.node_id),
-                        value = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)] {
+  write_key(status_key(cfg_.rendezvous.run_id, cfg_.node.node_id),
+            record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void Observers::write_key(std::string key, std::string value) {
+  status_caller_->call([h = handler_, key = std::move(key), value = std::move(value)] {
     try {
       h->store()->set(key, value);
     } catch (const std::exception&) {
       // Status is advisory; the rendezvous path reports a lost store itself.
     }
   });
+}
+
+void Observers::publish_failure(const FailureReport& report, const WorkerFailure& root,
+                                const std::string& summary) {
+  if (!status_caller_ || !handler_) return;
+  const std::int64_t round = life_.have_round() ? life_.round().round : -1;
+  write_key(store::keys::agent_failure_key(cfg_.rendezvous.run_id, cfg_.node.node_id),
+            failure_record(report, root, summary, cfg_.node.node_id, round));
 }
 
 bool Observers::flush(bool store_lost) {

@@ -50,6 +50,9 @@ class Observers {
   void worker_exited(const Worker& w);
   // success/failure and shutdown lines, the final status record.
   void finished(int code, const std::string& reason);
+  // Writes this node's failure report (/<run>/agent/failure/<node>) for the
+  // daemon's status page: its root cause, stack and stderr tail, bounded.
+  void publish_failure(const FailureReport& report, const WorkerFailure& root, const std::string& summary);
   // Writes this node's status record (`final_state` overrides the phase).
   void publish_status(const std::string& final_state = "");
   // Waits (bounded) for the last status write; false when it is stuck and the
@@ -67,6 +70,8 @@ class Observers {
   // Queues the write of `record` as this node's status record (advisory:
   // a failed write is dropped, the rendezvous path reports a lost store).
   void write_record(const nlohmann::json& record);
+  // Queues the write of `value` at `key` (advisory, as above).
+  void write_key(std::string key, std::string value);
 
   const AgentConfig& cfg_;
   const Lifecycle& life_;

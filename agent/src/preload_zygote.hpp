@@ -1,6 +1,6 @@
 // --preload: the per-node zygote that imports the modules once and forks
 // every Python-script worker (and every replacement) from then on
-// (docs/agent.md, "Preloading"). This class starts it (under its own
+// (docs/agent-preload.md, "Preloading"). This class starts it (under its own
 // ddp-guard like any worker, from a process runner of its own: the workers'
 // runner's spawner thread waits in connect() for the zygote to be ready, so
 // the zygote cannot be spawned from there), learns whether it is ready or

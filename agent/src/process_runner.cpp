@@ -36,6 +36,7 @@
 #include "fork_exec.hpp"
 #include "guard_protocol.hpp"
 #include "guard_server_client.hpp"
+#include "process_runner_child.hpp"
 #include "zygote_client.hpp"
 
 namespace ddp::agent {
@@ -52,16 +53,12 @@ std::string current_dir() {
   return ec ? std::string("/") : p.string();
 }
 
-// Once a worker has exited, how long its pipes may stay open (a grandchild that
-// inherited them): past this its remaining output is dropped and the exit reported.
-constexpr std::chrono::milliseconds kDrainTimeout{1000};
 // How long the fork of a guard (or of an unguarded worker) may take to reach
-// its exec, and how long a guard may then take to start its worker and report
-// it, before the spawn fails and what was started is killed. Both take
-// milliseconds; the bounds are for a child stuck on a lock, a full process
+// its exec before the spawn fails and what was started is killed (and
+// kGuardReportTimeout, process_runner_child.hpp, for the guard's report). It
+// takes milliseconds; the bound is for a child stuck on a lock, a full process
 // table or a hung filesystem, which must never hold up a launch for good.
 constexpr std::chrono::milliseconds kExecTimeout{5000};
-constexpr std::chrono::milliseconds kGuardReportTimeout{10000};
 
 struct Pipe {
   int read = -1;
@@ -73,178 +70,6 @@ struct Pipe {
 };
 
 }  // namespace
-
-// A guard's report, read to EOF on the io thread, with a deadline.
-struct PendingReport : std::enable_shared_from_this<PendingReport> {
-  PendingReport(asio::io_context& io, int fd, std::string exe, pid_t guard)
-      : desc(io, fd), timer(io), executable(std::move(exe)), guard_pid(guard) {}
-
-  // The agent is stopping: the guard kills what it started and exits, and
-  // then reports (or closes its end) at once.
-  void cancel() const {
-    if (!finished) ::kill(guard_pid, guard::kill_now_signal());
-  }
-
-  void read(std::function<void(GuardReport)> done) {
-    done_ = std::move(done);
-    timer.expires_after(kGuardReportTimeout);
-    timer.async_wait([self = shared_from_this()](error_code ec) {
-      if (ec) return;
-      GuardReport r;
-      r.error = "cannot start " + self->executable + ": ddp-guard did not report within " +
-                std::to_string(kGuardReportTimeout.count()) + " ms";
-      self->finish(std::move(r));
-    });
-    next();
-  }
-
-  void next() {
-    desc.async_read_some(asio::buffer(chunk), [self = shared_from_this()](error_code ec, std::size_t n) {
-      if (self->finished) return;
-      self->text.append(self->chunk.data(), n);
-      if (!ec) return self->next();
-      // EOF: the guard closed its end after reporting (or died before).
-      self->finish(parse_guard_report(self->text, self->executable));
-    });
-  }
-
-  void finish(GuardReport r) {
-    if (finished) return;
-    finished = true;
-    timer.cancel();
-    error_code ignored;
-    desc.close(ignored);
-    auto done = std::move(done_);
-    done(std::move(r));
-  }
-
-  asio::posix::stream_descriptor desc;
-  asio::steady_timer timer;
-  std::string executable;
-  pid_t guard_pid;
-  std::string text;
-  std::array<char, 512> chunk{};
-  bool finished = false;
-  std::function<void(GuardReport)> done_;
-};
-
-// Once per server, on the io thread: its guards' exits are lost with it.
-void report_server_lost(pid_t server) {
-  static std::set<pid_t> reported;
-  if (!reported.insert(server).second) return;
-  log::get("agent")->warn(
-      "the ddp-guard server (pid {}) is gone: each guard it started has killed its worker's whole tree",
-      server);
-}
-
-struct Child : std::enable_shared_from_this<Child> {
-  Child(asio::io_context& io, int out_fd, int err_fd, ChildHandlers h)
-      : out(io, out_fd), err(io, err_fd), drain(io), handlers(std::move(h)) {}
-
-  // The guard, our child; or, for a worker forked by the preload zygote (the
-  // guard is the zygote's child), the connection its exit line comes on.
-  std::optional<bp::basic_process<asio::io_context::executor_type>> proc;
-  std::optional<asio::posix::stream_descriptor> zygote_conn;
-  asio::streambuf zygote_buf;
-  asio::posix::stream_descriptor out;
-  asio::posix::stream_descriptor err;
-  asio::steady_timer drain;
-  ChildHandlers handlers;
-  std::array<char, 16384> out_buf{};
-  std::array<char, 16384> err_buf{};
-  bool out_open = true;
-  bool err_open = true;
-  bool exited = false;
-  bool reported = false;
-  int status = 0;
-  pid_t group = -1;  // the guard's pid, which leads the worker's process group
-  bool guarded = false;
-  pid_t server_pid = 0;           // the guard server that forked the guard, if one did
-  std::string cgroup;             // the worker's cgroup v2, if its guard made one
-  std::function<void()> on_done;  // unregisters from the runner
-
-  void start() {
-    read(StdStream::kOut);
-    read(StdStream::kErr);
-    if (zygote_conn) {
-      asio::async_read_until(
-          *zygote_conn, zygote_buf, '\n', [self = shared_from_this()](error_code ec, std::size_t n) {
-            std::optional<int> exit_status;
-            if (!ec) {
-              std::string line(asio::buffers_begin(self->zygote_buf.data()),
-                               asio::buffers_begin(self->zygote_buf.data()) + static_cast<std::ptrdiff_t>(n));
-              exit_status = parse_zygote_exit(line);
-            }
-            // No exit line: the zygote or guard server died, and with it
-            // (its parent-death signal) the guard and the worker.
-            if (!exit_status && self->server_pid > 0) report_server_lost(self->server_pid);
-            self->on_guard_exit(exit_status.value_or(SIGKILL));
-          });
-      return;
-    }
-    proc->async_wait([self = shared_from_this()](error_code ec, int) {
-      // ec only if the child was already reaped elsewhere; report it as killed.
-      const int wait_status = ec ? SIGKILL : self->proc->native_exit_code();
-      // Reaped: the pid may be reused from now on (pid_max can be 32768), and
-      // basic_process's destructor would otherwise waitpid/SIGKILL that pid.
-      self->proc->detach();
-      self->on_guard_exit(wait_status);
-    });
-  }
-
-  void on_guard_exit(int wait_status) {
-    exited = true;
-    status = wait_status;
-    if (zygote_conn) {
-      error_code ignored;
-      zygote_conn->close(ignored);
-    }
-    // Empty and removed unless the guard itself was killed.
-    if (!cgroup.empty()) release_cgroup(cgroup);
-    if (out_open || err_open) {
-      drain.expires_after(kDrainTimeout);
-      drain.async_wait([self = shared_from_this()](error_code tec) {
-        if (tec) return;
-        self->close_pipes();
-        self->maybe_report();
-      });
-    }
-    maybe_report();
-  }
-
-  void read(StdStream which) {
-    auto& desc = which == StdStream::kOut ? out : err;
-    auto& buf = which == StdStream::kOut ? out_buf : err_buf;
-    desc.async_read_some(asio::buffer(buf),
-                         [self = shared_from_this(), which, &buf](error_code ec, std::size_t n) {
-                           if (n > 0 && self->handlers.on_output) {
-                             self->handlers.on_output(which, std::string_view(buf.data(), n));
-                           }
-                           if (ec) {
-                             (which == StdStream::kOut ? self->out_open : self->err_open) = false;
-                             self->maybe_report();
-                             return;
-                           }
-                           self->read(which);
-                         });
-  }
-
-  void close_pipes() {
-    error_code ignored;
-    out.close(ignored);
-    err.close(ignored);
-    out_open = err_open = false;
-  }
-
-  void maybe_report() {
-    if (reported || !exited || out_open || err_open) return;
-    reported = true;
-    drain.cancel();
-    close_pipes();
-    if (handlers.on_exit) handlers.on_exit(status);
-    if (on_done) on_done();
-  }
-};
 
 struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
   explicit Impl(asio::io_context& io_ctx) : io(io_ctx), cancel_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}

@@ -45,7 +45,7 @@ struct SpawnSpec : Program {
 };
 
 // --preload: the worker is forked by the preload zygote instead of exec'd
-// (its guard and containment are the same, docs/agent.md "Preloading").
+// (its guard and containment are the same, docs/agent-preload.md "Preloading").
 // `argv` is its sys.argv; `connect` runs on the spawner thread and returns a
 // connection to a ready zygote, or -1 to spawn normally. No `connect`: spawn normally.
 struct ZygoteSpawn {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "ddp/store/job_keys.hpp"
 #include "ddp/store/tcp_store.hpp"
 
 namespace ddp::agent {
@@ -49,10 +50,10 @@ void ReformStore::lose(Loss loss, std::function<void(const Outcome&)> done,
         try {
           auto& store = c->connected(loss.store, loss.token);
           Outcome out;
-          store.set(loss.prefix + "lost/" + std::to_string(loss.slot), loss.reason);
-          out.size = store.add(loss.prefix + "size", loss.delta);
+          store.set(store::keys::reform_lost_key(loss.prefix, loss.slot), loss.reason);
+          out.size = store.add(store::keys::reform_size_key(loss.prefix), loss.delta);
           out.below_min = out.size < loss.min_size;
-          if (!out.below_min) out.generation = store.add(loss.prefix + "generation", 1);
+          if (!out.below_min) out.generation = store.add(store::keys::reform_generation_key(loss.prefix), 1);
           s->post([done, out] { done(out); });
         } catch (const std::exception& e) {
           s->post([failed, m = std::string(e.what())] { failed(m); });
@@ -65,7 +66,8 @@ void ReformStore::probe(Endpoint endpoint, std::string token, std::string prefix
   caller_->call([c = client_, s = sink_, endpoint = std::move(endpoint), token = std::move(token),
                  prefix = std::move(prefix), done = std::move(done), failed = std::move(failed)] {
     try {
-      const bool joined = c->connected(endpoint, token).try_get(prefix + "g0/joined").has_value();
+      const bool joined =
+          c->connected(endpoint, token).try_get(store::keys::reform_joined_key(prefix, 0)).has_value();
       s->post([done, joined] { done(joined); });
     } catch (const std::exception& e) {
       s->post([failed, m = std::string(e.what())] { failed(m); });

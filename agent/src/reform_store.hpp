@@ -25,7 +25,7 @@ class ReformStore {
   struct Loss {
     Endpoint store;      // the round's store_endpoint, which the workers use
     std::string token;   // the store's auth token; empty: none
-    std::string prefix;  // R: the round's worker_prefix + "reform/"
+    std::string prefix;  // R: store::keys::reform_prefix(the round's worker_prefix)
     int slot = 0;
     std::string reason;  // one line
     int delta = 0;       // added to R/size: 0 with a replacement, -1 without
@@ -45,7 +45,7 @@ class ReformStore {
   ReformStore& operator=(const ReformStore&) = delete;
 
   // set(R/lost/<slot>), add(R/size, delta), then (unless below min_size)
-  // add(R/generation, 1); `failed` gets the store's error.
+  // add(R/generation, 1) (store/job_keys.hpp); `failed` gets the store's error.
   void lose(Loss loss, std::function<void(const Outcome&)> done,
             std::function<void(const std::string&)> failed);
 

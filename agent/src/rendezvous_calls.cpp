@@ -90,6 +90,29 @@ void RendezvousCalls::exclude_self(const std::string& why, std::function<void(co
   });
 }
 
+void RendezvousCalls::set_key(const std::string& key, const std::string& value) {
+  caller_->call([h = handler_, key, value] {
+    try {
+      h->store()->set(key, value);
+    } catch (const std::exception&) {
+      // Advisory: the failure itself travels by report_failure.
+    }
+  });
+}
+
+void RendezvousCalls::list_values(const std::string& prefix,
+                                  std::function<void(std::vector<std::string>)> done) {
+  caller_->call([h = handler_, s = sink_, prefix, done = std::move(done)] {
+    std::vector<std::string> values;
+    try {
+      for (auto& kv : h->store()->list(prefix).kvs) values.push_back(std::move(kv.value));
+    } catch (const std::exception&) {
+      values.clear();
+    }
+    s->post([done, values = std::move(values)]() mutable { done(std::move(values)); });
+  });
+}
+
 void RendezvousCalls::close(const std::string& reason, std::function<void()> done) {
   caller_->call([h = handler_, s = sink_, reason, done = std::move(done)] {
     try {

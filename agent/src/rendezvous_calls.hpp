@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "blocking_caller.hpp"
 #include "ddp/rdzv/rendezvous.hpp"
@@ -45,6 +46,10 @@ class RendezvousCalls {
   void all_succeeded(std::function<void(bool)> done, ErrorFn failed);
   // exclude_self(why); a failure comes as its message.
   void exclude_self(const std::string& why, std::function<void(const rdzv::Exclusion&)> done, ErrorFn failed);
+  // The handler's store: set `key` (errors ignored: what is written is advisory).
+  void set_key(const std::string& key, const std::string& value);
+  // The values under `prefix` in the handler's store; none when it cannot be read.
+  void list_values(const std::string& prefix, std::function<void(std::vector<std::string>)> done);
   // close(reason), then `done` whether it worked or not; `done` may be empty.
   void close(const std::string& reason, std::function<void()> done = {});
 

@@ -3,7 +3,7 @@
 // was given: $TMPDIR/ddprun-<run_id>-XXXXXX, or, when TMPDIR is unset and no
 // worker log is written there, one in a memory filesystem ($XDG_RUNTIME_DIR
 // or /dev/shm), where its ~20 small files and directories cost microseconds
-// instead of a disk filesystem's inode allocation (docs/performance.md,
+// instead of a disk filesystem's inode allocation (docs/data/performance-history.md,
 // "Launch floor"). Holds attempt_<k>/<local_rank>/{stdout,stderr}.log, error.json
 // and attempt_<k>/failure.json. A temp dir is kept when the run failed, for
 // its failure report.

@@ -15,6 +15,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -42,6 +43,9 @@ struct StackTarget {
   int local_rank = 0;
   pid_t pid = -1;
   std::string python_file;  // the worker's faulthandler file; empty: native
+  // Native: its main thread only (eu-stack -1, gdb's thread 1), in a third
+  // of the time: a hung rank that is killed once it is in.
+  bool main_thread_only = false;
 };
 
 struct RankStack {
@@ -49,7 +53,19 @@ struct RankStack {
   std::string text;                     // the whole dump
   std::vector<std::string> top_frames;  // innermost first, "file:line in fn"
   std::string note;                     // why there are no frames
+  // Python: the torch.distributed call its main thread is in ("all_reduce"),
+  // empty when none; and where its collectives stand by torch's Flight
+  // Recorder (the line sitecustomize.py appends), when it has one.
+  std::string torch_call;
+  bool flight_recorder = false;
+  std::uint64_t issued = 0;
+  std::uint64_t completed = 0;
+  bool complete = false;  // the dump's end line came (else it stopped growing, or never came)
 };
+
+// What a Python dump says (exposed for the unit tests): the main thread's
+// frames, its torch.distributed call and the Flight Recorder line.
+void parse_python_dump(RankStack& s);
 
 // Every rank's dump, for the stacks file.
 std::string render_stacks(const std::vector<RankStack>& stacks);

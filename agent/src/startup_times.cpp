@@ -4,6 +4,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/parse.hpp"
 
 namespace ddp::agent {
 
@@ -39,12 +40,9 @@ void StartupTimes::rendezvous_done(const rdzv::RendezvousResult& round, int loca
   // Registered before any worker starts, so "changes from now on" misses none.
   auto on_event = [this, attempt, prefix, &io = io_](const store::WatchEvent& ev) {
     if (ev.type != store::EventType::kPut) return;
-    std::int64_t rank = -1;
-    try {
-      rank = std::stoll(ev.key.substr(prefix.size()));
-    } catch (const std::exception&) {
-      return;
-    }
+    const auto parsed = parse_int(std::string_view(ev.key).substr(prefix.size()));
+    if (!parsed) return;
+    const std::int64_t rank = *parsed;
     boost::asio::post(io, [this, attempt, rank] {
       if (attempt == attempt_ && first_step(rank) && on_first_step_) on_first_step_();
     });

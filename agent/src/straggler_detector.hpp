@@ -1,4 +1,4 @@
-// Which ranks are stragglers (docs/agent.md, "Stragglers"): the pure rule,
+// Which ranks are stragglers (docs/agent-diagnosis.md, "Stragglers"): the pure rule,
 // fed with every rank's latest step time as the nodes' status records give
 // them. A rank whose step time is over `factor` x the job's median for
 // `steps` steps in a row is named; it stays named until a step time of its

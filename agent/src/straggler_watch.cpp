@@ -133,9 +133,15 @@ void StragglerWatch::tick() {
     const auto jr = j.is_object() ? j.find("round") : j.end();
     // An older round's verdict names ranks that may not exist any more.
     if (jr == j.end() || !jr->is_number_integer() || jr->get<std::int64_t>() != r) return;
+    const auto jb = j.find("by");
+    std::string by = jb != j.end() && jb->is_string() ? jb->get<std::string>() : "";
     auto named = stragglers_of(j.contains("stragglers") ? j.at("stragglers") : nlohmann::json());
     std::lock_guard<std::mutex> lock(s->mu);
-    if (s->alive) post([this, r, named = std::move(named)]() mutable { apply(r, std::move(named)); });
+    if (s->alive) {
+      post([this, r, named = std::move(named), by = std::move(by)]() mutable {
+        apply(r, std::move(named), by);
+      });
+    }
   });
 }
 
@@ -162,15 +168,54 @@ void StragglerWatch::decide(std::int64_t round, const std::vector<RankSteps>& ra
           // Advisory: the others keep the last verdict until the next interval.
         }
       });
-  apply(round, std::move(v.stragglers));
+  apply(round, std::move(v.stragglers), cfg_.node.node_id);
 }
 
-void StragglerWatch::apply(std::int64_t round, std::vector<Straggler> named) {
+bool StragglerWatch::borne_out(const Straggler& s) {
+  const auto own = hooks_.own_step_s ? hooks_.own_step_s(s.rank) : std::nullopt;
+  if (!own) return true;  // another node's rank: that node checks
+  // Slow by this node's own measure too: over the bar against the verdict's
+  // median, and not far below the step time the verdict claims for it.
+  const double bar = cfg_.liveness.straggler_factor;
+  if (*own >= 0 && *own > bar * s.median_s && *own >= s.step_s / 2) return true;
+  if (refused_.insert("rank " + std::to_string(s.rank)).second) {
+    log_->warn(
+        "not acting on the straggler verdict for rank={}: its step time here is {}, not {} s as the verdict "
+        "says ({}x the median {} s needs over {} s); the verdict may be forged (docs/agent-diagnosis.md, "
+        "\"Stragglers\")",
+        s.rank, *own >= 0 ? fixed(*own, 3) + " s" : std::string("unmeasured"), fixed(s.step_s, 3),
+        fixed(bar, 1), fixed(s.median_s, 3), fixed(bar * s.median_s, 3));
+    if (hooks_.emit) {
+      hooks_.emit("straggler_refused", {{"rank", s.rank},
+                                        {"step_s", s.step_s},
+                                        {"median_s", s.median_s},
+                                        {"own_step_s", *own >= 0 ? nlohmann::json(*own) : nlohmann::json()}});
+    }
+  }
+  return false;
+}
+
+void StragglerWatch::apply(std::int64_t round, std::vector<Straggler> named, const std::string& by) {
   if (!life_.have_round() || life_.round().round != round) return;  // a new round began meanwhile
   if (round != named_round_) {
     named_.clear();  // the old round's ranks are gone with it
+    refused_.clear();
     named_round_ = round;
   }
+  const auto& nodes = life_.round().nodes;
+  const std::string decider = nodes.empty() ? std::string() : nodes.front().node_id;
+  if (by != decider) {
+    // Any client with the job's token can write the key: only the deciding
+    // node's verdict counts, and the last one taken stands meanwhile.
+    if (refused_.insert("by").second) {  // once a round, whatever names it claims
+      log_->warn(
+          "ignoring a straggler verdict of round {} written as by={}: the round's deciding node (group "
+          "rank 0) is {}",
+          round, by.empty() ? "(none)" : by, decider);
+    }
+    return;
+  }
+  std::erase_if(named, [&](const Straggler& s) { return !borne_out(s); });
   bool changed = false;
   const double bar = cfg_.liveness.straggler_factor;
   for (const auto& s : named) {

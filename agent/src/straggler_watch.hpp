@@ -1,4 +1,4 @@
-// Stragglers named across the job (docs/agent.md, "Stragglers"). Each agent
+// Stragglers named across the job (docs/agent-diagnosis.md, "Stragglers"). Each agent
 // already writes its workers' step times into its status record every status
 // interval; the agent of group rank 0 alone reads all the records (one list
 // of the status prefix), decides with a StragglerDetector, and writes one
@@ -15,6 +15,8 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,9 @@ class StragglerWatch {
     // --straggler_action=restart: a rank newly named (any node's; the hook
     // acts on its own ranks only).
     std::function<void(const Straggler&)> act;
+    // This node's own latest step time of a global rank (HeartbeatMonitor's),
+    // < 0 when it has none yet; nullopt when the rank is another node's.
+    std::function<std::optional<double>(int rank)> own_step_s;
   };
   StragglerWatch(boost::asio::io_context& io, const AgentConfig& cfg, const Lifecycle& life,
                  std::shared_ptr<spdlog::logger> log, Hooks hooks);
@@ -61,7 +66,11 @@ class StragglerWatch {
     bool alive = true;
   };
   void decide(std::int64_t round, const std::vector<RankSteps>& ranks);
-  void apply(std::int64_t round, std::vector<Straggler> named);
+  // `by`: the node the verdict says decided it. A verdict read from the store
+  // is taken only from the round's deciding node (group rank 0), and a rank
+  // of this node only when this node's own step time bears it out.
+  void apply(std::int64_t round, std::vector<Straggler> named, const std::string& by);
+  bool borne_out(const Straggler& s);
   template <typename Fn>
   void post(Fn fn);
 
@@ -75,6 +84,8 @@ class StragglerWatch {
   std::int64_t detector_round_ = -1;
   std::int64_t named_round_ = -1;
   std::vector<Straggler> named_;
+  // Refusals already logged this round: one line each, not one per interval.
+  std::set<std::string> refused_;
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
   // Started at the first look (workers beat or step): a job that never does
   // costs no thread. Last: joined (or detached) before the rest goes.

@@ -175,8 +175,7 @@ void TerminalRelay::on_readable() {
     [[maybe_unused]] const ssize_t w = ::write(pipe_write_, buf.data(), static_cast<std::size_t>(n));
     if (!pty_.is_open() && buf[static_cast<std::size_t>(n) - 1] == '\n' && line_->at_line_start != nullptr) {
       // The terminal echoed the Enter: the prompt's line is over.
-      *line_->at_line_start = true;
-      *line_ = {};
+      line_->end_line_by_echo();
     }
   }
   if (pipe_write_ >= 0) wait_readable();

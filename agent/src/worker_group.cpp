@@ -9,6 +9,8 @@
 #include "ddp/agent/numa_binding.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "guard_protocol.hpp"
+#include "oom_watch.hpp"
 
 namespace ddp::agent {
 
@@ -31,10 +33,13 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, const AgentConfig& cfg, Pr
 void WorkerGroup::start(const GroupLaunch& launch) {
   ++attempt_;
   hang_collection_ = -1;
+  peer_wait_ = -1;
+  peer_waited_ = false;
   run_dir_.prepare_attempt(attempt_, cfg_.nproc_per_node);
   watch_.clear_all();
   heartbeats_->start_attempt(attempt_, cfg_.nproc_per_node);
   workers_.clear();
+  early_timer_requests_.clear();
   failures_.clear();
   succeeded_ = 0;
   dropped_ = 0;
@@ -125,9 +130,8 @@ void WorkerGroup::spawn(int lr, int restart_count, bool joining) {
   in.reform_joining = joining;
   if (!omp_notice_logged_ && sets_default_omp_threads(*launch.base_env, in)) {
     omp_notice_logged_ = true;
-    log_->info(
-        "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "
-        "set it yourself to tune");
+    // As torchrun does (and says); one row of a 100-column terminal.
+    log_->info("OMP_NUM_THREADS=1 for each worker (set it to tune)");
   }
   SpawnSpec spec;
   spec.executable = cfg_.argv.at(0);
@@ -248,6 +252,7 @@ void WorkerGroup::on_spawned(int local_rank, pid_t pid, const std::string& error
     w.spawned = true;
   }
   events_.spawn_reported(local_rank, pid);
+  if (!early_timer_requests_.empty()) replay_early_timer_requests();
   if (pid < 0) {
     w.done = true;
     w.spawn_error = error;
@@ -272,9 +277,15 @@ void WorkerGroup::on_spawned(int local_rank, pid_t pid, const std::string& error
       if (!pids.empty()) pids += ',';
       pids += std::to_string(x.pid);
     }
-    log_->info("started {} workers attempt={} restart_count={}/{} ranks={}..{} pids={}", workers_.size(),
-               attempt_, restart_count_, cfg_.max_restarts, rank_offset_,
-               rank_offset_ + cfg_.nproc_per_node - 1, pids);
+    // The first start in one short line; a restart says which.
+    if (attempt_ == 0) {
+      log_->info("started {} workers ranks={}..{} pids={}", workers_.size(), rank_offset_,
+                 rank_offset_ + cfg_.nproc_per_node - 1, pids);
+    } else {
+      log_->info("started {} workers attempt={} restart_count={}/{} ranks={}..{} pids={}", workers_.size(),
+                 attempt_, restart_count_, cfg_.max_restarts, rank_offset_,
+                 rank_offset_ + cfg_.nproc_per_node - 1, pids);
+    }
   }
   if (state_ == State::kRunning) heartbeats_->watch(local_rank);
 }
@@ -285,6 +296,7 @@ void WorkerGroup::on_exit(int local_rank, int wait_status) {
   w.wait_status = wait_status;
   w.output->finish();
   watch_.clear(local_rank);
+  note_oom_kill(w);
   if (w.hung) {
     // Recorded when it was killed; its last output is known only now.
     for (auto& f : failures_) {
@@ -398,7 +410,7 @@ WorkerFailure WorkerGroup::make_failure(const Worker& w) const {
   f.time = std::chrono::system_clock::now();
   f.error_file = w.error_file;
   if (!w.spawn_error.empty()) {
-    f.error = ErrorFileContent{w.spawn_error, "", ""};
+    f.error = ErrorFileContent{w.spawn_error, "", "", ""};
   } else {
     auto read = read_error_file(w.error_file);
     f.error = std::move(read.content);
@@ -406,7 +418,28 @@ WorkerFailure WorkerGroup::make_failure(const Worker& w) const {
   }
   if (w.output) f.stderr_tail.assign(w.output->stderr_tail().begin(), w.output->stderr_tail().end());
   f.stderr_log = w.stderr_log;
+  f.oom_killed = w.oom_killed;
+  f.memory_peak = w.memory_peak;
+  f.memory_peak_bytes = w.memory_peak_bytes;
   return f;
+}
+
+void WorkerGroup::note_oom_kill(Worker& w) {
+  if (!WIFSIGNALED(w.wait_status) || WTERMSIG(w.wait_status) != SIGKILL || !w.output) return;
+  // The guard's line comes after everything the worker wrote: the last one
+  // of the guard's, or none.
+  const auto& tail = w.output->stderr_tail();
+  for (auto it = tail.rbegin(); it != tail.rend(); ++it) {
+    if (it->rfind(guard::kGuardLinePrefix, 0) != 0) continue;
+    if (const auto oom = guard::parse_oom_line(*it)) {
+      w.oom_killed = true;
+      w.memory_peak = oom->peak;
+      w.memory_peak_bytes = oom->peak_bytes;
+      log_->error("worker rank={} local_rank={} pid={} was killed by the kernel OOM killer{}", w.rank,
+                  w.local_rank, w.pid, oom->peak.empty() ? "" : " (" + oom->peak + ")");
+    }
+    return;
+  }
 }
 
 }  // namespace ddp::agent

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "agent_terminal.hpp"
+#include "culprit_rule.hpp"
 #include "ddp/agent/agent_config.hpp"
 #include "ddp/agent/failure_report.hpp"
 #include "ddp/agent/worker_env.hpp"
@@ -51,6 +52,10 @@ struct Worker {
   bool hung = false;               // killed for hanging: its failure is already recorded
   bool timer_scopes_full = false;  // warned that it has the most FileTimer scopes ddprun keeps
   std::string python_stack_file;   // its faulthandler dump file; empty: native
+  // Its guard saw the kernel's OOM killer end it (oom_watch.hpp).
+  bool oom_killed = false;
+  std::string memory_peak;  // "memory peak 7.8 GiB"; "" unknown
+  std::int64_t memory_peak_bytes = -1;
   // --on_failure=reform: how many times this slot's worker was replaced in
   // the attempt (callbacks of an earlier worker are ignored); whether the
   // slot's replacement waits for the failed worker's exit; whether the slot
@@ -130,6 +135,8 @@ class WorkerGroup {
 
   // Liveness. A torch FileTimer request from a worker (or a process of its tree).
   void on_timer_request(const TimerRequest& r);
+  // The requests held while spawns were pending, now that one was reported.
+  void replay_early_timer_requests();
   // Collects every live worker's stack into the attempt's log directory (SIGURG to ddprun).
   void dump_stacks();
   // --straggler_action=restart: the worker's stacks, then its kill, as a
@@ -169,12 +176,27 @@ class WorkerGroup {
   // failure and kills it, then the native workers' stacks (frozen meanwhile),
   // adds them to that record and reports it. Each step is bounded.
   void collect_then_kill(int local_rank, HangInfo info, std::chrono::steady_clock::time_point deadline);
+  // The culprit rule's steps: kill the culprit once its stack is in, then
+  // the frozen native workers' stacks; or, when every local rank waits for
+  // a rank of another node, leave it to that node for kPeerGrace.
+  void kill_culprit(int local_rank, HangInfo info, std::chrono::steady_clock::time_point deadline,
+                    std::vector<RankStack> stacks, std::vector<StackTarget> native);
+  void wait_for_other_node(int local_rank, HangInfo info, std::chrono::steady_clock::time_point deadline,
+                           const CulpritVerdict& verdict);
+  // What each live local rank was doing: its liveness file's collectives,
+  // and for Python ranks whose dump is in `stacks` their Flight Recorder line or stack.
+  std::vector<RankActivity> activities(const std::vector<RankStack>& stacks) const;
+  // Whether the job has ranks on other nodes (and they had their time).
+  OtherNodes other_nodes() const;
+  static std::chrono::milliseconds late_since(std::chrono::steady_clock::time_point deadline);
   std::vector<StackTarget> stack_targets() const;
   // Writes attempt_<k>/stacks_<n>.txt; returns its path (empty on failure).
   std::string write_stacks(const std::vector<RankStack>& stacks);
   // The local rank whose worker is `pid` or an ancestor of it; -1 if none.
   int local_rank_of(pid_t pid) const;
   WorkerFailure make_failure(const Worker& w) const;
+  // Reads the guard's line naming an OOM kill (oom_watch.hpp) into `w`.
+  void note_oom_kill(Worker& w);
   // Sets up `w`'s output (ConfigError when a log file cannot be opened);
   // `append`: a replacement's, after the lines of the worker it replaces.
   void make_output(Worker& w, bool append);
@@ -201,6 +223,10 @@ class WorkerGroup {
   int restart_count_ = 0;
   std::vector<Worker> workers_;
   int pending_spawns_ = 0;
+  // FileTimer requests from a pid no worker has yet, while spawns are pending:
+  // a fast worker writes before its guard has reported its pid. Looked at
+  // again as each spawn is reported (at most kMaxEarlyTimerRequests).
+  std::vector<TimerRequest> early_timer_requests_;
   int succeeded_ = 0;
   int dropped_ = 0;  // slots given up in this attempt (--on_failure=reform)
   GroupLaunch launch_;
@@ -211,6 +237,13 @@ class WorkerGroup {
   // The local rank whose hang is being collected (stacks, then the report);
   // -1 when none. Other deadlines meanwhile are most likely waiting for it.
   int hang_collection_ = -1;
+  // How long the local ranks may wait for a rank of another node (whose own
+  // deadline and node act on it) before the first of them is killed instead.
+  static constexpr std::chrono::seconds kPeerGrace{5};
+  int peer_wait_ = -1;        // the local rank left to another node; -1: none
+  bool peer_waited_ = false;  // once per attempt: after the grace, the rule is local
+  HangInfo peer_info_;
+  std::chrono::steady_clock::time_point peer_deadline_{};
   bool count_failures_ = false;
   bool omp_notice_logged_ = false;
   bool numa_notice_logged_ = false;

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cmath>
+#include <utility>
 
 #include "ddp/common/logging.hpp"
 #include "ddp/common/proc_file.hpp"
@@ -22,6 +23,8 @@ namespace {
 // time. Bounds the agent's memory too: a scope name is at most one request
 // line (kMaxLine, 4 KiB), so 1024 of them take at most ~5 MiB per worker.
 constexpr std::size_t kMaxTimerScopesPerWorker = 1024;
+// FileTimer requests held while the workers' pids are not known yet.
+constexpr std::size_t kMaxEarlyTimerRequests = 4096;
 
 std::string seconds_text(double s) {
   char buf[32];
@@ -31,6 +34,11 @@ std::string seconds_text(double s) {
 }
 
 }  // namespace
+
+void WorkerGroup::replay_early_timer_requests() {
+  auto early = std::exchange(early_timer_requests_, {});
+  for (const auto& r : early) on_timer_request(r);
+}
 
 int WorkerGroup::local_rank_of(pid_t pid) const {
   // A worker's tree is a few levels deep (a shell, python, a data loader).
@@ -46,6 +54,10 @@ int WorkerGroup::local_rank_of(pid_t pid) const {
 void WorkerGroup::on_timer_request(const TimerRequest& r) {
   if (state_ != State::kRunning) return;
   const int lr = local_rank_of(r.pid);
+  if (lr < 0 && pending_spawns_ > 0 && early_timer_requests_.size() < kMaxEarlyTimerRequests) {
+    early_timer_requests_.push_back(r);
+    return;
+  }
   if (lr < 0) {
     log_->warn(
         "FileTimer request from pid={} scope={}, which is not in a local worker's process "
@@ -87,6 +99,15 @@ void WorkerGroup::on_timer_request(const TimerRequest& r) {
 
 void WorkerGroup::on_deadline(const Deadline& d) {
   if (state_ != State::kRunning) return;
+  if (d.source == "peer") {
+    // The other nodes had their time to name the rank every local one waits for.
+    if (peer_wait_ != d.local_rank) return;
+    peer_wait_ = -1;
+    const Worker& w = workers_[static_cast<std::size_t>(d.local_rank)];
+    if (w.spawned && !w.done && !w.hung)
+      collect_then_kill(d.local_rank, std::move(peer_info_), peer_deadline_);
+    return;
+  }
   if (d.source == "heartbeat" || d.source == "section") {
     heartbeats_->on_deadline(d);  // re-reads the worker's liveness file
     return;

@@ -6,7 +6,9 @@
 // terminal, or the worker answers a prompt), bytes as they arrive: the prefix
 // goes before the text of each line and of each redraw after '\r', so a
 // progress bar redrawn with '\r' keeps its prefix, and a prompt without a
-// newline shows at once.
+// newline shows at once. Another writer first ends an unfinished line with
+// '\n', so lines never merge; a writer that then redraws its line ('\r', as
+// progress bars do) redraws it in place (console_line.hpp).
 //
 // Thread-safety: used from the agent's io thread only.
 #pragma once
@@ -20,16 +22,10 @@
 #include <string_view>
 #include <vector>
 
+#include "console_line.hpp"
 #include "worker_stdio.hpp"
 
 namespace ddp::agent {
-
-// The console line a streaming writer left unfinished, shared by all workers'
-// outputs: another writer first ends it with '\n', so lines never merge.
-struct ConsoleLine {
-  int fd = -1;
-  bool* at_line_start = nullptr;  // the unfinished line's writer; null: none
-};
 
 class SharedLog;
 
@@ -85,13 +81,25 @@ class WorkerOutput {
     bool at_line_start = true;   // streaming: the next byte starts a line
     bool line_prefixed = false;  // streaming: the screen line shows the prefix (after "text\r")
   };
+  // The console text for streamed `bytes`, starting from the flags given
+  // (updated): the prefix before the text of each line and each redraw.
+  std::string render(std::string_view bytes, bool& at_line_start, bool& line_prefixed) const;
+  // `line` without the "[rankN]: " torch 2.x's excepthook puts before each
+  // line of a traceback once the process group is up (N: this worker's rank).
+  std::string_view without_torch_prefix(std::string_view line) const;
   void emit_line(Channel& ch, StdStream stream, std::string_view line);
   void stream_console(Channel& ch, std::string_view bytes);
+  // Redraws `ch`'s row above the cursor with `bytes` ('\r' first); false
+  // when it cannot be done in place (the row is then no longer its).
+  bool redraw_in_place(Channel& ch, std::string_view& bytes);
+  // Ends another writer's unfinished line at the cursor, so that `ch`'s text
+  // starts a row; `ch` itself starts one when it lost its row.
   void end_foreign_line(Channel& ch);
   Channel& channel(StdStream s) { return s == StdStream::kOut ? out_ : err_; }
 
   WorkerOutputOptions options_;
   std::string prefix_;
+  std::string torch_prefix_;  // "[rankN]: "
   Channel out_;
   Channel err_;
   std::deque<std::string> tail_;

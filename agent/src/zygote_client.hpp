@@ -1,4 +1,4 @@
-// The agent's side of the preload zygote's socket protocol (docs/agent.md,
+// The agent's side of the preload zygote's socket protocol (docs/agent-preload.md,
 // "Preloading"; the zygote is agent/zygote/ddp_zygote.py): one connection per
 // worker, a JSON request line sent with the worker's stdin, stdout and stderr
 // (SCM_RIGHTS), a reply line naming the worker, and later its guard's exit.

@@ -16,7 +16,7 @@ Replies on the same connection, one JSON line each:
     {"exit": WAIT_STATUS}                                        the guard ended
 then the zygote closes the connection. Connections are served side by side;
 one that has not sent its whole request within READ_TIMEOUT_S is dropped.
-docs/agent.md ("Preloading") has the process layout and what a forked worker
+docs/agent-preload.md ("Preloading") has the process layout and what a forked worker
 shares with the zygote.
 """
 
@@ -51,7 +51,10 @@ def fork_soundness_problem():
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None) if torch is not None else None
     if cuda is not None and cuda.is_initialized():
-        return "a preloaded module initialised CUDA (torch.cuda.is_initialized()), which a forked worker cannot use"
+        return (
+            "a preloaded module initialised CUDA (torch.cuda.is_initialized()), "
+            "which a forked worker cannot use"
+        )
     if threading.active_count() > 1:
         names = ", ".join(t.name for t in threading.enumerate() if t is not threading.main_thread())
         return "a preloaded module started %d Python thread(s) (%s), which a fork does not copy" % (
@@ -177,7 +180,9 @@ class Zygote:
             return None  # dropped earlier in this round of events
         try:
             # CLOEXEC at once: a worker forked for another request must not inherit these.
-            msg, anc, _flags, _addr = req.conn.recvmsg(65536, socket.CMSG_SPACE(3 * 4), socket.MSG_CMSG_CLOEXEC)
+            msg, anc, _flags, _addr = req.conn.recvmsg(
+                65536, socket.CMSG_SPACE(3 * 4), socket.MSG_CMSG_CLOEXEC
+            )
         except (BlockingIOError, InterruptedError):
             return None
         except OSError as e:
@@ -279,8 +284,13 @@ class Zygote:
             os.close(req.info_r)
             os.close(req.go_w)
             req.info_r = req.go_w = None
-            send_line(req.conn, {"error": "ddp-guard (pid %d) did not report its worker within %g s; killed it"
-                                 % (req.guard_pid, REPORT_TIMEOUT_S)})
+            send_line(
+                req.conn,
+                {
+                    "error": "ddp-guard (pid %d) did not report its worker within %g s; killed it"
+                    % (req.guard_pid, REPORT_TIMEOUT_S)
+                },
+            )
             self.finish_or_run(req)
 
     def reap(self):
@@ -406,7 +416,7 @@ def show_as(argv, env):
     lays them out: PR_SET_MM_MAP needs no capability for that (only for its
     exe_fd, not given). Where the kernel refuses it (no CONFIG_CHECKPOINT_RESTORE,
     a seccomp filter), the zygote's areas are overwritten with what fits of the
-    worker's strings, padded with NULs (docs/agent.md, "What `ps`, `pgrep -f`
+    worker's strings, padded with NULs (docs/agent-preload.md, "What `ps`, `pgrep -f`
     and `/proc` show of a forked worker")."""
     args = b"".join(os.fsencode(a) + b"\0" for a in argv)
     envs = b"".join(os.fsencode(e) + b"\0" for e in env)
@@ -423,10 +433,21 @@ def show_as(argv, env):
     area = libc.malloc(len(args) + len(envs))  # never freed: the kernel reads it while the process lives
     if area:
         ctypes.memmove(area, args + envs, len(args) + len(envs))
-        layout = PrctlMmMap(start_code=field(26), end_code=field(27), start_data=field(45), end_data=field(46),
-                            start_brk=field(47), start_stack=field(28), arg_start=area,
-                            arg_end=area + len(args), env_start=area + len(args),
-                            env_end=area + len(args) + len(envs), auxv=0, auxv_size=0, exe_fd=0xFFFFFFFF)
+        layout = PrctlMmMap(
+            start_code=field(26),
+            end_code=field(27),
+            start_data=field(45),
+            end_data=field(46),
+            start_brk=field(47),
+            start_stack=field(28),
+            arg_start=area,
+            arg_end=area + len(args),
+            env_start=area + len(args),
+            env_end=area + len(args) + len(envs),
+            auxv=0,
+            auxv_size=0,
+            exe_fd=0xFFFFFFFF,
+        )
         # It sets brk as well: to the current one, again if malloc moved it in between.
         for _ in range(3):
             layout.brk = libc.sbrk(0)
@@ -516,10 +537,14 @@ def main():
     if problem:
         print("refused " + problem, flush=True)
         return None
-    zygote_path_entries = set(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+    zygote_path_entries = set(
+        os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+    )
     import gc
 
-    gc.freeze()  # what the imports allocated stays out of the collector's passes: fewer pages copied per worker
+    # What the imports allocated stays out of the collector's passes: fewer
+    # pages copied per worker.
+    gc.freeze()
     server = Zygote(path)
     print("ready", flush=True)
     req = server.serve()

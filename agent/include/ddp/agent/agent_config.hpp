@@ -18,7 +18,7 @@ namespace ddp::agent {
 // --numa_binding strategies (torch.distributed.run's --numa-binding).
 enum class NumaBinding { kNone, kNode, kSocket, kExclusive, kCoreComplex };
 
-// --on_failure: what a local worker's failure does (docs/agent.md, "Re-forming
+// --on_failure: what a local worker's failure does (docs/agent-recovery.md, "Re-forming
 // in place"). kRestart stops every worker and starts a new round; kReform
 // replaces only the failed one and lets the workers re-form (docs/reform.md).
 enum class OnFailure { kRestart, kReform };
@@ -45,7 +45,7 @@ struct AgentConfig {
   std::optional<int> max_no_progress_restarts;
   // --max_node_failures / --node_failure_window: a node whose workers fail
   // this many times within the window is excluded from the job's later
-  // rounds, and its agent exits 6 (docs/agent.md, "Bad nodes kept out").
+  // rounds, and its agent exits 6 (docs/agent-recovery.md, "Bad nodes kept out").
   // 0: never.
   int max_node_failures = 0;
   std::chrono::milliseconds node_failure_window{std::chrono::hours(1)};

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -17,6 +18,9 @@ struct ErrorFileContent {
   std::string message;
   std::string traceback;  // extraInfo.py_callstack
   std::string timestamp;  // extraInfo.timestamp, seconds since the epoch as text
+  // extraInfo.error_type: the exception's type as ddp::run writes it
+  // ("ddp::MembershipChanged"); empty in torch's files.
+  std::string error_type;
 };
 
 // What became of a worker's error file: its content, or why a file that
@@ -46,7 +50,19 @@ struct HangInfo {
   std::string stacks_file;               // every local worker's stacks, when collected
   std::string stack_note;                // why there are no frames, when there are none
   std::vector<std::string> other_ranks;  // "[rank 0] waiting in: file:line in fn"
-  // "FileTimer scope 'step' expired (set to expire after 2.0 s)"
+  // The culprit rule (docs/agent-diagnosis.md, "Who hung"): what the other local ranks
+  // wait for ("ranks 0, 2–7 wait in all_reduce #1234 for rank 1"), and, when
+  // the deadline that passed was another rank's (one waiting for this one),
+  // that rank and how the two were told apart.
+  std::string waiting;
+  int missed_rank = -1;  // the rank whose deadline passed; -1: this one's own
+  std::string culprit_rule;
+  // What its liveness reports say beside the hang: "it still heartbeats (the
+  // latest 0.1 s ago), from a thread other than the stuck one", "it
+  // heartbeat once, at its start, and never again".
+  std::string liveness_note;
+  // "FileTimer scope 'step' expired (set to expire after 2.0 s)"; for a
+  // culprit named by the rule, "section 'step' expired on rank 0, which waits for it (...)".
   std::string what() const;
 };
 
@@ -64,8 +80,14 @@ struct WorkerFailure {
   std::vector<std::string> stderr_tail;
   std::string stderr_log;        // path of its stderr log file, if any
   std::optional<HangInfo> hang;  // set when ddprun killed it for hanging
+  // The kernel's OOM killer ended it (its guard saw the kill counted in the
+  // worker's memory cgroup): "memory peak 7.8 GiB", or "" with no peak known.
+  bool oom_killed = false;
+  std::string memory_peak;
+  std::int64_t memory_peak_bytes = -1;
 
-  // "exit code 1" or "signal SIGSEGV".
+  // "exit code 1" or "signal SIGSEGV"; "killed by the kernel OOM killer
+  // (memory peak 7.8 GiB)" after an OOM kill.
   std::string how() const;
 };
 
@@ -88,5 +110,25 @@ std::string render_text(const FailureReport& report);
 // interpreter and how to choose another; otherwise "".
 std::string interpreter_hint(const FailureReport& report, const std::string& program);
 std::string render_json(const FailureReport& report);
+
+// A node's first failure of an attempt as it records it in the job's store
+// (/<run>/agent/first_failure/<node_id>, docs/agent.md "Failure report"), so that
+// every node, and the launcher of a --hosts job, can name the job's earliest
+// failure by its own time rather than by whichever node reported first.
+struct FailureRecord {
+  std::string node;
+  std::string host;
+  std::int64_t round = 0;
+  int rank = 0;
+  std::int64_t time_unix_ms = 0;
+  std::string failure;  // "rank 3 on node1: exit code 3 (CUDA out of memory)"
+};
+std::string encode_failure_record(const FailureRecord& r);
+// Outside input (another node wrote it): nullopt for anything not a record.
+std::optional<FailureRecord> decode_failure_record(const std::string& text);
+// The earliest record of round `round` (of any round when `round` < 0).
+std::optional<FailureRecord> first_failure(const std::vector<FailureRecord>& records, std::int64_t round);
+// "2026-12-04 21:07:01.106" (local time), as the report prints times.
+std::string failure_time_text(std::int64_t time_unix_ms);
 
 }  // namespace ddp::agent

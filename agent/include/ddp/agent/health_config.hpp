@@ -1,4 +1,4 @@
-// The checks a node passes before it joins a rendezvous (docs/agent.md,
+// The checks a node passes before it joins a rendezvous (docs/agent-recovery.md,
 // "Health checks"): filled from ddprun's --health_* flags.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Heartbeat and section timeouts (--heartbeat_timeout, --section_timeouts,
-// --auto_timeout_factor, --auto_timeout_warmup; docs/agent.md, "Heartbeats
+// --auto_timeout_factor, --auto_timeout_warmup; docs/agent-liveness.md, "Heartbeats
 // and sections"), and what makes a rank a straggler. Everything off by default: a worker is never killed for
 // heartbeats or sections unless a timeout applies to it.
 #pragma once
@@ -30,7 +30,7 @@ struct LivenessConfig {
   std::chrono::milliseconds auto_min{std::chrono::seconds(1)};
 
   // Stragglers (--straggler_factor, --straggler_steps, --straggler_action;
-  // docs/agent.md, "Stragglers"): a rank whose step time is over
+  // docs/agent-diagnosis.md, "Stragglers"): a rank whose step time is over
   // `straggler_factor` x the job's median for `straggler_steps` steps in a row
   // is named. Factor zero: off.
   enum class StragglerAction : std::uint8_t { kReport = 0, kRestart = 1 };

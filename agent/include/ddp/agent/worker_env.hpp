@@ -1,5 +1,5 @@
 // The environment of one worker: the agent's own environment plus the
-// torchrun contract (DESIGN §5) and our DDP_* additions. Pure, unit-tested.
+// torchrun contract (docs/agent-workers.md, "Env contract") and our DDP_* additions. Pure, unit-tested.
 #pragma once
 
 #include <map>

@@ -13,16 +13,17 @@ void Agent::Impl::start_preload() {
   // What every worker of this node has in common. The variables a module
   // reads when it is loaded come from here: libgomp reads OMP_NUM_THREADS in
   // its loader, so the default workers would get is set for the zygote too.
-  EnvMap env = base_env;
+  EnvMap env = services.base_env();
   WorkerEnvInput in;
   in.local_world_size = cfg.nproc_per_node;
   in.default_omp_threads = cfg.default_omp_threads;
-  if (sets_default_omp_threads(base_env, in)) {
+  if (sets_default_omp_threads(services.base_env(), in)) {
     // The per-worker value, so that the two never differ.
-    env["OMP_NUM_THREADS"] = build_worker_env(base_env, rdzv::RendezvousResult{}, in).at("OMP_NUM_THREADS");
+    env["OMP_NUM_THREADS"] =
+        build_worker_env(services.base_env(), rdzv::RendezvousResult{}, in).at("OMP_NUM_THREADS");
   }
   // The zygote starts the guards of the workers it forks: it passes this on.
-  if (!fence->path().empty()) env[guard::kFenceFileEnv] = fence->path();
+  if (!services.fence()->path().empty()) env[guard::kFenceFileEnv] = services.fence()->path();
   const auto socket = run_dir->path() / RunDir::kZygoteSocket;
   zygote = std::make_unique<PreloadZygote>(io, cfg.argv.at(0), cfg.preload, socket, to_env_strings(env),
                                            log::get("agent"));

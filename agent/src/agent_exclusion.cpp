@@ -1,37 +1,12 @@
-// Bad nodes kept out (docs/agent.md, "Bad nodes kept out"): the agent counts
-// its own workers' failures; the K-th within the window excludes its host from
+// Bad nodes kept out (docs/agent-recovery.md, "Bad nodes kept out"): the agent counts
+// its own workers' failures (RestartLimits); the K-th within the window excludes its host from
 // the job (the rendezvous handler records it where every later join and
 // `ddp-store excluded` see it) and the agent exits 6, so a scheduler can drain
 // the host and requeue; the job goes on without it while MIN nodes are left.
-#include <cstdio>
-
 #include "agent_impl.hpp"
 #include "ddp/common/logging.hpp"
 
 namespace ddp::agent {
-
-namespace {
-
-std::string seconds(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%gs", std::chrono::duration<double>(d).count());
-  return buf;
-}
-
-}  // namespace
-
-std::string Agent::Impl::count_node_failure() {
-  if (cfg.max_node_failures <= 0) return "";
-  const auto now = std::chrono::steady_clock::now();
-  node_failures.push_back(now);
-  while (!node_failures.empty() && now - node_failures.front() > cfg.node_failure_window) {
-    node_failures.pop_front();
-  }
-  if (static_cast<int>(node_failures.size()) < cfg.max_node_failures) return "";
-  const auto window = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.node_failure_window);
-  return std::to_string(node_failures.size()) + " worker failures within " + seconds(window) +
-         " (--max_node_failures=" + std::to_string(cfg.max_node_failures) + ", --node_failure_window)";
-}
 
 void Agent::Impl::exclude_this_node(const std::string& why, const std::string& last_failure) {
   life.enter(Phase::kClosing);

@@ -1,0 +1,93 @@
+#include "reform.hpp"
+
+#include <fmt/format.h>
+
+#include "ddp/store/job_keys.hpp"
+#include "failure_records.hpp"
+
+namespace ddp::agent {
+
+namespace {
+
+// The error file's type of an uncaught ddp::MembershipChanged (ddp::run writes
+// extraInfo.error_type; the message is the program's, and is not searched).
+constexpr std::string_view kMembershipChanged = "ddp::MembershipChanged";
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (const int r : ranks) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool uncaught_membership_change(const WorkerFailure& f) {
+  return f.error && f.error->error_type == kMembershipChanged;
+}
+
+std::string loss_text(const WorkerFailure& f) {
+  const std::string why = failure_why(f);
+  return fmt::format("rank {} lost ({}{}{})", f.rank, failure_how(f), why.empty() ? "" : ": ", why);
+}
+
+Reform::Reform(boost::asio::io_context& io, const AgentConfig& cfg)
+    : cfg_(cfg), active_(cfg.on_failure == OnFailure::kReform) {
+  if (active_) store_ = std::make_unique<ReformStore>(io);
+}
+
+const WorkerFailure* Reform::next(int attempt, const std::vector<WorkerFailure>& failures) {
+  if (attempt != attempt_) {
+    attempt_ = attempt;
+    seen_ = 0;
+  }
+  return seen_ < failures.size() ? &failures[seen_] : nullptr;
+}
+
+void Reform::probe(const rdzv::RendezvousResult& round, std::function<void(bool)> done,
+                   std::function<void(const std::string&)> failed) {
+  workers_ = Workers::kProbing;
+  store_->probe(
+      round.store_endpoint, cfg_.rendezvous.token, store::keys::reform_prefix(round.worker_prefix),
+      [this, done = std::move(done)](bool joined) {
+        workers_ = joined ? Workers::kElastic : Workers::kUnknown;
+        done(joined);
+      },
+      [this, failed = std::move(failed)](const std::string& m) {
+        workers_ = Workers::kUnknown;
+        failed(m);
+      });
+}
+
+void Reform::lose(const rdzv::RendezvousResult& round, const WorkerFailure& f, bool replace,
+                  std::function<void(const ReformStore::Outcome&)> done,
+                  std::function<void(const std::string&)> failed) {
+  ReformStore::Loss loss;
+  loss.store = round.store_endpoint;
+  loss.token = cfg_.rendezvous.token;
+  loss.prefix = store::keys::reform_prefix(round.worker_prefix);
+  loss.slot = f.rank;
+  loss.reason = describe_failure(f);
+  loss.delta = replace ? 0 : -1;
+  loss.min_size =
+      static_cast<std::int64_t>(cfg_.rendezvous.min_nodes) * cfg_.nproc_per_node - round.world_size;
+  store_->lose(std::move(loss), std::move(done), std::move(failed));
+}
+
+void Reform::written(const WorkerFailure& f, bool replaced, const ReformStore::Outcome& out,
+                     std::int64_t world) {
+  if (!replaced) lost_.push_back(f.rank);
+  if (!out.below_min) return;
+  const int min_workers = cfg_.rendezvous.min_nodes * cfg_.nproc_per_node;
+  stop_line_ = fmt::format(
+      "reform: rank{} {} lost and max_restarts={} is spent: {} worker(s) would be left, fewer than the "
+      "job's "
+      "minimum of {} (--nnodes MIN {} x --nproc_per_node {}); raise --max_restarts or lower the --nnodes "
+      "minimum",
+      lost_.size() > 1 ? "s" : "", rank_list(lost_), cfg_.max_restarts, world, min_workers,
+      cfg_.rendezvous.min_nodes, cfg_.nproc_per_node);
+}
+
+}  // namespace ddp::agent

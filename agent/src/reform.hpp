@@ -1,0 +1,86 @@
+// --on_failure=reform's part (docs/reform.md, "The contract between agent and
+// SDK"): whether re-forming is still in effect for the run, which of the
+// group's failures it has acted on, whether the workers are worker SDK
+// trainers (asked of the store once, before the first re-form), the writes
+// that tell the workers of a lost slot, and the ranks the job went on
+// without. It owns that state and reports what it found; the agent decides
+// (agent.cpp, "The policy").
+//
+// Thread-safety: construct, call and destroy on the io thread; results come
+// back there, only while the io_context exists.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/agent/agent_config.hpp"
+#include "ddp/agent/failure_report.hpp"
+#include "ddp/rdzv/rendezvous.hpp"
+#include "reform_store.hpp"
+
+namespace ddp::agent {
+
+// Whether f's worker let ddp::MembershipChanged end it: its error file's
+// extraInfo.error_type says so (the SDK's ddp::run writes it). Such a trainer does not re-form;
+// its siblings would wait for it at every generation.
+bool uncaught_membership_change(const WorkerFailure& f);
+
+// "rank 1 lost (exit code 1: why)": a lost worker, for the agent's log lines.
+std::string loss_text(const WorkerFailure& f);
+
+class Reform {
+ public:
+  // What the store said of the workers: not asked yet, being asked, or they
+  // joined a ddp::ElasticGroup.
+  enum class Workers : std::uint8_t { kUnknown, kProbing, kElastic };
+
+  Reform(boost::asio::io_context& io, const AgentConfig& cfg);
+  Reform(const Reform&) = delete;
+  Reform& operator=(const Reform&) = delete;
+
+  // --on_failure=reform, until fall_back(): then every later failure restarts
+  // every worker, for the rest of the run.
+  bool active() const { return active_; }
+  void fall_back() { active_ = false; }
+  Workers workers() const { return workers_; }
+
+  // The oldest failure of `attempt` not acted on yet, or null: a hung
+  // worker's record is made before it is killed, and another failure may be
+  // announced before it. take() marks it acted on.
+  const WorkerFailure* next(int attempt, const std::vector<WorkerFailure>& failures);
+  void take() { ++seen_; }
+
+  // Whether a worker of `round` ever joined a ddp::ElasticGroup; workers()
+  // says kElastic from then on when one did.
+  void probe(const rdzv::RendezvousResult& round, std::function<void(bool joined)> done,
+             std::function<void(const std::string&)> failed);
+  // Tells the workers of `round` that f's slot is lost: replaced (its size
+  // unchanged) or given up (one fewer), unless that falls below the job's
+  // minimum. `done` gets the store's counters.
+  void lose(const rdzv::RendezvousResult& round, const WorkerFailure& f, bool replace,
+            std::function<void(const ReformStore::Outcome&)> done,
+            std::function<void(const std::string&)> failed);
+  // The loss as the store took it: a slot given up is remembered; below the
+  // minimum, stop_line() says why the job ends.
+  void written(const WorkerFailure& f, bool replaced, const ReformStore::Outcome& out, std::int64_t world);
+  // The line the job stops with when too few workers are left; "" otherwise.
+  const std::string& stop_line() const { return stop_line_; }
+
+  bool busy() const { return store_ && store_->busy(); }
+
+ private:
+  const AgentConfig& cfg_;
+  bool active_;
+  Workers workers_ = Workers::kUnknown;
+  int attempt_ = -1;       // of the failures counted in seen_
+  std::size_t seen_ = 0;   // failures of attempt_ acted on
+  std::vector<int> lost_;  // ranks the job went on without
+  std::string stop_line_;
+  std::unique_ptr<ReformStore> store_;  // with --on_failure=reform only
+};
+
+}  // namespace ddp::agent
