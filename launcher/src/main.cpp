@@ -13,6 +13,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/printable.hpp"
 #include "ddp/common/std_fds.hpp"
 #include "ddp/launcher/launch_options.hpp"
 #include "remote_streams.hpp"
@@ -71,7 +72,8 @@ int main(int argc, char** argv) {
     ::setenv("TORCHELASTIC_SIGNALS_TO_HANDLE", parsed.options.signals_to_handle.c_str(), 1);
     ddp::agent::Agent agent(std::move(config));
     const auto result = agent.run();
-    if (!result.error.empty()) std::cerr << "ddprun: error: " << result.error << std::endl;
+    if (!result.error.empty())
+      std::cerr << "ddprun: error: " << ddp::terminal_safe(result.error) << std::endl;
     // The launcher names the failed worker from this, whichever host ends first.
     if (remote_stderr && !result.failure.empty())
       remote_stderr->send(ddp::launcher::kCauseChannel, result.failure);
@@ -83,7 +85,7 @@ int main(int argc, char** argv) {
     }
     return result.exit_code;
   } catch (const std::exception& e) {
-    std::cerr << "ddprun: error: " << e.what() << std::endl;
+    std::cerr << "ddprun: error: " << ddp::terminal_safe(e.what()) << std::endl;
     return ddp::exit_code_of(e);
   }
 }

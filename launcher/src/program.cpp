@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
 
 namespace ddp::launcher {
 namespace {
@@ -26,6 +27,41 @@ bool is_executable_file(const std::string& path) {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A file that is neither executable nor a .py runs under python, as under
+// torchrun (a Python script without the suffix). Unless its first bytes say
+// it is something else: a binary, or a script whose #! line names another
+// interpreter (a `#!/bin/sh` tool that lost its +x). python would only fail
+// on it with a SyntaxError; say so before starting anything.
+void check_runs_as_python(const std::string& program) {
+  std::ifstream in(program, std::ios::binary);
+  std::string head(256, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  const std::string fix =
+      ": chmod +x it to run it directly (ddprun runs a file that is neither executable nor .py under python, "
+      "as torchrun does)";
+  if (head.rfind("\x7f"
+                 "ELF",
+                 0) == 0)
+    throw ConfigError("TRAINING_PROGRAM: '" + program + "' is a binary but not executable" + fix);
+  if (head.rfind("#!", 0) == 0) {
+    std::string line =
+        head.substr(2, head.find('\n') == std::string::npos ? std::string::npos : head.find('\n') - 2);
+    std::istringstream words(line);
+    std::string interp, arg;
+    words >> interp >> arg;
+    const auto name = fs::path(interp).filename().string();
+    const auto runs = name == "env" ? arg : name;
+    if (!runs.empty() && runs.rfind("python", 0) != 0)
+      throw ConfigError("TRAINING_PROGRAM: '" + program + "' is not executable and its first line runs " +
+                        (name == "env" ? interp + " " + arg : interp) + ", not python" + fix);
+  }
+  ddp::log::get("ddprun")->warn(
+      "TRAINING_PROGRAM: '{}' is not executable and has no .py: running it as a Python script, as torchrun "
+      "does (--run_path says so and hides this line; chmod +x it to run it directly)",
+      program);
 }
 
 }  // namespace
@@ -130,6 +166,7 @@ ProgramCommand resolve_program(const LaunchOptions& o, const std::map<std::strin
     if (::access(program.c_str(), R_OK) != 0) {
       throw ConfigError("TRAINING_PROGRAM: '" + program + "' is not readable");
     }
+    if (!o.run_path && !ends_with(program, ".py")) check_runs_as_python(program);
     cmd.argv = {python(), "-u", program};
   }
   cmd.user_args_index = static_cast<int>(cmd.argv.size()) - 1;

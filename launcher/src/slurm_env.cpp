@@ -90,7 +90,8 @@ std::map<std::string, std::string> slurm_option_values(const Env& env, const Env
   const auto* job_text = get(env, "SLURM_JOB_ID");
   if (job_text == nullptr) job_text = get(env, "SLURM_JOBID");
   if (job_text == nullptr) return out;
-  if (const auto* opt = get(env, "DDP_SLURM"); opt != nullptr && parse_bool(*opt) == false) return out;
+  if (const auto* opt = get(env, "DDP_SLURM"); opt != nullptr && !parse_bool_or_throw(*opt, "env DDP_SLURM"))
+    return out;
   const auto above = [&set_above](const char* name) { return set_above.count(name) != 0; };
   const auto set = [&](const char* name, const std::string& value) {
     if (!above(name)) out[name] = value;

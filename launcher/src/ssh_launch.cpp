@@ -26,26 +26,20 @@
 #include <sstream>
 #include <thread>
 
+#include "ddp/agent/failure_report.hpp"
 #include "ddp/common/error.hpp"
 #include "ddp/common/exit_code.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/printable.hpp"
 #include "ddp/common/token_file.hpp"
+#include "ddp/store/job_keys.hpp"
 #include "ddp/store/store_server.hpp"
+#include "ddp/store/tcp_store.hpp"
 #include "remote_streams.hpp"
+#include "ssh_hosts.hpp"
 
 namespace ddp::launcher {
 namespace {
-
-// After one host's workers failed, how long the others get, beyond
-// --stop_timeout, to close the rendezvous and send their last lines (the failed
-// host's report among them) before their ssh is stopped: they got the failure
-// through the store and end on their own, and a stopped ssh loses what is
-// still in flight.
-constexpr std::chrono::seconds kEndOnTheirOwn{5};
-
-// ssh's exit status for its own failures (connection refused or lost, bad
-// host key; ssh(1)); the forked child uses it too when it cannot exec ssh.
-constexpr int kSshFailed = 255;
 
 // Env that follows the job to every host (besides the names in DDP_SSH_ENV):
 // what changes how training and its libraries behave.
@@ -73,17 +67,6 @@ std::string random_id() {
   out << std::hex << rd() << rd();
   return out.str();
 }
-
-struct Host {
-  RemoteHost spec;
-  pid_t pid = -1;
-  std::thread out_reader;  // ssh's stdout: the remote terminal
-  std::thread err_reader;  // ssh's stderr: ssh's own messages
-  // Written by out_reader, read once it is joined: the remote ddprun's
-  // failure cause, and its last "ddprun: error: " line.
-  std::string failure;
-  std::string error;
-};
 
 constexpr std::string_view kErrorPrefix = "ddprun: error: ";
 
@@ -131,14 +114,44 @@ void relay_ssh_errors(int fd, const std::string& host, std::mutex& mu) {
   read_to_end(fd, splitter);
 }
 
+// The job's earliest failure by the agents' failure records in this
+// process's store (agent::FailureRecord): of the last round any node failed
+// in, the one with the earliest time of its own. Empty when there is none.
+std::string first_recorded_failure(std::uint16_t port, const std::string& token, const std::string& run_id) {
+  try {
+    store::TcpStoreOptions options;
+    options.endpoint = Endpoint{"127.0.0.1", port};
+    options.token = token;
+    options.connect_timeout = std::chrono::seconds(2);
+    options.request_timeout = std::chrono::seconds(2);
+    store::TcpStore client(options);
+    std::vector<agent::FailureRecord> records;
+    std::int64_t last_round = -1;
+    for (const auto& kv : client.list(store::keys::agent_first_failure_prefix(run_id)).kvs) {
+      if (auto r = agent::decode_failure_record(kv.value)) {
+        last_round = std::max(last_round, r->round);
+        records.push_back(std::move(*r));
+      }
+    }
+    const auto first = agent::first_failure(records, last_round);
+    return first ? first->failure : "";
+  } catch (const std::exception&) {
+    return "";  // the hosts' own word below
+  }
+}
+
 // The job's last line when a host failed first (`rc` its ssh's code, or
 // 128+N when a signal killed it): the failed worker, rank and cause as the
-// remote agents reported it, else why that host ended.
-std::string failure_line(const std::vector<Host>& hosts, const Host& first, int rc, int killed_by) {
+// remote agents reported it, else why that host ended. `recorded`: the job's
+// first failure by the agents' records.
+std::string failure_line(const std::vector<Host>& hosts, const Host& first, int rc, int killed_by,
+                         const std::string& recorded) {
   const std::string host = "host " + first.spec.name + ": ";
   if (killed_by != 0) return host + "its ssh was killed by signal " + std::to_string(killed_by);
   if (rc == kSshFailed) return host + "ssh failed or lost the connection (see its lines above)";
   if (rc == exit_code(ExitCode::kFailed)) {
+    // The earliest failure by its own time, not the first host to end.
+    if (!recorded.empty()) return "workers failed: " + recorded;
     // Every host that knows the cause knows the same one (the failed node's
     // report through the store): the line is the same whichever host ended first.
     if (!first.failure.empty()) return "workers failed: " + first.failure;
@@ -227,10 +240,12 @@ std::vector<std::string> forwarded_args(const std::vector<std::string>& args,
   return out;
 }
 
-int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
-                 const std::map<std::string, std::string>& env) {
+namespace {
+
+// The flags --hosts/--hostfile leaves to the user: one list of hosts, no
+// rendezvous flags, a program.
+std::vector<RemoteHost> hosts_of(const LaunchOptions& o) {
   if (!o.hosts.empty() && !o.hostfile.empty()) throw ConfigError("--hosts and --hostfile: give one of them");
-  const std::vector<RemoteHost> specs = o.hosts.empty() ? load_hostfile(o.hostfile) : parse_hosts(o.hosts);
   const std::string flag = o.hosts.empty() ? "--hostfile" : "--hosts";
   if (o.standalone || o.rdzv_backend != "static" || !o.rdzv_endpoint.empty() || o.nnodes != "1:1" ||
       o.node_rank != 0) {
@@ -239,179 +254,128 @@ int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
                       "--rdzv_backend and --rdzv_endpoint");
   }
   if (o.program.empty()) throw ConfigError("TRAINING_PROGRAM: missing; see ddprun --help");
-  auto log = log::get("ddprun");
+  return o.hosts.empty() ? load_hostfile(o.hostfile) : parse_hosts(o.hosts);
+}
 
+// What every host's ssh command line shares.
+struct SshPlan {
+  std::string addr;      // where the hosts reach this ddprun's store
+  std::string endpoint;  // addr:port
+  std::string run_id;
+  std::map<std::string, std::string> forwarded;  // env set on every host
+  std::vector<std::string> ssh;                  // the ssh command
+  std::string self;                              // this ddprun, run on every host
+  std::vector<std::string> user;                 // the user's flags and program
+  bool user_nproc = false;                       // the user gave --nproc_per_node
+  std::string cwd;
+  std::string rdzv_conf;
+};
+
+SshPlan plan_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
+                 const std::map<std::string, std::string>& env, std::uint16_t port) {
+  SshPlan p;
+  char hostname[256] = {};
+  ::gethostname(hostname, sizeof(hostname) - 1);
+  p.addr = o.local_addr.empty() ? hostname : o.local_addr;
+  p.endpoint = p.addr + ":" + std::to_string(port);
+  p.run_id = o.rdzv_id == "none" ? random_id() : o.rdzv_id;
+  std::vector<std::string> extra_names;
+  if (auto it = env.find("DDP_SSH_ENV"); it != env.end()) extra_names = split(it->second, ',');
+  for (const auto& [k, v] : env) {
+    if (forwarded_by_default(k) ||
+        std::find(extra_names.begin(), extra_names.end(), k) != extra_names.end()) {
+      p.forwarded[k] = v;
+    }
+  }
+  // Marks the remote ddprun as one agent of this job: a --hosts it reads from
+  // a --config file does not start another round of ssh.
+  p.forwarded[std::string(kRemoteAgentVar)] = p.addr;
+  p.ssh = {"ssh"};
+  if (auto it = env.find("DDP_SSH_COMMAND"); it != env.end() && !it->second.empty())
+    p.ssh = split(it->second, ' ');
+  p.self = std::filesystem::read_symlink("/proc/self/exe").string();
+  p.user = forwarded_args(args, o.program);
+  for (const auto& a : p.user) p.user_nproc = p.user_nproc || a.rfind("--nproc", 0) == 0;
+  p.cwd = std::filesystem::current_path().string();
+  // The user's --rdzv_conf (dropped from the forwarded flags) goes on with
+  // is_host=false: no remote agent hosts a store of its own.
+  p.rdzv_conf = (o.rdzv_conf.empty() ? "" : o.rdzv_conf + ",") + "is_host=false";
+  return p;
+}
+
+// Starts host `i` of `n`'s ssh, and the threads that relay its output.
+void start_host(Host& h, std::size_t i, std::size_t n, const SshPlan& p, const sigset_t& old_mask,
+                std::mutex& out_mu) {
+  // Node ranks follow the host list, as with DeepSpeed's and MPI's
+  // launchers: rank 0 runs on the first host. The store is this process's.
+  std::vector<std::string> remote = {p.self,
+                                     "--nnodes=" + std::to_string(n),
+                                     "--node_rank=" + std::to_string(i),
+                                     "--rdzv_backend=static",
+                                     "--rdzv_endpoint=" + p.endpoint,
+                                     "--rdzv_id=" + p.run_id,
+                                     "--rdzv_conf=" + p.rdzv_conf,
+                                     "--local_addr=" + h.spec.name};
+  if (h.spec.slots > 0 && !p.user_nproc) remote.push_back("--nproc_per_node=" + std::to_string(h.spec.slots));
+  remote.insert(remote.end(), p.user.begin(), p.user.end());
+  std::vector<std::string> argv = p.ssh;
+  argv.insert(argv.end(), {"-tt", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", h.spec.name, "--",
+                           remote_command(p.cwd, p.forwarded, remote)});
+  int out[2];
+  int err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(err, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
+  h.pid = spawn(argv, out[1], err[1], old_mask);
+  ::close(out[1]);
+  ::close(err[1]);
+  h.out_reader = std::thread(relay_terminal, out[0], std::ref(h), std::ref(out_mu));
+  h.err_reader = std::thread(relay_ssh_errors, err[0], h.spec.name, std::ref(out_mu));
+}
+
+}  // namespace
+
+int run_over_ssh(const LaunchOptions& o, const std::vector<std::string>& args,
+                 const std::map<std::string, std::string>& env) {
+  const std::vector<RemoteHost> specs = hosts_of(o);
   store::StoreServerOptions server_options;
   server_options.host = "0.0.0.0";
   server_options.port = o.master_port_given ? static_cast<std::uint16_t>(o.master_port) : 0;
   if (!o.token_file.empty()) server_options.token = read_token_file(o.token_file, "--token_file");
   store::StoreServer server(server_options);
   server.start();
-  char hostname[256] = {};
-  ::gethostname(hostname, sizeof(hostname) - 1);
-  const std::string addr = o.local_addr.empty() ? hostname : o.local_addr;
-  const std::string endpoint = addr + ":" + std::to_string(server.port());
-  const std::string run_id = o.rdzv_id == "none" ? random_id() : o.rdzv_id;
+  const SshPlan plan = plan_ssh(o, args, env, server.port());
+  log::get("ddprun")->info("starting {} host(s) over ssh store={} run_id={}", specs.size(), plan.endpoint,
+                           plan.run_id);
 
-  std::map<std::string, std::string> forwarded;
-  std::vector<std::string> extra_names;
-  if (auto it = env.find("DDP_SSH_ENV"); it != env.end()) extra_names = split(it->second, ',');
-  for (const auto& [k, v] : env) {
-    if (forwarded_by_default(k) ||
-        std::find(extra_names.begin(), extra_names.end(), k) != extra_names.end()) {
-      forwarded[k] = v;
-    }
-  }
-  // Marks the remote ddprun as one agent of this job: a --hosts it reads from
-  // a --config file does not start another round of ssh.
-  forwarded[std::string(kRemoteAgentVar)] = addr;
-  std::vector<std::string> ssh = {"ssh"};
-  if (auto it = env.find("DDP_SSH_COMMAND"); it != env.end() && !it->second.empty())
-    ssh = split(it->second, ' ');
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::vector<std::string> user = forwarded_args(args, o.program);
-  bool user_nproc = false;
-  for (const auto& a : user) user_nproc = user_nproc || a.rfind("--nproc", 0) == 0;
-  const std::string cwd = std::filesystem::current_path().string();
-  log->info("starting {} host(s) over ssh store={} run_id={}", specs.size(), endpoint, run_id);
-
-  // SIGINT/SIGTERM/SIGHUP/SIGQUIT are taken by a thread; children get the old mask back.
-  sigset_t stop_set;
   sigset_t old_mask;
-  sigemptyset(&stop_set);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop_set, s);
-  pthread_sigmask(SIG_BLOCK, &stop_set, &old_mask);
-  // An ignored signal is discarded, not queued for sigwait: a shell starts
-  // background jobs with SIGINT ignored, and `kill -INT` must still stop the job.
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(s, SIG_DFL);
-
-  // The user's --rdzv_conf (dropped from the forwarded flags) goes on with
-  // is_host=false: no remote agent hosts a store of its own.
-  const std::string rdzv_conf = (o.rdzv_conf.empty() ? "" : o.rdzv_conf + ",") + "is_host=false";
-
+  const sigset_t stop_set = block_stop_signals(&old_mask);
   std::mutex out_mu;
   std::vector<Host> hosts(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    Host& h = hosts[i];
-    h.spec = specs[i];
-    // Node ranks follow the host list, as with DeepSpeed's and MPI's
-    // launchers: rank 0 runs on the first host. The store is this process's.
-    std::vector<std::string> remote = {self,
-                                       "--nnodes=" + std::to_string(specs.size()),
-                                       "--node_rank=" + std::to_string(i),
-                                       "--rdzv_backend=static",
-                                       "--rdzv_endpoint=" + endpoint,
-                                       "--rdzv_id=" + run_id,
-                                       "--rdzv_conf=" + rdzv_conf,
-                                       "--local_addr=" + h.spec.name};
-    if (h.spec.slots > 0 && !user_nproc) remote.push_back("--nproc_per_node=" + std::to_string(h.spec.slots));
-    remote.insert(remote.end(), user.begin(), user.end());
-    std::vector<std::string> argv = ssh;
-    argv.insert(argv.end(), {"-tt", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", h.spec.name, "--",
-                             remote_command(cwd, forwarded, remote)});
-    int out[2];
-    int err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
-    if (::pipe2(err, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
-    h.pid = spawn(argv, out[1], err[1], old_mask);
-    ::close(out[1]);
-    ::close(err[1]);
-    h.out_reader = std::thread(relay_terminal, out[0], std::ref(h), std::ref(out_mu));
-    h.err_reader = std::thread(relay_ssh_errors, err[0], h.spec.name, std::ref(out_mu));
+    hosts[i].spec = specs[i];
+    start_host(hosts[i], i, specs.size(), plan, old_mask, out_mu);
   }
-
-  std::atomic<int> stop_signal{0};
-  std::atomic<bool> done{false};
-  std::mutex pid_mu;  // Host::pid: cleared by this thread when reaped, read by the signal thread
-  const auto stop_all = [&hosts, &pid_mu] {
-    std::lock_guard lock(pid_mu);
-    for (auto& h : hosts) {
-      if (h.pid > 0) ::kill(h.pid, SIGTERM);
-    }
-  };
-  // Set when a host's workers failed: the other hosts are stopped at this time
-  // unless they ended before (steady_clock ticks; 0: none).
-  std::atomic<std::chrono::steady_clock::rep> stop_at{0};
-  std::thread signals([&] {
-    const timespec tick{0, 100'000'000};
-    while (!done) {
-      const int s = sigtimedwait(&stop_set, nullptr, &tick);
-      if (s > 0 && stop_signal.exchange(s) == 0) stop_all();
-      const auto at = stop_at.load();
-      if (at != 0 && std::chrono::steady_clock::now().time_since_epoch().count() >= at) {
-        stop_at = 0;
-        stop_all();
-      }
-    }
-  });
-
-  int code = exit_code(ExitCode::kOk);
-  const Host* first_failed = nullptr;
-  int first_rc = 0;
-  int first_signal = 0;
-  // A host that ended with a rendezvous error while others run is often the
-  // echo of a failure elsewhere ("rendezvous ... is closed: workers failed"):
-  // a host whose workers failed, ending after it, names the job's outcome.
-  bool echo_only = false;
-  std::size_t running = hosts.size();
-  while (running > 0) {
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (auto& h : hosts) {
-      if (h.pid != pid) continue;
-      {
-        std::lock_guard lock(pid_mu);
-        h.pid = -1;
-      }
-      --running;
-      const bool killed = WIFSIGNALED(status);
-      const int rc = killed ? signal_exit_code(WTERMSIG(status)) : WEXITSTATUS(status);
-      const bool first =
-          code == exit_code(ExitCode::kOk) || (echo_only && rc == exit_code(ExitCode::kFailed));
-      if (rc != exit_code(ExitCode::kOk) && first && stop_signal == 0) {
-        // ssh's own failures exit 255, and a killed ssh closed its connection:
-        // the host is lost to this job (requeue-able, like a lost node).
-        const bool lost = killed || rc == kSshFailed;
-        code = lost ? exit_code(ExitCode::kRendezvous) : rc;
-        first_failed = &h;
-        first_rc = rc;
-        first_signal = killed ? WTERMSIG(status) : 0;
-        echo_only = !lost && rc == exit_code(ExitCode::kRendezvous) && running > 0;
-        // The error line waits for every host's last lines, so that it is ours
-        // last; the others end on their own first, within a grace.
-        if (rc == exit_code(ExitCode::kFailed) || echo_only) {
-          const auto grace = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-              std::chrono::duration<double>(o.stop_timeout_s) + kEndOnTheirOwn);
-          stop_at = (std::chrono::steady_clock::now() + grace).time_since_epoch().count();
-          if (running > 0) {
-            log->info(
-                "host {} ended with code {}: the other hosts stop their workers (stopped in {:.1f} s if not)",
-                h.spec.name, rc, std::chrono::duration<double>(grace).count());
-          }
-        } else {
-          if (running > 0) log->info("host {} ended with code {}: stopping the other hosts", h.spec.name, rc);
-          stop_all();
-        }
-      }
-    }
-  }
-  done = true;
-  signals.join();
+  HostStopper stopper(hosts, stop_set);
+  const Outcome out = wait_for_hosts(hosts, stopper, o.stop_timeout_s);
+  stopper.finish();
   for (auto& h : hosts) {
     h.out_reader.join();
     h.err_reader.join();
   }
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  const std::string recorded = out.first_failed != nullptr && out.first_rc == exit_code(ExitCode::kFailed)
+                                   ? first_recorded_failure(server.port(), server_options.token, plan.run_id)
+                                   : "";
   server.stop();
-  if (stop_signal != 0) return signal_exit_code(stop_signal);
-  if (first_failed != nullptr) {
-    std::cerr << kErrorPrefix << failure_line(hosts, *first_failed, first_rc, first_signal) << std::endl;
+  if (stopper.signal() != 0) return signal_exit_code(stopper.signal());
+  if (out.first_failed != nullptr) {
+    // The cause came from a remote host's output: shown escaped, as its log lines are.
+    std::cerr << kErrorPrefix
+              << terminal_safe(
+                     failure_line(hosts, *out.first_failed, out.first_rc, out.first_signal, recorded))
+              << std::endl;
   }
-  return code;
+  return out.code;
 }
 
 }  // namespace ddp::launcher

@@ -259,12 +259,8 @@ std::vector<int> parse_signals(const std::string& text) {
   return out;
 }
 
-}  // namespace
-
-agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& host) {
-  agent::AgentConfig cfg;
-  const auto [min_nodes, max_nodes] = parse_nnodes(o.nnodes);
-  cfg.nproc_per_node = resolve_nproc(o.nproc_per_node, host);
+// How the job restarts, re-forms, excludes nodes and stops its workers.
+void translate_restarts(const LaunchOptions& o, agent::AgentConfig& cfg) {
   if (o.max_restarts < 0) {
     throw ConfigError("--max_restarts: " + std::to_string(o.max_restarts) + " must be >= 0");
   }
@@ -298,28 +294,10 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   } else {
     throw ConfigError("--stop_timeout: must be a number of seconds >= 0");
   }
-  cfg.liveness = translate_liveness(o);
-  cfg.health = translate_health(o);
-  if (o.role.empty()) throw ConfigError("--role: must not be empty");
-  cfg.role = o.role;
-  if (o.node_rank < 0 || o.node_rank >= max_nodes) {
-    throw ConfigError("--node_rank: " + std::to_string(o.node_rank) + " must be in 0.." +
-                      std::to_string(max_nodes - 1) + " for --nnodes=" + o.nnodes);
-  }
-  check_port(o.master_port, "--master_port");
+}
 
-  auto& rc = cfg.rendezvous;
-  rc.min_nodes = min_nodes;
-  rc.max_nodes = max_nodes;
-  apply_rdzv_conf(o.rdzv_conf, rc);
-  rdzv::check_keep_alive(rc);
-  // A person watching gets a line a second while nodes are missing; a log
-  // file gets one at once and then one every 30 s.
-  rc.progress_interval = ::isatty(2) != 0 ? std::chrono::seconds(1) : std::chrono::seconds(30);
-  // On a terminal (when ddprun's main enabled it) that line is a live status
-  // line updated in place instead.
-  rc.on_progress = [](const std::string& text) { return ddp::log::set_status_line(text); };
-  rc.run_id = o.rdzv_id;
+// Which rendezvous backend, where, and whether this node hosts its store.
+void choose_backend(const LaunchOptions& o, int min_nodes, int max_nodes, rdzv::RendezvousConfig& rc) {
   const std::string& backend = o.rdzv_backend;
   const auto kind = rdzv::parse_backend(backend);
   if (!o.standalone && (!kind || *kind == rdzv::Backend::kStandalone)) {
@@ -370,6 +348,26 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
     rc.etcd.endpoints = rdzv::parse_etcd_endpoints(o.rdzv_endpoint, "--rdzv_endpoint");
     rc.endpoint = rc.etcd.endpoints.front();
   }
+}
+
+void translate_rendezvous(const LaunchOptions& o, int min_nodes, int max_nodes, rdzv::RendezvousConfig& rc) {
+  rc.min_nodes = min_nodes;
+  rc.max_nodes = max_nodes;
+  apply_rdzv_conf(o.rdzv_conf, rc);
+  rdzv::check_keep_alive(rc);
+  // A person watching gets a line a second while nodes are missing; a log
+  // file gets one at once and then one every 30 s.
+  rc.progress_interval = ::isatty(2) != 0 ? std::chrono::seconds(1) : std::chrono::seconds(30);
+  // On a terminal (when ddprun's main enabled it) that line is a live status
+  // line updated in place instead.
+  rc.on_progress = [](const std::string& text) { return ddp::log::set_status_line(text); };
+  rc.run_id = o.rdzv_id;
+  choose_backend(o, min_nodes, max_nodes, rc);
+}
+
+// --max_node_failures against the backend and --max_restarts.
+void check_node_failures(const LaunchOptions& o, const agent::AgentConfig& cfg) {
+  const auto& rc = cfg.rendezvous;
   if (cfg.max_node_failures > 0 && rc.backend == rdzv::backend_name(rdzv::Backend::kStandalone)) {
     // The exclusion lives in the job's store, which here is this node's own
     // and ends with it: excluding the only node could only stop the job,
@@ -388,7 +386,10 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
         "times, so no node will be excluded; raise --max_restarts to at least {}",
         cfg.max_node_failures, cfg.max_restarts, cfg.max_node_failures, cfg.max_node_failures);
   }
+}
 
+// Where the workers' output goes, and the signals passed on to them.
+void translate_output(const LaunchOptions& o, agent::AgentConfig& cfg) {
   cfg.signals_to_handle = parse_signals(o.signals_to_handle);
   if (o.no_prefix) {
     cfg.line_prefix_template.clear();
@@ -403,12 +404,11 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   cfg.virtual_local_rank = o.virtual_local_rank;
   if (!o.log_dir.empty()) cfg.log_dir = fs::absolute(o.log_dir);
   if (!o.event_log.empty()) cfg.event_log = fs::absolute(o.event_log);
+}
 
-  if (!o.token_file.empty()) {
-    rc.token = read_token_file(o.token_file, "--token_file");
-    cfg.token_file = fs::absolute(o.token_file);
-  }
-
+// The workers' command line: the program, --local_rank for a script that
+// parses it, and --preload.
+void translate_program(const LaunchOptions& o, const HostInfo& host, agent::AgentConfig& cfg) {
   const auto cmd = resolve_program(o, host.env);
   cfg.argv = cmd.argv;
   if (o.legacy_local_rank && o.no_legacy_local_rank) {
@@ -428,13 +428,41 @@ agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& hos
   }
   cfg.local_rank_arg_index = legacy ? cmd.user_args_index : -1;
   cfg.preload = parse_preload(o.preload, python_script && cmd.argv.size() >= 3 && cmd.argv[1] == "-u");
+}
 
+void translate_numa(const LaunchOptions& o, agent::AgentConfig& cfg) {
   cfg.numa_binding = agent::parse_numa_binding(o.numa_binding);
   if (cfg.numa_binding != agent::NumaBinding::kNone && !agent::numa_binding_supported()) {
     throw ConfigError("--numa_binding: ddprun was built without hwloc; install libhwloc-dev and rebuild");
   }
   if (cfg.numa_binding != agent::NumaBinding::kNone) agent::require_numa_binding();
+}
 
+}  // namespace
+
+agent::AgentConfig translate_options(const LaunchOptions& o, const HostInfo& host) {
+  agent::AgentConfig cfg;
+  const auto [min_nodes, max_nodes] = parse_nnodes(o.nnodes);
+  cfg.nproc_per_node = resolve_nproc(o.nproc_per_node, host);
+  translate_restarts(o, cfg);
+  cfg.liveness = translate_liveness(o);
+  cfg.health = translate_health(o);
+  if (o.role.empty()) throw ConfigError("--role: must not be empty");
+  cfg.role = o.role;
+  if (o.node_rank < 0 || o.node_rank >= max_nodes) {
+    throw ConfigError("--node_rank: " + std::to_string(o.node_rank) + " must be in 0.." +
+                      std::to_string(max_nodes - 1) + " for --nnodes=" + o.nnodes);
+  }
+  check_port(o.master_port, "--master_port");
+  translate_rendezvous(o, min_nodes, max_nodes, cfg.rendezvous);
+  check_node_failures(o, cfg);
+  translate_output(o, cfg);
+  if (!o.token_file.empty()) {
+    cfg.rendezvous.token = read_token_file(o.token_file, "--token_file");
+    cfg.token_file = fs::absolute(o.token_file);
+  }
+  translate_program(o, host, cfg);
+  translate_numa(o, cfg);
   cfg.node.node_id = host.hostname + "_" + std::to_string(host.pid);
   cfg.node.host = o.local_addr.empty() ? host.hostname : o.local_addr;
   cfg.node.local_world_size = cfg.nproc_per_node;

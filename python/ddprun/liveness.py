@@ -1,7 +1,8 @@
 """Heartbeats and sections for Python workers under ddprun.
 
-Writes the agent's liveness file (docs/agent.md, "The liveness file, byte for
-byte"), so `--heartbeat_timeout` and `--section_timeouts` catch a hung rank:
+Writes the agent's liveness file (docs/agent-liveness.md, "The liveness
+file, byte for byte"), so `--heartbeat_timeout` and `--section_timeouts`
+catch a hung rank:
 
     from ddprun import liveness
 
@@ -39,7 +40,7 @@ _NO_SECTION = 0xFFFFFFFF
 _MAX_SECTIONS = 16
 _NAME_MAX = 32
 
-# Header offsets (the table in docs/agent.md).
+# Header offsets (the table in docs/agent-liveness.md).
 _HEARTBEATS = 16
 _LAST_BEAT = 24
 _LONGEST_GAP = 32
@@ -76,7 +77,9 @@ def _open() -> None:
         _why_off = f"cannot map DDP_LIVENESS_FILE={path}: {e}"
         return
     if mem[0:4] != _MAGIC or struct.unpack_from("<I", mem, 4)[0] != _VERSION:
-        _why_off = f"DDP_LIVENESS_FILE={path} is not a version {_VERSION} liveness file (ddprun too new or too old?)"
+        _why_off = (
+            f"DDP_LIVENESS_FILE={path} is not a version {_VERSION} liveness file (ddprun too new or too old?)"
+        )
         mem.close()
         return
     _mem = mem

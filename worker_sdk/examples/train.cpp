@@ -39,7 +39,9 @@ struct Options {
   int stall_rank = -1;
   long stall_at_step = 1;
   double stall_seconds = 3600;
-  double step_sleep_ms = 0;  // a slower, steadier step (tests of learned timeouts)
+  std::string stall_in = "end";  // "end" of the step, or "compute": before its all-reduces
+  double stall_late_ms = 0;      // the stalling rank enters the stall step this late
+  double step_sleep_ms = 0;      // a slower, steadier step (tests of learned timeouts)
 };
 
 constexpr const char* kMagic = "ddp-example-train-checkpoint-v1";
@@ -129,11 +131,25 @@ int train(const Options& opt) {
     const auto start = std::chrono::steady_clock::now();
     std::size_t pos = 0;
     while (pos < indices.size()) {
+      if (ctx.rank == opt.stall_rank && global_step + 1 == opt.stall_at_step && ctx.restart_count == 0 &&
+          opt.stall_late_ms > 0) {
+        // A slow batch before the step: the other ranks' step deadlines pass first.
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt.stall_late_ms));
+      }
       ddp::Section step_section("step");
       ddp::heartbeat();
       ++global_step;
       if (opt.step_sleep_ms > 0) {
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt.step_sleep_ms));
+      }
+      const bool stall_now =
+          ctx.rank == opt.stall_rank && global_step == opt.stall_at_step && ctx.restart_count == 0;
+      if (stall_now && opt.stall_in == "compute") {
+        // Before this step's all-reduces: the other ranks wait in them for this one.
+        std::printf("rank %d: stalling in the compute of step %ld for %.1f s (--stall-rank)\n", ctx.rank,
+                    global_step, opt.stall_seconds);
+        std::fflush(stdout);
+        std::this_thread::sleep_for(std::chrono::duration<double>(opt.stall_seconds));
       }
       model.zero_grad();
       for (int micro = 0; micro < opt.grad_accum && pos < indices.size(); ++micro) {
@@ -155,7 +171,7 @@ int train(const Options& opt) {
       model.sgd_step(opt.lr / static_cast<float>(opt.grad_accum));
       // At the end of the step: the other ranks go on into the next step and
       // wait there, so this rank is the one whose step runs over first.
-      if (ctx.rank == opt.stall_rank && global_step == opt.stall_at_step && ctx.restart_count == 0) {
+      if (stall_now && opt.stall_in == "end") {
         std::printf("rank %d: stalling at the end of step %ld for %.1f s (--stall-rank)\n", ctx.rank,
                     global_step, opt.stall_seconds);
         std::fflush(stdout);
@@ -220,6 +236,13 @@ int main(int argc, char** argv) {
         app.add_option("--stall-at-step", opt.stall_at_step,
                        "step (from 1, across epochs) the stall begins in");
         app.add_option("--stall-seconds", opt.stall_seconds, "how long the stall lasts (default 3600)");
+        app.add_option("--stall-in", opt.stall_in,
+                       "where the stall is: end (of the step, default) or compute (before its all-reduces, "
+                       "which the other ranks then wait in)")
+            ->check(CLI::IsMember({"end", "compute"}));
+        app.add_option(
+            "--stall-late-ms", opt.stall_late_ms,
+            "the stalling rank starts its stall step this late (the others' deadlines pass first)");
         app.add_option("--step-sleep-ms", opt.step_sleep_ms,
                        "sleep this long in every step (steady step times)");
       },

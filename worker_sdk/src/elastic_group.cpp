@@ -11,7 +11,9 @@
 #include "backend.hpp"
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/logging.hpp"
+#include "ddp/common/parse.hpp"
 #include "ddp/init.hpp"
+#include "ddp/store/job_keys.hpp"
 #include "ddp/store/store.hpp"
 #include "work_state.hpp"
 
@@ -61,20 +63,19 @@ bool reform_mode() {
   // Not DDP_ON_FAILURE: that is ddprun's own env spelling of --on_failure, and
   // a ddprun started by a worker would take it up.
   const std::string mode = env_or("DDP_REFORM", "");
-  if (mode.empty() || mode == "0") return false;
-  if (mode == "1") return true;
+  if (mode.empty()) return false;
+  if (const auto on = parse_bool(mode)) return *on;
   throw ConfigError("DDP_REFORM='" + mode + "' is not valid: 1 (set by ddprun --on_failure=reform) or 0");
 }
 
 std::chrono::milliseconds reform_timeout(std::chrono::milliseconds fallback) {
   const std::string text = env_or("DDP_REFORM_TIMEOUT", "");
   if (text.empty()) return fallback;
-  char* end = nullptr;
-  const double seconds = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !(seconds > 0) || seconds > 1e9) {
+  const auto timeout = parse_duration(text, TimeUnit::kSeconds);
+  if (!timeout || timeout->count() <= 0) {
     throw ConfigError("DDP_REFORM_TIMEOUT='" + text + "' is not valid: give a positive number of seconds");
   }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  return *timeout;
 }
 
 // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a write to a peer
@@ -192,12 +193,10 @@ std::vector<Member> parse_members(const std::string& text, std::size_t n) {
     pos = comma == std::string::npos ? text.size() : comma + 1;
     const std::size_t colon = entry.find(':');
     if (colon == std::string::npos) throw ProtocolError("reform: bad member entry '" + entry + "'");
+    const auto slot = parse_int<int>(std::string_view(entry).substr(0, colon));
+    if (!slot) throw ProtocolError("reform: bad member entry '" + entry + "'");
     Member m;
-    try {
-      m.slot = std::stoi(entry.substr(0, colon));
-    } catch (const std::exception&) {
-      throw ProtocolError("reform: bad member entry '" + entry + "'");
-    }
+    m.slot = *slot;
     m.state = entry.substr(colon + 1) == "1";
     members.push_back(m);
   }
@@ -216,7 +215,7 @@ std::string join_ints(const std::vector<int>& v) {
 class ElasticGroup::Impl {
  public:
   std::shared_ptr<store::Store> store;
-  std::string root;  // R = DDP_STORE_PREFIX + "reform/"
+  std::string root;  // R = store::keys::reform_prefix(DDP_STORE_PREFIX)
   int slot = 0;
   int base_world = 1;  // WORLD_SIZE
   ProcessGroupOptions options;
@@ -236,17 +235,14 @@ class ElasticGroup::Impl {
     if (reaper.joinable()) reaper.join();
   }
 
-  std::int64_t read_counter(const std::string& key) { return store->add(root + key, 0); }
-
-  std::string gkey(std::int64_t g, const std::string& rest) const {
-    return root + "g" + std::to_string(g) + "/" + rest;
-  }
+  std::int64_t read_generation() { return store->add(store::keys::reform_generation_key(root), 0); }
+  std::int64_t read_size() { return store->add(store::keys::reform_size_key(root), 0); }
 
   // A failed collective of generation g: MembershipChanged when the generation
   // moves on within kSettle, the error itself otherwise.
   std::shared_ptr<const detail::WorkHooks> hooks(std::int64_t g) {
     auto st = store;
-    auto key = root + "generation";
+    auto key = store::keys::reform_generation_key(root);
     auto h = std::make_shared<detail::WorkHooks>();
     // A rank blocked on a live peer that is itself blocked (Gloo does not
     // always wake a pending send when its peer closes): once the generation
@@ -294,7 +290,8 @@ class ElasticGroup::Impl {
 
   [[noreturn]] void join_timed_out(std::int64_t g, std::int64_t n, const std::vector<int>& candidates) {
     std::vector<int> joined_slots;
-    for (const Member& m : parse_members(store->try_get(gkey(g, "members")).value_or(""), SIZE_MAX))
+    for (const Member& m :
+         parse_members(store->try_get(store::keys::reform_members_key(root, g)).value_or(""), SIZE_MAX))
       joined_slots.push_back(m.slot);
     std::vector<int> missing;
     for (int s : candidates)
@@ -311,20 +308,21 @@ class ElasticGroup::Impl {
   void join(std::int64_t after, const std::vector<int>& candidates, Clock::time_point started) {
     const auto deadline = started + timeout;
     std::int64_t g = 0;
-    if (!poll_until(deadline, [&] { return (g = read_counter("generation")) > after; })) {
+    if (!poll_until(deadline, [&] { return (g = read_generation()) > after; })) {
       throw TimeoutError("reform: slot " + std::to_string(slot) + " waited " +
                          std::to_string(timeout.count()) + " ms for the generation to move past " +
                          std::to_string(after) + "; reform() is for after a MembershipChanged");
     }
     const bool had_state = has_state;
     for (;;) {
-      const std::int64_t n = base_world + read_counter("size");
+      const std::int64_t n = base_world + read_size();
       if (n < 1) throw ProtocolError("reform: generation " + std::to_string(g) + " has no members");
-      store->append(gkey(g, "members"), std::to_string(slot) + ":" + (had_state ? "1" : "0") + ",");
+      store->append(store::keys::reform_members_key(root, g),
+                    std::to_string(slot) + ":" + (had_state ? "1" : "0") + ",");
       // The n-th to join says so under R/g<G>/full, which the others wait for
       // in the store (no polling of the counter).
-      const std::string full = gkey(g, "full");
-      if (store->add(gkey(g, "joined"), 1) == n) store->set(full, "1");
+      const std::string full = store::keys::reform_full_key(root, g);
+      if (store->add(store::keys::reform_joined_key(root, g), 1) == n) store->set(full, "1");
       std::optional<std::int64_t> newer;
       // Everyone joined (that decides G, even if the generation moves on
       // meanwhile: joined only grows), or G was abandoned before that.
@@ -336,7 +334,7 @@ class ElasticGroup::Impl {
           break;
         } catch (const TimeoutError&) {
         }
-        const std::int64_t now = read_counter("generation");
+        const std::int64_t now = read_generation();
         if (now > g) {
           if (store->check({full})) break;
           newer = now;
@@ -347,7 +345,8 @@ class ElasticGroup::Impl {
         g = *newer;
         continue;
       }
-      const auto joined = parse_members(store->get(gkey(g, "members"), timeout), static_cast<std::size_t>(n));
+      const auto joined = parse_members(store->get(store::keys::reform_members_key(root, g), timeout),
+                                        static_cast<std::size_t>(n));
       std::vector<int> slots;
       for (const Member& m : joined) slots.push_back(m.slot);
       const auto self = std::find(slots.begin(), slots.end(), slot);
@@ -356,7 +355,7 @@ class ElasticGroup::Impl {
         // our n was the next generation's, and G filled up without us. The
         // generation moves on at once; join that one.
         std::int64_t now = g;
-        if (poll_until(deadline, [&] { return (now = read_counter("generation")) > g; })) {
+        if (poll_until(deadline, [&] { return (now = read_generation()) > g; })) {
           g = now;
           continue;
         }
@@ -384,12 +383,13 @@ class ElasticGroup::Impl {
       const auto agreed = Clock::now();
       std::optional<ProcessGroup> formed;
       try {
-        formed = ProcessGroup(std::make_shared<GenerationStore>(store, root + "generation", g), gkey(g, ""),
-                              rank, size, options, hooks(g));
+        formed = ProcessGroup(
+            std::make_shared<GenerationStore>(store, store::keys::reform_generation_key(root), g),
+            store::keys::reform_generation_prefix(root, g), rank, size, options, hooks(g));
       } catch (const Error&) {
         // A member died after joining, or while connecting (GenerationStore
         // noticed the generation move on): so do we.
-        const std::int64_t now = read_counter("generation");
+        const std::int64_t now = read_generation();
         if (now <= g) throw;
         g = now;
         continue;
@@ -431,10 +431,10 @@ ElasticGroup::ElasticGroup(const Context& ctx, ProcessGroupOptions options, Elas
   if (!ctx.store) throw ConfigError("ElasticGroup: no store given (call ddp::init() first)");
   ignore_sigpipe();
   m.store = ctx.store;
-  m.root = ctx.store_prefix + "reform/";
+  m.root = store::keys::reform_prefix(ctx.store_prefix);
   m.options = std::move(options);
   m.timeout = reform_timeout(elastic.reform_timeout);
-  m.has_state = env_or("DDP_REFORM_JOINING", "") != "1";
+  m.has_state = !parse_bool(env_or("DDP_REFORM_JOINING", "")).value_or(false);
   std::vector<int> candidates;
   for (int s = 0; s < ctx.world_size; ++s) candidates.push_back(s);
   m.join(-1, candidates, Clock::now());
@@ -453,7 +453,7 @@ const ReformInfo& ElasticGroup::info() const { return impl_->info; }
 void ElasticGroup::check() {
   auto& m = *impl_;
   if (!m.enabled) return;
-  const std::int64_t now = m.read_counter("generation");
+  const std::int64_t now = m.read_generation();
   if (now > m.generation) {
     throw MembershipChanged(m.generation, "membership changed: generation " + std::to_string(m.generation) +
                                               " ended (now " + std::to_string(now) +

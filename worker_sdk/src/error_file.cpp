@@ -9,11 +9,13 @@
 
 namespace ddp::detail {
 
-std::string error_file_json(const std::string& message, const std::string& stack, long long timestamp) {
+std::string error_file_json(const std::string& message, const std::string& stack, long long timestamp,
+                            const std::string& error_type) {
   nlohmann::json j;
   j["message"]["message"] = message;
   j["message"]["extraInfo"]["py_callstack"] = stack;
   j["message"]["extraInfo"]["timestamp"] = std::to_string(timestamp);
+  if (!error_type.empty()) j["message"]["extraInfo"]["error_type"] = error_type;
   // Replace invalid UTF-8 (from an exception's what()) instead of throwing.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

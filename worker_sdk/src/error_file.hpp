@@ -5,8 +5,11 @@
 
 namespace ddp::detail {
 
-// {"message": {"message": message, "extraInfo": {"py_callstack": stack, "timestamp": "<unix s>"}}}
-std::string error_file_json(const std::string& message, const std::string& stack, long long timestamp);
+// {"message": {"message": message, "extraInfo": {"py_callstack": stack, "timestamp": "<unix s>",
+// "error_type": error_type}}}; error_type (the exception's type, "ddp::MembershipChanged") only when
+// given: ddprun reads it to tell a trainer that cannot re-form (docs/worker-sdk.md).
+std::string error_file_json(const std::string& message, const std::string& stack, long long timestamp,
+                            const std::string& error_type = "");
 
 // The current thread's stack, one frame per line (symbol names where the
 // dynamic symbol table has them).

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "ddp/common/liveness_file.hpp"
+#include "ddp/common/parse.hpp"
+#include "liveness_collectives.hpp"
 
 namespace ddp {
 namespace {
@@ -33,6 +35,7 @@ std::uint64_t now_ns() noexcept {
 struct Channel {
   void* base = nullptr;
   int pipe_fd = -1;
+  long world_size = 0;  // WORLD_SIZE; 0 when unset or not a number
   std::mutex names_mu;  // the name -> slot cache; taken on section entry only
   std::vector<std::pair<std::string, std::uint32_t>> names;
 
@@ -114,6 +117,9 @@ Channel* open_channel() noexcept {
     return nullptr;
   }
   ch->base = base;
+  if (const char* world = std::getenv("WORLD_SIZE"); world != nullptr) {
+    if (const auto n = parse_int<long>(world); n && *n > 0) ch->world_size = *n;
+  }
   if (const char* pipe = std::getenv("DDP_LIVENESS_PIPE"); pipe != nullptr && *pipe != '\0') {
     ch->pipe_fd = ::open(pipe, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   }
@@ -173,4 +179,37 @@ Section::~Section() {
   ch->set_section(outer_slot_, outer_slot_ == lv::kNoSection ? 0 : now);
 }
 
+namespace detail {
+
+bool publish_collectives(int size) noexcept {
+  Channel* const ch = channel();
+  // A subgroup's numbers would not match the other ranks': only a group of
+  // the whole job is counted.
+  if (ch == nullptr || size != ch->world_size) return false;
+  lv::u32(ch->base, lv::kOffCollPublished).store(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::uint64_t collective_issued(lv::CollectiveKind kind) noexcept {
+  Channel* const ch = channel();
+  if (ch == nullptr) return 0;
+  // An increment: two groups may issue from two threads. The kind lands a
+  // moment after the number; the agent only prints it.
+  const std::uint64_t seq = lv::u64(ch->base, lv::kOffCollIssued).fetch_add(1) + 1;
+  lv::field<std::uint8_t>(ch->base, lv::kOffCollKinds + seq % lv::kCollKindSlots)
+      .store(static_cast<std::uint8_t>(kind), std::memory_order_relaxed);
+  return seq;
+}
+
+void collective_completed(std::uint64_t seq) noexcept {
+  Channel* const ch = channel();
+  if (ch == nullptr || seq == 0) return;
+  // The highest completed: a group's collectives complete in issue order.
+  auto done = lv::u64(ch->base, lv::kOffCollCompleted);
+  std::uint64_t cur = done.load(std::memory_order_relaxed);
+  while (cur < seq && !done.compare_exchange_weak(cur, seq, std::memory_order_release)) {
+  }
+}
+
+}  // namespace detail
 }  // namespace ddp

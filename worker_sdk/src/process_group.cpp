@@ -11,6 +11,8 @@
 #include "ddp/common/time_bounds.hpp"
 #include "ddp/init.hpp"
 #include "ddp/store/store.hpp"
+#include "liveness_collectives.hpp"
+#include "work_state.hpp"
 
 namespace ddp {
 
@@ -33,6 +35,21 @@ class ProcessGroup::Impl {
   std::chrono::milliseconds resolve(const OpOptions& options) const {
     return options.timeout.count() > 0 ? clamp_duration(options.timeout) : timeout;
   }
+
+  // Runs `issue` (a backend call returning the collective's Work), numbered
+  // in the worker's liveness file when this group spans the job.
+  template <typename Issue>
+  Work counted(liveness::CollectiveKind kind, Issue&& issue) const {
+    if (!published) return issue();
+    const std::uint64_t seq = detail::collective_issued(kind);
+    try {
+      return detail::WorkAccess::track(issue(), seq);
+    } catch (...) {
+      detail::collective_completed(seq);  // never started: nobody waits in it
+      throw;
+    }
+  }
+  bool published = false;  // its collectives are counted (liveness_collectives.hpp)
 };
 
 namespace detail {
@@ -103,6 +120,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_
   impl_->rank = rank;
   impl_->size = world_size;
   impl_->timeout = options.timeout;
+  impl_->published = detail::publish_collectives(world_size);
 
   detail::BackendConfig config;
   config.store = std::move(store);
@@ -171,7 +189,9 @@ Work ProcessGroup::all_reduce_impl(void* data, std::size_t count, DataType type,
                                    OpOptions options, bool sync) {
   if (count == 0) return Work();
   require(data != nullptr, "all_reduce: null buffer");
-  return impl_->get().all_reduce(data, count, type, op, impl_->resolve(options), sync);
+  return impl_->counted(liveness::CollectiveKind::kAllReduce, [&] {
+    return impl_->get().all_reduce(data, count, type, op, impl_->resolve(options), sync);
+  });
 }
 
 Work ProcessGroup::broadcast_impl(void* data, std::size_t count, DataType type, int root, OpOptions options,
@@ -182,21 +202,27 @@ Work ProcessGroup::broadcast_impl(void* data, std::size_t count, DataType type, 
   }
   if (count == 0) return Work();
   require(data != nullptr, "broadcast: null buffer");
-  return impl_->get().broadcast(data, count, type, root, impl_->resolve(options), sync);
+  return impl_->counted(liveness::CollectiveKind::kBroadcast, [&] {
+    return impl_->get().broadcast(data, count, type, root, impl_->resolve(options), sync);
+  });
 }
 
 Work ProcessGroup::all_gather_impl(const void* input, void* output, std::size_t count, DataType type,
                                    OpOptions options, bool sync) {
   if (count == 0) return Work();
   require(input != nullptr && output != nullptr, "all_gather: null buffer");
-  return impl_->get().all_gather(input, output, count, type, impl_->resolve(options), sync);
+  return impl_->counted(liveness::CollectiveKind::kAllGather, [&] {
+    return impl_->get().all_gather(input, output, count, type, impl_->resolve(options), sync);
+  });
 }
 
 Work ProcessGroup::reduce_scatter_impl(const void* input, void* output, std::size_t count, DataType type,
                                        ReduceOp op, OpOptions options, bool sync) {
   if (count == 0) return Work();
   require(input != nullptr && output != nullptr, "reduce_scatter: null buffer");
-  return impl_->get().reduce_scatter(input, output, count, type, op, impl_->resolve(options), sync);
+  return impl_->counted(liveness::CollectiveKind::kReduceScatter, [&] {
+    return impl_->get().reduce_scatter(input, output, count, type, op, impl_->resolve(options), sync);
+  });
 }
 
 Work ProcessGroup::all_reduce_async(void* data, std::size_t count, DataType type, ReduceOp op,
@@ -216,7 +242,8 @@ Work ProcessGroup::reduce_scatter_async(const void* input, void* output, std::si
   return reduce_scatter_impl(input, output, count, type, op, options, false);
 }
 Work ProcessGroup::barrier_async(OpOptions options) {
-  return impl_->get().barrier(impl_->resolve(options), false);
+  return impl_->counted(liveness::CollectiveKind::kBarrier,
+                        [&] { return impl_->get().barrier(impl_->resolve(options), false); });
 }
 
 void ProcessGroup::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, OpOptions options) {
@@ -233,7 +260,12 @@ void ProcessGroup::reduce_scatter(const void* input, void* output, std::size_t c
                                   ReduceOp op, OpOptions options) {
   reduce_scatter_impl(input, output, count, type, op, options, true).wait();
 }
-void ProcessGroup::barrier(OpOptions options) { impl_->get().barrier(impl_->resolve(options), true).wait(); }
+void ProcessGroup::barrier(OpOptions options) {
+  impl_
+      ->counted(liveness::CollectiveKind::kBarrier,
+                [&] { return impl_->get().barrier(impl_->resolve(options), true); })
+      .wait();
+}
 
 void ProcessGroup::check_sizes(std::string_view op, std::size_t small, std::size_t big) const {
   if (big != small * static_cast<std::size_t>(impl_->size)) {

@@ -177,7 +177,7 @@ void record_error(const std::string& type, const std::string& what) {
     const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
     if (path == nullptr || *path == '\0') return;
     detail::write_error_file(
-        path, detail::error_file_json(type + ": " + what, detail::current_stack(2), unix_now()));
+        path, detail::error_file_json(type + ": " + what, detail::current_stack(2), unix_now(), type));
   } catch (...) {
   }
 }

@@ -2,18 +2,34 @@
 
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
+#include "liveness_collectives.hpp"
 #include "work_state.hpp"
 
 namespace ddp {
 
 void Work::State::complete(std::exception_ptr err) {
+  std::uint64_t seq = 0;
   {
     std::lock_guard lock(mu);
     if (done) return;
     done = true;
     error = std::move(err);
+    seq = liveness_seq;
   }
   cv.notify_all();
+  detail::collective_completed(seq);
+}
+
+Work detail::WorkAccess::track(Work work, std::uint64_t seq) {
+  if (seq == 0) return work;
+  bool done = false;
+  {
+    std::lock_guard lock(work.state_->mu);
+    done = work.state_->done;
+    if (!done) work.state_->liveness_seq = seq;
+  }
+  if (done) collective_completed(seq);
+  return work;
 }
 
 Work::Work() : state_(std::make_shared<State>()) { state_->done = true; }

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -39,6 +40,16 @@ struct Work::State {
   int rank = 0;
   std::shared_ptr<const detail::WorkHooks> hooks;  // null: a plain group
   bool mapped = false;                             // hooks->map_error ran on `error`
+  // Its number in the worker's liveness file (liveness_collectives.hpp); 0: not counted.
+  std::uint64_t liveness_seq = 0;
 };
+
+namespace detail {
+struct WorkAccess {
+  // Reports `seq` completed in the liveness file when `work` completes (now,
+  // if it already has). Returns `work`.
+  static Work track(Work work, std::uint64_t seq);
+};
+}  // namespace detail
 
 }  // namespace ddp

@@ -1,6 +1,6 @@
 // ElasticGroup: a process group that survives a lost rank in-process
 // (ddprun --on_failure=reform). The membership protocol is docs/reform.md;
-// the training-loop pattern is docs/worker-sdk.md, "Surviving a lost rank".
+// the training-loop pattern is docs/reform.md, "Writing a trainer: `ddp::ElasticGroup`".
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,5 @@
 // Heartbeats and sections: how a worker tells ddprun it is making progress
-// (docs/agent.md, "Heartbeats and sections"; docs/worker-sdk.md).
+// (docs/agent-liveness.md, "Heartbeats and sections"; docs/worker-sdk.md).
 //
 //   ddp::heartbeat();                       // "still alive", e.g. once per step
 //   { ddp::Section s("step"); train_step(); }  // a scope with its own timeout

@@ -7,6 +7,10 @@
 
 namespace ddp {
 
+namespace detail {
+struct WorkAccess;
+}
+
 // Returned by every *_async call of ProcessGroup. Copyable; all copies refer to
 // the same operation. The buffers passed to the call must stay alive and
 // untouched until the operation completes.
@@ -32,6 +36,7 @@ class Work {
   explicit Work(std::shared_ptr<State> state);
 
  private:
+  friend struct detail::WorkAccess;
   std::shared_ptr<State> state_;
 };
 

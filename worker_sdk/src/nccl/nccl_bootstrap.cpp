@@ -12,6 +12,7 @@
 
 #include "ddp/common/deadline.hpp"
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 #include "ddp/store/store.hpp"
 
 namespace ddp::detail {
@@ -51,7 +52,7 @@ int select_device(const CudaApi& cuda, const BackendConfig& config) {
   std::string source = "ProcessGroupOptions::device";
   if (device < 0) {
     const char* local = std::getenv("LOCAL_RANK");
-    device = local != nullptr && *local != '\0' ? std::atoi(local) : config.rank;
+    device = local != nullptr && *local != '\0' ? parse_int<int>(local).value_or(0) : config.rank;
     source = "LOCAL_RANK";
   }
   if (device >= count) {

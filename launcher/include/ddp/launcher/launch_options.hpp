@@ -56,13 +56,13 @@ struct LaunchOptions {
   std::string print_completion;  // bash, zsh, tcsh: print a completion script and exit
   // Ours.
   double stop_timeout_s = 30.0;  // also torchrun 2.x's --shutdown_timeout, TORCH_ELASTIC_SHUTDOWN_TIMEOUT
-  // Hang detection for workers using heartbeats and sections (docs/agent.md):
+  // Hang detection for workers using heartbeats and sections (docs/agent-liveness.md):
   // seconds or "auto"; empty: off.
   std::string heartbeat_timeout;
   std::string section_timeouts;  // "step=30,checkpoint=600", "auto", "step=auto"
   double auto_timeout_factor = 5.0;
   int auto_timeout_warmup = 10;
-  // Stragglers (docs/agent.md, "Stragglers"): a rank over factor x the job's
+  // Stragglers (docs/agent-diagnosis.md, "Stragglers"): a rank over factor x the job's
   // median step time for `steps` steps in a row is named; factor 0: off.
   double straggler_factor = 2.0;
   int straggler_steps = 10;
@@ -82,9 +82,9 @@ struct LaunchOptions {
   std::string python;
   std::string event_log;  // JSON line per lifecycle event; empty: none
   // Modules a per-node zygote imports once; Python-script workers are forked
-  // from it (docs/agent.md, "Preloading"). "torch" or "torch,numpy"; empty: none.
+  // from it (docs/agent-preload.md, "Preloading"). "torch" or "torch,numpy"; empty: none.
   std::string preload;
-  // Health checks before each rendezvous (docs/agent.md, "Health checks"),
+  // Health checks before each rendezvous (docs/agent-recovery.md, "Health checks"),
   // as text so each is checked, and refused, by health_options.cpp.
   std::string health_check;  // a shell command; empty: none
   std::string health_check_timeout = "60";
