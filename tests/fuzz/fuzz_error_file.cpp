@@ -1,7 +1,9 @@
 // libFuzzer target: a worker's TORCHELASTIC_ERROR_FILE as the agent reads it
 // (read_error_file, json_input::kErrorFile) and then renders it in the failure
-// report, text and JSON. Input: the file's bytes. Findings: a crash, a
-// sanitizer report or any exception.
+// report, text and JSON; the same bytes as another node's failure record
+// (decode_failure_record: nullopt or a record that encodes back to one).
+// Input: the file's bytes. Findings: a crash, a sanitizer report or any
+// exception.
 #include <unistd.h>
 
 #include <cstddef>
@@ -31,5 +33,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   report.failures = {f, f};
   (void)ddp::agent::render_text(report);
   (void)ddp::agent::render_json(report);
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  if (const auto record = ddp::agent::decode_failure_record(text)) {
+    const auto again = ddp::agent::decode_failure_record(ddp::agent::encode_failure_record(*record));
+    if (!again || again->failure != record->failure || again->time_unix_ms != record->time_unix_ms)
+      __builtin_trap();
+  }
   return 0;
 }

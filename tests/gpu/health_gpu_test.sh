@@ -1,5 +1,5 @@
 #!/bin/bash
-# ddprun's GPU health check through NVML on a real device (docs/agent.md,
+# ddprun's GPU health check through NVML on a real device (docs/agent-recovery.md,
 # "Health checks"): a node with the GPUs it needs joins; one asked for more
 # GPUs than it has is kept out and gives up with exit 5. Exit 77 (skipped)
 # without a GPU or without libnvidia-ml.so.1.

@@ -16,6 +16,7 @@
 
 #include "ddp/reducer.hpp"
 #include "ddp/sdk.hpp"
+#include "ddp/store/job_keys.hpp"
 #include "ddp/store/memory_store.hpp"
 
 namespace {
@@ -297,7 +298,8 @@ int elastic_reform() {
   for (int round = 1; round <= 5; ++round) {
     reducer.finalize();
     auto pending = eg.group().all_reduce_async(d, host.size(), ddp::DataType::kFloat32, ddp::ReduceOp::kSum);
-    ctx.store->add("t/reform/generation", 1);
+    ctx.store->add(ddp::store::keys::reform_generation_key(ddp::store::keys::reform_prefix(ctx.store_prefix)),
+                   1);
     bool threw = false;
     try {
       eg.check();

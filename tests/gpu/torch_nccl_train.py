@@ -5,6 +5,7 @@ Run under ddprun and under torchrun on the same machine: the `final` line
 `ddprun --preload torch` the worker is forked from a zygote that imported
 torch: it must find CUDA uninitialised and still be able to use the GPU.
 """
+import gc
 import os
 
 import torch
@@ -40,4 +41,9 @@ if rank == 0:
     print(f"device {torch.cuda.get_device_name(local_rank)}, torch {torch.__version__}, "
           f"nccl {'.'.join(map(str, torch.cuda.nccl.version()))}", flush=True)
     print(f"final loss={total.item() / world:.6f} params={checksum:.6f}", flush=True)
+# torch 2.x can abort at exit ("terminate called without an active exception") when a DDP model
+# outlives its process group (DDP's reducer holds a reference cycle): free the model before
+# destroying the group.
+del model
+gc.collect()
 dist.destroy_process_group()

@@ -9,6 +9,7 @@
 //   FAKE_IGNORE_SIGTERM=1 * ignore SIGTERM
 //   FAKE_IGNORE_SIGINT=1  * ignore SIGINT
 //   FAKE_ERROR_MESSAGE=m  * write a torch @record error file to TORCHELASTIC_ERROR_FILE
+//   FAKE_ERROR_TYPE=t       with extraInfo.error_type t, as ddp::run writes it
 //   FAKE_BAD_ERROR_FILE=x * leave a hostile TORCHELASTIC_ERROR_FILE instead: nested:N
 //                           ({"message": N nested arrays}), bytes:N (N bytes of valid
 //                           JSON) or fifo (a named pipe nobody writes to)
@@ -24,7 +25,7 @@
 //   FAKE_ELASTIC_JOIN=1     before anything else, count itself into the first
 //                           generation of --on_failure=reform as a
 //                           ddp::ElasticGroup does (add 1 to
-//                           $DDP_STORE_PREFIX/reform/g0/joined), so that the
+//                           store::keys::reform_joined_key(R, 0)), so that the
 //                           agent takes it for a worker SDK trainer
 #include <dirent.h>
 #include <fcntl.h>
@@ -42,6 +43,7 @@
 #include <thread>
 
 #include "ddp/common/endpoint.hpp"
+#include "ddp/store/job_keys.hpp"
 #include "ddp/store/tcp_store.hpp"
 
 extern char** environ;
@@ -124,7 +126,9 @@ void write_error_file(const std::string& message) {
   out << "{\"message\": {\"message\": \"" << message
       << "\", \"extraInfo\": {\"py_callstack\": \"Traceback (most recent call last):\\n  File "
          "\\\"train.py\\\", line 7, in main\\n    step()\\n"
-      << message << "\", \"timestamp\": \"" << std::time(nullptr) << "\"}}}\n";
+      << message << "\", \"timestamp\": \"" << std::time(nullptr) << "\"";
+  if (const auto type = env("FAKE_ERROR_TYPE"); !type.empty()) out << ", \"error_type\": \"" << type << "\"";
+  out << "}}}\n";
 }
 
 void write_bad_error_file(const std::string& how) {
@@ -157,7 +161,9 @@ int main(int argc, char** argv) {
   if (env("FAKE_ELASTIC_JOIN") == "1") {
     ddp::store::TcpStoreOptions options;
     options.endpoint = ddp::parse_endpoint(env("DDP_STORE_ENDPOINT"), "DDP_STORE_ENDPOINT");
-    ddp::store::TcpStore(options).add(env("DDP_STORE_PREFIX") + "reform/g0/joined", 1);
+    namespace keys = ddp::store::keys;
+    ddp::store::TcpStore(options).add(
+        keys::reform_joined_key(keys::reform_prefix(env("DDP_STORE_PREFIX")), 0), 1);
   }
   const bool applies = env("FAKE_ONLY_RANK").empty() || env("FAKE_ONLY_RANK") == env("RANK");
   if (applies && env("FAKE_IGNORE_SIGTERM") == "1") ::signal(SIGTERM, SIG_IGN);

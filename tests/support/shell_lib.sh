@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers the shell tests share; sourced (. tests/support/shell_lib.sh), bash.
 
 # A TCP port nobody listens on, below the ephemeral range and below the ports
@@ -18,6 +19,7 @@ wait_for() {
   local n=$1
   shift
   while [ "$n" -gt 0 ]; do
+    # shellcheck disable=SC2294  # the condition is one shell string, evaluated as written
     if eval "$@"; then return 0; fi
     sleep 0.1
     n=$((n - 1))

@@ -257,7 +257,8 @@ bool pid_alive(pid_t pid) {
   return line[close + 2] != 'Z';
 }
 
-HttpReply http_get(int port, const std::string& path, std::chrono::milliseconds timeout) {
+HttpReply http_get(int port, const std::string& path, std::chrono::milliseconds timeout,
+                   const std::string& extra_headers) {
   HttpReply reply;
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return reply;
@@ -269,13 +270,17 @@ HttpReply http_get(int port, const std::string& path, std::chrono::milliseconds 
   timeval tv{ms / 1000, (ms % 1000) * 1000};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const auto req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    const auto req =
+        "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers + "\r\n";
     if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
       std::string raw;
       char buf[4096];
       for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) raw.append(buf, static_cast<std::size_t>(n));
       if (raw.rfind("HTTP/1.", 0) == 0 && raw.size() > 12) reply.status = std::stoi(raw.substr(9, 3));
-      if (auto p = raw.find("\r\n\r\n"); p != std::string::npos) reply.body = raw.substr(p + 4);
+      if (auto p = raw.find("\r\n\r\n"); p != std::string::npos) {
+        reply.headers = raw.substr(0, p);
+        reply.body = raw.substr(p + 4);
+      }
     }
   }
   ::close(fd);
@@ -293,6 +298,29 @@ int wait_for_port_file(const fs::path& path, std::chrono::milliseconds timeout) 
       },
       timeout);
   return port;
+}
+
+const SavedRun& saved_run(const std::string& env, const std::function<SavedRun()>& run, bool fresh) {
+  static std::map<std::string, SavedRun> runs;  // by env: one scenario per variable
+  if (auto it = runs.find(env); it != runs.end()) return it->second;
+  const char* dir_env = std::getenv(env.c_str());
+  const fs::path dir = dir_env != nullptr ? dir_env : "";
+  if (!dir.empty() && fresh) fs::remove_all(dir);
+  SavedRun out;
+  if (!dir.empty() && fs::exists(dir / ".done")) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().filename() != ".done") out[e.path().filename().string()] = read_file(e.path());
+    }
+  } else {
+    out = run();
+    if (!dir.empty()) {
+      fs::remove_all(dir);
+      fs::create_directories(dir);
+      for (const auto& [name, text] : out) write_file(dir / name, text);
+      write_file(dir / ".done", "");
+    }
+  }
+  return runs.emplace(env, std::move(out)).first->second;
 }
 
 }  // namespace ddp::test

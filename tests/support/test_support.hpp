@@ -142,14 +142,26 @@ int free_port();
 
 struct HttpReply {
   int status = 0;
+  std::string headers;  // the header lines, "\r\n"-separated
   std::string body;
 };
 // GET http://127.0.0.1:<port><path>, Connection: close; status 0 when nothing
-// complete came back within `timeout`.
+// complete came back within `timeout`. `extra_headers`: more header lines,
+// each ending in "\r\n" ("Authorization: Bearer T\r\n").
 HttpReply http_get(int port, const std::string& path,
-                   std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                   std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                   const std::string& extra_headers = {});
 
 // Reads a port number written by --port-file, waiting until it appears.
 int wait_for_port_file(const fs::path& path, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// What one run of a scenario showed, by name ("err", "page.body"...), for
+// test cases that each check one thing of it: made once per process, or,
+// under a ctest fixture (ddp_add_catch_test_with_run), once for all of them:
+// with $`env` naming a directory, the first process saves each entry there as
+// a file and the cases' processes read them back. `fresh` drops what an
+// earlier run saved (the fixture's own case).
+using SavedRun = std::map<std::string, std::string>;
+const SavedRun& saved_run(const std::string& env, const std::function<SavedRun()>& run, bool fresh = false);
 
 }  // namespace ddp::test

@@ -15,8 +15,11 @@ namespace ddp::test {
 using namespace store;
 using Clock = std::chrono::steady_clock;
 
-RawClient::RawClient(int port) {
+RawClient::RawClient(int port, int receive_buffer_bytes) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Before connect: the window it advertises follows from it.
+  if (receive_buffer_bytes > 0)
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer_bytes, sizeof receive_buffer_bytes);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));

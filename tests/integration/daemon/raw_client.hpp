@@ -15,7 +15,10 @@ namespace ddp::test {
 
 class RawClient {
  public:
-  explicit RawClient(int port);  // connects to 127.0.0.1:port; throws on failure
+  // Connects to 127.0.0.1:port; throws on failure. `receive_buffer_bytes` > 0
+  // sets SO_RCVBUF first: a client that does not read then leaves its unread
+  // replies in the server, not in the kernel's buffers.
+  explicit RawClient(int port, int receive_buffer_bytes = 0);
   ~RawClient();
   RawClient(const RawClient&) = delete;
   RawClient& operator=(const RawClient&) = delete;

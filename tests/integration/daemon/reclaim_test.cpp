@@ -5,6 +5,8 @@
 // The short version of `ddp-bench soak` (docs/performance.md has the figures).
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <mutex>
+#include <sstream>
 
 #include "daemon_fixture.hpp"
 #include "ddp/store/job_keys.hpp"
@@ -76,6 +78,49 @@ TEST_CASE("old rounds go as newer ones close and finished jobs go once idle, on 
   // The log grows until compaction; the keys it describes do not.
   INFO("data dir after 20 jobs " << after_first << " bytes, after 40 " << dir_size(data));
   CHECK(stat_value(control, "reclaimed_jobs") == 40);
+}
+
+// The value of `metric` in the daemon's /metrics, or -1.
+long long metric_of(int metrics_port, const std::string& metric) {
+  const auto reply = http_get(metrics_port, "/metrics");
+  std::istringstream lines(reply.body);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(metric + " ", 0) == 0) return std::stoll(line.substr(metric.size() + 1));
+  }
+  return -1;
+}
+
+TEST_CASE("a finished job's watch history goes with its keys") {
+  TempDir tmp;
+  Daemon d(tmp.path(), {"--reclaim-idle-jobs-ms", "200", "--metrics-port", "0", "--metrics-port-file",
+                        (tmp.path() / "mport").string()});
+  const int mport = wait_for_port_file(tmp.path() / "mport");
+  store::TcpStore control(options_for(d.port));
+  for (int job = 0; job < 20; ++job) run_job(d.port, "job" + std::to_string(job), 5);
+  REQUIRE(wait_until([&] { return stat_value(control, "keys") == 0; }, 10s));
+  // Before: every finished job's puts and deletions stayed in the history
+  // (about 4 KB of daemon memory per real ddprun job, until the history's caps).
+  CHECK(metric_of(mport, "ddp_store_history_bytes") == 0);
+  // A watch of a finished job from before it went answers COMPACTED; one of
+  // another prefix from the start replays what it holds.
+  control.set("/other/key", "v");
+  CHECK_THROWS_WITH(control.watch(
+                        "/job3/", 1, [](const store::WatchEvent&) {}, [](const std::string&) {}),
+                    Catch::Contains("revision 1 is compacted"));
+  std::vector<std::string> seen;
+  std::mutex mu;
+  auto w = control.watch(
+      "/other/", 1,
+      [&](const store::WatchEvent& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        seen.push_back(e.key);
+      },
+      [](const std::string&) {});
+  CHECK(wait_until([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return seen == std::vector<std::string>{"/other/key"};
+  }));
 }
 
 TEST_CASE("a job whose agent still holds its lease is not reclaimed however idle") {

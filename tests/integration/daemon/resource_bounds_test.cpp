@@ -2,6 +2,8 @@
 // is capped in bytes, a watch from before it answers COMPACTED, a full-history
 // watch is streamed, unauthenticated clients may buffer only a HELLO, and all
 // clients together only --max-buffered-request-bytes of incomplete requests.
+#include <sstream>
+
 #include "daemon_fixture.hpp"
 
 using namespace ddp::test;
@@ -118,4 +120,59 @@ TEST_CASE("a client that takes buffered request bytes past the global cap is dro
   check_served(*good, "cap");
   CHECK_FALSE(a->closed_by_peer(200ms));
   CHECK_THAT(d.proc->err(), Catch::Contains("buffered request bytes over the server's cap"));
+}
+
+namespace {
+
+// Peak RSS (VmHWM) of `pid` in KiB; -1 when unreadable.
+long peak_rss_kib(pid_t pid) {
+  std::istringstream lines(read_file("/proc/" + std::to_string(pid) + "/status"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+// What docs/operations.md ("Memory") states for 100 watchers that never read
+// with the default --max-queued-reply-bytes (256 MiB): the budget, the 12 MiB
+// written and history, one reply being encoded, and the daemon's own ~10 MiB.
+constexpr long kLazyWatchersPeakMiB = 320;
+
+}  // namespace
+
+TEST_CASE(
+    "100 watchers that never read cost the daemon its reply budget, not 100 queues; others are served") {
+  TempDir dir;
+  Daemon d(dir.path());
+  constexpr int kWatchers = 100;
+  constexpr int kWrites = 12;
+  std::vector<std::unique_ptr<RawClient>> lazy;
+  for (int i = 0; i < kWatchers; ++i) {
+    lazy.push_back(std::make_unique<RawClient>(d.port, 4096));
+    REQUIRE(lazy.back()->handshake() == Status::kOk);
+    REQUIRE(lazy.back()->call(make_request(Op::kWatch, {"big/"})).status == Status::kOk);
+  }
+  // Each write is a 1 MiB event frame for every watcher: 1.2 GB of replies
+  // in all, which none of them reads.
+  auto writer = d.client();
+  const std::string mib(1 << 20, 'v');
+  for (int i = 0; i < kWrites; ++i) {
+    REQUIRE(writer->call(make_request(Op::kSet, {"big/" + std::to_string(i)}, {mib})).status == Status::kOk);
+    check_served(*writer, "during-" + std::to_string(i));
+  }
+  // A client that reads is served, the writer and a newcomer alike.
+  auto other = d.client();
+  check_served(*other, "newcomer");
+  CHECK(other->call(make_request(Op::kGet, {"big/0"})).items.at(0).value == mib);
+  const long peak_mib = peak_rss_kib(d.proc->pid()) / 1024;
+  INFO("daemon VmHWM " << peak_mib << " MiB; its log: " << d.proc->err().substr(0, 4000));
+  CHECK_THAT(d.proc->err(), Catch::Contains("closing connection: it holds the most unread replies while all "
+                                            "clients' together are over the server's budget"));
+#if defined(DDP_TEST_ASAN) || defined(DDP_TEST_TSAN)
+  WARN("a sanitizer's quarantine or shadow memory counts in RSS: VmHWM " << peak_mib << " MiB not checked");
+#else
+  CHECK(peak_mib > 0);
+  CHECK(peak_mib < kLazyWatchersPeakMiB);
+#endif
 }

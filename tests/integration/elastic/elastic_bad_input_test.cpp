@@ -158,6 +158,73 @@ TEST_CASE("elastic bad input: an unreachable endpoint fails after join_timeout w
   CHECK(contains(line, "--rdzv_endpoint"));
 }
 
+TEST_CASE("elastic bad input: an unresolvable endpoint is named at once, not only after join_timeout") {
+  TempDir dir;
+  // RFC 2606: .invalid never resolves (a typo in the head node's name).
+  const std::string endpoint = "no-such-head.invalid:29400";
+  Agent a(dir, "a", AgentOptions{"c10d", endpoint, "1:1", 1, "join_timeout=600"});
+  const std::string notice = "cannot reach " + endpoint + " yet (";
+  REQUIRE(wait_until([&] { return contains(a.proc->err(), notice); }, 30s));
+  const auto err = a.proc->err();
+  INFO(err);
+  const auto at = err.find(notice);
+  const auto line = err.substr(at, err.find('\n', at) - at);
+  CHECK(contains(line, "no-such-head.invalid"));
+  CHECK(contains(line, "retrying until "));
+  CHECK(contains(line, "(--rdzv_conf join_timeout)"));
+  // One line, then one per 30 s: not one per retry.
+  CHECK(err.find(notice, at + 1) == std::string::npos);
+  CHECK(a.proc->running());
+  a.proc->signal(SIGTERM);
+  CHECK(a.proc->wait(20s).has_value());
+  CHECK(a.started().empty());
+}
+
+TEST_CASE("elastic bad input: an endpoint that drops connects silently is named within seconds") {
+  TempDir dir;
+  // A listener whose accept queue is full: the kernel drops further SYNs, as
+  // a firewall that drops packets does; a connect then waits for the
+  // kernel's retransmits (about two minutes) unless the client gives up first.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  REQUIRE(::listen(listener, 0) == 0);
+  socklen_t len = sizeof(a);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 3; ++i) {
+    fillers.push_back(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0));
+    ::connect(fillers.back(), reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  }
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  Agent agent(dir, "a", AgentOptions{"c10d", endpoint, "1:1", 1, "join_timeout=600"});
+  const std::string notice = "cannot reach " + endpoint + " yet (no answer within 5 s)";
+  CHECK(wait_until([&] { return contains(agent.proc->err(), notice); }, 60s));
+  INFO(agent.proc->err());
+  agent.proc->signal(SIGTERM);
+  CHECK(agent.proc->wait(20s).has_value());
+  for (int fd : fillers) ::close(fd);
+  ::close(listener);
+}
+
+TEST_CASE("elastic bad input: etcd down gives up after join_timeout with the documented line") {
+  TempDir dir;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ddp::test::free_port());
+  Agent a(dir, "a", AgentOptions{"etcd", endpoint, "1:1", 1, "join_timeout=2"});
+  REQUIRE(a.proc->wait(60s) == std::optional<int>(2));
+  const auto err = a.proc->err();
+  INFO(err);
+  // docs/errors.md: the wording of an unreachable c10d endpoint, with the
+  // join timeout it waited (before: the keep-alive window, 15 s, "etcd at ... unreachable").
+  CHECK(contains(error_line(err), "ddprun: error: cannot reach the rendezvous store at " + endpoint +
+                                      " (--rdzv_endpoint) after waiting 2.0s: "));
+  CHECK(contains(error_line(err), "Connection refused"));
+  CHECK(contains(err, "cannot reach " + endpoint + " yet ("));
+  CHECK(err.find("cannot reach " + endpoint + " yet") < err.find("ddprun: error:"));
+}
+
 // torchrun's is_host=0: a client only, even when the endpoint is this
 // machine and its port is free (unset, the agent would host the store there).
 TEST_CASE("elastic bad input: is_host=0 with nobody serving a local endpoint fails instead of hosting") {

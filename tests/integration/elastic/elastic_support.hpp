@@ -99,7 +99,8 @@ struct AgentOptions {
   Env env;
   int max_restarts = 3;
   std::string run_id = "job";
-  std::vector<std::string> extra;  // more ddprun flags
+  std::vector<std::string> extra;   // more ddprun flags
+  std::vector<std::string> worker;  // the program and its arguments; empty: fake_worker
 };
 
 // One ddprun agent with its own directory; workers dump their env per rank.
@@ -121,7 +122,8 @@ struct Agent {
                                   "--log_level=info"};
     if (!o.conf.empty()) argv.push_back("--rdzv_conf=" + o.conf);
     argv.insert(argv.end(), o.extra.begin(), o.extra.end());
-    argv.push_back(bin("fake_worker").string());
+    if (o.worker.empty()) o.worker = {bin("fake_worker").string()};
+    argv.insert(argv.end(), o.worker.begin(), o.worker.end());
     proc = std::make_unique<Process>(argv, home, o.env, name);
   }
   // The scenarios' usual agent on `svc`.

@@ -42,7 +42,7 @@ TEST_CASE("elastic " ELASTIC_NAME
   REQUIRE(wait_until([&] { return all_dead(first); }, 2s));
   REQUIRE(a.proc->wait(60s) == std::optional<int>(0));
   REQUIRE(b.proc->wait(60s) == std::optional<int>(0));
-  CHECK(a.proc->err().find("restart requested") != std::string::npos);
+  CHECK(a.proc->err().find("round event: restart_requested: ") != std::string::npos);
   CHECK(a.started().size() == 4);  // two rounds of two workers
   // Ranks may move between rounds, so round 0's dumps can outlive round 1's:
   // some dump of a's must come from the restarted round.
@@ -60,7 +60,7 @@ TEST_CASE("elastic " ELASTIC_NAME ": a new agent makes a running job scale up wi
   Agent b(dir, "b", d, "1:3", 1, {{"FAKE_HANG", "1"}}, 0);
   REQUIRE(wait_until([&] { return one_rank_each(2, {&a, &b}); }, 30s));
   CHECK(a.proc->running());
-  CHECK(a.proc->err().find("nodes waiting") != std::string::npos);
+  CHECK(a.proc->err().find("round event: nodes_waiting") != std::string::npos);
   for (const auto* ag : {&a, &b}) {
     auto rank = *ag->ranks_in_world(2).begin();
     CHECK(ag->worker_env(rank)["TORCHELASTIC_RESTART_COUNT"] == "0");
@@ -83,7 +83,7 @@ TEST_CASE("elastic " ELASTIC_NAME ": kill -9 of one agent makes the others re-fo
   // How soon is a benchmark (scripts/bench/elastic.sh deadnode), not a test.
   REQUIRE(wait_until([&] { return all_dead(a_first); }, 30s));
   REQUIRE(wait_until([&] { return one_rank_each(2, {&a, &b}); }, 30s));
-  CHECK(a.proc->err().find("membership changed") != std::string::npos);
+  CHECK(a.proc->err().find("round event: membership_changed: ") != std::string::npos);
   CHECK(stop_agents({&a, &b}) == "");
 }
 

@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2016  # wait_for evaluates its single-quoted condition at each poll
 # No two worlds at once: a node cut off from the store, whose workers ignore
 # SIGTERM, must have its workers dead before the other node's new world
 # starts. The daemon, agent A and agent B each run in their own network

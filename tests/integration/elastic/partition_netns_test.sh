@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2016  # wait_for evaluates its single-quoted condition at each poll
 # A network partition, for real: the daemon, agent A and agent B each in their
 # own network namespace, joined by veth pairs (addresses only inside them).
 # Cutting A's link leaves A with a silent store: A must stop its workers and
@@ -36,7 +37,7 @@ ip -n $NS_D link set ${P}da down
 
 expect_a_lost_store 200
 for p in $A_WORKERS; do
-  if [ -d /proc/$p ] && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null; then
+  if [ -d "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null; then
     fail "worker $p of agent A still runs"
   fi
 done

@@ -149,11 +149,16 @@ TEST_CASE("ddprun etcd: bad endpoints exit 2 naming the endpoint, and etcd-v2 no
   TempDir dir;
   const auto script = write_worker(dir);
   const auto dead = "127.0.0.1:" + std::to_string(ddp::test::free_port());
-  auto r = ddp::test::run(agent_argv(dead, script, {}, "1"), dir.path(), worker_env(dir), 20s);
+  // An etcd that is down is waited for until join_timeout, as a c10d store is.
+  auto down = agent_argv(dead, script, {}, "1");
+  for (auto& arg : down)
+    if (arg.rfind("--rdzv_conf=", 0) == 0) arg += ",join_timeout=2";
+  auto r = ddp::test::run(down, dir.path(), worker_env(dir), 20s);
   CHECK(r.code == 2);
+  CHECK_THAT(r.err, Contains("cannot reach the rendezvous store at " + dead + " (--rdzv_endpoint)"));
   CHECK_THAT(r.err, Contains("etcd at " + dead + " unreachable: Connection refused"));
 
-  auto v2 = agent_argv(dead, script, {}, "1");
+  auto v2 = down;
   for (auto& arg : v2)
     if (arg == "--rdzv_backend=etcd") arg = "--rdzv_backend=etcd-v2";
   r = ddp::test::run(v2, dir.path(), worker_env(dir), 20s);
@@ -168,6 +173,20 @@ TEST_CASE("ddprun etcd: bad endpoints exit 2 naming the endpoint, and etcd-v2 no
   CHECK_THAT(r.err, Contains("protocol"));
 }
 
+namespace {
+// The ddprun copied to dir/bin run as a node of an https etcd job (a CA file
+// given, the endpoint down): what it says before any request.
+ddp::test::RunResult run_https_copy(const TempDir& dir) {
+  const auto script = write_worker(dir);
+  const auto dead = "127.0.0.1:" + std::to_string(ddp::test::free_port());
+  auto argv = agent_argv(dead, script, {}, "1");
+  argv[0] = (dir / "bin" / "ddprun").string();
+  for (auto& arg : argv)
+    if (arg.rfind("--rdzv_conf=", 0) == 0) arg += ",etcd_cacert=" + script;
+  return ddp::test::run(argv, dir.path(), worker_env(dir), 20s);
+}
+}  // namespace
+
 TEST_CASE("ddprun etcd: https without its TLS plugin exits 2 naming the plugin and the options") {
   if (fs::exists("/usr/local/lib/ddprun/libddp_etcd_tls.so") ||
       fs::exists("/usr/lib/ddprun/libddp_etcd_tls.so")) {
@@ -179,15 +198,30 @@ TEST_CASE("ddprun etcd: https without its TLS plugin exits 2 naming the plugin a
   TempDir dir;
   fs::create_directories(dir / "bin");
   for (const char* f : {"ddprun", "ddp-guard"}) fs::copy_file(ddp::test::bin(f), dir / "bin" / f);
-  const auto script = write_worker(dir);
-  const auto dead = "127.0.0.1:" + std::to_string(ddp::test::free_port());
-  auto argv = agent_argv(dead, script, {}, "1");
-  argv[0] = (dir / "bin" / "ddprun").string();
-  for (auto& arg : argv)
-    if (arg.rfind("--rdzv_conf=", 0) == 0) arg += ",etcd_cacert=" + script;
-  auto r = ddp::test::run(argv, dir.path(), worker_env(dir), 20s);
+  auto r = run_https_copy(dir);
   CHECK(r.code == 2);
   CHECK_THAT(r.err,
              Contains("ddprun: error: an https etcd endpoint") && Contains("needs libddp_etcd_tls.so"));
   CHECK_THAT(r.err, !Contains("unreachable"));
+}
+
+TEST_CASE("ddprun etcd: https with its TLS plugin cut to 4 KiB exits 2 naming the file, no SIGBUS") {
+  const auto plugin =
+      ddp::test::bin("ddprun").parent_path().parent_path() / "lib" / "ddprun" / "libddp_etcd_tls.so";
+  if (!fs::exists(plugin)) {
+    WARN("built without the TLS plugin: skipped");
+    return;
+  }
+  TempDir dir;
+  fs::create_directories(dir / "bin");
+  fs::create_directories(dir / "lib" / "ddprun");
+  for (const char* f : {"ddprun", "ddp-guard"}) fs::copy_file(ddp::test::bin(f), dir / "bin" / f);
+  const auto cut = dir / "lib" / "ddprun" / "libddp_etcd_tls.so";
+  ddp::test::write_file(cut, ddp::test::read_file(plugin).substr(0, 4096));
+  auto r = run_https_copy(dir);
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Contains("ddprun: error: an https etcd endpoint") &&
+                        Contains("needs " + cut.string() + ", which is 4096 bytes, but its ELF headers") &&
+                        Contains("reinstall ddprun"));
 }

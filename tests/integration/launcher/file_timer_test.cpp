@@ -1,4 +1,4 @@
-// torch's FileTimer protocol under the real ddprun (docs/agent.md, "Hung
+// torch's FileTimer protocol under the real ddprun (docs/agent-liveness.md, "Hung
 // workers: torch's FileTimer"), with workers that write the requests
 // themselves, as FileTimerClient does, with values torch's client never
 // sends: scopes armed absurdly far ahead, and more live scopes than ddprun keeps.
@@ -46,7 +46,9 @@ TEST_CASE("FileTimer scopes armed 1e12 s ahead, or at the largest double, never 
                                    "req farthest 1.7976931348623157e308 9\n"
                                    "req probe 0 0\n");
   auto p = start(dir, worker);
-  CHECK(wait_until([&] { return probe_seen(p) || !p.running(); }, 30s));
+  const bool seen = wait_until([&] { return probe_seen(p) || !p.running(); }, 30s);
+  INFO(p.err());
+  CHECK(seen);
   // A deadline that wrapped into the past is acted on before the probe's
   // (the timer takes due deadlines earliest first): by now it would be logged.
   CHECK_THAT(p.err(), !Catch::Contains("missed its deadline"));

@@ -1,4 +1,4 @@
-// Health checks before a node joins (docs/agent.md, "Health checks"): the
+// Health checks before a node joins (docs/agent-recovery.md, "Health checks"): the
 // real ddprun with a failing, a flaky and a hanging --health_check, a full and
 // an unwritable --health_paths entry, a slow store, no NVML, and a two-node
 // job where `ddp-store status` shows the unhealthy node while the other waits.
@@ -180,6 +180,75 @@ TEST_CASE("a hanging --health_check is killed at its timeout with everything it 
   INFO(tag.describe());
 }
 
+// Processes that leave the check's process group: a setsid child and a
+// double-fork daemon, both ignoring SIGTERM.
+constexpr const char* kEscapingChildren =
+    "(setsid sh -c 'trap \"\" TERM HUP INT; exec sleep 1000' &); "
+    "( trap '' TERM HUP INT; sleep 1001 & ); ";
+
+TEST_CASE("a --health_check's setsid child and double-fork daemon do not outlive it") {
+  TempDir dir;
+  ProcessTag tag;
+  auto r =
+      ddprun(standalone({"--health_check", std::string(kEscapingChildren) + "echo all good >&2; exit 0"}),
+             dir, {tag.env()});
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.err.find("stopping") == std::string::npos);  // the check's guard says nothing on ddprun's stderr
+  CHECK(tag.all_gone(std::chrono::seconds(5)));
+  INFO(tag.describe());
+}
+
+TEST_CASE("a failing --health_check's reason is its own last line, and what it left is killed") {
+  TempDir dir;
+  ProcessTag tag;
+  auto r =
+      ddprun(standalone({"--health_check", std::string(kEscapingChildren) + "echo ECC errors >&2; exit 4",
+                         "--health_retries=0"}),
+             dir, {tag.env()});
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK(count_lines(
+            r.err, "node unhealthy (command check): --health_check exited with 4: ECC errors; gave up") == 1);
+  CHECK(tag.all_gone(std::chrono::seconds(5)));
+  INFO(tag.describe());
+}
+
+TEST_CASE("a --health_check killed at its timeout leaves no setsid child or daemon behind") {
+  TempDir dir;
+  ProcessTag tag;
+  auto r = ddprun(standalone({"--health_check", std::string(kEscapingChildren) + "sleep 300",
+                              "--health_check_timeout=0.5", "--health_retries=1"}),
+                  dir, {tag.env()});
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK(count_lines(r.err, "--health_check did not finish within --health_check_timeout=0.5 s; killed") == 2);
+  CHECK(tag.all_gone(std::chrono::seconds(5)));
+  INFO(tag.describe());
+}
+
+TEST_CASE("a --health_check reason with terminal escapes is shown escaped on ddprun's stderr") {
+  TempDir dir;
+  const auto log = dir / "events.jsonl";
+  // A window title (ESC ] ... BEL), a colour and a right-to-left override.
+  auto r = ddprun(standalone({"--health_check",
+                              R"(printf 'bad \033]0;pwned\007 \033[31mRED \342\200\256evil\n' >&2; exit 1)",
+                              "--health_retries=1", "--event_log", log.string()}),
+                  dir);
+  INFO(r.err);
+  CHECK(r.code == 5);
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  CHECK(r.err.find('\x07') == std::string::npos);
+  const std::string shown = R"(--health_check exited with 1: bad \x1b]0;pwned\x07 \x1b[31mRED \u202eevil)";
+  CHECK(count_lines(r.err, "node unhealthy, not joining (command check): " + shown + "; checking again") ==
+        1);
+  CHECK(count_lines(r.err, "ddprun: error: node unhealthy (command check): " + shown + "; gave up") == 1);
+  // The event log is JSON: it keeps the bytes, escaped as JSON escapes them.
+  CHECK(events(log, "unhealthy").at(0).at("reason") ==
+        "--health_check exited with 1: bad \x1b]0;pwned\x07 \x1b[31mRED \u202e"
+        "evil");
+}
+
 TEST_CASE("a full --health_paths entry and a full --log_dir keep the node out") {
   TempDir dir;
   SmallTmpfs fs1(dir / "full", "");
@@ -246,16 +315,16 @@ TEST_CASE("a store slower than --health_store_rtt_ms keeps the node out; within 
 TEST_CASE("without NVML the GPU check is skipped with one note, and --health_gpus=N is unhealthy") {
   TempDir dir;
   // Two rounds (one restart): the note is logged once.
-  auto r = ddprun(standalone({"--max_restarts=1", "--log_level=info"}), dir, {{"FAKE_EXIT", "3"}});
+  auto r = ddprun(standalone({"--max_restarts=1", "--log_level=debug"}), dir, {{"FAKE_EXIT", "3"}});
   INFO(r.err);
   CHECK(r.code == 1);
-  CHECK(count_lines(r.err, "no GPU check: cannot load libnvidia-ml.so.1") == 1);
+  CHECK(count_lines(r.err, "no GPU check: cannot load libnvidia-ml.so.1") == 1);  // a debug line
 
   r = ddprun(standalone({"--health_gpus=1", "--health_retries=0"}), dir);
   check_unhealthy(r, "node unhealthy (gpus check): --health_gpus=1 but cannot load libnvidia-ml.so.1");
 
   // A job told it has no GPUs is not checked.
-  r = ddprun(standalone({"--log_level=info"}), dir, {{"CUDA_VISIBLE_DEVICES", ""}});
+  r = ddprun(standalone({"--log_level=debug"}), dir, {{"CUDA_VISIBLE_DEVICES", ""}});
   INFO(r.err);
   CHECK(r.code == 0);
   CHECK(count_lines(r.err, "no GPU check") == 0);
@@ -267,7 +336,7 @@ TEST_CASE(
   TempDir dir;
   const std::string nvml = bin("fake_nvml").string();
   // Two gloo workers on a one-GPU node: torchrun runs them, and so does ddprun.
-  auto r = ddprun(standalone({"--nproc_per_node=2", "--log_level=info"}), dir,
+  auto r = ddprun(standalone({"--nproc_per_node=2", "--log_level=debug"}), dir,
                   {{"LD_LIBRARY_PATH", nvml}, {"DDP_TEST_FAKE_NVML_GPUS", "1"}});
   INFO(r.err);
   CHECK(r.code == 0);

@@ -1,4 +1,4 @@
-// Heartbeats and sections (docs/agent.md, "Heartbeats and sections"): the real
+// Heartbeats and sections (docs/agent-liveness.md, "Heartbeats and sections"): the real
 // ddprun running the example trainer, which heartbeats every step inside a
 // "step" section and stalls one rank on demand.
 #include <signal.h>

@@ -68,3 +68,20 @@ TEST_CASE("an error file that is not JSON is reported as such, not as missing") 
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Contains("(not used: it is not valid JSON: parse error at line 1, column 13"));
 }
+
+TEST_CASE("terminal escapes in an error file's message are shown escaped in the report and the log") {
+  TempDir dir;
+  // JSON escapes in the file: the message itself holds ESC and BEL.
+  const auto r =
+      ddprun({"--nproc_per_node=1", "--max_restarts=1", "--rdzv_id=esc", "--log_dir", (dir / "logs").string(),
+              "--no_python", bin("fake_worker").string()},
+             dir, {{"FAKE_ERROR_MESSAGE", R"(boom \u001b]0;pwned\u0007\u001b[2J done)"}, {"FAKE_EXIT", "3"}});
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  CHECK(r.err.find('\x07') == std::string::npos);
+  CHECK_THAT(r.err, Contains(R"(boom \x1b]0;pwned\x07\x1b[2J done)"));
+  // failure.json keeps the bytes as they were (JSON escapes them itself).
+  CHECK_THAT(read_file(dir / "logs" / "esc" / "attempt_1" / "failure.json"),
+             Contains(R"(\u001b]0;pwned\u0007)"));
+}

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <set>
+#include <tuple>
 
 #include "launcher_test_util.hpp"
 
@@ -107,12 +108,20 @@ TEST_CASE("the legacy option passes --local_rank=N before the program's own argu
 TEST_CASE("every bad input exits 2 with one line naming the flag, and starts nothing") {
   TempDir dir;
   write_file(dir / "not_exec", "#!/bin/sh\n");
+  fs::copy_file(bin("fake_worker"), dir / "binary_not_exec");
+  fs::permissions(dir / "binary_not_exec", fs::perms::owner_read | fs::perms::owner_write);
   const std::string worker = bin("fake_worker").string();
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--nproc_per_node=0", worker}, "--nproc_per_node"},
       {{"--nnodes=3:2", worker}, "--nnodes"},
       {{"--standalone", (dir / "missing_prog").string()}, "TRAINING_PROGRAM"},
       {{"--standalone", "--no_python", (dir / "not_exec").string()}, "TRAINING_PROGRAM"},
+      // Neither +x nor .py, and its #! line is no python: docs/launcher-cli.md's TRAINING_PROGRAM
+      // error, not a SyntaxError from python (before: ran under python, rc 1).
+      {{"--standalone", (dir / "not_exec").string()},
+       "TRAINING_PROGRAM: '" + (dir / "not_exec").string() +
+           "' is not executable and its first line runs /bin/sh"},
+      {{"--standalone", (dir / "binary_not_exec").string()}, "TRAINING_PROGRAM"},
       {{"--master_port=70000", worker}, "--master_port"},
       {{"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:70000", worker}, "--rdzv_endpoint"},
       {{"--nnodes=2", "--node_rank=2", worker}, "--node_rank"},
@@ -137,6 +146,53 @@ TEST_CASE("every bad input exits 2 with one line naming the flag, and starts not
     CHECK_THAT(r.err, Catch::StartsWith("ddprun: error: " + flag));
   }
   CHECK_FALSE(fs::exists(pids));
+}
+
+TEST_CASE("a Python script without +x and without .py runs under python, saying so in one line") {
+  TempDir dir;
+  write_file(dir / "tool", "import os\nprint('rank', os.environ['RANK'])\n");
+  auto r = ddprun(
+      {"--standalone", "--nproc_per_node=1", "--python=" + std::string(kPython), (dir / "tool").string()},
+      dir);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0]:rank 0"));
+  CHECK(count_lines(r.err, "is not executable and has no .py: running it as a Python script") == 1);
+  // --run_path says it is Python: no line.
+  auto quiet = ddprun({"--standalone", "--nproc_per_node=1", "--python=" + std::string(kPython), "--run_path",
+                       (dir / "tool").string()},
+                      dir);
+  CHECK(quiet.code == 0);
+  CHECK(count_lines(quiet.err, "not executable") == 0);
+}
+
+TEST_CASE(
+    "an env switch that is not a boolean exits 2 with one line naming the variable, and starts nothing") {
+  TempDir dir;
+  const std::string worker = bin("fake_worker").string();
+  const auto pids = dir / "pids";
+  // {variable, value, what the line starts with}
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"PET_NO_PYTHON", "ture", "--no_python: 'ture' is not a boolean"},
+      {"PET_STANDALONE", "maybe", "--standalone: 'maybe' is not a boolean"},
+      {"DDP_NO_LEGACY_LOCAL_RANK", "", "--no_legacy_local_rank: '' is not a boolean"},
+      {"DDP_SLURM", "perhaps", "env DDP_SLURM: 'perhaps' is not a boolean"},
+      {"DDP_GUARD_SERVER", "sometimes", "env DDP_GUARD_SERVER: 'sometimes' is not a boolean"},
+      {"TORCHELASTIC_ENABLE_FILE_TIMER", "enabled", "env TORCHELASTIC_ENABLE_FILE_TIMER: 'enabled' is not"},
+  };
+  for (const auto& [var, value, line] : cases) {
+    INFO(var << "=" << value);
+    auto r = ddprun({"--nproc_per_node=1", worker}, dir, {{"FAKE_PID_FILE", pids.string()}, {var, value}});
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(count_lines(r.err, "") == 1);
+    CHECK_THAT(r.err, Catch::StartsWith("ddprun: error: " + line));
+    CHECK_THAT(r.err, Catch::Contains(var));
+  }
+  CHECK_FALSE(fs::exists(pids));
+  // The spellings that are booleans still work.
+  auto on = ddprun({"--nproc_per_node=1", "/bin/true"}, dir, {{"PET_NO_PYTHON", "True"}, {"DDP_SLURM", "0"}});
+  CHECK(on.code == 0);
 }
 
 TEST_CASE(

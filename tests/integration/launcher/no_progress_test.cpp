@@ -1,4 +1,4 @@
-// --max_no_progress_restarts (docs/agent.md, "No progress, no requeue"): a job
+// --max_no_progress_restarts (docs/agent-recovery.md, "No progress, no requeue"): a job
 // whose attempts keep failing before any worker beats or completes a section
 // stops with exit 4 instead of spending every restart; progress resets it.
 #include <catch2/catch.hpp>

@@ -72,6 +72,31 @@ TEST_CASE("ddprun --numa_binding with an unknown strategy exits 2 naming the acc
   CHECK_THAT(env.err, Catch::Contains("--numa_binding"));
 }
 
+TEST_CASE("ddprun --numa_binding with its plugin cut to 4 KiB exits 2 naming the file, no SIGBUS") {
+  if (!ddp::agent::numa_binding_supported()) {
+    WARN("ddprun was built without hwloc: skipped");
+    return;
+  }
+  const auto plugin = bin_dir().parent_path() / "lib" / "ddprun" / "libddp_numa.so";
+  REQUIRE(fs::exists(plugin));
+  // What an interrupted copy or a full disk leaves: the first 4 KiB.
+  TempDir dir;
+  fs::create_directories(dir / "bin");
+  fs::create_directories(dir / "lib" / "ddprun");
+  for (const char* f : {"ddprun", "ddp-guard"}) fs::copy_file(bin_dir() / f, dir / "bin" / f);
+  const auto cut = dir / "lib" / "ddprun" / "libddp_numa.so";
+  write_file(cut, read_file(plugin).substr(0, 4096));
+  auto r = run(
+      {(dir / "bin" / "ddprun").string(), "--standalone", "--numa_binding=node", "--no_python", "/bin/true"},
+      dir.path(), clean_env({}));
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK(count_lines(r.err, "") == 1);
+  CHECK_THAT(r.err, Catch::StartsWith("ddprun: error: --numa_binding needs " + cut.string() +
+                                      ", which is 4096 bytes, but its ELF headers place data up to byte"));
+  CHECK_THAT(r.err, Catch::Contains("cut short") && Catch::Contains("reinstall ddprun"));
+}
+
 TEST_CASE("ddprun --numa_binding without its hwloc plugin exits 2 naming the flag and the plugin") {
   if (!ddp::agent::numa_binding_supported()) {
     WARN("ddprun was built without hwloc: skipped");

@@ -134,7 +134,7 @@ TEST_CASE("ps, pgrep -f and /proc show a preloaded worker as the exec'd worker i
   SECTION("forked by the --preload zygote") {
     // The zygote moves the worker's argv and env with prctl(PR_SET_MM_MAP);
     // a kernel without CONFIG_CHECKPOINT_RESTORE, or a seccomp filter, refuses
-    // it, and then only what fits the zygote's own areas shows (docs/agent.md).
+    // it, and then only what fits the zygote's own areas shows (docs/agent-preload.md).
     const auto probe = run({python, "-c",
                             "import ctypes; size = ctypes.c_uint(0); libc = ctypes.CDLL(None); "
                             "print(libc.prctl(35, 15, ctypes.byref(size), 0, 0) == 0)"},

@@ -9,58 +9,16 @@
 #include <set>
 #include <sstream>
 
+#include "ddp/store/job_keys.hpp"
 #include "launcher_test_util.hpp"
+#include "reform_test_util.hpp"
 
 using namespace ddp::test;
 using namespace ddp::test::launcher;
+using namespace ddp::test::launcher::reform;
 using namespace std::chrono_literals;
 
 namespace {
-
-// FAKE_PID_FILE lines of `rank` that say `what` ("start", "exit"): their pids.
-std::vector<pid_t> pids_of(const fs::path& pid_file, int rank, const std::string& what) {
-  std::vector<pid_t> out;
-  std::istringstream lines(read_file(pid_file));
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::istringstream in(line);
-    pid_t pid = 0;
-    int r = -1;
-    std::string w;
-    if (in >> pid >> r >> w && r == rank && w == what) out.push_back(pid);
-  }
-  return out;
-}
-
-// Waits until `rank` has started `n` times; returns the latest pid (-1 on timeout).
-pid_t wait_for_start(const fs::path& pid_file, int rank, std::size_t n) {
-  pid_t pid = -1;
-  wait_until(
-      [&] {
-        const auto p = pids_of(pid_file, rank, "start");
-        if (p.size() < n) return false;
-        pid = p.back();
-        return true;
-      },
-      15s);
-  return pid;
-}
-
-// `ddp-store list` of the job's reform keys, as key (after "reform/") -> value.
-std::map<std::string, std::string> reform_keys(const TempDir& dir, const std::string& endpoint,
-                                               const std::string& prefix) {
-  const auto r =
-      run({bin("ddp-store").string(), "--endpoint", endpoint, "list", prefix + "reform/"}, dir.path());
-  std::map<std::string, std::string> out;
-  std::istringstream lines(r.out);
-  std::string line;
-  while (std::getline(lines, line)) {
-    const auto tab = line.find('\t');
-    if (tab == std::string::npos) continue;
-    out[line.substr(prefix.size() + 7, tab - prefix.size() - 7)] = line.substr(tab + 1);
-  }
-  return out;
-}
 
 // ddprun's argv for node `n` of a c10d job `id` of two nodes on `daemon`, two
 // fake workers each, in reform mode.
@@ -105,108 +63,23 @@ struct TwoNodeJob {
   }
 };
 
-// `ddprun --standalone --on_failure=reform` over `nproc` fake workers, each
-// in a ddp::ElasticGroup, running `sleep_ms` and logging to dir/pids, their
-// env dumped in `dir`; `flags` go before the program.
-Process standalone_reform_job(const TempDir& dir, int nproc, const std::string& sleep_ms,
-                              std::vector<std::string> flags) {
-  std::vector<std::string> args = {"--standalone", "--nproc_per_node=" + std::to_string(nproc),
-                                   "--on_failure=reform"};
-  args.insert(args.end(), flags.begin(), flags.end());
-  args.insert(args.end(), {"--no_python", bin("fake_worker").string()});
-  return Process(ddprun_argv(args), dir.path(),
-                 clean_env({{"FAKE_PID_FILE", (dir / "pids").string()},
-                            {"FAKE_ELASTIC_JOIN", "1"},
-                            {"FAKE_ENV_DUMP", dir.path().string()},
-                            {"FAKE_SLEEP_MS", sleep_ms}}),
-                 "ddprun");
+// `ddprun --standalone --nproc_per_node=2 --on_failure=reform --max_restarts=1`
+// of fake workers in a ddp::ElasticGroup whose rank 1 fails on the first
+// attempt with `message` in its error file (of exception type `type` when
+// not empty), their env dumped in `dir`.
+RunResult rank1_fails_once(const TempDir& dir, const std::string& message, const std::string& type) {
+  EnvOverrides env = {{"FAKE_ONLY_RANK", "1"},
+                      {"FAKE_ELASTIC_JOIN", "1"},
+                      {"FAKE_ERROR_MESSAGE", message},
+                      {"FAKE_FAIL_ON_RESTART_BELOW", "1"},
+                      {"FAKE_ENV_DUMP", dir.path().string()}};
+  if (!type.empty()) env["FAKE_ERROR_TYPE"] = type;
+  return ddprun({"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--max_restarts=1",
+                 "--no_python", bin("fake_worker").string()},
+                dir, env);
 }
 
 }  // namespace
-
-TEST_CASE("on_failure=reform: a killed worker is replaced in its slot while its siblings run on") {
-  TempDir dir;
-  const auto pid_file = dir / "pids";
-  const auto events = dir / "events.jsonl";
-  // Every worker runs 5 s and exits 0: a sibling signalled by ddprun would
-  // die without its "exit" line.
-  Process job = standalone_reform_job(dir, 3, "5000", {"--max_restarts=2", "--event_log", events.string()});
-  const pid_t first = wait_for_start(pid_file, 1, 1);
-  const pid_t sibling0 = wait_for_start(pid_file, 0, 1);
-  const pid_t sibling2 = wait_for_start(pid_file, 2, 1);
-  REQUIRE(first > 0);
-  REQUIRE(sibling0 > 0);
-  REQUIRE(sibling2 > 0);
-  REQUIRE(::kill(first, SIGKILL) == 0);
-  const pid_t second = wait_for_start(pid_file, 1, 2);
-  INFO(job.err());
-  REQUIRE(second > 0);
-
-  auto env = read_env_dump(dir / "rank_1.env");
-  CHECK(env["RANK"] == "1");
-  CHECK(env["LOCAL_RANK"] == "1");
-  CHECK(env["WORLD_SIZE"] == "3");
-  CHECK(env["DDP_REFORM"] == "1");
-  CHECK(env["DDP_REFORM_JOINING"] == "1");
-  CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "1");
-  const auto sibling_env = read_env_dump(dir / "rank_0.env");
-  CHECK(sibling_env.at("DDP_REFORM") == "1");
-  CHECK(sibling_env.count("DDP_REFORM_JOINING") == 0);
-  // ddprun's own env spelling of --on_failure: a ddprun this worker starts
-  // must not inherit the mode.
-  CHECK(sibling_env.count("DDP_ON_FAILURE") == 0);
-  const std::string endpoint = env["DDP_STORE_ENDPOINT"];
-  const std::string prefix = env["DDP_STORE_PREFIX"];
-  auto keys = reform_keys(dir, endpoint, prefix);
-  CHECK(keys["generation"] == "1");
-  CHECK(keys["size"] == "0");
-  CHECK(keys["lost/1"] == "rank 1 on " +
-                              read_file("/proc/sys/kernel/hostname")
-                                  .substr(0, read_file("/proc/sys/kernel/hostname").find('\n')) +
-                              ": signal SIGKILL");
-
-  // A second failure while the group re-forms: the generation moves on again.
-  REQUIRE(::kill(second, SIGKILL) == 0);
-  const pid_t third = wait_for_start(pid_file, 1, 3);
-  REQUIRE(third > 0);
-  env = read_env_dump(dir / "rank_1.env");
-  CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "2");
-  keys = reform_keys(dir, endpoint, prefix);
-  CHECK(keys["generation"] == "2");
-  CHECK(keys["size"] == "0");
-
-  CHECK(job.wait(30s) == std::optional<int>(0));
-  // The siblings kept their one process each, which ran to its own end.
-  CHECK(pids_of(pid_file, 0, "start") == std::vector<pid_t>{sibling0});
-  CHECK(pids_of(pid_file, 2, "start") == std::vector<pid_t>{sibling2});
-  CHECK(pids_of(pid_file, 0, "exit") == std::vector<pid_t>{sibling0});
-  CHECK(pids_of(pid_file, 2, "exit") == std::vector<pid_t>{sibling2});
-  CHECK(pids_of(pid_file, 1, "exit") == std::vector<pid_t>{third});
-  const auto err = job.err();
-  CHECK_THAT(err, Catch::Contains("reform: rank 1 lost (signal SIGKILL); starting a replacement (1/2)"));
-  CHECK_THAT(err, Catch::Contains("reform: rank 1 lost (signal SIGKILL); starting a replacement (2/2)"));
-  CHECK(count_lines(err, "stopping") == 0);
-  const auto log = read_file(events);
-  CHECK(count_lines(log, "\"event\":\"reform\"") == 2);
-  CHECK_THAT(log, Catch::Contains("\"generation\":2"));
-  CHECK(count_lines(log, "\"event\":\"restart\"") == 0);
-  // One worker_start for the group, then one per replacement naming it alone;
-  // the attempt's startup times are the group's only.
-  std::vector<nlohmann::json> starts;
-  std::istringstream lines(log);
-  for (std::string line; std::getline(lines, line);) {
-    auto e = nlohmann::json::parse(line);
-    if (e.at("event") == "worker_start") starts.push_back(e);
-  }
-  REQUIRE(starts.size() == 3);
-  CHECK(starts[0].at("ranks") == nlohmann::json::array({0, 1, 2}));
-  CHECK(starts[0].count("replacement") == 0);
-  CHECK(starts[1].at("ranks") == nlohmann::json::array({1}));
-  CHECK(starts[1].at("pids") == nlohmann::json::array({second}));
-  CHECK(starts[1].at("replacement") == true);
-  CHECK(starts[2].at("pids") == nlohmann::json::array({third}));
-  CHECK(count_lines(log, "\"event\":\"startup\"") == 1);
-}
 
 TEST_CASE("on_failure=reform: two workers killed at once each get a replacement and a worker_start line") {
   TempDir dir;
@@ -249,9 +122,11 @@ TEST_CASE(
   // R/size holds what no add can count on: the agent's add(R/size) fails
   // after its probe of the store succeeded.
   const auto env = read_env_dump(dir / "rank_1.env");
-  const auto set = run({bin("ddp-store").string(), "--endpoint", env.at("DDP_STORE_ENDPOINT"), "set",
-                        env.at("DDP_STORE_PREFIX") + "reform/size", "not-a-number"},
-                       dir.path());
+  const auto set =
+      run({bin("ddp-store").string(), "--endpoint", env.at("DDP_STORE_ENDPOINT"), "set",
+           ddp::store::keys::reform_size_key(ddp::store::keys::reform_prefix(env.at("DDP_STORE_PREFIX"))),
+           "not-a-number"},
+          dir.path());
   REQUIRE(set.code == 0);
   REQUIRE(::kill(victim, SIGKILL) == 0);
   const auto code = job.wait(60s);
@@ -282,10 +157,10 @@ TEST_CASE(
   }
   const auto dump = read_env_dump(job.dir / "rank_0.env");
   auto keys = reform_keys(job.dir, job.daemon.endpoint, dump.at("DDP_STORE_PREFIX"));
-  CHECK(keys["generation"] == "1");
-  CHECK(keys["size"] == "-1");
+  CHECK(keys.generation() == "1");
+  CHECK(keys.size() == "-1");
   // Group ranks go by arrival: either node may hold rank 3.
-  CHECK_THAT(keys["lost/3"], Catch::Matches("rank 3 on node[01]: signal SIGKILL"));
+  CHECK_THAT(keys.lost(3), Catch::Matches("rank 3 on node[01]: signal SIGKILL"));
   CHECK_THAT(job.err(),
              Catch::Contains("reform: rank 3 lost (signal SIGKILL); max_restarts=0 is spent: the job "
                              "goes on without it"));
@@ -334,14 +209,8 @@ TEST_CASE("on_failure=reform: a worker that did not catch ddp::MembershipChanged
   TempDir dir;
   // Rank 1 dies of the exception (its error file says so) on the first
   // attempt and succeeds on the restart.
-  auto r = ddprun({"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--max_restarts=1",
-                   "--no_python", bin("fake_worker").string()},
-                  dir,
-                  {{"FAKE_ONLY_RANK", "1"},
-                   {"FAKE_ELASTIC_JOIN", "1"},
-                   {"FAKE_ERROR_MESSAGE", "ddp::MembershipChanged: generation 1: rank 0 left"},
-                   {"FAKE_FAIL_ON_RESTART_BELOW", "1"},
-                   {"FAKE_ENV_DUMP", dir.path().string()}});
+  auto r =
+      rank1_fails_once(dir, "ddp::MembershipChanged: generation 1: rank 0 left", "ddp::MembershipChanged");
   INFO(r.err);
   CHECK(r.code == 0);
   CHECK(
@@ -355,6 +224,18 @@ TEST_CASE("on_failure=reform: a worker that did not catch ddp::MembershipChanged
   CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == "1");
   CHECK(env.count("DDP_REFORM") == 0);
   CHECK(env.count("DDP_REFORM_JOINING") == 0);
+}
+
+TEST_CASE("on_failure=reform: an error message that only names ddp::MembershipChanged still re-forms") {
+  TempDir dir;
+  // The error file's type decides, not its text: a trainer's own message
+  // quoting the exception is an ordinary failure, and its slot is replaced.
+  auto r = rank1_fails_once(dir, "std::runtime_error: retried after a ddp::MembershipChanged", "");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(count_lines(r.err, "starting a replacement (1/1)") == 1);
+  CHECK_THAT(r.err, !Catch::Contains("falling back to --on_failure=restart"));
+  CHECK_THAT(r.err, !Catch::Contains("restarting workers"));
 }
 
 TEST_CASE(
@@ -372,8 +253,9 @@ TEST_CASE(
                  "echo $$ >> starts_$RANK\n"
                  "'" +
                  bin("ddp-store").string() +
-                 "' --endpoint \"$DDP_STORE_ENDPOINT\" add \"${DDP_STORE_PREFIX}reform/g0/joined\" 1 > "
-                 "/dev/null\n"
+                 "' --endpoint \"$DDP_STORE_ENDPOINT\" add \"${DDP_STORE_PREFIX}" +
+                 ddp::store::keys::reform_joined_key(ddp::store::keys::reform_prefix(""), 0) +
+                 "\" 1 > /dev/null\n"
                  "if [ \"$RANK\" = 1 ] && [ -z \"$DDP_REFORM_JOINING\" ]; then\n"
                  "  req step $(( $(date +%s) + 1 )) 9; sleep 30\n"
                  "fi\n"
@@ -411,8 +293,8 @@ TEST_CASE(
   CHECK(dump.at("DDP_REFORM_JOINING") == "1");
   CHECK(dump.at("WORLD_SIZE") == "4");
   auto keys = reform_keys(job.dir, job.daemon.endpoint, dump.at("DDP_STORE_PREFIX"));
-  CHECK(keys["generation"] == "1");
-  CHECK(keys["size"] == "0");
+  CHECK(keys.generation() == "1");
+  CHECK(keys.size() == "0");
   const auto err = job.err();
   CHECK(count_lines(err, "starting a replacement (1/1)") == 1);
   CHECK(count_lines(err, "restarting workers") == 0);

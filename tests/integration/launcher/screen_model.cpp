@@ -12,6 +12,10 @@ std::vector<std::string> screen_rows(const std::string& bytes, int cols) {
   std::size_t row = 0;
   int col = 0;
   bool wrap_pending = false;  // the last column was written: the next character wraps
+  // ESC 7 / ESC 8 (DECSC / DECRC): the cursor saved and restored.
+  std::size_t saved_row = 0;
+  int saved_col = 0;
+  bool saved_wrap = false;
   auto ensure_row = [&] {
     if (rows.size() <= row) rows.resize(row + 1);
   };
@@ -42,7 +46,8 @@ std::vector<std::string> screen_rows(const std::string& bytes, int cols) {
         const int n = params.empty() || params[0] == '?' ? 1 : std::max(1, std::atoi(params.c_str()));
         const char f = j < bytes.size() ? bytes[j] : '\0';
         auto& line = rows[row];
-        if (f == 'K' && static_cast<std::size_t>(col) < line.size())
+        if (f == 'K' && params == "2") line.clear();
+        if (f == 'K' && params != "2" && static_cast<std::size_t>(col) < line.size())
           line.resize(static_cast<std::size_t>(col));
         if (f == 'A') row = row >= static_cast<std::size_t>(n) ? row - static_cast<std::size_t>(n) : 0;
         if (f == 'B') row += static_cast<std::size_t>(n);
@@ -52,7 +57,17 @@ std::vector<std::string> screen_rows(const std::string& bytes, int cols) {
         wrap_pending = false;
         i = j + 1;
       } else {
-        i = j + 1;  // a two-byte escape (ESC =, ESC >, ...)
+        if (j < bytes.size() && bytes[j] == '7') {
+          saved_row = row;
+          saved_col = col;
+          saved_wrap = wrap_pending;
+        } else if (j < bytes.size() && bytes[j] == '8') {
+          row = saved_row;
+          col = saved_col;
+          wrap_pending = saved_wrap;
+          ensure_row();
+        }
+        i = j + 1;  // a two-byte escape (ESC =, ESC >, ESC 7, ESC 8, ...)
       }
     } else if (c < 0x20) {
       ++i;  // other controls (bell, ...) show nothing

@@ -2,7 +2,8 @@
 // of a VT100 to tell a line redrawn in place from lines that scroll. Handles
 // printable text (one column per UTF-8 character), auto-wrap at the right
 // margin (deferred, as xterm's), '\r', '\n', '\b', and the CSI sequences
-// K (erase to end of line) and A/B/C/D (cursor moves); other escape
+// K and 2K (erase to the end of the line, the whole line), A/B/C/D (cursor
+// moves), and ESC 7 / ESC 8 (save and restore the cursor); other escape
 // sequences are skipped.
 //
 // Thread-safety: plain value type.

@@ -1,4 +1,4 @@
-// Stragglers named (docs/agent.md, "Stragglers"): real ddprun agents and a
+// Stragglers named (docs/agent-diagnosis.md, "Stragglers"): real ddprun agents and a
 // real ddp-rendezvousd, Python workers timing a "step" section with
 // ddprun.liveness; one rank sleeps ten times longer per step. Factors are
 // wide (10x slow against a bar of 3x) so a loaded machine does not blur them.
@@ -99,6 +99,19 @@ void check_named(const json& e, int rank, const std::string& node) {
   CHECK(e.at("threshold") == 3.0);
   CHECK(e.at("steps").get<int>() >= 3);
 }
+
+// Writes `verdict` as the job's straggler verdict ten times a second, as a
+// client holding the job's token could, until destroyed: the deciding agent
+// overwrites it every status interval, the forger writes it again.
+struct Forger {
+  Forger(const Job& job, const std::string& verdict)
+      : proc({"/bin/sh", "-c",
+              "while :; do \"$STORE\" --endpoint \"$EP\" set /strag/agent/stragglers \"$V\" >/dev/null 2>&1; "
+              "sleep 0.1; done"},
+             job.dir.path(),
+             {{"STORE", bin("ddp-store").string()}, {"EP", job.daemon.endpoint}, {"V", verdict}}, "forger") {}
+  Process proc;
+};
 
 }  // namespace
 
@@ -210,4 +223,76 @@ TEST_CASE("with --straggler_action=restart the slow rank is killed as a failure 
   REQUIRE(named.size() == 1);
   check_named(named[0], 2, node_of(dir / "events.jsonl"));
   CHECK(events_named(dir / "events.jsonl", "restart").size() == 1);
+}
+
+TEST_CASE("a forged straggler verdict kills no healthy rank, whoever it claims wrote it") {
+  TempDir dir;
+  Job job(dir);
+  // Four ranks of even 0.15 s steps on two nodes, --straggler_action=restart.
+  // The deciding node (the first to join) compares nothing (factor 0), so it
+  // never overwrites the verdict key: what the other node reads is the forger's.
+  const std::vector<std::string> restart = {"--straggler_action=restart", "--max_restarts=1"};
+  std::vector<std::string> quiet = restart;
+  quiet.push_back("--straggler_factor=0");
+  Process a(job.agent(2, 2, "events_a.jsonl", quiet), dir.path(), job.env(-1), "node_a");
+  REQUIRE(wait_until([&] { return a.err().find("joined round") != std::string::npos; }, 30s));
+  Process b(job.agent(2, 2, "events_b.jsonl", restart), dir.path(), job.env(-1), "node_b");
+  const fs::path events_b = dir / "events_b.jsonl";
+  REQUIRE(wait_until([&] { return !events_named(events_b, "rendezvous").empty(); }, 30s));
+  REQUIRE(events_named(events_b, "rendezvous").back().at("rank_offset") == 2);
+  const std::string decider = node_of(dir / "events_a.jsonl");
+  const std::string node_b = node_of(events_b);
+  // Node b has measured its ranks' step times (its status record shows them).
+  REQUIRE(wait_until(
+      [&] {
+        const auto record = run({bin("ddp-store").string(), "--endpoint", job.daemon.endpoint, "get",
+                                 "/strag/agent/status/" + node_b},
+                                dir.path());
+        return record.out.find("\"step_s\"") != std::string::npos;
+      },
+      60s));
+  // Rank 2 (node b's) named at 9.5 s a step against a median of 0.15 s.
+  json forged = {{"round", 0},
+                 {"ranks", 4},
+                 {"median_s", 0.15},
+                 {"factor", 3.0},
+                 {"steps", 3},
+                 {"stragglers", json::array({json{{"rank", 2},
+                                                  {"node", node_b},
+                                                  {"host", "node1"},
+                                                  {"step_s", 9.5},
+                                                  {"median_s", 0.15},
+                                                  {"factor", 63.3},
+                                                  {"steps", 10}}})}};
+  {
+    // Written as by a node that does not decide the round.
+    forged["by"] = "intruder_4242";
+    Forger forger(job, forged.dump());
+    const bool ignored = wait_until(
+        [&] { return b.err().find("ignoring a straggler verdict of round") != std::string::npos; }, 30s);
+    INFO(b.err());
+    REQUIRE(ignored);
+  }
+  {
+    // Written as by the deciding node, with a step time node b does not measure.
+    forged["by"] = decider;
+    Forger forger(job, forged.dump());
+    const bool refused = wait_until(
+        [&] { return b.err().find("not acting on the straggler verdict for rank=2") != std::string::npos; },
+        30s);
+    INFO(b.err());
+    REQUIRE(refused);
+  }
+  write_file(dir / "stop", "");
+  CHECK(a.wait(30s) == 0);
+  CHECK(b.wait(30s) == 0);
+  const std::string err = b.err();
+  INFO(err);
+  CHECK_THAT(err,
+             Catch::Contains("by=intruder_4242: the round's deciding node (group rank 0) is " + decider));
+  CHECK_THAT(
+      err, Catch::Contains("its step time here is 0.") && Catch::Contains("not 9.500 s as the verdict says"));
+  CHECK_THAT(err, !Catch::Contains("worker killed as a straggler") && !Catch::Contains("restarting workers"));
+  CHECK(events_named(events_b, "straggler").empty());
+  CHECK(events_named(events_b, "straggler_refused").size() == 1);
 }

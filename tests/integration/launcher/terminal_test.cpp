@@ -221,6 +221,119 @@ TEST_CASE("a bar as wide as the worker's terminal is redrawn on one screen line,
   }
 }
 
+namespace {
+
+// 20 updates each, taking turns: rank r draws update i once the other rank
+// has drawn update i-1 (its marker file in argv[1]), so the two bars always
+// interleave.
+void write_two_bars(const TempDir& dir) {
+  write_file(dir / "bars.py",
+             "import os, sys, time\n"
+             "from tqdm import tqdm\n"
+             "rank, turns = int(os.environ['RANK']), sys.argv[1]\n"
+             "def wait(path):\n"
+             "    while not os.path.exists(path):\n"
+             "        time.sleep(0.002)\n"
+             "bar = tqdm(total=20, desc=f'bar{rank}', mininterval=0, miniters=1)\n"
+             "for i in range(1, 21):\n"
+             "    if rank == 1: wait(f'{turns}/0.{i}')\n"
+             "    if rank == 0 and i > 1: wait(f'{turns}/1.{i - 1}')\n"
+             "    bar.update(1)\n"
+             "    open(f'{turns}/{rank}.{i}', 'w').close()\n"
+             "bar.close()\n");
+  fs::create_directories(dir / "turns");
+}
+
+// The rows of `screen` (100 columns) that show a bar.
+std::vector<std::string> bar_rows_of(const std::string& screen) {
+  std::vector<std::string> bars;
+  for (const auto& r : screen_rows(screen, 100)) {
+    if (r.find("bar0") != std::string::npos || r.find("bar1") != std::string::npos) bars.push_back(r);
+  }
+  return bars;
+}
+
+}  // namespace
+
+TEST_CASE("two ranks drawing tqdm bars keep one row each, no more rows than torchrun's two") {
+  TempDir dir;
+  if (run({kPython, "-c", "import tqdm"}, dir.path()).code != 0) {
+    WARN("python3-tqdm is not installed (scripts/setup.sh installs it): skipped");
+    return;
+  }
+  write_two_bars(dir);
+  constexpr int kCols = 100;
+  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", (dir / "bars.py").string(), (dir / "turns").string()}),
+               dir.path().string(), clean_env({}), kCols, 30);
+  REQUIRE(s.wait(std::chrono::seconds(60)) == std::optional<int>(0));
+  const auto rows = screen_rows(s.screen(), kCols);
+  auto bars = bar_rows_of(s.screen());
+  std::string all;
+  for (const auto& r : rows) all += r + "\n";
+  INFO(all);
+  INFO(rows.size() << " rows, " << bars.size() << " with a bar");
+  // torchrun's workers write to one terminal: both bars redraw the same row
+  // and each close ends one, two rows in all. Here: one row per rank, each
+  // showing its last update, prefixed (before: 42 rows, one per update).
+  REQUIRE(bars.size() == 2);
+  std::sort(bars.begin(), bars.end());
+  CHECK(bars[0].rfind("[rank 0]:bar0: 100%", 0) == 0);
+  CHECK(bars[1].rfind("[rank 1]:bar1: 100%", 0) == 0);
+  CHECK_THAT(bars[0], Catch::Contains("20/20"));
+  CHECK_THAT(bars[1], Catch::Contains("20/20"));
+}
+
+// Not run by ctest ([.]): the same two bars under torch 2.x's torchrun (.venv),
+// for the figure in docs/reliability.md.
+TEST_CASE("two ranks drawing tqdm bars under torchrun", "[.][figure]") {
+  TempDir dir;
+  const fs::path torchrun = fs::path(DDP_SOURCE_DIR) / ".venv/bin/torchrun";
+  if (!fs::exists(torchrun) || run({kPython, "-c", "import tqdm"}, dir.path()).code != 0) {
+    WARN("needs .venv/bin/torchrun and python3-tqdm");
+    return;
+  }
+  write_two_bars(dir);
+  // tqdm is pure Python: the venv's workers import Debian's copy.
+  fs::create_directories(dir / "site");
+  fs::create_directory_symlink("/usr/lib/python3/dist-packages/tqdm", dir / "site" / "tqdm");
+  PtySession s(
+      {torchrun.string(), "--nproc_per_node=2", (dir / "bars.py").string(), (dir / "turns").string()},
+      dir.path().string(), clean_env({{"PYTHONPATH", (dir / "site").string()}}), 100, 30);
+  REQUIRE(s.wait(std::chrono::seconds(120)) == std::optional<int>(0));
+  const auto bars = bar_rows_of(s.screen());
+  std::string all;
+  for (const auto& r : bars) all += r + "\n";
+  WARN("torchrun: " << bars.size() << " rows with a bar:\n" << all);
+}
+
+TEST_CASE("before the workers' first line, ddprun's default output fits two rows of a 100-column terminal") {
+  TempDir dir;
+  write_file(dir / "hello.py", "print('hello')\n");
+  constexpr int kCols = 100;
+  // The default log level, as a user runs it.
+  PtySession s(
+      ddprun_argv({"--python", kPython, "--standalone", "--nproc_per_node=2", (dir / "hello.py").string()}),
+      dir.path().string(), clean_env({{"PET_LOG_LEVEL", std::nullopt}, {"DDP_LOG_LEVEL", std::nullopt}}),
+      kCols, 30);
+  REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
+  const auto rows = screen_rows(s.screen(), kCols);
+  std::vector<std::string> before;
+  for (const auto& r : rows) {
+    if (r.rfind("[rank ", 0) == 0) break;
+    before.push_back(r);
+  }
+  std::string all;
+  for (const auto& r : before) all += r + "\n";
+  INFO(all);
+  // What a user needs: the OMP_NUM_THREADS notice torchrun gives too, and the
+  // workers started (before: five lines in ten rows: no NVML here, the
+  // standalone rendezvous twice, a two-row OMP notice).
+  CHECK(before.size() <= 2);
+  for (const auto& r : before) CHECK(r.size() < static_cast<std::size_t>(kCols));
+  CHECK_THAT(all, Catch::Contains("OMP_NUM_THREADS=1") && Catch::Contains("started 2 workers"));
+  CHECK_THAT(s.screen(), Catch::Contains("[rank 1]:hello"));
+}
+
 TEST_CASE("with output to a file workers see no terminal and lines arrive whole") {
   TempDir dir;
   write_file(dir / "plain.py",

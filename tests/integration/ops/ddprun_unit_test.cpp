@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <regex>
 #include <sstream>
 
 #include "ops_support.hpp"
@@ -77,4 +78,45 @@ TEST_CASE("ddprun@ ExecStart runs the job of its config file and stops cleanly o
   CHECK(*code == 143);
   const auto unit = read_file(fs::path(DDP_UNIT_TEST_DIR) / "ddprun@.service");
   CHECK_THAT(unit, Catch::Contains("SuccessExitStatus=130 143"));
+}
+
+// docs/operations.md's Quick start checks a node's job with --print-config
+// before starting ddprun@llama: what it shows must be what the unit runs
+// (before: rdzv_id none, where the unit's Environment= gives llama).
+TEST_CASE("the operations Quick start's --print-config shows the run id ddprun@llama runs with",
+          "[ops][unit]") {
+  TempDir dir;
+  const auto doc = read_file(fs::path(DDP_SOURCE_DIR) / "docs/operations.md");
+  const auto quick = doc.substr(doc.find("## Quick start"));
+  const auto begin = quick.find("<<'END'\n");
+  REQUIRE(begin != std::string::npos);
+  const auto json_start = begin + std::string("<<'END'\n").size();
+  write_file(dir / "llama.conf",
+             quick.substr(json_start, quick.find("\nEND\n", json_start) - json_start + 1));
+  std::smatch m;
+  REQUIRE(std::regex_search(quick, m, std::regex("\n([^\n]*ddprun --config [^\n]*--print-config)")));
+  // VAR=VALUE... ddprun ARGS..., up to a comment.
+  std::istringstream words(m[1].str().substr(0, m[1].str().find(" #")));
+  Env env;
+  std::vector<std::string> argv;
+  for (std::string w; words >> w;) {
+    if (argv.empty() && w.find('=') != std::string::npos) {
+      env[w.substr(0, w.find('='))] = w.substr(w.find('=') + 1);
+    } else if (argv.empty()) {
+      REQUIRE(w == "ddprun");
+      argv.push_back(bin("ddprun").string());
+    } else {
+      argv.push_back(w == "/etc/ddprun/llama.conf" ? (dir / "llama.conf").string() : w);
+    }
+  }
+  env.emplace("PET_RDZV_ID", std::nullopt);  // only what the line sets
+  auto shown = run(argv, dir.path(), env);
+  INFO(m[1].str() << "\n" << shown.out << shown.err);
+  REQUIRE(shown.code == 0);
+  Env unit;
+  unit_environment("ddprun@.service", "llama", unit);
+  REQUIRE(unit["PET_RDZV_ID"] == "llama");
+  std::smatch row;
+  REQUIRE(std::regex_search(shown.out, row, std::regex("\nrdzv_id +([^ ]+) ")));
+  CHECK(row[1].str() == *unit["PET_RDZV_ID"]);
 }

@@ -32,7 +32,7 @@ fi
 
 cd "$stage"
 out=$("$prefix/bin/ddprun" --standalone --nnodes=1 --nproc_per_node=2 \
-      "$stage/consumer-build/ddp_consumer" 2>&1) || { echo "$out"; echo "FAIL: ddprun exited $?"; exit 1; }
+      "$stage/consumer-build/ddp_consumer" 2>&1) || { rc=$?; echo "$out"; echo "FAIL: ddprun exited $rc"; exit 1; }
 echo "$out"
 for r in 0 1; do
   if ! grep -q "consumer rank=$r world_size=2 sum=3" <<<"$out"; then

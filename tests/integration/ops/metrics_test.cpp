@@ -86,7 +86,7 @@ TEST_CASE("metrics endpoint reports requests by op, keys, leases, rounds and lat
   CHECK(sample(spares.body, "ddp_rendezvous_spares{run_id=\"job8\"}") == -1);
 
   // Unhealthy nodes and stragglers, from the agents' status records and
-  // verdict (docs/agent.md): only a record whose state reads unhealthy counts,
+  // verdict (docs/agent-diagnosis.md): only a record whose state reads unhealthy counts,
   // and only a verdict about the job's current round.
   client->set("/job7/agent/status/n1", R"({"state":"unhealthy: GPU 3 fell off the bus","workers":[]})");
   client->set("/job7/agent/status/n2", R"({"state":"running","note":"was unhealthy once"})");

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "ddp/common/endpoint.hpp"
+#include "ddp/store/job_keys.hpp"
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
 #include "test_support.hpp"
@@ -16,6 +17,11 @@ using namespace ddp::test;
 using namespace std::chrono_literals;
 
 namespace {
+
+namespace keys = ddp::store::keys;
+// The workers' DDP_STORE_PREFIX, and R under it (docs/reform.md).
+const std::string kPrefix = "job/";
+const std::string kReform = keys::reform_prefix(kPrefix);
 
 std::string worker() { return bin("ddp_sdk_elastic_worker").string(); }
 
@@ -50,7 +56,7 @@ class ElasticJob {
     env["LOCAL_RANK"] = std::to_string(slot);
     env["LOCAL_WORLD_SIZE"] = std::to_string(world_);
     env["DDP_STORE_ENDPOINT"] = endpoint();
-    env["DDP_STORE_PREFIX"] = "job/";
+    env["DDP_STORE_PREFIX"] = kPrefix;
     env["TORCHELASTIC_ERROR_FILE"] = std::nullopt;
     if (!env.count("DDP_REFORM")) env["DDP_REFORM"] = "1";
     env["DDP_REFORM_JOINING"] = joining ? std::optional<std::string>("1") : std::nullopt;
@@ -71,8 +77,8 @@ class ElasticJob {
     proc(slot).wait(10s);
   }
   void move_on(int size_delta) {
-    store_->add("job/reform/size", size_delta);
-    store_->add("job/reform/generation", 1);
+    store_->add(keys::reform_size_key(kReform), size_delta);
+    store_->add(keys::reform_generation_key(kReform), 1);
   }
   // kill() then move_on(): the agent's steps for a worker it does not replace.
   void lose(int slot) {
@@ -85,11 +91,11 @@ class ElasticJob {
     if (proc(slot, joining).wait(limit) != 0) FAIL("slot " << slot << " did not exit 0\n" << describe());
     return proc(slot, joining).out();
   }
-  // Waits until a reform counter (R/<key>) reaches `at_least`.
+  // Waits until a reform counter (a key under R) reaches `at_least`.
   bool wait_counter(const std::string& key, std::int64_t at_least, std::chrono::seconds limit = 30s) {
     const auto until = std::chrono::steady_clock::now() + limit;
     while (std::chrono::steady_clock::now() < until) {
-      if (store_->add("job/reform/" + key, 0) >= at_least) return true;
+      if (store_->add(key, 0) >= at_least) return true;
       std::this_thread::sleep_for(1ms);
     }
     return false;
@@ -199,7 +205,7 @@ TEST_CASE("elastic: a second failure during a re-form moves everyone to the late
   job.start_training(5);
   job.lose(1);
   // The second failure lands once a survivor has joined generation 1.
-  if (!job.wait_counter("g1/joined", 1)) FAIL(job.describe());
+  if (!job.wait_counter(keys::reform_joined_key(kReform, 1), 1)) FAIL(job.describe());
   job.lose(2);
   job.require_all({0, 3}, "reformed");
   job.stop();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ddp/sdk.hpp"
+#include "ddp/store/job_keys.hpp"
 #include "ddp/store/store.hpp"
 
 namespace {
@@ -156,7 +157,8 @@ int fds(const ddp::Context& ctx) {
   reducer.finalize();
   const long before = count_fds();
   std::vector<long long> took;  // microseconds per reform()
-  const std::string generation_key = ctx.store_prefix + "reform/generation";
+  const std::string generation_key =
+      ddp::store::keys::reform_generation_key(ddp::store::keys::reform_prefix(ctx.store_prefix));
   for (int round = 0; round < 20; ++round) {
     eg.group().barrier();
     if (eg.rank() == 0) ctx.store->add(generation_key, 1);

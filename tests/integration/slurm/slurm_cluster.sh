@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2016  # wait_for evaluates its single-quoted condition at each poll
 # A real two-node Slurm cluster on this machine, for tests and benchmarks:
 # munged, slurmctld and two slurmd (NodeName n1 and n2 on 127.0.0.1, each on
 # its own port) run in the foreground as children of the calling shell, with a
@@ -90,6 +92,7 @@ CONF
   SC_PIDS="$SC_PIDS $!"
   slurmd -D -N n2 >"$SC_DIR/log/slurmd-n2.out" 2>&1 &
   SC_PIDS="$SC_PIDS $!"
+  # shellcheck disable=SC2034  # SC_REASON is read by the sourcing script
   if ! wait_for 300 '[ "$(sinfo -h -o "%T" -N 2>/dev/null | grep -cx idle)" = 2 ]'; then
     SC_REASON="the cluster did not come up: $(sinfo -N 2>&1 | tail -2 | tr '\n' ' ') $(tail -2 "$SC_DIR"/log/*.out | tr '\n' ' ')"
     return 1

@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck disable=SC2016  # wait_for evaluates its single-quoted condition at each poll
 # ddprun on a real Slurm cluster (slurm_cluster.sh: two nodes on this machine):
 # sbatch + srun with no rendezvous flags, a C++ SDK worker and a torch worker,
 # SDK workers started by srun without ddprun, the misuse that exits 2, and

@@ -1,10 +1,13 @@
 #!/bin/bash
+# shellcheck disable=SC2016  # wait_for evaluates its single-quoted condition at each poll
 # ddprun --hostfile / --hosts over real OpenSSH: two sshd started here on
 # 127.0.0.2 and 127.0.0.3 with a key generated for the test; a two-host job,
 # ranks in the host list's order, a failure on one host stopping the other and
 # named in the last line, every run, a restart of both hosts keeping their
 # ranks, the remote agents' logs on stderr and only the program's output on
-# stdout, Ctrl-C, killing the launcher leaving no worker on either host, a
+# stdout (python -u workers' lines whole, 5 runs), the earliest of two hosts'
+# failures named in the last line, Ctrl-C, killing the launcher leaving no
+# worker on either host, a
 # host's ssh connection dying, a --local_addr the hosts cannot reach, and an
 # unreachable host.
 #   ssh_test.sh BIN_DIR
@@ -59,7 +62,7 @@ CONF
 i=1
 for addr in 127.0.0.2 127.0.0.3; do
   port=$(free_port)
-  $SSHD -D -e -f "$TMP/sshd_config" -o ListenAddress=$addr -o Port=$port >"$TMP/sshd$i.log" 2>&1 &
+  $SSHD -D -e -f "$TMP/sshd_config" -o "ListenAddress=$addr" -o "Port=$port" >"$TMP/sshd$i.log" 2>&1 &
   PIDS="$PIDS $!"
   wait_for 100 "ss -Htln 'sport = :$port' | grep -q ." || skip "sshd did not start on $addr:$port: $(cat "$TMP/sshd$i.log")"
   cat >>"$TMP/ssh_config" <<CONF
@@ -96,7 +99,7 @@ for r in 0 1 2 3; do
 done
 [ "$(grep -h '^GROUP_RANK=' env/*.env | sort | uniq -c | awk '{print $1}' | tr '\n' ' ')" = "2 2 " ] ||
   fail "the ranks are not 2 per host"
-grep -q "^h1: \[rank [0-3]\]:" job.out && grep -q "^h2: \[rank [0-3]\]:" job.out || fail "lines are not prefixed with their host"
+{ grep -q "^h1: \[rank [0-3]\]:" job.out && grep -q "^h2: \[rank [0-3]\]:" job.out; } || fail "lines are not prefixed with their host"
 grep -q $'\r' job.out job.log && fail "the remote terminal's carriage returns reached the output"
 # The remote terminal merges stdout and stderr; they must come apart again, as
 # with a local ddprun: stdout holds the workers' stdout only (> out.jsonl stays clean).
@@ -108,6 +111,20 @@ for h in h1 h2; do
   grep -q "^$h: .* ddprun \[agent\] \[info\] rendezvous complete" job.log || fail "$h's agent log is not on stderr"
 done
 grep -q $'\x1e' job.out job.log && fail "the stream tags reached the output"
+
+echo "== python -u workers' lines reach stdout whole: no empty line between them"
+# python -u writes print()'s text and its newline apart, and the remote agent
+# streams its workers' terminals: another rank's line could come in between,
+# and the newline then went out alone (before: an empty "h2: " line in about
+# half of these runs).
+printf 'import os\nfor i in range(200):\n    print(f"out {i} of rank {os.environ[\x27RANK\x27]}")\n' >printer.py
+for run in 1 2 3 4 5; do
+  timeout 60 "$BIN/ddprun" --hostfile hostfile --local_addr=127.0.0.1 --python /usr/bin/python3 printer.py \
+    >py.out 2>py.log || fail "run $run: the python job failed"
+  odd=$(grep -vE '^h[12]: \[rank [0-3]\]:out [0-9]+ of rank [0-3]$' py.out | head -n 3)
+  [ -z "$odd" ] || fail "run $run: stdout holds lines that are no worker's: $(printf '%q' "$odd")"
+  [ "$(wc -l <py.out)" = 800 ] || fail "run $run: $(wc -l <py.out) lines on stdout, not 800"
+done
 
 echo "== ranks follow the host list: rank 0 on its first host"
 # As with DeepSpeed's and MPI's launchers; ranks 0-1 on the hostfile's h1 above.
@@ -159,10 +176,25 @@ for run in 1 2 3 4 5 6 7 8 9 10; do
   [ "$(grep -c '^ddprun: error:' fail.log)" = 1 ] || fail "run $run: not one error line of the launcher's"
   grep -q "^$failed: Root cause (first failure):" fail.log || fail "run $run: $failed's failure report is not on stderr"
   grep -q -e 'Root cause' -e 'ddprun' fail.out && fail "run $run: the agents' lines reached stdout"
+  # shellcheck disable=SC2013  # pids, one word each; a loop in a pipe could not fail the test
   for p in $(awk '/ start / {print $1}' fail.pids); do
     wait_for 100 "! kill -0 $p 2>/dev/null" || fail "run $run: worker $p outlived the failed job"
   done
 done
+
+echo "== with failures on both hosts the last line names the earliest, not the first host to end"
+# Rank 0 (h1) fails first, and h1 takes its --stop_timeout to stop its other
+# worker, which ignores SIGTERM; rank 2 (h2) fails half a second later, and h2
+# ends first. The launcher reads the agents' failure records in its store.
+mkdir -p first_sync
+timeout 90 "$BIN/ddprun" --hostfile hostfile --local_addr=127.0.0.1 --stop_timeout=4 --python /usr/bin/python3 \
+  "$(cd "$(dirname "${BASH_SOURCE[0]}")/../../support" && pwd)/first_failure_worker.py" "$TMP/first_sync" 0 2 \
+  >first.out 2>first.log
+rc=$?
+[ "$rc" = 1 ] || fail "two failed hosts gave exit $rc, not 1"
+last=$(tail -n 1 first.log)
+[ "$last" = "ddprun: error: workers failed: rank 0 on h1: exit code 1 (first failure)" ] ||
+  fail "rank 0 failed first on h1, but the last line is: $last"
 
 # Starts a job of 2 hosts x 2 hanging workers in the background (LAUNCHER: its
 # pid), its stdout/stderr in $1.out/$1.log and its workers' pids in $1.pids, and
@@ -176,6 +208,7 @@ start_hanging_job() {
 
 # Fails unless every worker started in job $1 is gone within 15 s ($2: after what).
 expect_workers_gone() {
+  # shellcheck disable=SC2013  # pids, one word each; a loop in a pipe could not fail the test
   for p in $(awk '/ start / {print $1}' "$1.pids"); do
     wait_for 150 "! kill -0 $p 2>/dev/null" || fail "worker $p outlived $2"
   done
@@ -201,6 +234,7 @@ echo "== a host whose ssh connection dies stops its workers, and the job stops e
 start_hanging_job cut
 SSH_H1=$(ps -o pid=,args= --ppid $LAUNCHER | awk '/ h1 -- / {print $1}')
 [ -n "$SSH_H1" ] || fail "no ssh child for h1"
+# shellcheck disable=SC2086  # SSH_H1 may list more than one pid
 kill -KILL $SSH_H1
 wait $LAUNCHER
 rc=$?

@@ -6,6 +6,7 @@ checkpoints and resume after a restart. Prints one `final params=<checksum>`
 line on rank 0. FAIL_EPOCH/FAIL_RANK make that rank
 raise once (on the first attempt) at the start of that epoch.
 """
+import gc
 import os
 import sys
 
@@ -34,7 +35,11 @@ if os.path.exists(ckpt):
 
 sampler, loader = toy_ddp.sharded_loader(data, rank, world)
 for epoch in range(start, EPOCHS):
-    if restart == 0 and epoch == int(os.environ.get("FAIL_EPOCH", "-1")) and rank == int(os.environ.get("FAIL_RANK", "-1")):
+    if (
+        restart == 0
+        and epoch == int(os.environ.get("FAIL_EPOCH", "-1"))
+        and rank == int(os.environ.get("FAIL_RANK", "-1"))
+    ):
         raise RuntimeError(f"injected failure at epoch {epoch}")
     sampler.set_epoch(epoch)
     total = torch.zeros(1)
@@ -51,4 +56,9 @@ for epoch in range(start, EPOCHS):
 if rank == 0:
     checksum = sum(p.double().sum().item() for p in model.module.parameters())
     print(f"final params={checksum:.10f}", flush=True)
+# torch 2.x can abort at exit ("terminate called without an active exception") when a DDP model
+# outlives its process group (DDP's reducer holds a reference cycle): free the model before
+# destroying the group.
+del model, opt
+gc.collect()
 dist.destroy_process_group()

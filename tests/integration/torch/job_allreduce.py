@@ -21,8 +21,11 @@ rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.tensor([float(value * (rank + 1))])
 dist.all_reduce(t)
 got, expected = int(t.item()), value * world * (world + 1) // 2
-print(f"allreduce job={os.environ['TORCHELASTIC_RUN_ID']} world={world} rank={rank} sum={got} "
-      f"restart={os.environ['TORCHELASTIC_RESTART_COUNT']} {'ok' if got == expected else 'WRONG'}", flush=True)
+print(
+    f"allreduce job={os.environ['TORCHELASTIC_RUN_ID']} world={world} rank={rank} sum={got} "
+    f"restart={os.environ['TORCHELASTIC_RESTART_COUNT']} {'ok' if got == expected else 'WRONG'}",
+    flush=True,
+)
 if got != expected:
     sys.exit(1)
 hold = os.environ.get("HOLD_FILE")

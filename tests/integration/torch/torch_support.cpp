@@ -22,7 +22,8 @@ bool have_torch() {
     if (std::getenv("CI") != nullptr) FAIL(python() << " cannot import torch under CI; run scripts/setup.sh");
     const bool debian = python() == "/usr/bin/python3";
     WARN("SKIP: " << python() << " cannot import torch ("
-                  << (debian ? "apt install python3-torch" : "scripts/setup.sh creates .venv with torch 2.x")
+                  << (debian ? "apt install python3-torch"
+                             : "scripts/setup.sh --torch2 creates .venv with torch 2.x")
                   << ")");
   }
   return ok;

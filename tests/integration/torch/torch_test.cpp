@@ -125,7 +125,7 @@ TEST_CASE("a torch worker's environment under ddprun is torchrun's, variable by 
   // (And, below, what torch 1.x's torchrun did differently from 2.x's.)
   std::set<std::string> per_run = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
                                    "MASTER_ADDR"};
-  // Ours alone, documented in docs/agent.md ("Worker environment").
+  // Ours alone, documented in docs/agent-workers.md ("Env contract").
   std::set<std::string> ours_only = {"DDP_STORE_ENDPOINT", "DDP_STORE_PREFIX",  "DDP_LIVENESS_FILE",
                                      "DDP_LIVENESS_PIPE",  "DDPRUN_STACK_FILE", "PYTHONPATH"};
   std::set<std::string> theirs_only;
@@ -277,6 +277,20 @@ TEST_CASE("a torch @record error reaches ddprun's failure report with type, mess
   CHECK_THAT(r.err, Catch::Contains("ValueError") && Catch::Contains("corrupt batch 42 in shard 3"));
   CHECK_THAT(r.err, Catch::Contains("load_batch"));  // from the Python traceback
   CHECK_THAT(r.err, Catch::Contains("rank 1") || Catch::Contains("rank=1") || Catch::Contains("rank: 1"));
+}
+
+TEST_CASE("a traceback after init_process_group is prefixed with the rank once") {
+  if (!have_torch()) return;
+  TempDir dir;
+  auto r = run(
+      ddprun({"--standalone", "--nproc_per_node=2", "--stop_timeout=2", script("traceback_after_init.py")}),
+      dir.path(), worker_env(), 60s);
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  // torch 2.x writes "[rank1]: " before each traceback line itself (before: "[rank 1]:[rank1]: ...").
+  CHECK_THAT(r.err, Catch::Contains("\n[rank 1]:Traceback (most recent call last):\n"));
+  CHECK_THAT(r.err, Catch::Contains("\n[rank 1]:ValueError: corrupt batch 42 in shard 3\n"));
+  CHECK_THAT(r.err, !Catch::Contains("[rank1]:"));
 }
 
 TEST_CASE("torchrun uses ddp-rendezvousd as its c10d rendezvous store") {

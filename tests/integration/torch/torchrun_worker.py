@@ -3,7 +3,8 @@
 Joins the world with gloo and all_reduces rank + 1, so the sum is
 W * (W + 1) / 2 only when every rank of the world took part. Prints
   trdzv node=<NODE_NAME> pid=<pid> world=<W> rank=<R> group_rank=<G> sum=<S> restart=<N> ok t=<time>
-(every line ends with the wall-clock time, for reading the logs; WRONG instead of ok, and exit 1, on a wrong sum). Then, by WORKER_MODE:
+(every line ends with the wall-clock time, for reading the logs; WRONG instead of ok, and exit 1, on a
+wrong sum). Then, by WORKER_MODE:
   once  exits 0;
   hold  stays until HOLD_FILE exists (the test changes the membership meanwhile), exits 0;
   loop  all_reduces again every 20 ms until any rank sees HOLD_FILE (decided by the

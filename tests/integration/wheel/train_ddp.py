@@ -2,6 +2,7 @@
 as a pip user would write it. Prints one line per rank at the end. With
 HANG_RANK=N, rank N hangs in its "data" section at step 3 (the others wait in
 the all-reduce of their untimed "step" section)."""
+import gc
 import os
 import sys
 import time
@@ -41,6 +42,11 @@ def main() -> None:
     same = torch.allclose(w, model.module.weight.detach() * dist.get_world_size())
     print(f"trained rank={rank} world_size={dist.get_world_size()} same_weights={same} "
           f"liveness={'on' if liveness.enabled() else 'off'} python={sys.executable}", flush=True)
+    # torch 2.x can abort at exit ("terminate called without an active exception") when a DDP model
+    # outlives its process group (DDP's reducer holds a reference cycle): free the model before
+    # destroying the group.
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -23,6 +23,29 @@ ms() { date +%s%3N; }
 t0=$(ms)
 wheel=$("$src/scripts/build_wheel.sh" | tail -n 1)
 echo "wheel: $(basename "$wheel") $(($(stat -c %s "$wheel") / 1024)) KiB, built in $((($(ms) - t0) / 1000)) s"
+# The wheel's build reuses build/'s objects (ccache): each object both build
+# the same command line, run with ccache's base dir on the source tree
+# (cmake/DdpCcache.cmake), so the hash is the same whoever started build/
+# (before: build_wheel.sh's own CCACHE_BASEDIR only, and -Werror whatever
+# build/ had: 38 ccache hits of 470 in a fresh clone, 19 minutes).
+if [[ -f $src/build/build.ninja && -f $src/build-wheel/build.ninja ]] && command -v ninja >/dev/null; then
+  python3 - "$src/build" "$src/build-wheel" <<'PY' || fail "the wheel's build does not compile as build/ does (see above)"
+import json, subprocess, sys
+def objects(d):
+    out = subprocess.run(["ninja", "-C", d, "-t", "compdb"], capture_output=True, text=True, check=True).stdout
+    return {e["output"]: e["command"] for e in json.loads(out) if e.get("output", "").endswith(".o")}
+build, wheel = objects(sys.argv[1]), objects(sys.argv[2])
+shared = sorted(set(build) & set(wheel))
+differ = [o for o in shared if build[o] != wheel[o]]
+no_base = [o for o in shared if "ccache" in wheel[o] and "CCACHE_BASEDIR=" not in wheel[o]]
+print(f"wheel build: {len(shared)} of its {len(wheel)} objects also in build/; "
+      f"{len(differ)} with another command line, {len(no_base)} without ccache's base dir")
+for o in (differ + no_base)[:1]:
+    print(f"{o}:\n  build/:       {build[o]}\n  build-wheel/: {wheel[o]}")
+sys.exit(1 if differ or no_base or not shared else 0)
+PY
+fi
+
 # The tag tells the glibc it needs; no platform-less linux_ tag.
 [[ $(basename "$wheel") == ddprun-*-py3-none-manylinux_2_*_x86_64.whl ]] || fail "wheel tag: $wheel"
 
@@ -66,7 +89,8 @@ new_venv() {  # DIR [--system-site-packages]
   snapshot "$1" > "$1.before"
 }
 install() {  # VENV
-  local t=$(ms)
+  local t
+  t=$(ms)
   "$1/bin/pip" install --disable-pip-version-check --no-input -q --no-index --no-deps "$wheel" \
     || fail "pip install $wheel into $1"
   echo "installed into $(basename "$1") in $(($(ms) - t)) ms"

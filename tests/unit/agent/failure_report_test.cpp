@@ -22,6 +22,21 @@ TEST_CASE("torch's @record error file gives message, traceback and timestamp") {
   CHECK(content->timestamp == "1700000000");
 }
 
+TEST_CASE("an error file's exception type is read from extraInfo, and torch's has none") {
+  TempDir dir;
+  write_file(dir / "typed.json",
+             R"({"message": {"message": "ddp::MembershipChanged: left", "extraInfo": )"
+             R"({"py_callstack": "", "timestamp": "1", "error_type": "ddp::MembershipChanged"}}})");
+  const auto typed = read_error_file(dir / "typed.json").content;
+  REQUIRE(typed);
+  CHECK(typed->error_type == "ddp::MembershipChanged");
+  write_file(dir / "torch.json",
+             R"({"message": {"message": "ddp::MembershipChanged: quoted", "extraInfo": {}}})");
+  const auto torch = read_error_file(dir / "torch.json").content;
+  REQUIRE(torch);
+  CHECK(torch->error_type.empty());
+}
+
 TEST_CASE("the plain string form of an error file is accepted") {
   TempDir dir;
   write_file(dir / "error.json", R"({"message": "plain failure"})");
@@ -94,7 +109,7 @@ FailureReport sample() {
   first.signal = SIGSEGV;
   first.time = t0;
   first.error_file = "/logs/error.json";
-  first.error = ErrorFileContent{"RuntimeError: CUDA out of memory", "Traceback:\n  frame", "1"};
+  first.error = ErrorFileContent{"RuntimeError: CUDA out of memory", "Traceback:\n  frame", "1", ""};
   first.stderr_tail = {"about to crash", "last words"};
   r.failures = {late, first};
   return r;
@@ -140,7 +155,7 @@ TEST_CASE("a Python traceback in both the error file and stderr is printed once"
   auto& f = r.failures[1];
   f.error = ErrorFileContent{
       "ValueError: bad batch",
-      "Traceback (most recent call last):\n  File \"t.py\", line 3\nValueError: bad batch", "1"};
+      "Traceback (most recent call last):\n  File \"t.py\", line 3\nValueError: bad batch", "1", ""};
   f.stderr_tail = {"Traceback (most recent call last):", "  File \"t.py\", line 3", "ValueError: bad batch"};
   f.stderr_log = "/logs/stderr.log";
   const auto text = render_text(r);

@@ -1,10 +1,9 @@
-// HealthCheck (agent/src/health_check.hpp) on its own: what each check says,
-// and what the built-in checks cost on the launch path (a benchmark, printed).
+// HealthCheck (agent/src/health_check.hpp) on its own: what each check says.
+// What the built-in checks cost on the launch path is ddp-bench health's.
 #include "health_check.hpp"
 
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cstdio>
 
 #include "ddp/store/store_server.hpp"
 #include "ddp/store/tcp_store.hpp"
@@ -42,32 +41,18 @@ AgentConfig config() {
   return c;
 }
 
-double mean_us(HealthCheck& check, ddp::store::Store* store, int n) {
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < n; ++i) REQUIRE(check.run(store).healthy());
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / n;
-}
-
 }  // namespace
 
-TEST_CASE("the built-in health checks cost well under half a millisecond without GPUs or a command") {
+TEST_CASE("the built-in health checks pass on a node without GPUs or a command, with a --log_dir too") {
+  // What they cost is ddp-bench health's (docs/performance.md, "Health checks").
   LoopbackStore store;
   TempDir dir;
   auto cfg = config();
   HealthCheck check(cfg);
-  const auto first = std::chrono::steady_clock::now();
-  check.run(store.client.get());  // the first run also tries to load NVML
-  const double first_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - first).count();
-  const double store_us = mean_us(check, store.client.get(), 500);
+  CHECK(check.run(store.client.get()).healthy());  // the first run also tries to load NVML
+  CHECK(check.run(store.client.get()).healthy());
   cfg.log_dir = dir.path();
-  const double log_dir_us = mean_us(check, store.client.get(), 500);
-  std::printf(
-      "health checks: first run %.1f us (NVML load tried), then %.1f us per run (store round trip), "
-      "%.1f us with --log_dir\n",
-      first_us, store_us, log_dir_us);
-  // A bound far above the measurement: a benchmark, not a timing assertion.
-  CHECK(log_dir_us < 5000);
+  CHECK(check.run(store.client.get()).healthy());
 }
 
 TEST_CASE("check_dir names the flag, the path and what is wrong") {

@@ -1,4 +1,4 @@
-// The straggler rule (docs/agent.md, "Stragglers"): over factor x the job's
+// The straggler rule (docs/agent-diagnosis.md, "Stragglers"): over factor x the job's
 // median for N steps in a row, counted in the steps each look adds.
 #include "straggler_detector.hpp"
 

@@ -175,6 +175,134 @@ TEST_CASE("another worker's line first ends a streaming worker's unfinished line
   CHECK(console.drain() == "\r[rank 0]:step 1\n[rank 1]:hello\n\r[rank 0]:step 2\n");
 }
 
+TEST_CASE("torch 2.x's own [rankN]: before a traceback line is not shown twice") {
+  Console out, err;
+  WorkerOutputOptions o;
+  o.rank = 1;
+  o.console_out_fd = out.fds[1];
+  o.console_err_fd = err.fds[1];
+  {
+    WorkerOutput w(o);
+    // What torch's excepthook writes once the process group is up.
+    w.feed(StdStream::kErr, "[rank1]: Traceback (most recent call last):\n[rank1]:   File \"x.py\"\n\n");
+    w.feed(StdStream::kErr, "[rank1]: ValueError: bad\n[rank0]: not mine\n");
+    CHECK(err.drain() ==
+          "[rank 1]:Traceback (most recent call last):\n[rank 1]:  File \"x.py\"\n[rank 1]:\n"
+          "[rank 1]:ValueError: bad\n[rank 1]:[rank0]: not mine\n");
+    CHECK(w.stderr_tail().at(3) == "ValueError: bad");
+  }
+  // Streaming (a pty) the same; --no_prefix shows the lines as written.
+  StreamingWorker s(1);
+  CHECK(s.feed("[rank1]: Traceback\n") == "[rank 1]:Traceback\n");
+  o.prefix = "";
+  WorkerOutput raw(o);
+  raw.feed(StdStream::kErr, "[rank1]: ValueError: bad\n");
+  CHECK(err.drain() == "[rank1]: ValueError: bad\n");
+}
+
+TEST_CASE("two workers redrawing bars on a terminal redraw their own rows in place") {
+  Console console;
+  auto line = std::make_shared<ConsoleLine>();
+  line->set_size(40, 10);
+  WorkerOutputOptions a = streaming_to(console, 0);
+  a.console_line = line;
+  WorkerOutputOptions b = a;
+  b.rank = 1;
+  WorkerOutput wa(a), wb(b);
+  wa.feed(StdStream::kOut, "\r 10%");
+  wb.feed(StdStream::kOut, "\r 10%");  // ends rank 0's line: rank 0 keeps that row
+  CHECK(console.drain() == "\r[rank 0]: 10%\n\r[rank 1]: 10%");
+  // Rank 0's redraw goes one row up and comes back.
+  wa.feed(StdStream::kOut, "\r 20%");
+  CHECK(console.drain() ==
+        "\x1b"
+        "7\x1b[1A\r\x1b[2K\r[rank 0]: 20%\x1b"
+        "8");
+  wb.feed(StdStream::kOut, "\r 20%");  // the cursor's own row
+  CHECK(console.drain() == "\r[rank 1]: 20%");
+  // Rank 0 finishes its bar in place; a later line of its own starts a row.
+  wa.feed(StdStream::kOut, "\r100%\n");
+  CHECK(console.drain() ==
+        "\x1b"
+        "7\x1b[1A\r\x1b[2K\r[rank 0]:100%\x1b"
+        "8");
+  wa.feed(StdStream::kOut, "done\n");
+  CHECK(console.drain() == "\n[rank 0]:done\n");
+  // Rank 0's line ended rank 1's, whose row is now two up: its last redraw goes there.
+  wb.feed(StdStream::kOut, "\r100%\n");
+  CHECK(console.drain() ==
+        "\x1b"
+        "7\x1b[2A\r\x1b[2K\r[rank 1]:100%\x1b"
+        "8");
+}
+
+TEST_CASE("a row is not redrawn in place when it wrapped, scrolled off, or the redraw is no redraw") {
+  Console console;
+  auto line = std::make_shared<ConsoleLine>();
+  line->set_size(20, 4);
+  WorkerOutputOptions a = streaming_to(console, 0);
+  a.console_line = line;
+  WorkerOutputOptions b = a;
+  b.rank = 1;
+  b.stream_out = false;  // whole lines
+  WorkerOutput wa(a), wb(b);
+  SECTION("a line wider than the terminal below it is counted as two rows") {
+    wa.feed(StdStream::kOut, "\r 1%");
+    wb.feed(StdStream::kOut, std::string(30, 'x') + "\n");
+    console.drain();
+    wa.feed(StdStream::kOut, "\r 2%");
+    // The cursor is on a fresh row; the 30 columns took two rows; rank 0's is above them.
+    CHECK(console.drain() ==
+          "\x1b"
+          "7\x1b[3A\r\x1b[2K\r[rank 0]: 2%\x1b"
+          "8");
+  }
+  SECTION("past the screen's height the row has scrolled off: a new row") {
+    wa.feed(StdStream::kOut, "\r 1%");
+    for (int i = 0; i < 4; ++i) wb.feed(StdStream::kOut, "line\n");
+    console.drain();
+    wa.feed(StdStream::kOut, "\r 2%");
+    CHECK(console.drain() == "\r[rank 0]: 2%");
+  }
+  SECTION("a redraw wider than the terminal is written at the cursor") {
+    wa.feed(StdStream::kOut, "\r 1%");
+    wb.feed(StdStream::kOut, "line\n");
+    console.drain();
+    wa.feed(StdStream::kOut, "\r" + std::string(15, '#'));
+    CHECK(console.drain() == "\r[rank 0]:" + std::string(15, '#'));
+  }
+  SECTION("text that does not start with \\r starts a row of its own, prefixed") {
+    wa.feed(StdStream::kOut, "\r 1%");
+    wb.feed(StdStream::kOut, "line\n");
+    console.drain();
+    wa.feed(StdStream::kOut, "more\n");
+    CHECK(console.drain() == "[rank 0]:more\n");
+  }
+}
+
+TEST_CASE("a line cut by another worker's output does not leave an empty line when its newline comes") {
+  // python -u writes print()'s text and its '\n' apart: another rank's line
+  // can come in between. Before: a bare '\n' (an empty line; under --hosts,
+  // "HOST: " alone on stdout).
+  for (const int cols : {0, 80}) {
+    INFO("terminal columns " << cols);
+    Console console;
+    auto line = std::make_shared<ConsoleLine>();
+    line->set_size(cols, cols == 0 ? 0 : 24);
+    WorkerOutputOptions a = streaming_to(console, 0);
+    a.console_line = line;
+    WorkerOutputOptions b = a;
+    b.rank = 1;
+    WorkerOutput wa(a), wb(b);
+    wa.feed(StdStream::kOut, "out 0");
+    wb.feed(StdStream::kOut, "out 1");
+    wa.feed(StdStream::kOut, "\n");
+    wb.feed(StdStream::kOut, "\n");
+    wa.feed(StdStream::kOut, "next\n");
+    CHECK(console.drain() == "[rank 0]:out 0\n[rank 1]:out 1\n[rank 0]:next\n");
+  }
+}
+
 TEST_CASE("streaming puts the prefix before text only: a bare \\r or the \\n of \\r\\n gets none") {
   StreamingWorker w(0);
   // tqdm's first update starts with '\r': one prefix, not "[rank 0]:\r[rank 0]:".

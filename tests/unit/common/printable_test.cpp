@@ -42,3 +42,17 @@ TEST_CASE("printable escapes the backslash, so the result reads back to the same
   CHECK(printable("\\x1b") == "\\\\x1b");
   CHECK(printable("\x1b") != printable("\\x1b"));
 }
+
+TEST_CASE("terminal_safe leaves clean text alone, backslashes included, and escapes the rest whole") {
+  using ddp::needs_escape;
+  using ddp::terminal_safe;
+  CHECK(terminal_safe("C:\\dir and a\tb\nnext line Zürich") == "C:\\dir and a\tb\nnext line Zürich");
+  CHECK_FALSE(needs_escape("plain\n\ttext \\ with backslash"));
+  // Once anything is escaped, backslashes are too: the text decodes back whole.
+  CHECK(terminal_safe("a\\b \x1b[31mred\x07\nnext") == "a\\\\b \\x1b[31mred\\x07\nnext");
+  CHECK(needs_escape("cr\r"));
+  CHECK(needs_escape("\xff"));
+  CHECK(needs_escape("\xe2\x80\xae"));  // U+202E, a right-to-left override
+  CHECK(needs_escape("\xc2\x9b"));      // U+009B, a C1 CSI
+  CHECK(terminal_safe("") == "");
+}

@@ -109,7 +109,8 @@ TEST_CASE(
   write_file(f, R"({"role": ")" + std::string(2000000, 'x') + R"("})");
   CHECK(error_of({"--config", f, "x"}) == "--config " + f + " is 2000012 bytes; at most 1048576 are read");
   // nlohmann alone stops at a NUL: the key after it was read by the line scanner only.
-  write_file(f, std::string("{\"role\": \"a\"}\0{\"nnodes\": 1}", 29));
+  constexpr char kWithNul[] = "{\"role\": \"a\"}\0{\"nnodes\": 1}";
+  write_file(f, std::string(kWithNul, sizeof(kWithNul) - 1));
   CHECK(error_of({"--config", f, "x"}) == f + ":1: malformed JSON (a NUL byte at byte 14)");
   CHECK_THAT(error_of({"--config", (dir / "none.json").string(), "x"}),
              Catch::Contains("--config: cannot read '" + (dir / "none.json").string() + "'"));

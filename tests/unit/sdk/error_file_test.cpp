@@ -11,6 +11,14 @@ TEST_CASE("the error file has the layout of torch's @record") {
   CHECK(j["message"]["extraInfo"]["timestamp"] == "1700000000");  // a string, as torch writes it
 }
 
+TEST_CASE("the error file names the exception's type only when given") {
+  const auto typed = nlohmann::json::parse(
+      ddp::detail::error_file_json("ddp::MembershipChanged: left", "", 1, "ddp::MembershipChanged"));
+  CHECK(typed["message"]["extraInfo"]["error_type"] == "ddp::MembershipChanged");
+  const auto plain = nlohmann::json::parse(ddp::detail::error_file_json("boom", "", 1));
+  CHECK_FALSE(plain["message"]["extraInfo"].contains("error_type"));
+}
+
 TEST_CASE("invalid UTF-8 in a message still gives valid JSON") {
   const auto text = ddp::detail::error_file_json(std::string("bad \xff byte"), "", 1);
   CHECK_NOTHROW(nlohmann::json::parse(text));

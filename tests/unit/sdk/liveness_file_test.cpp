@@ -1,4 +1,4 @@
-// The worker side of the liveness file, byte for byte as docs/agent.md
+// The worker side of the liveness file, byte for byte as docs/agent-liveness.md
 // documents it for other languages: offsets, little-endian values, the
 // section slots, and the notify pipe.
 #include "ddp/common/liveness_file.hpp"
@@ -15,6 +15,8 @@
 #include <string>
 
 #include "ddp/heartbeat.hpp"
+#include "liveness_collectives.hpp"
+#include "work_state.hpp"
 
 namespace lv = ddp::liveness;
 namespace fs = std::filesystem;
@@ -57,6 +59,7 @@ TEST_CASE("heartbeats and sections land at the documented offsets and wake the a
   REQUIRE(reader >= 0);
   ::setenv("DDP_LIVENESS_FILE", file.c_str(), 1);
   ::setenv("DDP_LIVENESS_PIPE", pipe.c_str(), 1);
+  ::setenv("WORLD_SIZE", "4", 1);  // read with the file: collectives of a group of 4 are counted
 
   REQUIRE(ddp::liveness_enabled());
   auto bytes = file_bytes(file);
@@ -120,6 +123,36 @@ TEST_CASE("heartbeats and sections land at the documented offsets and wake the a
   CHECK(snap.slots[0].name == "step");
   CHECK(snap.slots[1].name == "checkpoint");
   CHECK(snap.section.empty());
+
+  // Collectives (bytes 88-123): nothing until a group of the whole job counts them.
+  CHECK(at<std::uint32_t>(bytes, 120) == 0);
+  CHECK_FALSE(ddp::detail::publish_collectives(2));  // a subgroup's numbers would not match
+  REQUIRE(ddp::detail::publish_collectives(4));
+  const auto first = ddp::detail::collective_issued(lv::CollectiveKind::kAllReduce);
+  const auto second = ddp::detail::collective_issued(lv::CollectiveKind::kBarrier);
+  CHECK(first == 1);
+  CHECK(second == 2);
+  ddp::detail::collective_completed(first);
+  bytes = file_bytes(file);
+  CHECK(at<std::uint32_t>(bytes, 120) == 1);
+  CHECK(at<std::uint64_t>(bytes, 88) == 2);      // issued
+  CHECK(at<std::uint64_t>(bytes, 96) == 1);      // completed
+  CHECK(at<std::uint8_t>(bytes, 104 + 1) == 1);  // #1: all_reduce
+  CHECK(at<std::uint8_t>(bytes, 104 + 2) == 5);  // #2: barrier
+  auto waiting = lv::read_snapshot(base);
+  CHECK(waiting.collectives_published);
+  CHECK(waiting.coll_issued == 2);
+  CHECK(waiting.coll_completed == 1);
+  CHECK(waiting.coll_waiting_kind == lv::CollectiveKind::kBarrier);
+  // A Work completing later reports its number when it does; one done already, at once.
+  auto pending = std::make_shared<ddp::Work::State>();
+  ddp::detail::WorkAccess::track(ddp::Work(pending), second);
+  CHECK(lv::read_snapshot(base).coll_completed == 1);
+  pending->complete();
+  CHECK(lv::read_snapshot(base).coll_completed == 2);
+  const auto third = ddp::detail::collective_issued(lv::CollectiveKind::kBroadcast);
+  ddp::detail::WorkAccess::track(ddp::Work(), third);
+  CHECK(lv::read_snapshot(base).coll_completed == 3);
 
   ::close(reader);
   ::munmap(base, lv::kFileSize);

@@ -76,6 +76,10 @@ TEST_CASE("a job with no leased key is reclaimed once idle, one with a lease is 
                                          "/done/rdzv/round_0/seq", "/done/worker/round_0/init"});
   CHECK(r.reclaimed_jobs() == 1);
   CHECK(r.jobs() == 1);  // "live" stays watched
+  // The job log's line, and its history goes too once its keys are deleted:
+  // the dispatcher asks for these.
+  CHECK(r.take_reclaimed_runs() == std::vector<std::pair<std::string, std::size_t>>{{"done", 4}});
+  CHECK(r.take_reclaimed_runs().empty());
   CHECK(r.idle_jobs(core.kv(), t0 + 5000ms).empty());
 }
 

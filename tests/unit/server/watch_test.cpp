@@ -160,3 +160,51 @@ TEST_CASE("visiting the history streams one revision at a time and can stop and 
   CHECK(*next == 5);  // past the end: a live watch takes over from here
   CHECK(frames == std::vector<std::pair<Revision, std::size_t>>{{4, 1}});
 }
+
+TEST_CASE("a forgotten prefix leaves the history, and watches that overlap it from before are compacted") {
+  StoreCore core;
+  const auto now = ddp::Clock::now();
+  core.execute({Op::kSet, 1, 0, 0, {"/done/rdzv/a"}, {std::string(1000, 'x')}}, now);   // 1
+  core.execute({Op::kSet, 2, 0, 0, {"/live/rdzv/a"}, {"1"}}, now);                      // 2
+  core.execute({Op::kSet, 3, 0, 0, {"/done/agent/s"}, {std::string(1000, 'y')}}, now);  // 3
+  core.execute({Op::kDelete, 4, 0, 0, {"/done/rdzv/a", "/done/agent/s"}, {}}, now);     // 4
+  core.execute({Op::kSet, 5, 0, 0, {"/live/rdzv/b"}, {"2"}}, now);                      // 5
+  auto& h = core.history();
+  const auto bytes_before = h.bytes();
+  h.forget("/done/rdzv/", 4);
+  h.forget("/done/agent/", 4);
+  CHECK(h.size() == 2);  // the live job's two puts
+  CHECK(h.bytes() < bytes_before - 2000);
+  CHECK(h.forgotten() == 2);
+  CHECK(h.compacted_revision() == 0);
+  // Another job's watch replays from the start as before.
+  REQUIRE(core.history_since("/live/", 1));
+  CHECK(core.history_since("/live/", 1)->size() == 2);
+  // A watch in, or around, a forgotten prefix from before it went is compacted;
+  // from after it is not.
+  for (const char* prefix : {"/done/rdzv/", "/done/rdzv/a", "/done/", "/", ""}) {
+    INFO(prefix);
+    CHECK(h.compacted_for(prefix) == 4);
+    CHECK_FALSE(core.history_since(prefix, 4));
+    CHECK(core.history_since(prefix, 5));
+  }
+  CHECK(h.compacted_for("/live/") == 0);
+  CHECK(h.compacted_for("/done/worker/") == 0);
+}
+
+TEST_CASE("past kMaxForgotten forgotten prefixes the oldest folds into an ordinary compaction") {
+  StoreCore core;
+  const auto now = ddp::Clock::now();
+  auto& h = core.history();
+  for (std::size_t i = 0; i <= EventHistory::kMaxForgotten; ++i) {
+    const std::string key = "/job" + std::to_string(i) + "/rdzv/k";
+    core.execute({Op::kSet, 1, 0, 0, {key}, {"v"}}, now);
+    core.execute({Op::kSet, 2, 0, 0, {"/other/" + std::to_string(i)}, {"v"}}, now);
+    h.forget("/job" + std::to_string(i) + "/rdzv/", core.revision());
+  }
+  CHECK(h.forgotten() == EventHistory::kMaxForgotten);
+  CHECK(h.compacted_revision() == 2);  // the first job's forget
+  CHECK(h.compacted_for("/job0/rdzv/") == 2);
+  CHECK(h.compacted_for("/other/") == 2);
+  CHECK(h.size() == EventHistory::kMaxForgotten);  // the other puts after revision 2
+}

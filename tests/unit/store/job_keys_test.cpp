@@ -33,6 +33,17 @@ TEST_CASE("a worker key's round is read from the part after the worker root", "[
   CHECK_FALSE(worker_round_of("round_x/y"));
 }
 
+TEST_CASE("a round's key splits into its round and what follows, and nothing else does", "[job_keys]") {
+  const auto part = round_part_of("round_3/node/0");
+  REQUIRE(part);
+  CHECK(part->round == 3);
+  CHECK(part->what == "node/0");
+  CHECK_FALSE(round_part_of("round_3"));
+  CHECK_FALSE(round_part_of("round_x/closed"));
+  CHECK_FALSE(round_part_of("closed"));
+  CHECK(rounds_roots("job") == std::vector<std::string>{"/job/rdzv/round_", "/job/worker/round_"});
+}
+
 TEST_CASE("only a round pointer key names a run", "[job_keys]") {
   CHECK(run_of_round_pointer(round_pointer_key("job-1")) == "job-1");
   CHECK_FALSE(run_of_round_pointer("/rdzv/round"));
@@ -71,4 +82,18 @@ TEST_CASE("status record and stragglers keys parse back to their run, and nothin
   CHECK_FALSE(run_of_stragglers(status));
   CHECK_FALSE(run_of_stragglers("/job/agent/stragglers/x"));
   CHECK_FALSE(run_of_stragglers("/job/rdzv/stragglers"));
+}
+
+TEST_CASE("a round's re-form keys lie under its worker prefix, as docs/reform.md lays them out",
+          "[job_keys]") {
+  const auto r = reform_prefix(worker_prefix("job", 2));
+  CHECK(r == "/job/worker/round_2/reform/");
+  CHECK(reform_generation_key(r) == r + "generation");
+  CHECK(reform_size_key(r) == r + "size");
+  CHECK(reform_lost_key(r, 3) == r + "lost/3");
+  CHECK(reform_generation_prefix(r, 4) == r + "g4/");
+  CHECK(reform_members_key(r, 4) == r + "g4/members");
+  CHECK(reform_joined_key(r, 0) == r + "g0/joined");
+  CHECK(reform_full_key(r, 4) == r + "g4/full");
+  CHECK(round_of(*job_key_of(reform_full_key(r, 4))) == 2);
 }

@@ -208,3 +208,66 @@ TEST_CASE("malformed or oversized delete runs are refused") {
   encode_response(resp, frame);
   CHECK_THROWS_AS(decode_response(body_of(frame), Limits{}), ddp::ProtocolError);
 }
+
+TEST_CASE("an EVENT frame's delete runs may stand for no more keys than the frame could carry plain") {
+  // The forged frame: 200 valid items of 65,536 keys each, 13.1M keys in about 3 KB.
+  Response forged;
+  forged.status = Status::kEvent;
+  for (int i = 0; i < 200; ++i) {
+    Item item;
+    item.kind = ItemKind::kDeleteRuns;
+    item.key = "k/";
+    item.value = "0-65535";
+    forged.items.push_back(item);
+  }
+  std::string frame;
+  encode_response(forged, frame);
+  CHECK(frame.size() < 8192);
+  try {
+    decode_response(body_of(frame), Limits{});
+    FAIL("the forged frame was accepted");
+  } catch (const ddp::ProtocolError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("delete runs stand for more keys than a frame of 83886080 bytes"));
+  }
+
+  // What a server sends for a mass expiry of 100,000 node records fits.
+  std::vector<Item> deletions;
+  for (int i = 0; i < 100000; ++i)
+    deletions.push_back(deletion("/job/rdzv/round_3/node/" + std::to_string(i)));
+  Response real;
+  real.status = Status::kEvent;
+  real.items = compact_deletions(deletions);
+  std::string plain_frame;
+  Response plain;
+  plain.status = Status::kEvent;
+  plain.items = deletions;
+  encode_response(plain, plain_frame);
+  frame.clear();
+  encode_response(real, frame);
+  const auto decoded = decode_response(body_of(frame), Limits{});
+  std::uint64_t keys = 0;
+  for (const auto& item : decoded.items) keys += deletions_in(item);
+  CHECK(keys == 100000);
+
+  // The bound is the plain frame's size: a limit one byte below it refuses the runs.
+  std::uint64_t expanded = body_of(frame).size();
+  for (const auto& item : real.items) expanded += plain_deletion_bytes(item);
+  CHECK(expanded >= body_of(plain_frame).size());
+  Limits tight;
+  tight.max_frame_bytes = static_cast<std::uint32_t>(expanded);
+  CHECK_NOTHROW(decode_response(body_of(frame), tight));
+  tight.max_frame_bytes = static_cast<std::uint32_t>(expanded - 1);
+  CHECK_THROWS_AS(decode_response(body_of(frame), tight), ddp::ProtocolError);
+}
+
+TEST_CASE("plain_deletion_bytes counts each key's header, stem and digits") {
+  Item item;
+  item.kind = ItemKind::kDeleteRuns;
+  item.key = "n/";
+  item.value = "8-11,100";
+  // 8, 9 (1 digit), 10, 11 (2), 100 (3): 5 keys x (17 + 2) + 1 + 1 + 2 + 2 + 3.
+  CHECK(plain_deletion_bytes(item) == 5 * 19 + 9);
+  item.value = "999999999999999999";
+  CHECK(plain_deletion_bytes(item) == 19 + 18);
+  CHECK(plain_deletion_bytes(deletion("n/1")) == 0);
+}
