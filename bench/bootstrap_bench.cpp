@@ -306,8 +306,10 @@ int bootstrap_main(int argc, char** argv) {
     const std::size_t need = sim_fds_needed(n, per_rank);
     if (need > fd_limit) {
       std::printf(
-          "bootstrap server=%s dialect=%d ranks=%d skipped: needs %zu file descriptors, the limit is %zu\n",
-          o.label.c_str(), o.dialect, n, need, fd_limit);
+          "bootstrap server=%s dialect=%d ranks=%d skipped: needs %zu file descriptors, the limit is %zu; "
+          "%s\n",
+          o.label.c_str(), o.dialect, n, need, fd_limit,
+          fd_shortfall_hint(!o.endpoint.empty(), need).c_str());
       continue;
     }
     run_once(o, where, n, seq++);

@@ -288,8 +288,9 @@ int expiry_main(int argc, char** argv) {
   int seq = 0;
   for (int n : o.agents) {
     if (sim_fds_needed(n + 1, per_agent) > fd_limit) {
-      std::printf("%8d  skipped: needs %zu file descriptors, the limit is %zu; pass --endpoint\n", n,
-                  sim_fds_needed(n + 1, per_agent), fd_limit);
+      const auto need = sim_fds_needed(n + 1, per_agent);
+      std::printf("%8d  skipped: needs %zu file descriptors, the limit is %zu; %s\n", n, need, fd_limit,
+                  fd_shortfall_hint(!o.endpoint.empty(), need).c_str());
       continue;
     }
     run_once(o, target.where, n, seq++);

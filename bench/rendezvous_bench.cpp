@@ -428,10 +428,9 @@ int rendezvous_main(int argc, char** argv) {
   int seq = 0;
   for (int n : o.agents) {
     if (sim_fds_needed(n, per_agent) > fd_limit) {
-      std::printf(
-          "%8d  skipped: needs %zu file descriptors, the limit is %zu; run ddp-rendezvousd "
-          "and pass --endpoint (one fd per agent here)\n",
-          n, sim_fds_needed(n, per_agent), fd_limit);
+      const auto need = sim_fds_needed(n, per_agent);
+      std::printf("%8d  skipped: needs %zu file descriptors, the limit is %zu; %s\n", n, need, fd_limit,
+                  fd_shortfall_hint(!o.endpoint.empty(), need).c_str());
       continue;
     }
     run_once(o, where, n, seq++);

@@ -56,6 +56,19 @@ inline std::size_t sim_fds_needed(int n, std::size_t per_client) {
   return static_cast<std::size_t>(n) * per_client + 256;
 }
 
+// What a run skipped for want of `need` file descriptors says to do: with an
+// in-process server (no --endpoint), the server's end of every connection
+// counts here too, so a daemon halves the need; with --endpoint given, only
+// a higher limit helps.
+inline std::string fd_shortfall_hint(bool endpoint_given, std::size_t need) {
+  const std::string raise =
+      "raise the open-file limit to " + std::to_string(need) + " (ulimit -n; -Hn as root, or LimitNOFILE)";
+  if (endpoint_given) return raise;
+  return "run ddp-rendezvousd and pass --endpoint (the in-process server holds the other end of each "
+         "connection), or " +
+         raise;
+}
+
 // Checks that every count given to `flag` is at least 1 and raises the
 // open-file limit for the largest; returns the limit in force.
 inline std::size_t raise_fd_limit_for(const std::vector<int>& counts, const std::string& flag,

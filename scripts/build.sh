@@ -5,11 +5,11 @@ cd "$(dirname "$0")/.."
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 # ccache, when there is one (scripts/setup.sh installs it): the wheel's build of
-# the same sources (scripts/build_wheel.sh, build-wheel/) then costs little.
+# the same sources (scripts/build_wheel.sh, build-wheel/) then costs little
+# (cmake/DdpCcache.cmake sets its base dir in every compile).
 launcher=()
 if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 fi
 if [[ ! -f build/CMakeCache.txt ]]; then
   cmake -S . -B build "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release "$@"

@@ -18,14 +18,23 @@ fi
 out=build-wheel
 rm -rf "$out/wheel-raw" "$out/dist"
 mkdir -p "$out/wheel-raw" "$out/dist"
-export CMAKE_ARGS="${CMAKE_ARGS:-} -DDDP_WERROR=ON"
+# The flags build/ compiles with, so that ccache hands the wheel's build the
+# objects build/ already made: its DDP_WERROR (OFF after scripts/demo.sh, ON
+# after scripts/test.sh), ON (as CI) without a build/.
+werror=ON
+if [[ -f build/CMakeCache.txt ]]; then
+  werror=$(sed -n 's/^DDP_WERROR:BOOL=//p' build/CMakeCache.txt)
+  werror=${werror:-OFF}
+fi
+export CMAKE_ARGS="${CMAKE_ARGS:-} -DDDP_WERROR=$werror"
 # The compiler CMake picks by itself (as for build/), not the one Python was
 # built with, which pip would pass on.
 export CC=${CC:-cc} CXX=${CXX:-c++}
-# ccache, when there is one, makes a rebuild after a clean checkout cheap.
+# ccache, when there is one: build/'s objects serve the wheel's build
+# (cmake/DdpCcache.cmake gives every compile the source tree as ccache's base
+# dir, and build-wheel/ is at build/'s depth, so the command lines match).
 if command -v ccache >/dev/null 2>&1; then
   export CMAKE_ARGS="${CMAKE_ARGS:-} -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 fi
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 # No build isolation: the backend is the pinned one in $tools, not a fresh

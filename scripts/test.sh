@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test but the gpu ones; then two
 # smaller sanitized builds with clang: ASan+UBSan and libFuzzer (build-san/) of
-# the store and server, running their unit tests, the daemon and store
-# integration tests and a bounded fuzz run of each target (the store's wire, and
+# the store, server, rendezvous, agent, launcher and worker SDK, running their
+# unit tests, the daemon and store integration tests and a bounded fuzz run of each target (the store's wire, and
 # every reader of outside JSON with the few files around it); and TSan
 # (build-tsan/) of the threaded parts (store server and client, rendezvous,
-# agent), running their unit tests and the daemon and store integration tests. Any sanitizer
+# agent, launcher, worker SDK), running their unit tests and the daemon and store integration tests. Any sanitizer
 # report aborts its process and fails the run. Prints how long each stage took.
 # Exit status: non-zero on any failure. DDP_SKIP_SANITIZE=1 skips both
 # sanitized stages, DDP_SKIP_TSAN=1 only the TSan one.
@@ -16,7 +16,7 @@ stage() {  # prints how long the previous stage took
   echo "test.sh: $1 took $((SECONDS - stage_start)) s (total $SECONDS s)"
   stage_start=$SECONDS
 }
-scripts/setup.sh
+scripts/setup.sh --torch2  # the torch2 tests need torch 2.x in .venv
 scripts/build.sh -DDDP_WERROR=ON  # a warning in our code fails CI
 stage "setup + build"
 # --timeout guards tests that forgot their own TIMEOUT property.
@@ -38,13 +38,14 @@ san_targets=(ddp_unit_protocol ddp_unit_server ddp_unit_store ddp_unit_torch_cod
              ddp_integration_daemon ddp_integration_store ddp-rendezvousd ddp-store
              fuzz_native_codec fuzz_torch_codec fuzz_dispatcher
              fuzz_json_input fuzz_error_file fuzz_agent_lines fuzz_status_record fuzz_rdzv_record
-             fuzz_config_files fuzz_etcd_reply fuzz_metrics_http fuzz_guard_request)
+             fuzz_config_files fuzz_etcd_reply fuzz_metrics_http fuzz_guard_request
+             ddp_unit_rdzv ddp_unit_agent ddp_unit_launcher ddp_unit_sdk)
 cmake --build build-san --parallel "$(nproc)" --target "${san_targets[@]}"
 stage "sanitized build"
 export ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_string_checks=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 (cd build-san && ctest --output-on-failure --parallel "$(nproc)" --timeout 300 \
-  -R '^(ddp_unit_(protocol|server|store|torch_codec)|ddp_integration_(daemon|store)):|^fuzz_')
+  -R '^(ddp_unit_(protocol|server|store|torch_codec|rdzv|agent|launcher|sdk)|ddp_integration_(daemon|store)):|^fuzz_')
 stage "sanitized ctest (unit, daemon/store integration, fuzz)"
 
 if [[ ${DDP_SKIP_TSAN:-0} == 1 ]]; then exit 0; fi
@@ -55,16 +56,17 @@ if [[ ${DDP_SKIP_TSAN:-0} == 1 ]]; then exit 0; fi
 cmake -S . -B build-tsan "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DDDP_SANITIZE=thread -DDDP_WITH_NCCL=OFF -DDDP_WITH_GLOO=OFF >/dev/null
-# Only the threaded parts (store server and client, rendezvous, agent), so
+# Only the threaded parts (store server and client, rendezvous, agent,
+# launcher, the SDK's op thread), so
 # that the stage costs minutes on 2 cores, not a second full build.
 tsan_targets=(ddp_unit_common ddp_unit_protocol ddp_unit_server ddp_unit_store ddp_unit_torch_codec
-              ddp_unit_rdzv ddp_unit_agent ddp_integration_daemon ddp_integration_store)
+              ddp_unit_rdzv ddp_unit_agent ddp_unit_launcher ddp_unit_sdk ddp_integration_daemon ddp_integration_store)
 cmake --build build-tsan --parallel "$(nproc)" --target "${tsan_targets[@]}"
 stage "TSan build"
 export TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan-suppressions.txt"
 # The daemon's memory-bound test (1000 writes of 1 MiB) is a load test: under
 # TSan it outlasts its timeout without telling anything about threads.
 (cd build-tsan && ctest --output-on-failure --parallel "$(nproc)" --timeout 300 \
-  -R '^(ddp_unit_(common|protocol|server|store|torch_codec|rdzv|agent)|ddp_integration_(daemon|store)):' \
+  -R '^(ddp_unit_(common|protocol|server|store|torch_codec|rdzv|agent|launcher|sdk)|ddp_integration_(daemon|store)):' \
   -E 'under its memory bound')
 stage "TSan ctest (threaded units, daemon/store integration)"

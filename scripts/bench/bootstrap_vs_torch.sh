@@ -52,13 +52,13 @@ for n in "${counts[@]}"; do
   for ((r = 0; r < repeat; r++)); do
     order=(torch ddp); ((r % 2)) && order=(ddp torch)
     for s in "${order[@]}"; do
-      line="$("$build/bin/ddp-bench" bootstrap --ranks "$n" --endpoint "${endpoint[$s]}" --label "$s" --timeout "$timeout" \
+      line="$("$build/bin/ddp-bench" bootstrap --ranks "$n" --endpoint "${server_endpoint[$s]}" --label "$s" --timeout "$timeout" \
         --server-pid "${server_pid[$s]}" "${dialect[@]}")"
       echo "$line"
       echo "$line" >>"$tmp/$s.runs"
     done
     if ((${#dialect[@]} == 0)); then  # with torch 2.x the runs above already use its protocol
-      line="$("$build/bin/ddp-bench" bootstrap --ranks "$n" --endpoint "${endpoint[ddp]}" --label ddp --dialect 2 \
+      line="$("$build/bin/ddp-bench" bootstrap --ranks "$n" --endpoint "${server_endpoint[ddp]}" --label ddp --dialect 2 \
         --server-pid "${server_pid[ddp]}")"
       echo "$line"
       echo "$line" >>"$tmp/ddp2.runs"

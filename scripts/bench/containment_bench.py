@@ -68,7 +68,10 @@ def wait_for(pred, timeout):
 
 def summary(name, xs):
     xs = sorted(xs)
-    print("%-52s median %8.1f ms  (min %.1f, max %.1f, n=%d)" % (name, statistics.median(xs), xs[0], xs[-1], len(xs)))
+    print(
+        "%-52s median %8.1f ms  (min %.1f, max %.1f, n=%d)"
+        % (name, statistics.median(xs), xs[0], xs[-1], len(xs))
+    )
 
 
 def orphans(reps):
@@ -80,9 +83,15 @@ def orphans(reps):
                 f.write(WORKER)
             tag = uuid.uuid4().hex
             env = dict(os.environ, DDP_BENCH_TAG=tag, MARKS=d)
-            p = subprocess.Popen([os.path.join(BIN, "ddprun"), "--nproc_per_node=8", "--no_python", "/bin/sh", script],
-                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if not wait_for(lambda: all(os.path.exists(os.path.join(d, "ready_%d" % r)) for r in range(8)), 60):
+            p = subprocess.Popen(
+                [os.path.join(BIN, "ddprun"), "--nproc_per_node=8", "--no_python", "/bin/sh", script],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            if not wait_for(
+                lambda: all(os.path.exists(os.path.join(d, "ready_%d" % r)) for r in range(8)), 60
+            ):
                 p.kill()
                 sys.exit("workers did not start")
             n = len(tagged(tag))
@@ -100,21 +109,52 @@ def silent(reps, interval, attempts):
     for _ in range(reps):
         with tempfile.TemporaryDirectory() as d:
             port_file = os.path.join(d, "port")
-            daemon = subprocess.Popen([os.path.join(BIN, "ddp-rendezvousd"), "--host", "127.0.0.1", "--port", "0",
-                                       "--port-file", port_file, "--log-level", "warn"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            daemon = subprocess.Popen(
+                [
+                    os.path.join(BIN, "ddp-rendezvousd"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--port-file",
+                    port_file,
+                    "--log-level",
+                    "warn",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             wait_for(lambda: os.path.exists(port_file) and open(port_file).read().strip(), 10)
             port = open(port_file).read().strip()
             pids = os.path.join(d, "pids")
             env = dict(os.environ, FAKE_HANG="1", FAKE_PID_FILE=pids)
             for k in ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_STANDALONE"):
                 env.pop(k, None)
-            conf = "keep_alive_interval=%s,keep_alive_max_attempt=%d,last_call_timeout=0.2" % (interval, attempts)
-            agent = subprocess.Popen([os.path.join(BIN, "ddprun"), "--nnodes=1", "--nproc_per_node=2",
-                                      "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + port, "--rdzv_id=bench",
-                                      "--rdzv_conf=" + conf, os.path.join(BIN, "fake_worker")],
-                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            started = lambda: [int(l.split()[0]) for l in open(pids) if " start " in l] if os.path.exists(pids) else []
+            conf = "keep_alive_interval=%s,keep_alive_max_attempt=%d,last_call_timeout=0.2" % (
+                interval,
+                attempts,
+            )
+            agent = subprocess.Popen(
+                [
+                    os.path.join(BIN, "ddprun"),
+                    "--nnodes=1",
+                    "--nproc_per_node=2",
+                    "--rdzv_backend=c10d",
+                    "--rdzv_endpoint=127.0.0.1:" + port,
+                    "--rdzv_id=bench",
+                    "--rdzv_conf=" + conf,
+                    os.path.join(BIN, "fake_worker"),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+            def started():
+                if not os.path.exists(pids):
+                    return []
+                return [int(line.split()[0]) for line in open(pids) if " start " in line]
+
             if not wait_for(lambda: len(started()) == 2, 30):
                 sys.exit("workers did not start")
             workers = started()

@@ -71,8 +71,19 @@ class Job:
     def __init__(self, work, conf, nproc=2, max_restarts=0, nnodes="2:2", names=("a", "b")):
         self.work = work
         portfile = os.path.join(work, "port")
-        self.daemon = subprocess.Popen([os.path.join(BIN, "ddp-rendezvousd"), "--host", "127.0.0.1", "--port", "0",
-                                        "--port-file", portfile, "--log-level", "warn"])
+        self.daemon = subprocess.Popen(
+            [
+                os.path.join(BIN, "ddp-rendezvousd"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--port-file",
+                portfile,
+                "--log-level",
+                "warn",
+            ]
+        )
         wait_for(lambda: os.path.exists(portfile) and open(portfile).read().strip(), 10, 0.001)
         endpoint = "127.0.0.1:" + open(portfile).read().strip()
         self.agents, self.pidfiles = [], []
@@ -228,9 +239,18 @@ def e2e_once(launcher, extra, native=False):
             base = [os.path.join(BIN, "ddprun"), "--log_level=warn"]
         else:
             base = ["/usr/bin/python3", os.path.join(ROOT, "scripts", "torchrun_compat.py")]
-        argv = base + ["--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
-                       "--rdzv_id=e2e"] + extra + ["--no_python", "/bin/sh" if native else "/usr/bin/python3",
-                                                   script, work]
+        argv = (
+            base
+            + [
+                "--nnodes=2",
+                "--nproc_per_node=2",
+                "--rdzv_backend=c10d",
+                "--rdzv_endpoint=" + endpoint,
+                "--rdzv_id=e2e",
+            ]
+            + extra
+            + ["--no_python", "/bin/sh" if native else "/usr/bin/python3", script, work]
+        )
         env = dict(os.environ, DDP_STORE=os.path.join(BIN, "ddp-store"))
         for k in ("PET_NNODES", "PET_NPROC_PER_NODE", "OMP_NUM_THREADS"):
             env.pop(k, None)
@@ -278,15 +298,28 @@ def main():
         print("restart (--nnodes=2:3, last_call_timeout=5): worker killed on A -> A and B run replacements:",
               summary(total), flush=True)
         if rdzv:
-            print("  of which, per agent (event log 'startup'): rendezvous", summary(rdzv), "; spawn of 2 workers",
-                  summary(spawn), flush=True)
+            print(
+                "  of which, per agent (event log 'startup'): rendezvous",
+                summary(rdzv),
+                "; spawn of 2 workers",
+                summary(spawn),
+                flush=True,
+            )
     if "reform" in a.what:
-        print("reform (--nnodes=2:4, 3 agents, last_call_timeout=5): agent C kill -9 -> A and B run the world of 2:",
-              summary(reform(a.reps)), flush=True)
+        print(
+            "reform (--nnodes=2:4, 3 agents, last_call_timeout=5): "
+            "agent C kill -9 -> A and B run the world of 2:",
+            summary(reform(a.reps)),
+            flush=True,
+        )
     if "e2e" in a.what:
         started, done = e2e(a.reps, "ddprun", [], native=True)
-        print("e2e ddprun c10d, sh + ddp-store worker: launch -> 4 workers started: %s; launch -> barrier done: %s"
-              % (summary(started), summary(done)), flush=True)
+        print(
+            "e2e ddprun c10d, sh + ddp-store worker: "
+            "launch -> 4 workers started: %s; launch -> barrier done: %s"
+            % (summary(started), summary(done)),
+            flush=True,
+        )
         for name, launcher, extra, reps in (("ddprun c10d", "ddprun", [], a.reps),
                                             ("torchrun c10d", "torchrun", [], a.torch_reps),
                                             ("torchrun c10d --monitor_interval=0.1", "torchrun",

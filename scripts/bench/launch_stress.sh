@@ -10,7 +10,7 @@
 # --max_restarts=300, each expected to end with "restarts=300/300".
 # Uses $BUILD_DIR/bin/ddprun (default build/). Prints one line per part.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 ddprun=${BUILD_DIR:-build}/bin/ddprun
 launches=${1:-2000}
 restart_runs=${2:-20}

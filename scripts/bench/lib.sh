@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The common start of the bench drivers in scripts/bench, sourced by each
 # (`source "$(dirname "$0")/lib.sh"`) right after its `set -euo pipefail`.
 # Sets here (this folder), root (the checkout), build (BUILD_DIR, default
@@ -76,10 +77,11 @@ wait_port() {  # file what
 }
 
 # ddp-rendezvousd and PyTorch's own TCPStore server (torch_tcpstore_server.py
-# in $python), both on 127.0.0.1 with a free port: endpoint[ddp|torch] is
+# in $python), both on 127.0.0.1 with a free port: server_endpoint[ddp|torch] is
 # each one's host:port, server_pid[ddp|torch] its pid.
+# shellcheck disable=SC2034  # server_endpoint and server_pid are read by the sourcing script
 start_store_servers() {
-  declare -gA endpoint server_pid
+  declare -gA server_endpoint server_pid
   "$build/bin/ddp-rendezvousd" --host 127.0.0.1 --port 0 --port-file "$tmp/ddp.port" --log-level warn \
     >"$tmp/ddp.log" 2>&1 &
   pids+=($!)
@@ -89,8 +91,8 @@ start_store_servers() {
   server_pid[torch]=$!
   wait_port "$tmp/ddp.port" ddp-rendezvousd
   wait_port "$tmp/torch.port" "torch TCPStore server"
-  endpoint[ddp]="127.0.0.1:$(cat "$tmp/ddp.port")"
-  endpoint[torch]="127.0.0.1:$(cat "$tmp/torch.port")"
+  server_endpoint[ddp]="127.0.0.1:$(cat "$tmp/ddp.port")"
+  server_endpoint[torch]="127.0.0.1:$(cat "$tmp/torch.port")"
 }
 
 # The median of the numbers on stdin, one a line; "nan" for none.

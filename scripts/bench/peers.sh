@@ -10,7 +10,7 @@
 #   hang      a rank stops -> killed by the launcher's watchdog (FileTimer, heartbeats)
 # ddprun also runs with --preload torch, and with each worker in a session of its
 # own (setsid), as torchrun's and ft_launcher's are; --hogs N adds N busy loops.
-# Torch and ft_launcher come from .venv (scripts/setup.sh makes it with the
+# Torch and ft_launcher come from .venv (scripts/setup.sh --torch2 makes it with the
 # pinned torch 2.x; this script adds scripts/requirements-peers.txt when
 # missing). Usage:
 #   BUILD_DIR=build scripts/bench/peers.sh [launch] [failure] [nodekill] [nodekill-tuned] [hang]
@@ -25,7 +25,7 @@ for f in ddprun ddp-guard; do
   [[ -x $BUILD_DIR/bin/$f ]] || { echo "peers.sh: missing $BUILD_DIR/bin/$f: build it first (BUILD_DIR=$BUILD_DIR)" >&2; exit 2; }
 done
 "$venv/bin/python" -c 'import torch' 2>/dev/null ||
-  { echo "peers.sh: $venv/bin/python cannot import torch: run scripts/setup.sh (it makes $venv with torch 2.x)" >&2; exit 2; }
+  { echo "peers.sh: $venv/bin/python cannot import torch: run scripts/setup.sh --torch2 (it makes $venv with torch 2.x)" >&2; exit 2; }
 want=$(sed -n 's/^nvidia-resiliency-ext==//p' "$requirements")
 have_ft() {
   "$venv/bin/python" -c "import sys, importlib.metadata as m

@@ -127,7 +127,9 @@ def events(path):
             for line in f:
                 parts = line.split()
                 if len(parts) >= 2:
-                    out.append((parts[0], int(parts[1]), dict(p.split("=", 1) for p in parts[2:] if "=" in p)))
+                    out.append(
+                        (parts[0], int(parts[1]), dict(p.split("=", 1) for p in parts[2:] if "=" in p))
+                    )
     except FileNotFoundError:
         pass
     return out
@@ -196,19 +198,31 @@ class Bench:
         evs = events(ev)
         first, running = last(evs, "first_step", 2), last(evs, "start", 2)
         if rc != 0 or first is None:
-            self.fail("launch", launcher, "%s, %s first_step lines" % (exited(rc), sum(e[0] == "first_step" for e in evs)),
-                      run)
+            self.fail(
+                "launch",
+                launcher,
+                "%s, %s first_step lines" % (exited(rc), sum(e[0] == "first_step" for e in evs)),
+                run,
+            )
             if first is None:
                 return None
-        return {"running": (running - t0) / 1e6, "first_step": (first - t0) / 1e6, "exit": (t_exit - t0) / 1e6,
-                "rc": rc}
+        return {
+            "running": (running - t0) / 1e6,
+            "first_step": (first - t0) / 1e6,
+            "exit": (t_exit - t0) / 1e6,
+            "rc": rc,
+        }
 
     # -- worker failure -> replacement's first collective ---------------------
     def failure(self, launcher, rep):
         work = self.workdir("failure", launcher, rep)
         ev = os.path.join(work, "events")
-        run = Run(work, launcher, LAUNCHERS[launcher]() + ["--standalone", "--nproc_per_node=2", "--max_restarts=1",
-                                                        TRAIN, "fail", ev])
+        run = Run(
+            work,
+            launcher,
+            LAUNCHERS[launcher]()
+            + ["--standalone", "--nproc_per_node=2", "--max_restarts=1", TRAIN, "fail", ev],
+        )
         rc = run.wait(RUN_TIMEOUT_S)
         kill_tagged(run.tag)
         evs = events(ev)
@@ -220,8 +234,11 @@ class Bench:
                       % (exited(rc), fail is not None, sum(e[0] == "first_collective" for e in evs)), run)
             if fail is None or done is None:
                 return None
-        return {"running": (running - fail) / 1e6 if running else float("nan"), "collective": (done - fail) / 1e6,
-                "rc": rc}
+        return {
+            "running": (running - fail) / 1e6 if running else float("nan"),
+            "collective": (done - fail) / 1e6,
+            "rc": rc,
+        }
 
     # -- node kill -9 -> world re-formed ---------------------------------------
     def nodekill(self, launcher, rep, conf=None):
@@ -231,9 +248,20 @@ class Bench:
 
         def argv(is_host):  # A hosts the store: B is the one killed, so the store survives
             c = ("%s," % conf if conf else "") + "is_host=%d" % is_host
-            return LAUNCHERS[launcher]() + ["--nnodes=1:2", "--nproc_per_node=2", "--rdzv_backend=c10d",
-                                            "--rdzv_endpoint=127.0.0.1:%d" % port, "--rdzv_id=peers%d" % port,
-                                            "--max_restarts=3", "--rdzv_conf=" + c, TRAIN, "nodekill", ev, "4"]
+            return LAUNCHERS[launcher]() + [
+                "--nnodes=1:2",
+                "--nproc_per_node=2",
+                "--rdzv_backend=c10d",
+                "--rdzv_endpoint=127.0.0.1:%d" % port,
+                "--rdzv_id=peers%d" % port,
+                "--max_restarts=3",
+                "--rdzv_conf=" + c,
+                TRAIN,
+                "nodekill",
+                ev,
+                "4",
+            ]
+
         # Both at once: with a short last call, a node arriving later than that after the
         # first one joined would make a world of its own first (torchrun's and
         # ft_launcher's B needs seconds to import torch). But ddprun's B hosts the store
@@ -255,8 +283,13 @@ class Bench:
                 kill_tagged(b.tag)
             ok = wait_for(lambda: last(events(ev), "reformed", 2, world=2), 150, 0.005)
             if not ok:
-                self.fail("nodekill", launcher, "survivors did not re-form within 150 s (A %s)"
-                          % ("still running" if a.proc.poll() is None else "exited %d" % a.proc.returncode), a)
+                self.fail(
+                    "nodekill",
+                    launcher,
+                    "survivors did not re-form within 150 s (A %s)"
+                    % ("still running" if a.proc.poll() is None else "exited %d" % a.proc.returncode),
+                    a,
+                )
                 return None
             evs = events(ev)
             reformed = last(evs, "reformed", 2, world=2)
@@ -274,15 +307,24 @@ class Bench:
         work = self.workdir("hang", variant, rep)
         ev = os.path.join(work, "events")
         env = dict(env, HANG_TIMEOUT=str(HANG_TIMEOUT_S))
-        run = Run(work, variant, LAUNCHERS[launcher]() + ["--standalone", "--nproc_per_node=2", "--max_restarts=0"]
-                  + flags + [TRAIN, "hang", ev, how], env)
+        run = Run(
+            work,
+            variant,
+            LAUNCHERS[launcher]()
+            + ["--standalone", "--nproc_per_node=2", "--max_restarts=0"]
+            + flags
+            + [TRAIN, "hang", ev, how],
+            env,
+        )
         try:
             if not wait_for(lambda: last(events(ev), "hang", 1) or run.proc.poll() is not None, 240, 0.002):
                 self.fail("hang", variant, "no rank hung within 240 s", run)
                 return None
             hung = [(ns, int(f["pid"])) for e, ns, f in events(ev) if e == "hang"]
             if not hung:
-                self.fail("hang", variant, "the launcher exited %s before a rank hung" % run.proc.returncode, run)
+                self.fail(
+                    "hang", variant, "the launcher exited %s before a rank hung" % run.proc.returncode, run
+                )
                 return None
             t_hang, pid = hung[0]
             if not wait_for(lambda: gone(pid), 60, 0.0005):
@@ -294,8 +336,13 @@ class Bench:
             # SIGKILLs its own agent after reaping a worker).
             left = [p for p in tagged(run.tag) if not gone(p)]
             cost = [int(f["ns_per_call"]) for e, ns, f in events(ev) if e == "report_cost"]
-            return {"killed": (t_gone - t_hang) / 1e6, "past": (t_gone - t_hang) / 1e6 - HANG_TIMEOUT_S * 1000,
-                    "cost_ns": cost[0] if cost else float("nan"), "rc": rc, "left": len(left)}
+            return {
+                "killed": (t_gone - t_hang) / 1e6,
+                "past": (t_gone - t_hang) / 1e6 - HANG_TIMEOUT_S * 1000,
+                "cost_ns": cost[0] if cost else float("nan"),
+                "rc": rc,
+                "left": len(left),
+            }
         finally:
             kill_tagged(run.tag)
 
@@ -364,9 +411,13 @@ def main():
     ap.add_argument("--keep", help="directory for the runs' logs (default: a new temp dir)")
     ap.add_argument("--only", action="append", default=[],
                     help="only the launchers (or hang variants) whose name contains this; repeatable")
-    ap.add_argument("--hogs", type=int, default=0,
-                    help="start this many busy loops, each in a session of its own, for the whole run (a loaded "
-                         "machine, reproducibly)")
+    ap.add_argument(
+        "--hogs",
+        type=int,
+        default=0,
+        help="start this many busy loops, each in a session of its own, for the whole run (a loaded "
+        "machine, reproducibly)",
+    )
     a = ap.parse_args()
     ONLY.extend(a.only)
     keep = a.keep or tempfile.mkdtemp(prefix="peers-bench-")
@@ -396,7 +447,11 @@ def report(a, b):
             return None
         if note is None:  # runs measured although the launcher then failed
             bad = [v["rc"] for v in values if v and "rc" in v and v["rc"] != 0]
-            note = "; %d of them then exited %s" % (len(bad), "/".join(sorted({str(r) for r in bad}))) if bad else ""
+            note = (
+                "; %d of them then exited %s" % (len(bad), "/".join(sorted({str(r) for r in bad})))
+                if bad
+                else ""
+            )
         vs = column({name: values}, name, key)
         m = med(vs)
         ok = sum(v is not None for v in vs)
@@ -411,22 +466,43 @@ def report(a, b):
     # what: (launchers, heading, one run, [(measure, key)]): each measure a row per
     # launcher, against ddprun's median of that key.
     scenarios = {
-        "launch": (all_launchers, "launch -> first step on both ranks (--standalone, 2 workers)", b.launch,
-                   [("launch → first step, both ranks", "first_step"),
-                    ("launch → both workers running (their first line)", "running"),
-                    ("launch → launcher exited (3 steps)", "exit")]),
-        "failure": (all_launchers,
-                    "worker failure -> the restarted group's first all-reduce (--max_restarts=1, 2 workers)",
-                    b.failure,
-                    [("worker exit 1 → restarted group's first all-reduce", "collective"),
-                     ("worker exit 1 → both replacements running", "running")]),
-        "nodekill": (no_setsid, "node kill -9 -> survivors re-formed (--nnodes=1:2, 2 x 2 workers, c10d)", b.nodekill,
-                     [("node B kill -9 → node A's 2 ranks all-reduced in a world of 2", "reformed"),
-                      ("node B kill -9 → node A's 2 replacements running", "running")]),
-        "nodekill-tuned": (no_setsid, "node kill -9 -> survivors re-formed, --rdzv_conf=%s" % TUNED_RDZV,
-                           lambda n, rep: b.nodekill(n, rep, TUNED_RDZV),
-                           [("node B kill -9 → node A's 2 ranks all-reduced in a world of 2" + tuned, "reformed"),
-                            ("node B kill -9 → node A's 2 replacements running" + tuned, "running")]),
+        "launch": (
+            all_launchers,
+            "launch -> first step on both ranks (--standalone, 2 workers)",
+            b.launch,
+            [
+                ("launch → first step, both ranks", "first_step"),
+                ("launch → both workers running (their first line)", "running"),
+                ("launch → launcher exited (3 steps)", "exit"),
+            ],
+        ),
+        "failure": (
+            all_launchers,
+            "worker failure -> the restarted group's first all-reduce (--max_restarts=1, 2 workers)",
+            b.failure,
+            [
+                ("worker exit 1 → restarted group's first all-reduce", "collective"),
+                ("worker exit 1 → both replacements running", "running"),
+            ],
+        ),
+        "nodekill": (
+            no_setsid,
+            "node kill -9 -> survivors re-formed (--nnodes=1:2, 2 x 2 workers, c10d)",
+            b.nodekill,
+            [
+                ("node B kill -9 → node A's 2 ranks all-reduced in a world of 2", "reformed"),
+                ("node B kill -9 → node A's 2 replacements running", "running"),
+            ],
+        ),
+        "nodekill-tuned": (
+            no_setsid,
+            "node kill -9 -> survivors re-formed, --rdzv_conf=%s" % TUNED_RDZV,
+            lambda n, rep: b.nodekill(n, rep, TUNED_RDZV),
+            [
+                ("node B kill -9 → node A's 2 ranks all-reduced in a world of 2" + tuned, "reformed"),
+                ("node B kill -9 → node A's 2 replacements running" + tuned, "running"),
+            ],
+        ),
     }
     for what, (names, heading, one_run, measures) in scenarios.items():
         if what not in a.what:
@@ -456,8 +532,11 @@ def report(a, b):
             if res[n] is None:
                 continue
             vs = column(res, n, "cost_ns")
-            rows.append("| one report per step from the Python worker (rank 0, mean of 2000 calls; 100 for FileTimer) | %s | %s | |"
-                        % (n, fmt(med(vs), " ns")))
+            rows.append(
+                "| one report per step from the Python worker (rank 0, mean of 2000 calls; 100 for FileTimer)"
+                " | %s | %s | |"
+                % (n, fmt(med(vs), " ns"))
+            )
 
     print()
     print("| measure | launcher | median (min–max, n) | vs ddprun |")

@@ -32,6 +32,7 @@ process, can subtract its own timestamps. gloo, CPU.
               2000 report calls first (100 for FileTimer), `report_cost
               ns_per_call=`.
 """
+import gc
 import os
 import sys
 import time
@@ -83,6 +84,11 @@ def first_step():
             event("first_step")
         if step == 2:
             break
+    # torch 2.x can abort at exit ("terminate called without an active exception") when a DDP model
+    # outlives its process group (DDP's reducer holds a reference cycle): free the model before
+    # destroying the group.
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -90,7 +90,9 @@ def rendezvous(src, out):
                 label="restart: failure → all watching round 1")
     ax.plot(ns, [x / 10000 * 3 for x in ns], ":", color="grey", label="goal: 3 s at 10,000 (first round)")
     ax.plot(ns, [x / 10000 for x in ns], "-.", color="grey", label="goal: 1 s at 10,000 (restart)")
-    loglog(ax, "simulated agents N", "seconds", "c10d rendezvous on one store (ddp-bench rendezvous --restart)")
+    loglog(
+        ax, "simulated agents N", "seconds", "c10d rendezvous on one store (ddp-bench rendezvous --restart)"
+    )
     finish(fig, out)
 
 
@@ -110,10 +112,18 @@ def launcher(src, out):
     labels = [str(r[0]) for r in rows]
     x = range(len(rows))
     width = 0.27
-    for i, (name, col) in enumerate([("ddprun", 1), ("torchrun (monitor 0.1)", 3), ("torchrun (defaults)", 2)]):
+    for i, (name, col) in enumerate(
+        [("ddprun", 1), ("torchrun (monitor 0.1)", 3), ("torchrun (defaults)", 2)]
+    ):
         ax.bar([p + (i - 1) * width for p in x], [r[col] for r in rows], width, label=name)
-    log_bars(ax, list(x), labels, "workers (--nproc_per_node, --no_python /bin/true)", "wall time, ms (median)",
-             "launch → all workers done: ddprun vs torchrun 1.13")
+    log_bars(
+        ax,
+        list(x),
+        labels,
+        "workers (--nproc_per_node, --no_python /bin/true)",
+        "wall time, ms (median)",
+        "launch → all workers done: ddprun vs torchrun 1.13",
+    )
     finish(fig, out)
 
 
@@ -124,13 +134,18 @@ def restart(src, out):
         m = re.match(r"(restart|reform) .*median ([\d.]+) ms \(min ([\d.]+), max ([\d.]+), n=(\d+)\)", line)
         if m:
             found[m.group(1)] = tuple(float(v) for v in m.group(2, 3, 4))
-    names = {"restart": "worker failure →\nall nodes run replacements", "reform": "node kill -9 →\nworld of 2 runs"}
+    names = {
+        "restart": "worker failure →\nall nodes run replacements",
+        "reform": "node kill -9 →\nworld of 2 runs",
+    }
     keys = [k for k in ("restart", "reform") if k in found]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     med = [found[k][0] for k in keys]
     err = [[found[k][0] - found[k][1] for k in keys], [found[k][2] - found[k][0] for k in keys]]
     ax.bar(range(len(keys)), med, 0.5, yerr=err, capsize=6, label="ddprun (median, min–max)")
-    ax.axhline(5000, color="tab:red", linestyle="--", label="last call 5 s (what a re-rendezvous waited before)")
+    ax.axhline(
+        5000, color="tab:red", linestyle="--", label="last call 5 s (what a re-rendezvous waited before)"
+    )
     ax.axhline(100, color="grey", linestyle=":", label="goal 100 ms")
     log_bars(ax, range(len(keys)), [names[k] for k in keys], None, "ms",
              "elastic restart with last_call_timeout=5 (real agents)")
@@ -138,7 +153,8 @@ def restart(src, out):
 
 
 def reform(src, out):
-    """reform_vs_restart.sh: 'rep I POLICY: rank killed -> next step X ms, steps lost L, one step S ms, ...'."""
+    """reform_vs_restart.sh lines:
+    'rep I POLICY: rank killed -> next step X ms, steps lost L, one step S ms, ...'."""
     reps = {"reform": [], "restart": []}
     step, lost = [], {}
     for line in open(src):
@@ -152,11 +168,19 @@ def reform(src, out):
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     keys = ["reform", "restart"]
     med = [statistics.median(reps[k]) for k in keys]
-    err = [[med[i] - min(reps[k]) for i, k in enumerate(keys)], [max(reps[k]) - med[i] for i, k in enumerate(keys)]]
+    err = [
+        [med[i] - min(reps[k]) for i, k in enumerate(keys)],
+        [max(reps[k]) - med[i] for i, k in enumerate(keys)],
+    ]
     ax.bar([0, 1], med, 0.4, yerr=err, capsize=6, label="SIGKILL → next completed step (median, min–max)")
     ax.bar([0.4, 1.4], [med[i] + lost[k] * one for i, k in enumerate(keys)], 0.4, color="tab:orange",
            label="… plus the lost steps done again")
-    ax.axhline(50 + one, color="grey", linestyle=":", label="goal: 50 ms + one step (%.1f ms) = %.1f ms" % (one, 50 + one))
+    ax.axhline(
+        50 + one,
+        color="grey",
+        linestyle=":",
+        label="goal: 50 ms + one step (%.1f ms) = %.1f ms" % (one, 50 + one),
+    )
     ax.set_xticks([0.2, 1.2])
     ax.set_xticklabels(["--on_failure=reform\n(%d steps lost)" % lost["reform"],
                         "--on_failure=restart\n(%d steps lost)" % lost["restart"]])
@@ -168,7 +192,8 @@ def reform(src, out):
 
 
 def allreduce(src, out):
-    """`ddp-bench allreduce`: per 'allreduce: N ranks' block, rows 'bytes iters | raw alg bus | sdk alg bus | ovh'."""
+    """`ddp-bench allreduce`: per 'allreduce: N ranks' block, rows
+    'bytes iters | raw alg bus | sdk alg bus | ovh'."""
     blocks, ranks = {}, None
     for line in open(src):
         m = re.match(r"allreduce: (\d+) ranks", line)
@@ -189,7 +214,8 @@ def allreduce(src, out):
 
 
 def bootstrap(src, out):
-    """bootstrap_vs_torch.sh: 'bootstrap server=S dialect=D ranks=N ... total_s=T ... server_cpu_s=C' lines."""
+    """bootstrap_vs_torch.sh lines:
+    'bootstrap server=S dialect=D ranks=N ... total_s=T ... server_cpu_s=C'."""
     runs = {}
     for line in open(src):
         m = re.match(r"bootstrap server=(\S+) dialect=(\d) ranks=(\d+) .*total_s=([\d.]+)", line)
@@ -224,8 +250,12 @@ def launch_floor(src, out):
         if len(cells) == 4 and cells[0] in ("1", "8") and not cells[1].startswith("/"):
             walls.setdefault((int(cells[0]), cells[1]), []).append(float(cells[2]))
     ns = sorted({n for n, _ in walls})
-    names = {"guarded": "guarded (guard server)", "exec": "guarded (each guard exec'd)", "bare": "bare (no guard)",
-             "old": "before containment (24509ac)"}
+    names = {
+        "guarded": "guarded (guard server)",
+        "exec": "guarded (each guard exec'd)",
+        "bare": "bare (no guard)",
+        "old": "before containment (24509ac)",
+    }
     cases = [c for c in names if any((n, c) in walls for n in ns)]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     width = 0.8 / len(cases)

@@ -141,8 +141,11 @@ def lockout(args, host, port, token):
             break
         first = first or (r[1] if r else "closed")
         time.sleep(0.05)
-    print(f"after {args.failures} wrong tokens the right one got in after "
-          f"{(time.monotonic() - t0) * 1000:.0f} ms ({tries} tries)" + (f"; first answer: {first}" if first else ""))
+    print(
+        f"after {args.failures} wrong tokens the right one got in after "
+        f"{(time.monotonic() - t0) * 1000:.0f} ms ({tries} tries)"
+        + (f"; first answer: {first}" if first else "")
+    )
 
 
 def main():

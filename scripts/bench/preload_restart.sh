@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Torch worker failure -> the replacement's first collective (docs/performance.md,
-# "Restarting torch workers: --preload"): 2 ranks (gloo, one node), rank 1 exits 1
+# "Restarting torch workers: `--preload torch`"): 2 ranks (gloo, one node), rank 1 exits 1
 # after its first all_reduce; the time from that exit to the end of the first
 # all_reduce of the restarted group (the later of the two ranks), under
 #   ddprun --preload torch   build/bin/ddprun --standalone --nproc_per_node=2 --max_restarts=1 --preload torch

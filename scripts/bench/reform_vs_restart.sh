@@ -52,6 +52,7 @@ for ((i = 0; i < reps; i++)); do
     echo "rep $i $policy: rank killed -> next step $ms ms, steps lost $lost, one step $(step_ms "$policy" "$i") ms," \
       "final loss $(final "$policy" "$i")"
     echo "$ms" >>"$tmp/$policy.ms"
+    # shellcheck disable=SC2005  # one line per rep, an empty one when the log has no step time
     echo "$(step_ms "$policy" "$i")" >>"$tmp/step.ms"
   done
   [[ "$(final reform "$i")" == "$(final restart "$i")" ]] ||

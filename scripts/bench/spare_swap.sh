@@ -32,7 +32,7 @@ agent() {  # run_id name host: starts one agent in the background, its pid in $a
     --rdzv_backend=c10d --rdzv_endpoint="$ep" --rdzv_id="$1" --rdzv_conf="$conf" --max_restarts=100 \
     --local_addr="127.0.0.$3" "$build/bin/fake_worker" >"$dir/log" 2>&1 &
   agent_pid=$!
-  pids+=($agent_pid)
+  pids+=("$agent_pid")
 }
 
 wait_for() {  # seconds command...: polls until the command succeeds

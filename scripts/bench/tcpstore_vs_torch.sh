@@ -33,7 +33,7 @@ for op in get set add; do
       order=(torch ddp); (( r % 2 )) && order=(ddp torch)
       for s in "${order[@]}"; do
         line="$("$build/bin/ddp-bench" store --protocol tcpstore --op "$op" --clients "$c" --ops "$per" \
-          --endpoint "${endpoint[$s]}")"
+          --endpoint "${server_endpoint[$s]}")"
         echo "$s $line"
         echo "$line" >>"$tmp/$s.runs"
       done

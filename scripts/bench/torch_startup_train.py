@@ -8,6 +8,7 @@ finished (forward, backward with the first gradient all-reduce across ranks,
 optimizer step), so the time from launch to that line is what a user waits for
 before training actually runs.
 """
+import gc
 import os
 import sys
 import time
@@ -15,7 +16,9 @@ import time
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "integration", "torch"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "integration", "torch")
+)
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import toy_ddp  # noqa: E402
 
@@ -39,4 +42,9 @@ for epoch in range(EPOCHS):
     dist.all_reduce(total)
     if rank == 0:
         print(f"epoch {epoch} loss={total.item() / world / len(loader):.6f}", flush=True)
+# torch 2.x can abort at exit ("terminate called without an active exception") when a DDP model
+# outlives its process group (DDP's reducer holds a reference cycle): free the model before
+# destroying the group.
+del model, opt
+gc.collect()
 dist.destroy_process_group()

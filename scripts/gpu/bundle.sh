@@ -34,6 +34,7 @@ ldd "$out/lib/hwloc/hwloc_pci.so" | awk '$1 ~ /^libpciaccess/ {print $3}' | xarg
 strip --strip-unneeded "$out"/bin/* "$out"/lib/* 2>/dev/null || true
 for f in "$out"/bin/* "$out"/lib/*.so* "$out"/lib/hwloc/*.so "$out"/lib/ddprun/*.so; do
   patchelf --print-interpreter "$f" >/dev/null 2>&1 || [[ $f == */lib/* ]] || continue  # static: nothing to find
+  # shellcheck disable=SC2016  # $ORIGIN is for the dynamic loader, not the shell
   patchelf --set-rpath '$ORIGIN/../lib:$ORIGIN:$ORIGIN/..' "$f"  # lib/hwloc/, lib/ddprun/: .. is lib
 done
 echo "$root" >"$out/source_dir"   # compiled into the test binaries

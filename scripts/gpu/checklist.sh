@@ -5,11 +5,12 @@
 # checkout, `scripts/gpu/checklist.sh` there. Logs go to $OUT (default
 # /tmp/gpu-checklist): env.txt, nccl.txt (the `gpu` tests), bench.txt (SDK vs
 # raw NCCL all-reduce), torch.txt (DDP with nccl under ddprun, torchrun and
-# --preload torch), placement.txt (--numa_binding), torch-suite.txt (the
+# --preload torch), nccl-hang.txt (a hung rank named from the Flight
+# Recorder), placement.txt (--numa_binding), torch-suite.txt (the
 # torch integration tests against this machine's torch), summary.txt.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 out=${OUT:-/tmp/gpu-checklist}
 mkdir -p "$out"
 B=$root/.gpu/bin
@@ -29,6 +30,7 @@ nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nc
   nvidia-smi topo -m
   grep -E '^(PRETTY_NAME|VERSION_ID)=' /etc/os-release
   uname -r
+  # shellcheck disable=SC2012  # counting sysfs entries, whose names are plain
   echo "cpus: $(nproc); numa nodes: $(ls -d /sys/devices/system/node/node* 2>/dev/null | wc -l)"
   for n in /sys/devices/system/node/node*; do echo "$n cpus $(cat "$n/cpulist")"; done
   for d in /sys/bus/pci/devices/*; do
@@ -37,6 +39,7 @@ nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nc
   done
   python3 -c 'import sys, torch; print(sys.executable, "torch", torch.__version__, "cuda", torch.version.cuda,
     "nccl", torch.cuda.nccl.version(), torch.cuda.get_device_name(0))'
+  # shellcheck disable=SC2012  # a listing for the reader, not parsed
   echo "/proc/driver/nvidia/gpus: $(ls /proc/driver/nvidia/gpus 2>&1 | tr '\n' ' ')"
   echo "libnccl.so.2 used: $nccl_dir"
   ls -la "$nccl_dir" /usr/local/cuda/lib64/libcudart.so* 2>&1
@@ -89,6 +92,10 @@ run_torch() {
 run_torch ddprun "$B/ddprun" --standalone --nproc_per_node=1 "$script"
 run_torch torchrun python3 -m torch.distributed.run --standalone --nproc_per_node=1 "$script"
 run_torch ddprun-preload "$B/ddprun" --standalone --nproc_per_node=1 --preload torch "$script"
+
+# --- who hung over NCCL (the Flight Recorder names the rank the other waits for; 2 GPUs, else skipped)
+timeout 360 tests/gpu/nccl_hang_test.sh "$B/ddprun" >"$out/nccl-hang.txt" 2>&1
+note "torch nccl hung rank named: rc=$? (77: skipped) $(tail -1 "$out/nccl-hang.txt")"
 
 # --- 5. numa_binding with a real GPU
 for strategy in node socket exclusive; do

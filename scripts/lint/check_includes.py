@@ -82,7 +82,8 @@ INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 # (pattern of the included name, where it is allowed (path prefixes; None: in
 # no public header), rule text).
 THIRD_PARTY = [
-    (re.compile(r"^boost/process"), ["agent/src/process_runner.cpp"],
+    (re.compile(r"^boost/process"), ["agent/src/process_runner.cpp", "agent/src/process_runner_child.hpp",
+                                    "agent/src/process_runner_child.cpp"],
      "Boost.Process is included in the agent's process runner only"),
     (re.compile(r"^CLI/"), ["launcher/src/", "rendezvous/tools/", "worker_sdk/examples/"],
      "CLI11 only in executables and the launcher's options library"),

@@ -15,7 +15,10 @@ import os
 import re
 import sys
 
-ROOTS = ["agent", "common", "launcher", "rendezvous", "worker_sdk"]
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cxx_source  # noqa: E402
+
 ALLOWED = {os.path.join("common", "src", "json_input.cpp")}
 CALL = re.compile(r"\bjson::(parse|accept|sax_parse|from_cbor|from_msgpack|from_bson|from_ubjson)\s*\(")
 
@@ -30,32 +33,21 @@ def comment_above(lines, i):
     return "\n".join(out)
 
 
+def found(line):
+    if not CALL.search(line):
+        return None
+    return ("nlohmann's parser called directly; read outside JSON with ddp::parse_json and a bound "
+            "from json_input.hpp, or say 'json-parse-ok: <why it is bounded>' on the line above")
+
+
+def excused(lines, i, marker):
+    return marker in lines[i] or marker in comment_above(lines, i)
+
+
 def main() -> int:
     src = sys.argv[1] if len(sys.argv) > 1 else "."
-    bad = []
-    for root in ROOTS:
-        for dirpath, _, files in os.walk(os.path.join(src, root)):
-            for name in files:
-                if not name.endswith((".cpp", ".hpp", ".h", ".cc")):
-                    continue
-                path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, src)
-                if rel in ALLOWED:
-                    continue
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    lines = f.read().split("\n")
-                for i, line in enumerate(lines):
-                    if not CALL.search(line):
-                        continue
-                    if "json-parse-ok:" in line or "json-parse-ok:" in comment_above(lines, i):
-                        continue
-                    bad.append(f"{rel}:{i + 1}: nlohmann's parser called directly; read outside JSON "
-                               "with ddp::parse_json and a bound from json_input.hpp, or say "
-                               "'json-parse-ok: <why it is bounded>' on the line above")
-    for b in bad:
-        print(b)
-    return 1 if bad else 0
-
+    return cxx_source.report(cxx_source.violations(src, ALLOWED, found, "json-parse-ok:", code=False,
+                                                   excused=excused))
 
 if __name__ == "__main__":
     sys.exit(main())
