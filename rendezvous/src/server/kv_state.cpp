@@ -110,6 +110,34 @@ std::vector<KeyValue> KvState::list(std::string_view prefix) const {
   return out;
 }
 
+std::int64_t KvState::count(std::string_view prefix, std::vector<Item>* by_child) const {
+  std::int64_t total = 0;
+  std::string_view child;  // the current child: its keys are adjacent in key order
+  std::int64_t in_child = 0;
+  auto flush = [&] {
+    if (by_child != nullptr && in_child > 0)
+      by_child->push_back({ItemKind::kPresent, std::string(child), std::to_string(in_child), 0});
+  };
+  for (auto it = map_.lower_bound(prefix); it != map_.end(); ++it) {
+    const std::string_view key = it->first;
+    if (!key.starts_with(prefix)) break;
+    ++total;
+    if (by_child == nullptr) continue;
+    const std::string_view rest = key.substr(prefix.size());
+    const auto slash = rest.find('/');
+    const std::string_view this_child = slash == std::string_view::npos ? rest : rest.substr(0, slash + 1);
+    if (in_child > 0 && this_child == child) {
+      ++in_child;
+      continue;
+    }
+    flush();
+    child = this_child;
+    in_child = 1;
+  }
+  flush();
+  return total;
+}
+
 void KvState::restore_put(const std::string& key, std::string value, Revision rev, LeaseId lease) {
   auto& e = map_[key];
   e.value = std::move(value);

@@ -54,6 +54,9 @@ class KvState {
   Revision multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values,
                      LeaseId lease, Mutation& m);
   std::vector<KeyValue> list(std::string_view prefix) const;
+  // The number of keys under `prefix`, values unread; with `by_child`, one
+  // item per child of the prefix as well (protocol.hpp, Op::kCount).
+  std::int64_t count(std::string_view prefix, std::vector<Item>* by_child) const;
 
   // Raw access for log replay and snapshots; no revision bookkeeping.
   void restore_put(const std::string& key, std::string value, Revision rev, LeaseId lease);

@@ -25,6 +25,7 @@ std::optional<std::string> check_shape(const Request& req) {
     case Op::kTryGet:
     case Op::kAdd:
     case Op::kList:
+    case Op::kCount:
       return need(1, 0);
     case Op::kCompareSet:
       return need(1, 2);
@@ -256,6 +257,9 @@ Response StoreCore::execute(const Request& req, Clock::time_point now) {
     case Op::kList:
       for (auto& kv : kv_.list(req.keys[0]))
         resp.items.push_back({ItemKind::kPresent, std::move(kv.key), std::move(kv.value), kv.revision});
+      break;
+    case Op::kCount:
+      resp.num = kv_.count(req.keys[0], (req.a & kCountByChild) != 0 ? &resp.items : nullptr);
       break;
     case Op::kLeaseGrant: {
       if (req.b <= 0 || req.b > LeaseTable::kMaxTtl.count()) {

@@ -137,6 +137,8 @@ const char* op_name(Op op) {
       return "barrier";
     case Op::kJobs:
       return "jobs";
+    case Op::kCount:
+      return "count";
   }
   return "unknown";
 }
@@ -187,6 +189,7 @@ bool is_read_only(Op op) {
     case Op::kStat:
     case Op::kPing:
     case Op::kJobs:
+    case Op::kCount:
       return true;
     default:
       return false;

@@ -74,8 +74,17 @@ enum class Op : std::uint8_t {
   // the key space in slices between other requests, so the answer may come
   // after later requests' answers.
   kJobs = 26,
+  // Counts the keys under keys[0] (a prefix) without reading their values:
+  // num = the count, revision = as of the read. a = kCountByChild: also one
+  // item per child of the prefix, sorted: key = the part of a key after the
+  // prefix up to and including its first '/' (the whole rest when it has
+  // none), value = how many keys that child holds, as decimal text.
+  kCount = 27,
 };
-inline constexpr std::uint8_t kMaxOp = 26;
+inline constexpr std::uint8_t kMaxOp = 27;
+
+// kCount flag (a): count per child of the prefix as well.
+inline constexpr std::int64_t kCountByChild = 1;
 
 // kLeaseGrant flag: the lease is also revoked when the connection that granted
 // it closes (the peer's kernel closed it: the process died or let go), so a
