@@ -1,4 +1,5 @@
 // The parts of the Store interface with a default: batch() one op at a time,
+// count_children() from a list(),
 // and the WatchHandle of a store whose cancelling is one call.
 #include "ddp/store/store.hpp"
 
@@ -26,6 +27,18 @@ void Store::batch(std::vector<BatchOp>& ops) {
       op.error = std::current_exception();
     }
   }
+}
+
+std::vector<ChildCount> Store::count_children(const std::string& prefix) {
+  std::vector<ChildCount> out;
+  for (const auto& kv : list(prefix).kvs) {
+    const std::string_view rest = std::string_view(kv.key).substr(prefix.size());
+    const auto slash = rest.find('/');
+    const std::string_view child = slash == std::string_view::npos ? rest : rest.substr(0, slash + 1);
+    if (out.empty() || out.back().child != child) out.push_back({std::string(child), 0});
+    ++out.back().keys;
+  }
+  return out;
 }
 
 std::vector<std::unique_ptr<WatchHandle>> Store::watch_all(std::vector<WatchSpec> specs) {

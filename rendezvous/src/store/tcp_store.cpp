@@ -3,6 +3,7 @@
 #include "ddp/store/tcp_store.hpp"
 
 #include "ddp/common/error.hpp"
+#include "ddp/common/parse.hpp"
 #include "ddp/common/time_bounds.hpp"
 #include "tcp_store_impl.hpp"
 
@@ -28,6 +29,7 @@ std::string subject(const Request& req) {
     case Op::kLeaseRevoke:
       return "lease " + std::to_string(req.a);
     case Op::kList:
+    case Op::kCount:
     case Op::kWatch:
       return "prefix '" + (req.keys.empty() ? std::string() : req.keys[0]) + "'";
     default:
@@ -207,6 +209,20 @@ ListResult TcpStore::list(const std::string& prefix) {
   out.kvs.reserve(resp.items.size());
   for (auto& item : resp.items) {
     out.kvs.push_back(KeyValue{std::move(item.key), std::move(item.value), item.revision});
+  }
+  return out;
+}
+
+std::vector<ChildCount> TcpStore::count_children(const std::string& prefix) {
+  auto req = make(Op::kCount, {prefix});
+  req.a = kCountByChild;
+  auto resp = simple(*impl_, std::move(req));
+  std::vector<ChildCount> out;
+  out.reserve(resp.items.size());
+  for (auto& item : resp.items) {
+    const auto n = parse_int<std::int64_t>(item.value);
+    if (!n || *n < 0) throw ProtocolError("count: the server's count for '" + item.key + "' is not a number");
+    out.push_back({std::move(item.key), *n});
   }
   return out;
 }

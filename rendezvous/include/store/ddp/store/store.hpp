@@ -48,6 +48,12 @@ struct ListResult {
   Revision revision = 0;      // store revision the listing reflects: watch from revision + 1
 };
 
+// One child of a prefix and how many keys it holds (Store::count_children).
+struct ChildCount {
+  std::string child;  // the part of a key after the prefix up to its first '/', included
+  std::int64_t keys = 0;
+};
+
 enum class EventType : std::uint8_t { kPut = 0, kDelete = 1 };
 
 struct WatchEvent {
@@ -162,6 +168,11 @@ class Store {
   virtual std::int64_t append(const std::string& key, std::string_view value) = 0;
   virtual std::int64_t num_keys() = 0;
   virtual ListResult list(const std::string& prefix) = 0;
+  // The keys under `prefix` counted per child (the part after the prefix up
+  // to and including its first '/', the whole rest when it has none), sorted
+  // by child, without their values. The default lists them, values and all; a
+  // network store asks its server to count (docs/store-protocol.md, count).
+  virtual std::vector<ChildCount> count_children(const std::string& prefix);
   // Requests that do not depend on each other's answers, applied in order. A
   // network store sends them together and waits once (one round trip instead
   // of one each); this default runs them one after the other. Each answer or

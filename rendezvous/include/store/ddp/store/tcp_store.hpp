@@ -70,6 +70,8 @@ class TcpStore final : public Store {
   std::int64_t append(const std::string& key, std::string_view value) override;
   std::int64_t num_keys() override;
   ListResult list(const std::string& prefix) override;
+  // One COUNT request: the server counts, no value crosses the wire.
+  std::vector<ChildCount> count_children(const std::string& prefix) override;
   // One write and one wait for all of `ops`.
   void batch(std::vector<BatchOp>& ops) override;
   LeaseId lease_grant(std::chrono::milliseconds ttl) override;
