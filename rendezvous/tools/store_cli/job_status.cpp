@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ddp/common/error.hpp"
 #include "ddp/common/json_input.hpp"
 #include "ddp/common/printable.hpp"
 #include "ddp/store/job_keys.hpp"
@@ -44,14 +45,23 @@ std::string workers_cell(const nlohmann::json& workers) {
 }
 
 // Keys under /<id>/worker/ by round ("round_<k>/..."): the torch workers'
-// keys (through each agent's torch store proxy) and the C++ SDK's.
+// keys (through each agent's torch store proxy) and the C++ SDK's. Counted by
+// the server, values unread (a job of 100,000 workers holds as many keys); a
+// daemon older than the count request closes the connection at it, and the
+// keys are then listed as before.
 std::map<std::int64_t, std::size_t, std::greater<>> worker_keys_by_round(store::Store& store,
                                                                          const std::string& prefix) {
+  std::vector<store::ChildCount> children;
+  try {
+    children = store.count_children(prefix);
+  } catch (const NetworkError&) {
+    children = store.Store::count_children(prefix);
+  }
   std::map<std::int64_t, std::size_t, std::greater<>> out;
-  for (const auto& kv : store.list(prefix).kvs) {
-    const std::string_view rest = std::string_view(kv.key).substr(prefix.size());
+  for (const auto& c : children) {
     // A key not written by ddprun has no round: `ddp-store list` still shows it.
-    if (const auto round = store::keys::worker_round_of(rest)) ++out[*round];
+    if (const auto round = store::keys::worker_round_of(c.child))
+      out[*round] += static_cast<std::size_t>(c.keys);
   }
   return out;
 }

@@ -115,3 +115,42 @@ TEST_CASE("ddp-store error lines show control characters as escapes", "[cli]") {
   CHECK(r.code == 1);
   CHECK(r.err == "ddp-store: key '\\x1b[2Jmissing' not found\n");
 }
+
+TEST_CASE("ddp-store status counts each round's worker keys, as listing them would", "[cli]") {
+  TempDir dir;
+  Daemon d(dir);
+  put(d, "/job/agent/status/n1", kGoodRecord);
+  std::vector<std::pair<std::string, std::string>> keys;
+  for (int i = 0; i < 1000; ++i) keys.emplace_back("/job/worker/round_2/rank_" + std::to_string(i), "v");
+  for (const char* k : {"/job/worker/round_0/a", "/job/worker/round_0/b", "/job/worker/round_0/pg/0/store",
+                        "/job/worker/round_1", "/job/worker/round_10/a", "/job/worker/round_10/b/c",
+                        "/job/worker/round_20/a", "/job/worker/round_x/y", "/job/worker/other",
+                        "/job/workerless/round_3/a", "/other/worker/round_3/a"}) {
+    keys.emplace_back(k, std::string(1000, 'x'));
+  }
+  ddp::store::TcpStoreOptions o;
+  o.endpoint = ddp::Endpoint{"127.0.0.1", static_cast<std::uint16_t>(std::stoi(d.endpoint().substr(10)))};
+  ddp::store::TcpStore store(o);
+  store.multi_set(keys);
+
+  // The server's count, child by child, is what counting a listing gives.
+  const auto counted = store.count_children("/job/worker/");
+  const auto listed = store.Store::count_children("/job/worker/");
+  REQUIRE(counted.size() == listed.size());
+  for (std::size_t i = 0; i < counted.size(); ++i) {
+    CHECK(counted[i].child == listed[i].child);
+    CHECK(counted[i].keys == listed[i].keys);
+  }
+  CHECK(counted.size() == 7);
+
+  const auto r = d.cli({"status", "--rdzv_id", "job"});
+  CHECK(r.code == 0);
+  const auto table = r.out.substr(r.out.find("ROUND  WORKER_KEYS"));
+  CHECK(table ==
+        "ROUND  WORKER_KEYS  PREFIX\n"
+        "20     1            /job/worker/round_20/\n"
+        "10     2            /job/worker/round_10/\n"
+        "2      1000         /job/worker/round_2/\n"
+        "1      1            /job/worker/round_1/\n"
+        "0      3            /job/worker/round_0/\n");
+}
