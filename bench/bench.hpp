@@ -32,6 +32,9 @@ std::size_t raise_fd_limit(std::size_t want);
 // VmRSS of process `pid` in KiB, from /proc/<pid>/status; -1 when unreadable.
 long rss_kib(int pid);
 
+// User + system CPU time of process `pid` in ms (/proc/<pid>/stat), -1 when unreadable.
+double cpu_ms(int pid);
+
 // Binds the unconnected IPv4 socket `fd` to loopback address 127.0.1.x, x
 // chosen by `index` among 250, leaving the port to connect(): simulated
 // clients then come from many addresses, as on a cluster. From one address

@@ -116,22 +116,6 @@ struct Timing {
   double cpu_ms = -1;  // the daemon's CPU time per request (user + system), -1 without --pid
 };
 
-// User + system CPU time of process `pid` in ms (/proc/<pid>/stat), -1 when unreadable.
-double cpu_ms(int pid) {
-  if (pid <= 0) return -1;
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream fields(text.substr(close + 2));
-  std::string skip;
-  for (int i = 3; i < 14; ++i) fields >> skip;  // state .. cmajflt: fields 3-13
-  long utime = 0;
-  long stime = 0;
-  fields >> utime >> stime;
-  return static_cast<double>(utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 int g_daemon_pid = 0;
 
 // Each run is timed after a write, so that the daemon lists afresh instead of
