@@ -97,6 +97,10 @@ class Guard {
         reap();
       } else if (sig == kill_now) {
         start_killing();
+      } else if (sig == SIGHUP && info.si_code == SI_KERNEL) {
+        // The hangup of the session's controlling terminal, the worker's
+        // pseudo-terminal that the agent closed (worker_session.hpp): what
+        // reads it sees EOF, as with a pipe; it stops nothing.
       } else if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
         forward(sig);
       } else if (sig > 0) {

@@ -42,7 +42,8 @@ class Fields {
 }  // namespace
 
 // Fields, in order: stop timeout (ms), fence file, cwd, CPUs (comma-separated
-// indices, empty for none), argc, argv..., envc, env...
+// indices, empty for none), session (kSessionShared + 2 .. 4: never negative),
+// argc, argv..., envc, env...
 std::string encode_request(const GuardRequest& r) {
   std::string out;
   put(out, std::to_string(r.stop_timeout.count()));
@@ -59,6 +60,7 @@ std::string encode_request(const GuardRequest& r) {
       cpus = "none";  // an empty set: the guard's sched_setaffinity fails, as fork_exec's does
   }
   put(out, cpus);
+  put(out, std::to_string(r.session - kSessionShared));
   put(out, std::to_string(r.argv.size()));
   for (const auto& a : r.argv) put(out, a);
   put(out, std::to_string(r.env.size()));
@@ -99,6 +101,9 @@ std::optional<GuardRequest> decode_request(const std::string& payload, std::stri
     }
     r.cpus = set;
   }
+  const auto session = f.number(2 - kSessionShared);
+  if (!session) return fail("bad session");
+  r.session = static_cast<int>(*session) + kSessionShared;
   const auto argc = f.number(static_cast<long long>(kMaxRequestBytes));
   if (!argc || *argc == 0) return fail("bad argc");
   for (long long i = 0; i < *argc; ++i) {

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "worker_session.hpp"
+
 namespace ddp::guard {
 
 struct GuardRequest {
@@ -24,6 +26,7 @@ struct GuardRequest {
   std::optional<cpu_set_t> cpus;  // the guard's (and so the worker's) CPU affinity
   std::vector<std::string> argv;  // the worker's; argv[0] is an absolute path
   std::vector<std::string> env;   // the worker's whole environment, "KEY=VALUE"
+  int session = kSessionShared;   // worker_session.hpp: its group, its session, its terminal
 };
 
 // A frame's payload is at most this long (what exec takes at most for

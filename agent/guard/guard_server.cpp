@@ -267,8 +267,9 @@ class Server {
       [[maybe_unused]] const ssize_t w = ::write(o.info_fd, text.data(), text.size());
       ::_exit(exec_failed_exit_code());
     };
-    // The group the agent signals; the guard leads it, as when it is exec'd.
-    if (::setpgid(0, 0) != 0) fail(errno);
+    // The group the agent signals; the guard leads it (and its session), as
+    // when it is exec'd. Stdio is in place: the terminal can be taken.
+    if (const int e = enter_session(r.session); e != 0) fail(e);
     if (::chdir(r.cwd.c_str()) != 0) fail(errno);
     if (r.cpus && ::sched_setaffinity(0, sizeof(cpu_set_t), &*r.cpus) != 0) fail(errno);
     static std::vector<char*> env;  // the worker's, from here on this process's own

@@ -35,6 +35,16 @@ TEST_CASE("a guard request round-trips: arguments, environment, CPUs and empty f
   CHECK(CPU_EQUAL(&*d->cpus, &cpus));
   CHECK(d->argv == r.argv);
   CHECK(d->env == r.env);
+  CHECK(d->session == ddp::guard::kSessionShared);
+
+  // Each session the agent asks for: shared, its own, its own with a terminal.
+  for (const int session : {ddp::guard::kSessionShared, ddp::guard::kSessionOwn, 0, 1, 2}) {
+    r.session = session;
+    const auto s = decode_request(encode_request(r), &why);
+    REQUIRE(s);
+    CHECK(s->session == session);
+  }
+  r.session = ddp::guard::kSessionShared;
 
   r.cpus.reset();
   r.fence_file.clear();
@@ -73,13 +83,15 @@ TEST_CASE("a malformed guard request is refused with the reason") {
   }
   // Payloads written out field by field ('|' stands for the NUL after each).
   const std::pair<std::string, std::string> refused[] = {
-      {"abc||||1|/bin/true|0|", "bad stop timeout"},
-      {"1|||0,x|1|/bin/true|0|", "bad CPU list"},
-      {"1||/||0|0|", "bad argc"},
-      {"1||/||1|true|0|", "the worker's path is not absolute"},
-      {"1||/||3|/bin/true|", "truncated argv"},
-      {"1||/||1|/bin/true|x|", "bad envc"},
-      {"1||/||1|/bin/true|2|A=1|", "truncated environment"},
+      {"abc|||||1|/bin/true|0|", "bad stop timeout"},
+      {"1|||0,x|0|1|/bin/true|0|", "bad CPU list"},
+      {"1||/|||1|/bin/true|0|", "bad session"},
+      {"1||/||5|1|/bin/true|0|", "bad session"},
+      {"1||/||0|0|0|", "bad argc"},
+      {"1||/||0|1|true|0|", "the worker's path is not absolute"},
+      {"1||/||0|3|/bin/true|", "truncated argv"},
+      {"1||/||0|1|/bin/true|x|", "bad envc"},
+      {"1||/||0|1|/bin/true|2|A=1|", "truncated environment"},
   };
   for (auto [payload, reason] : refused) {
     std::replace(payload.begin(), payload.end(), '|', '\0');
