@@ -68,6 +68,7 @@ WorkerStdio AgentTerminal::open_stdio(int local_rank, WorkerTerminal& t,
     const auto size = worker_window(terminal_size(1).value_or(winsize{}), t.prefix_cols);
     if (const int in = relay_->open_pty(size, std::move(echo), error); in >= 0) {
       stdio.in = in;
+      t.in_pty = true;
       reader_prefix_cols_ = t.prefix_cols;
     } else {
       log_->warn("local_rank={} reads the terminal without line editing: {}", local_rank, error);
@@ -83,6 +84,9 @@ WorkerStdio AgentTerminal::open_stdio(int local_rank, WorkerTerminal& t,
   } else if (t.null_stdin) {
     stdio.in = WorkerStdio::kNull;
   }
+  // The worker's controlling terminal: the one readline reads, else its output's.
+  t.controlling = stdio.in >= 0 && t.in_pty ? 0 : t.out_master >= 0 ? 1 : t.err_master >= 0 ? 2 : -1;
+  stdio.terminal = t.controlling;
   return stdio;
 }
 
@@ -93,8 +97,11 @@ void AgentTerminal::close_input() {
 void AgentTerminal::on_window_change() {
   if (const auto size = terminal_size(1) ? terminal_size(1) : terminal_size(2)) {
     console_line_->set_size(size->ws_col, size->ws_row);
-    if (relay_) relay_->resize(worker_window(*size, reader_prefix_cols_));
+    // Output terminals first: the reader's controlling terminal is its input
+    // one, whose resize signals it, and what it then asks (the size of its
+    // stdout) must be new already.
     if (resized_) resized_(*size);
+    if (relay_) relay_->resize(worker_window(*size, reader_prefix_cols_));
   }
   winch_->async_wait([this](boost::system::error_code ec, int) {
     if (!ec) on_window_change();

@@ -4,6 +4,7 @@
 #include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -17,6 +18,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/exit_code.hpp"
+#include "worker_session.hpp"
 
 namespace ddp::agent {
 
@@ -25,12 +27,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Which step of the child's setup failed, sent back with its errno.
-enum class Step : int { kSetpgid, kPdeathsig, kStdio, kAffinity, kExec };
+enum class Step : int { kSetpgid, kSetsid, kPdeathsig, kStdio, kAffinity, kExec };
 
 const char* step_name(Step s) {
   switch (s) {
     case Step::kSetpgid:
       return "setpgid";
+    case Step::kSetsid:
+      return "setsid";
     case Step::kPdeathsig:
       return "prctl(PR_SET_PDEATHSIG)";
     case Step::kStdio:
@@ -57,6 +61,7 @@ struct Prepared {
   int keep_fd;
   const cpu_set_t* cpus;
   pid_t agent_pid;
+  int session;
   int report_fd;
   bool stop_before_exec;
 };
@@ -85,7 +90,12 @@ struct Prepared {
     if (old.sa_handler == SIG_DFL) continue;
     if (sig == SIGPIPE || old.sa_handler != SIG_IGN) ::sigaction(sig, &dfl, nullptr);
   }
-  if (::setpgid(0, 0) != 0) fail(p, Step::kSetpgid);
+  // The session first: its controlling terminal is taken once stdio is in place.
+  if (const int e = guard::enter_session(p.session == guard::kSessionShared ? p.session : guard::kSessionOwn);
+      e != 0) {
+    errno = e;
+    fail(p, p.session == guard::kSessionShared ? Step::kSetpgid : Step::kSetsid);
+  }
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(p, Step::kPdeathsig);
   // The agent may have died before prctl took effect: then nobody would kill us.
   if (::getppid() != p.agent_pid) ::_exit(signal_exit_code(SIGKILL));
@@ -113,6 +123,7 @@ struct Prepared {
     for (int fd = 3; fd < max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
   if (p.keep_fd >= 0) ::fcntl(p.keep_fd, F_SETFD, 0);
+  if (p.session >= 0) ::ioctl(p.session, TIOCSCTTY, 0);  // see enter_session
   if (p.cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), p.cpus) != 0) fail(p, Step::kAffinity);
   sigset_t none;
   ::sigemptyset(&none);
@@ -156,8 +167,8 @@ constexpr bool kShareMemory = true;
 // calls would write this thread's errno, so until the child has exec'd or
 // exited the caller reads no errno (fork_exec below), and on the way to a
 // successful exec the child makes no call that fails (but for the
-// close_range fallback of kernels before 5.11). `p`, what it points to and
-// `stack` must outlive the child's exec or exit.
+// close_range fallback of kernels before 5.11, and a TIOCSCTTY refused).
+// `p`, what it points to and `stack` must outlive the child's exec or exit.
 pid_t spawn_child(const Prepared& p, void* stack) {
   if (!kShareMemory) {
     const pid_t pid = ::fork();
@@ -249,6 +260,7 @@ ForkExecResult fork_exec(const ExecSpec& spec, std::chrono::milliseconds timeout
                           spec.keep_fd,
                           spec.cpus,
                           spec.agent_pid,
+                          spec.session,
                           report[1],
                           spec.stop_before_exec};
   // No signal handler may run in the child before it has reset them all.

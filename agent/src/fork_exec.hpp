@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "worker_session.hpp"
+
 namespace ddp::agent {
 
 // A program to start and what it is given: the one description shared by
@@ -41,6 +43,10 @@ struct ExecSpec : Program {
   int keep_fd = -1;                 // one more fd that survives exec (the guard's info pipe)
   const cpu_set_t* cpus = nullptr;  // CPU affinity, inherited by what the child forks
   pid_t agent_pid = -1;             // the child exits at once if its parent is not this
+  // guard::kSessionShared (worker_session.hpp): a process group of its own in
+  // the agent's session; kSessionOwn: a session of its own; 0-2: a session
+  // of its own whose controlling terminal is that stdio fd.
+  int session = guard::kSessionShared;
   // Tests only: the child stops itself just before exec, as one stuck before
   // exec would look to the parent.
   bool stop_before_exec = false;
@@ -60,7 +66,8 @@ struct ExecCancel {
   std::function<bool()> is_cancelled;
 };
 
-// Forks and execs `spec` as its own process group leader with SIGKILL as its
+// Forks and execs `spec` as its own process group leader (and session leader,
+// as spec.session says) with SIGKILL as its
 // parent-death signal, default signal dispositions and mask, only fds 0-2
 // (and keep_fd) open. Waits at most `timeout` for the exec.
 ForkExecResult fork_exec(const ExecSpec& spec, std::chrono::milliseconds timeout, const ExecCancel& cancel);

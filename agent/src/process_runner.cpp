@@ -163,13 +163,16 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
         info.write = fds[1];
       }
     }
+    const int session = !spec.own_session     ? guard::kSessionShared
+                        : stdio.terminal >= 0 ? stdio.terminal
+                                              : guard::kSessionOwn;
     const ZygoteSpawn& zygote = job.zygote;
     if (error.empty() && !guard.empty() && zygote.connect) {
       if (const int conn = zygote.connect(); conn >= 0) {
         int in_fd = in.read >= 0 ? in.read : stdio.in == WorkerStdio::kNull ? -1 : 0;
         Pipe null_in;
         if (in_fd < 0) null_in.read = in_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-        ZygoteRequest req{zygote.argv, spec.env, current_dir(), guard, spec.stop_timeout};
+        ZygoteRequest req{zygote.argv, spec.env, current_dir(), guard, spec.stop_timeout, session};
         const ZygoteReply reply = request_worker(conn, req, in_fd, out.write, err.write, kGuardReportTimeout);
         if (reply.error.empty()) {
           ::close(out.write);
@@ -199,8 +202,13 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
       if (!guard_server) guard_server.emplace(guard);
       // The agent's stdin where the worker inherits it: the server's is /dev/null.
       const int in_fd = in.read >= 0 ? in.read : 0;
-      guard::GuardRequest req{spec.stop_timeout,  guard_fence_file(), current_dir(), spec.cpu_affinity, {},
-                              std::move(spec.env)};
+      guard::GuardRequest req{spec.stop_timeout,
+                              guard_fence_file(),
+                              current_dir(),
+                              spec.cpu_affinity,
+                              {},
+                              std::move(spec.env),
+                              session};
       req.argv.reserve(spec.args.size() + 1);
       req.argv.push_back(spec.executable);
       req.argv.insert(req.argv.end(), spec.args.begin(), spec.args.end());
@@ -237,6 +245,7 @@ struct ProcessRunner::Impl : std::enable_shared_from_this<ProcessRunner::Impl> {
       exec.keep_fd = info.write;
       exec.cpus = spec.cpu_affinity ? &*spec.cpu_affinity : nullptr;
       exec.agent_pid = ::getpid();
+      exec.session = session;
       const ExecCancel cancel{cancel_fd, [this, id = job.id] { return id < cancelled_below.load(); }};
       ForkExecResult r = fork_exec(exec, kExecTimeout, cancel);
       if (r.cancelled) return report_cancelled(std::move(job.on_spawned));

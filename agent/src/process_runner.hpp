@@ -42,6 +42,10 @@ struct SpawnSpec : Program {
   std::chrono::milliseconds stop_timeout{30000};
   // --numa_binding: the CPUs the guard (and so the worker it forks) may run on.
   std::optional<cpu_set_t> cpu_affinity{};
+  // A session of its own for the guard and the worker (worker_session.hpp),
+  // with the pseudo-terminal WorkerStdio::terminal names as its controlling
+  // terminal; false: a process group of its own in the agent's session.
+  bool own_session = false;
 };
 
 // --preload: the worker is forked by the preload zygote instead of exec'd

@@ -153,6 +153,7 @@ void WorkerGroup::spawn(int lr, int restart_count, bool joining) {
   }
   spec.env = to_env_strings(env);
   spec.stop_timeout = cfg_.stop_timeout;
+  spec.own_session = true;  // as torchrun's: a share of the CPU each (docs/agent-workers.md)
   if (!cpus_.empty()) spec.cpu_affinity = cpu_set_from_list(cpus_[static_cast<std::size_t>(lr)]);
   ZygoteSpawn zygote;
   // The zygote's forks would keep its affinity: bound workers are exec'd.
@@ -381,8 +382,9 @@ void WorkerGroup::resize_ptys(const winsize& size) {
     if (!w.spawned || w.done || (w.terminal.out_master < 0 && w.terminal.err_master < 0)) continue;
     ::ddp::agent::resize_ptys(w.terminal.out_master, w.terminal.err_master,
                               worker_window(size, w.terminal.prefix_cols));
-    // The pseudo-terminal is no controlling terminal, so the kernel does not signal.
-    runner_.signal_group(w.pid, SIGWINCH);
+    // A controlling terminal's resize signals the worker's group (its
+    // foreground group); the kernel sends nothing for one that is not.
+    if (w.terminal.controlling < 0) runner_.signal_group(w.pid, SIGWINCH);
   }
 }
 

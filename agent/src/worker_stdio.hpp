@@ -27,6 +27,9 @@ struct WorkerStdio {
   int out_write = -1;
   int err_read = -1;
   int err_write = -1;
+  // 0, 1 or 2: that stream is a pseudo-terminal the agent opened, to be the
+  // controlling terminal of a worker in a session of its own; -1: none.
+  int terminal = -1;
 };
 
 // What a worker gets of the terminal, decided before its output is set up.
@@ -37,6 +40,10 @@ struct WorkerTerminal {
   bool null_stdin = false;      // stdin is /dev/null (the agent's stdin is a terminal)
   int out_master = -1;          // the agent's ends, for window size changes
   int err_master = -1;
+  bool in_pty = false;  // stdin is a pseudo-terminal (reads_terminal, with out_master)
+  // Which stdio stream is the controlling terminal of the worker's session
+  // (the kernel then signals SIGWINCH itself), -1: none.
+  int controlling = -1;
   // Columns the console line prefix takes: the worker's window is that much
   // narrower than the agent's terminal, so a line the worker fits to its width
   // (a progress bar) still fits once prefixed, and '\r' redraws it in place.

@@ -55,7 +55,8 @@ ZygoteReply request_worker(int conn, const ZygoteRequest& request, int in, int o
                             {"env", request.env},
                             {"cwd", request.cwd},
                             {"guard", request.guard},
-                            {"stop_timeout_ms", request.stop_timeout.count()}};
+                            {"stop_timeout_ms", request.stop_timeout.count()},
+                            {"session", request.session}};
   // Invalid UTF-8 in an env value must not throw: replace it, as Python would decode it anyway.
   const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   const int fds[3] = {in, out, err};

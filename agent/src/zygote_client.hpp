@@ -23,6 +23,7 @@ struct ZygoteRequest {
   std::string cwd;
   std::string guard;  // ddp-guard, exec'd in the worker's parent
   std::chrono::milliseconds stop_timeout{30000};
+  int session = -2;  // guard::kSessionShared etc. (worker_session.hpp)
 };
 
 struct ZygoteReply {

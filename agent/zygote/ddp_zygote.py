@@ -21,12 +21,14 @@ shares with the zygote.
 """
 
 import ctypes
+import fcntl
 import json
 import os
 import selectors
 import signal
 import socket
 import sys
+import termios
 import threading
 import time
 
@@ -34,6 +36,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 PR_SET_MM = 35
 PR_SET_MM_MAP = 14
+SESSION_SHARED = -2  # worker_session.hpp: kSessionShared; -1 a session of its own; 0-2 its terminal's fd
 MAX_REQUEST_BYTES = 16 << 20  # argv + env; ARG_MAX-sized envs fit
 # One connection that is slow, silent or hostile must cost only itself: the
 # zygote never blocks on one (every socket and pipe is non-blocking, served
@@ -314,13 +317,24 @@ class Zygote:
     def in_guard_child(self, req, body, zygote_pid, info_w, go_r, go_w):
         """The forked child that becomes the worker's ddp-guard; forks the worker first."""
         try:
-            os.setpgid(0, 0)  # the worker's own group, led by its guard as after a normal spawn
+            # The worker's own group, led by its guard as after a normal spawn,
+            # and its own session unless told otherwise (worker_session.hpp).
+            session = int(body.get("session", SESSION_SHARED))
+            if session == SESSION_SHARED:
+                os.setpgid(0, 0)
+            else:
+                os.setsid()
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # kept across exec for the guard
             req.conn.close()
             for target, fd in enumerate(req.fds):
                 os.dup2(fd, target)
                 os.close(fd)
             req.fds = []
+            if 0 <= session <= 2:
+                try:
+                    fcntl.ioctl(session, termios.TIOCSCTTY, 0)
+                except OSError:
+                    pass  # no controlling terminal then, as before: its I/O works all the same
             worker_pid = os.fork()
             if worker_pid == 0:
                 os.close(info_w)

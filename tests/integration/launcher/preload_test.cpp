@@ -118,7 +118,12 @@ TEST_CASE("ps, pgrep -f and /proc show a preloaded worker as the exec'd worker i
       script,
       "import os, sys, time\n"
       "parent = open('/proc/%d/cmdline' % os.getppid()).read()\n"
-      "print('argv', sys.argv[1:], 'forked', '--adopt-pid' in parent, flush=True)\n"
+      // A session of its own, led by its group's leader (its guard), and no
+      // controlling terminal: ddprun's output is no terminal here.
+      "stat = open('/proc/self/stat').read().rsplit(')', 1)[1].split()\n"
+      "pgrp, session, tty_nr = (int(f) for f in stat[2:5])\n"
+      "print('argv', sys.argv[1:], 'forked', '--adopt-pid' in parent, 'own session', session == pgrp,\n"
+      "      'tty', tty_nr, flush=True)\n"
       "env = b''.join(os.fsencode(k) + b'=' + os.fsencode(v) + b'\\0' for k, v in os.environ.items())\n"
       "open(sys.argv[3] + '.tmp', 'wb').write(env)\n"
       "os.rename(sys.argv[3] + '.tmp', sys.argv[3])\n"
@@ -147,14 +152,16 @@ TEST_CASE("ps, pgrep -f and /proc show a preloaded worker as the exec'd worker i
     forked = true;
   }
   SECTION("exec'd (no --preload): what the forked worker must look like") {}
+  std::string guard_server = "1";
+  SECTION("exec'd under an exec'd guard (DDP_GUARD_SERVER=0)") { guard_server = "0"; }
   args.insert(args.end(), {script, "a b", pid_file, env_file, done_file});
-  Process p(ddprun_argv(args), dir.path(), clean_env({}), "ddprun");
+  Process p(ddprun_argv(args), dir.path(), clean_env({{"DDP_GUARD_SERVER", guard_server}}), "ddprun");
   REQUIRE(wait_until([&] { return fs::exists(pid_file) || !p.running(); }, 30s));
   INFO(p.out() << p.err());
   REQUIRE(fs::exists(pid_file));
   const pid_t pid = std::stoi(read_file(pid_file));
   // The line comes through the agent's pipe: it may arrive after the file.
-  const std::string line = std::string("forked ") + (forked ? "True" : "False");
+  const std::string line = std::string("forked ") + (forked ? "True" : "False") + " own session True tty 0";
   wait_until([&] { return p.out().find(line) != std::string::npos || !p.running(); }, 30s);
   CHECK_THAT(p.out(), Catch::Contains(line));
 

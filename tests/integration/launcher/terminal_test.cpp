@@ -394,3 +394,40 @@ TEST_CASE("with stderr not a terminal, waiting is a plain log line, not a status
   CHECK_THAT(r.err, Catch::Contains("[rdzv] [info] waiting for nodes"));
   CHECK(r.err.find("\x1b[K") == std::string::npos);
 }
+
+// Each worker leads a session of its own, as torchrun's do (the kernel's
+// autogroup scheduler shares CPU time between sessions first), and its
+// pseudo-terminal is that session's controlling terminal, in the foreground.
+TEST_CASE("each worker is in a session of its own whose terminal is its pty, and Ctrl-C still stops it") {
+  TempDir dir;
+  write_file(dir / "session.py",
+             "import os, signal, sys, time\n"
+             "def stopped(sig, frame):\n"
+             "    print('stopped by', signal.Signals(sig).name, flush=True)\n"
+             "    sys.exit(0)\n"
+             "signal.signal(signal.SIGINT, stopped)\n"
+             "signal.signal(signal.SIGTERM, stopped)\n"
+             "fields = open('/proc/self/stat').read().rsplit(')', 1)[1].split()\n"
+             "pgrp, session, tty_nr, tpgid = (int(f) for f in fields[2:6])\n"
+             "fd = 0 if os.isatty(0) else 1\n"
+             "print('stdin', 'tty' if fd == 0 else 'not tty',\n"
+             // The leader of the worker's group (its guard) leads its session:
+             // in ddprun's session, ddprun would.
+             "      '| own session', session == pgrp,\n"
+             "      '| controlling', tty_nr == os.fstat(fd).st_rdev,\n"
+             "      '| foreground', tpgid == pgrp, flush=True)\n"
+             "time.sleep(600)\n");
+  PtySession s(ddprun_on(dir, {"--nproc_per_node=2", "--stop_timeout=600", (dir / "session.py").string()}),
+               dir.path().string(), clean_env({}));
+  // Rank 0 reads the terminal: its stdin's pty is the controlling one; rank
+  // 1's stdin is /dev/null, and its stdout's pty is.
+  REQUIRE(s.wait_for("[rank 0]:stdin tty | own session True | controlling True | foreground True"));
+  REQUIRE(s.wait_for("[rank 1]:stdin not tty | own session True | controlling True | foreground True"));
+  s.type("\x03");
+  const auto code = s.wait(std::chrono::seconds(60));
+  INFO(s.screen());
+  CHECK(code == std::optional<int>(130));
+  CHECK_THAT(s.screen(), Catch::Contains("[rank 0]:stopped by SIGINT"));
+  CHECK_THAT(s.screen(), Catch::Contains("[rank 1]:stopped by SIGINT"));
+  CHECK(s.cooked());
+}
