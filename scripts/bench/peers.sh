@@ -8,8 +8,8 @@
 #   nodekill  2 launchers, --nnodes=1:2, c10d: kill -9 of one -> survivors re-formed
 #   nodekill-tuned  the same with last_call_timeout=1,keep_alive_interval=1 for all
 #   hang      a rank stops -> killed by the launcher's watchdog (FileTimer, heartbeats)
-# ddprun also runs with --preload torch, and with each worker in a session of its
-# own (setsid), as torchrun's and ft_launcher's are; --hogs N adds N busy loops.
+# ddprun also runs with --preload torch, and PEERS_BASELINE_BUILD=DIR adds the
+# ddprun of another build (DIR/bin/ddprun); --hogs N adds N busy loops.
 # Torch and ft_launcher come from .venv (scripts/setup.sh --torch2 makes it with the
 # pinned torch 2.x; this script adds scripts/requirements-peers.txt when
 # missing). Usage:

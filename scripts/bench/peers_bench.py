@@ -22,8 +22,8 @@ scripts/bench/peers.sh runs it; docs/performance.md, "The peers".
             last heartbeat) -> its pid gone, with a 2 s timeout; "past the
             deadline" is that minus 2 s
 
-Launchers: ddprun (also with --preload torch, and with each worker under
-`setsid -w`: see SETSID_PYTHON), torchrun (python -m torch.distributed.run)
+Launchers: ddprun (also with --preload torch, and another build's with
+PEERS_BASELINE_BUILD: see BASELINE), torchrun (python -m torch.distributed.run)
 and ft_launcher, all with .venv's python and torch. --hogs N adds N busy
 loops in sessions of their own for the whole run.
 
@@ -60,17 +60,17 @@ RUN_TIMEOUT_S = 150
 
 DDPRUN = [os.path.join(BIN, "ddprun"), "--log_level=warn"]
 # torchrun and ft_launcher start each worker in a session of its own (Popen's
-# start_new_session), so with the kernel's autogroup scheduling
+# start_new_session), and so does ddprun (its guard leads the worker's session,
+# docs/agent-workers.md "Sessions"): with the kernel's autogroup scheduling
 # (/proc/sys/kernel/sched_autogroup_enabled) each worker is a scheduling entity
-# of its own beside the other sessions' processes; ddprun's workers stay in
-# ddprun's session (its terminal handling needs that) and share one. The
-# "setsid" variant runs ddprun's workers through `setsid -w` to show what that
-# costs on a loaded machine. The wrapper is written under --keep.
-SETSID_PYTHON = ["python-setsid"]  # its path, set in main()
+# of its own beside the other sessions' processes. PEERS_BASELINE_BUILD=DIR
+# adds "ddprun, baseline": the ddprun of another build (DIR/bin/ddprun, e.g. an
+# older commit's), measured in the same run.
+BASELINE = os.environ.get("PEERS_BASELINE_BUILD")
 LAUNCHERS = {
     "ddprun": lambda: DDPRUN + ["--python", PY],
     "ddprun --preload torch": lambda: DDPRUN + ["--python", PY, "--preload", "torch"],
-    "ddprun, workers setsid": lambda: DDPRUN + ["--python", SETSID_PYTHON[0]],
+    "ddprun, baseline": lambda: [os.path.join(BASELINE, "bin", "ddprun"), "--log_level=warn", "--python", PY],
     "torchrun": lambda: [PY, "-m", "torch.distributed.run"],
     "ft_launcher": lambda: [os.path.join(VENV, "bin", "ft_launcher")],
 }
@@ -423,10 +423,6 @@ def main():
     keep = a.keep or tempfile.mkdtemp(prefix="peers-bench-")
     os.makedirs(keep, exist_ok=True)
     print("logs under", keep, flush=True)
-    SETSID_PYTHON[0] = os.path.join(keep, "python-setsid")
-    with open(SETSID_PYTHON[0], "w") as f:
-        f.write('#!/bin/sh\nexec setsid -w %s "$@"\n' % PY)
-    os.chmod(SETSID_PYTHON[0], 0o755)
     b = Bench(keep)
     hog_tag = uuid.uuid4().hex
     hogs = [subprocess.Popen(["/usr/bin/python3", "-c", "while True: pass"], start_new_session=True,
@@ -460,8 +456,9 @@ def report(a, b):
                                                         ratio(m, base)))
         return m
 
-    all_launchers = ["ddprun", "ddprun --preload torch", "ddprun, workers setsid", "torchrun", "ft_launcher"]
-    no_setsid = [n for n in all_launchers if n != "ddprun, workers setsid"]
+    all_launchers = ["ddprun", "ddprun --preload torch"] + (["ddprun, baseline"] if BASELINE else [])
+    all_launchers += ["torchrun", "ft_launcher"]
+    no_baseline = [n for n in all_launchers if n != "ddprun, baseline"]
     tuned = ", " + TUNED_RDZV
     # what: (launchers, heading, one run, [(measure, key)]): each measure a row per
     # launcher, against ddprun's median of that key.
@@ -486,7 +483,7 @@ def report(a, b):
             ],
         ),
         "nodekill": (
-            no_setsid,
+            no_baseline,
             "node kill -9 -> survivors re-formed (--nnodes=1:2, 2 x 2 workers, c10d)",
             b.nodekill,
             [
@@ -495,7 +492,7 @@ def report(a, b):
             ],
         ),
         "nodekill-tuned": (
-            no_setsid,
+            no_baseline,
             "node kill -9 -> survivors re-formed, --rdzv_conf=%s" % TUNED_RDZV,
             lambda n, rep: b.nodekill(n, rep, TUNED_RDZV),
             [
