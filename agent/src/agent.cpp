@@ -139,8 +139,9 @@ void Agent::Impl::spawn_workers() {
     records.set_reported(false);
     group->start(launch);
   } catch (const ConfigError& e) {
-    finish(ExitCode::kConfig, e.what());
+    return finish(ExitCode::kConfig, e.what());
   }
+  if (reform.active()) watch_reform_stalls();
 }
 
 void Agent::Impl::begin_stop(StopReason reason, int sig) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,7 @@ class Reform {
   // --on_failure=reform, until fall_back(): then every later failure restarts
   // every worker, for the rest of the run.
   bool active() const { return active_; }
-  void fall_back() { active_ = false; }
+  void fall_back();
   Workers workers() const { return workers_; }
 
   // The oldest failure of `attempt` not acted on yet, or null: a hung
@@ -69,6 +70,17 @@ class Reform {
   void written(const WorkerFailure& f, bool replaced, const ReformStore::Outcome& out, std::int64_t world);
   // The line the job stops with when too few workers are left; "" otherwise.
   const std::string& stop_line() const { return stop_line_; }
+
+  // A slot that never joins (docs/reform.md, "A slot that never joins"):
+  // from the start of `round`'s workers, `stalled` gets each generation that
+  // a member names stalled. `failed`: the watch could not start or ended.
+  void watch(const rdzv::RendezvousResult& round, std::function<void(std::int64_t generation)> stalled,
+             std::function<void(const std::string&)> failed);
+  // The slots that joined `generation` while it is current and not full;
+  // nullopt when nothing is missing from it any more.
+  void joined(const rdzv::RendezvousResult& round, std::int64_t generation,
+              std::function<void(std::optional<std::vector<int>>)> done,
+              std::function<void(const std::string&)> failed);
 
   bool busy() const { return store_ && store_->busy(); }
 

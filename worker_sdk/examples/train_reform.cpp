@@ -22,7 +22,9 @@
 // slot k % WORLD_SIZE for the k-th kill) SIGKILL itself at the end of step N,
 // then 2N, ... (--kills times in all): the k-th kill happens in the k-th world
 // (generation, or attempt after a restart), so a replacement never repeats its
-// predecessor's kill. Rank 0 of the new world prints each re-form's (or
+// predecessor's kill. With --stop-rank S, slot S SIGSTOPs itself at the same
+// step (a survivor that stops, or is stuck in the kernel, during the re-form
+// the kill starts). Rank 0 of the new world prints each re-form's (or
 // restart's) cost: the time from the SIGKILL to the next completed step, and
 // its own reform() (a replacement: its join) and state broadcast times.
 #include <unistd.h>
@@ -59,6 +61,7 @@ struct Options {
   bool kill_rotate = false;  // the k-th kill hits slot k % WORLD_SIZE
   int kills = 2;
   bool no_catch = false;
+  int stop_rank = -1;  // a slot that SIGSTOPs itself at each --kill-every kill
   double step_sleep_ms = 0;
 };
 
@@ -331,6 +334,14 @@ int train(const Options& opt) {
             ctx.store->set(kill_key(ctx), record.str());
             std::raise(SIGKILL);
           }
+          if (opt.kill_every > 0 && slot == opt.stop_rank && world_index < opt.kills &&
+              counters[kStep] == (world_index + 1) * opt.kill_every) {
+            // A survivor that stops during the re-form the kill starts: ddprun kills it for that.
+            std::printf("slot %d pid %d: SIGSTOP after step %lld (--stop-rank)\n", slot,
+                        static_cast<int>(getpid()), static_cast<long long>(counters[kStep]));
+            std::fflush(stdout);
+            std::raise(SIGSTOP);
+          }
         }
         ++counters[kEpoch];
         counters[kConsumed] = 0;
@@ -394,6 +405,9 @@ int main(int argc, char** argv) {
             "--no-catch", opt.no_catch,
             "do not catch ddp::MembershipChanged (a trainer that cannot re-form: ddprun falls back to "
             "restart)");
+        app.add_option("--stop-rank", opt.stop_rank,
+                       "this slot SIGSTOPs itself at each --kill-every kill (a survivor that stops)")
+            ->check(CLI::Range(0, 1 << 20));
         app.add_option("--step-sleep-ms", opt.step_sleep_ms,
                        "sleep this long in every step (steady step times)")
             ->check(CLI::Range(0.0, 1e6));
