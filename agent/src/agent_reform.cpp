@@ -42,7 +42,10 @@ void Agent::Impl::fall_back_to_restart(const std::string& why) {
 void Agent::Impl::reform_after(const WorkerFailure& f) {
   write_failure_report(/*final_report=*/false);
   const bool replace = !life.restarts_spent();
-  if (replace) life.spend_restart();
+  if (replace) {
+    life.spend_restart();
+    reform.replacing();
+  }
   const std::string lost = loss_text(f);
   if (replace)
     log->warn("reform: {}; starting a replacement ({}/{})", lost, life.restart_count(), cfg.max_restarts);

@@ -42,6 +42,7 @@ const WorkerFailure* Reform::next(int attempt, const std::vector<WorkerFailure>&
   if (attempt != attempt_) {
     attempt_ = attempt;
     seen_ = 0;
+    replaced_ = 0;
   }
   return seen_ < failures.size() ? &failures[seen_] : nullptr;
 }
