@@ -1,8 +1,8 @@
 // --on_failure=reform when a re-form cannot complete on its own
 // (docs/reform.md, "A slot that never joins"): the real ddprun running
 // ddp-example-train-reform, whose slot 3 SIGKILLs itself after step 10 while
-// slot 1 SIGSTOPs itself at the same step (a survivor that stops, or is stuck
-// in the kernel, during the re-form the kill starts).
+// slot 1 SIGSTOPs itself in the re-form that starts, a second after the
+// others (a survivor that stops, or is stuck in the kernel, during a re-form).
 #include <catch2/catch.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -17,8 +17,8 @@ using namespace ddp::test::launcher;
 namespace {
 
 // `ddprun --standalone --nproc_per_node=4 --on_failure=reform FLAGS` over the
-// trainer (2 epochs of 16 steps) with slot 3 killed and slot 1 stopped after
-// step 10. DDP_REFORM_TIMEOUT is 30 s: without a remedy, the other members'
+// trainer (2 epochs of 16 steps) with slot 3 killed after step 10 and slot 1
+// stopped in the re-form that follows. DDP_REFORM_TIMEOUT is 30 s: without a remedy, the other members'
 // joins time out then.
 RunResult kill_3_stop_1(const TempDir& dir, std::vector<std::string> flags, EnvOverrides env) {
   std::vector<std::string> args = {"--standalone", "--nproc_per_node=4", "--on_failure=reform"};
@@ -66,7 +66,7 @@ TEST_CASE("reform: a survivor stopped during a re-form is killed and replaced, a
                                     {{"DDP_REFORM_STALL_TIMEOUT", "5"}});
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
-  CHECK_THAT(r.out, Catch::Contains("slot 1 pid ") && Catch::Contains(": SIGSTOP after step 10"));
+  CHECK_THAT(r.out, Catch::Contains("slot 1 pid ") && Catch::Contains(": SIGSTOP in the re-form"));
   // One restart each for the killed slot and the stopped one, no more.
   CHECK(count_lines(r.err, "starting a replacement (1/2)") == 1);
   CHECK(count_lines(r.err, "reform: rank 1 lost (hung, reform not joined (generation 1, which slot(s) ") ==
@@ -99,7 +99,8 @@ TEST_CASE("reform: a survivor stopped during a re-form with the restarts spent i
 TEST_CASE("reform: a rank waiting inside a re-form for a stopped one is not killed as hung") {
   TempDir dir;
   // The stopped slot misses its heartbeats and is killed for that; the
-  // others heartbeat while they wait for it in the re-form.
+  // others, whose last heartbeat came a second before its own, heartbeat
+  // while they wait for it in the re-form.
   const RunResult r = kill_3_stop_1(dir, {"--max_restarts=2", "--heartbeat_timeout=3"}, {});
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
