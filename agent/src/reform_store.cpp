@@ -126,6 +126,7 @@ void ReformStore::joined(Endpoint endpoint, std::string token, std::string prefi
           if (const auto slot = parse_int<int>(entry.substr(0, entry.find(':')))) slots->push_back(*slot);
           pos = comma + 1;
         }
+        std::sort(slots->begin(), slots->end());
       }
       s->post([done, slots = std::move(slots)] { done(slots); });
     } catch (const std::exception& e) {

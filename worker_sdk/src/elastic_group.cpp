@@ -411,7 +411,9 @@ ElasticGroup::ElasticGroup(const Context& ctx, ProcessGroupOptions options, Elas
   m.root = store::keys::reform_prefix(ctx.store_prefix);
   m.options = std::move(options);
   m.timeout = reform_timeout(elastic.reform_timeout);
-  m.stall = stall_timeout(elastic.stall_timeout);
+  // At most half the reform timeout: the agent then has time to replace the
+  // slot before the members give up.
+  m.stall = std::min(stall_timeout(elastic.stall_timeout), m.timeout / 2);
   m.has_state = !parse_bool(env_or("DDP_REFORM_JOINING", "")).value_or(false);
   std::vector<int> candidates;
   for (int s = 0; s < ctx.world_size; ++s) candidates.push_back(s);

@@ -18,8 +18,8 @@ namespace {
 
 // `ddprun --standalone --nproc_per_node=4 --on_failure=reform FLAGS` over the
 // trainer (2 epochs of 16 steps) with slot 3 killed after step 10 and slot 1
-// stopped in the re-form that follows. DDP_REFORM_TIMEOUT is 30 s: without a remedy, the other members'
-// joins time out then.
+// stopped in the re-form that follows. DDP_REFORM_TIMEOUT is 30 s unless
+// `env` says otherwise: without a remedy, the other members' joins time out then.
 RunResult kill_3_stop_1(const TempDir& dir, std::vector<std::string> flags, EnvOverrides env) {
   std::vector<std::string> args = {"--standalone", "--nproc_per_node=4", "--on_failure=reform"};
   args.insert(args.end(), flags.begin(), flags.end());
@@ -31,7 +31,7 @@ RunResult kill_3_stop_1(const TempDir& dir, std::vector<std::string> flags, EnvO
         std::string("1")}) {
     args.push_back(a);
   }
-  env["DDP_REFORM_TIMEOUT"] = "30";
+  if (env.count("DDP_REFORM_TIMEOUT") == 0) env["DDP_REFORM_TIMEOUT"] = "30";
   return ddprun(args, dir, env);
 }
 
@@ -86,7 +86,8 @@ TEST_CASE("reform: a survivor stopped during a re-form is killed and replaced, a
 
 TEST_CASE("reform: a survivor stopped during a re-form with the restarts spent is the rank the job ends on") {
   TempDir dir;
-  const RunResult r = kill_3_stop_1(dir, {"--max_restarts=1"}, {{"DDP_REFORM_STALL_TIMEOUT", "5"}});
+  // No DDP_REFORM_STALL_TIMEOUT: half the reform timeout of 10 s is used.
+  const RunResult r = kill_3_stop_1(dir, {"--max_restarts=1"}, {{"DDP_REFORM_TIMEOUT", "10"}});
   INFO(r.out << r.err);
   CHECK(r.code == 1);
   CHECK(count_lines(r.err, "ddprun: error:") == 1);
