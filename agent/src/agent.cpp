@@ -139,8 +139,9 @@ void Agent::Impl::spawn_workers() {
     records.set_reported(false);
     group->start(launch);
   } catch (const ConfigError& e) {
-    finish(ExitCode::kConfig, e.what());
+    return finish(ExitCode::kConfig, e.what());
   }
+  if (reform.active()) watch_reform_stalls();
 }
 
 void Agent::Impl::begin_stop(StopReason reason, int sig) {
@@ -261,6 +262,10 @@ void Agent::Impl::on_local_failure() {
     const WorkerFailure f = *next;
     reform.take();
     if (uncaught_membership_change(f)) {
+      // The loss it could not re-form after started a replacement, which
+      // spent a restart; the restart of every worker stops it and takes its
+      // place: one restart for the failure, as under restart.
+      if (reform.replaced_in(group->attempt()) > 0) life.refund_restart();
       return fall_back_to_restart("rank " + std::to_string(f.rank) + " did not catch ddp::MembershipChanged");
     }
     reform_after(f);

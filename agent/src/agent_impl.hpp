@@ -94,6 +94,9 @@ struct Agent::Impl {
   // and the workers re-form; workers that cannot re-form fall back to restart.
   void probe_workers();
   void reform_after(const WorkerFailure& f);
+  // A slot that never joins a re-form generation is killed and replaced.
+  void watch_reform_stalls();
+  void on_reform_stalled(std::int64_t generation);
   void fall_back_to_restart(const std::string& why);
   void stop_below_minimum();
 

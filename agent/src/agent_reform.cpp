@@ -4,6 +4,8 @@
 // through their store.
 #include <signal.h>
 
+#include <algorithm>
+
 #include "agent_impl.hpp"
 #include "ddp/common/logging.hpp"
 
@@ -40,7 +42,10 @@ void Agent::Impl::fall_back_to_restart(const std::string& why) {
 void Agent::Impl::reform_after(const WorkerFailure& f) {
   write_failure_report(/*final_report=*/false);
   const bool replace = !life.restarts_spent();
-  if (replace) life.spend_restart();
+  if (replace) {
+    life.spend_restart();
+    reform.replacing();
+  }
   const std::string lost = loss_text(f);
   if (replace)
     log->warn("reform: {}; starting a replacement ({}/{})", lost, life.restart_count(), cfg.max_restarts);
@@ -77,6 +82,46 @@ void Agent::Impl::reform_after(const WorkerFailure& f) {
         if (replace) life.refund_restart();
         begin_stop(StopReason::kLocalFailure, SIGTERM);
       });
+}
+
+void Agent::Impl::watch_reform_stalls() {
+  const int attempt = group->attempt();
+  reform.watch(
+      life.round(),
+      [this, attempt](std::int64_t g) {
+        if (reform.active() && life.is(Phase::kRunning) && group->attempt() == attempt) on_reform_stalled(g);
+      },
+      [this, endpoint = life.round().store_endpoint.to_string()](const std::string& m) {
+        log->warn(
+            "reform: cannot watch the workers' store at {} for re-forms that stall ({}): a slot that never "
+            "joins one is left to the workers' DDP_REFORM_TIMEOUT",
+            endpoint, m);
+      });
+}
+
+void Agent::Impl::on_reform_stalled(std::int64_t g) {
+  // A member of generation g waited its stall timeout: the local slots still
+  // missing from g's members, while g is current and not full, are killed
+  // (their stacks first) and replaced as failures of their own.
+  const int attempt = group->attempt();
+  reform.joined(
+      life.round(), g,
+      [this, attempt, g](const std::optional<std::vector<int>>& joined) {
+        if (!joined || !reform.active() || !life.is(Phase::kRunning) || group->attempt() != attempt) return;
+        std::string members;
+        for (const int s : *joined) members += (members.empty() ? "" : ", ") + std::to_string(s);
+        for (const Worker& w : group->workers()) {
+          if (!w.spawned || w.done || w.hung || w.dropped) continue;
+          if (std::find(joined->begin(), joined->end(), w.rank) != joined->end()) continue;
+          HangInfo info;
+          info.source = "reform";
+          info.detail = "generation " + std::to_string(g) + ", which slot(s) " +
+                        (members.empty() ? std::string("none") : members) +
+                        " joined and waited past DDP_REFORM_STALL_TIMEOUT for it";
+          group->kill_named(w.local_rank, std::move(info));
+        }
+      },
+      [this](const std::string& m) { log->warn("reform: cannot read a stalled re-form's members: {}", m); });
 }
 
 void Agent::Impl::stop_below_minimum() {

@@ -94,7 +94,7 @@ void Agent::Impl::make_group(const std::shared_ptr<rdzv::RendezvousHandler>& han
     HangInfo info;
     info.source = "straggler";
     info.detail = straggler_detail(s, cfg.liveness.straggler_factor);
-    group->kill_straggler(lr, std::move(info));
+    group->kill_named(lr, std::move(info));
   };
   straggler_hooks.own_step_s = [this](int rank) -> std::optional<double> {
     const int lr = life.have_round() ? rank - life.round().rank_offset : -1;

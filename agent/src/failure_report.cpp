@@ -92,7 +92,10 @@ std::string WorkerFailure::how() const {
 std::string HangInfo::what() const {
   std::string out = source;
   if (!scope.empty()) out += (source == "FileTimer" ? " scope '" : " '") + scope + "'";
-  out += source == "heartbeat" ? " missed" : source == "straggler" ? " named" : " expired";
+  out += source == "heartbeat"   ? " missed"
+         : source == "straggler" ? " named"
+         : source == "reform"    ? " not joined"
+                                 : " expired";
   if (missed_rank >= 0) out += " on rank " + std::to_string(missed_rank) + ", which waits for it";
   if (!detail.empty()) out += " (" + detail + ")";
   return out;

@@ -42,8 +42,28 @@ const WorkerFailure* Reform::next(int attempt, const std::vector<WorkerFailure>&
   if (attempt != attempt_) {
     attempt_ = attempt;
     seen_ = 0;
+    replaced_ = 0;
   }
   return seen_ < failures.size() ? &failures[seen_] : nullptr;
+}
+
+void Reform::fall_back() {
+  active_ = false;
+  if (store_) store_->unwatch();
+}
+
+void Reform::watch(const rdzv::RendezvousResult& round, std::function<void(std::int64_t)> stalled,
+                   std::function<void(const std::string&)> failed) {
+  store_->watch_stalled(round.store_endpoint, cfg_.rendezvous.token,
+                        store::keys::reform_prefix(round.worker_prefix), std::move(stalled),
+                        std::move(failed));
+}
+
+void Reform::joined(const rdzv::RendezvousResult& round, std::int64_t generation,
+                    std::function<void(std::optional<std::vector<int>>)> done,
+                    std::function<void(const std::string&)> failed) {
+  store_->joined(round.store_endpoint, cfg_.rendezvous.token, store::keys::reform_prefix(round.worker_prefix),
+                 generation, std::move(done), std::move(failed));
 }
 
 void Reform::probe(const rdzv::RendezvousResult& round, std::function<void(bool)> done,

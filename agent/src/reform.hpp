@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,7 @@ class Reform {
   // --on_failure=reform, until fall_back(): then every later failure restarts
   // every worker, for the rest of the run.
   bool active() const { return active_; }
-  void fall_back() { active_ = false; }
+  void fall_back();
   Workers workers() const { return workers_; }
 
   // The oldest failure of `attempt` not acted on yet, or null: a hung
@@ -69,6 +70,23 @@ class Reform {
   void written(const WorkerFailure& f, bool replaced, const ReformStore::Outcome& out, std::int64_t world);
   // The line the job stops with when too few workers are left; "" otherwise.
   const std::string& stop_line() const { return stop_line_; }
+  // A replacement is decided for the failure next() returned last (counted
+  // before the store is written: its workers may fail of it at once).
+  void replacing() { ++replaced_; }
+  // Replacements decided in `attempt`: a fall back to restart stops them,
+  // and the restart of every worker spends the restart the last one took.
+  int replaced_in(int attempt) const { return attempt == attempt_ ? replaced_ : 0; }
+
+  // A slot that never joins (docs/reform.md, "A slot that never joins"):
+  // from the start of `round`'s workers, `stalled` gets each generation that
+  // a member names stalled. `failed`: the watch could not start or ended.
+  void watch(const rdzv::RendezvousResult& round, std::function<void(std::int64_t generation)> stalled,
+             std::function<void(const std::string&)> failed);
+  // The slots that joined `generation` while it is current and not full;
+  // nullopt when nothing is missing from it any more.
+  void joined(const rdzv::RendezvousResult& round, std::int64_t generation,
+              std::function<void(std::optional<std::vector<int>>)> done,
+              std::function<void(const std::string&)> failed);
 
   bool busy() const { return store_ && store_->busy(); }
 
@@ -78,6 +96,7 @@ class Reform {
   Workers workers_ = Workers::kUnknown;
   int attempt_ = -1;       // of the failures counted in seen_
   std::size_t seen_ = 0;   // failures of attempt_ acted on
+  int replaced_ = 0;       // replacements started in attempt_
   std::vector<int> lost_;  // ranks the job went on without
   std::string stop_line_;
   std::unique_ptr<ReformStore> store_;  // with --on_failure=reform only

@@ -1,7 +1,10 @@
 #include "reform_store.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <string_view>
 
+#include "ddp/common/parse.hpp"
 #include "ddp/store/job_keys.hpp"
 #include "ddp/store/tcp_store.hpp"
 
@@ -16,10 +19,12 @@ constexpr std::chrono::seconds kStoreTimeout{10};
 struct ReformStore::Client {
   Endpoint endpoint;
   std::unique_ptr<store::TcpStore> store;
+  std::unique_ptr<store::WatchHandle> stalled;  // after `store`: destroyed before it
 
   // The client for `to`, made on first use (or when the round's store moved).
   store::TcpStore& connected(const Endpoint& to, const std::string& token) {
     if (!store || endpoint.host != to.host || endpoint.port != to.port) {
+      stalled.reset();
       store.reset();
       store::TcpStoreOptions o;
       o.endpoint = to;
@@ -69,6 +74,61 @@ void ReformStore::probe(Endpoint endpoint, std::string token, std::string prefix
       const bool joined =
           c->connected(endpoint, token).try_get(store::keys::reform_joined_key(prefix, 0)).has_value();
       s->post([done, joined] { done(joined); });
+    } catch (const std::exception& e) {
+      s->post([failed, m = std::string(e.what())] { failed(m); });
+    }
+  });
+}
+
+void ReformStore::watch_stalled(Endpoint endpoint, std::string token, std::string prefix,
+                                std::function<void(std::int64_t)> stalled,
+                                std::function<void(const std::string&)> failed) {
+  caller_->call([c = client_, s = sink_, endpoint = std::move(endpoint), token = std::move(token),
+                 prefix = std::move(prefix), stalled = std::move(stalled), failed = std::move(failed)] {
+    try {
+      auto& store = c->connected(endpoint, token);
+      c->stalled.reset();
+      const std::string key = store::keys::reform_stalled_key(prefix);
+      // On the store's thread: parse, and hand the generation to the io thread.
+      auto on_event = [s, key, stalled](const store::WatchEvent& ev) {
+        if (ev.type != store::EventType::kPut || ev.key != key) return;
+        if (const auto g = parse_int<std::int64_t>(ev.value)) s->post([stalled, g = *g] { stalled(g); });
+      };
+      auto on_error = [s, failed](const std::string& why) { s->post([failed, why] { failed(why); }); };
+      c->stalled = store.watch(key, 0, std::move(on_event), std::move(on_error));
+    } catch (const std::exception& e) {
+      s->post([failed, m = std::string(e.what())] { failed(m); });
+    }
+  });
+}
+
+void ReformStore::unwatch() {
+  caller_->call([c = client_] { c->stalled.reset(); });
+}
+
+void ReformStore::joined(Endpoint endpoint, std::string token, std::string prefix, std::int64_t generation,
+                         std::function<void(std::optional<std::vector<int>>)> done,
+                         std::function<void(const std::string&)> failed) {
+  caller_->call([c = client_, s = sink_, endpoint = std::move(endpoint), token = std::move(token),
+                 prefix = std::move(prefix), generation, done = std::move(done), failed = std::move(failed)] {
+    try {
+      auto& store = c->connected(endpoint, token);
+      std::optional<std::vector<int>> slots;
+      if (store.add(store::keys::reform_generation_key(prefix), 0) == generation &&
+          !store.check({store::keys::reform_full_key(prefix, generation)})) {
+        // "<slot>:<s>," per member (docs/reform.md).
+        const std::string members =
+            store.try_get(store::keys::reform_members_key(prefix, generation)).value_or("");
+        slots.emplace();
+        for (std::size_t pos = 0; pos < members.size();) {
+          const std::size_t comma = std::min(members.find(',', pos), members.size());
+          const std::string_view entry = std::string_view(members).substr(pos, comma - pos);
+          if (const auto slot = parse_int<int>(entry.substr(0, entry.find(':')))) slots->push_back(*slot);
+          pos = comma + 1;
+        }
+        std::sort(slots->begin(), slots->end());
+      }
+      s->post([done, slots = std::move(slots)] { done(slots); });
     } catch (const std::exception& e) {
       s->post([failed, m = std::string(e.what())] { failed(m); });
     }

@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "blocking_caller.hpp"
 #include "ddp/common/endpoint.hpp"
@@ -55,6 +57,21 @@ class ReformStore {
   // re-form, and its siblings would wait in their collectives.
   void probe(Endpoint store, std::string token, std::string prefix, std::function<void(bool)> done,
              std::function<void(const std::string&)> failed);
+
+  // Watches R/stalled (`prefix` is R) from now on: `stalled` gets the
+  // generation each time a member of one names it stalled (docs/reform.md,
+  // "A slot that never joins"). Replaces the previous watch; `failed` gets
+  // why the watch could not start or ended.
+  void watch_stalled(Endpoint store, std::string token, std::string prefix,
+                     std::function<void(std::int64_t generation)> stalled,
+                     std::function<void(const std::string&)> failed);
+  // Stops the watch of watch_stalled.
+  void unwatch();
+  // The slots in R/g<G>/members while G is the current generation and not
+  // full; nullopt once G is full or was left (nothing is missing any more).
+  void joined(Endpoint store, std::string token, std::string prefix, std::int64_t generation,
+              std::function<void(std::optional<std::vector<int>>)> done,
+              std::function<void(const std::string&)> failed);
 
   bool busy() const { return caller_->busy(); }
 

@@ -139,9 +139,12 @@ class WorkerGroup {
   void replay_early_timer_requests();
   // Collects every live worker's stack into the attempt's log directory (SIGURG to ddprun).
   void dump_stacks();
-  // --straggler_action=restart: the worker's stacks, then its kill, as a
-  // failure of the attempt (the report names it as a straggler).
-  void kill_straggler(int local_rank, HangInfo info);
+  // A worker named from outside its deadlines: a straggler
+  // (--straggler_action=restart; info.source "straggler"), or a slot that
+  // never joined a re-form generation (--on_failure=reform; "reform"). Its
+  // stack, then its kill, as a failure of the attempt that names it so.
+  // Nothing happens unless it runs and is not being killed already.
+  void kill_named(int local_rank, HangInfo info);
 
   int attempt() const { return attempt_; }
   int live() const;

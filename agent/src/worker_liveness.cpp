@@ -126,11 +126,11 @@ void WorkerGroup::on_deadline(const Deadline& d) {
   collect_then_kill(w.local_rank, std::move(info), d.at);
 }
 
-void WorkerGroup::kill_straggler(int local_rank, HangInfo info) {
+void WorkerGroup::kill_named(int local_rank, HangInfo info) {
   if (state_ != State::kRunning || local_rank < 0 || static_cast<std::size_t>(local_rank) >= workers_.size())
     return;
   const Worker& w = workers_[static_cast<std::size_t>(local_rank)];
-  if (!w.spawned || w.done || w.hung) return;
+  if (!w.spawned || w.done || w.hung || hang_collection_ == local_rank) return;
   collect_then_kill(local_rank, std::move(info), std::chrono::steady_clock::now());
 }
 

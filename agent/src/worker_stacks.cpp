@@ -63,8 +63,13 @@ void WorkerGroup::collect_then_kill(int local_rank, HangInfo info,
     return;
   }
   watch_.clear(local_rank);
+  const bool straggler = info.source == "straggler";
+  const bool unjoined = info.source == "reform";
   log_->info("worker rank={} {} ({}): collecting the local workers' stacks before killing it", missed.rank,
-             info.source == "straggler" ? "was named a straggler" : "missed its deadline", info.what());
+             straggler  ? "was named a straggler"
+             : unjoined ? "never joined the re-form"
+                        : "missed its deadline",
+             info.what());
   hang_collection_ = local_rank;
   // The culprit as far as the rule can tell already (the SDK's counts in the
   // liveness files): its stack is taken at once, its main thread only if it
@@ -73,23 +78,28 @@ void WorkerGroup::collect_then_kill(int local_rank, HangInfo info,
   // for torch workers). The other native workers, the one whose deadline
   // passed among them, are frozen (SIGSTOP) before the kill, so that losing
   // their peer cannot move them, and taken after it.
-  const bool straggler = info.source == "straggler";
+  // A straggler, or a slot that never joined a re-form: named already, no
+  // culprit rule.
+  const bool named = straggler || unjoined;
   const int guess =
-      straggler ? local_rank : decide_culprit(local_rank, activities({}), other_nodes()).culprit_local_rank;
+      named ? local_rank : decide_culprit(local_rank, activities({}), other_nodes()).culprit_local_rank;
   std::vector<StackTarget> first, native;
   for (auto& t : stack_targets()) {
+    // The other ranks wait in the re-form for this one: their stacks say
+    // nothing new, and freezing them to take them would make them wait longer.
+    if (unjoined && t.local_rank != guess) continue;
     const bool now = t.local_rank == guess || !t.python_file.empty();
     t.main_thread_only = t.local_rank == guess;  // killed once it is in: the fast kind
     (now ? first : native).push_back(std::move(t));
   }
   stacks_.collect(
       std::move(first), kStackBudget,
-      [this, local_rank, att = attempt_, info = std::move(info), deadline, straggler,
+      [this, local_rank, att = attempt_, info = std::move(info), deadline, named,
        native = std::move(native)](std::vector<RankStack> stacks) mutable {
         if (att != attempt_ || state_ != State::kRunning) return;
         hang_collection_ = -1;
-        const auto verdict = straggler ? CulpritVerdict{local_rank, false, "", ""}
-                                       : decide_culprit(local_rank, activities(stacks), other_nodes());
+        const auto verdict = named ? CulpritVerdict{local_rank, false, "", ""}
+                                   : decide_culprit(local_rank, activities(stacks), other_nodes());
         if (verdict.remote) {
           wait_for_other_node(local_rank, std::move(info), deadline, verdict);
           return;
@@ -100,7 +110,7 @@ void WorkerGroup::collect_then_kill(int local_rank, HangInfo info,
         info.waiting = verdict.waiting;
         info.culprit_rule = verdict.why;
         if (c != local_rank) info.missed_rank = workers_[static_cast<std::size_t>(local_rank)].rank;
-        if (info.liveness_note.empty() && !straggler)
+        if (info.liveness_note.empty() && !named)
           info.liveness_note = heartbeats_->liveness_note(c, local_rank);
         const bool have = std::any_of(stacks.begin(), stacks.end(),
                                       [c](const RankStack& s) { return s.target.local_rank == c; });

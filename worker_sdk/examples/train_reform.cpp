@@ -22,9 +22,11 @@
 // slot k % WORLD_SIZE for the k-th kill) SIGKILL itself at the end of step N,
 // then 2N, ... (--kills times in all): the k-th kill happens in the k-th world
 // (generation, or attempt after a restart), so a replacement never repeats its
-// predecessor's kill. Rank 0 of the new world prints each re-form's (or
-// restart's) cost: the time from the SIGKILL to the next completed step, and
-// its own reform() (a replacement: its join) and state broadcast times.
+// predecessor's kill. With --stop-rank S, slot S SIGSTOPs itself in the
+// re-form that such a kill starts, a second after its siblings began it (a
+// survivor that stops, or is stuck in the kernel, during a re-form). Rank 0 of the new world prints each
+// re-form's (or restart's) cost: the time from the SIGKILL to the next completed step, and its own reform()
+// (a replacement: its join) and state broadcast times.
 #include <unistd.h>
 
 #include <array>
@@ -59,6 +61,7 @@ struct Options {
   bool kill_rotate = false;  // the k-th kill hits slot k % WORLD_SIZE
   int kills = 2;
   bool no_catch = false;
+  int stop_rank = -1;  // a slot that SIGSTOPs itself at each --kill-every kill
   double step_sleep_ms = 0;
 };
 
@@ -207,6 +210,17 @@ void report(const ddp::Context& ctx, const Pending& p, std::int64_t step) {
   std::fflush(stdout);
 }
 
+// --stop-rank: a survivor that stops in the re-form, its last heartbeat a
+// second after the others began to wait for it (ddprun kills it for that).
+void stop_in_reform(int slot) {
+  ddp::heartbeat();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ddp::heartbeat();
+  std::printf("slot %d pid %d: SIGSTOP in the re-form (--stop-rank)\n", slot, static_cast<int>(getpid()));
+  std::fflush(stdout);
+  std::raise(SIGSTOP);
+}
+
 std::string slot_list(const std::vector<int>& slots) {
   std::string out;
   for (int s : slots) out += (out.empty() ? "" : ",") + std::to_string(s);
@@ -351,6 +365,10 @@ int train(const Options& opt) {
       break;
     } catch (const ddp::MembershipChanged&) {
       if (opt.no_catch) throw;  // exits through ddp::run: the error file names MembershipChanged
+      if (opt.kill_every > 0 && slot == opt.stop_rank &&
+          std::max<std::int64_t>(eg.generation(), ctx.restart_count) < opt.kills) {
+        stop_in_reform(slot);
+      }
       const std::int64_t caught = now_ns();
       reducer.discard_step();  // the step in flight is done again in the new world
       const ddp::ReformInfo info = eg.reform();
@@ -394,6 +412,9 @@ int main(int argc, char** argv) {
             "--no-catch", opt.no_catch,
             "do not catch ddp::MembershipChanged (a trainer that cannot re-form: ddprun falls back to "
             "restart)");
+        app.add_option("--stop-rank", opt.stop_rank,
+                       "this slot SIGSTOPs itself in the re-form a --kill-every kill starts")
+            ->check(CLI::Range(0, 1 << 20));
         app.add_option("--step-sleep-ms", opt.step_sleep_ms,
                        "sleep this long in every step (steady step times)")
             ->check(CLI::Range(0.0, 1e6));

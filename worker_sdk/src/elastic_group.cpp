@@ -15,6 +15,8 @@
 #include "ddp/init.hpp"
 #include "ddp/store/job_keys.hpp"
 #include "ddp/store/store.hpp"
+#include "generation_store.hpp"
+#include "liveness_wait.hpp"
 #include "work_state.hpp"
 
 namespace ddp {
@@ -27,10 +29,8 @@ using Clock = std::chrono::steady_clock;
 // within milliseconds of seeing a worker die.
 constexpr auto kSettle = std::chrono::seconds(10);
 constexpr auto kPoll = std::chrono::milliseconds(10);
-// Waits for keys block in the store (server-side) for at most this long
-// between two reads of the generation: a wait returns as soon as its keys
-// exist, and notices a newer generation within a slice.
-constexpr auto kSlice = std::chrono::milliseconds(50);
+using detail::GenerationStore;
+using detail::kReformSlice;
 
 // Polls `moved` every 0.5 ms for the first kFastPolls (the agent moves the
 // generation on within milliseconds of a death, and every millisecond here is
@@ -78,6 +78,18 @@ std::chrono::milliseconds reform_timeout(std::chrono::milliseconds fallback) {
   return *timeout;
 }
 
+// 0: never name the slots that did not join.
+std::chrono::milliseconds stall_timeout(std::chrono::milliseconds fallback) {
+  const std::string text = env_or("DDP_REFORM_STALL_TIMEOUT", "");
+  if (text.empty()) return fallback;
+  const auto timeout = parse_duration(text, TimeUnit::kSeconds);
+  if (!timeout || timeout->count() < 0) {
+    throw ConfigError("DDP_REFORM_STALL_TIMEOUT='" + text +
+                      "' is not valid: give a number of seconds (0: never name missing slots)");
+  }
+  return *timeout;
+}
+
 // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a write to a peer
 // that just died raises SIGPIPE, whose default action kills this process
 // silently instead of failing the collective. A process that means to survive
@@ -91,91 +103,6 @@ void ignore_sigpipe() {
     sigaction(SIGPIPE, &ignore, nullptr);
   }
 }
-
-// The store as a generation's process group sees it: a wait or blocking get
-// polls, and gives up with MembershipChanged once the generation moves on,
-// so that a member dying while the group connects does not stall the others
-// for the group's whole timeout.
-class GenerationStore final : public store::Store {
- public:
-  GenerationStore(std::shared_ptr<store::Store> inner, std::string generation_key, std::int64_t g)
-      : inner_(std::move(inner)), key_(std::move(generation_key)), g_(g) {}
-
-  store::Revision set(const std::string& key, std::string_view value, store::LeaseId lease) override {
-    return inner_->set(key, value, lease);
-  }
-  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
-    std::string value;
-    sliced(timeout, "key " + key, [&](std::chrono::milliseconds slice) { value = inner_->get(key, slice); });
-    return value;
-  }
-  std::optional<std::string> try_get(const std::string& key) override { return inner_->try_get(key); }
-  std::int64_t add(const std::string& key, std::int64_t delta) override { return inner_->add(key, delta); }
-  std::string compare_set(const std::string& key, std::string_view expected, std::string_view desired,
-                          store::LeaseId lease) override {
-    return inner_->compare_set(key, expected, desired, lease);
-  }
-  bool remove(const std::string& key) override { return inner_->remove(key); }
-  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
-  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-    sliced(timeout, std::to_string(keys.size()) + " key(s)",
-           [&](std::chrono::milliseconds slice) { inner_->wait(keys, slice); });
-  }
-  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override {
-    return inner_->multi_get(keys);
-  }
-  store::Revision multi_set(const std::vector<std::pair<std::string, std::string>>& kvs,
-                            store::LeaseId lease) override {
-    return inner_->multi_set(kvs, lease);
-  }
-  std::int64_t append(const std::string& key, std::string_view value) override {
-    return inner_->append(key, value);
-  }
-  std::int64_t num_keys() override { return inner_->num_keys(); }
-  store::ListResult list(const std::string& prefix) override { return inner_->list(prefix); }
-  void batch(std::vector<store::BatchOp>& ops) override { inner_->batch(ops); }
-  store::LeaseId lease_grant(std::chrono::milliseconds ttl) override { return inner_->lease_grant(ttl); }
-  void lease_keepalive(store::LeaseId lease) override { inner_->lease_keepalive(lease); }
-  void lease_revoke(store::LeaseId lease) override { inner_->lease_revoke(lease); }
-  std::unique_ptr<store::WatchHandle> watch(const std::string& prefix, store::Revision from_revision,
-                                            store::WatchCallback on_event,
-                                            store::WatchErrorCallback on_error) override {
-    return inner_->watch(prefix, from_revision, std::move(on_event), std::move(on_error));
-  }
-  std::vector<std::unique_ptr<store::WatchHandle>> watch_all(std::vector<store::WatchSpec> specs) override {
-    return inner_->watch_all(std::move(specs));
-  }
-
- private:
-  // Runs `wait(slice)` (a blocking store call that throws TimeoutError when the
-  // slice passes) until it returns, reading the generation between slices.
-  template <typename Wait>
-  void sliced(std::chrono::milliseconds timeout, const std::string& what, Wait wait) {
-    const Deadline deadline = Deadline::after(timeout);
-    for (;;) {
-      const auto slice = std::min<std::chrono::milliseconds>(kSlice, deadline.remaining());
-      if (slice.count() > 0) {
-        try {
-          wait(slice);
-          return;
-        } catch (const TimeoutError&) {
-        }
-      }
-      const std::int64_t now = inner_->add(key_, 0);
-      if (now > g_) {
-        throw MembershipChanged(g_, "membership changed: generation " + std::to_string(g_) + " ended (now " +
-                                        std::to_string(now) + ") while its process group was forming");
-      }
-      if (deadline.expired()) {
-        throw TimeoutError("timed out after " + std::to_string(timeout.count()) + " ms waiting for " + what);
-      }
-    }
-  }
-
-  std::shared_ptr<store::Store> inner_;
-  std::string key_;
-  std::int64_t g_;
-};
 
 struct Member {
   int slot = 0;
@@ -220,6 +147,7 @@ class ElasticGroup::Impl {
   int base_world = 1;  // WORLD_SIZE
   ProcessGroupOptions options;
   std::chrono::milliseconds timeout{};
+  std::chrono::milliseconds stall{};  // 0: never name a slot that does not join
   bool enabled = false;
   bool has_state = true;
   std::int64_t generation = 0;
@@ -288,7 +216,9 @@ class ElasticGroup::Impl {
     return h;
   }
 
-  [[noreturn]] void join_timed_out(std::int64_t g, std::int64_t n, const std::vector<int>& candidates) {
+  // The slots of `candidates` that have not joined G, and those that have.
+  std::pair<std::vector<int>, std::vector<int>> missing_and_joined(std::int64_t g,
+                                                                   const std::vector<int>& candidates) {
     std::vector<int> joined_slots;
     for (const Member& m :
          parse_members(store->try_get(store::keys::reform_members_key(root, g)).value_or(""), SIZE_MAX))
@@ -296,11 +226,90 @@ class ElasticGroup::Impl {
     std::vector<int> missing;
     for (int s : candidates)
       if (std::find(joined_slots.begin(), joined_slots.end(), s) == joined_slots.end()) missing.push_back(s);
+    return {missing, joined_slots};
+  }
+
+  [[noreturn]] void join_timed_out(std::int64_t g, std::int64_t n, const std::vector<int>& candidates) {
+    const auto [missing, joined_slots] = missing_and_joined(g, candidates);
     throw TimeoutError("reform: slot " + std::to_string(slot) + " timed out after " +
                        std::to_string(timeout.count()) + " ms waiting for generation " + std::to_string(g) +
                        " to gather " + std::to_string(n) + " member(s) (joined: " + join_ints(joined_slots) +
                        "; never joined: slot(s) " + join_ints(missing) +
                        "); set DDP_REFORM_TIMEOUT (seconds) to wait longer");
+  }
+
+  // Re-form generation G waited stall_timeout for a member that never came (a
+  // survivor stopped or stuck in the kernel): R/stalled says so, and the
+  // agent of each slot missing from R/g<G>/members replaces it
+  // (docs/reform.md, "A slot that never joins").
+  void report_stall(std::int64_t g, const std::vector<int>& candidates, bool first) {
+    store->set(store::keys::reform_stalled_key(root), std::to_string(g));
+    if (!first) return;
+    const auto [missing, joined_slots] = missing_and_joined(g, candidates);
+    log::get("sdk")->warn(
+        "reform: generation {} waited {} ms for slot(s) {} (joined: {}): asking their agents to replace them",
+        g, stall.count(), join_ints(missing), join_ints(joined_slots));
+  }
+
+  // Waits until G is full (nullopt), or was abandoned for a newer generation
+  // (returned): joined only grows, so a full G stands even if the generation
+  // moved on meanwhile. Past `deadline`, TimeoutError naming the missing slots.
+  std::optional<std::int64_t> wait_full(std::int64_t g, std::int64_t n, const std::vector<int>& candidates,
+                                        Clock::time_point deadline) {
+    const std::string full = store::keys::reform_full_key(root, g);
+    // Only in a re-form: generation 0 is the job's start, which has timeouts of its own.
+    const bool watch_stall = g > 0 && stall.count() > 0;
+    auto stall_at = Clock::now() + stall;
+    bool reported = false;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) join_timed_out(g, n, candidates);
+      try {
+        store->wait({full}, std::min<std::chrono::milliseconds>(kReformSlice, left));
+        return std::nullopt;
+      } catch (const TimeoutError&) {
+      }
+      // Waiting for the others is not a hang of this rank's.
+      detail::heartbeat_while_waiting();
+      const std::int64_t now = read_generation();
+      if (now > g) {
+        if (store->check({full})) return std::nullopt;
+        return now;
+      }
+      if (watch_stall && Clock::now() >= stall_at) {
+        // Again every stall_timeout while it lasts: an agent busy with
+        // another hang may have passed the first over.
+        report_stall(g, candidates, !reported);
+        reported = true;
+        stall_at = Clock::now() + stall;
+      }
+    }
+  }
+
+  // Generation G as its sorted members make it: ranks by slot, the state
+  // root the lowest rank that holds state, and who was lost or is new since
+  // this process's previous generation.
+  ReformInfo describe(std::int64_t g, const std::vector<Member>& joined, int rank, bool had_state) const {
+    ReformInfo next;
+    next.generation = g;
+    next.rank = rank;
+    next.world_size = static_cast<int>(joined.size());
+    next.had_state = had_state;
+    next.state_root = 0;
+    for (std::size_t i = 0; i < joined.size(); ++i) {
+      if (joined[i].state) {
+        next.state_root = static_cast<int>(i);
+        break;
+      }
+    }
+    for (const Member& m : joined)
+      if (!m.state) next.new_slots.push_back(m.slot);
+    for (int s : members) {
+      const bool kept =
+          std::any_of(joined.begin(), joined.end(), [s](const Member& m) { return m.slot == s; });
+      if (!kept) next.lost_slots.push_back(s);
+    }
+    return next;
   }
 
   // docs/reform.md, "A worker joins generation G". `after`: the generation must
@@ -321,26 +330,9 @@ class ElasticGroup::Impl {
                     std::to_string(slot) + ":" + (had_state ? "1" : "0") + ",");
       // The n-th to join says so under R/g<G>/full, which the others wait for
       // in the store (no polling of the counter).
-      const std::string full = store::keys::reform_full_key(root, g);
-      if (store->add(store::keys::reform_joined_key(root, g), 1) == n) store->set(full, "1");
-      std::optional<std::int64_t> newer;
-      // Everyone joined (that decides G, even if the generation moves on
-      // meanwhile: joined only grows), or G was abandoned before that.
-      for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        if (left.count() <= 0) join_timed_out(g, n, candidates);
-        try {
-          store->wait({full}, std::min<std::chrono::milliseconds>(kSlice, left));
-          break;
-        } catch (const TimeoutError&) {
-        }
-        const std::int64_t now = read_generation();
-        if (now > g) {
-          if (store->check({full})) break;
-          newer = now;
-          break;
-        }
-      }
+      if (store->add(store::keys::reform_joined_key(root, g), 1) == n)
+        store->set(store::keys::reform_full_key(root, g), "1");
+      const std::optional<std::int64_t> newer = wait_full(g, n, candidates, deadline);
       if (newer) {
         g = *newer;
         continue;
@@ -364,22 +356,7 @@ class ElasticGroup::Impl {
       }
       const int rank = static_cast<int>(self - slots.begin());
       const int size = static_cast<int>(slots.size());
-      ReformInfo next;
-      next.generation = g;
-      next.rank = rank;
-      next.world_size = size;
-      next.had_state = had_state;
-      next.state_root = 0;
-      for (std::size_t i = 0; i < joined.size(); ++i) {
-        if (joined[i].state) {
-          next.state_root = static_cast<int>(i);
-          break;
-        }
-      }
-      for (const Member& m : joined)
-        if (!m.state) next.new_slots.push_back(m.slot);
-      for (int s : members)
-        if (std::find(slots.begin(), slots.end(), s) == slots.end()) next.lost_slots.push_back(s);
+      ReformInfo next = describe(g, joined, rank, had_state);
       const auto agreed = Clock::now();
       std::optional<ProcessGroup> formed;
       try {
@@ -434,6 +411,9 @@ ElasticGroup::ElasticGroup(const Context& ctx, ProcessGroupOptions options, Elas
   m.root = store::keys::reform_prefix(ctx.store_prefix);
   m.options = std::move(options);
   m.timeout = reform_timeout(elastic.reform_timeout);
+  // At most half the reform timeout: the agent then has time to replace the
+  // slot before the members give up.
+  m.stall = std::min(stall_timeout(elastic.stall_timeout), m.timeout / 2);
   m.has_state = !parse_bool(env_or("DDP_REFORM_JOINING", "")).value_or(false);
   std::vector<int> candidates;
   for (int s = 0; s < ctx.world_size; ++s) candidates.push_back(s);

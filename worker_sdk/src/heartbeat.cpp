@@ -20,6 +20,7 @@
 #include "ddp/common/liveness_file.hpp"
 #include "ddp/common/parse.hpp"
 #include "liveness_collectives.hpp"
+#include "liveness_wait.hpp"
 
 namespace ddp {
 namespace {
@@ -180,6 +181,12 @@ Section::~Section() {
 }
 
 namespace detail {
+
+void heartbeat_while_waiting() noexcept {
+  Channel* const ch = channel();
+  if (ch == nullptr || lv::u64(ch->base, lv::kOffBeatCount).load(std::memory_order_relaxed) == 0) return;
+  heartbeat();
+}
 
 bool publish_collectives(int size) noexcept {
   Channel* const ch = channel();

@@ -111,6 +111,8 @@ std::string reform_full_key(const std::string& reform_prefix, std::int64_t gener
   return reform_generation_prefix(reform_prefix, generation) + "full";
 }
 
+std::string reform_stalled_key(const std::string& reform_prefix) { return reform_prefix + "stalled"; }
+
 std::string agent_status_prefix(const std::string& run_id) { return run_root(run_id) + "/agent/status/"; }
 
 std::string agent_status_key(const std::string& run_id, const std::string& node_id) {

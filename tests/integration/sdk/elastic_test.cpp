@@ -249,6 +249,43 @@ TEST_CASE("elastic: a slot that never joins is named when the reform timeout pas
   CHECK_THAT(job.proc(0).err(), Catch::Contains("never joined: slot(s) 1)"));
 }
 
+TEST_CASE("elastic: a re-form that waits past DDP_REFORM_STALL_TIMEOUT names its generation as stalled") {
+  ElasticJob job(4, "train", {{"DDP_REFORM_STALL_TIMEOUT", "0.5"}});
+  job.start_training(5);
+  // Slot 2 stops (as if stuck in the kernel) and slot 1 dies: the re-form
+  // of generation 1 waits for slot 2, which never joins.
+  job.proc(2).signal(SIGSTOP);
+  job.kill(1);
+  job.move_on(0);
+  job.start(1, /*joining=*/true);
+  const std::string stalled = keys::reform_stalled_key(kReform);
+  ddp::store::TcpStoreOptions client;
+  client.endpoint = ddp::parse_endpoint(job.endpoint(), "test store");
+  ddp::store::TcpStore store(client);
+  std::optional<std::string> named;
+  for (int i = 0; i < 3000 && !named; ++i) {
+    named = store.try_get(stalled);
+    if (!named) std::this_thread::sleep_for(10ms);
+  }
+  INFO(job.describe());
+  REQUIRE(named == std::optional<std::string>("1"));
+  // Slot 2 has not joined it: the agent's part, then, is slot 2's replacement.
+  CHECK_THAT(store.try_get(keys::reform_members_key(kReform, 1)).value_or(""), !Catch::Contains("2:"));
+  job.kill(2);
+  job.move_on(0);
+  job.start(2, /*joining=*/true);
+  if (!job.wait_for(2, "step ", true)) FAIL(job.describe());
+  job.stop();
+  for (int s : {0, 3}) CHECK(field(job.finished(s), "final", "gen") == 2);
+}
+
+TEST_CASE("elastic: DDP_REFORM_STALL_TIMEOUT that is not a number gives one line naming it") {
+  ElasticJob job(1, "train", {{"DDP_REFORM_STALL_TIMEOUT", "-1"}});
+  job.start(0);
+  REQUIRE(job.proc(0).wait(30s) == 1);
+  CHECK_THAT(job.proc(0).err(), Catch::Contains("DDP_REFORM_STALL_TIMEOUT='-1' is not valid"));
+}
+
 TEST_CASE("elastic: DDP_REFORM_TIMEOUT that is not a number gives one line naming it") {
   ElasticJob job(1, "train", {{"DDP_REFORM_TIMEOUT", "soon"}});
   job.start(0);

@@ -16,6 +16,7 @@
 
 #include "ddp/heartbeat.hpp"
 #include "liveness_collectives.hpp"
+#include "liveness_wait.hpp"
 #include "work_state.hpp"
 
 namespace lv = ddp::liveness;
@@ -68,11 +69,17 @@ TEST_CASE("heartbeats and sections land at the documented offsets and wake the a
   CHECK(at<std::uint32_t>(bytes, 8) == 4096);
   CHECK(at<std::uint32_t>(bytes, 80) == 0xFFFFFFFF);
 
+  // A wait inside the SDK (a re-form) beats only for a worker that heartbeats:
+  // it does not put one that never does under the heartbeat timeout.
+  ddp::detail::heartbeat_while_waiting();
+  CHECK(at<std::uint64_t>(file_bytes(file), 16) == 0);
   ddp::heartbeat();
   ddp::heartbeat();
   bytes = file_bytes(file);
   CHECK(at<std::uint64_t>(bytes, 16) == 2);
   CHECK(at<std::uint64_t>(bytes, 24) > 0);
+  ddp::detail::heartbeat_while_waiting();
+  CHECK(at<std::uint64_t>(file_bytes(file), 16) == 3);
   char buf[16];
   CHECK(::read(reader, buf, sizeof(buf)) < 0);  // nobody asked: no byte
 
@@ -118,7 +125,7 @@ TEST_CASE("heartbeats and sections land at the documented offsets and wake the a
   CHECK(at<std::uint64_t>(bytes, 128 + 48) > 0);   // its duration
   CHECK(at<std::uint64_t>(bytes, 192 + 40) == 1);  // checkpoint: one
   const auto snap = lv::read_snapshot(base);
-  CHECK(snap.beat_count == 4);
+  CHECK(snap.beat_count == 5);
   REQUIRE(snap.slots.size() == 2);
   CHECK(snap.slots[0].name == "step");
   CHECK(snap.slots[1].name == "checkpoint");

@@ -48,6 +48,15 @@ struct ElasticOptions {
   // (seconds) overrides. Passing it throws ddp::TimeoutError naming the slots
   // that never joined.
   std::chrono::milliseconds reform_timeout = std::chrono::minutes(5);
+  // How long the members of a re-form wait for a slot that never joins (a
+  // survivor stopped, or stuck in the kernel) before they name it under the
+  // store's R/stalled key, again every as long while it lasts; the agent that
+  // runs the slot then kills and replaces it (docs/reform.md). Env
+  // DDP_REFORM_STALL_TIMEOUT (seconds) overrides; 0: never. At most half the
+  // reform timeout is used, so that the slot is replaced before the members
+  // give up. Keep it longer than a replacement takes to start and join (a
+  // torch import, a big model's load).
+  std::chrono::milliseconds stall_timeout = std::chrono::seconds(30);
 };
 
 // Thread-safety: like ProcessGroup for the collectives of group(); check(),

@@ -43,7 +43,7 @@ std::string describe_wait_status(int status);
 
 // Why ddprun killed a worker it found hung, and where its code was.
 struct HangInfo {
-  std::string source;                    // "FileTimer", "heartbeat", "section", "straggler"
+  std::string source;                    // "FileTimer", "heartbeat", "section", "straggler", "reform"
   std::string scope;                     // the timer's scope or the section; empty for the heartbeat
   std::string detail;                    // "set to expire after 2.0 s", "no heartbeat for 5.0 s"
   std::vector<std::string> top_frames;   // of its stack, innermost first ("file:line in fn")

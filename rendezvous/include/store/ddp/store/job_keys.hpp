@@ -73,6 +73,10 @@ std::string reform_members_key(const std::string& reform_prefix, std::int64_t ge
 std::string reform_joined_key(const std::string& reform_prefix, std::int64_t generation);
 // "R/g<G>/full": G is complete (SDK: set by the member whose add reached n).
 std::string reform_full_key(const std::string& reform_prefix, std::int64_t generation);
+// "R/stalled": the latest generation whose members waited past their stall
+// timeout for slots that never joined (SDK: set "<G>"); each agent watches it
+// and replaces its own slots missing from R/g<G>/members.
+std::string reform_stalled_key(const std::string& reform_prefix);
 
 // "/<run>/agent/status/": the agents' status records.
 std::string agent_status_prefix(const std::string& run_id);

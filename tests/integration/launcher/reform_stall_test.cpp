@@ -1,0 +1,114 @@
+// --on_failure=reform when a re-form cannot complete on its own
+// (docs/reform.md, "A slot that never joins"): the real ddprun running
+// ddp-example-train-reform, whose slot 3 SIGKILLs itself after step 10 while
+// slot 1 SIGSTOPs itself in the re-form that starts, a second after the
+// others (a survivor that stops, or is stuck in the kernel, during a re-form).
+#include <catch2/catch.hpp>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "launcher_test_util.hpp"
+
+using namespace ddp::test;
+using namespace ddp::test::launcher;
+
+namespace {
+
+// `ddprun --standalone --nproc_per_node=4 --on_failure=reform FLAGS` over the
+// trainer (2 epochs of 16 steps) with slot 3 killed after step 10 and slot 1
+// stopped in the re-form that follows. DDP_REFORM_TIMEOUT is 30 s unless
+// `env` says otherwise: without a remedy, the other members' joins time out then.
+RunResult kill_3_stop_1(const TempDir& dir, std::vector<std::string> flags, EnvOverrides env) {
+  std::vector<std::string> args = {"--standalone", "--nproc_per_node=4", "--on_failure=reform"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  for (const std::string& a :
+       {std::string("--no_python"), bin("ddp-example-train-reform").string(), std::string("--epochs"),
+        std::string("2"), std::string("--dataset-size"), std::string("2048"), std::string("--checkpoint"),
+        (dir / "ckpt").string(), std::string("--kill-every"), std::string("10"), std::string("--kills"),
+        std::string("1"), std::string("--kill-rank"), std::string("3"), std::string("--stop-rank"),
+        std::string("1")}) {
+    args.push_back(a);
+  }
+  if (env.count("DDP_REFORM_TIMEOUT") == 0) env["DDP_REFORM_TIMEOUT"] = "30";
+  return ddprun(args, dir, env);
+}
+
+// slot -> pid, from the trainer's "slot S pid P start|end" lines (the first
+// of each slot).
+std::map<int, long> pids(const std::string& out, const std::string& when) {
+  std::map<int, long> found;
+  const std::regex line("slot ([0-9]+) pid ([0-9]+) " + when + ":");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it) {
+    found.emplace(std::stoi((*it)[1]), std::stol((*it)[2]));
+  }
+  return found;
+}
+
+// The --event_log's "reform" events, in order.
+std::vector<nlohmann::json> reform_events(const fs::path& log) {
+  std::vector<nlohmann::json> out;
+  std::istringstream lines(read_file(log));
+  for (std::string line; std::getline(lines, line);) {
+    auto e = nlohmann::json::parse(line);
+    if (e.at("event") == "reform") out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("reform: a survivor stopped during a re-form is killed and replaced, and the job completes") {
+  TempDir dir;
+  const auto events = dir / "events.jsonl";
+  const RunResult r = kill_3_stop_1(dir, {"--max_restarts=2", "--event_log", events.string()},
+                                    {{"DDP_REFORM_STALL_TIMEOUT", "5"}});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("slot 1 pid ") && Catch::Contains(": SIGSTOP in the re-form"));
+  // One restart each for the killed slot and the stopped one, no more.
+  CHECK(count_lines(r.err, "starting a replacement (1/2)") == 1);
+  CHECK(count_lines(r.err, "reform: rank 1 lost (hung, reform not joined (generation 1, which slot(s) ") ==
+        1);
+  CHECK(count_lines(r.err, "; starting a replacement (2/2)") == 1);
+  CHECK(count_lines(r.err, "worker hung rank=") == 1);
+  CHECK_THAT(r.out, Catch::Contains("after 2 epochs, 32 steps, 2 re-forms, 0 restarts"));
+  // The healthy survivors kept their processes.
+  const auto start = pids(r.out, "start"), end = pids(r.out, "end");
+  for (int slot : {0, 2}) CHECK(end.at(slot) == start.at(slot));
+  for (int slot : {1, 3}) CHECK(end.at(slot) != start.at(slot));
+  const auto reforms = reform_events(events);
+  REQUIRE(reforms.size() == 2);
+  CHECK(reforms[1].at("ranks") == nlohmann::json::array({1}));
+  CHECK_THAT(reforms[1].at("reason").get<std::string>(), Catch::Contains("reform not joined (generation 1"));
+}
+
+TEST_CASE("reform: a survivor stopped during a re-form with the restarts spent is the rank the job ends on") {
+  TempDir dir;
+  // No DDP_REFORM_STALL_TIMEOUT: half the reform timeout of 10 s is used.
+  const RunResult r = kill_3_stop_1(dir, {"--max_restarts=1"}, {{"DDP_REFORM_TIMEOUT", "10"}});
+  INFO(r.out << r.err);
+  CHECK(r.code == 1);
+  CHECK(count_lines(r.err, "ddprun: error:") == 1);
+  CHECK_THAT(r.err, Catch::Contains("ddprun: error: reform: rank 1 lost and max_restarts=1 is spent: 3 "
+                                    "worker(s) would be left, fewer than the job's minimum of 4"));
+  // The failure report names it and why.
+  CHECK_THAT(r.err, Catch::Contains("hung, reform not joined (generation 1"));
+}
+
+TEST_CASE("reform: a rank waiting inside a re-form for a stopped one is not killed as hung") {
+  TempDir dir;
+  // The stopped slot misses its heartbeats and is killed for that; the
+  // others, whose last heartbeat came a second before its own, heartbeat
+  // while they wait for it in the re-form.
+  const RunResult r = kill_3_stop_1(dir, {"--max_restarts=2", "--heartbeat_timeout=3"}, {});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(count_lines(r.err, "worker hung rank=") == 1);
+  CHECK(count_lines(r.err, "worker hung rank=1 ") == 1);
+  CHECK(count_lines(r.err, "reform: rank 1 lost (hung, heartbeat missed") == 1);
+  CHECK_THAT(r.out, Catch::Contains("after 2 epochs, 32 steps, 2 re-forms, 0 restarts"));
+  const auto start = pids(r.out, "start"), end = pids(r.out, "end");
+  for (int slot : {0, 2}) CHECK(end.at(slot) == start.at(slot));
+}
