@@ -286,22 +286,20 @@ std::optional<std::pair<std::int64_t, std::int64_t>> formed_round(std::string_vi
 }
 
 std::pair<std::string, std::string> round_end(std::string_view ended) {
-  // rdzv::RoundEvent, in its order; rdzv is above this library.
-  static constexpr const char* kNames[] = {"restart_requested", "membership_changed", "nodes_waiting",
-                                           "store_lost",        "job_closed",         "lease_lost"};
+  const auto& kNames = keys::kRoundEventNames;
   const auto sp = ended.find(' ');
   const auto code = keys::index_or_none(ended.substr(0, sp));
   const std::string detail(sp == std::string_view::npos ? "" : ended.substr(sp + 1));
   if (code < 0 || code >= static_cast<std::int64_t>(std::size(kNames)))
-    return {"restart_requested", std::string(ended)};
-  return {kNames[code], detail};
+    return {std::string(kNames[0]), std::string(ended)};
+  return {std::string(kNames[code]), detail};
 }
 
 std::string reported_failure(std::string_view ended) {
-  // rdzv::kReportedFailure: "node <id> reported a failure: <reason>".
-  constexpr std::string_view kReported = " reported a failure: ";
+  // "node <id> reported a failure: <reason>".
   const auto [name, detail] = round_end(ended);
-  if (name != "restart_requested" || detail.find(kReported) == std::string::npos) return {};
+  if (name != keys::kRoundEventNames[0] || detail.find(keys::kReportedFailure) == std::string::npos)
+    return {};
   return detail;
 }
 

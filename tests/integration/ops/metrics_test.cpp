@@ -22,92 +22,157 @@ double sample(const std::string& body, const std::string& series) {
 
 }  // namespace
 
-TEST_CASE("metrics endpoint reports requests by op, keys, leases, rounds and latency", "[ops][metrics]") {
+// A daemon with its store and metrics ports, and a client of its store.
+struct MetricsDaemon {
   TempDir dir;
-  Process daemon(
+  Process daemon{
       {bin("ddp-rendezvousd").string(), "--host", "127.0.0.1", "--port", "0", "--port-file",
        (dir / "port").string(), "--metrics-port", "0", "--metrics-port-file", (dir / "mport").string()},
-      dir.path(), {}, "rendezvousd");
-  const int port = wait_for_port_file(dir / "port");
-  const int mport = wait_for_port_file(dir / "mport");
+      dir.path(),
+      {},
+      "rendezvousd"};
+  int port = wait_for_port_file(dir / "port");
+  int mport = wait_for_port_file(dir / "mport");
 
-  auto health = http_get(mport, "/healthz");
+  std::string scrape() const {
+    auto reply = http_get(mport, "/metrics");
+    REQUIRE(reply.status == 200);
+    return reply.body;
+  }
+  // job7 at round 3 and job8 at round 1, as their agents leave them.
+  std::unique_ptr<ddp::store::TcpStore> two_jobs() const {
+    auto client = store_client(port);
+    client->set("/job7/rdzv/round", "3");
+    client->add("/job8/rdzv/round", 1);
+    return client;
+  }
+  // The metrics once two_jobs() and then `writes` are in the store (shown when a check fails).
+  std::string scrape_after(std::initializer_list<std::pair<std::string, std::string>> writes) const {
+    auto client = two_jobs();
+    for (const auto& [key, value] : writes) client->set(key, value);
+    auto body = scrape();
+    UNSCOPED_INFO(body);
+    return body;
+  }
+  ~MetricsDaemon() {
+    daemon.signal(SIGTERM);
+    CHECK(daemon.wait(10s) == 0);
+  }
+};
+
+TEST_CASE("healthz and readyz answer ok and an unknown path is 404", "[ops][metrics]") {
+  MetricsDaemon d;
+  const auto health = http_get(d.mport, "/healthz");
   CHECK(health.status == 200);
   CHECK(health.body == "ok\n");
-  CHECK(http_get(mport, "/nope").status == 404);
-  CHECK(http_get(mport, "/readyz").status == 200);
+  CHECK(http_get(d.mport, "/readyz").status == 200);
+  CHECK(http_get(d.mport, "/nope").status == 404);
+}
 
-  auto before = http_get(mport, "/metrics");
-  REQUIRE(before.status == 200);
-  CHECK_THAT(before.body, Catch::Contains("# TYPE ddp_store_requests_total counter"));
-  CHECK_THAT(before.body, Catch::Contains("# TYPE ddp_store_request_duration_seconds histogram"));
-  CHECK(sample(before.body, "ddp_store_keys") == 0);
-  CHECK(sample(before.body, "ddp_store_requests_total{op=\"set\"}") == 0);
-  CHECK(sample(before.body, "ddp_store_connections") == 0);
+TEST_CASE("a fresh daemon's metrics declare their types with zero counts", "[ops][metrics]") {
+  MetricsDaemon d;
+  const auto body = d.scrape();
+  CHECK_THAT(body, Catch::Contains("# TYPE ddp_store_requests_total counter"));
+  CHECK_THAT(body, Catch::Contains("# TYPE ddp_store_request_duration_seconds histogram"));
+  CHECK(sample(body, "ddp_store_keys") == 0);
+  CHECK(sample(body, "ddp_store_requests_total{op=\"set\"}") == 0);
+  CHECK(sample(body, "ddp_store_connections") == 0);
+}
 
-  auto client = store_client(port);
+TEST_CASE("store requests are counted by op beside the keys, leases and connections they leave",
+          "[ops][metrics]") {
+  MetricsDaemon d;
+  auto client = store_client(d.port);
   client->set("/job7/rdzv/round", "3");
-  client->set("/job7/rdzv/round_3/seq", "1");
   client->set("/other/x", "y");
   client->add("/job8/rdzv/round", 1);
   const auto lease = client->lease_grant(60s);
   client->set("/job7/rdzv/round_3/node/0", "{}", lease);
+  const auto body = d.scrape();
+  INFO(body);
+  CHECK(sample(body, "ddp_store_connections") == 1);
+  CHECK(sample(body, "ddp_store_keys") == 4);
+  CHECK(sample(body, "ddp_store_leases") == 1);
+  CHECK(sample(body, "ddp_store_requests_total{op=\"set\"}") == 3);
+  CHECK(sample(body, "ddp_store_requests_total{op=\"add\"}") == 1);
+  CHECK(sample(body, "ddp_store_requests_total{op=\"lease_grant\"}") == 1);
+  CHECK(sample(body, "ddp_store_history_bytes") > 0);
+}
 
-  auto after = http_get(mport, "/metrics");
-  REQUIRE(after.status == 200);
-  INFO(after.body);
-  CHECK(sample(after.body, "ddp_store_connections") == 1);
-  CHECK(sample(after.body, "ddp_store_keys") == 5);
-  CHECK(sample(after.body, "ddp_store_leases") == 1);
-  CHECK(sample(after.body, "ddp_store_requests_total{op=\"set\"}") == 4);
-  CHECK(sample(after.body, "ddp_store_requests_total{op=\"add\"}") == 1);
-  CHECK(sample(after.body, "ddp_store_requests_total{op=\"lease_grant\"}") == 1);
-  CHECK(sample(after.body, "ddp_store_history_bytes") > 0);
-  CHECK(sample(after.body, "ddp_store_auth_failures_total") == 0);
-  CHECK(sample(after.body, "ddp_store_unauthenticated_connections") == 0);
-  CHECK(sample(after.body, "ddp_store_unauthenticated_closed_total") == 0);
-  CHECK(sample(after.body, "ddp_rendezvous_round{run_id=\"job7\"}") == 3);
-  CHECK(sample(after.body, "ddp_rendezvous_round{run_id=\"job8\"}") == 1);
-  CHECK(sample(after.body, "ddp_rendezvous_round{run_id=\"other\"}") == -1);
-  // hello + 4 set + add + lease_grant + set
-  const auto count = sample(after.body, "ddp_store_request_duration_seconds_count");
-  CHECK(count >= 7);
-  CHECK(sample(after.body, "ddp_store_request_duration_seconds_bucket{le=\"+Inf\"}") == count);
+TEST_CASE("every request lands in the latency histogram", "[ops][metrics]") {
+  MetricsDaemon d;
+  auto client = store_client(d.port);
+  for (int i = 0; i < 6; ++i) client->set("/job/x" + std::to_string(i), "v");
+  const auto body = d.scrape();
+  INFO(body);
+  const auto count = sample(body, "ddp_store_request_duration_seconds_count");
+  CHECK(count >= 7);  // hello + 6 set
+  CHECK(sample(body, "ddp_store_request_duration_seconds_bucket{le=\"+Inf\"}") == count);
+}
 
-  // Hot spares beside a job's current round, and its excluded hosts
-  // (docs/rendezvous.md, "Hot spares" and "Bad nodes kept out").
+TEST_CASE("a daemon without a token counts no auth failures and no unauthenticated connections",
+          "[ops][metrics]") {
+  MetricsDaemon d;
+  const auto body = d.scrape_after({{"/job/x", "v"}});
+  for (const char* series : {"ddp_store_auth_failures_total", "ddp_store_unauthenticated_connections",
+                             "ddp_store_unauthenticated_closed_total"}) {
+    INFO(series);
+    CHECK(sample(body, series) == 0);
+  }
+}
+
+TEST_CASE("each job's round is a gauge read from its round key, and other prefixes are not jobs",
+          "[ops][metrics]") {
+  MetricsDaemon d;
+  const auto body = d.scrape_after({{"/job7/rdzv/round_3/seq", "1"}, {"/other/x", "y"}});
+  CHECK(sample(body, "ddp_rendezvous_round{run_id=\"job7\"}") == 3);
+  CHECK(sample(body, "ddp_rendezvous_round{run_id=\"job8\"}") == 1);
+  CHECK(sample(body, "ddp_rendezvous_round{run_id=\"other\"}") == -1);
+}
+
+// docs/rendezvous.md, "Hot spares" and "Bad nodes kept out".
+TEST_CASE("a job's hot spares of its current round and its excluded hosts are counted", "[ops][metrics]") {
+  MetricsDaemon d;
+  auto client = d.two_jobs();
+  const auto lease = client->lease_grant(60s);
   client->set("/job7/rdzv/round_3/spare/n9", "{}", lease);
   client->set("/job7/rdzv/round_2/spare/n8", "{}", lease);  // an old round's spare: not counted
   client->set("/job7/rdzv/excluded/h1", "2 worker failures");
-  const auto spares = http_get(mport, "/metrics");
-  INFO(spares.body);
-  CHECK(sample(spares.body, "ddp_rendezvous_spares{run_id=\"job7\"}") == 1);
-  CHECK(sample(spares.body, "ddp_rendezvous_excluded{run_id=\"job7\"}") == 1);
-  CHECK(sample(spares.body, "ddp_rendezvous_spares{run_id=\"job8\"}") == -1);
+  const auto body = d.scrape();
+  INFO(body);
+  CHECK(sample(body, "ddp_rendezvous_spares{run_id=\"job7\"}") == 1);
+  CHECK(sample(body, "ddp_rendezvous_excluded{run_id=\"job7\"}") == 1);
+  CHECK(sample(body, "ddp_rendezvous_spares{run_id=\"job8\"}") == -1);
+}
 
-  // Unhealthy nodes and stragglers, from the agents' status records and
-  // verdict (docs/agent-diagnosis.md): only a record whose state reads unhealthy counts,
-  // and only a verdict about the job's current round.
-  client->set("/job7/agent/status/n1", R"({"state":"unhealthy: GPU 3 fell off the bus","workers":[]})");
-  client->set("/job7/agent/status/n2", R"({"state":"running","note":"was unhealthy once"})");
-  client->set("/job7/agent/status/n3", "unhealthy, but not a record");
-  client->set("/job7/agent/stragglers", R"({"round":3,"stragglers":[{"rank":5},{"rank":9}]})");
-  client->set("/job8/agent/stragglers", R"({"round":0,"stragglers":[{"rank":1}]})");  // job8 is at round 1
-  client->set("/other/agent/stragglers", "not json");
-  const auto records = http_get(mport, "/metrics");
-  INFO(records.body);
-  CHECK(sample(records.body, "ddp_rendezvous_unhealthy_nodes{run_id=\"job7\"}") == 1);
-  CHECK(sample(records.body, "ddp_rendezvous_unhealthy_nodes{run_id=\"job8\"}") == -1);
-  CHECK(sample(records.body, "ddp_rendezvous_stragglers{run_id=\"job7\"}") == 2);
-  CHECK(sample(records.body, "ddp_rendezvous_stragglers{run_id=\"job8\"}") == 0);
-  CHECK(sample(records.body, "ddp_rendezvous_stragglers{run_id=\"other\"}") == -1);
+// From the agents' status records and verdict (docs/agent-diagnosis.md).
+TEST_CASE("only a status record whose state reads unhealthy counts as an unhealthy node", "[ops][metrics]") {
+  MetricsDaemon d;
+  const auto body = d.scrape_after({
+      {"/job7/agent/status/n1", R"({"state":"unhealthy: GPU 3 fell off the bus","workers":[]})"},
+      {"/job7/agent/status/n2", R"({"state":"running","note":"was unhealthy once"})"},
+      {"/job7/agent/status/n3", "unhealthy, but not a record"},
+  });
+  CHECK(sample(body, "ddp_rendezvous_unhealthy_nodes{run_id=\"job7\"}") == 1);
+  CHECK(sample(body, "ddp_rendezvous_unhealthy_nodes{run_id=\"job8\"}") == -1);
+}
 
-  // A client sending garbage to the metrics port loses only its own connection.
-  CHECK(http_get(mport, std::string(20000, 'x')).status != 200);
-  CHECK(http_get(mport, "/healthz").status == 200);
+TEST_CASE("only a straggler verdict about the job's current round counts", "[ops][metrics]") {
+  MetricsDaemon d;
+  const auto body = d.scrape_after({
+      {"/job7/agent/stragglers", R"({"round":3,"stragglers":[{"rank":5},{"rank":9}]})"},
+      {"/job8/agent/stragglers", R"({"round":0,"stragglers":[{"rank":1}]})"},  // job8 is at round 1
+      {"/other/agent/stragglers", "not json"},
+  });
+  CHECK(sample(body, "ddp_rendezvous_stragglers{run_id=\"job7\"}") == 2);
+  CHECK(sample(body, "ddp_rendezvous_stragglers{run_id=\"job8\"}") == 0);
+  CHECK(sample(body, "ddp_rendezvous_stragglers{run_id=\"other\"}") == -1);
+}
 
-  daemon.signal(SIGTERM);
-  CHECK(daemon.wait(10s) == 0);
+TEST_CASE("a client sending garbage to the metrics port loses only its own connection", "[ops][metrics]") {
+  MetricsDaemon d;
+  CHECK(http_get(d.mport, std::string(20000, 'x')).status != 200);
+  CHECK(http_get(d.mport, "/healthz").status == 200);
 }
 
 namespace {

@@ -115,3 +115,13 @@ TEST_CASE(
   CHECK(trips[trips.size() - 2] <= 4);  // all but the one that closed
   CHECK(trips.back() <= 11);
 }
+
+TEST_CASE("each round event's name is the one spelling the daemon's job records read") {
+  // The daemon (below rdzv) names an end record's code from the table in job_keys.hpp.
+  for (std::size_t code = 0; code < std::size(ddp::store::keys::kRoundEventNames); ++code) {
+    CHECK(std::string_view(ddp::rdzv::event_name(static_cast<ddp::rdzv::RoundEvent>(code))) ==
+          ddp::store::keys::kRoundEventNames[code]);
+  }
+  CHECK(std::size(ddp::store::keys::kRoundEventNames) ==
+        static_cast<std::size_t>(ddp::rdzv::RoundEvent::kLeaseLost) + 1);
+}

@@ -19,6 +19,7 @@
 
 #include "ddp/common/endpoint.hpp"
 #include "ddp/rdzv/backend.hpp"
+#include "ddp/store/job_keys.hpp"
 #include "ddp/store/store.hpp"
 #include "ddp/store/store_server.hpp"
 
@@ -143,7 +144,7 @@ enum class RoundEvent : std::uint8_t {
 const char* event_name(RoundEvent e);
 // A kRestartRequested detail from report_failure is "node ID" + this + the
 // reason: after it, the failed worker as the failing node described it.
-inline constexpr std::string_view kReportedFailure = " reported a failure: ";
+inline constexpr std::string_view kReportedFailure = store::keys::kReportedFailure;
 // `round` is the round the event ends: the handler may start watching a round
 // (and fire its events) just before next_rendezvous() returns it.
 using RoundEventCallback = std::function<void(std::int64_t round, RoundEvent, const std::string& detail)>;

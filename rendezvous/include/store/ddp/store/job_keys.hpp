@@ -136,6 +136,15 @@ std::optional<std::int64_t> round_of(const JobKey& key);
 // "/<run>/<area>/" for each area a job writes.
 std::vector<std::string> job_prefixes(std::string_view run_id);
 
+// What ended a round, as its end record "<code> <detail>" holds it: the codes
+// are rdzv::RoundEvent's, in its order, and these names their one spelling in
+// every log line, ddprun's messages and the daemon's job records.
+inline constexpr std::string_view kRoundEventNames[] = {
+    "restart_requested", "membership_changed", "nodes_waiting", "store_lost", "job_closed", "lease_lost"};
+// A restart_requested detail from a node's report_failure is "node ID" + this
+// + the reason: after it, the failed worker as the failing node described it.
+inline constexpr std::string_view kReportedFailure = " reported a failure: ";
+
 // A non-negative decimal integer, the whole of `text`; nullopt otherwise.
 std::optional<std::int64_t> parse_index(std::string_view text);
 // parse_index's value, or kNoIndex where `text` is not one: for a caller that
