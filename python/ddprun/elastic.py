@@ -81,6 +81,15 @@ def _supported():
     return None
 
 
+def _store_unusable():
+    """None when the round's store can be reached as a TCPStore, else why not."""
+    if not os.environ.get("DDP_STORE_ENDPOINT"):
+        return "DDP_STORE_ENDPOINT is not set"
+    if os.environ.get("DDP_TOKEN_FILE"):
+        return "the store requires a token (DDP_TOKEN_FILE), which a torch TCPStore client cannot present"
+    return None
+
+
 class ElasticGroup:
     """The job's process group (torch's default group), re-formed in place."""
 
@@ -96,8 +105,7 @@ class ElasticGroup:
         self.info = ReformInfo(rank=self.slot, world_size=self._base_world)
         self.enabled = self._reform_mode()
         if self.enabled:
-            why = _supported() or ("" if os.environ.get("DDP_STORE_ENDPOINT")
-                                   else "DDP_STORE_ENDPOINT is not set")
+            why = _supported() or _store_unusable()
             if why:
                 if self.slot == 0:  # one line for the job
                     io.say(f"{why}: not re-forming in process; ddprun falls back to --on_failure=restart")
