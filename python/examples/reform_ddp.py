@@ -59,7 +59,7 @@ def maybe_kill(args, step):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def report(state):
+def report(state, eg):
     """After the first step completed since a failure: its cost, and the steps
     done before the kill that were done again."""
     try:
@@ -73,7 +73,8 @@ def report(state):
     if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0" and who == "survivor":
         who = "restarted"
     print(f"rank {os.environ['RANK']} pid {os.getpid()} ({who}): kill to next completed step "
-          f"{(time.time() - killed) * 1000:.1f} ms, steps lost {lost}", flush=True)
+          f"{(time.time() - killed) * 1000:.1f} ms, steps lost {lost}; its (re)form took "
+          f"{eg.info.took_s * 1000:.1f} ms", flush=True)
 
 
 def main():
@@ -106,7 +107,7 @@ def main():
                 state["step"] += 1
                 state["consumed"] += args.batch * eg.size
                 if pending:
-                    report(state)
+                    report(state, eg)
                     pending = False
                 if state["step"] == args.steps:
                     break
