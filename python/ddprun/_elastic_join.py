@@ -1,0 +1,100 @@
+"""Joining a generation (docs/reform.md, "A worker joins generation G"), as the
+C++ SDK's ElasticGroup::Impl::join does."""
+from __future__ import annotations
+
+import time
+from typing import List, Optional
+
+from . import _elastic_io as io
+from . import _reform_keys as keys
+
+
+def _timed_out(eg, g: int, n: int, candidates: List[int]) -> None:
+    text = eg._store.get(keys.reform_members_key(eg._root, g)) if eg._store.exists(
+        keys.reform_members_key(eg._root, g)) else ""
+    joined = [s for s, _ in io.parse_members(text, 1 << 30)]
+    missing = [s for s in candidates if s not in joined]
+    raise TimeoutError(
+        f"reform: slot {eg.slot} timed out after {eg._reform_timeout:g} s waiting for generation {g} "
+        f"to gather {n} member(s) (joined: {_ints(joined)}; never joined: slot(s) {_ints(missing)}); "
+        "set DDP_REFORM_TIMEOUT (seconds) to wait longer")
+
+
+def _ints(v: List[int]) -> str:
+    return ", ".join(str(x) for x in v) or "none"
+
+
+def _gather(eg, g: int, deadline: float) -> Optional[int]:
+    """Waits until generation g is full (None) or abandoned for a newer one
+    (returned). Polls the full key: a torch client's timed-out wait logs."""
+    full = keys.reform_full_key(eg._root, g)
+    newer: List[int] = []
+
+    def settled() -> bool:
+        if eg._store.exists(full):
+            return True
+        now = eg._store.read(eg._gen_key)
+        if now > g and not eg._store.exists(full):
+            newer.append(now)
+            return True
+        return False
+
+    if not io.poll_until(deadline, settled):
+        raise TimeoutError()
+    return newer[0] if newer else None
+
+
+def join(eg, after: int, candidates: List[int], started: float):
+    """Joins the first generation past `after`; returns (ReformInfo, member slots)."""
+    from .elastic import ReformInfo
+
+    deadline = started + eg._reform_timeout
+    g = [0]
+    if not io.poll_until(deadline, lambda: (g.__setitem__(0, eg._store.read(eg._gen_key)) or g[0] > after)):
+        raise TimeoutError(f"reform: slot {eg.slot} waited {eg._reform_timeout:g} s for the generation "
+                           f"to move past {after}; reform() is for after a MembershipChanged")
+    g = g[0]
+    had_state = eg._has_state
+    while True:
+        n = eg._base_world + eg._store.read(keys.reform_size_key(eg._root))
+        if n < 1:
+            raise RuntimeError(f"reform: generation {g} has no members")
+        eg._store.append(keys.reform_members_key(eg._root, g), f"{eg.slot}:{1 if had_state else 0},")
+        if eg._store.add(keys.reform_joined_key(eg._root, g), 1) == n:
+            eg._store.set(keys.reform_full_key(eg._root, g), "1")
+        try:
+            newer = _gather(eg, g, deadline)
+        except TimeoutError:
+            _timed_out(eg, g, n, candidates)
+        if newer is not None:
+            g = newer
+            continue
+        members = io.parse_members(eg._store.get(keys.reform_members_key(eg._root, g)), n)
+        slots = [s for s, _ in members]
+        if eg.slot not in slots:
+            # R/size was read between the agent's two adds: G filled up without
+            # us, and the generation moves on at once.
+            moved = [g]
+            if io.poll_until(deadline, lambda: (moved.__setitem__(0, eg._store.read(eg._gen_key)) or
+                                                moved[0] > g)):
+                g = moved[0]
+                continue
+            raise RuntimeError(f"reform: slot {eg.slot} joined generation {g} after it was full "
+                               f"(members: {_ints(slots)})")
+        info = ReformInfo(generation=g, rank=slots.index(eg.slot), world_size=len(slots), had_state=had_state)
+        info.state_root = next((i for i, (_, state) in enumerate(members) if state), 0)
+        info.new_slots = [s for s, state in members if not state]
+        info.lost_slots = [s for s in eg._members if s not in slots]
+        try:
+            eg._form(g, info.rank, info.world_size)
+        except Exception:
+            # A member died after joining or while connecting (the watcher shut
+            # the sockets when the generation moved on): so do we.
+            now = eg._store.read(eg._gen_key)
+            if now <= g:
+                raise
+            eg._drop_group()
+            g = now
+            continue
+        info.took_s = time.monotonic() - started
+        return info, slots

@@ -1,0 +1,365 @@
+"""In-process re-form for torch 2.x trainers under `ddprun --on_failure=reform`.
+
+The Python side of the contract docs/reform.md describes ("The contract between
+agent and SDK"), the same one the C++ SDK's `ddp::ElasticGroup` speaks, over
+the round's own store: no server and no port of its own. The loop (the full
+example is python/examples/reform_ddp.py):
+
+    eg = elastic.ElasticGroup()
+    counters = eg.sync_state(model, opt, counters)   # a replacement gets the state here
+    ddp = eg.ddp(model)
+    sampler = elastic.ElasticSampler(dataset, eg)    # sampler.set_epoch(epoch, consumed)
+    ...
+        try:
+            with eg.step():                          # check() + failed collectives
+                loss = ...; loss.backward(); opt.step()
+        except elastic.MembershipChanged:
+            eg.reform()
+            counters = eg.sync_state(model, opt, counters)
+            ddp = eg.ddp(model)                      # and set_epoch(epoch, consumed) again
+
+Without DDP_REFORM=1 (torchrun, ddprun --on_failure=restart) it is a plain
+process group. With a torch that lacks what a re-form needs (torch 1.x) it
+says so in one line and stays plain, so the agent falls back to restart.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from . import _elastic_io as io
+from . import _reform_keys as keys
+
+# How long a failed collective waits for the agent to move the generation on
+# before its error is taken as not a membership change (the agent moves it
+# within milliseconds of a death). As the C++ SDK's kSettle.
+SETTLE_S = 10.0
+# How often the watcher thread reads the generation.
+WATCH_S = 0.01
+# Words of the errors a collective fails with when a peer went away.
+_PEER_ERRORS = ("gloo", "connection", "timed out", "timeout", "closed", "broken pipe", "reset by peer",
+                "nccl", "abort")
+
+__all__ = ["MembershipChanged", "ReformInfo", "ElasticGroup", "ElasticSampler"]
+
+
+class MembershipChanged(RuntimeError):
+    """A peer is gone (a collective failed) or the generation moved on
+    (check()). Catch it, call ElasticGroup.reform(), then sync_state()."""
+
+    def __init__(self, generation: int, message: str):
+        super().__init__(message)
+        self.generation = generation  # the generation that was left
+
+
+@dataclass
+class ReformInfo:
+    generation: int = 0
+    rank: int = 0
+    world_size: int = 1
+    state_root: int = 0  # rank to restore state from: the lowest that holds state
+    had_state: bool = True  # False: this process joined without state (a replacement)
+    lost_slots: List[int] = field(default_factory=list)
+    new_slots: List[int] = field(default_factory=list)
+    took_s: float = 0.0  # reform() call (or construction) to the group ready
+
+
+def _supported():
+    """None when this torch can re-form, else why not."""
+    import torch
+    import torch.distributed.distributed_c10d as c10d
+
+    if int(torch.__version__.split(".")[0]) < 2 or not hasattr(c10d, "_abort_process_group"):
+        return f"torch {torch.__version__} has no torch.distributed _abort_process_group (torch 2.x has)"
+    return None
+
+
+def _store_unusable():
+    """None when the round's store can be reached as a TCPStore, else why not."""
+    if not os.environ.get("DDP_STORE_ENDPOINT"):
+        return "DDP_STORE_ENDPOINT is not set"
+    if os.environ.get("DDP_TOKEN_FILE"):
+        return "the store requires a token (DDP_TOKEN_FILE), which a torch TCPStore client cannot present"
+    return None
+
+
+class ElasticGroup:
+    """The job's process group (torch's default group), re-formed in place."""
+
+    def __init__(self, backend: str = "gloo", timeout: datetime.timedelta = datetime.timedelta(minutes=2),
+                 abandon_after_s: Optional[float] = None):
+        import torch.distributed as dist
+
+        self._dist = dist
+        self._backend = backend
+        self._timeout = timeout  # each collective's (bounded, unlike torch's 30 min)
+        self.slot = int(os.environ.get("RANK", "0"))
+        self._base_world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.info = ReformInfo(rank=self.slot, world_size=self._base_world)
+        self.enabled = self._reform_mode()
+        if self.enabled:
+            why = _supported() or _store_unusable()
+            if why:
+                if self.slot == 0:  # one line for the job
+                    io.say(f"{why}: not re-forming in process; ddprun falls back to --on_failure=restart")
+                self.enabled = False
+        if not self.enabled:
+            dist.init_process_group(backend, timeout=timeout)
+            return
+        self._reform_timeout = io.env_seconds("DDP_REFORM_TIMEOUT", 300.0)
+        self._abandon_s = abandon_after_s or io.env_seconds("DDP_REFORM_ABANDON", 10.0)
+        self._root = keys.reform_prefix(os.environ.get("DDP_STORE_PREFIX", ""))
+        self._gen_key = keys.reform_generation_key(self._root)
+        endpoint = os.environ["DDP_STORE_ENDPOINT"]
+        self._store = io.Store(endpoint, self._reform_timeout)
+        self._watch_store = io.Store(endpoint, self._reform_timeout)
+        self._has_state = os.environ.get("DDP_REFORM_JOINING", "") not in ("1", "true", "yes")
+        self.generation = -1
+        self._members: List[int] = []
+        self._lock = threading.Lock()
+        self._sockets_before: Dict[int, str] = {}
+        self._sockets: Optional[Dict[int, str]] = None  # None while the group forms
+        self._forming = -1
+        self._released = -1  # the latest generation whose sockets were shut
+        self._raised_at: Optional[float] = None
+        io.hook_uncaught(MembershipChanged)
+        self._join(-1, list(range(self._base_world)), time.monotonic())
+        self._closed = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="ddprun.elastic watcher", daemon=True)
+        self._watcher.start()
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """Stops the watcher and destroys the group (also at exit)."""
+        if not self.enabled or self._closed.is_set():
+            return
+        self._closed.set()
+        self._watcher.join()
+        if self._dist.is_initialized():
+            self._dist.destroy_process_group()
+
+    @staticmethod
+    def _reform_mode() -> bool:
+        text = os.environ.get("DDP_REFORM", "")
+        if text.lower() in ("", "0", "false", "no", "off"):
+            return False
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        raise ValueError(f"DDP_REFORM='{text}' is not valid: 1 (set by ddprun --on_failure=reform) or 0")
+
+    @property
+    def rank(self) -> int:
+        return self.info.rank
+
+    @property
+    def size(self) -> int:
+        return self.info.world_size
+
+    @property
+    def group(self):
+        return self._dist.group.WORLD
+
+    def check(self) -> None:
+        """One store read: raises MembershipChanged when the generation moved
+        past ours. A no-op when not enabled."""
+        if not self.enabled:
+            return
+        now = self._store.read(self._gen_key)
+        if now > self.generation:
+            raise self._changed(f"generation {self.generation} ended (now {now}); call ElasticGroup.reform()")
+
+    @contextlib.contextmanager
+    def step(self):
+        """A training step: check() at its start, and a collective inside that
+        fails because a peer is gone comes out as MembershipChanged."""
+        self.check()
+        try:
+            yield
+        except MembershipChanged:
+            raise
+        except Exception as e:
+            if not self.enabled:
+                raise
+            mc = self._explain(e)
+            if mc is None:
+                raise
+            raise mc from e
+
+    def reform(self) -> ReformInfo:
+        """Drops the old group (its connections first, so peers blocked on this
+        rank fail at once), joins the next generation and forms its group."""
+        if not self.enabled:
+            raise RuntimeError("ElasticGroup.reform: DDP_REFORM is not 1 "
+                               "(run under ddprun --on_failure=reform)")
+        started = time.monotonic()
+        with self._lock:
+            self._raised_at = None
+            self._release(self.generation)
+        self._drop_group()
+        self._join(self.generation, self._members, started)
+        return self.info
+
+    def ddp(self, module, **kwargs):
+        """`module` wrapped in DistributedDataParallel on the current group;
+        call it again after every reform()."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(module, process_group=self.group, **kwargs)
+
+    def sync_state(self, module, optimizer=None, counters: Optional[dict] = None) -> Optional[dict]:
+        """Every rank gets the state root's parameters, buffers, optimizer
+        state and `counters` (returned). Call it after construction and after
+        every reform(), before ddp(): a replacement has no state, and a peer
+        lost mid-step may have let some survivors finish the step and not
+        others. Skipped (counters returned as given) in a generation 0 without
+        newcomers, where every rank starts alike."""
+        if not self.enabled or (self.info.generation == 0 and not self.info.new_slots):
+            return counters
+        from ._elastic_state import broadcast_state
+
+        return broadcast_state(self._dist, self.info.state_root, self.rank, module, optimizer, counters)
+
+    # -- below: the protocol ---------------------------------------------------------------
+
+    def _changed(self, what: str) -> MembershipChanged:
+        with self._lock:
+            if self._raised_at is None:
+                self._raised_at = time.monotonic()
+        return MembershipChanged(self.generation, "membership changed: " + what)
+
+    def _explain(self, error: Exception) -> Optional[MembershipChanged]:
+        """MembershipChanged when the generation moves on within SETTLE_S of a
+        failed collective, None otherwise (the error is not ours to explain)."""
+        g = self.generation
+        now = [g]
+        moved = lambda: (now.__setitem__(0, self._store.read(self._gen_key)) or now[0] > g)  # noqa: E731
+        try:
+            if not moved():
+                text = f"{type(error).__name__} {error}".lower()
+                if not any(w in text for w in _PEER_ERRORS):
+                    return None
+                if not io.poll_until(time.monotonic() + SETTLE_S, moved):
+                    return None
+        except Exception:
+            return None  # the store is gone too
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return self._changed(f"generation {g} ended (now {now[0]}); call ElasticGroup.reform(). "
+                             f"The collective failed with: {first}")
+
+    def _watch(self) -> None:
+        """Shuts this generation's sockets once the generation moves past it
+        (torch's abort does not release a Gloo operation blocked on a live
+        peer), and ends a script that caught MembershipChanged but never
+        called reform() within DDP_REFORM_ABANDON seconds."""
+        while not self._closed.wait(WATCH_S):
+            try:
+                now = self._watch_store.read(self._gen_key)
+            except Exception:
+                time.sleep(0.5)
+                continue
+            with self._lock:
+                target = self._forming if self._sockets is None else self.generation
+                if now > target:
+                    self._release(target)
+                if self._raised_at is not None and time.monotonic() - self._raised_at > self._abandon_s:
+                    self._abandon()
+
+    def _abandon(self) -> None:
+        line = (f"generation {self.generation} ended {self._abandon_s:g} s ago and this script never called "
+                "ElasticGroup.reform(): exiting so that ddprun falls back to --on_failure=restart")
+        io.say(line)
+        io.write_error_file("MembershipChanged: " + line, "")
+        os._exit(1)
+
+    def _release(self, g: int) -> None:
+        """Under the lock: shut generation g's sockets, once."""
+        if self._released >= g:
+            return
+        self._released = g
+        socks = self._sockets if self._sockets is not None else io.new_sockets(self._sockets_before)
+        io.shut_down(socks)
+
+    def _drop_group(self) -> None:
+        import torch.distributed.distributed_c10d as c10d
+
+        if not self._dist.is_initialized():
+            return
+        try:
+            c10d._abort_process_group()  # NCCL: ncclCommAbort; Gloo: its sockets are shut already
+        except Exception:
+            try:
+                self._dist.destroy_process_group()
+            except Exception:
+                pass
+
+    def _form(self, g: int, rank: int, size: int) -> None:
+        """Generation g's process group, under R/g<G>/pg/, on a store
+        connection of its own (shut with the group's sockets)."""
+        with self._lock:
+            self._forming = g
+            self._sockets_before = io.tcp_sockets()
+            self._sockets = None
+        client = io.Store(os.environ["DDP_STORE_ENDPOINT"], self._timeout.total_seconds())
+        store = self._dist.PrefixStore(io.Store.name(keys.reform_pg_prefix(self._root, g)), client.client)
+        self._dist.init_process_group(self._backend, store=store, rank=rank, world_size=size,
+                                      timeout=self._timeout)
+        with self._lock:
+            self._sockets = io.new_sockets(self._sockets_before)
+            self._forming = g
+
+    def _join(self, after: int, candidates: List[int], started: float) -> None:
+        """docs/reform.md, "A worker joins generation G"."""
+        from ._elastic_join import join
+
+        info, members = join(self, after, candidates, started)
+        self.generation = info.generation
+        self._members = members
+        self._has_state = True  # the caller restores it from state_root before training on
+        self.info = info
+
+
+class ElasticSampler:
+    """torch's DistributedSampler (shuffle, seed, drop_last=False) over an
+    ElasticGroup's world that can start from a position:
+    set_epoch(epoch, consumed) deals the samples of the epoch the job has not
+    yet consumed among the group's current world (its size and rank when
+    iterated), so that none is skipped or seen twice within the epoch. With
+    the world size unchanged it yields what DistributedSampler would have from
+    that point on."""
+
+    def __init__(self, dataset, group: "ElasticGroup", shuffle: bool = True, seed: int = 0):
+        self.n = len(dataset)
+        self.group = group
+        self.shuffle, self.seed = shuffle, seed
+        self.epoch, self.consumed = 0, 0
+
+    def set_epoch(self, epoch: int, consumed: int = 0) -> None:
+        self.epoch, self.consumed = epoch, consumed
+
+    def _order(self) -> List[int]:
+        import torch
+
+        if not self.shuffle:
+            return list(range(self.n))
+        g = torch.Generator()
+        g.manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.n, generator=g).tolist()
+
+    def __iter__(self):
+        world, rank = self.group.size, self.group.rank
+        order = self._order()
+        rest = order[self.consumed:]
+        total = math.ceil(len(rest) / world) * world
+        pad = total - len(rest)
+        rest += (order * math.ceil(pad / max(1, len(order))))[:pad]  # as DistributedSampler pads
+        return iter(rest[rank:total:world])
+
+    def __len__(self) -> int:
+        return math.ceil((self.n - self.consumed) / self.group.size)
