@@ -22,7 +22,7 @@ def say(line: str) -> None:
     print("ddprun.elastic: " + line, file=sys.stderr, flush=True)
 
 
-def env_seconds(name: str, default: float) -> float:
+def env_seconds(name: str, default: float, allow_zero: bool = False) -> float:
     text = os.environ.get(name, "")
     if not text:
         return default
@@ -30,8 +30,9 @@ def env_seconds(name: str, default: float) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if value <= 0:
-        raise ValueError(f"{name}='{text}' is not valid: give a positive number of seconds")
+    if value < 0 or (value == 0 and not allow_zero) or value != value:
+        what = "a number of seconds (0: never)" if allow_zero else "a positive number of seconds"
+        raise ValueError(f"{name}='{text}' is not valid: give {what}")
     return value
 
 

@@ -9,10 +9,15 @@ from . import _elastic_io as io
 from . import _reform_keys as keys
 
 
+def _joined(eg, g: int) -> List[int]:
+    """The slots that joined generation g so far."""
+    key = keys.reform_members_key(eg._root, g)
+    text = eg._store.get(key) if eg._store.exists(key) else ""
+    return [s for s, _ in io.parse_members(text, 1 << 30)]
+
+
 def _timed_out(eg, g: int, n: int, candidates: List[int]) -> None:
-    text = eg._store.get(keys.reform_members_key(eg._root, g)) if eg._store.exists(
-        keys.reform_members_key(eg._root, g)) else ""
-    joined = [s for s, _ in io.parse_members(text, 1 << 30)]
+    joined = _joined(eg, g)
     missing = [s for s in candidates if s not in joined]
     raise TimeoutError(
         f"reform: slot {eg.slot} timed out after {eg._reform_timeout:g} s waiting for generation {g} "
@@ -24,11 +29,23 @@ def _ints(v: List[int]) -> str:
     return ", ".join(str(x) for x in v) or "none"
 
 
-def _gather(eg, g: int, deadline: float) -> Optional[int]:
+def _report_stall(eg, g: int, candidates: List[int]) -> None:
+    """R/stalled = g: the agent of a slot that never joins g kills and replaces
+    it (a survivor stopped or stuck in the kernel; docs/reform.md)."""
+    eg._store.set(keys.reform_stalled_key(eg._root), str(g))
+    joined = _joined(eg, g)
+    io.say(f"reform: generation {g} waited {eg._stall_s:g} s (DDP_REFORM_STALL_TIMEOUT); slot(s) "
+           f"{_ints([s for s in candidates if s not in joined])} never joined (joined: {_ints(joined)})")
+
+
+def _gather(eg, g: int, deadline: float, candidates: List[int]) -> Optional[int]:
     """Waits until generation g is full (None) or abandoned for a newer one
-    (returned). Polls the full key: a torch client's timed-out wait logs."""
+    (returned). Polls the full key: a torch client's timed-out wait logs.
+    Past the stall timeout (re-forms only, not the first world) it names the
+    generation as stalled, again every as long while it lasts."""
     full = keys.reform_full_key(eg._root, g)
     newer: List[int] = []
+    stall_at = [time.monotonic() + eg._stall_s if g > 0 and eg._stall_s > 0 else float("inf")]
 
     def settled() -> bool:
         if eg._store.exists(full):
@@ -37,6 +54,9 @@ def _gather(eg, g: int, deadline: float) -> Optional[int]:
         if now > g and not eg._store.exists(full):
             newer.append(now)
             return True
+        if time.monotonic() >= stall_at[0]:
+            _report_stall(eg, g, candidates)
+            stall_at[0] = time.monotonic() + eg._stall_s
         return False
 
     if not io.poll_until(deadline, settled):
@@ -63,7 +83,7 @@ def join(eg, after: int, candidates: List[int], started: float):
         if eg._store.add(keys.reform_joined_key(eg._root, g), 1) == n:
             eg._store.set(keys.reform_full_key(eg._root, g), "1")
         try:
-            newer = _gather(eg, g, deadline)
+            newer = _gather(eg, g, deadline, candidates)
         except TimeoutError:
             _timed_out(eg, g, n, candidates)
         if newer is not None:

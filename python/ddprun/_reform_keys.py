@@ -21,6 +21,10 @@ def reform_lost_key(reform_prefix: str, slot: int) -> str:
     return reform_prefix + "lost/" + str(slot)
 
 
+def reform_stalled_key(reform_prefix: str) -> str:
+    return reform_prefix + "stalled"
+
+
 def reform_generation_prefix(reform_prefix: str, generation: int) -> str:
     return reform_prefix + "g" + str(generation) + "/"
 

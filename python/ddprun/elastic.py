@@ -115,6 +115,10 @@ class ElasticGroup:
             return
         self._reform_timeout = io.env_seconds("DDP_REFORM_TIMEOUT", 300.0)
         self._abandon_s = abandon_after_s or io.env_seconds("DDP_REFORM_ABANDON", 10.0)
+        # As the C++ SDK: at most half the reform timeout, so that the agent
+        # replaces a slot that never joins before the others give up; 0: never.
+        self._stall_s = min(io.env_seconds("DDP_REFORM_STALL_TIMEOUT", 30.0, allow_zero=True),
+                            self._reform_timeout / 2)
         self._root = keys.reform_prefix(os.environ.get("DDP_STORE_PREFIX", ""))
         self._gen_key = keys.reform_generation_key(self._root)
         endpoint = os.environ["DDP_STORE_ENDPOINT"]

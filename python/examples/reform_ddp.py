@@ -8,7 +8,8 @@ Gloo/CPU, deterministic: the same final loss with and without a kill when the
 lost rank is replaced (the world size stays). The lines marked "# ddprun" are
 all it takes (10, with the import). `--kill-rank R --kill-step S`: rank R SIGKILLs itself at the
 start of step S, in its first incarnation only (a replacement has
-DDP_REFORM_JOINING=1, a restarted worker TORCHELASTIC_RESTART_COUNT > 0).
+DDP_REFORM_JOINING=1, a restarted worker TORCHELASTIC_RESTART_COUNT > 0);
+`--stop-rank R` stops rank R where it would re-form after that kill.
 Prints each re-form's cost: the kill to this rank's next completed step. Under
 torchrun or --on_failure=restart it trains from the start again after a kill
 (no checkpoint), and prints the same cost line for the restarted run. The last
@@ -34,6 +35,9 @@ def parse():
     p.add_argument("--samples", type=int, default=2048)
     p.add_argument("--kill-rank", type=int, default=-1)
     p.add_argument("--kill-step", type=int, default=-1)
+    p.add_argument("--stop-rank", type=int, default=-1,
+                   help="this rank SIGSTOPs itself instead of re-forming after the kill (a survivor stuck "
+                        "in the kernel; for the tests): its agent replaces it once the others name it")
     p.add_argument("--catch-only", action="store_true",
                    help="catch MembershipChanged but never re-form (what not to do; for the tests)")
     return p.parse_args()
@@ -119,6 +123,9 @@ def main():
                 time.sleep(0.01)
                 continue
             pending = True
+            if args.stop_rank == int(os.environ["RANK"]) and not replacement():
+                print(f"rank {args.stop_rank} pid {os.getpid()}: SIGSTOP instead of re-forming", flush=True)
+                os.kill(os.getpid(), signal.SIGSTOP)
             eg.reform()  # ddprun
             state = eg.sync_state(model, opt, state)  # ddprun
             ddp = eg.ddp(model)  # ddprun

@@ -87,6 +87,30 @@ TEST_CASE("torch re-form: a SIGKILLed rank is replaced, the others keep their pi
   CHECK(std::fabs(a - b) <= kLossTolerance);
 }
 
+TEST_CASE("torch re-form: a survivor stopped instead of re-forming is named, killed and replaced",
+          "[stall]") {
+  if (!have_torch()) return;
+  // Rank 2 dies; rank 1 stops where it would re-form. The others name the
+  // generation stalled after 3 s, and rank 1's agent replaces it.
+  const auto run_out = reform_run({"--kill-rank", "2", "--kill-step", "40", "--stop-rank", "1"},
+                                  {{"DDP_REFORM_STALL_TIMEOUT", "3"}});
+  INFO(run_out.all);
+  REQUIRE(run_out.r.code == 0);
+  CHECK_THAT(run_out.all, Catch::Contains("rank 1 pid") && Catch::Contains("SIGSTOP instead of re-forming"));
+  CHECK_THAT(run_out.all,
+             Catch::Contains("reform: generation 1 waited 3 s (DDP_REFORM_STALL_TIMEOUT); slot(s) 1 "
+                             "never joined"));
+  CHECK_THAT(run_out.all, Catch::Contains("reform: rank 1 lost (hung, reform not joined (generation 1"));
+  // Ranks 1 and 2 each started twice; 0 and 3 kept their one process.
+  const auto pids = started(run_out.all);
+  REQUIRE(pids.size() == 4);
+  CHECK(pids.at(0).size() == 1);
+  CHECK(pids.at(3).size() == 1);
+  CHECK(pids.at(1).size() == 2);
+  CHECK(pids.at(2).size() == 2);
+  CHECK(final_loss(run_out.all) > 0);
+}
+
 TEST_CASE("torch re-form: torch 1.13 says so in one line and the job falls back to restart", "[torch1]") {
   // Debian's torch 1.13, whatever python the label chose for the others.
   ::unsetenv("DDP_TEST_PYTHON");
