@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -129,6 +130,17 @@ inline bool wait_for_status(const TempDir& dir, const std::string& endpoint, con
         return table.code == 0 && shown(table.out);
       },
       timeout);
+}
+
+// slot -> pid, from ddp-example-train-reform's "slot S pid P start|end:" lines
+// (the first of each slot: its original process at start).
+inline std::map<int, long> trainer_slot_pids(const std::string& out, const std::string& when) {
+  std::map<int, long> found;
+  const std::regex line("slot ([0-9]+) pid ([0-9]+) " + when + ":");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it) {
+    found.emplace(std::stoi((*it)[1]), std::stol((*it)[2]));
+  }
+  return found;
 }
 
 }  // namespace ddp::test::launcher

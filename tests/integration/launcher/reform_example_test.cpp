@@ -41,17 +41,6 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// slot -> pid, from the trainer's "slot S pid P start|end" lines (the first one:
-// a slot's original process at start).
-std::map<int, long> pids(const std::string& out, const std::string& when) {
-  std::map<int, long> found;
-  const std::regex line("slot ([0-9]+) pid ([0-9]+) " + when + ":");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it) {
-    found.emplace(std::stoi((*it)[1]), std::stol((*it)[2]));
-  }
-  return found;
-}
-
 double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
 void check_contains(const std::string& text, std::initializer_list<std::string> parts) {
@@ -93,7 +82,7 @@ TEST_CASE("reform: two SIGKILLed workers are replaced in place and the final los
   // same parameters, up to nothing (the state is copied bit for bit).
   CHECK(relative(final_loss(r.out), clean_loss) <= 1e-6);
   // Survivors kept their processes; slot 3 is a third process.
-  const auto start = pids(r.out, "start"), end = pids(r.out, "end");
+  const auto start = trainer_slot_pids(r.out, "start"), end = trainer_slot_pids(r.out, "end");
   REQUIRE(end.size() == 4);
   for (int slot : {0, 1, 2}) CHECK(end.at(slot) == start.at(slot));
   CHECK(count(r.out, "slot 3 pid ") == 3 + 2 + 1);  // three starts, two kills, one end
@@ -111,7 +100,7 @@ TEST_CASE("reform: killing rank 0, the state root and reporter, then rank 1 stil
       {": SIGKILL after step 20", "re-form: generation 1, world 4 (lost slots -, new slots 0)",
        "re-form: generation 2, world 4 (lost slots -, new slots 1)", "after 2 epochs, 32 steps, 2 re-forms"});
   CHECK(relative(final_loss(r.out), clean_loss) <= 1e-6);
-  const auto start = pids(r.out, "start"), end = pids(r.out, "end");
+  const auto start = trainer_slot_pids(r.out, "start"), end = trainer_slot_pids(r.out, "end");
   for (int slot : {2, 3}) CHECK(end.at(slot) == start.at(slot));
   for (int slot : {0, 1}) CHECK(end.at(slot) != start.at(slot));
 }

@@ -35,17 +35,6 @@ RunResult kill_3_stop_1(const TempDir& dir, std::vector<std::string> flags, EnvO
   return ddprun(args, dir, env);
 }
 
-// slot -> pid, from the trainer's "slot S pid P start|end" lines (the first
-// of each slot).
-std::map<int, long> pids(const std::string& out, const std::string& when) {
-  std::map<int, long> found;
-  const std::regex line("slot ([0-9]+) pid ([0-9]+) " + when + ":");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it) {
-    found.emplace(std::stoi((*it)[1]), std::stol((*it)[2]));
-  }
-  return found;
-}
-
 // The --event_log's "reform" events, in order.
 std::vector<nlohmann::json> reform_events(const fs::path& log) {
   std::vector<nlohmann::json> out;
@@ -75,7 +64,7 @@ TEST_CASE("reform: a survivor stopped during a re-form is killed and replaced, a
   CHECK(count_lines(r.err, "worker hung rank=") == 1);
   CHECK_THAT(r.out, Catch::Contains("after 2 epochs, 32 steps, 2 re-forms, 0 restarts"));
   // The healthy survivors kept their processes.
-  const auto start = pids(r.out, "start"), end = pids(r.out, "end");
+  const auto start = trainer_slot_pids(r.out, "start"), end = trainer_slot_pids(r.out, "end");
   for (int slot : {0, 2}) CHECK(end.at(slot) == start.at(slot));
   for (int slot : {1, 3}) CHECK(end.at(slot) != start.at(slot));
   const auto reforms = reform_events(events);
@@ -109,6 +98,6 @@ TEST_CASE("reform: a rank waiting inside a re-form for a stopped one is not kill
   CHECK(count_lines(r.err, "worker hung rank=1 ") == 1);
   CHECK(count_lines(r.err, "reform: rank 1 lost (hung, heartbeat missed") == 1);
   CHECK_THAT(r.out, Catch::Contains("after 2 epochs, 32 steps, 2 re-forms, 0 restarts"));
-  const auto start = pids(r.out, "start"), end = pids(r.out, "end");
+  const auto start = trainer_slot_pids(r.out, "start"), end = trainer_slot_pids(r.out, "end");
   for (int slot : {0, 2}) CHECK(end.at(slot) == start.at(slot));
 }
