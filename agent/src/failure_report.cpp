@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ddp/common/json_input.hpp"
+#include "ddp/common/json_integer.hpp"
 
 namespace ddp::agent {
 namespace {
@@ -283,9 +284,9 @@ std::optional<FailureRecord> decode_failure_record(const std::string& text) {
     FailureRecord r;
     r.node = j.at("node").get<std::string>();
     r.host = j.at("host").get<std::string>();
-    r.round = j.at("round").get<std::int64_t>();
-    r.rank = j.at("rank").get<int>();
-    r.time_unix_ms = j.at("time_unix_ms").get<std::int64_t>();
+    r.round = json_integer<std::int64_t>(j.at("round"));
+    r.rank = json_integer<int>(j.at("rank"));
+    r.time_unix_ms = json_integer<std::int64_t>(j.at("time_unix_ms"));
     r.failure = j.at("failure").get<std::string>();
     return r;
   } catch (const std::exception&) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "ddp/common/json_input.hpp"
+#include "ddp/common/json_integer.hpp"
 #include "ddp/common/logging.hpp"
 #include "ddp/store/job_keys.hpp"
 
@@ -56,11 +57,11 @@ std::vector<Straggler> stragglers_of(const nlohmann::json& list) {
   if (!list.is_array()) return out;
   for (const auto& s : list) {
     try {
-      out.push_back({s.at("rank").get<int>(), s.at("node").get<std::string>(),
+      out.push_back({json_integer<int>(s.at("rank")), s.at("node").get<std::string>(),
                      s.at("host").get<std::string>(), s.at("step_s").get<double>(),
                      s.at("median_s").get<double>(), s.at("factor").get<double>(),
-                     s.at("steps").get<std::uint64_t>()});
-    } catch (const nlohmann::json::exception&) {
+                     json_integer<std::uint64_t>(s.at("steps"))});
+    } catch (const std::exception&) {
       // Not ours to trust: a verdict entry of the wrong shape names nobody.
     }
   }

@@ -178,3 +178,19 @@ TEST_CASE("a Python worker without an error file is pointed at torch's record, n
   CHECK_THAT(text, Catch::Contains("torch.distributed.elastic.multiprocessing.errors.record"));
   CHECK_THAT(text, !Catch::Contains("ddp::run"));
 }
+
+TEST_CASE("a failure record whose integer fields are not integers that fit is refused, not converted") {
+  const std::string ok = R"({"node":"n1","host":"h","round":2,"rank":3,"time_unix_ms":5,"failure":"x"})";
+  REQUIRE(ddp::agent::decode_failure_record(ok).has_value());
+  CHECK(ddp::agent::decode_failure_record(ok).value().rank == 3);
+  // 1e80 would be undefined behaviour to convert (UBSan aborts on it).
+  for (const char* field : {R"("rank":1e80)", R"("rank":2.5)", R"("rank":4294967296)", R"("round":1e80)",
+                            R"("time_unix_ms":-1e300)", R"("round":18446744073709551615)"}) {
+    std::string text = ok;
+    const std::string name = std::string(field).substr(0, std::string(field).find(':'));
+    const auto at = text.find(name);
+    text.replace(at, text.find_first_of(",}", at) - at, field);
+    INFO(text);
+    CHECK_FALSE(ddp::agent::decode_failure_record(text).has_value());
+  }
+}

@@ -59,11 +59,13 @@ std::vector<Clock::time_point> rejoin(const std::vector<SimNode*>& nodes) {
 
 TEST_CASE("fence: a node cut off from the store is told before the store can count it gone") {
   auto store = std::make_shared<ddp::store::MemoryStore>();
-  auto nodes = make_nodes(store, fenced(2, 2), 2);
-  const auto rs = ddp::test::rendezvous_all(nodes);
-  const std::string record = "/job/rdzv/round_0/node/" + std::to_string(rs[1].group_rank);
+  // What the callback uses, before the nodes: their monitors may call back until the nodes go.
+  std::string record;
   std::atomic<bool> told{false};
   std::atomic<bool> record_there{false};
+  auto nodes = make_nodes(store, fenced(2, 2), 2);
+  const auto rs = ddp::test::rendezvous_all(nodes);
+  record = "/job/rdzv/round_0/node/" + std::to_string(rs[1].group_rank);
   nodes[1]->handler->set_event_callback([&](std::int64_t, RoundEvent e, const std::string&) {
     if (e != RoundEvent::kStoreLost) return;
     record_there = store->try_get(record).has_value();  // its lease still holds it
@@ -78,9 +80,9 @@ TEST_CASE("fence: a node cut off from the store is told before the store can cou
 
 TEST_CASE("fence: the others' next round starts a fence margin after a silent member's lease ended") {
   auto store = std::make_shared<ddp::store::MemoryStore>();
+  EventTime seen0, seen1;  // before the nodes: their monitors may call back until the nodes go
   auto nodes = make_nodes(store, fenced(2, 3), 3);
   REQUIRE(ddp::test::rendezvous_all(nodes)[0].group_world_size == 3);
-  EventTime seen0, seen1;
   seen0.watch(*nodes[0], RoundEvent::kMembershipChanged);
   seen1.watch(*nodes[1], RoundEvent::kMembershipChanged);
   nodes[2]->store->drop_keepalives = true;  // silent: its lease runs out at the store
