@@ -55,7 +55,11 @@ TEST_CASE("each attempt's rendezvous, spawn and first-step times reach the event
     CHECK(startups[i].at("attempt") == i);
     CHECK(startups[i].at("rendezvous_s").get<double>() >= 0);
     CHECK(startups[i].at("spawn_s").get<double>() >= 0);
-    CHECK(startups[i].at("first_step_s").is_null());
+    // Written once every spawn has reported: a worker that took its first step
+    // before the agent read the last report (a loaded machine) is in it already.
+    const auto& first = startups[i].at("first_step_s");
+    CHECK(
+        (first.is_null() || (i == 1 && first.get<double>() >= startups[i].at("rendezvous_s").get<double>())));
   }
   // Attempt 0 failed before any first step; attempt 1's is every local worker's.
   const auto steps = events_named(log, "first_step");
