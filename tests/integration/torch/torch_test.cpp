@@ -69,16 +69,38 @@ TEST_CASE("new_group, monitored_barrier and re-inits of the default group work u
   }
 }
 
+namespace {
+
+// torchrun --standalone with `args`. Its rendezvous always listens on port
+// 29400, so another test's torchrun --standalone running at the same moment
+// makes it fail to bind: the peer's fixed port, not ddprun. Tried again then,
+// up to three times.
+RunResult torchrun_standalone(const TempDir& dir, std::vector<std::string> args) {
+  std::vector<std::string> argv = {python(), (source_dir() / "scripts/torchrun_compat.py").string(),
+                                   "--standalone"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  RunResult r;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    r = run(argv, dir.path(), worker_env(), 120s);
+    const bool port_taken = r.err.find("29400") != std::string::npos &&
+                            (r.err.find("Address already in use") != std::string::npos ||
+                             r.err.find("EADDRINUSE") != std::string::npos);
+    if (r.code == 0 || !port_taken) break;
+    std::this_thread::sleep_for(2s);
+  }
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE("an unmodified torch DDP script gives the same parameters under ddprun and torchrun") {
   if (!have_torch()) return;
   const auto& ref = reference_params();
   CHECK(ref != "<none>");
   auto torchrun = [&] {
     TempDir dir;
-    return run(
-        {python(), (source_dir() / "scripts/torchrun_compat.py").string(), "--standalone",
-         "--nproc_per_node=2", "--monitor_interval=0.1", script("ddp_train.py"), (dir / "ckpt").string()},
-        dir.path(), worker_env(), 120s);
+    return torchrun_standalone(dir, {"--nproc_per_node=2", "--monitor_interval=0.1", script("ddp_train.py"),
+                                     (dir / "ckpt").string()});
   };
   auto r = torchrun();
   if (r.code != 0) {
@@ -107,9 +129,7 @@ std::map<std::string, std::map<std::string, std::string>> dumped_env(const std::
 TEST_CASE("a torch worker's environment under ddprun is torchrun's, variable by variable") {
   if (!have_torch()) return;
   TempDir dir;
-  auto t = run({python(), (source_dir() / "scripts/torchrun_compat.py").string(), "--standalone",
-                "--nproc_per_node=2", "--monitor_interval=0.1", script("env_dump.py")},
-               dir.path(), worker_env(), 120s);
+  auto t = torchrun_standalone(dir, {"--nproc_per_node=2", "--monitor_interval=0.1", script("env_dump.py")});
   auto d = run(ddprun({"--standalone", "--nproc_per_node=2", script("env_dump.py")}), dir.path(),
                worker_env(), 120s);
   INFO("torchrun:\n" << t.out << t.err << "\nddprun:\n" << d.out << d.err);
