@@ -5,6 +5,7 @@
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/transport/context.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <cstring>
@@ -23,10 +24,28 @@
 namespace ddp::detail {
 namespace {
 
+// All-reduces up to this size take Gloo's bcube, larger ones its ring, which
+// pipelines the reduction with the transfers and needs only two segments of
+// scratch (bcube allocates the whole message's).
+constexpr std::size_t kBcubeMaxBytes = std::size_t{1} << 20;
+
+bool use_bcube(std::size_t bytes) { return bytes <= kBcubeMaxBytes; }
+
 bool mentions_timeout(const std::string& what) {
   return what.find("Timed out") != std::string::npos || what.find("timed out") != std::string::npos ||
          what.find("timeout") != std::string::npos;
 }
+
+// A group's Gloo context, which can also set the timeout of the waits that
+// name none: those of Gloo's bcube all-reduce, which take the timeout its
+// connections were made with. Only the op thread waits, so only it sets it.
+class MeshContext final : public gloo::rendezvous::Context {
+ public:
+  using gloo::rendezvous::Context::Context;
+  void set_wait_timeout(std::chrono::milliseconds timeout) {
+    if (transportContext_ && transportContext_->getTimeout() != timeout) transportContext_->setTimeout(timeout);
+  }
+};
 
 // Thread-safety: the constructor runs on the caller's thread; every collective
 // runs on queue_'s thread, the only one touching mesh_.context afterwards.
@@ -49,14 +68,7 @@ class GlooBackend final : public Backend {
         [=, this] {
           dispatch_type(type, [&]<typename T>(std::type_identity<T>) {
             T* typed = static_cast<T*>(data);
-            if (size_ > 1) {
-              gloo::AllreduceOptions opts(mesh_.context);
-              opts.setOutput(typed, count);
-              opts.setReduceFunction(reduce_function<T>(op));
-              opts.setTag(next_tag());
-              opts.setTimeout(timeout);
-              guarded("all_reduce", timeout, [&] { gloo::allreduce(opts); });
-            }
+            if (size_ > 1) gloo_allreduce("all_reduce", typed, count, op, timeout);
             if (op == ReduceOp::kAvg) divide_elements(typed, count, size_);
           });
         },
@@ -115,14 +127,7 @@ class GlooBackend final : public Backend {
           dispatch_type(type, [&]<typename T>(std::type_identity<T>) {
             const std::size_t total = count * static_cast<std::size_t>(size_);
             std::vector<T> scratch(static_cast<const T*>(input), static_cast<const T*>(input) + total);
-            if (size_ > 1) {
-              gloo::AllreduceOptions opts(mesh_.context);
-              opts.setOutput(scratch.data(), total);
-              opts.setReduceFunction(reduce_function<T>(op));
-              opts.setTag(next_tag());
-              opts.setTimeout(timeout);
-              guarded("reduce_scatter", timeout, [&] { gloo::allreduce(opts); });
-            }
+            if (size_ > 1) gloo_allreduce("reduce_scatter", scratch.data(), total, op, timeout);
             T* out = static_cast<T*>(output);
             std::memcpy(out, scratch.data() + count * static_cast<std::size_t>(rank_), count * sizeof(T));
             if (op == ReduceOp::kAvg) divide_elements(out, count, size_);
@@ -178,7 +183,7 @@ class GlooBackend final : public Backend {
                          "; set DDP_GLOO_IFNAME to an interface the other ranks can reach");
     }
     mesh_.waker = std::make_unique<GlooLoopWaker>(mesh_.device);
-    mesh_.context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    mesh_.context = std::make_shared<MeshContext>(rank_, size_);
     mesh_.context->setTimeout(config.options.timeout);
     GlooStore store(config.store, config.key_prefix + "gloo/", config.options.timeout);
     try {
@@ -195,6 +200,29 @@ class GlooBackend final : public Backend {
   }
 
   std::uint32_t next_tag() { return tag_++; }
+
+  // gloo::allreduce of `count` elements at `data`, in place. A small message
+  // takes Gloo's bcube (recursive halving and doubling: 2 log2(n) messages
+  // per rank on n = 2^k ranks, 4 on 4) instead of its ring (4(n-1), 12 on 4,
+  // however small the message): each message costs both sides a handshake on
+  // Gloo's event loop, and that, not the bytes, is a small all-reduce's cost
+  // (docs/performance.md, "Worker SDK: CPU time per step"). The choice
+  // depends only on the size and the group, so every rank makes the same.
+  template <typename T>
+  void gloo_allreduce(const char* what, T* data, std::size_t count, ReduceOp op, Millis timeout) {
+    gloo::AllreduceOptions opts(mesh_.context);
+    opts.setOutput(data, count);
+    opts.setReduceFunction(reduce_function<T>(op));
+    opts.setTag(next_tag());
+    opts.setTimeout(timeout);
+    if (use_bcube(count * sizeof(T))) {
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
+      // bcube's waits take no timeout of their own: they use the connections'.
+      mesh_.context->set_wait_timeout(timeout);
+    }
+    guarded(what, timeout, [&] { gloo::allreduce(opts); });
+  }
+
 
   template <typename F>
   void guarded(const char* op, Millis timeout, F&& f) {
@@ -224,7 +252,7 @@ class GlooBackend final : public Backend {
   struct Mesh {
     std::unique_ptr<GlooLoopWaker> waker;
     std::shared_ptr<gloo::transport::Device> device;
-    std::shared_ptr<gloo::rendezvous::Context> context;
+    std::shared_ptr<MeshContext> context;
     Mesh() = default;
     Mesh(const Mesh&) = delete;
     Mesh& operator=(const Mesh&) = delete;
