@@ -1,6 +1,6 @@
 // ddp-bench allreduce: algorithm and bus bandwidth of the SDK's all-reduce
-// against raw Gloo (same algorithm: gloo::allreduce; same TCP transport on
-// 127.0.0.1) measured in the same rank processes, 4 KiB to 64 MiB; and
+// against raw Gloo (same algorithm: gloo::allreduce, bcube up to 1 MiB and
+// ring above, as the SDK chooses; same TCP transport on 127.0.0.1) measured in the same rank processes, 4 KiB to 64 MiB; and
 // `--overlap`: ddp-example-train's step time with the Reducer overlapping
 // backward against all-reduce after backward.
 //
@@ -157,6 +157,8 @@ int rank_worker(std::size_t min_bytes, std::size_t max_bytes, int rounds) {
         o.setReduceFunction(
             static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
         o.setTag(tag++);
+        // The SDK's choice (worker_sdk/src/gloo/gloo_backend.cpp, kBcubeMaxBytes).
+        if (bytes <= (std::size_t{1} << 20)) o.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
         gloo::allreduce(o);
       }
       best_raw = std::min(best_raw, Seconds(std::chrono::steady_clock::now() - t0).count() / iters);
