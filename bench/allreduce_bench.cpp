@@ -1,6 +1,7 @@
 // ddp-bench allreduce: algorithm and bus bandwidth of the SDK's all-reduce
 // against raw Gloo (same algorithm: gloo::allreduce, bcube up to 1 MiB and
-// ring above, as the SDK chooses; same TCP transport on 127.0.0.1) measured in the same rank processes, 4 KiB to 64 MiB; and
+// ring above, as the SDK chooses; same TCP transport on 127.0.0.1) measured in the same rank processes, 4 KiB
+// to 64 MiB; and
 // `--overlap`: ddp-example-train's step time with the Reducer overlapping
 // backward against all-reduce after backward.
 //
@@ -121,7 +122,8 @@ int iterations_for(std::size_t bytes) {
   return static_cast<int>(std::clamp<std::size_t>((64u << 20) / bytes, 3, 50));
 }
 
-int rank_worker(std::size_t min_bytes, std::size_t max_bytes, int rounds) {
+// raw_ring: raw Gloo always takes the ring (Gloo's default) instead of the SDK's choice.
+int rank_worker(std::size_t min_bytes, std::size_t max_bytes, int rounds, bool raw_ring) {
 #if DDP_BENCH_HAVE_GLOO
   Context ctx = init();
   ProcessGroupOptions options;
@@ -136,8 +138,8 @@ int rank_worker(std::size_t min_bytes, std::size_t max_bytes, int rounds) {
   std::uint32_t tag = 0;
   const int n = ctx.world_size;
   if (ctx.rank == 0) {
-    std::printf("allreduce: %d ranks, float32 sum, gloo over TCP on 127.0.0.1, best of %d rounds\n", n,
-                rounds);
+    std::printf("allreduce: %d ranks, float32 sum, gloo over TCP on 127.0.0.1, best of %d rounds%s\n", n,
+                rounds, raw_ring ? "; raw: always the ring" : "");
     std::printf("%10s %6s | %9s %9s | %9s %9s | %8s\n", "bytes", "iters", "raw algbw", "raw busbw",
                 "sdk algbw", "sdk busbw", "overhead");
     std::printf("%10s %6s | %9s %9s | %9s %9s | %8s\n", "", "", "GB/s", "GB/s", "GB/s", "GB/s", "%");
@@ -158,7 +160,8 @@ int rank_worker(std::size_t min_bytes, std::size_t max_bytes, int rounds) {
             static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
         o.setTag(tag++);
         // The SDK's choice (worker_sdk/src/gloo/gloo_backend.cpp, kBcubeMaxBytes).
-        if (bytes <= (std::size_t{1} << 20)) o.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
+        if (!raw_ring && bytes <= (std::size_t{1} << 20))
+          o.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
         gloo::allreduce(o);
       }
       best_raw = std::min(best_raw, Seconds(std::chrono::steady_clock::now() - t0).count() / iters);
@@ -195,6 +198,7 @@ int rank_worker(std::size_t min_bytes, std::size_t max_bytes, int rounds) {
   (void)min_bytes;
   (void)max_bytes;
   (void)rounds;
+  (void)raw_ring;
   std::fprintf(stderr, "ddp-bench allreduce: built without Gloo\n");
   return 1;
 #endif
@@ -277,11 +281,13 @@ int allreduce_main(int argc, char** argv) {
   std::string ranks = "2,4";
   std::size_t min_bytes = 4096, max_bytes = 64u << 20;
   int rounds = 10, hidden = 256, repeats = 3;
-  bool rank_mode = false, overlap_mode = false;
+  bool rank_mode = false, overlap_mode = false, raw_ring = false;
   app.add_option("--ranks", ranks, "comma-separated world sizes");
   app.add_option("--min-bytes", min_bytes, "smallest message (sizes grow x4)");
   app.add_option("--max-bytes", max_bytes, "largest message");
   app.add_option("--rounds", rounds, "timed rounds per size; the best counts")->check(CLI::Range(1, 100));
+  app.add_flag("--raw-ring", raw_ring,
+               "raw Gloo always takes its ring (default: the SDK's choice, bcube up to 1 MiB)");
   app.add_flag("--overlap", overlap_mode, "measure the Reducer's overlap with ddp-example-train instead");
   app.add_option("--hidden", hidden, "--overlap: hidden width of the example's MLP");
   app.add_option("--repeats", repeats, "--overlap: runs per mode; the best counts");
@@ -291,19 +297,20 @@ int allreduce_main(int argc, char** argv) {
     std::fprintf(stderr, "ddp-bench allreduce: need 4 <= --min-bytes <= --max-bytes\n");
     return 2;
   }
-  if (rank_mode) return rank_worker(min_bytes, max_bytes, rounds);
+  if (rank_mode) return rank_worker(min_bytes, max_bytes, rounds, raw_ring);
   const auto worlds = parse_worlds(ranks);
   if (overlap_mode) return overlap(worlds, hidden, repeats);
   for (int world : worlds) {
-    const std::vector<std::string> child{self_exe(),
-                                         "allreduce",
-                                         "--rank-worker",
-                                         "--min-bytes",
-                                         std::to_string(min_bytes),
-                                         "--max-bytes",
-                                         std::to_string(max_bytes),
-                                         "--rounds",
-                                         std::to_string(rounds)};
+    std::vector<std::string> child{self_exe(),
+                                   "allreduce",
+                                   "--rank-worker",
+                                   "--min-bytes",
+                                   std::to_string(min_bytes),
+                                   "--max-bytes",
+                                   std::to_string(max_bytes),
+                                   "--rounds",
+                                   std::to_string(rounds)};
+    if (raw_ring) child.push_back("--raw-ring");
     if (!run_ranks(child, world)) {
       std::fprintf(stderr, "ddp-bench allreduce: a rank failed (world size %d)\n", world);
       return 1;

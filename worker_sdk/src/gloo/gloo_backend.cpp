@@ -43,7 +43,8 @@ class MeshContext final : public gloo::rendezvous::Context {
  public:
   using gloo::rendezvous::Context::Context;
   void set_wait_timeout(std::chrono::milliseconds timeout) {
-    if (transportContext_ && transportContext_->getTimeout() != timeout) transportContext_->setTimeout(timeout);
+    if (transportContext_ && transportContext_->getTimeout() != timeout)
+      transportContext_->setTimeout(timeout);
   }
 };
 
@@ -222,7 +223,6 @@ class GlooBackend final : public Backend {
     }
     guarded(what, timeout, [&] { gloo::allreduce(opts); });
   }
-
 
   template <typename F>
   void guarded(const char* op, Millis timeout, F&& f) {
