@@ -149,6 +149,20 @@ int collectives(bool large) {
   }
   pg.barrier();
 
+  // Either side of the size where the backend switches from Gloo's bcube to
+  // its ring (1 MiB): both algorithms, on every world size.
+  for (std::size_t n : {std::size_t{1} << 18, (std::size_t{1} << 18) + 1}) {
+    std::vector<float> buf(n), want(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      buf[i] = static_cast<float>(value(pg.rank(), i));
+      double sum = 0;
+      for (int r = 0; r < pg.size(); ++r) sum += value(r, i);
+      want[i] = static_cast<float>(sum);
+    }
+    pg.all_reduce(buf, ReduceOp::kSum);
+    expect_equal("all_reduce", buf, want, "float32 n=" + std::to_string(n));
+  }
+
   if (large) {  // 64 MiB of float32
     std::vector<float> big(16u << 20);
     for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(value(pg.rank(), i));
@@ -166,7 +180,8 @@ int collectives(bool large) {
 }
 
 // Rank 0 calls all_reduce; the others join the group but never call it.
-int missing_peer() {
+// `floats`: the all-reduce's size (1024 takes Gloo's bcube, over 1 MiB its ring).
+int missing_peer(std::size_t floats) {
   ddp::Context ctx = ddp::init();
   ddp::ProcessGroupOptions options;
   options.backend = "gloo";
@@ -175,7 +190,7 @@ int missing_peer() {
     ctx.store->get(ctx.store_prefix + "released", std::chrono::seconds(60));
     return 0;
   }
-  std::vector<float> buf(1024, 1.0f);
+  std::vector<float> buf(floats, 1.0f);
   ddp::OpOptions op;
   op.timeout = std::chrono::milliseconds(1000);
   try {
@@ -243,7 +258,10 @@ int world() {
 int scenario(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "collectives") return collectives(argc > 2 && std::strcmp(argv[2], "--large") == 0);
-  if (mode == "missing-peer") return missing_peer();
+  if (mode == "missing-peer") {
+    const bool ring = argc > 2 && std::strcmp(argv[2], "--ring") == 0;
+    return missing_peer(ring ? (std::size_t{1} << 18) + 1 : 1024);
+  }
   if (mode == "join-timeout") return join_timeout();
   if (mode == "world") return world();
   if (mode == "far-timeouts") return far_timeouts();
@@ -256,7 +274,7 @@ int scenario(int argc, char** argv) {
   if (mode == "abort") std::abort();
   std::fprintf(stderr,
                "usage: ddp_sdk_test_worker collectives "
-               "[--large]|missing-peer|join-timeout|world|throw|config|segv|abort\n");
+               "[--large]|missing-peer [--ring]|join-timeout|world|throw|config|segv|abort\n");
   return 2;
 }
 

@@ -38,7 +38,9 @@ bool mentions_timeout(const std::string& what) {
 
 // A group's Gloo context, which can also set the timeout of the waits that
 // name none: those of Gloo's bcube all-reduce, which take the timeout its
-// connections were made with. Only the op thread waits, so only it sets it.
+// connections were made with. Only the thread running the group's operation
+// waits (the op thread, or a caller running one inline; never two at once:
+// OpQueue orders them), so only it sets it.
 class MeshContext final : public gloo::rendezvous::Context {
  public:
   using gloo::rendezvous::Context::Context;
