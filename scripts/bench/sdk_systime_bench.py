@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """User and system CPU time per training step: the worker SDK's example
 trainer against the same model in torch (docs/performance.md, "Worker SDK:
-CPU time per step against torch's Gloo").
+CPU per step against torch's Gloo").
 
     /work/main/.venv/bin/python scripts/bench/sdk_systime_bench.py [--runs N] [--epochs A,B] [--nproc P]
 

@@ -209,7 +209,7 @@ class GlooBackend final : public Backend {
   // per rank on n = 2^k ranks, 4 on 4) instead of its ring (4(n-1), 12 on 4,
   // however small the message): each message costs both sides a handshake on
   // Gloo's event loop, and that, not the bytes, is a small all-reduce's cost
-  // (docs/performance.md, "Worker SDK: CPU time per step"). The choice
+  // (docs/performance.md, "Worker SDK: CPU per step"). The choice
   // depends only on the size and the group, so every rank makes the same.
   template <typename T>
   void gloo_allreduce(const char* what, T* data, std::size_t count, ReduceOp op, Millis timeout) {
