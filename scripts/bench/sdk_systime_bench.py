@@ -77,9 +77,9 @@ def variants(tmp):
                      lambda e, d=bindir: [os.path.join(d, "ddp-example-train"), "--epochs", str(e),
                                           "--checkpoint", os.path.join(tmp, "ckpt")])
     if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0:
-        usage_error("%s cannot import torch (run this with /work/main/.venv/bin/python)" % sys.executable)
-    out["torch"] = (os.path.join(BIN, "ddprun"),
-                    lambda e: [sys.executable, os.path.join(HERE, "sdk_systime_train.py"), "--epochs", str(e)])
+        usage_error("%s cannot import torch (run this with an interpreter that has torch)" % sys.executable)
+    trainer = os.path.join(HERE, "sdk_systime_train.py")
+    out["torch"] = (os.path.join(BIN, "ddprun"), lambda e: [sys.executable, trainer, "--epochs", str(e)])
     return out
 
 
@@ -94,8 +94,8 @@ def run_once(tmp, ddprun, cmd, nproc):
     res = subprocess.run(argv, capture_output=True, text=True)
     wall = time.monotonic() - start
     if res.returncode != 0:
-        print("%s: a run failed (exit %d): %s\n%s" % (NAME, res.returncode, " ".join(cmd), res.stdout + res.stderr),
-              file=sys.stderr)
+        print("%s: a run failed (exit %d): %s" % (NAME, res.returncode, " ".join(cmd)), file=sys.stderr)
+        print(res.stdout + res.stderr, file=sys.stderr)
         sys.exit(1)
     user = sys_ = 0.0
     for r in range(nproc):
@@ -107,13 +107,12 @@ def run_once(tmp, ddprun, cmd, nproc):
 
 def main():
     a = parse_args()
-    steps_per_epoch = 8192 // (a.nproc * 32)
+    steps_per_epoch = -(-(8192 // a.nproc) // 32)  # each rank's shard in batches of 32, the last one partial
     extra_steps = (a.long - a.short) * steps_per_epoch
-    load = os.getloadavg()[0]
-    print("machine: %d cores, load %.2f; %d workers, %d steps per epoch, epochs %d and %d, %d rounds" %
-          (os.cpu_count(), load, a.nproc, steps_per_epoch, a.short, a.long, a.runs))
     with tempfile.TemporaryDirectory(prefix="sdk-systime-") as tmp:
         vs = variants(tmp)
+        print("machine: %d cores, load %.2f; %d workers, %d steps per epoch, epochs %d and %d, %d rounds" %
+              (os.cpu_count(), os.getloadavg()[0], a.nproc, steps_per_epoch, a.short, a.long, a.runs))
         per_step = {name: [] for name in vs}  # (user us, sys us) per step per worker
         whole = {name: [] for name in vs}  # the long run: (user s, sys s, wall s)
         for _ in range(a.runs):
@@ -127,7 +126,8 @@ def main():
            for n in vs}
     torch_total = sum(med["torch"])
     print("\nper step per worker (medians; the long run minus the short one):")
-    print("| variant | user µs/step | sys µs/step | sys/user | CPU vs torch | long run: user s, sys s, wall s |")
+    print("| variant | user µs/step | sys µs/step | sys/user | CPU vs torch"
+          " | long run: user s, sys s, wall s |")
     print("|---|---:|---:|---:|---:|---|")
     for n in vs:
         u, s = med[n]
