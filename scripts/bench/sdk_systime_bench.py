@@ -14,7 +14,10 @@ worker, without start-up (torch's import, the group's connect). Variants,
 run interleaved, medians of N rounds:
 
   sdk    $BUILD_DIR/bin/ddp-example-train (Gloo, the Reducer, 4,417 floats)
+  sdk-reform  $BUILD_DIR/bin/ddp-example-train-reform under --on_failure=reform
+         (the same model on an ElasticGroup, one store read per step)
   old    $OLD_BUILD_DIR/bin/ddp-example-train, when OLD_BUILD_DIR is set
+         (and old-reform, when that build has the re-form trainer)
   torch  scripts/bench/sdk_systime_train.py with this interpreter
          (torch DDP over torch's own Gloo, same sizes)
 
@@ -63,6 +66,7 @@ def parse_args():
 
 
 def variants(tmp):
+    """name -> (ddprun and its flags, epochs -> the worker's command)."""
     out = {}
     for name, bindir in (("sdk", BIN), ("old", os.environ.get("OLD_BUILD_DIR"))):
         if bindir is None:
@@ -73,13 +77,17 @@ def variants(tmp):
             if not os.access(os.path.join(bindir, b), os.X_OK):
                 usage_error("%s not found; run scripts/build.sh (or set %s)" %
                             (os.path.join(bindir, b), "OLD_BUILD_DIR" if name == "old" else "BUILD_DIR"))
-        out[name] = (os.path.join(bindir, "ddprun"),
-                     lambda e, d=bindir: [os.path.join(d, "ddp-example-train"), "--epochs", str(e),
-                                          "--checkpoint", os.path.join(tmp, "ckpt")])
+        ddprun = os.path.join(bindir, "ddprun")
+        for suffix, trainer, flags in (("", "ddp-example-train", []),
+                                       ("-reform", "ddp-example-train-reform", ["--on_failure=reform"])):
+            path = os.path.join(bindir, trainer)
+            if os.access(path, os.X_OK):
+                out[name + suffix] = ([ddprun] + flags, lambda e, p=path: [
+                    p, "--epochs", str(e), "--checkpoint", os.path.join(tmp, "ckpt")])
     if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0:
         usage_error("%s cannot import torch (run this with an interpreter that has torch)" % sys.executable)
     trainer = os.path.join(HERE, "sdk_systime_train.py")
-    out["torch"] = (os.path.join(BIN, "ddprun"), lambda e: [sys.executable, trainer, "--epochs", str(e)])
+    out["torch"] = ([os.path.join(BIN, "ddprun")], lambda e: [sys.executable, trainer, "--epochs", str(e)])
     return out
 
 
@@ -89,7 +97,7 @@ def run_once(tmp, ddprun, cmd, nproc):
     for r in range(nproc):
         if os.path.exists("%s.%d" % (prefix, r)):
             os.unlink("%s.%d" % (prefix, r))
-    argv = [ddprun, "--standalone", "--nproc_per_node=%d" % nproc, "--no_python"] + WRAP + [prefix] + cmd
+    argv = ddprun + ["--standalone", "--nproc_per_node=%d" % nproc, "--no_python"] + WRAP + [prefix] + cmd
     start = time.monotonic()
     res = subprocess.run(argv, capture_output=True, text=True)
     wall = time.monotonic() - start
