@@ -142,16 +142,40 @@ void Session::start() {
 }
 
 void Session::read() {
-  socket_.async_wait(asio::ip::tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
-    if (ec || self->closed_) {
-      if (ec && ec != asio::error::operation_aborted) self->close(ec.message());
-      return;
-    }
-    self->guarded([&] {
-      failpoints::maybe_throw("server.read");
-      self->on_readable();
-    });
-  });
+  // A read, not a wait for readiness: asio re-arms epoll (EPOLL_CTL_MOD) for
+  // every wait, while a read that finds nothing parks in the reactor with the
+  // descriptor's edge-triggered registration as it is. Into the session's own
+  // small buffer, since reads of many connections may complete before their
+  // handlers run; a request that does not fit goes on in on_readable().
+  socket_.async_read_some(asio::buffer(first_read_),
+                          [self = shared_from_this()](error_code ec, std::size_t n) {
+                            if (self->closed_ || ec == asio::error::operation_aborted) return;
+                            self->guarded([&] {
+                              failpoints::maybe_throw("server.read");
+                              self->on_first_read(ec, n);
+                            });
+                          });
+}
+
+void Session::on_first_read(error_code ec, std::size_t n) {
+  // Closing stops reading: what arrived is not looked at, as before a read.
+  if (closing_) return flush();
+  if (ec == asio::error::eof) {
+    // A client may half-close after its last request: it still gets the replies.
+    in_read_handler_ = true;
+    close_after_flush();
+    in_read_handler_ = false;
+    flush();
+    return;
+  }
+  if (ec) return close(ec.message());
+  in_read_handler_ = true;
+  const bool more = feed(std::string_view(first_read_.data(), n));
+  // A short read drained the socket; a full one may have left more.
+  if (more && n == first_read_.size()) return on_readable();
+  in_read_handler_ = false;
+  flush();
+  if (!closed_ && !closing_) read();
 }
 
 void Session::on_readable() {
@@ -181,8 +205,7 @@ void Session::on_readable() {
     }
     more = feed(std::string_view(read_buffer_->data(), n));
     // A short read drained the socket: skip the read that would only say
-    // EAGAIN. Safe because async_wait re-arms epoll (EPOLL_CTL_MOD), which
-    // reports data that arrived in between.
+    // EAGAIN. Safe because the next read() tries the socket first.
     if (n < read_buffer_->size()) break;
   }
   in_read_handler_ = false;
