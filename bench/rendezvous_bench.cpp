@@ -46,6 +46,7 @@ struct Options {
   int max_connecting = 256;  // connects in flight: past the listen backlog SYNs are dropped (1 s retry)
   int daemon_pid = 0;        // the daemon behind --endpoint, whose CPU is measured
   bool floor = false;        // then the same traffic against a bare echo server
+  std::size_t fd_limit = 0;  // the open-file limit in force
 };
 
 // One simulated agent's connection: sequential request/response, byte counters.
@@ -392,17 +393,20 @@ void print_costs(const Options& o, const Shared& s, double cpu0) {
                 s.restart ? (cpu_end - s.cpu_first_done) / n : 0.0);
   }
   if (!o.floor) return;
+  if (const auto need = sim_fds_needed(s.n, 2); need > o.fd_limit) {
+    // The echo server is in this process: both ends of each connection count here.
+    return (void)std::printf("%8s  echo floor skipped: needs %zu file descriptors, the limit is %zu; %s\n",
+                             "", need, o.fd_limit, fd_shortfall_hint(true, need).c_str());
+  }
   const auto f = run_echo_floor(s.traces, o.max_connecting);
   if (!f.error.empty()) return (void)std::printf("%8s  echo floor FAILED: %s\n", "", f.error.c_str());
   const double floor_per_request = f.server_cpu_us / total_requests;
-  std::printf("%8s  echo floor: %.1f writes/agent of the same sizes, %.1f µs/agent, %.3f s\n", "",
-              static_cast<double>(f.writes) / n, f.server_cpu_us / n, f.wall_s);
+  std::printf(
+      "%8s  echo floor: %.1f writes/agent of the same sizes, %.1f µs/agent, %.2f µs/request, %.3f s\n", "",
+      static_cast<double>(f.writes) / n, f.server_cpu_us / n, floor_per_request, f.wall_s);
   if (daemon_us > 0)
     std::printf("%8s  per request: daemon %.2f µs, echo floor %.2f µs, ratio %.2f (%.1f requests/agent)\n",
                 "", daemon_us / total_requests, floor_per_request, daemon_us / f.server_cpu_us,
-                total_requests / n);
-  else
-    std::printf("%8s  per request: echo floor %.2f µs (%.1f requests/agent)\n", "", floor_per_request,
                 total_requests / n);
 }
 
@@ -467,7 +471,8 @@ int rendezvous_main(int argc, char** argv) {
   if (o.daemon_pid > 0 && process_cpu_us(o.daemon_pid) < 0)
     throw ConfigError("--daemon-pid: cannot read the CPU clock of process " + std::to_string(o.daemon_pid));
   const std::size_t per_agent = o.endpoint.empty() ? 2 : 1;
-  const std::size_t fd_limit = raise_fd_limit_for(o.agents, "--agents", per_agent);
+  const std::size_t fd_limit = raise_fd_limit_for(o.agents, "--agents", o.floor ? 2 : per_agent);
+  o.fd_limit = fd_limit;
   const auto target = open_sim_target(o.endpoint);
   const Endpoint& where = target.where;
   std::printf("ddp-bench rendezvous: backend=%s store=%s (%s) list_nodes=%s\n", o.backend.c_str(),
