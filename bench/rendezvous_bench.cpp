@@ -29,6 +29,7 @@
 
 #include "bench_cli.hpp"
 #include "ddp/store/protocol.hpp"
+#include "echo_floor.hpp"
 #include "sim_clients.hpp"
 
 namespace ddp::bench {
@@ -43,12 +44,16 @@ struct Options {
   bool list_nodes = false;
   bool restart = false;
   int max_connecting = 256;  // connects in flight: past the listen backlog SYNs are dropped (1 s retry)
+  int daemon_pid = 0;        // the daemon behind --endpoint, whose CPU is measured
+  bool floor = false;        // then the same traffic against a bare echo server
+  std::size_t fd_limit = 0;  // the open-file limit in force
 };
 
 // One simulated agent's connection: sequential request/response, byte counters.
 class Conn {
  public:
-  explicit Conn(tcp::socket s) : sock_(std::move(s)) {}
+  // `trace`, when given, records each write and the bytes read back after it.
+  Conn(tcp::socket s, FloorTrace* trace) : sock_(std::move(s)), trace_(trace) {}
 
   // One request and its answer. Frames for other ids (watch events, a
   // cancelled request's last word) are noted and skipped.
@@ -77,6 +82,7 @@ class Conn {
   awaitable<void> flush() {
     co_await asio::async_write(sock_, asio::buffer(out_), use_awaitable);
     sent += static_cast<long>(out_.size());
+    if (trace_ != nullptr) trace_->push_back({static_cast<std::uint32_t>(out_.size()), 0});
     out_.clear();
   }
 
@@ -105,6 +111,7 @@ class Conn {
     in_.resize(len);
     co_await asio::async_read(sock_, asio::buffer(in_), use_awaitable);
     received += 4 + static_cast<long>(len);
+    if (trace_ != nullptr && !trace_->empty()) trace_->back().received += 4 + len;
     co_return store::decode_response(in_, limits_);
   }
 
@@ -117,6 +124,7 @@ class Conn {
     store::encode_request(req, frame);
     co_await asio::async_write(sock_, asio::buffer(frame), use_awaitable);
     sent += static_cast<long>(frame.size());
+    if (trace_ != nullptr) trace_->push_back({static_cast<std::uint32_t>(frame.size()), 0});
     ++requests;
     auto r = co_await read_response();
     if (r.status != store::Status::kOk) throw StoreError("hello refused");
@@ -128,6 +136,7 @@ class Conn {
 
  private:
   tcp::socket sock_;
+  FloorTrace* trace_;
   std::uint32_t next_id_ = 0;
   std::string out_;
   std::string in_;
@@ -162,6 +171,9 @@ struct Shared {
   int max_connecting = 0;
   long requests = 0, bytes = 0, max_requests = 0, max_bytes = 0;
   std::string first_error;
+  std::vector<FloorTrace> traces;  // per agent, with --floor
+  int daemon_pid = 0;
+  double cpu_first_done = -1;  // the daemon's CPU (µs) once every agent watches round 0
 };
 
 // Builds a key or value list without an initializer_list: GCC 12 miscompiles
@@ -299,7 +311,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
       co_await t.async_wait(use_awaitable);
     }
     ++s.connecting;
-    Conn c(co_await connect_sim_client(ep, id));
+    Conn c(co_await connect_sim_client(ep, id), s.traces.empty() ? nullptr : &s.traces[id]);
     co_await c.hello();
     --s.connecting;
     s.last_connected = std::max(s.last_connected, Clock::now());
@@ -352,7 +364,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     s.bytes += bytes;
     s.max_requests = std::max(s.max_requests, c.requests);
     s.max_bytes = std::max(s.max_bytes, bytes);
-    ++s.done;
+    if (++s.done == s.n && s.daemon_pid > 0) s.cpu_first_done = process_cpu_us(s.daemon_pid);
     if (s.restart && s.failed == 0) {
       co_await restart_round(c, s, id, lease, node_watch, ctl_watch, record);
       ++s.restarted;
@@ -365,6 +377,37 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     ++s.failed;
     if ((s.restart ? s.restarted : s.done) + s.failed == s.n) io.stop();
   }
+}
+
+// --daemon-pid and --floor: the daemon's CPU per agent by round, and per
+// request beside the echo floor replaying the same writes.
+void print_costs(const Options& o, const Shared& s, double cpu0) {
+  const double n = s.n;
+  const double total_requests = static_cast<double>(s.requests + s.r_requests);
+  double daemon_us = -1;
+  if (o.daemon_pid > 0) {
+    const double cpu_end = settled_cpu_us(o.daemon_pid);
+    daemon_us = cpu_end - cpu0;
+    std::printf("%8s  daemon CPU: first round %.1f µs/agent, restart round and closes %.1f µs/agent\n", "",
+                ((s.restart ? s.cpu_first_done : cpu_end) - cpu0) / n,
+                s.restart ? (cpu_end - s.cpu_first_done) / n : 0.0);
+  }
+  if (!o.floor) return;
+  if (const auto need = sim_fds_needed(s.n, 2); need > o.fd_limit) {
+    // The echo server is in this process: both ends of each connection count here.
+    return (void)std::printf("%8s  echo floor skipped: needs %zu file descriptors, the limit is %zu; %s\n",
+                             "", need, o.fd_limit, fd_shortfall_hint(true, need).c_str());
+  }
+  const auto f = run_echo_floor(s.traces, o.max_connecting);
+  if (!f.error.empty()) return (void)std::printf("%8s  echo floor FAILED: %s\n", "", f.error.c_str());
+  const double floor_per_request = f.server_cpu_us / total_requests;
+  std::printf(
+      "%8s  echo floor: %.1f writes/agent of the same sizes, %.1f µs/agent, %.2f µs/request, %.3f s\n", "",
+      static_cast<double>(f.writes) / n, f.server_cpu_us / n, floor_per_request, f.wall_s);
+  if (daemon_us > 0)
+    std::printf("%8s  per request: daemon %.2f µs, echo floor %.2f µs, ratio %.2f (%.1f requests/agent)\n",
+                "", daemon_us / total_requests, floor_per_request, daemon_us / f.server_cpu_us,
+                total_requests / n);
 }
 
 void run_once(const Options& o, const Endpoint& where, int n, int seq) {
@@ -380,6 +423,9 @@ void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   s.io = &io;
   s.prefix1 = s.rdzv + "round_1/";
   s.max_connecting = o.max_connecting;
+  s.daemon_pid = o.daemon_pid;
+  if (o.floor) s.traces.resize(static_cast<std::size_t>(n));
+  const double cpu0 = o.daemon_pid > 0 ? process_cpu_us(o.daemon_pid) : -1;
   s.start = Clock::now();
   for (int i = 0; i < n; ++i) asio::co_spawn(io, agent(io, ep, s, i), asio::detached);
   io.run();
@@ -400,6 +446,7 @@ void run_once(const Options& o, const Endpoint& where, int n, int seq) {
     std::printf("%8s  restart phases: all saw the failure %.3f s, all arrived %.3f s\n", "",
                 secs(s.restart_seen - s.restart_start), secs(s.restart_arrived - s.restart_start));
   }
+  print_costs(o, s, cpu0);
   std::fflush(stdout);
 }
 
@@ -415,9 +462,17 @@ int rendezvous_main(int argc, char** argv) {
   app.add_flag("--restart", o.restart,
                "then one agent reports a failure and all re-form round 1 (--nnodes=1:2N, so only the early "
                "close of a restart round avoids the last call)");
+  app.add_option("--daemon-pid", o.daemon_pid,
+                 "pid of the ddp-rendezvousd behind --endpoint: print its CPU per agent and per request");
+  app.add_flag("--floor", o.floor,
+               "then replay each agent's writes against a bare echo server in this process, and print its "
+               "CPU per request beside the daemon's");
   if (const auto code = parse_flags(app, argc, argv)) return *code;
+  if (o.daemon_pid > 0 && process_cpu_us(o.daemon_pid) < 0)
+    throw ConfigError("--daemon-pid: cannot read the CPU clock of process " + std::to_string(o.daemon_pid));
   const std::size_t per_agent = o.endpoint.empty() ? 2 : 1;
-  const std::size_t fd_limit = raise_fd_limit_for(o.agents, "--agents", per_agent);
+  const std::size_t fd_limit = raise_fd_limit_for(o.agents, "--agents", o.floor ? 2 : per_agent);
+  o.fd_limit = fd_limit;
   const auto target = open_sim_target(o.endpoint);
   const Endpoint& where = target.where;
   std::printf("ddp-bench rendezvous: backend=%s store=%s (%s) list_nodes=%s\n", o.backend.c_str(),

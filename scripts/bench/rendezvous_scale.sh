@@ -4,8 +4,13 @@
 # ddp-rendezvousd, then `ddp-bench rendezvous --agents N --restart` (a first
 # round, then a restart round), and from /proc the daemon's CPU (user + system)
 # and peak RSS over both. Prints one row per N with CPU, memory and bytes per
-# agent, then what they project for 100,000 and 1,000,000 agents.
+# agent, then what they project for 100,000 and 1,000,000 agents. Under each
+# row, the bench's own figures (--daemon-pid, --floor): the daemon's CPU per
+# agent by round, to the nanosecond, and per request beside a bare echo server
+# replaying the same writes in the same run.
 # Usage: BUILD_DIR=build scripts/bench/rendezvous_scale.sh [N ...]   (default 1000 5000 10000 19500)
+# DAEMON=path runs that ddp-rendezvousd binary instead of $BUILD_DIR/bin's (to
+# compare two builds with the same bench).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${BUILD_DIR:-build}/bin
@@ -15,17 +20,17 @@ tick=$(getconf CLK_TCK)
 cpu_ms() {  # utime + stime of pid $1, in ms
   awk -v t="$tick" '{ print ($14 + $15) * 1000 / t }' "/proc/$1/stat"
 }
-echo "# BUILD_DIR=${BUILD_DIR:-build} scripts/bench/rendezvous_scale.sh ${sizes[*]}  ($(date +%F), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), open-file limit $(ulimit -Hn))"
+echo "# ${DAEMON:+DAEMON=$DAEMON }BUILD_DIR=${BUILD_DIR:-build} scripts/bench/rendezvous_scale.sh ${sizes[*]}  ($(date +%F), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), open-file limit $(ulimit -Hn))"
 printf '%8s %10s %10s %12s %12s %12s %12s %12s\n' agents first_s restart_s cpu_ms cpu_us/agent rss_MB rss_KB/agent bytes/agent
 last=""
 for n in "${sizes[@]}"; do
   d=$(mktemp -d "${TMPDIR:-/tmp}/rdzv-scale.XXXXXX")
-  "$B/ddp-rendezvousd" --host 127.0.0.1 --port 0 --port-file "$d/p" --log-level warn &
+  "${DAEMON:-$B/ddp-rendezvousd}" --host 127.0.0.1 --port 0 --port-file "$d/p" --log-level warn &
   pid=$!
   while [[ ! -s $d/p ]]; do sleep 0.05; done
   rss0=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status")
   cpu0=$(cpu_ms "$pid")
-  out=$("$B/ddp-bench" rendezvous --endpoint "127.0.0.1:$(cat "$d/p")" --agents "$n" --restart)
+  out=$("$B/ddp-bench" rendezvous --endpoint "127.0.0.1:$(cat "$d/p")" --agents "$n" --restart --daemon-pid "$pid" --floor)
   cpu1=$(cpu_ms "$pid")
   hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status")
   kill "$pid"
@@ -42,6 +47,7 @@ for n in "${sizes[@]}"; do
   fi
   awk -v n="$n" -v f="$first" -v r="$restart" -v c0="$cpu0" -v c1="$cpu1" -v r0="$rss0" -v h="$hwm" -v b="$bytes" \
     'BEGIN { c = c1 - c0; printf "%8d %10.3f %10.3f %12.0f %12.1f %12.1f %12.2f %12d\n", n, f, r, c, c * 1000 / n, h / 1024, (h - r0) / n, b }'
+  grep -E 'daemon CPU|echo floor|per request' <<<"$out" | sed 's/^ */#   /'
   last="$n $((${cpu1%.*} - ${cpu0%.*})) $((hwm - rss0)) $bytes"
 done
 read -r n cpu rss_kb bytes <<<"$last"

@@ -57,17 +57,17 @@ bool AcceptLoop::stop() {
 void AcceptLoop::accept() {
   acceptor_.async_accept([this](error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    auto log = ddp::log::get(options_.logger);
     if (ec) return accept_failed(ec);
     if (accept_failures_ > 0) {
-      log->info("accepting again after {} failed accepts", accept_failures_);
+      ddp::log::get(options_.logger)->info("accepting again after {} failed accepts", accept_failures_);
       accept_failures_ = 0;
     }
     // Whatever admitting this one does, the next accept is armed: a handler
     // that throws must not leave a server that accepts no one.
     run_contained([&] { hooks_.admit(std::move(socket)); },
                   [&](const std::string& error) {
-                    log->error("accepting {} failed; accepting goes on{}", options_.accepted, error);
+                    ddp::log::get(options_.logger)
+                        ->error("accepting {} failed; accepting goes on{}", options_.accepted, error);
                   });
     accept();
   });

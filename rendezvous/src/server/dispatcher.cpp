@@ -6,6 +6,7 @@
 
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
+#include "server_log.hpp"
 
 namespace ddp::store::server {
 namespace asio = boost::asio;
@@ -130,9 +131,8 @@ void Dispatcher::on_request(const std::shared_ptr<Session>& s, Request&& req) {
     after_work();
   } catch (const PersistError& e) {
     // Not in the log, so not applied either (StoreCore undid it): the client may retry.
-    ddp::log::get("store.server")
-        ->warn("write refused: data dir degraded op={} peer={} error=\"{}\"", op_name(req.op), s->peer(),
-               e.what());
+    server_log().warn("write refused: data dir degraded op={} peer={} error=\"{}\"", op_name(req.op),
+                      s->peer(), e.what());
     s->send(reply(req.id, Status::kInternal,
                   std::string("not saved, nothing changed: ") + e.what() +
                       "; the server refuses writes until its "
@@ -140,8 +140,8 @@ void Dispatcher::on_request(const std::shared_ptr<Session>& s, Request&& req) {
     after_work();
   } catch (const std::exception& e) {
     // A bug: this request fails, the server goes on.
-    ddp::log::get("store.server")
-        ->error("request failed op={} peer={} error=\"{}\"", server_op_name(req.op), s->peer(), e.what());
+    server_log().error("request failed op={} peer={} error=\"{}\"", server_op_name(req.op), s->peer(),
+                       e.what());
     s->send(reply(req.id, Status::kInternal, e.what()));
     after_work();
   }
@@ -150,8 +150,7 @@ void Dispatcher::on_request(const std::shared_ptr<Session>& s, Request&& req) {
 void Dispatcher::dispatch(const std::shared_ptr<Session>& s, Request& req) {
   if (!s->hello_done()) {
     if (req.op == Op::kHello) return handle_hello(s, req);
-    ddp::log::get("store.server")
-        ->warn("closing connection: {} before hello peer={}", op_name(req.op), s->peer());
+    server_log().warn("closing connection: {} before hello peer={}", op_name(req.op), s->peer());
     s->close("request before hello");
     return;
   }
@@ -229,7 +228,7 @@ void Dispatcher::drain() {
 }
 
 void Dispatcher::after_work() {
-  auto log = ddp::log::get("store.server");
+  auto& log = server_log();
   try {
     drain();
     if (!reclaim_keys_.empty()) {
@@ -237,7 +236,7 @@ void Dispatcher::after_work() {
       drain();
     }
   } catch (const std::exception& e) {
-    log->error("delivering changes to waiters and watchers failed error=\"{}\"", e.what());
+    log.error("delivering changes to waiters and watchers failed error=\"{}\"", e.what());
     committed_.clear();
   }
   maybe_compact();
@@ -245,7 +244,7 @@ void Dispatcher::after_work() {
   try {
     rearm_timers();
   } catch (const std::exception& e) {
-    log->error("rearming timers failed error=\"{}\"", e.what());
+    log.error("rearming timers failed error=\"{}\"", e.what());
   }
 }
 
@@ -277,13 +276,12 @@ void Dispatcher::on_lease_timer() {
   try {
     const auto n = core_.expire_leases(Clock::now());
     lease_retry_at_.reset();
-    if (n > 0) ddp::log::get("store.server")->debug("leases expired count={}", n);
+    if (n > 0) server_log().debug("leases expired count={}", n);
   } catch (const std::exception& e) {
     // The lease stays (its keys too) until its deletion is in the log.
     lease_retry_at_ = Clock::now() + kDiskProbeInterval;
-    ddp::log::get("store.server")
-        ->error("lease expiry not saved; retrying in {} ms error=\"{}\"", kDiskProbeInterval.count(),
-                e.what());
+    server_log().error("lease expiry not saved; retrying in {} ms error=\"{}\"", kDiskProbeInterval.count(),
+                       e.what());
   }
   after_work();
 }
@@ -326,7 +324,7 @@ void Dispatcher::revoke_closed_leases() {
   revoke_posted_ = false;
   auto closed = std::exchange(closed_leases_, {});
   if (stopping_ || closed.empty()) return;
-  auto log = ddp::log::get("store.server");
+  auto& log = server_log();
   std::vector<LeaseId> ids;
   ids.reserve(closed.size());
   for (const auto& [id, peer] : closed) ids.push_back(id);
@@ -335,14 +333,14 @@ void Dispatcher::revoke_closed_leases() {
     const auto n = core_.revoke_leases(ids);
     if (closed.size() <= kLeaseLogLines) {
       for (const auto& [id, peer] : closed)
-        log->info("lease revoked: its connection closed lease={} peer={}", id, peer);
+        log.info("lease revoked: its connection closed lease={} peer={}", id, peer);
     } else {
-      log->info("leases revoked: their connections closed count={} first_peer={} last_peer={}", n,
-                closed.front().second, closed.back().second);
+      log.info("leases revoked: their connections closed count={} first_peer={} last_peer={}", n,
+               closed.front().second, closed.back().second);
     }
   } catch (const std::exception& e) {
     // Not saved, so not done: the leases live on until their TTL runs out.
-    log->error(
+    log.error(
         "revoking lease of a closed connection failed; it expires by its TTL instead leases={} "
         "first_lease={} "
         "peer={} error=\"{}\"",
@@ -352,11 +350,11 @@ void Dispatcher::revoke_closed_leases() {
 }
 
 void Dispatcher::shutdown(std::function<void()> done) {
-  auto log = ddp::log::get("store.server");
+  auto& log = server_log();
   try {
     drain();
   } catch (const std::exception& e) {
-    log->error("shutdown: delivering last changes failed error=\"{}\"", e.what());
+    log.error("shutdown: delivering last changes failed error=\"{}\"", e.what());
   }
   stopping_ = true;
   // Job listings in progress end at their next slice, answered "shutting down".
@@ -391,11 +389,11 @@ void Dispatcher::shutdown(std::function<void()> done) {
   if (persistence_) {
     try {
       persistence_->close(core_);
-      log->info("state saved data_dir={} keys={} revision={}", persistence_->dir(), core_.kv().size(),
-                core_.revision());
+      log.info("state saved data_dir={} keys={} revision={}", persistence_->dir(), core_.kv().size(),
+               core_.revision());
     } catch (const std::exception& e) {
       saved_ = false;
-      log->error("saving state failed data_dir={} error=\"{}\"", persistence_->dir(), e.what());
+      log.error("saving state failed data_dir={} error=\"{}\"", persistence_->dir(), e.what());
     }
   }
   // close() fsynced everything (or failed): the held replies go out now, or never.

@@ -8,6 +8,7 @@
 #include "ddp/common/error.hpp"
 #include "ddp/common/logging.hpp"
 #include "failpoints.hpp"
+#include "server_log.hpp"
 
 namespace ddp::store::server {
 namespace asio = boost::asio;
@@ -35,20 +36,12 @@ void empty_buffer(std::string& buffer) {
 // appends holds up to twice its size); an empty one counts nothing.
 std::size_t held(const std::string& buffer) { return buffer.empty() ? 0 : buffer.capacity(); }
 
-std::string address_of(const asio::ip::tcp::socket& s) {
-  error_code ec;
-  auto ep = s.remote_endpoint(ec);
-  if (ec) return "unknown";
+// The peer's address (IPv6 in brackets), or "unknown".
+std::string address_of(const asio::ip::tcp::endpoint& ep, bool known) {
+  if (!known) return "unknown";
   auto addr = ep.address().to_string();
   if (ep.address().is_v6()) addr = "[" + addr + "]";
   return addr;
-}
-
-std::string describe(const asio::ip::tcp::socket& s) {
-  error_code ec;
-  auto ep = s.remote_endpoint(ec);
-  if (ec) return "unknown";
-  return address_of(s) + ":" + std::to_string(ep.port());
 }
 
 }  // namespace
@@ -56,7 +49,7 @@ std::string describe(const asio::ip::tcp::socket& s) {
 template <typename F>
 void Session::guarded(F&& work) {
   run_contained(std::forward<F>(work), [this](const std::string& error) {
-    ddp::log::get("store.server")->error("closing connection: its handler failed peer={}{}", peer_, error);
+    server_log().error("closing connection: its handler failed peer={}{}", peer_, error);
     close("handler failed");
   });
 }
@@ -67,9 +60,13 @@ Session::Session(asio::ip::tcp::socket socket, SessionHost& host, const SessionO
       idle_timer_(socket_.get_executor()),
       host_(host),
       options_(options),
-      read_buffer_(shared_read_buffer),
-      peer_(describe(socket_)),
-      peer_address_(address_of(socket_)) {}
+      read_buffer_(shared_read_buffer) {
+  // One getpeername() for both names.
+  error_code ec;
+  const auto ep = socket_.remote_endpoint(ec);
+  peer_address_ = address_of(ep, !ec);
+  peer_ = ec ? peer_address_ : peer_address_ + ":" + std::to_string(ep.port());
+}
 
 Session::~Session() {
   leave_preauth();
@@ -124,11 +121,10 @@ bool Session::account_buffered() {
   if (options_.max_buffered_request_bytes == 0 ||
       *options_.buffered_total <= options_.max_buffered_request_bytes)
     return true;
-  ddp::log::get("store.server")
-      ->warn(
-          "closing connection: buffered request bytes over the server's cap peer={} buffered_bytes={} "
-          "total_bytes={} max_buffered_request_bytes={}",
-          peer_, buffered_, *options_.buffered_total, options_.max_buffered_request_bytes);
+  server_log().warn(
+      "closing connection: buffered request bytes over the server's cap peer={} buffered_bytes={} "
+      "total_bytes={} max_buffered_request_bytes={}",
+      peer_, buffered_, *options_.buffered_total, options_.max_buffered_request_bytes);
   close("buffered request bytes over the cap");
   return false;
 }
@@ -146,16 +142,40 @@ void Session::start() {
 }
 
 void Session::read() {
-  socket_.async_wait(asio::ip::tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
-    if (ec || self->closed_) {
-      if (ec && ec != asio::error::operation_aborted) self->close(ec.message());
-      return;
-    }
-    self->guarded([&] {
-      failpoints::maybe_throw("server.read");
-      self->on_readable();
-    });
-  });
+  // A read, not a wait for readiness: asio re-arms epoll (EPOLL_CTL_MOD) for
+  // every wait, while a read that finds nothing parks in the reactor with the
+  // descriptor's edge-triggered registration as it is. Into the session's own
+  // small buffer, since reads of many connections may complete before their
+  // handlers run; a request that does not fit goes on in on_readable().
+  socket_.async_read_some(asio::buffer(first_read_),
+                          [self = shared_from_this()](error_code ec, std::size_t n) {
+                            if (self->closed_ || ec == asio::error::operation_aborted) return;
+                            self->guarded([&] {
+                              failpoints::maybe_throw("server.read");
+                              self->on_first_read(ec, n);
+                            });
+                          });
+}
+
+void Session::on_first_read(error_code ec, std::size_t n) {
+  // Closing stops reading: what arrived is not looked at, as before a read.
+  if (closing_) return flush();
+  if (ec == asio::error::eof) {
+    // A client may half-close after its last request: it still gets the replies.
+    in_read_handler_ = true;
+    close_after_flush();
+    in_read_handler_ = false;
+    flush();
+    return;
+  }
+  if (ec) return close(ec.message());
+  in_read_handler_ = true;
+  const bool more = feed(std::string_view(first_read_.data(), n));
+  // A short read drained the socket; a full one may have left more.
+  if (more && n == first_read_.size()) return on_readable();
+  in_read_handler_ = false;
+  flush();
+  if (!closed_ && !closing_) read();
 }
 
 void Session::on_readable() {
@@ -185,8 +205,7 @@ void Session::on_readable() {
     }
     more = feed(std::string_view(read_buffer_->data(), n));
     // A short read drained the socket: skip the read that would only say
-    // EAGAIN. Safe because async_wait re-arms epoll (EPOLL_CTL_MOD), which
-    // reports data that arrived in between.
+    // EAGAIN. Safe because the next read() tries the socket first.
     if (n < read_buffer_->size()) break;
   }
   in_read_handler_ = false;
@@ -195,16 +214,16 @@ void Session::on_readable() {
 }
 
 bool Session::feed(std::string_view bytes) {
-  auto log = ddp::log::get("store.server");
+  auto& log = server_log();
   if (!codec_) {
     codec_ = make_codec(static_cast<unsigned char>(bytes[0]), options_.limits, options_.allow_torch,
                         options_.torch_legacy_protocol);
     if (!codec_) {
       const bool torch_refused = !options_.allow_torch && static_cast<unsigned char>(bytes[0]) < 0x0E;
-      log->warn("closing connection: {} peer={} first_byte=0x{:02x}",
-                torch_refused ? "PyTorch TCPStore client refused because this server requires a token"
-                              : "unknown protocol",
-                peer_, static_cast<unsigned>(static_cast<unsigned char>(bytes[0])));
+      log.warn("closing connection: {} peer={} first_byte=0x{:02x}",
+               torch_refused ? "PyTorch TCPStore client refused because this server requires a token"
+                             : "unknown protocol",
+               peer_, static_cast<unsigned>(static_cast<unsigned char>(bytes[0])));
       close("unknown protocol");
       return false;
     }
@@ -218,8 +237,8 @@ bool Session::feed(std::string_view bytes) {
     });
   } catch (const ProtocolError& e) {
     // The requests before the bad frame were valid: their replies go out first.
-    log->warn("closing connection: malformed frame peer={} protocol={} error=\"{}\"", peer_, codec_->name(),
-              e.what());
+    log.warn("closing connection: malformed frame peer={} protocol={} error=\"{}\"", peer_, codec_->name(),
+             e.what());
     close_after_flush();
     return false;
   }
@@ -268,8 +287,8 @@ void Session::on_timer() {
   const char* why = closing_       ? "did not read its last replies"
                     : hello_done() ? "stalled mid-frame"
                                    : "no hello";
-  ddp::log::get("store.server")
-      ->warn("closing connection: {} peer={} timeout_ms={}", why, peer_, options_.idle_frame_timeout.count());
+  server_log().warn("closing connection: {} peer={} timeout_ms={}", why, peer_,
+                    options_.idle_frame_timeout.count());
   close(why);
 }
 
@@ -282,15 +301,14 @@ void Session::send(const Response& resp) {
   } catch (const ProtocolError& e) {
     // A reply the client's protocol cannot express (torch has no error replies):
     // closing is how torch's own server reports it.
-    ddp::log::get("store.server")
-        ->warn("closing connection: peer={} protocol={} error=\"{}\"", peer_, codec_->name(), e.what());
+    server_log().warn("closing connection: peer={} protocol={} error=\"{}\"", peer_, codec_->name(),
+                      e.what());
     close("unexpressible reply");
     return;
   }
   if (out_.size() + writing_.size() > options_.max_queued_bytes) {
-    ddp::log::get("store.server")
-        ->warn("closing connection: client does not read its responses peer={} queued_bytes={}", peer_,
-               out_.size() + writing_.size());
+    server_log().warn("closing connection: client does not read its responses peer={} queued_bytes={}", peer_,
+                      out_.size() + writing_.size());
     close("write queue full");
     return;
   }
@@ -382,7 +400,7 @@ void Session::close_after_flush(std::chrono::milliseconds hold) {
 void Session::close(const std::string& reason) {
   if (closed_) return;
   closed_ = true;
-  ddp::log::get("store.server")->debug("connection closed peer={} reason=\"{}\"", peer_, reason);
+  server_log().debug("connection closed peer={} reason=\"{}\"", peer_, reason);
   error_code ec;
   idle_timer_.cancel();
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);

@@ -18,6 +18,7 @@
 // operations and by the host until on_closed().
 #pragma once
 
+#include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -119,6 +120,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void read();
+  void on_first_read(boost::system::error_code ec, std::size_t n);
   void on_readable();
   bool feed(std::string_view bytes);
   void update_idle_timer(bool frame_completed);
@@ -145,9 +147,12 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::steady_timer idle_timer_;
   SessionHost& host_;
   SessionOptions options_;
-  // One read buffer for the whole loop: reads happen one at a time on it, so
-  // 10,000 idle connections do not each hold a buffer.
+  // One read buffer for the whole loop, for what does not fit first_read_:
+  // reads happen one at a time on it, so 10,000 idle connections do not each
+  // hold a big buffer.
   std::string* read_buffer_;
+  // Each readiness's first read: most requests, and most batches of them, fit.
+  std::array<char, 256> first_read_{};
   std::string peer_;
   std::string peer_address_;
   std::size_t buffered_ = 0;  // this session's share of *options_.buffered_total

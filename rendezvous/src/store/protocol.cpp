@@ -8,11 +8,14 @@ namespace ddp::store {
 namespace {
 
 // Little-endian writers. x86 and arm64 are little-endian, but the byte loop keeps
-// the code honest and the compiler turns it into a single store.
+// the code honest and the compiler turns it into a single store; one append
+// per field (a push_back per byte checked the capacity eight times).
 template <typename T>
 void put_le(std::string& out, T value) {
   auto u = static_cast<std::make_unsigned_t<T>>(value);
-  for (std::size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((u >> (8 * i)) & 0xFF));
+  char bytes[sizeof(T)];
+  for (std::size_t i = 0; i < sizeof(T); ++i) bytes[i] = static_cast<char>((u >> (8 * i)) & 0xFF);
+  out.append(bytes, sizeof(T));
 }
 
 void put_str(std::string& out, std::string_view s) {
@@ -212,6 +215,10 @@ void encode_request(const Request& req, std::string& out) {
 
 void encode_response(const Response& resp, std::string& out) {
   const auto start = out.size();
+  // The frame's size up front: one growth of `out` at most, not one per item.
+  std::size_t size = 4 + 4 + 1 + 8 + 8 + 4 + resp.message.size() + 4;
+  for (const auto& item : resp.items) size += 1 + 4 + item.key.size() + 4 + item.value.size() + 8;
+  out.reserve(start + size);
   out.append(4, '\0');
   put_le<std::uint32_t>(out, resp.id);
   put_le<std::uint8_t>(out, static_cast<std::uint8_t>(resp.status));
