@@ -36,6 +36,7 @@ void Agent::Impl::probe_workers() {
 void Agent::Impl::fall_back_to_restart(const std::string& why) {
   log->warn("{}: falling back to --on_failure=restart for this run", why);
   reform.fall_back();
+  rdzv->on_departure(nullptr);  // a lost node ends the round again
   begin_stop(StopReason::kLocalFailure, SIGTERM);
 }
 

@@ -26,6 +26,25 @@ void RendezvousCalls::on_event(rdzv::RoundEventCallback fn) {
       });
 }
 
+void RendezvousCalls::on_departure(std::function<void(const rdzv::Departure&)> fn) {
+  if (!fn) return handler_->set_departure_callback(nullptr);
+  handler_->set_departure_callback(
+      [s = sink_, fn = std::move(fn)](const rdzv::Departure& d) { s->post([fn, d] { fn(d); }); });
+}
+
+void RendezvousCalls::settle_place(const rdzv::Departure& d, bool offer, bool may_shrink,
+                                   std::function<void(const rdzv::Place&)> done, ErrorFn failed) {
+  caller_->call(
+      [h = handler_, s = sink_, d, offer, may_shrink, done = std::move(done), failed = std::move(failed)] {
+        try {
+          const rdzv::Place p = h->settle_place(d, offer, may_shrink);
+          s->post([done, p] { done(p); });
+        } catch (const std::exception& e) {
+          s->post([failed, m = std::string(e.what())] { failed(m); });
+        }
+      });
+}
+
 void RendezvousCalls::next_round(std::function<void(const rdzv::RendezvousResult&)> done,
                                  std::function<void(ExitCode, const std::string&)> failed) {
   caller_->call([h = handler_, s = sink_, done = std::move(done), failed = std::move(failed)] {

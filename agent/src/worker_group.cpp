@@ -83,7 +83,7 @@ void WorkerGroup::start(const GroupLaunch& launch) {
                   cpus_[lr]);
     }
   }
-  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) spawn(lr, launch.restart_count, /*joining=*/false);
+  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) spawn(lr, launch.restart_count, launch.joining);
 }
 
 void WorkerGroup::make_output(Worker& w, bool append) {

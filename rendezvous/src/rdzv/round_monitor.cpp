@@ -93,6 +93,11 @@ void RoundMonitor::set_callback(RoundEventCallback cb) {
   callback_ = std::move(cb);
 }
 
+void RoundMonitor::set_departure_callback(DepartureCallback cb) {
+  std::lock_guard<std::mutex> lock(mu_);
+  departure_callback_ = std::move(cb);
+}
+
 void RoundMonitor::begin(WatchedRound r) {
   std::uint64_t epoch = 0;
   const std::string prefix = r.prefix;
@@ -297,7 +302,16 @@ void RoundMonitor::handle(const Pending& p) {
   const bool put = p.ev.type == store::EventType::kPut;
   if (starts_with(rel, "node/")) {
     const auto rank = store::keys::index_or_none(std::string_view(rel).substr(5));
-    if (put || rank < 0 || rank == r.self_rank || rank >= r.group_world_size) return;
+    if (rank < 0 || rank == r.self_rank || rank >= r.group_world_size) return;
+    if (put) {
+      // A hot spare took a departed member's place (take_places).
+      std::lock_guard<std::mutex> lock(mu_);
+      if (p.epoch == epoch_) {
+        departed_.erase(rank);
+        if (auto node = take_record(p.ev.value, p.ev.key)) set_node(static_cast<int>(rank), std::move(*node));
+      }
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (p.epoch == epoch_) departed_.insert(rank);
@@ -308,8 +322,10 @@ void RoundMonitor::handle(const Pending& p) {
     const auto departure = read_departure(r.prefix, rank);
     note_departure(departure);
     if (departure && !departure->succeeded) {
-      fire(p.epoch, RoundEvent::kMembershipChanged,
-           describe_rank(static_cast<int>(rank)) + " left the round: its lease expired or was revoked");
+      const std::string detail =
+          describe_rank(static_cast<int>(rank)) + " left the round: its lease expired or was revoked";
+      if (!depart(p.epoch, static_cast<int>(rank), p.ev.revision, detail))
+        fire(p.epoch, RoundEvent::kMembershipChanged, detail);
     }
   } else if (rel == "ctl/waiting") {
     if (put && r.can_grow && store::keys::index_or_none(p.ev.value) > 0) {
@@ -325,6 +341,43 @@ void RoundMonitor::handle(const Pending& p) {
       fire(p.epoch, e, detail);
     }
   }
+}
+
+bool RoundMonitor::depart(std::uint64_t epoch, int rank, store::Revision revision,
+                          const std::string& detail) {
+  std::lock_guard<std::mutex> callback_lock(callback_mu_);
+  DepartureCallback cb;
+  rdzv::Departure d;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!departure_callback_) return false;
+    if (!active_ || epoch != epoch_) return true;  // the round ended meanwhile: nothing to decide
+    // A round that ends anyway (an event fired) re-forms from scratch.
+    if (fired_mask_ != 0) return true;
+    cb = departure_callback_;
+    d.round = round_.round;
+    d.group_rank = rank;
+    if (rank < static_cast<int>(round_.nodes.size())) d.node = round_.nodes[static_cast<std::size_t>(rank)];
+    d.revision = revision;
+    d.detail = detail;
+  }
+  log::get("rdzv")->info("member left round={} group_rank={} revision={}: {}", d.round, rank, revision,
+                         detail);
+  cb(d);
+  return true;
+}
+
+std::optional<NodeSpec> RoundMonitor::take_record(const std::string& value, const std::string& key) {
+  try {
+    return detail::decode_node(value, key);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+void RoundMonitor::set_node(int rank, NodeSpec node) {
+  if (rank >= static_cast<int>(round_.nodes.size())) return;
+  round_.nodes[static_cast<std::size_t>(rank)] = std::move(node);
 }
 
 void RoundMonitor::fire(std::uint64_t epoch, RoundEvent e, const std::string& detail) {

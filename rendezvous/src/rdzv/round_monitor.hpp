@@ -70,6 +70,9 @@ class RoundMonitor {
   void revoke(std::chrono::milliseconds deadline = std::chrono::milliseconds(1000),
               const std::string& stopped_key = "");
   void set_callback(RoundEventCallback cb);
+  // Set: a member leaving without success goes to `cb`, once per departure,
+  // instead of firing kMembershipChanged (RendezvousHandler::set_departure_callback).
+  void set_departure_callback(DepartureCallback cb);
 
   // Starts watching; events already visible in r.ctl are delivered at once.
   void begin(WatchedRound r);
@@ -153,6 +156,12 @@ class RoundMonitor {
   // Delivers at most one event of each kind per round, and none once the round
   // of `epoch` ended.
   void fire(std::uint64_t epoch, RoundEvent e, const std::string& detail);
+  // A departure to the departure callback: false when none is set (the
+  // caller fires kMembershipChanged instead).
+  bool depart(std::uint64_t epoch, int rank, store::Revision revision, const std::string& detail);
+  // A node record put in the round (a hot spare taking a place); mu_ held for set_node.
+  static std::optional<NodeSpec> take_record(const std::string& value, const std::string& key);
+  void set_node(int rank, NodeSpec node);
   std::string describe_rank(int rank) const;
 
   std::shared_ptr<store::Store> store_;
@@ -169,6 +178,7 @@ class RoundMonitor {
   std::condition_variable cv_;
   bool stop_ = false;
   RoundEventCallback callback_;
+  DepartureCallback departure_callback_;
   std::uint64_t epoch_ = 0;  // bumped per round; events of older rounds are dropped
   bool active_ = false;
   WatchedRound round_;

@@ -36,6 +36,8 @@ class StoreHandler : public RendezvousHandler {
   void set_event_callback(RoundEventCallback cb) override;
   std::shared_ptr<store::Store> store() override;
   Exclusion exclude_self(const std::string& why) override;  // store_handler_exclusion.cpp
+  void set_departure_callback(DepartureCallback cb) override;  // take_place.cpp
+  Place settle_place(const Departure& d, bool offer, bool may_shrink) override;
 
  protected:
   StoreHandler(const RendezvousConfig& config, const NodeSpec& self, StoreAccess access);
