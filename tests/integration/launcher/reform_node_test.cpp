@@ -135,3 +135,29 @@ TEST_CASE("reform: kill -9 of a node's agent with no spare: the other node goes 
   CHECK_THAT(job.a->out(), Catch::Contains("world 2") && Catch::Contains("1 re-forms, 0 restarts"));
   CHECK(std::isfinite(final_loss(job.a->out())));
 }
+
+TEST_CASE("reform: a lost node whose workers cannot re-form in place restarts every node as before") {
+  // Workers that never join a ddp::ElasticGroup: the agents cannot keep them.
+  TempDir dir;
+  LocalDaemon daemon{dir};
+  REQUIRE(daemon.port > 0);
+  auto argv = [&](const std::string& name) {
+    return ddprun_argv({"--nnodes=1:2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                        "--rdzv_endpoint=" + daemon.endpoint, "--rdzv_id=plain",
+                        "--rdzv_conf=join_timeout=60,last_call_timeout=1,keep_alive_interval=0.5",
+                        "--local_addr=" + name, "--on_failure=reform", "--max_restarts=0", "--no_python",
+                        bin("fake_worker").string()});
+  };
+  const auto env = clean_env({{"FAKE_PID_FILE", (dir / "pids").string()}, {"FAKE_SLEEP_MS", "4000"}});
+  Process a(argv("nodea"), dir.path(), env, "nodea");
+  Process b(argv("nodeb"), dir.path(), env, "nodeb");
+  REQUIRE(wait_until([&] { return count(read_file(dir / "pids"), " start") == 4; }, 60s));
+  b.signal(SIGKILL);
+  CHECK(b.wait(10s).has_value());
+  const auto code = a.wait(60s);
+  INFO(a.err());
+  CHECK(code == std::optional<int>(0));
+  CHECK_THAT(a.err(), Catch::Contains("its workers cannot re-form in place: every node rejoins"));
+  // a's two workers started again in the next round.
+  CHECK(count(read_file(dir / "pids"), " start") == 6);
+}
