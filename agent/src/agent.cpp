@@ -119,6 +119,7 @@ void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
     observers.emit_startup("first_step");
     observers.publish_status();
   });
+  joined_base_world = 0;
   if (r.takes_place) return take_lost_place();  // agent_node_loss.cpp: spawns once the workers know
   spawn_workers();
   // The round ended before it got here: its workers stop at once, on the same
@@ -135,6 +136,7 @@ void Agent::Impl::spawn_workers() {
   launch.extra_env = &services.liveness_env();
   launch.reform = reform.active();
   launch.joining = life.round().takes_place;
+  launch.base_world = joined_base_world;
   life.enter(Phase::kRunning);
   services.cgroups_reaped();
   try {

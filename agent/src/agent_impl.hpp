@@ -109,6 +109,9 @@ struct Agent::Impl {
   // A hot spare admitted into a running round (RendezvousResult::takes_place).
   void take_lost_place();
   bool taking_place = false;
+  int joined_base_world = 0;  // of a round joined while it ran: its workers' DDP_REFORM_BASE_WORLD
+  // A node waits to join the running round (room below MAX): it may grow it.
+  void on_newcomer(std::int64_t round, const std::string& detail);
 
   // agent_success.cpp: this node's workers succeeded; the job's success is
   // confirmed by every node, or by the loss of the store.

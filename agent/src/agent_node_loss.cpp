@@ -5,6 +5,7 @@
 // the job goes on with a smaller world; else every node rejoins as before.
 #include <signal.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "agent_impl.hpp"
@@ -45,6 +46,7 @@ std::string node_name(const rdzv::Departure& d) {
 void Agent::Impl::watch_departures() {
   if (cfg.on_failure != OnFailure::kReform) return;
   rdzv->on_departure([this](const rdzv::Departure& d) { on_node_departure(d); });
+  rdzv->on_newcomer([this](std::int64_t round, const std::string& detail) { on_newcomer(round, detail); });
 }
 
 void Agent::Impl::on_node_departure(const rdzv::Departure& d) {
@@ -137,35 +139,64 @@ void Agent::Impl::on_place_settled(const rdzv::Departure& d, const std::vector<i
 }
 
 void Agent::Impl::take_lost_place() {
-  // A hot spare in a running round: the workers learn of the lost slots, then
-  // this node's workers join their next generation in them.
+  // A node joining a running round, in a lost node's place (a hot spare) or
+  // in a new group rank (a newcomer growing it): the workers learn of it
+  // through their store, then this node's workers join their next generation.
   const auto& r = life.round();
   std::vector<int> slots(static_cast<std::size_t>(cfg.nproc_per_node));
   std::iota(slots.begin(), slots.end(), r.rank_offset);
-  const std::string lost =
-      (r.replaced.node_id.empty() ? std::string("a node") : "node " + r.replaced.node_id) + " (group rank " +
-      std::to_string(r.group_rank) + ") lost";
-  log->warn("reform: {}; this hot spare takes its place: ranks {} join the running workers", lost,
-            slots_text(slots));
+  std::string why;
+  if (r.grows) {
+    why = "node " + cfg.node.node_id + " (group rank " + std::to_string(r.group_rank) +
+          ") joined the running job";
+    log->warn("reform: this node grows the running job: ranks {} join its workers", slots_text(slots));
+  } else {
+    why = (r.replaced.node_id.empty() ? std::string("a node") : "node " + r.replaced.node_id) +
+          " (group rank " + std::to_string(r.group_rank) + ") lost";
+    log->warn("reform: {}; this hot spare takes its place: ranks {} join the running workers", why,
+              slots_text(slots));
+    why += "; hot spare " + cfg.node.node_id + " took its place";
+  }
   taking_place = true;  // round events until the workers start are deferred
-  reform.lose_node(
-      r, slots, lost + "; hot spare " + cfg.node.node_id + " took its place", /*replace=*/true,
-      [this, slots, lost, round = r.round](const ReformStore::Outcome& out) {
-        taking_place = false;
-        if (!life.is(Phase::kRendezvous) || round != life.round().round) return;
-        observers.emit("reform", {{"ranks", slots},
-                                  {"reason", lost},
-                                  {"generation", out.generation},
-                                  {"world_size", life.round().world_size + out.size},
-                                  {"replaced", true}});
-        spawn_workers();
-        if (const auto e = round_events.take(round)) on_round_event(e->round, e->event, e->detail);
-      },
-      [this, lost](const std::string& m) {
-        taking_place = false;
-        finish(ExitCode::kRendezvous,
-               "reform: " + lost + ": this hot spare cannot write to the workers' store: " + m);
-      });
+  auto done = [this, slots, why, round = r.round](const ReformStore::Outcome& out) {
+    taking_place = false;
+    if (!life.is(Phase::kRendezvous) || round != life.round().round) return;
+    // R/size counts from the world the round began with; WORLD_SIZE covers every slot.
+    auto joined = life.round();
+    joined_base_world = joined.world_size;
+    joined.world_size = static_cast<int>(
+        std::max<std::int64_t>(joined.world_size + out.size, joined.rank_offset + cfg.nproc_per_node));
+    life.set_round(joined);
+    observers.emit("reform", {{"ranks", slots},
+                              {"reason", why},
+                              {"generation", out.generation},
+                              {"world_size", joined_base_world + out.size},
+                              {"replaced", true}});
+    spawn_workers();
+    if (const auto e = round_events.take(round)) on_round_event(e->round, e->event, e->detail);
+  };
+  auto failed = [this, why](const std::string& m) {
+    taking_place = false;
+    finish(ExitCode::kRendezvous, "reform: " + why + ": this node cannot write to the workers' store: " + m);
+  };
+  if (r.grows) return reform.grow_node(r, cfg.nproc_per_node, std::move(done), std::move(failed));
+  reform.lose_node(r, slots, why, /*replace=*/true, std::move(done), std::move(failed));
+}
+
+void Agent::Impl::on_newcomer(std::int64_t round, const std::string& detail) {
+  if (!life.is(Phase::kRunning) || round != life.round().round) return;
+  const auto admit = [this, round, detail](bool yes) {
+    if (!life.is(Phase::kRunning) || round != life.round().round) return;
+    log->info("{}: {}", detail,
+              yes ? "admitted into the running job (its workers join at the next step)"
+                  : "every node rejoins to take it in");
+    rdzv->admit_newcomers(round, yes, detail, [this](const std::string& m) {
+      log->warn("cannot admit a node waiting to join: {}", m);
+    });
+  };
+  if (!reform.active()) return admit(false);
+  if (reform.workers() == Reform::Workers::kElastic) return admit(true);
+  reform.ask_elastic(life.round(), admit, [admit](const std::string&) { admit(false); });
 }
 
 }  // namespace ddp::agent

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "ddp/store/job_keys.hpp"
 #include "failure_records.hpp"
 
@@ -120,6 +122,18 @@ void Reform::lose_node(const rdzv::RendezvousResult& round, std::vector<int> slo
   loss.min_size =
       static_cast<std::int64_t>(cfg_.rendezvous.min_nodes) * cfg_.nproc_per_node - round.world_size;
   store_->lose(std::move(loss), std::move(done), std::move(failed));
+}
+
+void Reform::grow_node(const rdzv::RendezvousResult& round, int nproc,
+                       std::function<void(const ReformStore::Outcome&)> done,
+                       std::function<void(const std::string&)> failed) {
+  ReformStore::Loss grow;
+  grow.store = round.store_endpoint;
+  grow.token = cfg_.rendezvous.token;
+  grow.prefix = store::keys::reform_prefix(round.worker_prefix);
+  grow.delta = nproc;
+  grow.min_size = std::numeric_limits<std::int64_t>::min();
+  store_->lose(std::move(grow), std::move(done), std::move(failed));
 }
 
 void Reform::written(const WorkerFailure& f, bool replaced, const ReformStore::Outcome& out,

@@ -68,6 +68,11 @@ class Reform {
   void lose_node(const rdzv::RendezvousResult& round, std::vector<int> slots, std::string reason,
                  bool replace, std::function<void(const ReformStore::Outcome&)> done,
                  std::function<void(const std::string&)> failed);
+  // Tells the workers of `round` that this node's `nproc` workers join them
+  // (R/size grows by that much, the generation moves on).
+  void grow_node(const rdzv::RendezvousResult& round, int nproc,
+                 std::function<void(const ReformStore::Outcome&)> done,
+                 std::function<void(const std::string&)> failed);
   // Places of lost nodes this run gave up (the job went on smaller).
   int nodes_given_up() const { return nodes_given_up_; }
   void gave_up_node() { ++nodes_given_up_; }

@@ -98,6 +98,7 @@ struct GroupLaunch {
   // A hot spare taking a lost node's place in a running round: every worker
   // joins the running workers' next generation without state (DDP_REFORM_JOINING=1).
   bool joining = false;
+  int base_world = 0;  // > 0 with `joining`: DDP_REFORM_BASE_WORLD
 };
 
 class WorkerGroup {

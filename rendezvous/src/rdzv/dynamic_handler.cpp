@@ -193,7 +193,8 @@ RendezvousResult DynamicHandler::next_rendezvous() {
       // Past MAX, or past the count of a round that closed at MAX: a hot spare.
       if (index > config_.max_nodes || closed.count == config_.max_nodes) register_spare(round, closed);
       bool counted = false;
-      if (config_.take_places && spare_of_ && spare_of_->round == round) {
+      const bool room = index <= config_.max_nodes && closed.count > 0 && closed.count < config_.max_nodes;
+      if (config_.take_places && ((spare_of_ && spare_of_->round == round) || room)) {
         if (auto taken = wait_to_take_place(round, deadline, counted)) return *taken;
       }
       wait_ended(round, deadline, counted);

@@ -79,6 +79,12 @@ class DynamicHandler final : public detail::StoreHandler {
   std::optional<RendezvousResult> wait_to_take_place(std::int64_t round, const Deadline& deadline,
                                                      bool& counted);
   RendezvousResult take_place(std::int64_t round, const Closed& closed, int rank, const NodeSpec& replaced);
+  // An offer (`ev`, a put under P/offer/) claimed: this node takes that place.
+  std::optional<RendezvousResult> claim_offer(std::int64_t round, const Closed& closed,
+                                              const store::WatchEvent& ev);
+  // The first new group rank below MAX this newcomer claims (P/grow/<g>), if any.
+  std::optional<int> claim_new_rank(const std::string& prefix, const Closed& closed);
+  RendezvousResult grow_into(std::int64_t round, const Closed& closed, int rank);
   void log_progress(std::int64_t round, const Deadline& deadline);
   [[noreturn]] void throw_timeout(std::int64_t round, bool late);
 

@@ -40,6 +40,12 @@ class EtcdHandler final : public RendezvousHandler {
   Place settle_place(const Departure& d, bool offer, bool may_shrink) override {
     return inner_->settle_place(d, offer, may_shrink);
   }
+  void set_newcomer_callback(std::function<void(std::int64_t, const std::string&)> cb) override {
+    inner_->set_newcomer_callback(std::move(cb));
+  }
+  void admit_newcomers(std::int64_t round, bool admit, const std::string& detail) override {
+    inner_->admit_newcomers(round, admit, detail);
+  }
 
  private:
   RendezvousConfig config_;

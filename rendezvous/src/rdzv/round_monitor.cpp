@@ -98,6 +98,11 @@ void RoundMonitor::set_departure_callback(DepartureCallback cb) {
   departure_callback_ = std::move(cb);
 }
 
+void RoundMonitor::set_newcomer_callback(std::function<void(std::int64_t, const std::string&)> cb) {
+  std::lock_guard<std::mutex> lock(mu_);
+  newcomer_callback_ = std::move(cb);
+}
+
 void RoundMonitor::begin(WatchedRound r) {
   std::uint64_t epoch = 0;
   const std::string prefix = r.prefix;
@@ -302,16 +307,23 @@ void RoundMonitor::handle(const Pending& p) {
   const bool put = p.ev.type == store::EventType::kPut;
   if (starts_with(rel, "node/")) {
     const auto rank = store::keys::index_or_none(std::string_view(rel).substr(5));
-    if (rank < 0 || rank == r.self_rank || rank >= r.group_world_size) return;
+    if (rank < 0 || rank == r.self_rank) return;
     if (put) {
-      // A hot spare took a departed member's place (take_places).
+      // A hot spare took a departed member's place, or a newcomer grew the
+      // round by a group rank (take_places). A newcomer's arrival record,
+      // put and removed before it found the round closed, is neither.
+      auto node = take_record(p.ev.value, p.ev.key);
+      if (!node) return;
+      if (rank >= r.group_world_size && !grown(r.prefix, rank, node->node_id, p.ev.revision)) return;
       std::lock_guard<std::mutex> lock(mu_);
       if (p.epoch == epoch_) {
         departed_.erase(rank);
-        if (auto node = take_record(p.ev.value, p.ev.key)) set_node(static_cast<int>(rank), std::move(*node));
+        if (rank >= round_.group_world_size) round_.group_world_size = static_cast<int>(rank) + 1;
+        set_node(static_cast<int>(rank), std::move(*node));
       }
       return;
     }
+    if (rank >= r.group_world_size) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (p.epoch == epoch_) departed_.insert(rank);
@@ -329,7 +341,8 @@ void RoundMonitor::handle(const Pending& p) {
     }
   } else if (rel == "ctl/waiting") {
     if (put && r.can_grow && store::keys::index_or_none(p.ev.value) > 0) {
-      fire(p.epoch, RoundEvent::kNodesWaiting, p.ev.value + " node(s) waiting to join");
+      const std::string detail = p.ev.value + " node(s) waiting to join";
+      if (!newcomer(p.epoch, detail)) fire(p.epoch, RoundEvent::kNodesWaiting, detail);
     }
   } else if (rel == "ctl/ended") {
     if (put) {
@@ -367,6 +380,35 @@ bool RoundMonitor::depart(std::uint64_t epoch, int rank, store::Revision revisio
   return true;
 }
 
+bool RoundMonitor::newcomer(std::uint64_t epoch, const std::string& detail) {
+  std::lock_guard<std::mutex> callback_lock(callback_mu_);
+  std::function<void(std::int64_t, const std::string&)> cb;
+  std::int64_t round = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!newcomer_callback_) return false;
+    if (!active_ || epoch != epoch_ || fired_mask_ != 0) return true;
+    cb = newcomer_callback_;
+    round = round_.round;
+  }
+  cb(round, detail);
+  return true;
+}
+
+bool RoundMonitor::grown(const std::string& prefix, std::int64_t rank, const std::string& node_id,
+                         store::Revision put_revision) {
+  // The newcomer claimed the group rank (P/grow/<g>) before it put its record there.
+  const std::string key = store::keys::grow_key(prefix, rank);
+  try {
+    for (const auto& kv : store_->list(key).kvs) {
+      if (kv.key == key && kv.value == node_id && kv.revision < put_revision) return true;
+    }
+  } catch (const Error& e) {
+    log::get("rdzv")->debug("cannot read {}: {}", key, e.what());
+  }
+  return false;
+}
+
 std::optional<NodeSpec> RoundMonitor::take_record(const std::string& value, const std::string& key) {
   try {
     return detail::decode_node(value, key);
@@ -376,7 +418,7 @@ std::optional<NodeSpec> RoundMonitor::take_record(const std::string& value, cons
 }
 
 void RoundMonitor::set_node(int rank, NodeSpec node) {
-  if (rank >= static_cast<int>(round_.nodes.size())) return;
+  if (rank >= static_cast<int>(round_.nodes.size())) round_.nodes.resize(static_cast<std::size_t>(rank) + 1);
   round_.nodes[static_cast<std::size_t>(rank)] = std::move(node);
 }
 

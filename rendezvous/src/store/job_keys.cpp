@@ -53,6 +53,14 @@ std::string take_key(const std::string& round_prefix, std::int64_t group_rank, s
 
 std::string offers_prefix(const std::string& round_prefix) { return round_prefix + "offer/"; }
 
+std::string grow_ok_key(const std::string& round_prefix) { return round_prefix + "grow_ok"; }
+
+std::string grow_key(const std::string& round_prefix, std::int64_t group_rank) {
+  return round_prefix + "grow/" + std::to_string(group_rank);
+}
+
+std::string grown_key(const std::string& round_prefix) { return round_prefix + "grown"; }
+
 std::string offer_key(const std::string& round_prefix, std::int64_t group_rank, std::int64_t revision) {
   return offers_prefix(round_prefix) + std::to_string(group_rank) + "/" + std::to_string(revision);
 }

@@ -31,14 +31,20 @@ std::vector<std::string> trainer(const TempDir& dir) {
           (dir / "ckpt").string()};
 }
 
-// ddprun's argv for one agent of a c10d job of 1:2 nodes, two workers each, in reform mode.
-std::vector<std::string> node(const TempDir& dir, const LocalDaemon& daemon, const std::string& name) {
+// ddprun's argv for one agent of a c10d job of `nnodes` nodes, two workers each, in reform mode.
+std::vector<std::string> node(const TempDir& dir, const LocalDaemon& daemon, const std::string& name,
+                              const std::string& nnodes = "1:2", const std::string& last_call = "30") {
   std::vector<std::string> args = {
-      "--nnodes=1:2",         "--nproc_per_node=2",
-      "--rdzv_backend=c10d",  "--rdzv_endpoint=" + daemon.endpoint,
-      "--rdzv_id=job",        "--rdzv_conf=join_timeout=60,last_call_timeout=30,keep_alive_interval=0.5",
-      "--local_addr=" + name, "--on_failure=reform",
-      "--max_restarts=0",     "--no_python"};
+      "--nnodes=" + nnodes,
+      "--nproc_per_node=2",
+      "--rdzv_backend=c10d",
+      "--rdzv_endpoint=" + daemon.endpoint,
+      "--rdzv_id=job",
+      "--rdzv_conf=join_timeout=60,last_call_timeout=" + last_call + ",keep_alive_interval=0.5",
+      "--local_addr=" + name,
+      "--on_failure=reform",
+      "--max_restarts=0",
+      "--no_python"};
   for (auto& a : trainer(dir)) args.push_back(a);
   return ddprun_argv(args);
 }
@@ -160,4 +166,30 @@ TEST_CASE("reform: a lost node whose workers cannot re-form in place restarts ev
   CHECK_THAT(a.err(), Catch::Contains("its workers cannot re-form in place: every node rejoins"));
   // a's two workers started again in the next round.
   CHECK(count(read_file(dir / "pids"), " start") == 6);
+}
+
+TEST_CASE("reform: a node joining a running job of 2 of 3 nodes grows its world at a step boundary") {
+  TempDir dir;
+  LocalDaemon daemon{dir};
+  REQUIRE(daemon.port > 0);
+  // --nnodes=1:3: the round closes with two nodes after the 2 s last call.
+  Process a(node(dir, daemon, "nodea", "1:3", "2"), dir.path(), info_env(), "nodea");
+  Process b(node(dir, daemon, "nodeb", "1:3", "2"), dir.path(), info_env(), "nodeb");
+  REQUIRE(wait_until([&] { return count(a.out() + b.out(), "epoch 1/6") > 0; }, 60s));
+  const auto before = starts(a.out() + b.out());
+  REQUIRE(before.size() == 4);
+  Process c(node(dir, daemon, "nodec", "1:3", "2"), dir.path(), info_env(), "nodec");
+  const auto codes = std::vector<std::optional<int>>{a.wait(90s), b.wait(90s), c.wait(90s)};
+  const std::string out = a.out() + b.out() + c.out();
+  INFO("a:\n" << a.err() << a.out() << "b:\n" << b.err() << b.out() << "c:\n" << c.err() << c.out());
+  for (const auto& code : codes) CHECK(code == std::optional<int>(0));
+  // The first two nodes' workers kept their processes; c's joined them.
+  CHECK(starts(a.out() + b.out()) == before);
+  CHECK_THAT(c.err(), Catch::Contains("this node grows the running job: ranks 4-5 join its workers"));
+  CHECK_THAT(c.out(), Catch::Contains("start: rank 4 of 6, generation 1, joining without state"));
+  CHECK_THAT(a.err() + b.err(), Catch::Contains("admitted into the running job"));
+  CHECK_THAT(a.err() + b.err(), !Catch::Contains("re-forming the group"));
+  CHECK_THAT(out, Catch::Contains("re-form: generation 1, world 6 (lost slots -, new slots 4,5)"));
+  CHECK_THAT(out, Catch::Contains("1 re-forms, 0 restarts"));
+  CHECK(std::isfinite(final_loss(out)));
 }

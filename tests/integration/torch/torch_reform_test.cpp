@@ -79,17 +79,26 @@ struct NodeKill {
   std::string a, spare;  // stdout and stderr
   std::optional<int> a_code, spare_code;
 
+  std::string nnodes = "1:2";
+  std::string last_call = "60";
+
   std::vector<std::string> node(const std::string& name, std::vector<std::string> args) {
     std::vector<std::string> argv = {
-        "--nnodes=1:2",         "--nproc_per_node=2",
-        "--rdzv_backend=c10d",  "--rdzv_endpoint=" + daemon.endpoint(),
-        "--rdzv_id=torchnode",  "--rdzv_conf=join_timeout=120,last_call_timeout=60,keep_alive_interval=0.5",
-        "--local_addr=" + name, "--on_failure=reform",
-        "--max_restarts=0",     (source_dir() / "python/examples/reform_ddp.py").string()};
+        "--nnodes=" + nnodes,
+        "--nproc_per_node=2",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=" + daemon.endpoint(),
+        "--rdzv_id=torchnode",
+        "--rdzv_conf=join_timeout=120,last_call_timeout=" + last_call + ",keep_alive_interval=0.5",
+        "--local_addr=" + name,
+        "--on_failure=reform",
+        "--max_restarts=0",
+        (source_dir() / "python/examples/reform_ddp.py").string()};
     argv.insert(argv.end(), args.begin(), args.end());
     return ddprun(argv);
   }
 
+  NodeKill() = default;
   NodeKill(bool with_spare, const std::vector<std::string>& args) {
     const Env env = worker_env({{"PYTHONPATH", (source_dir() / "python").string()}});
     Process pa(node("nodea", args), dir.path(), env, "nodea");
@@ -145,6 +154,30 @@ TEST_CASE("torch re-form: kill -9 of a node's agent with no spare, the other nod
   CHECK(final_loss(k.a) > 0);
 }
 
+TEST_CASE("torch re-form: a node joining a running job of 2 of 3 nodes grows its world in place",
+          "[node-grow]") {
+  if (!have_torch()) return;
+  NodeKill k;  // only its daemon and argv
+  k.nnodes = "1:3";
+  k.last_call = "3";
+  const std::vector<std::string> args = {"--steps", "400", "--step-sleep-ms", "15"};
+  const Env env = worker_env({{"PYTHONPATH", (source_dir() / "python").string()}});
+  Process a(k.node("nodea", args), k.dir.path(), env, "nodea");
+  Process b(k.node("nodeb", args), k.dir.path(), env, "nodeb");
+  REQUIRE(wait_until([&] { return count(a.out() + b.out(), ": started, rank") == 4; }, 180s));
+  Process c(k.node("nodec", args), k.dir.path(), env, "nodec");
+  const auto ca = a.wait(240s), cb = b.wait(240s), cc = c.wait(240s);
+  const std::string all = a.out() + a.err() + b.out() + b.err() + c.out() + c.err();
+  INFO(all);
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  CHECK(cc == std::optional<int>(0));
+  CHECK(count(a.out() + b.out(), ": started, rank") == 4);
+  CHECK_THAT(c.out(), Catch::Contains(": started, rank 4 of 6"));
+  CHECK_THAT(all, !Catch::Contains("falling back") && !Catch::Contains("re-forming the group"));
+  CHECK(final_loss(all) > 0);
+}
+
 TEST_CASE("torch re-form: a SIGKILLed rank is replaced, the others keep their pids and the loss", "[kill]") {
   if (!have_torch()) return;
   const auto base = reform_run({});
@@ -175,14 +208,16 @@ TEST_CASE("torch re-form: a survivor stopped instead of re-forming is named, kil
           "[stall]") {
   if (!have_torch()) return;
   // Rank 2 dies; rank 1 stops where it would re-form. The others name the
-  // generation stalled after 3 s, and rank 1's agent replaces it.
+  // generation stalled after 10 s (longer than rank 2's replacement takes to
+  // import torch on a loaded machine: a slot still starting would be named
+  // too), and rank 1's agent replaces it.
   const auto run_out = reform_run({"--kill-rank", "2", "--kill-step", "40", "--stop-rank", "1"},
-                                  {{"DDP_REFORM_STALL_TIMEOUT", "3"}});
+                                  {{"DDP_REFORM_STALL_TIMEOUT", "10"}});
   INFO(run_out.all);
   REQUIRE(run_out.r.code == 0);
   CHECK_THAT(run_out.all, Catch::Contains("rank 1 pid") && Catch::Contains("SIGSTOP instead of re-forming"));
   CHECK_THAT(run_out.all,
-             Catch::Contains("reform: generation 1 waited 3 s (DDP_REFORM_STALL_TIMEOUT); slot(s) 1 "
+             Catch::Contains("reform: generation 1 waited 10 s (DDP_REFORM_STALL_TIMEOUT); slot(s) 1 "
                              "never joined"));
   CHECK_THAT(run_out.all, Catch::Contains("reform: rank 1 lost (hung, reform not joined (generation 1"));
   // Ranks 1 and 2 each started twice; 0 and 3 kept their one process.

@@ -134,6 +134,10 @@ struct RendezvousResult {
   // the running workers' next generation as replacements, without state.
   bool takes_place = false;
   NodeSpec replaced;
+  // With takes_place: a new group rank that grows the running round (it had
+  // room below MAX) instead of a lost member's. `world_size` is then the
+  // world the round began with; the workers' store says how much it grew.
+  bool grows = false;
 };
 
 // A member of the running round left without succeeding (its lease ended or
@@ -235,6 +239,14 @@ class RendezvousHandler {
   // else, `may_shrink`, it is given up; else the round ends for every node
   // (kMembershipChanged follows). Throws ddp::Error when the store fails.
   virtual Place settle_place(const Departure& d, bool offer, bool may_shrink);
+  // A node arrived while the running round has room below MAX: goes to `cb`
+  // (an internal thread; it must only post) instead of kNodesWaiting, once
+  // per arrival, until admit_newcomers decides (the default does nothing).
+  virtual void set_newcomer_callback(std::function<void(std::int64_t round, const std::string& detail)> cb);
+  // `admit`: the nodes waiting may grow the running round `round` (each joins
+  // it in a new group rank while there is room; docs/reform.md, "A lost
+  // node"); else the round ends with kNodesWaiting (a scale-up restart).
+  virtual void admit_newcomers(std::int64_t round, bool admit, const std::string& detail);
 };
 
 // Builds the handler for config.backend (any name parse_backend() knows).
