@@ -43,8 +43,9 @@ cmake -S . -B build-san "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Re
 agent_itests=(ddp_integration_launcher ddp_integration_reform ddp_integration_containment
               ddp_integration_health ddp_integration_terminal)
 agent_itests_re='ddp_integration_(launcher|reform|containment|health|terminal)'
-sdk_itests=(ddp_integration_sdk ddp_integration_reform_example ddp_integration_reform_stall)
-sdk_itests_re='ddp_integration_(sdk|reform_example|reform_stall)'
+sdk_itests=(ddp_integration_sdk ddp_integration_reform_example ddp_integration_reform_stall
+            ddp_integration_reform_node)
+sdk_itests_re='ddp_integration_(sdk|reform_example|reform_stall|reform_node)'
 san_targets=(ddp_unit_protocol ddp_unit_server ddp_unit_store ddp_unit_torch_codec
              ddp_integration_daemon ddp_integration_store ddp-rendezvousd ddp-store
              fuzz_native_codec fuzz_torch_codec fuzz_dispatcher

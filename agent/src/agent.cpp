@@ -119,6 +119,8 @@ void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
     observers.emit_startup("first_step");
     observers.publish_status();
   });
+  joined_base_world = 0;
+  if (r.takes_place) return take_lost_place();  // agent_node_loss.cpp: spawns once the workers know
   spawn_workers();
   // The round ended before it got here: its workers stop at once, on the same
   // path as an event a moment later (restart accounting, reports, fencing).
@@ -133,6 +135,8 @@ void Agent::Impl::spawn_workers() {
   launch.base_env = &services.base_env();
   launch.extra_env = &services.liveness_env();
   launch.reform = reform.active();
+  launch.joining = life.round().takes_place;
+  launch.base_world = joined_base_world;
   life.enter(Phase::kRunning);
   services.cgroups_reaped();
   try {
@@ -155,7 +159,7 @@ void Agent::Impl::on_round_event(std::int64_t round, rdzv::RoundEvent event, con
   if (life.is(Phase::kRendezvous)) {
     // The handler watches a round from just before it hands it over; an
     // event of the last round (stopped already) is stale.
-    if (round > current && round_events.defer(round, event, detail)) {
+    if ((round > current || (round == current && taking_place)) && round_events.defer(round, event, detail)) {
       log->info("round {} ended before its workers started: they stop as they start", round);
     }
     return;

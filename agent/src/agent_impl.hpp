@@ -99,6 +99,19 @@ struct Agent::Impl {
   void on_reform_stalled(std::int64_t generation);
   void fall_back_to_restart(const std::string& why);
   void stop_below_minimum();
+  // agent_node_loss.cpp: a lost node's place is taken by a hot spare or given
+  // up while the other nodes' workers re-form, when they can.
+  void watch_departures();
+  void on_node_departure(const rdzv::Departure& d);
+  void settle_node(const rdzv::Departure& d, bool reforming);
+  void on_place_settled(const rdzv::Departure& d, const std::vector<int>& slots, const rdzv::Place& p,
+                        bool reforming);
+  // A hot spare admitted into a running round (RendezvousResult::takes_place).
+  void take_lost_place();
+  bool taking_place = false;
+  int joined_base_world = 0;  // of a round joined while it ran: its workers' DDP_REFORM_BASE_WORLD
+  // A node waits to join the running round (room below MAX): it may grow it.
+  void on_newcomer(std::int64_t round, const std::string& detail);
 
   // agent_success.cpp: this node's workers succeeded; the job's success is
   // confirmed by every node, or by the loss of the store.

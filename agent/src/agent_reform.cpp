@@ -36,6 +36,8 @@ void Agent::Impl::probe_workers() {
 void Agent::Impl::fall_back_to_restart(const std::string& why) {
   log->warn("{}: falling back to --on_failure=restart for this run", why);
   reform.fall_back();
+  rdzv->on_departure(nullptr);  // a lost node ends the round again
+  rdzv->on_newcomer(nullptr);   // and a newcomer
   begin_stop(StopReason::kLocalFailure, SIGTERM);
 }
 

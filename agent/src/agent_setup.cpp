@@ -18,12 +18,14 @@ void Agent::Impl::set_up() {
   cfg.rendezvous.on_spare = [this](std::int64_t round) {
     asio::post(io, [this, round] { observers.emit("spare", {{"waiting_beside_round", round}}); });
   };
+  cfg.rendezvous.take_places = cfg.on_failure == OnFailure::kReform;
   std::shared_ptr<rdzv::RendezvousHandler> handler =
       initial_handler ? std::move(initial_handler) : rdzv::create_handler(cfg.rendezvous, cfg.node);
   rdzv = std::make_unique<RendezvousCalls>(io, handler);
   rdzv->on_event([this](std::int64_t round, rdzv::RoundEvent e, const std::string& detail) {
     on_round_event(round, e, detail);
   });
+  watch_departures();     // agent_node_loss.cpp
   rdzv->connect_store();  // while the rest is set up here
   run_dir.emplace(cfg.log_dir, cfg.rendezvous.run_id,
                   cfg.redirects.any() || cfg.tee.any() || !cfg.duplicate_stdout_filters.empty() ||

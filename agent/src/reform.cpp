@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "ddp/store/job_keys.hpp"
 #include "failure_records.hpp"
 
@@ -47,6 +49,17 @@ const WorkerFailure* Reform::next(int attempt, const std::vector<WorkerFailure>&
   return seen_ < failures.size() ? &failures[seen_] : nullptr;
 }
 
+void Reform::ask_elastic(const rdzv::RendezvousResult& round, std::function<void(bool)> done,
+                         std::function<void(const std::string&)> failed) {
+  store_->probe(
+      round.store_endpoint, cfg_.rendezvous.token, store::keys::reform_prefix(round.worker_prefix),
+      [this, done = std::move(done)](bool joined) {
+        if (joined) workers_ = Workers::kElastic;
+        done(joined);
+      },
+      std::move(failed));
+}
+
 void Reform::fall_back() {
   active_ = false;
   if (store_) store_->unwatch();
@@ -88,12 +101,39 @@ void Reform::lose(const rdzv::RendezvousResult& round, const WorkerFailure& f, b
   loss.store = round.store_endpoint;
   loss.token = cfg_.rendezvous.token;
   loss.prefix = store::keys::reform_prefix(round.worker_prefix);
-  loss.slot = f.rank;
+  loss.slots = {f.rank};
   loss.reason = describe_failure(f);
   loss.delta = replace ? 0 : -1;
   loss.min_size =
       static_cast<std::int64_t>(cfg_.rendezvous.min_nodes) * cfg_.nproc_per_node - round.world_size;
   store_->lose(std::move(loss), std::move(done), std::move(failed));
+}
+
+void Reform::lose_node(const rdzv::RendezvousResult& round, std::vector<int> slots, std::string reason,
+                       bool replace, std::function<void(const ReformStore::Outcome&)> done,
+                       std::function<void(const std::string&)> failed) {
+  ReformStore::Loss loss;
+  loss.store = round.store_endpoint;
+  loss.token = cfg_.rendezvous.token;
+  loss.prefix = store::keys::reform_prefix(round.worker_prefix);
+  loss.delta = replace ? 0 : -static_cast<int>(slots.size());
+  loss.slots = std::move(slots);
+  loss.reason = std::move(reason);
+  loss.min_size =
+      static_cast<std::int64_t>(cfg_.rendezvous.min_nodes) * cfg_.nproc_per_node - round.world_size;
+  store_->lose(std::move(loss), std::move(done), std::move(failed));
+}
+
+void Reform::grow_node(const rdzv::RendezvousResult& round, int nproc,
+                       std::function<void(const ReformStore::Outcome&)> done,
+                       std::function<void(const std::string&)> failed) {
+  ReformStore::Loss grow;
+  grow.store = round.store_endpoint;
+  grow.token = cfg_.rendezvous.token;
+  grow.prefix = store::keys::reform_prefix(round.worker_prefix);
+  grow.delta = nproc;
+  grow.min_size = std::numeric_limits<std::int64_t>::min();
+  store_->lose(std::move(grow), std::move(done), std::move(failed));
 }
 
 void Reform::written(const WorkerFailure& f, bool replaced, const ReformStore::Outcome& out,

@@ -59,6 +59,23 @@ class Reform {
   // says kElastic from then on when one did.
   void probe(const rdzv::RendezvousResult& round, std::function<void(bool joined)> done,
              std::function<void(const std::string&)> failed);
+  // As probe, for a lost node: leaves a probe under way alone.
+  void ask_elastic(const rdzv::RendezvousResult& round, std::function<void(bool joined)> done,
+                   std::function<void(const std::string&)> failed);
+  // Tells the workers of `round` that the slots of a lost node are lost:
+  // taken by a hot spare's workers (`replace`, the size unchanged) or given
+  // up, unless that falls below the job's minimum.
+  void lose_node(const rdzv::RendezvousResult& round, std::vector<int> slots, std::string reason,
+                 bool replace, std::function<void(const ReformStore::Outcome&)> done,
+                 std::function<void(const std::string&)> failed);
+  // Tells the workers of `round` that this node's `nproc` workers join them
+  // (R/size grows by that much, the generation moves on).
+  void grow_node(const rdzv::RendezvousResult& round, int nproc,
+                 std::function<void(const ReformStore::Outcome&)> done,
+                 std::function<void(const std::string&)> failed);
+  // Places of lost nodes this run gave up (the job went on smaller).
+  int nodes_given_up() const { return nodes_given_up_; }
+  void gave_up_node() { ++nodes_given_up_; }
   // Tells the workers of `round` that f's slot is lost: replaced (its size
   // unchanged) or given up (one fewer), unless that falls below the job's
   // minimum. `done` gets the store's counters.
@@ -99,6 +116,7 @@ class Reform {
   int replaced_ = 0;       // replacements started in attempt_
   std::vector<int> lost_;  // ranks the job went on without
   std::string stop_line_;
+  int nodes_given_up_ = 0;
   std::unique_ptr<ReformStore> store_;  // with --on_failure=reform only
 };
 

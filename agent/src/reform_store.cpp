@@ -55,7 +55,8 @@ void ReformStore::lose(Loss loss, std::function<void(const Outcome&)> done,
         try {
           auto& store = c->connected(loss.store, loss.token);
           Outcome out;
-          store.set(store::keys::reform_lost_key(loss.prefix, loss.slot), loss.reason);
+          for (const int slot : loss.slots)
+            store.set(store::keys::reform_lost_key(loss.prefix, slot), loss.reason);
           out.size = store.add(store::keys::reform_size_key(loss.prefix), loss.delta);
           out.below_min = out.size < loss.min_size;
           if (!out.below_min) out.generation = store.add(store::keys::reform_generation_key(loss.prefix), 1);

@@ -23,14 +23,14 @@ namespace ddp::agent {
 
 class ReformStore {
  public:
-  // One lost worker.
+  // Lost workers: one, or every worker of a lost node.
   struct Loss {
     Endpoint store;      // the round's store_endpoint, which the workers use
     std::string token;   // the store's auth token; empty: none
     std::string prefix;  // R: store::keys::reform_prefix(the round's worker_prefix)
-    int slot = 0;
+    std::vector<int> slots;
     std::string reason;  // one line
-    int delta = 0;       // added to R/size: 0 with a replacement, -1 without
+    int delta = 0;       // added to R/size: 0 with replacements, minus the slots without
     // R/size may not fall below this: then R/generation is left alone and
     // `below_min` says so.
     std::int64_t min_size = 0;
@@ -46,7 +46,7 @@ class ReformStore {
   ReformStore(const ReformStore&) = delete;
   ReformStore& operator=(const ReformStore&) = delete;
 
-  // set(R/lost/<slot>), add(R/size, delta), then (unless below min_size)
+  // set(R/lost/<slot>) for each slot, add(R/size, delta), then (unless below min_size)
   // add(R/generation, 1) (store/job_keys.hpp); `failed` gets the store's error.
   void lose(Loss loss, std::function<void(const Outcome&)> done,
             std::function<void(const std::string&)> failed);

@@ -26,6 +26,43 @@ void RendezvousCalls::on_event(rdzv::RoundEventCallback fn) {
       });
 }
 
+void RendezvousCalls::on_departure(std::function<void(const rdzv::Departure&)> fn) {
+  if (!fn) return handler_->set_departure_callback(nullptr);
+  handler_->set_departure_callback(
+      [s = sink_, fn = std::move(fn)](const rdzv::Departure& d) { s->post([fn, d] { fn(d); }); });
+}
+
+void RendezvousCalls::on_newcomer(std::function<void(std::int64_t, const std::string&)> fn) {
+  if (!fn) return handler_->set_newcomer_callback(nullptr);
+  handler_->set_newcomer_callback([s = sink_, fn = std::move(fn)](std::int64_t round, const std::string& d) {
+    s->post([fn, round, d] { fn(round, d); });
+  });
+}
+
+void RendezvousCalls::admit_newcomers(std::int64_t round, bool admit, const std::string& detail,
+                                      ErrorFn failed) {
+  caller_->call([h = handler_, s = sink_, round, admit, detail, failed = std::move(failed)] {
+    try {
+      h->admit_newcomers(round, admit, detail);
+    } catch (const std::exception& e) {
+      s->post([failed, m = std::string(e.what())] { failed(m); });
+    }
+  });
+}
+
+void RendezvousCalls::settle_place(const rdzv::Departure& d, bool offer, bool may_shrink,
+                                   std::function<void(const rdzv::Place&)> done, ErrorFn failed) {
+  caller_->call(
+      [h = handler_, s = sink_, d, offer, may_shrink, done = std::move(done), failed = std::move(failed)] {
+        try {
+          const rdzv::Place p = h->settle_place(d, offer, may_shrink);
+          s->post([done, p] { done(p); });
+        } catch (const std::exception& e) {
+          s->post([failed, m = std::string(e.what())] { failed(m); });
+        }
+      });
+}
+
 void RendezvousCalls::next_round(std::function<void(const rdzv::RendezvousResult&)> done,
                                  std::function<void(ExitCode, const std::string&)> failed) {
   caller_->call([h = handler_, s = sink_, done = std::move(done), failed = std::move(failed)] {

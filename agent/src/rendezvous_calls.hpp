@@ -35,6 +35,18 @@ class RendezvousCalls {
 
   // Round events the handler raises on its own thread, delivered on the io thread.
   void on_event(rdzv::RoundEventCallback fn);
+  // Members leaving the running round, delivered on the io thread instead of
+  // kMembershipChanged (RendezvousHandler::set_departure_callback); an empty
+  // `fn` gives them back to on_event.
+  void on_departure(std::function<void(const rdzv::Departure&)> fn);
+  // Newcomers to the running round, delivered on the io thread instead of
+  // kNodesWaiting; an empty `fn` gives them back to on_event.
+  void on_newcomer(std::function<void(std::int64_t round, const std::string& detail)> fn);
+  // admit_newcomers on the rendezvous thread; an error is logged by `failed`.
+  void admit_newcomers(std::int64_t round, bool admit, const std::string& detail, ErrorFn failed);
+  // settle_place(d, offer, may_shrink) on the rendezvous thread.
+  void settle_place(const rdzv::Departure& d, bool offer, bool may_shrink,
+                    std::function<void(const rdzv::Place&)> done, ErrorFn failed);
 
   // next_rendezvous(); a failure comes with the exit code it means
   // (kConfig for a ConfigError, else kRendezvous).

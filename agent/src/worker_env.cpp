@@ -80,9 +80,11 @@ EnvMap build_worker_env(const EnvMap& base, const rdzv::RendezvousResult& round,
   put("DDP_STORE_PREFIX", round.worker_prefix);
   env.erase("DDP_REFORM");
   env.erase("DDP_REFORM_JOINING");
+  env.erase("DDP_REFORM_BASE_WORLD");
   if (in.reform) {
     put("DDP_REFORM", "1");
     if (in.reform_joining) put("DDP_REFORM_JOINING", "1");
+    if (in.reform_base_world > 0) put("DDP_REFORM_BASE_WORLD", std::to_string(in.reform_base_world));
   }
   if (!in.token_file.empty()) {
     put("DDP_TOKEN_FILE", in.token_file);

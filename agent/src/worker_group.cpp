@@ -83,7 +83,7 @@ void WorkerGroup::start(const GroupLaunch& launch) {
                   cpus_[lr]);
     }
   }
-  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) spawn(lr, launch.restart_count, /*joining=*/false);
+  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) spawn(lr, launch.restart_count, launch.joining);
 }
 
 void WorkerGroup::make_output(Worker& w, bool append) {
@@ -128,6 +128,7 @@ void WorkerGroup::spawn(int lr, int restart_count, bool joining) {
   in.virtual_local_rank = cfg_.virtual_local_rank;
   in.reform = launch.reform;
   in.reform_joining = joining;
+  in.reform_base_world = joining ? launch.base_world : 0;
   if (!omp_notice_logged_ && sets_default_omp_threads(*launch.base_env, in)) {
     omp_notice_logged_ = true;
     // As torchrun does (and says); one row of a 100-column terminal.

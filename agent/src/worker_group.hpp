@@ -95,6 +95,10 @@ struct GroupLaunch {
   const EnvMap* extra_env = nullptr;
   // --on_failure=reform in effect: DDP_REFORM=1 in every worker's env.
   bool reform = false;
+  // A hot spare taking a lost node's place in a running round: every worker
+  // joins the running workers' next generation without state (DDP_REFORM_JOINING=1).
+  bool joining = false;
+  int base_world = 0;  // > 0 with `joining`: DDP_REFORM_BASE_WORLD
 };
 
 class WorkerGroup {

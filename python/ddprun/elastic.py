@@ -125,6 +125,8 @@ class ElasticGroup:
         self._store = io.Store(endpoint, self._reform_timeout)
         self._watch_store = io.Store(endpoint, self._reform_timeout)
         self._has_state = os.environ.get("DDP_REFORM_JOINING", "") not in ("1", "true", "yes")
+        # A node that grew the running world: R/size counts from the world the round began with.
+        self._base_world = io.env_count("DDP_REFORM_BASE_WORLD", self._base_world)
         self.generation = -1
         self._members: List[int] = []
         self._lock = threading.Lock()
@@ -134,7 +136,7 @@ class ElasticGroup:
         self._released = -1  # the latest generation whose sockets were shut
         self._raised_at: Optional[float] = None
         io.hook_uncaught(MembershipChanged)
-        self._join(-1, list(range(self._base_world)), time.monotonic())
+        self._join(-1, list(range(int(os.environ.get("WORLD_SIZE", "1")))), time.monotonic())
         self._closed = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="ddprun.elastic watcher", daemon=True)
         self._watcher.start()

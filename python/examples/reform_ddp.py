@@ -38,6 +38,8 @@ def parse():
     p.add_argument("--stop-rank", type=int, default=-1,
                    help="this rank SIGSTOPs itself instead of re-forming after the kill (a survivor stuck "
                         "in the kernel; for the tests): its agent replaces it once the others name it")
+    p.add_argument("--step-sleep-ms", type=float, default=0.0,
+                   help="sleep this long in every step (a longer run, e.g. to kill a node in it)")
     p.add_argument("--catch-only", action="store_true",
                    help="catch MembershipChanged but never re-form (what not to do; for the tests)")
     return p.parse_args()
@@ -108,6 +110,7 @@ def main():
                     loss = torch.nn.functional.mse_loss(ddp(xb), yb)
                     loss.backward()
                     opt.step()
+                    time.sleep(args.step_sleep_ms / 1000)
                 state["step"] += 1
                 state["consumed"] += args.batch * eg.size
                 if pending:

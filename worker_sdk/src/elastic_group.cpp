@@ -79,6 +79,20 @@ std::chrono::milliseconds reform_timeout(std::chrono::milliseconds fallback) {
 }
 
 // 0: never name the slots that did not join.
+// DDP_REFORM_BASE_WORLD: the world R/size counts from, when it is not this
+// worker's WORLD_SIZE (a node that grew the running world; docs/reform.md).
+int base_world(int world_size) {
+  const std::string text = env_or("DDP_REFORM_BASE_WORLD", "");
+  if (text.empty()) return world_size;
+  const auto base = parse_int<int>(text);
+  if (!base || *base < 1 || *base > world_size) {
+    throw ConfigError("DDP_REFORM_BASE_WORLD='" + text +
+                      "' is not valid: give a number of workers from 1 to " + "WORLD_SIZE (" +
+                      std::to_string(world_size) + ")");
+  }
+  return *base;
+}
+
 std::chrono::milliseconds stall_timeout(std::chrono::milliseconds fallback) {
   const std::string text = env_or("DDP_REFORM_STALL_TIMEOUT", "");
   if (text.empty()) return fallback;
@@ -415,6 +429,7 @@ ElasticGroup::ElasticGroup(const Context& ctx, ProcessGroupOptions options, Elas
   // slot before the members give up.
   m.stall = std::min(stall_timeout(elastic.stall_timeout), m.timeout / 2);
   m.has_state = !parse_bool(env_or("DDP_REFORM_JOINING", "")).value_or(false);
+  m.base_world = base_world(ctx.world_size);
   std::vector<int> candidates;
   for (int s = 0; s < ctx.world_size; ++s) candidates.push_back(s);
   m.join(-1, candidates, Clock::now());

@@ -192,7 +192,12 @@ RendezvousResult DynamicHandler::next_rendezvous() {
     if (late) {
       // Past MAX, or past the count of a round that closed at MAX: a hot spare.
       if (index > config_.max_nodes || closed.count == config_.max_nodes) register_spare(round, closed);
-      wait_ended(round, deadline);
+      bool counted = false;
+      const bool room = index <= config_.max_nodes && closed.count > 0 && closed.count < config_.max_nodes;
+      if (config_.take_places && ((spare_of_ && spare_of_->round == round) || room)) {
+        if (auto taken = wait_to_take_place(round, deadline, counted)) return *taken;
+      }
+      wait_ended(round, deadline, counted);
       ++round;
       continue;
     }
@@ -405,11 +410,14 @@ DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index
   }
 }
 
-void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline) {
+void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline, bool counted) {
   const std::string prefix = prefix_of(round);
-  const auto waiting = store_->add(prefix + "ctl/waiting", 1);
-  log::get("rdzv")->info("round is running, waiting to join the next one run_id={} round={} waiting_nodes={}",
-                         config_.run_id, round, waiting);
+  if (!counted) {
+    const auto waiting = store_->add(prefix + "ctl/waiting", 1);
+    log::get("rdzv")->info(
+        "round is running, waiting to join the next one run_id={} round={} waiting_nodes={}", config_.run_id,
+        round, waiting);
+  }
   const bool feedback = log::get("rdzv")->should_log(spdlog::level::info);
   while (true) {
     auto wait = feedback ? std::min(deadline.remaining(), kProgressPeriod) : deadline.remaining();

@@ -68,7 +68,23 @@ class DynamicHandler final : public detail::StoreHandler {
   void close_listing(const std::string& prefix);
   // A late joiner: counted in P/ctl/waiting (the members see kNodesWaiting),
   // then waits for the round to end.
-  void wait_ended(std::int64_t round, const Deadline& deadline);
+  // `counted`: this node already counted itself in P/ctl/waiting.
+  void wait_ended(std::int64_t round, const Deadline& deadline, bool counted = false);
+  // A hot spare with take_places (take_place.cpp): waits beside `round` for it
+  // to end (nullopt: join the next) or for a member to leave, and then,
+  // after the fence, claims that member's place and joins `round` in it.
+  // Rounds whose nodes run other --nproc_per_node than this one: nullopt at once.
+  struct SpareWatch;
+  // `counted` says whether it counted this node in P/ctl/waiting.
+  std::optional<RendezvousResult> wait_to_take_place(std::int64_t round, const Deadline& deadline,
+                                                     bool& counted);
+  RendezvousResult take_place(std::int64_t round, const Closed& closed, int rank, const NodeSpec& replaced);
+  // An offer (`ev`, a put under P/offer/) claimed: this node takes that place.
+  std::optional<RendezvousResult> claim_offer(std::int64_t round, const Closed& closed,
+                                              const store::WatchEvent& ev);
+  // The first new group rank below MAX this newcomer claims (P/grow/<g>), if any.
+  std::optional<int> claim_new_rank(const std::string& prefix, const Closed& closed);
+  RendezvousResult grow_into(std::int64_t round, const Closed& closed, int rank);
   void log_progress(std::int64_t round, const Deadline& deadline);
   [[noreturn]] void throw_timeout(std::int64_t round, bool late);
 

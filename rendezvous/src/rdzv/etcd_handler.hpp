@@ -32,6 +32,20 @@ class EtcdHandler final : public RendezvousHandler {
   void close(const std::string& reason) override { inner_->close(reason); }
   void set_event_callback(RoundEventCallback cb) override { inner_->set_event_callback(std::move(cb)); }
   std::shared_ptr<store::Store> store() override { return etcd_; }
+  // A lost node's place (docs/reform.md, "A lost node"); the agent keeps group
+  // rank 0's, whose node hosts the workers' store, from being offered.
+  void set_departure_callback(DepartureCallback cb) override {
+    inner_->set_departure_callback(std::move(cb));
+  }
+  Place settle_place(const Departure& d, bool offer, bool may_shrink) override {
+    return inner_->settle_place(d, offer, may_shrink);
+  }
+  void set_newcomer_callback(std::function<void(std::int64_t, const std::string&)> cb) override {
+    inner_->set_newcomer_callback(std::move(cb));
+  }
+  void admit_newcomers(std::int64_t round, bool admit, const std::string& detail) override {
+    inner_->admit_newcomers(round, admit, detail);
+  }
 
  private:
   RendezvousConfig config_;

@@ -18,6 +18,7 @@ void validate_run_id(const std::string& run_id);
 
 // The key layout itself lives in ddp/store/job_keys.hpp, shared with the agent,
 // `ddp-store status` and the server's metrics.
+using store::keys::grown_key;
 using store::keys::node_index;
 using store::keys::node_key;
 using store::keys::nodes_prefix;

@@ -93,6 +93,16 @@ void RoundMonitor::set_callback(RoundEventCallback cb) {
   callback_ = std::move(cb);
 }
 
+void RoundMonitor::set_departure_callback(DepartureCallback cb) {
+  std::lock_guard<std::mutex> lock(mu_);
+  departure_callback_ = std::move(cb);
+}
+
+void RoundMonitor::set_newcomer_callback(std::function<void(std::int64_t, const std::string&)> cb) {
+  std::lock_guard<std::mutex> lock(mu_);
+  newcomer_callback_ = std::move(cb);
+}
+
 void RoundMonitor::begin(WatchedRound r) {
   std::uint64_t epoch = 0;
   const std::string prefix = r.prefix;
@@ -297,7 +307,23 @@ void RoundMonitor::handle(const Pending& p) {
   const bool put = p.ev.type == store::EventType::kPut;
   if (starts_with(rel, "node/")) {
     const auto rank = store::keys::index_or_none(std::string_view(rel).substr(5));
-    if (put || rank < 0 || rank == r.self_rank || rank >= r.group_world_size) return;
+    if (rank < 0 || rank == r.self_rank) return;
+    if (put) {
+      // A hot spare took a departed member's place, or a newcomer grew the
+      // round by a group rank (take_places). A newcomer's arrival record,
+      // put and removed before it found the round closed, is neither.
+      auto node = take_record(p.ev.value, p.ev.key);
+      if (!node) return;
+      if (rank >= r.group_world_size && !grown(r.prefix, rank, node->node_id, p.ev.revision)) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (p.epoch == epoch_) {
+        departed_.erase(rank);
+        if (rank >= round_.group_world_size) round_.group_world_size = static_cast<int>(rank) + 1;
+        set_node(static_cast<int>(rank), std::move(*node));
+      }
+      return;
+    }
+    if (rank >= r.group_world_size) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (p.epoch == epoch_) departed_.insert(rank);
@@ -308,12 +334,15 @@ void RoundMonitor::handle(const Pending& p) {
     const auto departure = read_departure(r.prefix, rank);
     note_departure(departure);
     if (departure && !departure->succeeded) {
-      fire(p.epoch, RoundEvent::kMembershipChanged,
-           describe_rank(static_cast<int>(rank)) + " left the round: its lease expired or was revoked");
+      const std::string detail =
+          describe_rank(static_cast<int>(rank)) + " left the round: its lease expired or was revoked";
+      if (!depart(p.epoch, static_cast<int>(rank), p.ev.revision, detail))
+        fire(p.epoch, RoundEvent::kMembershipChanged, detail);
     }
   } else if (rel == "ctl/waiting") {
     if (put && r.can_grow && store::keys::index_or_none(p.ev.value) > 0) {
-      fire(p.epoch, RoundEvent::kNodesWaiting, p.ev.value + " node(s) waiting to join");
+      const std::string detail = p.ev.value + " node(s) waiting to join";
+      if (!newcomer(p.epoch, detail)) fire(p.epoch, RoundEvent::kNodesWaiting, detail);
     }
   } else if (rel == "ctl/ended") {
     if (put) {
@@ -325,6 +354,72 @@ void RoundMonitor::handle(const Pending& p) {
       fire(p.epoch, e, detail);
     }
   }
+}
+
+bool RoundMonitor::depart(std::uint64_t epoch, int rank, store::Revision revision,
+                          const std::string& detail) {
+  std::lock_guard<std::mutex> callback_lock(callback_mu_);
+  DepartureCallback cb;
+  rdzv::Departure d;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!departure_callback_) return false;
+    if (!active_ || epoch != epoch_) return true;  // the round ended meanwhile: nothing to decide
+    // A round that ends anyway (an event fired) re-forms from scratch.
+    if (fired_mask_ != 0) return true;
+    cb = departure_callback_;
+    d.round = round_.round;
+    d.group_rank = rank;
+    if (rank < static_cast<int>(round_.nodes.size())) d.node = round_.nodes[static_cast<std::size_t>(rank)];
+    d.revision = revision;
+    d.detail = detail;
+  }
+  log::get("rdzv")->info("member left round={} group_rank={} revision={}: {}", d.round, rank, revision,
+                         detail);
+  cb(d);
+  return true;
+}
+
+bool RoundMonitor::newcomer(std::uint64_t epoch, const std::string& detail) {
+  std::lock_guard<std::mutex> callback_lock(callback_mu_);
+  std::function<void(std::int64_t, const std::string&)> cb;
+  std::int64_t round = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!newcomer_callback_) return false;
+    if (!active_ || epoch != epoch_ || fired_mask_ != 0) return true;
+    cb = newcomer_callback_;
+    round = round_.round;
+  }
+  cb(round, detail);
+  return true;
+}
+
+bool RoundMonitor::grown(const std::string& prefix, std::int64_t rank, const std::string& node_id,
+                         store::Revision put_revision) {
+  // The newcomer claimed the group rank (P/grow/<g>) before it put its record there.
+  const std::string key = store::keys::grow_key(prefix, rank);
+  try {
+    for (const auto& kv : store_->list(key).kvs) {
+      if (kv.key == key && kv.value == node_id && kv.revision < put_revision) return true;
+    }
+  } catch (const Error& e) {
+    log::get("rdzv")->debug("cannot read {}: {}", key, e.what());
+  }
+  return false;
+}
+
+std::optional<NodeSpec> RoundMonitor::take_record(const std::string& value, const std::string& key) {
+  try {
+    return detail::decode_node(value, key);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+void RoundMonitor::set_node(int rank, NodeSpec node) {
+  if (rank >= static_cast<int>(round_.nodes.size())) round_.nodes.resize(static_cast<std::size_t>(rank) + 1);
+  round_.nodes[static_cast<std::size_t>(rank)] = std::move(node);
 }
 
 void RoundMonitor::fire(std::uint64_t epoch, RoundEvent e, const std::string& detail) {

@@ -70,6 +70,11 @@ class RoundMonitor {
   void revoke(std::chrono::milliseconds deadline = std::chrono::milliseconds(1000),
               const std::string& stopped_key = "");
   void set_callback(RoundEventCallback cb);
+  // Set: a member leaving without success goes to `cb`, once per departure,
+  // instead of firing kMembershipChanged (RendezvousHandler::set_departure_callback).
+  void set_departure_callback(DepartureCallback cb);
+  // Set: a newcomer counted in ctl/waiting goes to `cb` instead of firing kNodesWaiting.
+  void set_newcomer_callback(std::function<void(std::int64_t round, const std::string& detail)> cb);
 
   // Starts watching; events already visible in r.ctl are delivered at once.
   void begin(WatchedRound r);
@@ -153,6 +158,18 @@ class RoundMonitor {
   // Delivers at most one event of each kind per round, and none once the round
   // of `epoch` ended.
   void fire(std::uint64_t epoch, RoundEvent e, const std::string& detail);
+  // A departure to the departure callback: false when none is set (the
+  // caller fires kMembershipChanged instead).
+  bool depart(std::uint64_t epoch, int rank, store::Revision revision, const std::string& detail);
+  // A newcomer to the newcomer callback: false when none is set.
+  bool newcomer(std::uint64_t epoch, const std::string& detail);
+  // A node record put in the round (a hot spare taking a place); mu_ held for set_node.
+  static std::optional<NodeSpec> take_record(const std::string& value, const std::string& key);
+  // Whether the record of `node_id` put at `put_revision` in group rank `rank`
+  // (past the round's members) is a newcomer that grew the round.
+  bool grown(const std::string& prefix, std::int64_t rank, const std::string& node_id,
+             store::Revision put_revision);
+  void set_node(int rank, NodeSpec node);
   std::string describe_rank(int rank) const;
 
   std::shared_ptr<store::Store> store_;
@@ -169,6 +186,8 @@ class RoundMonitor {
   std::condition_variable cv_;
   bool stop_ = false;
   RoundEventCallback callback_;
+  DepartureCallback departure_callback_;
+  std::function<void(std::int64_t, const std::string&)> newcomer_callback_;
   std::uint64_t epoch_ = 0;  // bumped per round; events of older rounds are dropped
   bool active_ = false;
   WatchedRound round_;

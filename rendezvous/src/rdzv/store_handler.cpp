@@ -251,7 +251,9 @@ void StoreHandler::report_success() {
   // The success key goes first: when this node's lease later vanishes, the others
   // find it and do not take the departure for a failure.
   store_->set(prefix + "success/" + std::to_string(cur->group_rank), "1");
-  if (store_->add(prefix + "succeeded", 1) >= cur->group_world_size) store_->set(prefix + "done", "1");
+  // Newcomers that grew the round (docs/reform.md, "A lost node") count too.
+  const auto members = cur->group_world_size + store::keys::counter_value(store_->try_get(grown_key(prefix)));
+  if (store_->add(prefix + "succeeded", 1) >= members) store_->set(prefix + "done", "1");
 }
 
 bool StoreHandler::all_succeeded() {

@@ -35,7 +35,11 @@ class StoreHandler : public RendezvousHandler {
   void close(const std::string& reason) override;
   void set_event_callback(RoundEventCallback cb) override;
   std::shared_ptr<store::Store> store() override;
-  Exclusion exclude_self(const std::string& why) override;  // store_handler_exclusion.cpp
+  Exclusion exclude_self(const std::string& why) override;     // store_handler_exclusion.cpp
+  void set_departure_callback(DepartureCallback cb) override;  // take_place.cpp
+  Place settle_place(const Departure& d, bool offer, bool may_shrink) override;
+  void set_newcomer_callback(std::function<void(std::int64_t, const std::string&)> cb) override;
+  void admit_newcomers(std::int64_t round, bool admit, const std::string& detail) override;
 
  protected:
   StoreHandler(const RendezvousConfig& config, const NodeSpec& self, StoreAccess access);

@@ -47,6 +47,24 @@ std::string spare_key(const std::string& round_prefix, const std::string& node_i
   return spares_prefix(round_prefix) + node_id;
 }
 
+std::string take_key(const std::string& round_prefix, std::int64_t group_rank, std::int64_t revision) {
+  return round_prefix + "take/" + std::to_string(group_rank) + "/" + std::to_string(revision);
+}
+
+std::string offers_prefix(const std::string& round_prefix) { return round_prefix + "offer/"; }
+
+std::string grow_ok_key(const std::string& round_prefix) { return round_prefix + "grow_ok"; }
+
+std::string grow_key(const std::string& round_prefix, std::int64_t group_rank) {
+  return round_prefix + "grow/" + std::to_string(group_rank);
+}
+
+std::string grown_key(const std::string& round_prefix) { return round_prefix + "grown"; }
+
+std::string offer_key(const std::string& round_prefix, std::int64_t group_rank, std::int64_t revision) {
+  return offers_prefix(round_prefix) + std::to_string(group_rank) + "/" + std::to_string(revision);
+}
+
 std::string excluded_prefix(const std::string& run_id) { return rdzv_prefix(run_id) + "excluded/"; }
 
 std::string excluded_key(const std::string& run_id, const std::string& host) {

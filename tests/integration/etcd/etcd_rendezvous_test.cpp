@@ -225,3 +225,53 @@ TEST_CASE("ddprun etcd: https with its TLS plugin cut to 4 KiB exits 2 naming th
                         Contains("needs " + cut.string() + ", which is 4096 bytes, but its ELF headers") &&
                         Contains("reinstall ddprun"));
 }
+
+TEST_CASE(
+    "ddprun etcd: --on_failure=reform: kill -9 of group rank 1 lets a hot spare take its ranks in place") {
+  // ddp-example-train-reform on two agents of --nnodes=1:2 and a hot spare;
+  // group rank 1 (not 0, whose node hosts the workers' store) is killed.
+  TempDir dir;
+  EtcdCluster etcd(dir.path());
+  auto argv = [&] {
+    return std::vector<std::string>{ddp::test::bin("ddprun").string(),
+                                    "--nnodes=1:2",
+                                    "--nproc_per_node=2",
+                                    "--rdzv_backend=etcd",
+                                    "--rdzv_endpoint=" + etcd.endpoints_text(),
+                                    "--rdzv_id=reform",
+                                    "--rdzv_conf=keep_alive_interval=1,last_call_timeout=30,join_timeout=60",
+                                    "--on_failure=reform",
+                                    "--max_restarts=0",
+                                    "--no_python",
+                                    ddp::test::bin("ddp-example-train-reform").string(),
+                                    "--epochs",
+                                    "6",
+                                    "--dataset-size",
+                                    "2048",
+                                    "--step-sleep-ms",
+                                    "40",
+                                    "--checkpoint",
+                                    (dir / "ckpt").string()};
+  };
+  const std::map<std::string, std::optional<std::string>> env{
+      {"DDP_LOG_LEVEL", "info"}, {"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt}};
+  Process a(argv(), dir.path(), env, "agent-a");
+  Process b(argv(), dir.path(), env, "agent-b");
+  const auto started = [](Process& p) { return p.out().find("start: rank") != std::string::npos; };
+  REQUIRE(wait_until([&] { return started(a) && started(b); }, 60s));
+  Process s(argv(), dir.path(), env, "agent-s");
+  REQUIRE(wait_until([&] { return s.err().find("hot spare: round 0 runs") != std::string::npos; }, 30s));
+  const bool b_second = b.err().find("group_rank=1/2") != std::string::npos;
+  Process& second = b_second ? b : a;
+  Process& first = b_second ? a : b;
+  second.signal(SIGKILL);
+  const auto c_first = first.wait(90s);
+  const auto c_spare = s.wait(90s);
+  INFO("group rank 0:\n" << first.err() << first.out() << "\nspare:\n" << s.err() << s.out());
+  CHECK(c_first == 0);
+  CHECK(c_spare == 0);
+  CHECK_THAT(first.err(), Contains(" takes its place (ranks 2-3)"));
+  CHECK_THAT(s.out(), Contains("joining without state"));
+  CHECK_THAT(first.out(), Contains("re-form: generation 1, world 4 (lost slots -, new slots 2,3)"));
+  CHECK_THAT(first.out(), Contains("after 6 epochs, 96 steps, 1 re-forms, 0 restarts"));
+}

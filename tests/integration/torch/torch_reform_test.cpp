@@ -4,10 +4,15 @@
 // others keep their processes and end at the loss of a run without the kill;
 // torch 1.13, and a script that catches MembershipChanged but never re-forms,
 // fall back to restart with one line each (docs/reform.md, "Python trainers").
+// A node killed (kill -9 of its agent) on two nodes: a hot spare takes its
+// ranks, or the other node goes on alone (docs/reform.md, "A lost node").
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <regex>
 
 #include "test_support.hpp"
@@ -59,7 +64,119 @@ std::map<int, std::vector<std::string>> started(const std::string& out) {
   return pids;
 }
 
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+// Two nodes of 2 torch ranks each (c10d, --nnodes=1:2) on a daemon, and with
+// `spare` a third node waiting as a hot spare; kill -9 of the second node's
+// agent once every rank has started. The outputs of the nodes left.
+struct NodeKill {
+  TempDir dir;
+  Daemon daemon{dir};
+  std::string a, spare;  // stdout and stderr
+  std::optional<int> a_code, spare_code;
+
+  std::string nnodes = "1:2";
+  std::string last_call = "60";
+
+  std::vector<std::string> node(const std::string& name, std::vector<std::string> args) {
+    std::vector<std::string> argv = {
+        "--nnodes=" + nnodes,
+        "--nproc_per_node=2",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=" + daemon.endpoint(),
+        "--rdzv_id=torchnode",
+        "--rdzv_conf=join_timeout=120,last_call_timeout=" + last_call + ",keep_alive_interval=0.5",
+        "--local_addr=" + name,
+        "--on_failure=reform",
+        "--max_restarts=0",
+        (source_dir() / "python/examples/reform_ddp.py").string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return ddprun(argv);
+  }
+
+  NodeKill() = default;
+  NodeKill(bool with_spare, const std::vector<std::string>& args) {
+    const Env env = worker_env({{"PYTHONPATH", (source_dir() / "python").string()}});
+    Process pa(node("nodea", args), dir.path(), env, "nodea");
+    Process pb(node("nodeb", args), dir.path(), env, "nodeb");
+    REQUIRE(wait_until([&] { return count(pa.out() + pb.out(), ": started, rank") == 4; }, 180s));
+    std::optional<Process> ps;
+    if (with_spare) {
+      ps.emplace(node("nodes", args), dir.path(), env, "nodes");
+      REQUIRE(
+          wait_until([&] { return count(ps->err(), "hot spare: round 0 runs with the maximum") > 0; }, 60s));
+    }
+    pb.signal(SIGKILL);
+    a_code = pa.wait(240s);
+    a = pa.out() + pa.err();
+    if (ps) {
+      spare_code = ps->wait(240s);
+      spare = ps->out() + ps->err();
+    }
+  }
+};
+
 }  // namespace
+
+TEST_CASE("torch re-form: kill -9 of a node's agent, a hot spare takes its ranks", "[node-spare]") {
+  if (!have_torch()) return;
+  const auto base = reform_run({"--steps", "400", "--step-sleep-ms", "15"});
+  REQUIRE(base.r.code == 0);
+  NodeKill k(/*with_spare=*/true, {"--steps", "400", "--step-sleep-ms", "15"});
+  INFO("node a:\n" << k.a << "\nspare:\n" << k.spare);
+  CHECK(k.a_code == std::optional<int>(0));
+  CHECK(k.spare_code == std::optional<int>(0));
+  // Node a's two ranks kept their processes; the spare's two joined the running job.
+  CHECK(count(k.a, ": started, rank") == 2);
+  CHECK(count(k.spare, ": started, rank") == 2);
+  CHECK_THAT(k.a, Catch::Contains(" takes its place (ranks "));
+  CHECK_THAT(k.spare, Catch::Contains("this hot spare takes its place: ranks "));
+  CHECK_THAT(k.a + k.spare, !Catch::Contains("falling back") && !Catch::Contains("restarting workers"));
+  const double clean = final_loss(base.all), got = final_loss(k.a + k.spare);
+  CHECK(clean > 0);
+  CHECK(std::fabs(clean - got) <= kLossTolerance);
+}
+
+TEST_CASE("torch re-form: kill -9 of a node's agent with no spare, the other node goes on with 2 ranks",
+          "[node-shrink]") {
+  if (!have_torch()) return;
+  NodeKill k(/*with_spare=*/false, {"--steps", "400", "--step-sleep-ms", "15"});
+  INFO("node a:\n" << k.a);
+  CHECK(k.a_code == std::optional<int>(0));
+  CHECK(count(k.a, ": started, rank") == 2);
+  CHECK_THAT(k.a, Catch::Contains("no hot spare: the job goes on without ranks ") &&
+                      Catch::Contains("world size 2"));
+  CHECK_THAT(k.a, !Catch::Contains("falling back"));
+  CHECK(final_loss(k.a) > 0);
+}
+
+TEST_CASE("torch re-form: a node joining a running job of 2 of 3 nodes grows its world in place",
+          "[node-grow]") {
+  if (!have_torch()) return;
+  NodeKill k;  // only its daemon and argv
+  k.nnodes = "1:3";
+  k.last_call = "3";
+  const std::vector<std::string> args = {"--steps", "400", "--step-sleep-ms", "15"};
+  const Env env = worker_env({{"PYTHONPATH", (source_dir() / "python").string()}});
+  Process a(k.node("nodea", args), k.dir.path(), env, "nodea");
+  Process b(k.node("nodeb", args), k.dir.path(), env, "nodeb");
+  REQUIRE(wait_until([&] { return count(a.out() + b.out(), ": started, rank") == 4; }, 180s));
+  Process c(k.node("nodec", args), k.dir.path(), env, "nodec");
+  const auto ca = a.wait(240s), cb = b.wait(240s), cc = c.wait(240s);
+  const std::string all = a.out() + a.err() + b.out() + b.err() + c.out() + c.err();
+  INFO(all);
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  CHECK(cc == std::optional<int>(0));
+  CHECK(count(a.out() + b.out(), ": started, rank") == 4);
+  CHECK_THAT(c.out(), Catch::Contains(": started, rank 4 of 6"));
+  CHECK_THAT(all, !Catch::Contains("falling back") && !Catch::Contains("re-forming the group"));
+  CHECK(final_loss(all) > 0);
+}
 
 TEST_CASE("torch re-form: a SIGKILLed rank is replaced, the others keep their pids and the loss", "[kill]") {
   if (!have_torch()) return;
@@ -91,14 +208,16 @@ TEST_CASE("torch re-form: a survivor stopped instead of re-forming is named, kil
           "[stall]") {
   if (!have_torch()) return;
   // Rank 2 dies; rank 1 stops where it would re-form. The others name the
-  // generation stalled after 3 s, and rank 1's agent replaces it.
+  // generation stalled after 10 s (longer than rank 2's replacement takes to
+  // import torch on a loaded machine: a slot still starting would be named
+  // too), and rank 1's agent replaces it.
   const auto run_out = reform_run({"--kill-rank", "2", "--kill-step", "40", "--stop-rank", "1"},
-                                  {{"DDP_REFORM_STALL_TIMEOUT", "3"}});
+                                  {{"DDP_REFORM_STALL_TIMEOUT", "10"}});
   INFO(run_out.all);
   REQUIRE(run_out.r.code == 0);
   CHECK_THAT(run_out.all, Catch::Contains("rank 1 pid") && Catch::Contains("SIGSTOP instead of re-forming"));
   CHECK_THAT(run_out.all,
-             Catch::Contains("reform: generation 1 waited 3 s (DDP_REFORM_STALL_TIMEOUT); slot(s) 1 "
+             Catch::Contains("reform: generation 1 waited 10 s (DDP_REFORM_STALL_TIMEOUT); slot(s) 1 "
                              "never joined"));
   CHECK_THAT(run_out.all, Catch::Contains("reform: rank 1 lost (hung, reform not joined (generation 1"));
   // Ranks 1 and 2 each started twice; 0 and 3 kept their one process.

@@ -31,6 +31,9 @@ struct WorkerEnvInput {
   // inherited.
   bool reform = false;
   bool reform_joining = false;
+  // > 0: DDP_REFORM_BASE_WORLD, the world the workers' R/size counts from when
+  // it is not WORLD_SIZE (a node joining a running round; docs/reform.md).
+  int reform_base_world = 0;
 };
 
 using EnvMap = std::map<std::string, std::string>;

@@ -98,6 +98,11 @@ struct RendezvousConfig {
   // --rdzv_conf torch_legacy_protocol: how a store this agent hosts reads
   // TCPStore clients that open without VALIDATE (torch 1.x and 2.0, or 2.1).
   store::TorchLegacyProtocol torch_legacy_protocol = store::TorchLegacyProtocol::kTorch1;
+  // c10d and etcd, --on_failure=reform (docs/reform.md, "A lost node"): a hot
+  // spare may take the place of a member that left the running round, its
+  // workers joining the workers' next generation, instead of waiting for the
+  // round to end. The agent asks for it only while its workers re-form.
+  bool take_places = false;
 };
 
 // keep_alive_interval x keep_alive_max_attempt: how long a node, or the store,
@@ -124,6 +129,40 @@ struct RendezvousResult {
   // an old round can never mix with a new one).
   Endpoint store_endpoint;
   std::string worker_prefix;
+  // A hot spare taking the place of `replaced` (a member that left) in a round
+  // that is already running (RendezvousConfig::take_places): its workers join
+  // the running workers' next generation as replacements, without state.
+  bool takes_place = false;
+  NodeSpec replaced;
+  // With takes_place: a new group rank that grows the running round (it had
+  // room below MAX) instead of a lost member's. `world_size` is then the
+  // world the round began with; the workers' store says how much it grew.
+  bool grows = false;
+};
+
+// A member of the running round left without succeeding (its lease ended or
+// was revoked), delivered instead of kMembershipChanged to a handler with a
+// departure callback (RendezvousHandler::set_departure_callback).
+struct Departure {
+  std::int64_t round = 0;
+  int group_rank = 0;
+  NodeSpec node;              // its record as this node knew it (node_id empty: unknown)
+  std::int64_t revision = 0;  // the store revision of the deletion: one per departure, the same for all
+  std::string detail;         // "node ID (group rank G) left the round: ..."
+};
+using DepartureCallback = std::function<void(const Departure&)>;
+
+// What became of a departed member's place: decided once for the whole job
+// (RendezvousHandler::settle_place).
+struct Place {
+  enum class Kind : std::uint8_t {
+    kSpare,    // a hot spare took it: its workers join the running world
+    kShrink,   // given up: the job goes on with a smaller world
+    kRestart,  // neither: the round ends (kMembershipChanged), every node rejoins
+  };
+  Kind kind = Kind::kRestart;
+  std::string by;     // the node id that decided (the spare, or the member that gave it up)
+  bool mine = false;  // this node decided it: it tells the workers (shrink) or ended the round (restart)
 };
 
 // Why a running round must end, delivered to the agent asynchronously.
@@ -188,6 +227,26 @@ class RendezvousHandler {
   // else reports this node's failure so that the others re-form without it.
   // Backends without a shared store throw ConfigError.
   virtual Exclusion exclude_self(const std::string& why);
+  // From now on, a member that leaves the running round without succeeding
+  // goes to `cb` (on an internal thread; it must only post) instead of ending
+  // the round with kMembershipChanged; the round runs on until settle_place
+  // or the agent ends it. Backends that cannot take places keep the event
+  // (the default does nothing).
+  virtual void set_departure_callback(DepartureCallback cb);
+  // Blocks until `d`'s place is decided for the job, once for every node.
+  // After the fence (docs/rendezvous.md, "Fencing"), with `offer`, the place
+  // is offered to the waiting hot spares and the first to claim it takes it;
+  // else, `may_shrink`, it is given up; else the round ends for every node
+  // (kMembershipChanged follows). Throws ddp::Error when the store fails.
+  virtual Place settle_place(const Departure& d, bool offer, bool may_shrink);
+  // A node arrived while the running round has room below MAX: goes to `cb`
+  // (an internal thread; it must only post) instead of kNodesWaiting, once
+  // per arrival, until admit_newcomers decides (the default does nothing).
+  virtual void set_newcomer_callback(std::function<void(std::int64_t round, const std::string& detail)> cb);
+  // `admit`: the nodes waiting may grow the running round `round` (each joins
+  // it in a new group rank while there is room; docs/reform.md, "A lost
+  // node"); else the round ends with kNodesWaiting (a scale-up restart).
+  virtual void admit_newcomers(std::int64_t round, bool admit, const std::string& detail);
 };
 
 // Builds the handler for config.backend (any name parse_backend() knows).

@@ -31,6 +31,22 @@ std::optional<std::int64_t> node_index(std::string_view key, const std::string& 
 std::string spares_prefix(const std::string& round_prefix);
 // "<round prefix>spare/<node_id>".
 std::string spare_key(const std::string& round_prefix, const std::string& node_id);
+// "<round prefix>take/<group rank>/<revision>": what became of the place of
+// the member of `group rank` whose record was deleted at store revision
+// `revision` ("spare <id>", "shrink <id>" or "restart <id>"), set once by
+// compare_set (docs/reform.md, "A lost node").
+std::string take_key(const std::string& round_prefix, std::int64_t group_rank, std::int64_t revision);
+// "<round prefix>offer/": places the members offer to hot spares, one key
+// "offer/<group rank>/<revision>" per departure (the same two numbers as its
+// take_key), holding the departed node's record.
+std::string offers_prefix(const std::string& round_prefix);
+// "<round prefix>grow_ok": the members admit newcomers into the running round
+// (its workers re-form); "<round prefix>grow/<group rank>": which newcomer
+// took that new group rank (compare_set); "<round prefix>grown": how many did.
+std::string grow_ok_key(const std::string& round_prefix);
+std::string grow_key(const std::string& round_prefix, std::int64_t group_rank);
+std::string grown_key(const std::string& round_prefix);
+std::string offer_key(const std::string& round_prefix, std::int64_t group_rank, std::int64_t revision);
 // "/<run>/rdzv/excluded/": hosts kept out of the job's later rounds, one key
 // per host, its value why (docs/rendezvous.md, "Bad nodes kept out").
 std::string excluded_prefix(const std::string& run_id);

@@ -1,0 +1,290 @@
+// A lost node under --on_failure=reform (docs/reform.md, "A lost node"): the
+// members of a running round learn of a departure (RoundMonitor's departure
+// callback), wait out the fence, offer the place to the hot spares
+// (P/offer/<group rank>/<revision>) and settle it once for the whole job under
+// P/take/<group rank>/<revision>: a waiting hot spare claims it and joins the
+// running round in the departed member's group rank, or a member gives it up
+// (the job goes on smaller) or ends the round (every node rejoins).
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "ddp/common/error.hpp"
+#include "ddp/common/logging.hpp"
+#include "dynamic_handler.hpp"
+#include "keys.hpp"
+
+namespace ddp::rdzv {
+
+namespace {
+
+// How long a member that offered a departed member's place gives the hot
+// spares to claim it before deciding without them (a spare claims within a
+// round trip of the offer).
+constexpr std::chrono::milliseconds kSpareClaimWait{3000};
+// A spare waiting to take a place wakes this often (progress lines, the join deadline).
+constexpr std::chrono::milliseconds kSparePeriod{1000};
+
+Place parse_place(const std::string& value, const std::string& mine) {
+  Place p;
+  const auto sp = value.find(' ');
+  const std::string kind = value.substr(0, sp);
+  p.by = sp == std::string::npos ? "" : value.substr(sp + 1);
+  p.kind = kind == "spare"    ? Place::Kind::kSpare
+           : kind == "shrink" ? Place::Kind::kShrink
+                              : Place::Kind::kRestart;
+  p.mine = value == mine;
+  return p;
+}
+
+void sleep_out(const std::function<Clock::time_point()>& until) {
+  for (auto t = until(); t > Clock::now(); t = std::max(t, until())) std::this_thread::sleep_until(t);
+}
+
+}  // namespace
+
+void RendezvousHandler::set_departure_callback(DepartureCallback /*cb*/) {}
+
+void RendezvousHandler::set_newcomer_callback(std::function<void(std::int64_t, const std::string&)> /*cb*/) {}
+
+void RendezvousHandler::admit_newcomers(std::int64_t /*round*/, bool /*admit*/,
+                                        const std::string& /*detail*/) {}
+
+Place RendezvousHandler::settle_place(const Departure& /*d*/, bool /*offer*/, bool /*may_shrink*/) {
+  return Place{};
+}
+
+namespace detail {
+
+void StoreHandler::set_departure_callback(DepartureCallback cb) {
+  monitor_->set_departure_callback(std::move(cb));
+}
+
+Place StoreHandler::settle_place(const Departure& d, bool offer, bool may_shrink) {
+  const std::string prefix = prefix_of(d.round);
+  const std::string key = store::keys::take_key(prefix, d.group_rank, d.revision);
+  // Were the departed node only cut off, its workers are dead by the end of the fence.
+  sleep_out([this] { return monitor_->fence_until(); });
+  std::optional<std::string> value;
+  if (offer && !store_->list(store::keys::spares_prefix(prefix)).kvs.empty()) {
+    store_->set(store::keys::offer_key(prefix, d.group_rank, d.revision), encode_node(d.node));
+    try {
+      value = store_->get(key, kSpareClaimWait);
+    } catch (const TimeoutError&) {
+      log::get("rdzv")->warn(
+          "no hot spare claimed the place of group rank {} within {}: deciding without one", d.group_rank,
+          seconds_text(kSpareClaimWait));
+    }
+  }
+  const std::string mine = (may_shrink ? "shrink " : "restart ") + self_.node_id;
+  if (!value) value = store_->compare_set(key, "", mine);
+  const Place place = parse_place(*value, mine);
+  if (place.mine && place.kind == Place::Kind::kShrink) {
+    // The place given up counts among the finished, so that the job's success
+    // needs only the members left.
+    std::int64_t members = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (current_) members = current_->group_world_size;
+    }
+    if (store_->add(prefix + "succeeded", 1) >= members) store_->set(prefix + "done", "1");
+  }
+  if (place.mine && place.kind == Place::Kind::kRestart) {
+    store_->compare_set(prefix + "ctl/ended", "", encode_event(RoundEvent::kMembershipChanged, d.detail));
+  }
+  return place;
+}
+
+void StoreHandler::set_newcomer_callback(std::function<void(std::int64_t, const std::string&)> cb) {
+  monitor_->set_newcomer_callback(std::move(cb));
+}
+
+void StoreHandler::admit_newcomers(std::int64_t round, bool admit, const std::string& detail) {
+  const std::string prefix = prefix_of(round);
+  if (admit) {
+    store_->set(store::keys::grow_ok_key(prefix), "1");
+  } else {
+    store_->compare_set(prefix + "ctl/ended", "", encode_event(RoundEvent::kNodesWaiting, detail));
+  }
+}
+
+}  // namespace detail
+
+// What a hot spare waiting beside a running round sees: the round's end, and
+// members leaving. Filled by watch callbacks, drained by the waiting thread.
+struct DynamicHandler::SpareWatch {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<store::WatchEvent> events;
+  std::optional<std::string> error;
+};
+
+std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t round,
+                                                                   const Deadline& deadline, bool& counted) {
+  const std::string prefix = prefix_of(round);
+  const Closed closed = parse_closed(store_->get(prefix + "closed", deadline.remaining()));
+  // Only a place of as many workers as this node runs, at an offset it can
+  // tell: the job's nodes all run one --nproc_per_node.
+  if (closed.kind != Closed::Kind::kFinal || closed.workers != closed.count * self_.local_world_size) {
+    return std::nullopt;
+  }
+  // A hot spare takes a lost member's place; a newcomer to a round with room
+  // grows it, once the members admit newcomers.
+  bool spare = spare_of_ && spare_of_->round == round;
+  // Counted as wait_ended counts a late joiner: the members see a newcomer,
+  // and the next round's early close tells spares from newcomers by it.
+  const auto waiting = store_->add(prefix + "ctl/waiting", 1);
+  counted = true;
+  log::get("rdzv")->info("{} beside running round {} run_id={} waiting_nodes={}",
+                         spare ? "hot spare, taking the place of a member that leaves,"
+                               : "newcomer, growing the round once its members admit it,",
+                         round, config_.run_id, waiting);
+  while (true) {
+    auto w = std::make_shared<SpareWatch>();
+    auto push = [w](const store::WatchEvent& ev) {
+      {
+        std::lock_guard<std::mutex> lock(w->mu);
+        w->events.push_back(ev);
+      }
+      w->cv.notify_all();
+    };
+    auto fail = [w](const std::string& why) {
+      {
+        std::lock_guard<std::mutex> lock(w->mu);
+        w->error = why;
+      }
+      w->cv.notify_all();
+    };
+    // What is written from now on is watched; what was written before is read below.
+    const std::string watched = spare ? store::keys::offers_prefix(prefix) : store::keys::grow_ok_key(prefix);
+    const auto now = store_->list(watched);
+    std::vector<store::WatchSpec> specs;
+    specs.push_back(store::WatchSpec{watched, now.revision + 1, push, fail});
+    specs.push_back(store::WatchSpec{prefix + "ctl/ended", now.revision + 1, push, fail});
+    auto handles = store_->watch_all(std::move(specs));
+    if (store_->try_get(prefix + "ctl/ended")) return std::nullopt;
+    std::deque<store::WatchEvent> events;
+    for (const auto& kv : now.kvs)
+      events.push_back(store::WatchEvent{store::EventType::kPut, kv.key, kv.value, kv.revision});
+    bool full = false;
+    while (!full) {
+      for (const auto& ev : events) {
+        if (ev.key == prefix + "ctl/ended") return std::nullopt;  // the round ended: join the next one
+        if (ev.type != store::EventType::kPut) continue;
+        if (!spare) {
+          if (auto g = claim_new_rank(prefix, closed)) return grow_into(round, closed, *g);
+          full = true;  // every place up to MAX is taken: a hot spare from now on
+          break;
+        }
+        if (auto taken = claim_offer(round, closed, ev)) return taken;
+      }
+      if (full) break;
+      events.clear();
+      if (deadline.expired()) throw_timeout(round, true);
+      if (Clock::now() - last_progress_ >= config_.progress_interval) {
+        last_progress_ = Clock::now();
+        log::get("rdzv")->info("waiting beside round {} run_id={} time_left={}", round, config_.run_id,
+                               detail::seconds_text(deadline.remaining()));
+      }
+      std::unique_lock<std::mutex> lock(w->mu);
+      w->cv.wait_until(lock, std::min(deadline.at(), Clock::now() + kSparePeriod),
+                       [&] { return !w->events.empty() || w->error; });
+      if (w->error) {
+        throw RendezvousError("watch of round " + std::to_string(round) + " ended: " + *w->error);
+      }
+      events.swap(w->events);
+    }
+    register_spare(round, closed);
+    spare = true;
+  }
+}
+
+std::optional<RendezvousResult> DynamicHandler::claim_offer(std::int64_t round, const Closed& closed,
+                                                            const store::WatchEvent& ev) {
+  // "offer/<group rank>/<revision>": claimed by the first spare to answer.
+  const std::string prefix = prefix_of(round);
+  const std::string rel = ev.key.substr(store::keys::offers_prefix(prefix).size());
+  const auto slash = rel.find('/');
+  const auto rank = store::keys::index_or_none(std::string_view(rel).substr(0, slash));
+  const auto rev =
+      slash == std::string::npos ? -1 : store::keys::index_or_none(std::string_view(rel).substr(slash + 1));
+  if (rank < 0 || rank >= config_.max_nodes || rev < 0) return std::nullopt;
+  const std::string mine = "spare " + self_.node_id;
+  if (store_->compare_set(store::keys::take_key(prefix, rank, rev), "", mine) != mine) return std::nullopt;
+  NodeSpec replaced;
+  try {
+    replaced = detail::decode_node(ev.value, ev.key);
+  } catch (const Error&) {
+  }
+  return take_place(round, closed, static_cast<int>(rank), replaced);
+}
+
+std::optional<int> DynamicHandler::claim_new_rank(const std::string& prefix, const Closed& closed) {
+  for (int g = closed.count; g < config_.max_nodes; ++g) {
+    if (store_->compare_set(store::keys::grow_key(prefix, g), "", self_.node_id) == self_.node_id) return g;
+  }
+  return std::nullopt;
+}
+
+RendezvousResult DynamicHandler::grow_into(std::int64_t round, const Closed& closed, int rank) {
+  const std::string prefix = prefix_of(round);
+  store_->set(detail::node_key(prefix, rank), detail::encode_node(self_), monitor_->lease());
+  store_->add(store::keys::grown_key(prefix), 1);
+  store_->add(prefix + "ctl/waiting", -1);
+  RendezvousResult res;
+  res.round = round;
+  res.group_rank = rank;
+  res.group_world_size = rank + 1;
+  res.rank_offset = rank * self_.local_world_size;
+  res.world_size = closed.workers;
+  res.takes_place = true;
+  res.grows = true;
+  const auto listed = store_->list(detail::nodes_prefix(prefix));
+  res.nodes.resize(static_cast<std::size_t>(rank) + 1);
+  for (const auto& kv : listed.kvs) {
+    if (auto r = detail::node_index(kv.key, prefix); r && *r <= rank)
+      res.nodes[static_cast<std::size_t>(*r)] = detail::decode_node(kv.value, kv.key);
+  }
+  res.store_endpoint = config_.endpoint;
+  if (access_.server) res.store_endpoint.port = access_.server->port();
+  res.worker_prefix = detail::worker_prefix(config_.run_id, round);
+  log::get("rdzv")->info("newcomer grows running round {} run_id={} group_rank={} ranks {}-{}", round,
+                         config_.run_id, rank, res.rank_offset, res.rank_offset + self_.local_world_size - 1);
+  start_round(res, listed.revision + 1, rank + 1 < config_.max_nodes);
+  return res;
+}
+
+RendezvousResult DynamicHandler::take_place(std::int64_t round, const Closed& closed, int rank,
+                                            const NodeSpec& replaced) {
+  const std::string prefix = prefix_of(round);
+  store_->set(detail::node_key(prefix, rank), detail::encode_node(self_), monitor_->lease());
+  store_->remove(store::keys::spare_key(prefix, self_.node_id));
+  store_->add(prefix + "ctl/waiting", -1);
+  spare_of_.reset();
+  RendezvousResult res;
+  res.round = round;
+  res.group_rank = rank;
+  res.group_world_size = std::max(closed.count, rank + 1);  // a place a newcomer grew
+  res.rank_offset = rank * self_.local_world_size;
+  res.world_size = closed.workers;
+  res.takes_place = true;
+  res.replaced = replaced;
+  const auto listed = store_->list(detail::nodes_prefix(prefix));
+  res.nodes.resize(static_cast<std::size_t>(res.group_world_size));
+  for (const auto& kv : listed.kvs) {
+    if (auto r = detail::node_index(kv.key, prefix); r && *r < res.group_world_size)
+      res.nodes[static_cast<std::size_t>(*r)] = detail::decode_node(kv.value, kv.key);
+  }
+  res.store_endpoint = config_.endpoint;
+  if (access_.server) res.store_endpoint.port = access_.server->port();
+  res.worker_prefix = detail::worker_prefix(config_.run_id, round);
+  log::get("rdzv")->info(
+      "hot spare takes the place of {} in running round {} run_id={} group_rank={} ranks {}-{}",
+      replaced.node_id.empty() ? "a lost node" : "node " + replaced.node_id, round, config_.run_id, rank,
+      res.rank_offset, res.rank_offset + self_.local_world_size - 1);
+  start_round(res, listed.revision + 1, closed.count < config_.max_nodes);
+  return res;
+}
+
+}  // namespace ddp::rdzv
