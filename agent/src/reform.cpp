@@ -94,13 +94,18 @@ void Reform::probe(const rdzv::RendezvousResult& round, std::function<void(bool)
       });
 }
 
+ReformStore::Loss Reform::writes_to(const rdzv::RendezvousResult& round) const {
+  ReformStore::Loss out;
+  out.store = round.store_endpoint;
+  out.token = cfg_.rendezvous.token;
+  out.prefix = store::keys::reform_prefix(round.worker_prefix);
+  return out;
+}
+
 void Reform::lose(const rdzv::RendezvousResult& round, const WorkerFailure& f, bool replace,
                   std::function<void(const ReformStore::Outcome&)> done,
                   std::function<void(const std::string&)> failed) {
-  ReformStore::Loss loss;
-  loss.store = round.store_endpoint;
-  loss.token = cfg_.rendezvous.token;
-  loss.prefix = store::keys::reform_prefix(round.worker_prefix);
+  ReformStore::Loss loss = writes_to(round);
   loss.slots = {f.rank};
   loss.reason = describe_failure(f);
   loss.delta = replace ? 0 : -1;
@@ -112,10 +117,7 @@ void Reform::lose(const rdzv::RendezvousResult& round, const WorkerFailure& f, b
 void Reform::lose_node(const rdzv::RendezvousResult& round, std::vector<int> slots, std::string reason,
                        bool replace, std::function<void(const ReformStore::Outcome&)> done,
                        std::function<void(const std::string&)> failed) {
-  ReformStore::Loss loss;
-  loss.store = round.store_endpoint;
-  loss.token = cfg_.rendezvous.token;
-  loss.prefix = store::keys::reform_prefix(round.worker_prefix);
+  ReformStore::Loss loss = writes_to(round);
   loss.delta = replace ? 0 : -static_cast<int>(slots.size());
   loss.slots = std::move(slots);
   loss.reason = std::move(reason);
@@ -127,10 +129,7 @@ void Reform::lose_node(const rdzv::RendezvousResult& round, std::vector<int> slo
 void Reform::grow_node(const rdzv::RendezvousResult& round, int nproc,
                        std::function<void(const ReformStore::Outcome&)> done,
                        std::function<void(const std::string&)> failed) {
-  ReformStore::Loss grow;
-  grow.store = round.store_endpoint;
-  grow.token = cfg_.rendezvous.token;
-  grow.prefix = store::keys::reform_prefix(round.worker_prefix);
+  ReformStore::Loss grow = writes_to(round);
   grow.delta = nproc;
   grow.min_size = std::numeric_limits<std::int64_t>::min();
   store_->lose(std::move(grow), std::move(done), std::move(failed));

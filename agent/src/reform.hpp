@@ -117,6 +117,8 @@ class Reform {
   std::vector<int> lost_;  // ranks the job went on without
   std::string stop_line_;
   int nodes_given_up_ = 0;
+  // A write to `round`'s workers' store: where, and under which R.
+  ReformStore::Loss writes_to(const rdzv::RendezvousResult& round) const;
   std::unique_ptr<ReformStore> store_;  // with --on_failure=reform only
 };
 

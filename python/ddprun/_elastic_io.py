@@ -22,13 +22,13 @@ def say(line: str) -> None:
     print("ddprun.elastic: " + line, file=sys.stderr, flush=True)
 
 
-def env_count(name: str, most: int) -> int:
-    """A number of workers from 1 to `most` (the default when unset)."""
+def env_count(name: str, default: int) -> int:
+    """A positive number of workers (`default` when unset)."""
     text = os.environ.get(name, "")
     if not text:
-        return most
-    if not text.isdigit() or not 1 <= int(text) <= most:
-        raise ValueError(f"{name}='{text}' is not valid: give a number of workers from 1 to WORLD_SIZE ({most})")
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{name}='{text}' is not valid: give a positive number of workers")
     return int(text)
 
 
