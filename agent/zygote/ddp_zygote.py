@@ -52,6 +52,9 @@ MAX_RECEIVING_BYTES = 64 << 20  # what they sent so far, together
 # torch._dynamo the first time an optimizer is built (torch.optim's
 # _disable_dynamo; 0.66 s of a replacement's 0.68 s to its first step on a
 # 2-core VM, docs/agent-preload.md). One that fails to import is skipped.
+# Imported after gc.freeze(): the collector treats what they allocate as in a
+# worker that imported them itself (frozen, the nanobind objects of triton,
+# which torch._dynamo imports, were reported leaked at every worker's exit).
 WARM = {"torch": ("torch._dynamo",)}
 
 
@@ -566,6 +569,11 @@ def main():
         except BaseException as e:  # noqa: B902 - any failure means: start workers normally
             print("refused cannot import %s: %s: %s" % (name, type(e).__name__, e), flush=True)
             return None
+    import gc
+
+    # What the imports allocated stays out of the collector's passes: fewer
+    # pages copied per worker.
+    gc.freeze()
     warm_lazy_imports(modules)
     problem = fork_soundness_problem()
     if problem:
@@ -574,11 +582,6 @@ def main():
     zygote_path_entries = set(
         os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
     )
-    import gc
-
-    # What the imports allocated stays out of the collector's passes: fewer
-    # pages copied per worker.
-    gc.freeze()
     server = Zygote(path)
     print("ready", flush=True)
     req = server.serve()
