@@ -74,8 +74,8 @@ def ensure_peers(python):
 
 def user_lines(path, marker):
     """Lines of code whose comment carries `marker` (`# ddprun`, `# torchft`, `# nvrx`)."""
-    return sum(1 for line in open(path) if marker in line and line.split("#")[0].strip()
-               and not line.lstrip().startswith(('"', "'")))
+    return sum(1 for line in open(path)
+               if marker in line and line.split("#")[0].strip() and f'"{marker}' not in line)
 
 
 def launch(mode, python, args):
