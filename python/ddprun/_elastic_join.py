@@ -121,7 +121,8 @@ def join(eg, after: int, candidates: List[int], started: float):
         now = time.monotonic()
         info.took_s, info.wait_s, info.form_s = now - started, full_at - joined_at, now - full_at
         io.info(f"generation {g}: slot {eg.slot} is rank {info.rank} of {info.world_size} "
-                f"(new: {_ints(info.new_slots)}, lost: {_ints(info.lost_slots)}) in {info.took_s * 1e3:.1f} ms: "
+                f"(new: {_ints(info.new_slots)}, lost: {_ints(info.lost_slots)}) "
+                f"in {info.took_s * 1e3:.1f} ms: "
                 f"{(joined_at - started) * 1e3:.1f} ms to the generation, {info.wait_s * 1e3:.1f} ms for the "
                 f"members, {info.form_s * 1e3:.1f} ms to form the group")
         return info, slots

@@ -39,7 +39,8 @@ def _meta_of(optimizer, counters):
         params, _ = _tensors_of(optimizer)
         meta["state"] = {i: {name: (("tensor", tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else v)
                              for name, v in optimizer.state.get(p, {}).items()} for i, p in enumerate(params)}
-        meta["groups"] = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+        meta["groups"] = [{k: v for k, v in group.items() if k != "params"}
+                          for group in optimizer.param_groups]
     return meta
 
 

@@ -252,7 +252,8 @@ class ElasticGroup:
 
         started = time.monotonic()
         seq = self._syncs if self._synced == self.generation else 0
-        counters = broadcast_state(self._dist, self.info.state_root, self.rank, module, optimizer, counters, seq)
+        counters = broadcast_state(self._dist, self.info.state_root, self.rank, module, optimizer,
+                                   counters, seq)
         self._synced, self._syncs = self.generation, seq + 1
         io.info(f"generation {self.generation}: state from rank {self.info.state_root} in "
                 f"{(time.monotonic() - started) * 1e3:.1f} ms")

@@ -10,7 +10,10 @@ all it takes (10, with the import). `--kill-rank R --kill-step S`: rank R SIGKIL
 start of step S, in its first incarnation only (a replacement has
 DDP_REFORM_JOINING=1, a restarted worker TORCHELASTIC_RESTART_COUNT > 0);
 `--stop-rank R` stops rank R where it would re-form after that kill.
-Prints each re-form's cost: the kill to this rank's next completed step. Under
+Prints each re-form's cost: the kill to this rank's next completed step, the
+time its (re)form took and, of that, its wait for the others; a replacement
+also when its process started after the kill. Rank 0 prints the median
+step time before the loss. Under
 torchrun or --on_failure=restart it trains from the start again after a kill
 (no checkpoint), and prints the same cost line for the restarted run. The last
 line of rank 0 is `final loss X`.
@@ -80,7 +83,8 @@ def report(state, eg):
     who = "replacement" if os.environ.get("DDP_REFORM_JOINING") == "1" else "survivor"
     if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0" and who == "survivor":
         who = "restarted"
-    since = f"; its process started {(STARTED - killed) * 1000:.1f} ms after the kill" if who != "survivor" else ""
+    since = "" if who == "survivor" else \
+        f"; its process started {(STARTED - killed) * 1000:.1f} ms after the kill"
     print(f"rank {os.environ['RANK']} pid {os.getpid()} ({who}): kill to next completed step "
           f"{(time.time() - killed) * 1000:.1f} ms, steps lost {lost}; its (re)form took "
           f"{eg.info.took_s * 1000:.1f} ms ({eg.info.wait_s * 1000:.1f} waiting for the others){since}",

@@ -5,9 +5,9 @@ docs have it run, for scripts/bench/torch_reform_bench.py:
   torchft_peers_launch.py torchft|nvrx [--tuned] [--restarts 3] -- TRAIN ARGS...
 
 torchft: its lighthouse (the wheel's torchft_lighthouse, 127.0.0.1, a free
-port; tuned: quorum tick 10 ms, heartbeat timeout 500 ms, else its defaults
-but join_timeout 1 s: the default 60 s waits for every replica at start), and
-each rank a replica group of one process with a store of its own. nvrx: one
+port; tuned: quorum tick 10 ms, heartbeat timeout 500 ms, else its defaults:
+100 ms, 5 s; join timeout 60 s), and each rank a replica group of one
+process with a store of its own (hosted here, as torchrun's agent would). nvrx: one
 MASTER_PORT for all, RANK/WORLD_SIZE as torchrun sets them. Both: a rank that
 dies is started again (PEER_RESTARTED=1) up to --restarts times, as torchft
 expects of its launcher (torchx, or torchrun per replica group), without
@@ -69,11 +69,12 @@ def main():
         port = free_port()
         tick, beat = ("10", "500") if a.tuned else ("100", "5000")
         lighthouse = [sys.executable, os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse")]
-        found = [os.path.join(p, "bin", "torchft_lighthouse") for p in env.get("PYTHONPATH", "").split(":") if p]
+        found = [os.path.join(p, "bin", "torchft_lighthouse")
+                 for p in env.get("PYTHONPATH", "").split(":") if p]
         lighthouse = [sys.executable, next((f for f in found if os.path.exists(f)), lighthouse[1])]
         others.append(start(lighthouse + ["--min_replicas", "1", "--bind", f"127.0.0.1:{port}",
-                                          "--quorum_tick_ms", tick, "--heartbeat_timeout_ms", beat,
-                                          "--join_timeout_ms", "1000"], env, "[lighthouse]:", lock, threads))
+                                          "--quorum_tick_ms", tick, "--heartbeat_timeout_ms", beat],
+                         env, "[lighthouse]:", lock, threads))
         env.update(TORCHFT_LIGHTHOUSE=f"http://127.0.0.1:{port}", NUM_REPLICA_GROUPS=str(WORLD))
     else:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(WORLD))
@@ -108,8 +109,8 @@ def main():
                 first_done = time.monotonic()
             if first_done is not None and time.monotonic() - first_done > GRACE_S:
                 for r in [r for r in procs if r not in rc]:
-                    print(f"[launch]: rank {r} still running {GRACE_S:g} s after the first rank ended; killed",
-                          flush=True)
+                    print(f"[launch]: rank {r} still running {GRACE_S:g} s after the first rank ended; "
+                          "killed", flush=True)
                     os.killpg(procs[r].pid, signal.SIGKILL)
                     procs[r].wait()
                     rc[r] = procs[r].returncode
@@ -118,8 +119,8 @@ def main():
                     continue
                 if p.returncode != 0 and restarts < a.restarts:
                     restarts += 1
-                    print(f"[launch]: rank {r} exited {p.returncode}; starting it again ({restarts}/{a.restarts})",
-                          flush=True)
+                    print(f"[launch]: rank {r} exited {p.returncode}; starting it again "
+                          f"({restarts}/{a.restarts})", flush=True)
                     procs[r] = start(cmd, rank_env(r, True), f"[rank {r}]:", lock, threads)
                 else:
                     rc[r] = p.returncode

@@ -138,7 +138,8 @@ def run_torchft(args):
     manager = torchft.Manager(  # torchft
         pg=torchft.ProcessGroupGloo(timeout=timeout),  # torchft
         min_replica_size=1,  # torchft
-        load_state_dict=lambda s: (model.load_state_dict(s["model"]), opt.load_state_dict(s["opt"])),  # torchft
+        load_state_dict=lambda s: (model.load_state_dict(s["model"]),  # torchft
+                                   opt.load_state_dict(s["opt"])),  # torchft
         state_dict=lambda: {"model": model.state_dict(), "opt": opt.state_dict()},  # torchft
         replica_id=f"replica_{rank}",  # torchft
         timeout=timeout, quorum_timeout=timeout, use_async_quorum=False,  # torchft

@@ -63,8 +63,10 @@ LOSS = re.compile(r"final loss ([0-9.]+)")
 
 def ensure_peers(python):
     """The peers' packages in .peers, pinned, installed once (not into the venv)."""
-    pins = dict(line.split("==") for line in open(PEERS_REQUIREMENTS) if "==" in line and not line.startswith("#"))
-    want = [f"{name.replace('-', '_')}-{pins[name].strip()}.dist-info" for name in ("torchft", "nvidia-resiliency-ext")]
+    pins = dict(line.strip().split("==") for line in open(PEERS_REQUIREMENTS)
+                if "==" in line and not line.startswith("#"))
+    want = [f"{name.replace('-', '_')}-{pins[name]}.dist-info"
+            for name in ("torchft", "nvidia-resiliency-ext")]
     if all(os.path.isdir(os.path.join(PEERS, w)) for w in want):
         return
     print(f"torch_reform_bench: installing the peers into {PEERS} ({PEERS_REQUIREMENTS})", flush=True)
