@@ -15,6 +15,7 @@ touching the others. Output lines get `[rank N]:`. Exit 0 when every rank's
 last process exited 0; everything it started is killed at the end.
 """
 import argparse
+import ctypes
 import os
 import signal
 import socket
@@ -27,6 +28,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "torch_peers_train.py")
 WORLD = 4
+PR_SET_PDEATHSIG = 1
 # A rank still running this long after another ended 0 (a replacement that
 # never got back in: nvrx) is killed, and counts as failed.
 GRACE_S = 10.0
@@ -45,9 +47,14 @@ def pump(stream, prefix, lock):
             sys.stdout.flush()
 
 
+def die_with_parent():
+    """In the child: SIGKILL when this launcher dies, even by SIGKILL."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def start(cmd, env, prefix, lock, threads):
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=die_with_parent)
     t = threading.Thread(target=pump, args=(p.stdout, prefix, lock), daemon=True)
     t.start()
     threads.append(t)

@@ -100,6 +100,11 @@ def one(mode, python, args):
         try:
             out, _ = p.communicate(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGTERM)  # torch_peers_launch.py kills what it started on it
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
             os.killpg(p.pid, signal.SIGKILL)  # the launcher and its workers
             out = p.communicate()[0] + f"\n(killed after {TIMEOUT_S} s)"
     loss = LOSS.search(out)
