@@ -47,6 +47,15 @@ READ_TIMEOUT_S = 10.0  # to send the whole request; the agent sends it at once
 REPORT_TIMEOUT_S = 20.0  # for a forked ddp-guard to report its worker; the agent waits 30 s
 MAX_RECEIVING = 64  # connections still sending their request; past it the oldest is dropped
 MAX_RECEIVING_BYTES = 64 << 20  # what they sent so far, together
+# What a preloaded module imports lazily on a trainer's first steps, imported
+# here too so that a forked worker does not pay it: torch 2.x imports
+# torch._dynamo the first time an optimizer is built (torch.optim's
+# _disable_dynamo; 0.66 s of a replacement's 0.68 s to its first step on a
+# 2-core VM, docs/agent-preload.md). One that fails to import is skipped.
+# Imported after gc.freeze(): the collector treats what they allocate as in a
+# worker that imported them itself (frozen, the nanobind objects of triton,
+# which torch._dynamo imports, were reported leaked at every worker's exit).
+WARM = {"torch": ("torch._dynamo",)}
 
 
 def fork_soundness_problem():
@@ -534,6 +543,19 @@ def run_script(code, main):
         sys.exit(1)
 
 
+def warm_lazy_imports(modules):
+    """Imports WARM's modules for the preloaded ones; a failure is no refusal
+    (torch 1.x has no torch._dynamo): the worker imports it itself, if at all."""
+    import importlib
+
+    for name in modules:
+        for lazy in WARM.get(name, ()):
+            try:
+                importlib.import_module(lazy)
+            except Exception:  # noqa: B902 - only a head start; the soundness check still runs after
+                pass
+
+
 def main():
     command_prefix = own_command_prefix()
     args = sys.argv[1:]
@@ -547,6 +569,12 @@ def main():
         except BaseException as e:  # noqa: B902 - any failure means: start workers normally
             print("refused cannot import %s: %s: %s" % (name, type(e).__name__, e), flush=True)
             return None
+    import gc
+
+    # What the imports allocated stays out of the collector's passes: fewer
+    # pages copied per worker.
+    gc.freeze()
+    warm_lazy_imports(modules)
     problem = fork_soundness_problem()
     if problem:
         print("refused " + problem, flush=True)
@@ -554,11 +582,6 @@ def main():
     zygote_path_entries = set(
         os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
     )
-    import gc
-
-    # What the imports allocated stays out of the collector's passes: fewer
-    # pages copied per worker.
-    gc.freeze()
     server = Zygote(path)
     print("ready", flush=True)
     req = server.serve()

@@ -32,6 +32,17 @@ def env_count(name: str, default: int) -> int:
     return int(text)
 
 
+def verbose() -> bool:
+    """DDP_LOG_LEVEL asks for info lines (as the C++ SDK's logger reads it)."""
+    return os.environ.get("DDP_LOG_LEVEL", "").lower() in ("trace", "debug", "info")
+
+
+def info(line: str) -> None:
+    """say(line) at DDP_LOG_LEVEL=info or more."""
+    if verbose():
+        say(line)
+
+
 def env_seconds(name: str, default: float, allow_zero: bool = False) -> float:
     text = os.environ.get(name, "")
     if not text:

@@ -79,6 +79,7 @@ def join(eg, after: int, candidates: List[int], started: float):
         n = eg._base_world + eg._store.read(keys.reform_size_key(eg._root))
         if n < 1:
             raise RuntimeError(f"reform: generation {g} has no members")
+        joined_at = time.monotonic()
         eg._store.append(keys.reform_members_key(eg._root, g), f"{eg.slot}:{1 if had_state else 0},")
         if eg._store.add(keys.reform_joined_key(eg._root, g), 1) == n:
             eg._store.set(keys.reform_full_key(eg._root, g), "1")
@@ -105,6 +106,7 @@ def join(eg, after: int, candidates: List[int], started: float):
         info.state_root = next((i for i, (_, state) in enumerate(members) if state), 0)
         info.new_slots = [s for s, state in members if not state]
         info.lost_slots = [s for s in eg._members if s not in slots]
+        full_at = time.monotonic()
         try:
             eg._form(g, info.rank, info.world_size)
         except Exception:
@@ -116,5 +118,11 @@ def join(eg, after: int, candidates: List[int], started: float):
             eg._drop_group()
             g = now
             continue
-        info.took_s = time.monotonic() - started
+        now = time.monotonic()
+        info.took_s, info.wait_s, info.form_s = now - started, full_at - joined_at, now - full_at
+        io.info(f"generation {g}: slot {eg.slot} is rank {info.rank} of {info.world_size} "
+                f"(new: {_ints(info.new_slots)}, lost: {_ints(info.lost_slots)}) "
+                f"in {info.took_s * 1e3:.1f} ms: "
+                f"{(joined_at - started) * 1e3:.1f} ms to the generation, {info.wait_s * 1e3:.1f} ms for the "
+                f"members, {info.form_s * 1e3:.1f} ms to form the group")
         return info, slots

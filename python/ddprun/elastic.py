@@ -69,6 +69,8 @@ class ReformInfo:
     lost_slots: List[int] = field(default_factory=list)
     new_slots: List[int] = field(default_factory=list)
     took_s: float = 0.0  # reform() call (or construction) to the group ready
+    wait_s: float = 0.0  # of took_s: this rank's join to the generation full (waiting for the others)
+    form_s: float = 0.0  # of took_s: init_process_group of the new group
 
 
 def _supported():
@@ -79,6 +81,14 @@ def _supported():
     if int(torch.__version__.split(".")[0]) < 2 or not hasattr(c10d, "_abort_process_group"):
         return f"torch {torch.__version__} has no torch.distributed _abort_process_group (torch 2.x has)"
     return None
+
+
+def _ddp_has_init_sync() -> bool:
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    return "init_sync" in inspect.signature(DistributedDataParallel.__init__).parameters
 
 
 def _store_unusable():
@@ -135,6 +145,8 @@ class ElasticGroup:
         self._forming = -1
         self._released = -1  # the latest generation whose sockets were shut
         self._raised_at: Optional[float] = None
+        self._synced = -1  # the latest generation sync_state() broadcast in
+        self._syncs = 0  # how often in that generation
         io.hook_uncaught(MembershipChanged)
         self._join(-1, list(range(int(os.environ.get("WORLD_SIZE", "1")))), time.monotonic())
         self._closed = threading.Event()
@@ -217,7 +229,17 @@ class ElasticGroup:
         call it again after every reform()."""
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(module, process_group=self.group, **kwargs)
+        if self.enabled and self._synced == self.generation and "init_sync" not in kwargs and \
+                _ddp_has_init_sync():
+            # sync_state() just gave every rank the state root's parameters and
+            # buffers: DDP's own start-up check and broadcast would repeat it.
+            kwargs["init_sync"] = False
+        started = time.monotonic()
+        wrapped = DistributedDataParallel(module, process_group=self.group, **kwargs)
+        if self.enabled:
+            io.info(f"generation {self.generation}: DistributedDataParallel in "
+                    f"{(time.monotonic() - started) * 1e3:.1f} ms")
+        return wrapped
 
     def sync_state(self, module, optimizer=None, counters: Optional[dict] = None) -> Optional[dict]:
         """Every rank gets the state root's parameters, buffers, optimizer
@@ -230,7 +252,14 @@ class ElasticGroup:
             return counters
         from ._elastic_state import broadcast_state
 
-        return broadcast_state(self._dist, self.info.state_root, self.rank, module, optimizer, counters)
+        started = time.monotonic()
+        seq = self._syncs if self._synced == self.generation else 0
+        counters = broadcast_state(self._dist, self.info.state_root, self.rank, module, optimizer,
+                                   counters, seq)
+        self._synced, self._syncs = self.generation, seq + 1
+        io.info(f"generation {self.generation}: state from rank {self.info.state_root} in "
+                f"{(time.monotonic() - started) * 1e3:.1f} ms")
+        return counters
 
     # -- below: the protocol ---------------------------------------------------------------
 

@@ -10,22 +10,29 @@ all it takes (10, with the import). `--kill-rank R --kill-step S`: rank R SIGKIL
 start of step S, in its first incarnation only (a replacement has
 DDP_REFORM_JOINING=1, a restarted worker TORCHELASTIC_RESTART_COUNT > 0);
 `--stop-rank R` stops rank R where it would re-form after that kill.
-Prints each re-form's cost: the kill to this rank's next completed step. Under
+Prints each re-form's cost: the kill to this rank's next completed step, the
+time its (re)form took and, of that, its wait for the others; a replacement
+also when its process started after the kill. Rank 0 prints the median
+step time before the loss. Under
 torchrun or --on_failure=restart it trains from the start again after a kill
 (no checkpoint), and prints the same cost line for the restarted run. The last
 line of rank 0 is `final loss X`.
 """
-import argparse
-import os
-import signal
-import tempfile
 import time
 
-import torch
-import torch.distributed as dist
-from torch.utils.data import DataLoader, TensorDataset
+STARTED = time.time()  # the cost line of a replacement: the kill to its process start
 
-from ddprun import elastic  # ddprun
+import argparse  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from ddprun import elastic  # noqa: E402  # ddprun
 
 
 def parse():
@@ -78,9 +85,12 @@ def report(state, eg):
     who = "replacement" if os.environ.get("DDP_REFORM_JOINING") == "1" else "survivor"
     if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0" and who == "survivor":
         who = "restarted"
+    since = "" if who == "survivor" else \
+        f"; its process started {(STARTED - killed) * 1000:.1f} ms after the kill"
     print(f"rank {os.environ['RANK']} pid {os.getpid()} ({who}): kill to next completed step "
           f"{(time.time() - killed) * 1000:.1f} ms, steps lost {lost}; its (re)form took "
-          f"{eg.info.took_s * 1000:.1f} ms", flush=True)
+          f"{eg.info.took_s * 1000:.1f} ms ({eg.info.wait_s * 1000:.1f} waiting for the others){since}",
+          flush=True)
 
 
 def main():
@@ -100,17 +110,20 @@ def main():
     print(f"rank {os.environ['RANK']} pid {os.getpid()}: started, rank {eg.rank} of {eg.size}", flush=True)
     pending = replacement()
     loss = torch.zeros(())
+    step_s = []
     while state["step"] < args.steps:
         sampler.set_epoch(state["epoch"], state["consumed"])
         try:
             for xb, yb in DataLoader(data, batch_size=args.batch, sampler=sampler):
                 maybe_kill(args, state["step"])
+                began = time.perf_counter()
                 with eg.step():  # ddprun
                     opt.zero_grad()
                     loss = torch.nn.functional.mse_loss(ddp(xb), yb)
                     loss.backward()
                     opt.step()
                     time.sleep(args.step_sleep_ms / 1000)
+                step_s.append(time.perf_counter() - began)
                 state["step"] += 1
                 state["consumed"] += args.batch * eg.size
                 if pending:
@@ -136,6 +149,7 @@ def main():
     total = loss.detach().clone()
     dist.all_reduce(total, group=eg.group)
     if eg.rank == 0:
+        print(f"median step {statistics.median(step_s or [0.0]) * 1000:.1f} ms", flush=True)
         print(f"final loss {total.item() / eg.size:.9f}", flush=True)
 
 

@@ -9,6 +9,15 @@ CPU) with rank 2 SIGKILLing itself at step 40 of 120, REPS times per mode:
   restart         ddprun --on_failure=restart
   restart+preload ddprun --on_failure=restart --preload torch
   torchrun        the torch 2.x venv's torchrun --max_restarts=3
+  torchft         torchft 0.2 (torch_peers_train.py: every rank a replica
+                  group; lighthouse on 127.0.0.1 with its defaults)
+  torchft-tuned   the same, quorum tick 10 ms, heartbeat timeout 500 ms
+  nvrx            nvidia-resiliency-ext 0.4.1 inprocess.Wrapper, its defaults
+  nvrx-tuned      the same, 100 ms ticks, 1 s heartbeat and Gloo timeout
+  (the peers run with torch_peers_launch.py, which starts a killed rank
+  again as their launchers would; they are installed on first use into
+  .peers with scripts/bench/requirements-torch-peers.txt, --no-deps, beside
+  the venv's torch)
 
 and prints, per mode, the medians (and ranges) of: the kill to the
 survivors' next completed step (the latest survivor; a restart has none, so
@@ -36,15 +45,45 @@ MODES = {
     "restart": ["--on_failure=restart"],
     "restart+preload": ["--on_failure=restart", "--preload", "torch"],
     "torchrun": None,
+    "torchft": ["torchft"],
+    "torchft-tuned": ["torchft", "--tuned"],
+    "nvrx": ["nvrx"],
+    "nvrx-tuned": ["nvrx", "--tuned"],
 }
+PEERS = os.path.join(ROOT, ".peers")
+PEERS_REQUIREMENTS = os.path.join(ROOT, "scripts", "bench", "requirements-torch-peers.txt")
+PEERS_LAUNCH = os.path.join(ROOT, "scripts", "bench", "torch_peers_launch.py")
+PEERS_TRAIN = os.path.join(ROOT, "scripts", "bench", "torch_peers_train.py")
+PEER_DONE = re.compile(r"\[rank (\d+)\]:rank \d+ pid \d+: done, step \d+, loss ([0-9.]+)")
 COST = re.compile(r"pid \d+ \((survivor|replacement|restarted)\): kill to next completed step ([0-9.]+) ms, "
                   r"steps lost (\d+)")
 TIMEOUT_S = 300  # a run that takes longer counts as wrong
 LOSS = re.compile(r"final loss ([0-9.]+)")
 
 
+def ensure_peers(python):
+    """The peers' packages in .peers, pinned, installed once (not into the venv)."""
+    pins = dict(line.strip().split("==") for line in open(PEERS_REQUIREMENTS)
+                if "==" in line and not line.startswith("#"))
+    want = [f"{name.replace('-', '_')}-{pins[name]}.dist-info"
+            for name in ("torchft", "nvidia-resiliency-ext")]
+    if all(os.path.isdir(os.path.join(PEERS, w)) for w in want):
+        return
+    print(f"torch_reform_bench: installing the peers into {PEERS} ({PEERS_REQUIREMENTS})", flush=True)
+    subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--no-deps",
+                    "--target", PEERS, "-r", PEERS_REQUIREMENTS], check=True)
+
+
+def user_lines(path, marker):
+    """Lines of code whose comment carries `marker` (`# ddprun`, `# torchft`, `# nvrx`)."""
+    return sum(1 for line in open(path)
+               if marker in line and line.split("#")[0].strip() and f'"{marker}' not in line)
+
+
 def launch(mode, python, args):
     common = ["--standalone", "--nproc_per_node=4", "--max_restarts=3"]
+    if mode.startswith(("torchft", "nvrx")):
+        return [python, PEERS_LAUNCH, *MODES[mode], "--", *args]
     if MODES[mode] is None:
         torchrun = os.path.join(os.path.dirname(python), "torchrun")
         return [torchrun, *common, "--monitor_interval=0.1", EXAMPLE, *args]
@@ -53,16 +92,27 @@ def launch(mode, python, args):
 
 def one(mode, python, args):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), PYTHONUNBUFFERED="1")
+    if mode.startswith(("torchft", "nvrx")):
+        env["PYTHONPATH"] = PEERS
     with tempfile.TemporaryDirectory() as tmp:
         p = subprocess.Popen(launch(mode, python, args), cwd=tmp, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
             out, _ = p.communicate(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGTERM)  # torch_peers_launch.py kills what it started on it
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
             os.killpg(p.pid, signal.SIGKILL)  # the launcher and its workers
             out = p.communicate()[0] + f"\n(killed after {TIMEOUT_S} s)"
     loss = LOSS.search(out)
-    return p.returncode, (float(loss.group(1)) if loss else None), COST.findall(out), out
+    loss = float(loss.group(1)) if loss else None
+    done = dict(PEER_DONE.findall(out))  # torchft: the replicas' last losses, by rank (the last process's)
+    if mode.startswith("torchft") and len(done) == 4:
+        loss = sum(float(v) for v in done.values()) / 4
+    return p.returncode, loss, COST.findall(out), out
 
 
 def fmt(values, unit=" ms"):
@@ -82,23 +132,30 @@ def main():
     if rc != 0 or base is None:
         sys.exit(f"torch_reform_bench: the run without a kill failed (exit {rc}):\n{out}")
     print(f"no-kill final loss {base:.9f}; kill: rank 2 at step 40 of 120; {a.reps} runs per mode")
+    print(f"lines of user code: ddprun.elastic {user_lines(EXAMPLE, '# ddprun')}, "
+          f"torchft {user_lines(PEERS_TRAIN, '# torchft')}, nvrx {user_lines(PEERS_TRAIN, '# nvrx')}")
+    if any(m.startswith(("torchft", "nvrx")) for m in a.modes.split(",")):
+        ensure_peers(a.python)
     print(f"{'mode':<16} {'survivors: kill -> next step':<30} {'replacement first step':<24} "
-          f"{'steps lost':<11} right")
+          f"{'steps lost':<11} right  final loss - no-kill")
     for mode in a.modes.split(","):
-        survivors, replacement, lost, right = [], [], [], 0
+        survivors, replacement, lost, right, off = [], [], [], 0, []
         for _ in range(a.reps):
             rc, loss, costs, out = one(mode, a.python, ["--kill-rank", "2", "--kill-step", "40"])
             if a.log:
                 with open(a.log, "a") as f:
                     f.write(f"=== {mode} rc={rc}\n{out}\n")
             right += rc == 0 and loss is not None and abs(loss - base) <= 1e-6
+            if loss is not None:
+                off.append(loss - base)
             stayed = [float(ms) for who, ms, _ in costs if who in ("survivor", "restarted")]
             if stayed:
                 survivors.append(max(stayed))
             replacement += [float(ms) for who, ms, _ in costs if who == "replacement"]
             lost += [int(n) for who, _, n in costs if who != "replacement"][:1]
+        dev = f"{statistics.median(off):+.2e}" if off else "-"
         print(f"{mode:<16} {fmt(survivors):<30} {fmt(replacement):<24} {fmt(lost, ''):<11} "
-              f"{right}/{a.reps}", flush=True)
+              f"{right}/{a.reps}  loss {dev}", flush=True)
 
 
 if __name__ == "__main__":
