@@ -88,6 +88,7 @@ Place StoreHandler::settle_place(const Departure& d, bool offer, bool may_shrink
       std::lock_guard<std::mutex> lock(mu_);
       if (current_) members = current_->group_world_size;
     }
+    members += store::keys::counter_value(store_->try_get(grown_key(prefix)));  // newcomers too
     if (store_->add(prefix + "succeeded", 1) >= members) store_->set(prefix + "done", "1");
   }
   if (place.mine && place.kind == Place::Kind::kRestart) {
