@@ -16,14 +16,16 @@ namespace ddp::agent {
 
 namespace {
 
-// The global ranks of group rank `g`'s workers in `round` ("2-3").
+// The global ranks of group rank `g`'s workers in `round` ("2-3"); a group
+// rank past the round's first members (a node that grew it) sits at
+// g × nproc, as every node of such a job runs as many.
 std::vector<int> node_slots(const rdzv::RendezvousResult& round, int g, int fallback_nproc) {
-  int offset = 0;
+  int offset = g * fallback_nproc;
   int nproc = fallback_nproc;
-  for (int i = 0; i < static_cast<int>(round.nodes.size()) && i <= g; ++i) {
-    const int n = round.nodes[static_cast<std::size_t>(i)].local_world_size;
-    if (i < g) offset += n;
-    if (i == g) nproc = n;
+  if (g < static_cast<int>(round.nodes.size())) {
+    offset = 0;
+    for (int i = 0; i < g; ++i) offset += round.nodes[static_cast<std::size_t>(i)].local_world_size;
+    nproc = round.nodes[static_cast<std::size_t>(g)].local_world_size;
   }
   std::vector<int> slots(static_cast<std::size_t>(nproc));
   std::iota(slots.begin(), slots.end(), offset);
@@ -71,7 +73,8 @@ void Agent::Impl::settle_node(const rdzv::Departure& d, bool reforming) {
   const auto& round = life.round();
   const int left = round.group_world_size - reform.nodes_given_up() - 1;
   const bool may_shrink = reforming && left >= cfg.rendezvous.min_nodes;
-  const auto slots = node_slots(round, d.group_rank, d.node.local_world_size);
+  const auto slots =
+      node_slots(round, d.group_rank, d.node.node_id.empty() ? cfg.nproc_per_node : d.node.local_world_size);
   if (reforming) {
     log->warn("reform: {} lost ({}); ranks {} are settled after the fence", node_name(d), d.detail,
               slots_text(slots));

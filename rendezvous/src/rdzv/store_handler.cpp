@@ -213,6 +213,7 @@ void StoreHandler::start_round(const RendezvousResult& result, store::Revision n
   {
     std::lock_guard<std::mutex> lock(mu_);
     current_ = result;
+    closed_members_ = result.group_world_size;
   }
   monitor_->stop_departures();
   rejoin_.reset();
@@ -251,9 +252,17 @@ void StoreHandler::report_success() {
   // The success key goes first: when this node's lease later vanishes, the others
   // find it and do not take the departure for a failure.
   store_->set(prefix + "success/" + std::to_string(cur->group_rank), "1");
-  // Newcomers that grew the round (docs/reform.md, "A lost node") count too.
-  const auto members = cur->group_world_size + store::keys::counter_value(store_->try_get(grown_key(prefix)));
-  if (store_->add(prefix + "succeeded", 1) >= members) store_->set(prefix + "done", "1");
+  if (store_->add(prefix + "succeeded", 1) >= members_to_succeed(prefix)) store_->set(prefix + "done", "1");
+}
+
+std::int64_t StoreHandler::members_to_succeed(const std::string& prefix) {
+  std::int64_t closed = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed = closed_members_;
+  }
+  // Newcomers that grew the round (docs/reform.md, "A node that joins later") count too.
+  return closed + store::keys::counter_value(store_->try_get(grown_key(prefix)));
 }
 
 bool StoreHandler::all_succeeded() {

@@ -85,6 +85,16 @@ class StoreHandler : public RendezvousHandler {
 
   std::mutex mu_;
   std::optional<RendezvousResult> current_;
+  // The members the round closed with (current_'s group_world_size, unless
+  // this node joined it while it ran): the job's success needs them and the
+  // newcomers that grew it (P/grown).
+  int closed_members_ = 0;
+  // The members whose success the job waits for: closed_members_ + P/grown.
+  std::int64_t members_to_succeed(const std::string& prefix);
+  void set_closed_members(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_members_ = n;
+  }
   bool reported_success_ = false;
   bool joined_once_ = false;
   bool done_seen_ = false;  // all_succeeded() was true for current_

@@ -83,12 +83,7 @@ Place StoreHandler::settle_place(const Departure& d, bool offer, bool may_shrink
   if (place.mine && place.kind == Place::Kind::kShrink) {
     // The place given up counts among the finished, so that the job's success
     // needs only the members left.
-    std::int64_t members = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (current_) members = current_->group_world_size;
-    }
-    if (store_->add(prefix + "succeeded", 1) >= members) store_->set(prefix + "done", "1");
+    if (store_->add(prefix + "succeeded", 1) >= members_to_succeed(prefix)) store_->set(prefix + "done", "1");
   }
   if (place.mine && place.kind == Place::Kind::kRestart) {
     store_->compare_set(prefix + "ctl/ended", "", encode_event(RoundEvent::kMembershipChanged, d.detail));
@@ -252,6 +247,7 @@ RendezvousResult DynamicHandler::grow_into(std::int64_t round, const Closed& clo
   log::get("rdzv")->info("newcomer grows running round {} run_id={} group_rank={} ranks {}-{}", round,
                          config_.run_id, rank, res.rank_offset, res.rank_offset + self_.local_world_size - 1);
   start_round(res, listed.revision + 1, rank + 1 < config_.max_nodes);
+  set_closed_members(closed.count);
   return res;
 }
 
@@ -284,6 +280,7 @@ RendezvousResult DynamicHandler::take_place(std::int64_t round, const Closed& cl
       replaced.node_id.empty() ? "a lost node" : "node " + replaced.node_id, round, config_.run_id, rank,
       res.rank_offset, res.rank_offset + self_.local_world_size - 1);
   start_round(res, listed.revision + 1, closed.count < config_.max_nodes);
+  set_closed_members(closed.count);
   return res;
 }
 

@@ -193,3 +193,26 @@ TEST_CASE("reform: a node joining a running job of 2 of 3 nodes grows its world 
   CHECK_THAT(out, Catch::Contains("1 re-forms, 0 restarts"));
   CHECK(std::isfinite(final_loss(out)));
 }
+
+TEST_CASE("reform: a node that grew the running job is lost like any other: the others go on without it") {
+  TempDir dir;
+  LocalDaemon daemon{dir};
+  REQUIRE(daemon.port > 0);
+  Process a(node(dir, daemon, "nodea", "1:3", "2"), dir.path(), info_env(), "nodea");
+  Process b(node(dir, daemon, "nodeb", "1:3", "2"), dir.path(), info_env(), "nodeb");
+  REQUIRE(wait_until([&] { return count(a.out() + b.out(), "epoch 1/6") > 0; }, 60s));
+  Process c(node(dir, daemon, "nodec", "1:3", "2"), dir.path(), info_env(), "nodec");
+  REQUIRE(
+      wait_until([&] { return count(a.out() + b.out(), "world 6 (lost slots -, new slots 4,5)") > 0; }, 60s));
+  c.signal(SIGKILL);
+  const auto ca = a.wait(90s), cb = b.wait(90s);
+  INFO("a:\n" << a.err() << a.out() << "b:\n" << b.err() << b.out());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  CHECK_THAT(a.err() + b.err(),
+             Catch::Contains("(group rank 2) lost; no hot spare: the job goes on without ranks 4-5, "
+                             "world size 4"));
+  CHECK_THAT(a.out() + b.out(),
+             Catch::Contains("re-form: generation 2, world 4 (lost slots 4,5, new slots -)"));
+  CHECK_THAT(a.out() + b.out(), Catch::Contains("2 re-forms, 0 restarts"));
+}
