@@ -82,7 +82,9 @@ void Agent::Impl::settle_node(const rdzv::Departure& d, bool reforming) {
   rdzv->settle_place(
       d, /*offer=*/reforming, may_shrink,
       [this, d, slots, reforming](const rdzv::Place& p) {
-        if (!life.is(Phase::kRunning) || d.round != life.round().round) return;
+        // A restart's own round event may come first: its line is still due.
+        const bool restart = p.kind == rdzv::Place::Kind::kRestart;
+        if ((!restart && !life.is(Phase::kRunning)) || d.round != life.round().round) return;
         on_place_settled(d, slots, p, reforming);
       },
       [this, d](const std::string& m) {

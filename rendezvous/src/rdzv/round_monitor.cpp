@@ -314,7 +314,14 @@ void RoundMonitor::handle(const Pending& p) {
       // put and removed before it found the round closed, is neither.
       auto node = take_record(p.ev.value, p.ev.key);
       if (!node) return;
-      if (rank >= r.group_world_size && !grown(r.prefix, rank, node->node_id, p.ev.revision)) return;
+      if (rank >= r.group_world_size) {
+        bool growing = false;  // only where newcomers may grow the round: no read per late arrival elsewhere
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          growing = static_cast<bool>(newcomer_callback_);
+        }
+        if (!growing || !grown(r.prefix, rank, node->node_id, p.ev.revision)) return;
+      }
       std::lock_guard<std::mutex> lock(mu_);
       if (p.epoch == epoch_) {
         departed_.erase(rank);
