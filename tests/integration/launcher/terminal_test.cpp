@@ -401,21 +401,26 @@ TEST_CASE("with stderr not a terminal, waiting is a plain log line, not a status
 TEST_CASE("each worker is in a session of its own whose terminal is its pty, and Ctrl-C still stops it") {
   TempDir dir;
   write_file(dir / "session.py",
+             // Each line in one write: unbuffered, print() writes its pieces
+             // one by one, and ddprun shows a piece that waits too long for
+             // the rest of its line (a prompt) on a line of its own.
              "import os, signal, sys, time\n"
+             "def say(*words):\n"
+             "    os.write(1, (' '.join(str(w) for w in words) + '\\n').encode())\n"
              "def stopped(sig, frame):\n"
-             "    print('stopped by', signal.Signals(sig).name, flush=True)\n"
+             "    say('stopped by', signal.Signals(sig).name)\n"
              "    sys.exit(0)\n"
              "signal.signal(signal.SIGINT, stopped)\n"
              "signal.signal(signal.SIGTERM, stopped)\n"
              "fields = open('/proc/self/stat').read().rsplit(')', 1)[1].split()\n"
              "pgrp, session, tty_nr, tpgid = (int(f) for f in fields[2:6])\n"
              "fd = 0 if os.isatty(0) else 1\n"
-             "print('stdin', 'tty' if fd == 0 else 'not tty',\n"
+             "say('stdin', 'tty' if fd == 0 else 'not tty',\n"
              // The leader of the worker's group (its guard) leads its session:
              // in ddprun's session, ddprun would.
-             "      '| own session', session == pgrp,\n"
-             "      '| controlling', tty_nr == os.fstat(fd).st_rdev,\n"
-             "      '| foreground', tpgid == pgrp, flush=True)\n"
+             "    '| own session', session == pgrp,\n"
+             "    '| controlling', tty_nr == os.fstat(fd).st_rdev,\n"
+             "    '| foreground', tpgid == pgrp)\n"
              "time.sleep(600)\n");
   PtySession s(ddprun_on(dir, {"--nproc_per_node=2", "--stop_timeout=600", (dir / "session.py").string()}),
                dir.path().string(), clean_env({}));
