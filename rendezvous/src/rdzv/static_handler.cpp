@@ -134,7 +134,13 @@ void StaticHandler::check_same_node_count(std::int64_t round) {
   // barrier waits for it, so that it reads why instead of a store that is gone.
   auto other = parse_int<int>(their_rank);
   if (other && (*other < 0 || *other == config_.node_rank)) other.reset();
-  close_while_joining(round, why, other);
+  try {
+    close_while_joining(round, why, other);
+  } catch (const Error& e) {
+    // The node hosting the store may stop at the first write, which ended its
+    // round, before the rest is written: the mismatch is still this node's error.
+    log::get("rdzv")->debug("closing run_id={} for the --nnodes mismatch: {}", config_.run_id, e.what());
+  }
   throw ConfigError(why + "; give every node the same --nnodes");
 }
 
