@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <regex>
+#include <optional>
 #include <set>
 
 #include "launcher_test_util.hpp"
@@ -168,23 +169,35 @@ TEST_CASE("reform: a lost node whose workers cannot re-form in place restarts ev
   CHECK(count(read_file(dir / "pids"), " start") == 6);
 }
 
-TEST_CASE("reform: a node joining a running job of 2 of 3 nodes grows its world at a step boundary") {
+// Two nodes of a --nnodes=1:3 job training (the round closes with them after
+// its 2 s last call), then a third node that joins them while they run.
+struct GrowingJob {
   TempDir dir;
   LocalDaemon daemon{dir};
-  REQUIRE(daemon.port > 0);
-  // --nnodes=1:3: the round closes with two nodes after the 2 s last call.
-  Process a(node(dir, daemon, "nodea", "1:3", "2"), dir.path(), info_env(), "nodea");
-  Process b(node(dir, daemon, "nodeb", "1:3", "2"), dir.path(), info_env(), "nodeb");
-  REQUIRE(wait_until([&] { return count(a.out() + b.out(), "epoch 1/6") > 0; }, 60s));
-  const auto before = starts(a.out() + b.out());
-  REQUIRE(before.size() == 4);
-  Process c(node(dir, daemon, "nodec", "1:3", "2"), dir.path(), info_env(), "nodec");
+  std::optional<Process> a, b, c;
+  std::set<std::string> before;  // a's and b's worker pids before c came
+  GrowingJob() {
+    REQUIRE(daemon.port > 0);
+    a.emplace(node(dir, daemon, "nodea", "1:3", "2"), dir.path(), info_env(), "nodea");
+    b.emplace(node(dir, daemon, "nodeb", "1:3", "2"), dir.path(), info_env(), "nodeb");
+    REQUIRE(wait_until([&] { return count(a->out() + b->out(), "epoch 1/6") > 0; }, 60s));
+    before = starts(a->out() + b->out());
+    REQUIRE(before.size() == 4);
+    c.emplace(node(dir, daemon, "nodec", "1:3", "2"), dir.path(), info_env(), "nodec");
+  }
+};
+
+TEST_CASE("reform: a node joining a running job of 2 of 3 nodes grows its world at a step boundary") {
+  GrowingJob job;
+  Process& a = *job.a;
+  Process& b = *job.b;
+  Process& c = *job.c;
   const auto codes = std::vector<std::optional<int>>{a.wait(90s), b.wait(90s), c.wait(90s)};
   const std::string out = a.out() + b.out() + c.out();
   INFO("a:\n" << a.err() << a.out() << "b:\n" << b.err() << b.out() << "c:\n" << c.err() << c.out());
   for (const auto& code : codes) CHECK(code == std::optional<int>(0));
   // The first two nodes' workers kept their processes; c's joined them.
-  CHECK(starts(a.out() + b.out()) == before);
+  CHECK(starts(a.out() + b.out()) == job.before);
   CHECK_THAT(c.err(), Catch::Contains("this node grows the running job: ranks 4-5 join its workers"));
   CHECK_THAT(c.out(), Catch::Contains("start: rank 4 of 6, generation 1, joining without state"));
   CHECK_THAT(a.err() + b.err(), Catch::Contains("admitted into the running job"));
@@ -195,13 +208,10 @@ TEST_CASE("reform: a node joining a running job of 2 of 3 nodes grows its world 
 }
 
 TEST_CASE("reform: a node that grew the running job is lost like any other: the others go on without it") {
-  TempDir dir;
-  LocalDaemon daemon{dir};
-  REQUIRE(daemon.port > 0);
-  Process a(node(dir, daemon, "nodea", "1:3", "2"), dir.path(), info_env(), "nodea");
-  Process b(node(dir, daemon, "nodeb", "1:3", "2"), dir.path(), info_env(), "nodeb");
-  REQUIRE(wait_until([&] { return count(a.out() + b.out(), "epoch 1/6") > 0; }, 60s));
-  Process c(node(dir, daemon, "nodec", "1:3", "2"), dir.path(), info_env(), "nodec");
+  GrowingJob job;
+  Process& a = *job.a;
+  Process& b = *job.b;
+  Process& c = *job.c;
   REQUIRE(
       wait_until([&] { return count(a.out() + b.out(), "world 6 (lost slots -, new slots 4,5)") > 0; }, 60s));
   c.signal(SIGKILL);
