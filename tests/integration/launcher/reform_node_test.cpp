@@ -6,8 +6,8 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <regex>
 #include <optional>
+#include <regex>
 #include <set>
 
 #include "launcher_test_util.hpp"
