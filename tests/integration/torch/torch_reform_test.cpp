@@ -160,7 +160,9 @@ TEST_CASE("torch re-form: a node joining a running job of 2 of 3 nodes grows its
   NodeKill k;  // only its daemon and argv
   k.nnodes = "1:3";
   k.last_call = "3";
-  const std::vector<std::string> args = {"--steps", "400", "--step-sleep-ms", "15"};
+  // Long enough (30 s at the least) that the third node, whose workers import torch on a loaded
+  // machine, joins while the others still train, not as they finish.
+  const std::vector<std::string> args = {"--steps", "2000", "--step-sleep-ms", "15"};
   const Env env = worker_env({{"PYTHONPATH", (source_dir() / "python").string()}});
   Process a(k.node("nodea", args), k.dir.path(), env, "nodea");
   Process b(k.node("nodeb", args), k.dir.path(), env, "nodeb");
