@@ -20,23 +20,23 @@ docs/agent-preload.md ("Preloading") has the process layout and what a forked wo
 shares with the zygote.
 """
 
-import ctypes
-import fcntl
 import json
 import os
 import selectors
 import signal
 import socket
 import sys
-import termios
 import threading
 import time
 
-PR_SET_PDEATHSIG = 1
-PR_SET_NAME = 15
-PR_SET_MM = 35
-PR_SET_MM_MAP = 14
-SESSION_SHARED = -2  # worker_session.hpp: kSessionShared; -1 a session of its own; 0-2 its terminal's fd
+# The modules installed beside this one (also where a safe path, PYTHONSAFEPATH or -P,
+# leaves this directory off sys.path).
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+import ddp_zygote_fork as fork  # noqa: E402
+from ddp_zygote_worker import become_worker, own_command_prefix, run_script  # noqa: E402
+
+sys.path.remove(_HERE)
 MAX_REQUEST_BYTES = 16 << 20  # argv + env; ARG_MAX-sized envs fit
 # One connection that is slow, silent or hostile must cost only itself: the
 # zygote never blocks on one (every socket and pipe is non-blocking, served
@@ -47,6 +47,9 @@ READ_TIMEOUT_S = 10.0  # to send the whole request; the agent sends it at once
 REPORT_TIMEOUT_S = 20.0  # for a forked ddp-guard to report its worker; the agent waits 30 s
 MAX_RECEIVING = 64  # connections still sending their request; past it the oldest is dropped
 MAX_RECEIVING_BYTES = 64 << 20  # what they sent so far, together
+# The standby (ddp_zygote_fork.py) is forked this long after the zygote last
+# started a worker, when no request is in flight: never beside a start.
+STANDBY_DELAY_S = 0.1
 # What a preloaded module imports lazily on a trainer's first steps, imported
 # here too so that a forked worker does not pay it: torch 2.x imports
 # torch._dynamo the first time an optimizer is built (torch.optim's
@@ -136,6 +139,9 @@ class Zygote:
         self.receiving_bytes = 0
         self.starting = {}  # guard pid -> Request whose guard has not reported yet
         self.running = {}  # guard pid -> Request: its exit is reported on its connection
+        self.standby = None  # a fork.Standby, parked for the next request
+        self.standby_session = None  # the session of the last request: the next one's, likely
+        self.standby_due = 0.0
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w)
 
@@ -155,12 +161,31 @@ class Zygote:
                 else:
                     self.read_report(key.data[1])
             self.expire()
+            job = self.keep_standby()
+            if job is not None:
+                return job
 
     def next_timeout(self):
-        pending = list(self.receiving.values()) + list(self.starting.values())
-        if not pending:
+        times = [r.deadline for r in list(self.receiving.values()) + list(self.starting.values())]
+        if self.standby is None and self.standby_session is not None:
+            times.append(self.standby_due)
+        if not times:
             return None
-        return max(0.0, min(r.deadline for r in pending) - time.monotonic())
+        return max(0.0, min(times) - time.monotonic())
+
+    def keep_standby(self):
+        """Forks the standby when it is due and nothing is in flight; returns
+        only in its worker, with the request it got."""
+        if (self.standby is not None or self.standby_session is None or self.receiving or self.starting
+                or time.monotonic() < self.standby_due):
+            return None
+        got = fork.fork_standby(self.standby_session, self.forget_in_child)
+        if isinstance(got, dict):
+            return got
+        self.standby = got
+        if got is None:
+            self.standby_due = time.monotonic() + 10 * STANDBY_DELAY_S  # fork failed: try again later
+        return None
 
     def accept(self):
         while True:
@@ -223,20 +248,31 @@ class Zygote:
                                  % (len(req.data), len(req.fds))})
             req.close_all()
             return None
-        req.data = bytearray()
-        return self.start(req, body)
+        raw, req.data = bytes(req.data), bytearray()
+        return self.start(req, body, raw)
 
-    def start(self, req, body):
-        info_r, info_w = os.pipe()
-        go_r, go_w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        me = os.getpid()
-        guard_pid = os.fork()
-        if guard_pid == 0:
-            os.close(info_r)
-            return self.in_guard_child(req, body, me, info_w, go_r, go_w)
-        for fd in req.fds + [info_w, go_r]:
+    def start(self, req, body, raw):
+        session = int(body.get("session", fork.SESSION_SHARED))
+        self.standby_session, self.standby_due = session, time.monotonic() + STANDBY_DELAY_S
+        sb, self.standby = self.standby, None
+        if sb is not None and sb.grouping != fork.session_class(session):
+            sb.discard()
+            sb = None
+        if sb is not None and sb.hand(raw, req.fds):
+            guard_pid, info_r, go_w = sb.guard_pid, sb.info_r, sb.go_w
+        else:
+            info_r, info_w = os.pipe()
+            go_r, go_w = os.pipe()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            me = os.getpid()
+            guard_pid = os.fork()
+            if guard_pid == 0:
+                os.close(info_r)
+                return self.in_guard_child(req, body, me, info_w, go_r, go_w)
+            os.close(info_w)
+            os.close(go_r)
+        for fd in req.fds:
             os.close(fd)
         req.fds = []
         req.guard_pid, req.info_r, req.go_w = guard_pid, info_r, go_w
@@ -319,6 +355,9 @@ class Zygote:
                 req.conn.close()
             elif pid in self.starting:
                 self.starting[pid].exit_status = status  # sent after its report
+            elif self.standby is not None and pid == self.standby.guard_pid:
+                self.standby.discard()  # killed while parked: another is forked when due
+                self.standby = None
 
     def requests(self):
         return list(self.receiving.values()) + list(self.starting.values()) + list(self.running.values())
@@ -326,221 +365,46 @@ class Zygote:
     def in_guard_child(self, req, body, zygote_pid, info_w, go_r, go_w):
         """The forked child that becomes the worker's ddp-guard; forks the worker first."""
         try:
-            # The worker's own group, led by its guard as after a normal spawn,
-            # and its own session unless told otherwise (worker_session.hpp).
-            session = int(body.get("session", SESSION_SHARED))
-            if session == SESSION_SHARED:
-                os.setpgid(0, 0)
-            else:
-                os.setsid()
+            session = int(body.get("session", fork.SESSION_SHARED))
+            fork.enter_session(session)
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # kept across exec for the guard
             req.conn.close()
-            for target, fd in enumerate(req.fds):
-                os.dup2(fd, target)
-                os.close(fd)
+            fork.install_stdio(req.fds, session)
             req.fds = []
-            if 0 <= session <= 2:
-                try:
-                    fcntl.ioctl(session, termios.TIOCSCTTY, 0)
-                except OSError:
-                    pass  # no controlling terminal then, as before: its I/O works all the same
             worker_pid = os.fork()
             if worker_pid == 0:
                 os.close(info_w)
                 os.close(go_w)
                 return self.in_worker(body, go_r)
-            os.set_inheritable(info_w, True)
-            guard = body["guard"]
-            argv = [guard, "--stop-timeout-ms=%d" % int(body.get("stop_timeout_ms", 30000)),
-                    "--info-fd=%d" % info_w, "--agent-pid=%d" % zygote_pid, "--adopt-pid=%d" % worker_pid]
-            # The fence backstop's deadline file (guard_protocol.hpp), from ddprun.
-            if os.environ.get("DDP_FENCE_FILE"):
-                argv.append("--fence-file=" + os.environ["DDP_FENCE_FILE"])
-            os.execv(guard, argv)
+            fork.exec_guard(body, zygote_pid, info_w, worker_pid)
         except BaseException as e:  # noqa: B902 - nothing may return into the zygote's loop
-            try:
-                os.write(2, ("ddprun: cannot start worker from the preload zygote: %s\n" % e).encode())
-            finally:
-                os._exit(127)
+            fork.die_in_child(e)
 
-    def in_worker(self, body, go_r):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        guard_pid = os.getppid()
-        # Nothing of the zygote's stays open in the worker: its socket, other
-        # requests' connections, stdio and pipes (one of another worker's
-        # stdout held open here would keep the agent from its EOF).
+    def forget_in_child(self):
+        """Nothing of the zygote's stays open in a forked child: its socket,
+        other requests' connections, stdio and pipes (one of another worker's
+        stdout held open here would keep the agent from its EOF, its go pipe
+        that worker from running)."""
         signal.set_wakeup_fd(-1)
         self.selector.close()
         self.listener.close()
         for other in self.requests():
             other.close_all()
+        if self.standby is not None:
+            self.standby.to_guard.close()
+            self.standby.to_worker.close()
+            for fd in (self.standby.info_r, self.standby.go_w):
+                os.close(fd)
+            self.standby = None
         os.close(self.wake_r)
         os.close(self.wake_w)
-        # Wait until the guard has it in its cgroup (the zygote closes its end then).
-        while os.read(go_r, 1):
-            pass
-        os.close(go_r)
-        if os.getppid() != guard_pid:
-            os._exit(128 + signal.SIGKILL)
+
+    def in_worker(self, body, go_r):
+        fork.set_parent_death_signal(signal.SIGKILL)
+        guard_pid = os.getppid()
+        self.forget_in_child()
+        fork.wait_for_go(go_r, guard_pid)
         return body
-
-
-def reset_signals():
-    """The dispositions and mask a fresh `python3` starts with."""
-    for sig in signal.valid_signals():
-        if sig in (signal.SIGKILL, signal.SIGSTOP):
-            continue
-        try:
-            signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass  # reserved by the C library (SIGRTMIN+0/1)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for sig in ("SIGPIPE", "SIGXFSZ"):
-        if hasattr(signal, sig):
-            signal.signal(getattr(signal, sig), signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
-
-
-class PrctlMmMap(ctypes.Structure):
-    """struct prctl_mm_map (linux/prctl.h): what PR_SET_MM_MAP sets of the process's layout."""
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "start_code", "end_code", "start_data", "end_data", "start_brk", "brk", "start_stack",
-        "arg_start", "arg_end", "env_start", "env_end", "auxv")] + [
-        ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
-
-
-def own_command_prefix():
-    """The zygote's command line before its script (`python3 -u`): how an exec'd worker's starts."""
-    own = open("/proc/self/cmdline", "rb").read().split(b"\0")[:-1]
-    script = os.fsencode(sys.argv[0])
-    return [os.fsdecode(a) for a in own[:own.index(script)]] if script in own else [sys.executable, "-u"]
-
-
-def write_in_place(start, end, strings):
-    """Overwrites [start, end) with the NUL-terminated `strings` that fit whole, then NULs."""
-    room = end - start
-    if room <= 0:
-        return
-    if len(strings) > room:
-        cut = strings.rfind(b"\0", 0, room)
-        strings = strings[:cut + 1]
-    ctypes.memmove(start, strings + b"\0" * (room - len(strings)), room)
-
-
-def show_as(argv, env):
-    """Makes this forked process look like the exec'd `argv` with `env` to ps, pgrep -f, py-spy and
-    whatever reads /proc/self/{cmdline,environ,comm}; sys.argv and os.environ are set elsewhere.
-
-    The kernel shows cmdline and environ from the memory between the process's
-    arg_start..arg_end and env_start..env_end: the zygote's own strings. They
-    are left as they are (a preloaded library may hold a getenv() pointer into
-    them) and the bounds are moved to a copy of the worker's, laid out as exec
-    lays them out: PR_SET_MM_MAP needs no capability for that (only for its
-    exe_fd, not given). Where the kernel refuses it (no CONFIG_CHECKPOINT_RESTORE,
-    a seccomp filter), the zygote's areas are overwritten with what fits of the
-    worker's strings, padded with NULs (docs/agent-preload.md, "What `ps`, `pgrep -f`
-    and `/proc` show of a forked worker")."""
-    args = b"".join(os.fsencode(a) + b"\0" for a in argv)
-    envs = b"".join(os.fsencode(e) + b"\0" for e in env)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_NAME, os.fsencode(os.path.basename(argv[0]))[:15], 0, 0, 0)  # comm, as exec sets it
-    stat = open("/proc/self/stat", "rb").read()
-    fields = stat[stat.rindex(b")") + 2:].split()  # after the comm, which may hold spaces and ')'
-
-    def field(n):  # proc(5)'s numbering
-        return int(fields[n - 3])
-
-    libc.malloc.restype = ctypes.c_void_p
-    libc.sbrk.restype = ctypes.c_void_p
-    area = libc.malloc(len(args) + len(envs))  # never freed: the kernel reads it while the process lives
-    if area:
-        ctypes.memmove(area, args + envs, len(args) + len(envs))
-        layout = PrctlMmMap(
-            start_code=field(26),
-            end_code=field(27),
-            start_data=field(45),
-            end_data=field(46),
-            start_brk=field(47),
-            start_stack=field(28),
-            arg_start=area,
-            arg_end=area + len(args),
-            env_start=area + len(args),
-            env_end=area + len(args) + len(envs),
-            auxv=0,
-            auxv_size=0,
-            exe_fd=0xFFFFFFFF,
-        )
-        # It sets brk as well: to the current one, again if malloc moved it in between.
-        for _ in range(3):
-            layout.brk = libc.sbrk(0)
-            done = libc.prctl(PR_SET_MM, PR_SET_MM_MAP, ctypes.byref(layout), ctypes.sizeof(layout), 0) == 0
-            if not done or libc.sbrk(0) == layout.brk:
-                break
-        if done:
-            return
-        libc.free(ctypes.c_void_p(area))
-    write_in_place(field(48), field(49), args)
-    write_in_place(field(50), field(51), envs)
-
-
-def become_worker(req, zygote_path_entries, command_prefix):
-    """Turns this forked process into `python3 -u SCRIPT ARGS...` with the request's env and cwd."""
-    import importlib.machinery
-    import tokenize
-    import types
-
-    reset_signals()
-    os.chdir(req["cwd"])
-    env = dict(kv.split("=", 1) for kv in req["env"] if "=" in kv)
-    os.environ.clear()
-    os.environ.update(env)
-    script = req["argv"][0]
-    sys.argv = list(req["argv"])
-    try:
-        show_as(command_prefix + sys.argv, req["env"])
-    except Exception:  # noqa: B902 - how the worker looks to ps must never keep it from running
-        pass
-    # sys.path as the interpreter would build it for this env: the script's
-    # directory, the worker's PYTHONPATH, then the zygote's path without its
-    # own [0] and PYTHONPATH entries (the standard library, site-packages).
-    worker_entries = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    rest = [p for p in sys.path[1:] if os.path.abspath(p) not in zygote_path_entries]
-    sys.path[:] = [os.path.dirname(os.path.realpath(script))] + worker_entries + rest
-    if set(worker_entries) != zygote_path_entries:
-        # site ran at the zygote's start, with the zygote's PYTHONPATH: where the
-        # worker's finds another sitecustomize (or usercustomize) first, that
-        # one runs now, as at a fresh interpreter's start.
-        for name in ("sitecustomize", "usercustomize"):
-            first = next((os.path.join(p, name + ".py") for p in sys.path[1:]
-                          if os.path.isfile(os.path.join(p, name + ".py"))), None)
-            loaded = getattr(sys.modules.get(name), "__file__", None)
-            if first is not None and (loaded is None or os.path.realpath(loaded) != os.path.realpath(first)):
-                sys.modules.pop(name, None)
-                try:
-                    __import__(name)
-                except ImportError:
-                    pass
-    main = types.ModuleType("__main__")
-    main.__file__ = script
-    main.__cached__ = None
-    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
-    main.__builtins__ = __builtins__
-    sys.modules["__main__"] = main
-    with tokenize.open(script) as f:
-        code = compile(f.read(), script, "exec")
-    return code, main
-
-
-def run_script(code, main):
-    try:
-        exec(code, main.__dict__)
-    except (SystemExit, KeyboardInterrupt):
-        raise  # the interpreter's own exit status for these
-    except BaseException as e:  # noqa: B902 - reported as the interpreter would
-        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None  # this frame is not the user's
-        sys.excepthook(type(e), e.with_traceback(tb), tb)
-        sys.exit(1)
 
 
 def warm_lazy_imports(modules):

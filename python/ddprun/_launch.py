@@ -22,7 +22,8 @@ EXIT_BROKEN_INSTALL = 2
 # install's prefix) and refuse --preload without the zygote: in a wheel, a
 # missing one is a broken install, told before anything starts.
 NEEDS: "Dict[str, Tuple[str, ...]]" = {
-    "ddprun": ("bin/ddp-guard", "share/ddprun/ddp_zygote.py", "share/ddprun/python/sitecustomize.py"),
+    "ddprun": ("bin/ddp-guard", "share/ddprun/ddp_zygote.py", "share/ddprun/ddp_zygote_fork.py",
+               "share/ddprun/ddp_zygote_worker.py", "share/ddprun/python/sitecustomize.py"),
 }
 
 

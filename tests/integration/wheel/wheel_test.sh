@@ -108,6 +108,7 @@ install "$venv"
 prefix=$("$venv/bin/python" -m ddprun --cmake-prefix)
 [[ -f $prefix/lib/cmake/ddp/ddpConfig.cmake ]] || fail "--cmake-prefix $prefix has no lib/cmake/ddp"
 for f in bin/ddprun bin/ddp-guard bin/ddp-rendezvousd bin/ddp-store share/ddprun/ddp_zygote.py \
+         share/ddprun/ddp_zygote_fork.py share/ddprun/ddp_zygote_worker.py \
          share/ddprun/python/sitecustomize.py include/ddp/sdk.hpp; do
   [[ -e $prefix/$f ]] || fail "the wheel has no $f"
 done

@@ -19,6 +19,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
+#include <sstream>
 #include <thread>
 
 #include "child_outcome.hpp"
@@ -252,4 +254,130 @@ TEST_CASE("past 64 connections sending requests at once the oldest is dropped") 
   CHECK_THAT(dropped,
              Catch::Contains("64 connections were sending requests at once; the oldest was dropped"));
   for (int fd : conns) ::close(fd);
+}
+
+namespace {
+
+// The pids /proc lists as `pid`'s children (its main thread's: the zygote and
+// its forks are single-threaded).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::istringstream in(
+      read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+  for (pid_t p = 0; in >> p;) out.push_back(p);
+  return out;
+}
+
+// The running process whose command line holds `needle`, or -1.
+pid_t find_process(const std::string& needle) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_file(e.path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(needle) != std::string::npos) return std::stoi(name);
+  }
+  return -1;
+}
+
+// Gone, or a zombie not yet reaped: nothing that runs.
+bool gone(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return stat.empty() || close == std::string::npos || stat.substr(close + 2, 1) == "Z";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a worker asked for once the zygote is idle comes from its parked standby and runs as one forked on "
+    "request") {
+  TempDir dir;
+  if (!have_python()) return;
+  const auto script = (dir / "w.py").string();
+  write_file(
+      script,
+      "import os, sys\n"
+      "print('pid', os.getpid(), 'guard', os.getppid(), 'rank', os.environ['RANK'], 'argv', sys.argv[1:],\n"
+      "      'own session', os.getsid(0) == os.getppid())\n"
+      "print('guard argv', open('/proc/%d/cmdline' % os.getppid()).read().replace('\\0', ' '))\n"
+      "sys.stderr.write('to stderr\\n')\n"
+      "sys.exit(int(os.environ['RANK']))\n");
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  ProcessRunner runner(io);
+  PreloadZygote zygote(io, kPython, {"json"}, dir / "zygote.sock", {"PATH=/usr/bin:/bin"},
+                       ddp::log::get("agent"));
+  zygote.start();
+  std::thread loop([&] { io.run(); });
+  const auto spawn = [&](const std::string& rank) {
+    auto o = std::make_shared<Outcome>();
+    auto done = std::make_shared<std::promise<void>>();
+    boost::asio::post(io, [&, rank, o, done] {
+      ChildHandlers h;
+      h.on_output = [o](StdStream s, std::string_view b) {
+        (s == StdStream::kOut ? o->out : o->err).append(b);
+      };
+      h.on_exit = [o, done](int st) {
+        o->status = st;
+        done->set_value();
+      };
+      const std::vector<std::string> argv = {script, "x y"};
+      SpawnSpec spec{kPython, {"-u", script, "x y"}, {"PATH=/usr/bin:/bin", "RANK=" + rank}};
+      spec.own_session = true;
+      runner.spawn(
+          std::move(spec), std::move(h),
+          [o, done](pid_t pid, const std::string& error) {
+            o->pid = pid;
+            o->error = error;
+            if (pid < 0) done->set_value();
+          },
+          {}, ZygoteSpawn{argv, [&] { return zygote.connect(); }});
+    });
+    done->get_future().wait_for(std::chrono::seconds(60));
+    return *o;
+  };
+  const Outcome first = spawn("0");
+  INFO(first.out << first.err << first.error);
+  CHECK(first.pid > 0);
+  const pid_t zygote_pid = find_process((dir / "zygote.sock").string());
+  REQUIRE(zygote_pid > 0);
+  // Idle: the zygote forks a guard-to-be, which forks its worker-to-be.
+  pid_t parked_guard = -1;
+  pid_t parked_worker = -1;
+  const auto parked = [&] {
+    const auto g = children_of(zygote_pid);
+    const auto w = g.size() == 1 ? children_of(g[0]) : std::vector<pid_t>{};
+    if (w.size() != 1) return false;
+    parked_guard = g[0];
+    parked_worker = w[0];
+    return true;
+  };
+  REQUIRE(wait_until(parked, std::chrono::seconds(10)));
+  const Outcome second = spawn("3");
+  INFO(second.out << second.err << second.error);
+  // The request took the parked pair: same pids, and the worker is what a fork on request gives.
+  CHECK(second.pid == parked_worker);
+  CHECK_THAT(second.out,
+             Catch::Contains("pid " + std::to_string(parked_worker) + " guard " +
+                             std::to_string(parked_guard) + " rank 3 argv ['x y'] own session True"));
+  CHECK_THAT(second.out,
+             Catch::Contains("ddp-guard") && Catch::Contains("--adopt-pid=" + std::to_string(parked_worker)));
+  CHECK_THAT(second.err, Catch::Contains("to stderr"));
+  CHECK((WIFEXITED(second.status) && WEXITSTATUS(second.status) == 3));
+  // A new pair is parked again. Its worker killed while parked: the next request is forked on request.
+  REQUIRE(wait_until([&] { return parked() && parked_worker != second.pid; }, std::chrono::seconds(10)));
+  REQUIRE(::kill(parked_worker, SIGKILL) == 0);
+  const Outcome third = spawn("5");
+  INFO(third.out << third.err << third.error);
+  CHECK(third.pid > 0);
+  CHECK(third.pid != parked_worker);
+  CHECK((WIFEXITED(third.status) && WEXITSTATUS(third.status) == 5));
+  // And the pair parked after it goes with the zygote.
+  REQUIRE(wait_until([&] { return parked() && parked_worker != third.pid; }, std::chrono::seconds(10)));
+  zygote.stop();
+  CHECK(wait_until([&] { return gone(parked_guard) && gone(parked_worker); }, std::chrono::seconds(10)));
+  work.reset();
+  io.stop();
+  loop.join();
 }
