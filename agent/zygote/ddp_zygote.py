@@ -253,9 +253,11 @@ class Zygote:
 
     def start(self, req, body, raw):
         session = int(body.get("session", fork.SESSION_SHARED))
-        self.standby_session, self.standby_due = session, time.monotonic() + STANDBY_DELAY_S
+        grouping = fork.session_class(session)
+        self.standby_session = session if grouping is not None else None
+        self.standby_due = time.monotonic() + STANDBY_DELAY_S
         sb, self.standby = self.standby, None
-        if sb is not None and sb.grouping != fork.session_class(session):
+        if sb is not None and sb.grouping != grouping:
             sb.discard()
             sb = None
         if sb is not None and sb.hand(raw, req.fds):

@@ -76,6 +76,12 @@ def wait_for_go(go_r, guard_pid):
 
 
 def session_class(session):
+    """Which standby fits a request of `session`; None: none does. A worker at
+    a terminal is forked on request: a controlling terminal is a process's
+    own, taken by its session leader (TIOCSCTTY) and inherited from it, so a
+    worker forked before that has none (no /dev/tty)."""
+    if 0 <= session <= 2:
+        return None
     return "group" if session == SESSION_SHARED else "session"
 
 
@@ -188,7 +194,7 @@ def fork_standby(session, forget_zygote):
             if line is None or len(fds) != 3:
                 os._exit(0)  # discarded, or the zygote is gone
             body = json.loads(line)
-            install_stdio(fds, int(body.get("session", SESSION_SHARED)))
+            install_stdio(fds)
             if os.waitpid(worker_pid, os.WNOHANG)[0] == worker_pid:
                 # The parked worker was killed: this request's is forked now, as without a standby.
                 worker_pid = os.fork()
