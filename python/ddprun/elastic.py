@@ -120,8 +120,13 @@ class ElasticGroup:
                 if self.slot == 0:  # one line for the job
                     io.say(f"{why}: not re-forming in process; ddprun falls back to --on_failure=restart")
                 self.enabled = False
+        self._closed = threading.Event()
         if not self.enabled:
             dist.init_process_group(backend, timeout=timeout)
+            # Destroyed at exit here too: a Gloo group left to the interpreter's
+            # teardown aborted 2 of 5 runs of the example under restart (torch 2.15:
+            # "terminate called without an active exception").
+            atexit.register(self.close)
             return
         self._reform_timeout = io.env_seconds("DDP_REFORM_TIMEOUT", 300.0)
         self._abandon_s = abandon_after_s or io.env_seconds("DDP_REFORM_ABANDON", 10.0)
@@ -149,17 +154,17 @@ class ElasticGroup:
         self._syncs = 0  # how often in that generation
         io.hook_uncaught(MembershipChanged)
         self._join(-1, list(range(int(os.environ.get("WORLD_SIZE", "1")))), time.monotonic())
-        self._closed = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="ddprun.elastic watcher", daemon=True)
         self._watcher.start()
         atexit.register(self.close)
 
     def close(self) -> None:
         """Stops the watcher and destroys the group (also at exit)."""
-        if not self.enabled or self._closed.is_set():
+        if self._closed.is_set():
             return
         self._closed.set()
-        self._watcher.join()
+        if self.enabled:
+            self._watcher.join()
         if self._dist.is_initialized():
             self._dist.destroy_process_group()
 
