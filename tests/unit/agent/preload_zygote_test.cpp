@@ -368,6 +368,7 @@ TEST_CASE(
   // A new pair is parked again. Its worker killed while parked: the next request is forked on request.
   REQUIRE(wait_until([&] { return parked() && parked_worker != second.pid; }, std::chrono::seconds(10)));
   REQUIRE(::kill(parked_worker, SIGKILL) == 0);
+  REQUIRE(wait_until([&] { return gone(parked_worker); }, std::chrono::seconds(10)));  // its socket closed
   const Outcome third = spawn("5");
   INFO(third.out << third.err << third.error);
   CHECK(third.pid > 0);
