@@ -127,7 +127,8 @@ class Standby:
                 # (socket.send_fds is Python 3.9+; the zygote runs on 3.8 too)
                 rights = (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))
                 sent = sock.sendmsg([raw[:1 << 16]], [rights])
-                sock.sendall(raw[sent:])
+                if sent < len(raw):  # (sendall of nothing still sends: EPIPE once the peer has it all)
+                    sock.sendall(raw[sent:])
             return True
         except OSError:
             self.discard()
