@@ -50,6 +50,7 @@ MAX_RECEIVING_BYTES = 64 << 20  # what they sent so far, together
 # The standby (ddp_zygote_fork.py) is forked this long after the zygote last
 # started a worker, when no request is in flight: never beside a start.
 STANDBY_DELAY_S = 0.1
+MAX_STANDBY_DEATHS = 3  # a standby that keeps dying is not forked again and again
 # What a preloaded module imports lazily on a trainer's first steps, imported
 # here too so that a forked worker does not pay it: torch 2.x imports
 # torch._dynamo the first time an optimizer is built (torch.optim's
@@ -142,6 +143,7 @@ class Zygote:
         self.standby = None  # a fork.Standby, parked for the next request
         self.standby_session = None  # the session of the last request: the next one's, likely
         self.standby_due = 0.0
+        self.standby_deaths = 0  # parked pairs that died in a row: past MAX_STANDBY_DEATHS, none more
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w)
 
@@ -177,7 +179,7 @@ class Zygote:
         """Forks the standby when it is due and nothing is in flight; returns
         only in its worker, with the request it got."""
         if (self.standby is not None or self.standby_session is None or self.receiving or self.starting
-                or time.monotonic() < self.standby_due):
+                or self.standby_deaths >= MAX_STANDBY_DEATHS or time.monotonic() < self.standby_due):
             return None
         got = fork.fork_standby(self.standby_session, self.forget_in_child)
         if isinstance(got, dict):
@@ -262,6 +264,7 @@ class Zygote:
             sb = None
         if sb is not None and sb.hand(raw, req.fds):
             guard_pid, info_r, go_w = sb.guard_pid, sb.info_r, sb.go_w
+            self.standby_deaths = 0
         else:
             info_r, info_w = os.pipe()
             go_r, go_w = os.pipe()
@@ -360,6 +363,7 @@ class Zygote:
             elif self.standby is not None and pid == self.standby.guard_pid:
                 self.standby.discard()  # killed while parked: another is forked when due
                 self.standby = None
+                self.standby_deaths += 1
 
     def requests(self):
         return list(self.receiving.values()) + list(self.starting.values()) + list(self.running.values())
