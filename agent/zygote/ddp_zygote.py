@@ -143,7 +143,7 @@ class Zygote:
         self.standby = None  # a fork.Standby, parked for the next request
         self.standby_session = None  # the session of the last request: the next one's, likely
         self.standby_due = 0.0
-        self.standby_deaths = 0  # parked pairs that died in a row: past MAX_STANDBY_DEATHS, none more
+        self.standby_deaths = 0  # parked pairs that died unused in a row: at MAX_STANDBY_DEATHS, no more
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w)
 
