@@ -4,7 +4,6 @@
 // generation in the lost slots), or, with none and the job's MIN still met,
 // the job goes on with a smaller world; else every node rejoins as before.
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <numeric>
@@ -204,10 +203,7 @@ void Agent::Impl::on_newcomer(std::int64_t round, const std::string& detail) {
   // A worker that already finished cannot join a grown generation: its
   // job is ending, and, as a finished node, it takes no new nodes (the
   // newcomer waits beside it, and ends with the job).
-  const auto& ws = group->workers();
-  if (std::any_of(ws.begin(), ws.end(), [](const Worker& w) {
-        return w.done && !w.dropped && WIFEXITED(w.wait_status) && WEXITSTATUS(w.wait_status) == 0;
-      })) {
+  if (group->succeeded() > 0) {
     log->info("{}: not admitted, this node's workers are finishing", detail);
     return;
   }

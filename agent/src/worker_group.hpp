@@ -151,6 +151,8 @@ class WorkerGroup {
   void kill_named(int local_rank, HangInfo info);
 
   int attempt() const { return attempt_; }
+  // Workers of this attempt that exited 0 while it ran.
+  int succeeded() const { return succeeded_; }
   int live() const;
   int pending_spawns() const { return pending_spawns_; }
   const std::vector<Worker>& workers() const { return workers_; }
