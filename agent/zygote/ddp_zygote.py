@@ -397,10 +397,7 @@ class Zygote:
         for other in self.requests():
             other.close_all()
         if self.standby is not None:
-            self.standby.to_guard.close()
-            self.standby.to_worker.close()
-            for fd in (self.standby.info_r, self.standby.go_w):
-                os.close(fd)
+            self.standby.close()
             self.standby = None
         os.close(self.wake_r)
         os.close(self.wake_w)

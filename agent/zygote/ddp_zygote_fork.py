@@ -137,9 +137,8 @@ class Standby:
             self.to_guard.close()
             self.to_worker.close()
 
-    def discard(self):
-        """Ends the pair: both read EOF and exit (the guard-to-be is reaped as
-        any child)."""
+    def close(self):
+        """Closes this process's ends of the pair's sockets and pipes."""
         self.to_guard.close()
         self.to_worker.close()
         for fd in (self.info_r, self.go_w):
@@ -147,6 +146,11 @@ class Standby:
                 os.close(fd)
             except OSError:
                 pass
+
+    def discard(self):
+        """Ends the pair: both read EOF and exit (the guard-to-be is reaped as
+        any child)."""
+        self.close()
         try:
             os.kill(self.guard_pid, signal.SIGKILL)
         except OSError:
