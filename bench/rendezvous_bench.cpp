@@ -148,8 +148,8 @@ class Conn {
 
 struct Shared {
   int n = 0;
-  std::string prefix;  // round prefix of this run
-  std::string rdzv;    // "/<run>/rdzv/"
+  std::string prefix;    // round prefix of this run
+  std::string rdzv;      // "/<run>/rdzv/"
   std::string excluded;  // this host's exclusion key, read at a first join
   bool list_nodes = false;
   Clock::time_point start;

@@ -373,10 +373,11 @@ DynamicHandler::Closed DynamicHandler::arrive_and_wait(std::int64_t round, std::
     if (!std::exchange(sent, true)) store_->set(record.key, record.value, record.lease);
   };
   const bool closes = index == config_.max_nodes;
-  const bool after_spare = !closes && spare_of_ && spare_of_->round == round - 1 && index >= config_.min_nodes;
+  const bool after_spare =
+      !closes && spare_of_ && spare_of_->round == round - 1 && index >= config_.min_nodes;
   if (closes || after_spare) send_record();
-  log::get("rdzv")->info("joined round run_id={} round={} arrival={} node_id={}", config_.run_id, round, index,
-                         self_.node_id);
+  log::get("rdzv")->info("joined round run_id={} round={} arrival={} node_id={}", config_.run_id, round,
+                         index, self_.node_id);
   if (closes) return close_round(round, mine);
   // Rejoining after a round this node was a member of: the round may close
   // as soon as every member still alive is back (no last call for them).

@@ -52,10 +52,12 @@ class DynamicHandler final : public detail::StoreHandler {
   // Waits for P/closed as arrival `index`; the last arrival past MIN closes the
   // round once no one else arrived for last_call_timeout.
   // `record`, when given, is this node's record, sent with the first wait.
-  Closed wait_closed(std::int64_t round, int index, const Deadline& deadline, store::BatchOp* record = nullptr);
+  Closed wait_closed(std::int64_t round, int index, const Deadline& deadline,
+                     store::BatchOp* record = nullptr);
   // Arrival `mine` of `round`: writes this node's `record` and waits for the
   // round to close (or closes it, as the last arrival).
-  Closed arrive_and_wait(std::int64_t round, std::int64_t mine, store::BatchOp record, const Deadline& deadline);
+  Closed arrive_and_wait(std::int64_t round, std::int64_t mine, store::BatchOp record,
+                         const Deadline& deadline);
   // A restart round: closes it now if its arrivals are exactly the members of
   // `prev` that are still alive and no newcomer waits (docs/rendezvous.md,
   // "Restart rounds close at once"). Safe to call from the rejoin watch's
