@@ -266,6 +266,38 @@ class ElasticGroup:
                 f"{(time.monotonic() - started) * 1e3:.1f} ms")
         return counters
 
+    # -- FSDP2: no state to broadcast (a lost rank took its shards); a checkpoint instead --
+
+    def device_mesh(self):
+        """A 1-D DeviceMesh over the current group for fully_shard ("cpu" for
+        gloo, "cuda" for nccl); build the model again on a new one after every reform()."""
+        from ._elastic_fsdp import device_mesh
+
+        return device_mesh(self.group, self._backend)
+
+    def save_checkpoint(self, directory: str, step: int, model, optimizer, counters: Optional[dict] = None):
+        """Every rank: DCP checkpoint of step `step` into directory/step-<step>/,
+        complete once rank 0 marked it (directory/latest, with `counters`).
+        A failed collective comes out as MembershipChanged, as in step()."""
+        from ._elastic_fsdp import save
+
+        with self.step():
+            save(self.group, self.rank, directory, step, model, optimizer, counters)
+
+    def load_checkpoint(self, directory: str, model, optimizer) -> Optional[dict]:
+        """Every rank: the latest complete checkpoint into `model` and
+        `optimizer` (fully_shard-ed on device_mesh()), re-sharded for this
+        world; its counters, or None when there is none."""
+        from ._elastic_fsdp import load
+
+        started = time.monotonic()
+        with self.step():
+            counters = load(self.group, self.rank, directory, model, optimizer)
+        if self.enabled:
+            io.info(f"generation {self.generation}: checkpoint {'loaded' if counters is not None else 'none'} "
+                    f"in {(time.monotonic() - started) * 1e3:.1f} ms")
+        return counters
+
     # -- below: the protocol ---------------------------------------------------------------
 
     def _changed(self, what: str) -> MembershipChanged:
