@@ -294,8 +294,9 @@ class ElasticGroup:
         with self.step():
             counters = load(self.group, self.rank, directory, model, optimizer)
         if self.enabled:
-            io.info(f"generation {self.generation}: checkpoint {'loaded' if counters is not None else 'none'} "
-                    f"in {(time.monotonic() - started) * 1e3:.1f} ms")
+            what = "loaded" if counters is not None else "none"
+            took = (time.monotonic() - started) * 1e3
+            io.info(f"generation {self.generation}: checkpoint {what} in {took:.1f} ms")
         return counters
 
     # -- below: the protocol ---------------------------------------------------------------

@@ -47,7 +47,8 @@ def parse():
     p.add_argument("--batch", type=int, default=16, help="per rank")
     p.add_argument("--samples", type=int, default=2048)
     p.add_argument("--ckpt-every", type=int, default=20, help="a checkpoint every this many steps")
-    p.add_argument("--ckpt-dir", default="", help="default: a folder of this run's in the temporary directory")
+    p.add_argument("--ckpt-dir", default="",
+                   help="default: a folder of this run's in the temporary directory")
     p.add_argument("--kill-rank", type=int, default=-1)
     p.add_argument("--kill-step", type=int, default=-1)
     p.add_argument("--step-sleep-ms", type=float, default=0.0,
@@ -59,7 +60,9 @@ def parse():
 
 
 def run_file(name):
-    return os.path.join(tempfile.gettempdir(), f"reform_fsdp_{name}.{os.environ.get('TORCHELASTIC_RUN_ID', 'x')}")
+    """This run's kill file or checkpoint folder, in the temporary directory."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "x")
+    return os.path.join(tempfile.gettempdir(), f"reform_fsdp_{name}.{run_id}")
 
 
 def replacement():
