@@ -18,8 +18,10 @@ marked "# ddprun" are what it takes, with the import.
 in its first incarnation only (as python/examples/reform_ddp.py, whose
 conventions it keeps: the kill file, the cost line of each rank's first step
 completed after the kill, with the steps done again, and rank 0's last line,
-`final loss X`). Under --on_failure=restart or torchrun the restarted workers
-load the same checkpoint. Without --ckpt-dir the checkpoints go to a folder
+`final loss X`, the last step's; the line before it is the loss over the
+whole data set, steadier when runs of different world sizes are compared).
+Under --on_failure=restart or torchrun the restarted workers load the same
+checkpoint. Without --ckpt-dir the checkpoints go to a folder
 named after the run in the temporary directory, removed at the end.
 """
 import time
@@ -135,6 +137,8 @@ def main():
             if model is None:  # after a re-form: the state of the last checkpoint, sharded anew
                 model, opt = build(eg)  # ddprun
                 state = eg.load_checkpoint(ckpt_dir, model, opt) or dict(fresh)  # ddprun
+                print(f"rank {os.environ['RANK']} pid {os.getpid()}: loaded the checkpoint of step "
+                      f"{state['step']}, rank {eg.rank} of {eg.size}", flush=True)
             sampler.set_epoch(state["epoch"], state["consumed"])
             for xb, yb in DataLoader(data, batch_size=args.batch, sampler=sampler):
                 maybe_kill(args, state["step"])
@@ -153,6 +157,8 @@ def main():
                     pending = False
                 if state["step"] % args.ckpt_every == 0 and state["step"] < args.steps:
                     eg.save_checkpoint(ckpt_dir, state["step"], model, opt, state)
+                    if eg.rank == 0:
+                        print(f"saved the checkpoint of step {state['step']}", flush=True)
                 if state["step"] == args.steps:
                     break
             else:
@@ -162,13 +168,17 @@ def main():
             pending = True
             model = opt = None  # its shards are gone with the lost rank
             eg.reform()  # ddprun
-    # The mean loss over the last step's batches of every rank, as a check.
+    # The mean loss over the last step's batches of every rank, as a check; and
+    # over the whole data set, steadier (to compare runs of different worlds).
     total = loss.detach().clone()
     dist.all_reduce(total, group=eg.group)
+    with torch.no_grad():
+        whole = torch.nn.functional.mse_loss(model(x), y).item()
     if eg.rank == 0:
         if not args.ckpt_dir:
             shutil.rmtree(ckpt_dir, ignore_errors=True)
         print(f"median step {statistics.median(step_s or [0.0]) * 1000:.1f} ms", flush=True)
+        print(f"loss over the data set {whole:.9f}", flush=True)
         print(f"final loss {total.item() / eg.size:.9f}", flush=True)
 
 

@@ -26,6 +26,10 @@ kill, the steps done again, and how many runs ended right (exit 0 and the
 final loss of a run without a kill, within 1e-6).
 
   scripts/bench/torch_reform_bench.py [--reps 5] [--python .venv/bin/python] [--modes reform,restart]
+
+--example fsdp runs python/examples/reform_fsdp.py instead (FSDP2, AdamW,
+a checkpoint every 20 steps), rank 2 killed at step 50 (10 steps done
+again); right is then the no-kill loss exactly (ddprun's modes only).
 """
 import argparse
 import os
@@ -38,7 +42,11 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.abspath(os.path.join(os.environ.get("BUILD_DIR", os.path.join(ROOT, "build")), "bin"))
-EXAMPLE = os.path.join(ROOT, "python", "examples", "reform_ddp.py")
+EXAMPLES = {  # the script, its kill step, the tolerance on the final loss
+    "ddp": (os.path.join(ROOT, "python", "examples", "reform_ddp.py"), 40, 1e-6),
+    "fsdp": (os.path.join(ROOT, "python", "examples", "reform_fsdp.py"), 50, 0.0),
+}
+EXAMPLE = EXAMPLES["ddp"][0]
 MODES = {
     "reform": ["--on_failure=reform"],
     "reform+preload": ["--on_failure=reform", "--preload", "torch"],
@@ -127,11 +135,15 @@ def main():
     ap.add_argument("--python", default=os.path.join(ROOT, ".venv", "bin", "python"))
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--log", help="append every run's output to this file")
+    ap.add_argument("--example", choices=sorted(EXAMPLES), default="ddp")
     a = ap.parse_args()
+    global EXAMPLE
+    EXAMPLE, kill_step, tolerance = EXAMPLES[a.example]
     rc, base, _, out = one("reform", a.python, [])
     if rc != 0 or base is None:
         sys.exit(f"torch_reform_bench: the run without a kill failed (exit {rc}):\n{out}")
-    print(f"no-kill final loss {base:.9f}; kill: rank 2 at step 40 of 120; {a.reps} runs per mode")
+    print(f"{os.path.basename(EXAMPLE)}: no-kill final loss {base:.9f}; kill: rank 2 at step {kill_step} "
+          f"of 120; {a.reps} runs per mode")
     print(f"lines of user code: ddprun.elastic {user_lines(EXAMPLE, '# ddprun')}, "
           f"torchft {user_lines(PEERS_TRAIN, '# torchft')}, nvrx {user_lines(PEERS_TRAIN, '# nvrx')}")
     if any(m.startswith(("torchft", "nvrx")) for m in a.modes.split(",")):
@@ -141,11 +153,11 @@ def main():
     for mode in a.modes.split(","):
         survivors, replacement, lost, right, off = [], [], [], 0, []
         for _ in range(a.reps):
-            rc, loss, costs, out = one(mode, a.python, ["--kill-rank", "2", "--kill-step", "40"])
+            rc, loss, costs, out = one(mode, a.python, ["--kill-rank", "2", "--kill-step", str(kill_step)])
             if a.log:
                 with open(a.log, "a") as f:
                     f.write(f"=== {mode} rc={rc}\n{out}\n")
-            right += rc == 0 and loss is not None and abs(loss - base) <= 1e-6
+            right += rc == 0 and loss is not None and abs(loss - base) <= tolerance
             if loss is not None:
                 off.append(loss - base)
             stayed = [float(ms) for who, ms, _ in costs if who in ("survivor", "restarted")]
