@@ -281,8 +281,12 @@ class ElasticGroup:
         A failed collective comes out as MembershipChanged, as in step()."""
         from ._elastic_fsdp import save
 
+        started = time.monotonic()
         with self.step():
             save(self.group, self.rank, directory, step, model, optimizer, counters)
+        if self.enabled:
+            io.info(f"generation {self.generation}: checkpoint of step {step} saved in "
+                    f"{(time.monotonic() - started) * 1e3:.1f} ms")
 
     def load_checkpoint(self, directory: str, model, optimizer) -> Optional[dict]:
         """Every rank: the latest complete checkpoint into `model` and

@@ -12,7 +12,7 @@ loads it at start. The steps since that checkpoint are done again, on the
 same data: with the world size unchanged the run ends at the loss of a run
 without a kill. With fewer ranks (a lost node, no spare) DCP re-shards the
 checkpoint on load and the rest of the epoch is dealt among them. The lines
-marked "# ddprun" are what it takes, with the import.
+marked "# ddprun" are what it takes (13, with the import).
 
 `--kill-rank R --kill-step S`: rank R SIGKILLs itself at the start of step S,
 in its first incarnation only (as python/examples/reform_ddp.py, whose
@@ -134,7 +134,7 @@ def main():
     step_s = []
     while state["step"] < args.steps:
         try:
-            if model is None:  # after a re-form: the state of the last checkpoint, sharded anew
+            if model is None:  # ddprun: after a re-form, the last checkpoint's state, sharded anew
                 model, opt = build(eg)  # ddprun
                 state = eg.load_checkpoint(ckpt_dir, model, opt) or dict(fresh)  # ddprun
                 print(f"rank {os.environ['RANK']} pid {os.getpid()}: loaded the checkpoint of step "
@@ -156,7 +156,7 @@ def main():
                     report(state, eg)
                     pending = False
                 if state["step"] % args.ckpt_every == 0 and state["step"] < args.steps:
-                    eg.save_checkpoint(ckpt_dir, state["step"], model, opt, state)
+                    eg.save_checkpoint(ckpt_dir, state["step"], model, opt, state)  # ddprun
                     if eg.rank == 0:
                         print(f"saved the checkpoint of step {state['step']}", flush=True)
                 if state["step"] == args.steps:
@@ -166,7 +166,7 @@ def main():
                 state["consumed"] = 0
         except elastic.MembershipChanged:  # ddprun
             pending = True
-            model = opt = None  # its shards are gone with the lost rank
+            model = opt = None  # ddprun: their shards on the lost rank are gone
             eg.reform()  # ddprun
     # The mean loss over the last step's batches of every rank, as a check; and
     # over the whole data set, steadier (to compare runs of different worlds).
