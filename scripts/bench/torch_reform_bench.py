@@ -8,6 +8,9 @@ CPU) with rank 2 SIGKILLing itself at step 40 of 120, REPS times per mode:
   reform+preload  the same with --preload torch (the replacement starts warm)
   restart         ddprun --on_failure=restart
   restart+preload ddprun --on_failure=restart --preload torch
+  reform+preload-dcp, restart+preload-dcp
+                  the same with --preload torch,torch.distributed.checkpoint,
+                  torch.distributed.fsdp (for --example fsdp)
   torchrun        the torch 2.x venv's torchrun --max_restarts=3
   torchft         torchft 0.2 (torch_peers_train.py: every rank a replica
                   group; lighthouse on 127.0.0.1 with its defaults)
@@ -52,6 +55,11 @@ MODES = {
     "reform+preload": ["--on_failure=reform", "--preload", "torch"],
     "restart": ["--on_failure=restart"],
     "restart+preload": ["--on_failure=restart", "--preload", "torch"],
+    # --example fsdp: the zygote imports what the first checkpoint load would
+    "reform+preload-dcp": ["--on_failure=reform", "--preload",
+                           "torch,torch.distributed.checkpoint,torch.distributed.fsdp"],
+    "restart+preload-dcp": ["--on_failure=restart", "--preload",
+                            "torch,torch.distributed.checkpoint,torch.distributed.fsdp"],
     "torchrun": None,
     "torchft": ["torchft"],
     "torchft-tuned": ["torchft", "--tuned"],
@@ -148,7 +156,7 @@ def main():
           f"torchft {user_lines(PEERS_TRAIN, '# torchft')}, nvrx {user_lines(PEERS_TRAIN, '# nvrx')}")
     if any(m.startswith(("torchft", "nvrx")) for m in a.modes.split(",")):
         ensure_peers(a.python)
-    print(f"{'mode':<16} {'survivors: kill -> next step':<30} {'replacement first step':<24} "
+    print(f"{'mode':<19} {'survivors: kill -> next step':<30} {'replacement first step':<24} "
           f"{'steps lost':<11} right  final loss - no-kill")
     for mode in a.modes.split(","):
         survivors, replacement, lost, right, off = [], [], [], 0, []
@@ -166,7 +174,7 @@ def main():
             replacement += [float(ms) for who, ms, _ in costs if who == "replacement"]
             lost += [int(n) for who, _, n in costs if who != "replacement"][:1]
         dev = f"{statistics.median(off):+.2e}" if off else "-"
-        print(f"{mode:<16} {fmt(survivors):<30} {fmt(replacement):<24} {fmt(lost, ''):<11} "
+        print(f"{mode:<19} {fmt(survivors):<30} {fmt(replacement):<24} {fmt(lost, ''):<11} "
               f"{right}/{a.reps}  loss {dev}", flush=True)
 
 
