@@ -50,7 +50,8 @@ def parse():
     p.add_argument("--samples", type=int, default=2048)
     p.add_argument("--ckpt-every", type=int, default=20, help="a checkpoint every this many steps")
     p.add_argument("--ckpt-dir", default="",
-                   help="default: a folder of this run's in the temporary directory")
+                   help="a run starts from its latest checkpoint if it has one (default: a folder of "
+                        "this run's in the temporary directory, removed at the end)")
     p.add_argument("--kill-rank", type=int, default=-1)
     p.add_argument("--kill-step", type=int, default=-1)
     p.add_argument("--step-sleep-ms", type=float, default=0.0,
