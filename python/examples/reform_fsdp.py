@@ -14,8 +14,9 @@ without a kill. With fewer ranks (a lost node, no spare) DCP re-shards the
 checkpoint on load and the rest of the epoch is dealt among them. The lines
 marked "# ddprun" are what it takes (13, with the import).
 
-`--kill-rank R --kill-step S`: rank R SIGKILLs itself at the start of step S,
-in its first incarnation only (as python/examples/reform_ddp.py, whose
+`--kill-rank R --kill-step S`: rank R SIGKILLs itself at the start of step S
+(with --kill-in-save: as the others save the checkpoint of step S, which
+then is not loaded), in its first incarnation only (as python/examples/reform_ddp.py, whose
 conventions it keeps: the kill file, the cost line of each rank's first step
 completed after the kill, with the steps done again, and rank 0's last line,
 `final loss X`, the last step's; the line before it is the loss over the
@@ -54,6 +55,8 @@ def parse():
                         "this run's in the temporary directory, removed at the end)")
     p.add_argument("--kill-rank", type=int, default=-1)
     p.add_argument("--kill-step", type=int, default=-1)
+    p.add_argument("--kill-in-save", action="store_true",
+                   help="kill when saving the checkpoint of --kill-step instead, while the others save it")
     p.add_argument("--step-sleep-ms", type=float, default=0.0,
                    help="sleep this long in every step (a longer run, e.g. to kill a node in it)")
     args = p.parse_args()
@@ -142,7 +145,8 @@ def main():
                       f"{state['step']}, rank {eg.rank} of {eg.size}", flush=True)
             sampler.set_epoch(state["epoch"], state["consumed"])
             for xb, yb in DataLoader(data, batch_size=args.batch, sampler=sampler):
-                maybe_kill(args, state["step"])
+                if not args.kill_in_save:
+                    maybe_kill(args, state["step"])
                 began = time.perf_counter()
                 with eg.step():  # ddprun
                     opt.zero_grad()
@@ -157,6 +161,8 @@ def main():
                     report(state, eg)
                     pending = False
                 if state["step"] % args.ckpt_every == 0 and state["step"] < args.steps:
+                    if args.kill_in_save:
+                        maybe_kill(args, state["step"])
                     eg.save_checkpoint(ckpt_dir, state["step"], model, opt, state)  # ddprun
                     if eg.rank == 0:
                         print(f"saved the checkpoint of step {state['step']}", flush=True)
