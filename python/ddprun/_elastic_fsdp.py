@@ -47,7 +47,8 @@ def _state(model, optimizer):
 
 
 def save(group, rank: int, directory: str, step: int, model, optimizer, counters: Optional[dict]) -> None:
-    """Every rank of `group`: its shards of step `step`; rank 0 then marks it complete."""
+    """Every rank of `group`: its shards of step `step`; rank 0 then marks it
+    complete, with `counters` (a JSON-able dict; {"step": step} when None)."""
     import torch.distributed.checkpoint as dcp
 
     path = _step_dir(directory, step)
@@ -57,7 +58,8 @@ def save(group, rank: int, directory: str, step: int, model, optimizer, counters
         return
     tmp = os.path.join(directory, f".{LATEST}.{os.getpid()}")
     with open(tmp, "w") as f:
-        json.dump({"step": step, "path": os.path.basename(path), "counters": counters}, f)
+        json.dump({"step": step, "path": os.path.basename(path),
+                   "counters": counters if counters is not None else {"step": step}}, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(directory, LATEST))

@@ -277,7 +277,8 @@ class ElasticGroup:
 
     def save_checkpoint(self, directory: str, step: int, model, optimizer, counters: Optional[dict] = None):
         """Every rank: DCP checkpoint of step `step` into directory/step-<step>/,
-        complete once rank 0 marked it (directory/latest, with `counters`).
+        complete once rank 0 marked it (directory/latest, with `counters`, a
+        JSON-able dict; {"step": step} when None).
         A failed collective comes out as MembershipChanged, as in step()."""
         from ._elastic_fsdp import save
 
