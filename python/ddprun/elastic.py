@@ -18,6 +18,10 @@ example is python/examples/reform_ddp.py):
             counters = eg.sync_state(model, opt, counters)
             ddp = eg.ddp(model)                      # and set_epoch(epoch, consumed) again
 
+FSDP2 (python/examples/reform_fsdp.py): a lost rank's shards are gone, so
+after reform() the model is built again and fully_shard-ed on device_mesh(),
+and load_checkpoint() loads the last complete save_checkpoint() (DCP).
+
 Without DDP_REFORM=1 (torchrun, ddprun --on_failure=restart) it is a plain
 process group. With a torch that lacks what a re-form needs (torch 1.x) it
 says so in one line and stays plain, so the agent falls back to restart.

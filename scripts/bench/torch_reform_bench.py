@@ -141,12 +141,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--python", default=os.path.join(ROOT, ".venv", "bin", "python"))
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", help="default: every mode but the -dcp ones (--example fsdp: ddprun's only)")
     ap.add_argument("--log", help="append every run's output to this file")
     ap.add_argument("--example", choices=sorted(EXAMPLES), default="ddp")
     a = ap.parse_args()
     global EXAMPLE
     EXAMPLE, kill_step, tolerance = EXAMPLES[a.example]
+    if not a.modes:
+        ours = [m for m in MODES if m.startswith(("reform", "restart"))]
+        a.modes = ",".join(ours if a.example == "fsdp" else [m for m in MODES if "-dcp" not in m])
     rc, base, _, out = one("reform", a.python, [])
     if rc != 0 or base is None:
         sys.exit(f"torch_reform_bench: the run without a kill failed (exit {rc}):\n{out}")
