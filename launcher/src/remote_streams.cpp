@@ -41,6 +41,11 @@ std::string channel_line(std::string_view channel, std::string_view payload) {
   return out;
 }
 
+std::string start_mark_command() {
+  // printf's octal escapes, in single quotes: every POSIX shell's printf.
+  return "printf '\\036ddprun:" + std::string(kStartChannel) + "\\037\\n'";
+}
+
 void ChannelSplitter::feed(std::string_view bytes) {
   for (char c : bytes) {
     if (c == '\r') continue;  // the remote terminal's "\r\n"

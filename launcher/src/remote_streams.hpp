@@ -18,10 +18,18 @@
 
 namespace ddp::launcher {
 
-// The channels: stderr lines, and the failure cause the remote agent reports
-// last when its job failed ("rank R on HOST: HOW (WHY)").
+// The channels: stderr lines, the failure cause the remote agent reports
+// last when its job failed ("rank R on HOST: HOW (WHY)"), and the start of
+// the launcher's own command on the host: what came before it is the host's
+// login shell's (a ~/.bashrc that prints), which goes to stderr.
 inline constexpr std::string_view kStderrChannel = "stderr";
 inline constexpr std::string_view kCauseChannel = "cause";
+inline constexpr std::string_view kStartChannel = "start";
+
+// The shell command that writes the start mark (an empty line on
+// kStartChannel), for the front of the remote command: the host's shell runs
+// it, so it does not depend on the remote ddprun's version.
+std::string start_mark_command();
 
 // One tagged line: mark, channel, payload, '\n'. `payload` holds no '\n'.
 std::string channel_line(std::string_view channel, std::string_view payload);

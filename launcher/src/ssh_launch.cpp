@@ -92,16 +92,22 @@ void read_to_end(int fd, ChannelSplitter& splitter) {
   ::close(fd);
 }
 
-// The remote terminal: the remote stdout, its tagged stderr and failure cause.
+// The remote terminal: the remote stdout, its tagged stderr and failure
+// cause. Untagged lines before the start mark are the login shell's: stderr.
 void relay_terminal(int fd, Host& h, std::mutex& mu) {
   const std::string prefix = h.spec.name + ": ";
+  bool started = false;
   ChannelSplitter splitter([&](std::string_view channel, const std::string& line) {
     if (channel == kCauseChannel) {
       h.failure = line;
       return;
     }
+    if (channel == kStartChannel) {
+      started = true;
+      return;
+    }
     if (!channel.empty() && line.rfind(kErrorPrefix, 0) == 0) h.error = line.substr(kErrorPrefix.size());
-    emit(mu, channel.empty() ? "" : kStderrChannel, prefix, line);
+    emit(mu, channel.empty() && started ? "" : kStderrChannel, prefix, line);
   });
   read_to_end(fd, splitter);
 }
@@ -205,8 +211,8 @@ std::string shell_quote(const std::string& word) {
 std::string remote_command(const std::string& cwd, const std::map<std::string, std::string>& forwarded_env,
                            const std::vector<std::string>& argv) {
   // append(), not operator+: GCC 12 warns on the latter here (-Wrestrict, a false positive).
-  std::string cmd = "cd ";
-  cmd.append(shell_quote(cwd)).append(" && exec env");
+  std::string cmd = start_mark_command();
+  cmd.append("; cd ").append(shell_quote(cwd)).append(" && exec env");
   for (const auto& [k, v] : forwarded_env) cmd.append(" ").append(shell_quote(k + "=" + v));
   for (const auto& a : argv) cmd.append(" ").append(shell_quote(a));
   return cmd;

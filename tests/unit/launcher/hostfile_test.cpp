@@ -56,8 +56,10 @@ TEST_CASE("the hosts flag takes names with optional slots") {
 
 TEST_CASE("the remote command quotes every word for the remote shell") {
   CHECK(shell_quote("it's") == "'it'\\''s'");
-  CHECK(remote_command("/work dir", {{"NCCL_DEBUG", "INFO"}}, {"/bin/ddprun", "a b", "$HOME"}) ==
-        "cd '/work dir' && exec env 'NCCL_DEBUG=INFO' '/bin/ddprun' 'a b' '$HOME'");
+  CHECK(
+      remote_command("/work dir", {{"NCCL_DEBUG", "INFO"}}, {"/bin/ddprun", "a b", "$HOME"}) ==
+      "printf '\\036ddprun:start\\037\\n'; cd '/work dir' && exec env 'NCCL_DEBUG=INFO' '/bin/ddprun' 'a b' "
+      "'$HOME'");
 }
 
 TEST_CASE("each host gets the user's flags and program without the ones --hosts replaces") {
