@@ -89,6 +89,23 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// What a run with rank 2 SIGKILLed and replaced shows: the agent's line, no
+// fallback, ranks 0, 1 and 3 in their first processes (each reporting the
+// kill's cost as a survivor) and rank 2's second process as the replacement.
+void check_rank2_replaced(const std::string& all) {
+  CHECK_THAT(all, Catch::Contains("reform: rank 2 lost (signal SIGKILL); starting a replacement (1/3)"));
+  CHECK_THAT(all, !Catch::Contains("falling back") && !Catch::Contains("restarting workers"));
+  const auto pids = started(all);
+  REQUIRE(pids.size() == 4);
+  for (int rank : {0, 1, 3}) {
+    REQUIRE(pids.at(rank).size() == 1);
+    CHECK_THAT(all, Catch::Contains("rank " + std::to_string(rank) + " pid " + pids.at(rank)[0] +
+                                    " (survivor): kill to next completed step"));
+  }
+  REQUIRE(pids.at(2).size() == 2);
+  CHECK_THAT(all, Catch::Contains("rank 2 pid " + pids.at(2)[1] + " (replacement)"));
+}
+
 // Two nodes of 2 torch ranks each (c10d, --nnodes=1:2) on a daemon, and with
 // `spare` a third node waiting as a hot spare; kill -9 of the second node's
 // agent once every rank has started. The outputs of the nodes left.
@@ -213,18 +230,7 @@ TEST_CASE("torch re-form: a SIGKILLed rank is replaced, the others keep their pi
   const auto kill = reform_run({"--kill-rank", "2", "--kill-step", "40"});
   INFO("kill:\n" << kill.all);
   REQUIRE(kill.r.code == 0);
-  CHECK_THAT(kill.all, Catch::Contains("reform: rank 2 lost (signal SIGKILL); starting a replacement (1/3)"));
-  CHECK_THAT(kill.all, !Catch::Contains("falling back"));
-  const auto pids = started(kill.all);
-  REQUIRE(pids.size() == 4);
-  for (int rank : {0, 1, 3}) {
-    // One process for the whole run, the one that reports the re-form.
-    REQUIRE(pids.at(rank).size() == 1);
-    CHECK_THAT(kill.all, Catch::Contains("rank " + std::to_string(rank) + " pid " + pids.at(rank)[0] +
-                                         " (survivor): kill to next completed step"));
-  }
-  REQUIRE(pids.at(2).size() == 2);
-  CHECK_THAT(kill.all, Catch::Contains("rank 2 pid " + pids.at(2)[1] + " (replacement)"));
+  check_rank2_replaced(kill.all);
   CHECK_THAT(kill.all, Catch::Contains("steps lost 0"));
   const double a = final_loss(base.all), b = final_loss(kill.all);
   CHECK(a > 0);
@@ -298,18 +304,7 @@ TEST_CASE("torch re-form: FSDP, a SIGKILLed rank is replaced, the others reload 
                  "reform_fsdp.py");
   INFO("kill:\n" << kill.all);
   REQUIRE(kill.r.code == 0);
-  CHECK_THAT(kill.all, Catch::Contains("reform: rank 2 lost (signal SIGKILL); starting a replacement (1/3)"));
-  CHECK_THAT(kill.all, !Catch::Contains("falling back") && !Catch::Contains("restarting workers"));
-  const auto pids = started(kill.all);
-  REQUIRE(pids.size() == 4);
-  for (int rank : {0, 1, 3}) {
-    // One process for the whole run; the steps since the checkpoint of step 40 are done again.
-    REQUIRE(pids.at(rank).size() == 1);
-    CHECK_THAT(kill.all, Catch::Contains("rank " + std::to_string(rank) + " pid " + pids.at(rank)[0] +
-                                         " (survivor): kill to next completed step"));
-  }
-  REQUIRE(pids.at(2).size() == 2);
-  CHECK_THAT(kill.all, Catch::Contains("rank 2 pid " + pids.at(2)[1] + " (replacement)"));
+  check_rank2_replaced(kill.all);  // the steps since the checkpoint of step 40 are done again
   CHECK(count(kill.all, "steps lost 10;") == 4);
   const double a = final_loss(base.all), b = final_loss(kill.all);
   CHECK(a > 0);
