@@ -1,5 +1,6 @@
 #include "keys.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -22,14 +23,9 @@ std::string encode_node(const NodeSpec& node) {
   return j.dump();
 }
 
-NodeSpec decode_node(std::string_view text, const std::string& key) {
-  nlohmann::json j;
-  try {
-    j = parse_json(text, json_input::kRendezvousRecord);
-  } catch (const JsonError& e) {
-    if (e.kind() != JsonError::Kind::kMalformed)
-      throw InternalError("rendezvous record " + key + " " + e.what());
-  }
+namespace {
+
+NodeSpec node_of(const nlohmann::json& j, const std::string& key) {
   if (!j.is_object() || !j.contains("id") || !j.contains("host") || !j.contains("nproc") ||
       !j["id"].is_string() || !j["host"].is_string() || !j["nproc"].is_number_integer()) {
     throw InternalError("rendezvous record " + key + " is not a node record");
@@ -39,6 +35,38 @@ NodeSpec decode_node(std::string_view text, const std::string& key) {
   n.host = j["host"].get<std::string>();
   n.local_world_size = j["nproc"].get<int>();
   return n;
+}
+
+nlohmann::json parse_record(std::string_view text, const std::string& key) {
+  nlohmann::json j;
+  try {
+    j = parse_json(text, json_input::kRendezvousRecord);
+  } catch (const JsonError& e) {
+    if (e.kind() != JsonError::Kind::kMalformed)
+      throw InternalError("rendezvous record " + key + " " + e.what());
+  }
+  return j;
+}
+
+}  // namespace
+
+NodeSpec decode_node(std::string_view text, const std::string& key) {
+  return node_of(parse_record(text, key), key);
+}
+
+std::string encode_offer(const NodeSpec& node, int rank_offset) {
+  nlohmann::json j = {{"id", node.node_id}, {"host", node.host}, {"nproc", node.local_world_size}};
+  if (rank_offset >= 0) j["offset"] = rank_offset;
+  return j.dump();
+}
+
+Offer decode_offer(std::string_view text, const std::string& key) {
+  const nlohmann::json j = parse_record(text, key);
+  Offer o;
+  o.node = node_of(j, key);
+  if (j.contains("offset") && j["offset"].is_number_integer())
+    o.rank_offset = std::max(-1, j["offset"].get<int>());
+  return o;
 }
 
 std::string seconds_text(std::chrono::milliseconds ms) {
