@@ -1,7 +1,7 @@
 #include "keys.hpp"
 
-#include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "ddp/common/error.hpp"
@@ -64,8 +64,11 @@ Offer decode_offer(std::string_view text, const std::string& key) {
   const nlohmann::json j = parse_record(text, key);
   Offer o;
   o.node = node_of(j, key);
-  if (j.contains("offset") && j["offset"].is_number_integer())
-    o.rank_offset = std::max(-1, j["offset"].get<int>());
+  // Anything but a rank offset a job can have reads as unknown.
+  if (j.contains("offset") && j["offset"].is_number_integer()) {
+    const auto offset = j["offset"].get<std::int64_t>();
+    if (offset >= 0 && offset <= std::numeric_limits<int>::max()) o.rank_offset = static_cast<int>(offset);
+  }
   return o;
 }
 
