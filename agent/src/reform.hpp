@@ -127,6 +127,7 @@ class Reform {
   std::string stop_line_;
   int nodes_given_up_ = 0;
   std::int64_t workers_given_up_ = 0;
+  std::int64_t min_workers_ = 0;  // the minimum of the last lose(), for stop_line()
   // A write to `round`'s workers' store: where, and under which R.
   ReformStore::Loss writes_to(const rdzv::RendezvousResult& round) const;
   std::unique_ptr<ReformStore> store_;  // with --on_failure=reform only
