@@ -35,7 +35,8 @@ struct MixedJob {
   LocalDaemon daemon{dir};
   std::optional<Process> a, c, b;  // group ranks 0, 1, 2: 2, 2 and 1 workers
   std::set<std::string> before;    // a's and c's worker pids
-  MixedJob() {
+  std::string nnodes;
+  explicit MixedJob(std::string nn = "3:3") : nnodes(std::move(nn)) {
     REQUIRE(daemon.port > 0);
     start(a, "nodea", 2);
     start(c, "nodec", 2);
@@ -46,12 +47,12 @@ struct MixedJob {
     REQUIRE_THAT(b->out(), Catch::Contains("start: rank 4 of 5"));
   }
   void start(std::optional<Process>& p, const std::string& name, int nproc) {
-    p.emplace(node(dir, daemon, name, "3:3", "30", nproc), dir.path(), info_env(), name);
+    p.emplace(node(dir, daemon, name, nnodes, "30", nproc), dir.path(), info_env(), name);
     REQUIRE(wait_until([&] { return count(p->err(), "joined round") > 0; }, 30s));
   }
   // A fourth node, a hot spare (the round has MAX nodes) of `nproc` workers.
   Process& spare(int nproc) {
-    s.emplace(node(dir, daemon, "nodes", "3:3", "30", nproc), dir.path(), info_env(), "nodes");
+    s.emplace(node(dir, daemon, "nodes", nnodes, "30", nproc), dir.path(), info_env(), "nodes");
     REQUIRE(wait_until([&] { return count(s->err(), "hot spare") > 0; }, 30s));
     return *s;
   }
@@ -163,4 +164,31 @@ TEST_CASE(
   // The next round: a, b and the spare, 4 workers, the spare's one among them.
   CHECK_THAT(s.out(), Catch::Contains(" of 4"));
   CHECK(std::isfinite(final_loss(job.a->out() + job.b->out() + s.out())));
+}
+
+TEST_CASE(
+    "reform: with --nnodes=2:3 and nodes of 2, 2 and 1 workers, a lost 2-worker node leaves 2 nodes that go "
+    "on "
+    "with 3 workers") {
+  // The workers' minimum is MIN x the smallest count (2 x 1), whichever node decides.
+  MixedJob job("2:3");
+  Process& a = *job.a;
+  Process& b = *job.b;
+  job.c->signal(SIGKILL);  // group rank 1, ranks 2-3
+  CHECK(job.c->wait(10s).has_value());
+  const auto ca = a.wait(90s), cb = b.wait(90s);
+  INFO("a:\n" << a.err() << a.out() << "b:\n" << b.err() << b.out());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  // No worker started again: a's two and b's one kept their processes.
+  CHECK(count(a.out(), " start: rank") == 2);
+  CHECK(count(b.out(), " start: rank") == 1);
+  CHECK_THAT(a.err() + b.err(), !Catch::Contains("every node rejoins") && !Catch::Contains("restarting"));
+  CHECK_THAT(
+      a.err() + b.err(),
+      Catch::Contains("(group rank 1) lost; no hot spare: the job goes on without ranks 2-3, world size 3"));
+  CHECK_THAT(a.out() + b.out(),
+             Catch::Contains("re-form: generation 1, world 3 (lost slots 2,3, new slots -)"));
+  CHECK_THAT(a.out() + b.out(), Catch::Contains("1 re-forms, 0 restarts"));
+  CHECK(std::isfinite(final_loss(a.out() + b.out())));
 }
