@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench_cli.hpp"
+#include "ddp/store/job_keys.hpp"
 #include "ddp/store/protocol.hpp"
 #include "echo_floor.hpp"
 #include "sim_clients.hpp"
@@ -147,8 +148,9 @@ class Conn {
 
 struct Shared {
   int n = 0;
-  std::string prefix;  // round prefix of this run
-  std::string rdzv;    // "/<run>/rdzv/"
+  std::string prefix;    // round prefix of this run
+  std::string rdzv;      // "/<run>/rdzv/"
+  std::string excluded;  // this host's exclusion key, read at a first join
   bool list_nodes = false;
   Clock::time_point start;
   Clock::time_point last_connected;
@@ -200,6 +202,19 @@ awaitable<std::int64_t> wait_and_list(Conn& c, const std::string& prefix, int n,
   const auto r = co_await c.call(Op::kList, 0, 0, vec(prefix + "node/"), vec());
   check(r, (what + " list").c_str());
   co_return r.revision;
+}
+
+// DynamicHandler::arrive_and_wait of an arrival that does not close: its
+// record and the wait for the close in one write. Returns the close's answer.
+awaitable<store::Response> set_and_wait_closed(Conn& c, std::int64_t lease, const std::string& record_key,
+                                               const std::string& record, const std::string& prefix) {
+  const auto set_id = c.queue(Op::kSet, lease, 0, vec(record_key), vec(record));
+  const auto get_id = c.queue(Op::kGet, 0, 60000, vec(prefix + "closed"), vec());
+  co_await c.flush();
+  check(co_await c.answer(set_id), "set record");
+  auto r = co_await c.answer(get_id);
+  check(r, "get closed");
+  co_return r;
 }
 
 // start_round: the watches of round `prefix`'s nodes and control keys from
@@ -264,10 +279,11 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
   r = co_await c.answer(add_id);
   check(r, "add");
   const int index = static_cast<int>(r.num >> 32);
-  r = co_await c.call(Op::kSet, lease, 0, vec(s.prefix1 + "node/" + std::to_string(index - 1)), vec(record));
-  check(r, "set record");
-  s.restart_arrived = std::max(s.restart_arrived, Clock::now());
+  const auto record_key = s.prefix1 + "node/" + std::to_string(index - 1);
   if (index == s.n) {
+    r = co_await c.call(Op::kSet, lease, 0, vec(record_key), vec(record));
+    check(r, "set record");
+    s.restart_arrived = std::max(s.restart_arrived, Clock::now());
     // try_close_early: no newcomer waited, the n arrivals' records, both
     // listings, close_listing, the decision.
     r = co_await c.call(Op::kTryGet, 0, 0, vec(s.prefix + "ctl/waiting"), vec());
@@ -282,9 +298,12 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
     r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.prefix1 + "closed"), vec("", value));
     check(r, "close early");
     s.early_closer = "arrival " + std::to_string(index);
+    r = co_await c.call(Op::kGet, 0, 60000, vec(s.prefix1 + "closed"), vec());
+    check(r, "get closed");
+  } else {
+    s.restart_arrived = std::max(s.restart_arrived, Clock::now());
+    r = co_await set_and_wait_closed(c, lease, record_key, record, s.prefix1);
   }
-  r = co_await c.call(Op::kGet, 0, 60000, vec(s.prefix1 + "closed"), vec());
-  check(r, "get closed");
   s.restart_closed = std::max(s.restart_closed, Clock::now());
   std::istringstream in(r.items.at(0).value);
   long count = 0, workers = 0, listed = 0;
@@ -319,13 +338,18 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     // --restart: an elastic job below MAX, where round 1 would wait the last call.
     const std::string nn =
         s.restart ? "1:" + std::to_string(2 * s.n) : std::to_string(s.n) + ":" + std::to_string(s.n);
-    auto r = co_await c.call(Op::kMultiGet, 0, 0, vec(s.rdzv + "round", s.rdzv + "closed"), vec());
-    check(r, "multi_get");
-    r = co_await c.call(Op::kCompareSet, 0, 0, vec(s.rdzv + "nnodes"), vec("", nn));
-    check(r, "compare_set nnodes");
+    // round_to_join's reads, with check_job_config and the lease grant: one write.
+    c.queue(Op::kTryGet, 0, 0, vec(s.rdzv + "round"), vec());
+    c.queue(Op::kTryGet, 0, 0, vec(s.rdzv + "closed"), vec());
+    c.queue(Op::kTryGet, 0, 0, vec(s.excluded), vec());
+    const auto nnodes_id = c.queue(Op::kCompareSet, 0, 0, vec(s.rdzv + "nnodes"), vec("", nn));
     // Simulated agents send no keepalives: a TTL far past any run keeps their
     // records (10,000 expiring at once would each be sent to 10,000 watches).
-    r = co_await c.call(Op::kLeaseGrant, 0, 600000, vec(), vec());
+    const auto lease_id = c.queue(Op::kLeaseGrant, 0, 600000, vec(), vec());
+    co_await c.flush();
+    auto r = co_await c.answer(nnodes_id);
+    check(r, "compare_set nnodes");
+    r = co_await c.answer(lease_id);
     check(r, "lease_grant");
     const std::int64_t lease = r.num;
     r = co_await c.call(Op::kAdd, 0, (std::int64_t{1} << 32) | 1, vec(s.prefix + "seq"), vec());
@@ -333,10 +357,11 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     const int index = static_cast<int>(r.num >> 32);
     const std::string record =
         "{\"host\":\"127.0.0.1\",\"id\":\"sim_" + std::to_string(id) + "\",\"nproc\":1}";
-    r = co_await c.call(Op::kSet, lease, 0, vec(s.prefix + "node/" + std::to_string(index - 1)), vec(record));
-    check(r, "set record");
+    const auto record_key = s.prefix + "node/" + std::to_string(index - 1);
     std::string closed;
     if (index == s.n) {
+      r = co_await c.call(Op::kSet, lease, 0, vec(record_key), vec(record));
+      check(r, "set record");
       // The closer: wait for every record, list them, publish the decision.
       const auto rev = co_await wait_and_list(c, s.prefix, s.n, "closer");
       r = co_await c.call(Op::kTryGet, 0, 0, vec(s.prefix + "ctl/waiting"), vec());  // close_listing
@@ -345,8 +370,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
       check(r, "close");
       closed = r.items.at(0).value;
     } else {
-      r = co_await c.call(Op::kGet, 0, 60000, vec(s.prefix + "closed"), vec());
-      check(r, "get closed");
+      r = co_await set_and_wait_closed(c, lease, record_key, record, s.prefix);
       closed = r.items.at(0).value;
     }
     s.last_closed = std::max(s.last_closed, Clock::now());
@@ -417,6 +441,7 @@ void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   s.n = n;
   const std::string run = "bench_" + std::to_string(::getpid()) + "_" + std::to_string(seq);
   s.rdzv = "/" + run + "/rdzv/";
+  s.excluded = store::keys::excluded_key(run, "127.0.0.1");
   s.prefix = s.rdzv + "round_0/";
   s.list_nodes = o.list_nodes;
   s.restart = o.restart;

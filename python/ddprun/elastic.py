@@ -18,6 +18,10 @@ example is python/examples/reform_ddp.py):
             counters = eg.sync_state(model, opt, counters)
             ddp = eg.ddp(model)                      # and set_epoch(epoch, consumed) again
 
+FSDP2 (python/examples/reform_fsdp.py): a lost rank's shards are gone, so
+after reform() the model is built again and fully_shard-ed on device_mesh(),
+and load_checkpoint() loads the last complete save_checkpoint() (DCP).
+
 Without DDP_REFORM=1 (torchrun, ddprun --on_failure=restart) it is a plain
 process group. With a torch that lacks what a re-form needs (torch 1.x) it
 says so in one line and stays plain, so the agent falls back to restart.
@@ -264,6 +268,44 @@ class ElasticGroup:
         self._synced, self._syncs = self.generation, seq + 1
         io.info(f"generation {self.generation}: state from rank {self.info.state_root} in "
                 f"{(time.monotonic() - started) * 1e3:.1f} ms")
+        return counters
+
+    # -- FSDP2: no state to broadcast (a lost rank took its shards); a checkpoint instead --
+
+    def device_mesh(self):
+        """A 1-D DeviceMesh over the current group for fully_shard ("cpu" for
+        gloo, "cuda" for nccl); build the model again on a new one after every reform()."""
+        from ._elastic_fsdp import device_mesh
+
+        return device_mesh(self.group, self._backend)
+
+    def save_checkpoint(self, directory: str, step: int, model, optimizer, counters: Optional[dict] = None):
+        """Every rank: DCP checkpoint of step `step` into directory/step-<step>/,
+        complete once rank 0 marked it (directory/latest, with `counters`, a
+        JSON-able dict; {"step": step} when None).
+        A failed collective comes out as MembershipChanged, as in step()."""
+        from ._elastic_fsdp import save
+
+        started = time.monotonic()
+        with self.step():
+            save(self.group, self.rank, directory, step, model, optimizer, counters)
+        if self.enabled:
+            io.info(f"generation {self.generation}: checkpoint of step {step} saved in "
+                    f"{(time.monotonic() - started) * 1e3:.1f} ms")
+
+    def load_checkpoint(self, directory: str, model, optimizer) -> Optional[dict]:
+        """Every rank: the latest complete checkpoint into `model` and
+        `optimizer` (fully_shard-ed on device_mesh()), re-sharded for this
+        world; its counters, or None when there is none."""
+        from ._elastic_fsdp import load
+
+        started = time.monotonic()
+        with self.step():
+            counters = load(self.group, self.rank, directory, model, optimizer)
+        if self.enabled:
+            what = "loaded" if counters is not None else "none"
+            took = (time.monotonic() - started) * 1e3
+            io.info(f"generation {self.generation}: checkpoint {what} in {took:.1f} ms")
         return counters
 
     # -- below: the protocol ---------------------------------------------------------------

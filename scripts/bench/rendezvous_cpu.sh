@@ -4,8 +4,10 @@
 # binary in turn, a fresh daemon and `ddp-bench rendezvous --agents N --restart
 # --daemon-pid PID --floor`; prints every run's figures, then per binary the
 # median per agent (first round, restart round and closes) and per request,
-# beside the median echo floor of the same runs.
-# Usage: BUILD_DIR=build scripts/bench/rendezvous_cpu.sh N REPS DAEMON [DAEMON ...]
+# beside the median echo floor of the same runs. DAEMON@BENCH runs that
+# daemon with that ddp-bench (a change of the agents' requests; the bench
+# sends what DynamicHandler sends), else BUILD_DIR's ddp-bench.
+# Usage: BUILD_DIR=build scripts/bench/rendezvous_cpu.sh N REPS DAEMON[@BENCH] [DAEMON[@BENCH] ...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${BUILD_DIR:-build}/bin
@@ -16,12 +18,14 @@ echo "# BUILD_DIR=${BUILD_DIR:-build} scripts/bench/rendezvous_cpu.sh $n $reps $
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
 for ((r = 1; r <= reps; r++)); do
-  for daemon in "$@"; do
+  for entry in "$@"; do
+    daemon=${entry%%@*} bench=$B/ddp-bench
+    [[ $entry == *@* ]] && bench=${entry#*@}
     d=$(mktemp -d "${TMPDIR:-/tmp}/rdzv-cpu.XXXXXX")
     "$daemon" --host 127.0.0.1 --port 0 --port-file "$d/p" --log-level warn &
     pid=$!
     while [[ ! -s $d/p ]]; do sleep 0.05; done
-    out=$("$B/ddp-bench" rendezvous --endpoint "127.0.0.1:$(cat "$d/p")" --agents "$n" --restart --daemon-pid "$pid" --floor)
+    out=$("$bench" rendezvous --endpoint "127.0.0.1:$(cat "$d/p")" --agents "$n" --restart --daemon-pid "$pid" --floor)
     kill "$pid"
     wait "$pid" || true
     rm -rf "$d"
@@ -32,12 +36,12 @@ for ((r = 1; r <= reps; r++)); do
                 /per request:/ { x = $4; y = $8; z = $11 } END { print f, r, e, x, y, z }' <<<"$out")
     if [[ $(wc -w <<<"$line") -ne 6 ]]; then
       echo "$out" >&2
-      echo "rendezvous_cpu.sh: no figures from ddp-bench for $daemon (above)" >&2
+      echo "rendezvous_cpu.sh: no figures from $bench for $daemon (above)" >&2
       exit 1
     fi
-    echo "$daemon $line" >>"$rows"
+    echo "$entry $line" >>"$rows"
     read -r f rr e x y z <<<"$line"
-    echo "#   run $r $daemon: first $f µs/agent, restart $rr µs/agent, echo floor $e µs/agent; per request $x µs, floor $y µs, ratio $z"
+    echo "#   run $r $entry: first $f µs/agent, restart $rr µs/agent, echo floor $e µs/agent; per request $x µs, floor $y µs, ratio $z"
   done
 done
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

@@ -8,6 +8,9 @@ CPU) with rank 2 SIGKILLing itself at step 40 of 120, REPS times per mode:
   reform+preload  the same with --preload torch (the replacement starts warm)
   restart         ddprun --on_failure=restart
   restart+preload ddprun --on_failure=restart --preload torch
+  reform+preload-dcp, restart+preload-dcp
+                  the same with --preload torch,torch.distributed.checkpoint,
+                  torch.distributed.fsdp (for --example fsdp)
   torchrun        the torch 2.x venv's torchrun --max_restarts=3
   torchft         torchft 0.2 (torch_peers_train.py: every rank a replica
                   group; lighthouse on 127.0.0.1 with its defaults)
@@ -26,6 +29,10 @@ kill, the steps done again, and how many runs ended right (exit 0 and the
 final loss of a run without a kill, within 1e-6).
 
   scripts/bench/torch_reform_bench.py [--reps 5] [--python .venv/bin/python] [--modes reform,restart]
+
+--example fsdp runs python/examples/reform_fsdp.py instead (FSDP2, AdamW,
+a checkpoint every 20 steps), rank 2 killed at step 50 (10 steps done
+again); right is then the no-kill loss exactly (ddprun's modes only).
 """
 import argparse
 import os
@@ -38,12 +45,21 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.abspath(os.path.join(os.environ.get("BUILD_DIR", os.path.join(ROOT, "build")), "bin"))
-EXAMPLE = os.path.join(ROOT, "python", "examples", "reform_ddp.py")
+EXAMPLES = {  # the script, its kill step, the tolerance on the final loss
+    "ddp": (os.path.join(ROOT, "python", "examples", "reform_ddp.py"), 40, 1e-6),
+    "fsdp": (os.path.join(ROOT, "python", "examples", "reform_fsdp.py"), 50, 0.0),
+}
+EXAMPLE = EXAMPLES["ddp"][0]
 MODES = {
     "reform": ["--on_failure=reform"],
     "reform+preload": ["--on_failure=reform", "--preload", "torch"],
     "restart": ["--on_failure=restart"],
     "restart+preload": ["--on_failure=restart", "--preload", "torch"],
+    # --example fsdp: the zygote imports what the first checkpoint load would
+    "reform+preload-dcp": ["--on_failure=reform", "--preload",
+                           "torch,torch.distributed.checkpoint,torch.distributed.fsdp"],
+    "restart+preload-dcp": ["--on_failure=restart", "--preload",
+                            "torch,torch.distributed.checkpoint,torch.distributed.fsdp"],
     "torchrun": None,
     "torchft": ["torchft"],
     "torchft-tuned": ["torchft", "--tuned"],
@@ -125,27 +141,34 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--python", default=os.path.join(ROOT, ".venv", "bin", "python"))
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", help="default: every mode but the -dcp ones (--example fsdp: ddprun's only)")
     ap.add_argument("--log", help="append every run's output to this file")
+    ap.add_argument("--example", choices=sorted(EXAMPLES), default="ddp")
     a = ap.parse_args()
+    global EXAMPLE
+    EXAMPLE, kill_step, tolerance = EXAMPLES[a.example]
+    if not a.modes:
+        ours = [m for m in MODES if m.startswith(("reform", "restart"))]
+        a.modes = ",".join(ours if a.example == "fsdp" else [m for m in MODES if "-dcp" not in m])
     rc, base, _, out = one("reform", a.python, [])
     if rc != 0 or base is None:
         sys.exit(f"torch_reform_bench: the run without a kill failed (exit {rc}):\n{out}")
-    print(f"no-kill final loss {base:.9f}; kill: rank 2 at step 40 of 120; {a.reps} runs per mode")
+    print(f"{os.path.basename(EXAMPLE)}: no-kill final loss {base:.9f}; kill: rank 2 at step {kill_step} "
+          f"of 120; {a.reps} runs per mode")
     print(f"lines of user code: ddprun.elastic {user_lines(EXAMPLE, '# ddprun')}, "
           f"torchft {user_lines(PEERS_TRAIN, '# torchft')}, nvrx {user_lines(PEERS_TRAIN, '# nvrx')}")
     if any(m.startswith(("torchft", "nvrx")) for m in a.modes.split(",")):
         ensure_peers(a.python)
-    print(f"{'mode':<16} {'survivors: kill -> next step':<30} {'replacement first step':<24} "
+    print(f"{'mode':<19} {'survivors: kill -> next step':<30} {'replacement first step':<24} "
           f"{'steps lost':<11} right  final loss - no-kill")
     for mode in a.modes.split(","):
         survivors, replacement, lost, right, off = [], [], [], 0, []
         for _ in range(a.reps):
-            rc, loss, costs, out = one(mode, a.python, ["--kill-rank", "2", "--kill-step", "40"])
+            rc, loss, costs, out = one(mode, a.python, ["--kill-rank", "2", "--kill-step", str(kill_step)])
             if a.log:
                 with open(a.log, "a") as f:
                     f.write(f"=== {mode} rc={rc}\n{out}\n")
-            right += rc == 0 and loss is not None and abs(loss - base) <= 1e-6
+            right += rc == 0 and loss is not None and abs(loss - base) <= tolerance
             if loss is not None:
                 off.append(loss - base)
             stayed = [float(ms) for who, ms, _ in costs if who in ("survivor", "restarted")]
@@ -154,7 +177,7 @@ def main():
             replacement += [float(ms) for who, ms, _ in costs if who == "replacement"]
             lost += [int(n) for who, _, n in costs if who != "replacement"][:1]
         dev = f"{statistics.median(off):+.2e}" if off else "-"
-        print(f"{mode:<16} {fmt(survivors):<30} {fmt(replacement):<24} {fmt(lost, ''):<11} "
+        print(f"{mode:<19} {fmt(survivors):<30} {fmt(replacement):<24} {fmt(lost, ''):<11} "
               f"{right}/{a.reps}  loss {dev}", flush=True)
 
 

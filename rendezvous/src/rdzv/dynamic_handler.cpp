@@ -115,10 +115,14 @@ void DynamicHandler::wait_out_fence(std::int64_t round, const Closed& closed, Cl
   }
 }
 
-void DynamicHandler::check_job_config() {
+std::string DynamicHandler::job_config() const {
+  return std::to_string(config_.min_nodes) + ":" + std::to_string(config_.max_nodes);
+}
+
+void DynamicHandler::check_job_config(std::optional<std::string> job_value) {
   if (config_checked_) return;
-  const std::string mine = std::to_string(config_.min_nodes) + ":" + std::to_string(config_.max_nodes);
-  const std::string job = store_->compare_set(rdzv_key("nnodes"), "", mine);
+  const std::string mine = job_config();
+  const std::string job = job_value ? *job_value : store_->compare_set(rdzv_key("nnodes"), "", mine);
   if (job != mine) {
     throw ConfigError("--nnodes: this node uses " + mine + " but run_id=" + config_.run_id +
                       " was started with --nnodes=" + job + "; use the same value on every node");
@@ -131,7 +135,21 @@ RendezvousResult DynamicHandler::next_rendezvous() {
   const auto deadline = Deadline::after(config_.join_timeout);
   // Marking the last round ended and moving the pointer go out with the arrival.
   std::vector<store::BatchOp> before;
-  std::int64_t round = round_to_join(&before);
+  // A first join's check of --nnodes and its lease grant go in the same write
+  // as its read of the job's round.
+  std::vector<store::BatchOp> first;
+  if (!config_checked_) first.push_back(store::BatchOp::compare_set(rdzv_key("nnodes"), "", job_config()));
+  if (auto grant = monitor_->lease_grant_op()) first.push_back(std::move(*grant));
+  const auto sent = Clock::now();
+  std::int64_t round = round_to_join(&before, &first);
+  for (auto& op : first) {
+    if (op.kind == store::BatchOp::Kind::kCompareSet) {
+      if (op.error) std::rethrow_exception(op.error);
+      check_job_config(op.result);
+    } else if (!op.error) {
+      monitor_->adopt_lease(op.number, sent);  // failed: lease() below asks again
+    }
+  }
   check_job_config();
   const auto lease = monitor_->lease();
   const std::string record = detail::encode_node(self_);
@@ -144,37 +162,7 @@ RendezvousResult DynamicHandler::next_rendezvous() {
     bool late = index > config_.max_nodes;
     Closed closed;
     if (!late) {
-      store_->set(my_key, record, lease);
-      logger->info("joined round run_id={} round={} arrival={} node_id={}", config_.run_id, round, index,
-                   self_.node_id);
-      if (index == config_.max_nodes) {
-        closed = close_round(round, mine);
-      } else {
-        // Rejoining after a round this node was a member of: the round may close
-        // as soon as every member still alive is back (no last call for them).
-        // A hot spare of the round before: the last arrival may be the spare.
-        if (spare_of_ && spare_of_->round == round - 1 && index >= config_.min_nodes) {
-          try_close_early(round, *spare_of_, config_.close_timeout);
-        } else if (rejoin_ && index >= config_.min_nodes) {
-          const detail::PreviousRound prev = rejoin_->previous();
-          rejoin_->arm([this, round, index, prev](int live) {
-            // Only the latest arrival can be the last one back (spares come
-            // after the live members, so that one's index may exceed `live`).
-            if (index >= live && detail::packed_count(arrivals_->arrived(prefix_of(round))) == index) {
-              // Short: the joining thread waits for this call once its round closed.
-              try_close_early(round, prev, std::min(config_.close_timeout, kDepartureCheckWait));
-            }
-          });
-          if (index >= rejoin_->live()) try_close_early(round, prev, config_.close_timeout);
-        }
-        try {
-          closed = wait_closed(round, index, deadline);
-        } catch (...) {
-          if (rejoin_) rejoin_->arm(nullptr);  // no check of this round after we gave up on it
-          throw;
-        }
-        if (rejoin_) rejoin_->arm(nullptr);
-      }
+      closed = arrive_and_wait(round, mine, store::BatchOp::set(my_key, record, lease), deadline);
       if (closed.kind == Closed::Kind::kJobClosed) throw_closed(closed.why);
       if (closed.kind == Closed::Kind::kAbort) {
         // Nobody of this round starts workers; meet again in the next one.
@@ -375,7 +363,56 @@ void DynamicHandler::close_listing(const std::string& prefix) {
   }
 }
 
-DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index, const Deadline& deadline) {
+DynamicHandler::Closed DynamicHandler::arrive_and_wait(std::int64_t round, std::int64_t mine,
+                                                       store::BatchOp record, const Deadline& deadline) {
+  const int index = detail::packed_count(mine);
+  // This node's record goes out with the first wait for the close (one write),
+  // unless this thread checks the round's records before that wait.
+  bool sent = false;
+  auto send_record = [&] {
+    if (!std::exchange(sent, true)) store_->set(record.key, record.value, record.lease);
+  };
+  const bool closes = index == config_.max_nodes;
+  const bool after_spare =
+      !closes && spare_of_ && spare_of_->round == round - 1 && index >= config_.min_nodes;
+  if (closes || after_spare) send_record();
+  log::get("rdzv")->info("joined round run_id={} round={} arrival={} node_id={}", config_.run_id, round,
+                         index, self_.node_id);
+  if (closes) return close_round(round, mine);
+  // Rejoining after a round this node was a member of: the round may close
+  // as soon as every member still alive is back (no last call for them).
+  // A hot spare of the round before: the last arrival may be the spare.
+  if (after_spare) {
+    try_close_early(round, *spare_of_, config_.close_timeout);
+  } else if (rejoin_ && index >= config_.min_nodes) {
+    const detail::PreviousRound prev = rejoin_->previous();
+    // The check may run before this node's record went out: it waits for it.
+    rejoin_->arm([this, round, index, prev](int live) {
+      // Only the latest arrival can be the last one back (spares come
+      // after the live members, so that one's index may exceed `live`).
+      if (index >= live && detail::packed_count(arrivals_->arrived(prefix_of(round))) == index) {
+        // Short: the joining thread waits for this call once its round closed.
+        try_close_early(round, prev, std::min(config_.close_timeout, kDepartureCheckWait));
+      }
+    });
+    if (index >= rejoin_->live()) {
+      send_record();
+      try_close_early(round, prev, config_.close_timeout);
+    }
+  }
+  Closed closed;
+  try {
+    closed = wait_closed(round, index, deadline, sent ? nullptr : &record);
+  } catch (...) {
+    if (rejoin_) rejoin_->arm(nullptr);  // no check of this round after we gave up on it
+    throw;
+  }
+  if (rejoin_) rejoin_->arm(nullptr);
+  return closed;
+}
+
+DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index, const Deadline& deadline,
+                                                   store::BatchOp* record) {
   const std::string key = prefix_of(round) + "closed";
   const bool candidate = index >= config_.min_nodes;
   auto last_call =
@@ -387,7 +424,14 @@ DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index
     if (feedback) until = std::min(until, Clock::now() + kProgressPeriod);
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
     try {
-      return parse_closed(store_->get(key, std::max(wait, std::chrono::milliseconds(1))));
+      wait = std::max(wait, std::chrono::milliseconds(1));
+      if (record == nullptr) return parse_closed(store_->get(key, wait));
+      std::vector<store::BatchOp> ops;
+      ops.push_back(std::move(*std::exchange(record, nullptr)));
+      ops.push_back(store::BatchOp::get(key, wait));
+      store_->batch(ops);
+      store::rethrow_first_error(ops);
+      return parse_closed(ops[1].result);
     } catch (const TimeoutError&) {
     }
     if (Clock::now() >= last_call) {

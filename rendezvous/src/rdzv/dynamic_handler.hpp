@@ -42,13 +42,23 @@ class DynamicHandler final : public detail::StoreHandler {
   // (docs/rendezvous.md, "Fencing").
   void wait_out_fence(std::int64_t round, const Closed& closed, Clock::time_point read_at);
 
-  void check_job_config();
+  // "MIN:MAX", as the job's first node recorded it.
+  std::string job_config() const;
+  // Throws ConfigError unless the job was started with this node's --nnodes;
+  // `job_value`: the job's value, already read (else read and set if absent).
+  void check_job_config(std::optional<std::string> job_value = std::nullopt);
   // Decides the round's members (the arrivals counted in `seen`) unless some
   // other node already did; returns the decision everyone reads.
   Closed close_round(std::int64_t round, std::int64_t seen);
   // Waits for P/closed as arrival `index`; the last arrival past MIN closes the
   // round once no one else arrived for last_call_timeout.
-  Closed wait_closed(std::int64_t round, int index, const Deadline& deadline);
+  // `record`, when given, is this node's record, sent with the first wait.
+  Closed wait_closed(std::int64_t round, int index, const Deadline& deadline,
+                     store::BatchOp* record = nullptr);
+  // Arrival `mine` of `round`: writes this node's `record` and waits for the
+  // round to close (or closes it, as the last arrival).
+  Closed arrive_and_wait(std::int64_t round, std::int64_t mine, store::BatchOp record,
+                         const Deadline& deadline);
   // A restart round: closes it now if its arrivals are exactly the members of
   // `prev` that are still alive and no newcomer waits (docs/rendezvous.md,
   // "Restart rounds close at once"). Safe to call from the rejoin watch's

@@ -63,6 +63,11 @@ class RoundMonitor {
 
   // This node's lease, granted on first use and again after it expired.
   store::LeaseId lease();
+  // For a caller that sends the first grant in a batch of its own: the grant
+  // lease() would send, or nullopt once a lease is held. Its answer goes to
+  // adopt_lease, with when the batch was sent.
+  std::optional<store::BatchOp> lease_grant_op() const;
+  store::LeaseId adopt_lease(store::LeaseId id, Clock::time_point sent);
   // Revokes the lease now, so this node's records vanish without waiting for the
   // TTL. Returns within `deadline` even when the store does not answer. With
   // `stopped_key`, sets it first: this node's workers are gone, its departure

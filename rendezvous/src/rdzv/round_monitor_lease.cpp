@@ -47,7 +47,16 @@ store::LeaseId RoundMonitor::lease() {
     if (keepalive_->lease == held) keepalive_->lease = 0;
   }
   const auto sent = Clock::now();
-  auto id = store_->lease_grant(ttl_);
+  return adopt_lease(store_->lease_grant(ttl_), sent);
+}
+
+std::optional<store::BatchOp> RoundMonitor::lease_grant_op() const {
+  std::lock_guard<std::mutex> lock(keepalive_->mu);
+  if (keepalive_->lease != 0) return std::nullopt;
+  return store::BatchOp::lease_grant(ttl_);
+}
+
+store::LeaseId RoundMonitor::adopt_lease(store::LeaseId id, Clock::time_point sent) {
   std::lock_guard<std::mutex> lock(keepalive_->mu);
   keepalive_->lease = id;
   keepalive_->last_ok = Clock::now();

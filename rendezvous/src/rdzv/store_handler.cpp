@@ -126,7 +126,8 @@ void StoreHandler::throw_closed(const std::string& reason) const {
                         "; start the job again with a new --rdzv_id");
 }
 
-std::int64_t StoreHandler::round_to_join(std::vector<store::BatchOp>* defer) {
+std::int64_t StoreHandler::round_to_join(std::vector<store::BatchOp>* defer,
+                                         std::vector<store::BatchOp>* with_first) {
   std::optional<RendezvousResult> prev;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -135,16 +136,31 @@ std::int64_t StoreHandler::round_to_join(std::vector<store::BatchOp>* defer) {
     reported_success_ = false;
     done_seen_ = false;
   }
+  if (with_first != nullptr && (prev || joined_once_)) with_first->clear();
   if (!prev) {
     if (!joined_once_) {
       joined_once_ = true;
-      // The first join also learns, in the same request, whether this host
-      // was excluded from the job (docs/rendezvous.md, "Bad nodes kept out").
-      auto v = store_->multi_get({round_pointer_key(config_.run_id), rdzv_key("closed"),
-                                  store::keys::excluded_key(config_.run_id, self_.host)});
-      if (v[1]) throw_closed(*v[1]);
-      if (v[2]) throw_excluded(*v[2]);
-      return store::keys::counter_value(v[0]);
+      // The first join also learns, in the same write, whether this host was
+      // excluded from the job (docs/rendezvous.md, "Bad nodes kept out"); the
+      // caller's first writes go with it.
+      std::vector<store::BatchOp> ops;
+      ops.push_back(store::BatchOp::try_get(round_pointer_key(config_.run_id)));
+      ops.push_back(store::BatchOp::try_get(rdzv_key("closed")));
+      ops.push_back(store::BatchOp::try_get(store::keys::excluded_key(config_.run_id, self_.host)));
+      constexpr std::size_t kReads = 3;
+      if (with_first != nullptr) {
+        for (auto& op : *with_first) ops.push_back(std::move(op));
+      }
+      store_->batch(ops);
+      if (with_first != nullptr) {
+        for (std::size_t i = 0; i < with_first->size(); ++i) (*with_first)[i] = std::move(ops[kReads + i]);
+      }
+      for (std::size_t i = 0; i < kReads; ++i) {
+        if (ops[i].error) std::rethrow_exception(ops[i].error);
+      }
+      if (ops[1].found) throw_closed(ops[1].result);
+      if (ops[2].found) throw_excluded(ops[2].result);
+      return store::keys::counter_value(ops[0].found ? std::optional(ops[0].result) : std::nullopt);
     }
     // A previous call failed before a round closed: try the job's current round.
     auto p = store_->try_get(round_pointer_key(config_.run_id));

@@ -48,8 +48,11 @@ class StoreHandler : public RendezvousHandler {
   // first call (throws RendezvousError if the job was closed), else the one after
   // ours, after marking ours ended so that every member moves on with us. With
   // `defer`, those writes are appended there for the caller to send along with
-  // its arrival (one round trip) instead of being sent now.
-  std::int64_t round_to_join(std::vector<store::BatchOp>* defer = nullptr);
+  // its arrival (one round trip) instead of being sent now. The first call
+  // sends `with_first` in the same write as its read, and leaves their answers
+  // there; later calls leave them unsent (`with_first` is then cleared).
+  std::int64_t round_to_join(std::vector<store::BatchOp>* defer = nullptr,
+                             std::vector<store::BatchOp>* with_first = nullptr);
   // Publishes `result` as the current round and starts watching it; node records
   // deleted at or after `node_from` count as departures. Control keys are
   // watched from `ctl_from` when the caller knows no control key can predate

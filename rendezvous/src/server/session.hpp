@@ -151,8 +151,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // reads happen one at a time on it, so 10,000 idle connections do not each
   // hold a big buffer.
   std::string* read_buffer_;
-  // Each readiness's first read: most requests, and most batches of them, fit.
-  std::array<char, 256> first_read_{};
+  // Each readiness's first read: most requests, and most batches of them, fit
+  // (an agent's first write of a round is ~300 bytes).
+  std::array<char, 512> first_read_{};
   std::string peer_;
   std::string peer_address_;
   std::size_t buffered_ = 0;  // this session's share of *options_.buffered_total

@@ -20,6 +20,19 @@ void Store::batch(std::vector<BatchOp>& ops) {
         case BatchOp::Kind::kAdd:
           op.number = add(op.key, op.delta);
           break;
+        case BatchOp::Kind::kTryGet:
+          if (auto v = try_get(op.key)) {
+            op.found = true;
+            op.result = std::move(*v);
+          }
+          break;
+        case BatchOp::Kind::kGet:
+          op.result = get(op.key, op.wait);
+          op.found = true;
+          break;
+        case BatchOp::Kind::kLeaseGrant:
+          op.number = lease_grant(op.wait);
+          break;
       }
     } catch (const NetworkError&) {
       throw;  // the store is out of reach: so are the ops after this one

@@ -2,6 +2,8 @@
 // into a value or an exception that names the endpoint and the key(s).
 #include "ddp/store/tcp_store.hpp"
 
+#include <algorithm>
+
 #include "ddp/common/error.hpp"
 #include "ddp/common/parse.hpp"
 #include "ddp/common/time_bounds.hpp"
@@ -71,6 +73,12 @@ std::int64_t to_ms(std::chrono::milliseconds t) { return t.count() < 0 ? -1 : t.
 std::chrono::milliseconds reply_wait(std::int64_t timeout_ms, std::chrono::milliseconds grace) {
   if (timeout_ms < 0) return kNoTimeout;
   return std::chrono::milliseconds(saturating_add<std::int64_t>(timeout_ms, grace.count()));
+}
+
+// The longer of two reply waits, kNoTimeout (forever) the longest.
+std::chrono::milliseconds longest(std::chrono::milliseconds a, std::chrono::milliseconds b) {
+  if (a.count() < 0 || b.count() < 0) return kNoTimeout;
+  return std::max(a, b);
 }
 
 }  // namespace
@@ -231,6 +239,7 @@ void TcpStore::batch(std::vector<BatchOp>& ops) {
   if (ops.empty()) return;
   std::vector<Request> reqs;
   reqs.reserve(ops.size());
+  auto reply_timeout = impl_->options().request_timeout;
   for (const auto& op : ops) {
     switch (op.kind) {
       case BatchOp::Kind::kSet:
@@ -245,18 +254,42 @@ void TcpStore::batch(std::vector<BatchOp>& ops) {
         reqs.push_back(make(Op::kAdd, {op.key}));
         reqs.back().b = op.delta;
         break;
+      case BatchOp::Kind::kTryGet:
+        reqs.push_back(make(Op::kTryGet, {op.key}));
+        break;
+      case BatchOp::Kind::kGet:
+        reqs.push_back(make(Op::kGet, {op.key}));
+        reqs.back().b = to_ms(op.wait);
+        reply_timeout = longest(reply_timeout, reply_wait(reqs.back().b, impl_->options().request_timeout));
+        break;
+      case BatchOp::Kind::kLeaseGrant:
+        reqs.push_back(make(Op::kLeaseGrant));
+        reqs.back().b = op.wait.count();
+        if (impl_->options().bind_leases_to_connection) reqs.back().a = kLeaseBindToConnection;
+        break;
     }
   }
-  auto replies = impl_->call_batch(reqs, impl_->options().request_timeout);
+  auto replies = impl_->call_batch(reqs, reply_timeout);
   for (std::size_t i = 0; i < ops.size(); ++i) {
     auto& op = ops[i];
     const auto& resp = replies[i];
     try {
+      if (op.kind == BatchOp::Kind::kTryGet && resp.status == Status::kNotFound) continue;
       if (resp.status != Status::kOk) raise(reqs[i], resp, impl_->where());
-      if (op.kind == BatchOp::Kind::kCompareSet) {
-        op.result = first_item(reqs[i], resp, impl_->where()).value;
-      } else {
-        op.number = op.kind == BatchOp::Kind::kSet ? resp.revision : resp.num;
+      switch (op.kind) {
+        case BatchOp::Kind::kCompareSet:
+        case BatchOp::Kind::kTryGet:
+        case BatchOp::Kind::kGet:
+          op.result = first_item(reqs[i], resp, impl_->where()).value;
+          op.found = op.kind != BatchOp::Kind::kCompareSet;
+          break;
+        case BatchOp::Kind::kSet:
+          op.number = resp.revision;
+          break;
+        case BatchOp::Kind::kAdd:
+        case BatchOp::Kind::kLeaseGrant:
+          op.number = resp.num;
+          break;
       }
     } catch (const NetworkError&) {
       throw;

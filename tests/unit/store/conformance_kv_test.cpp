@@ -233,3 +233,38 @@ TEMPLATE_TEST_CASE("batch applies its requests in order, each answered or failed
   s.lease_revoke(lease);
   CHECK_FALSE(s.try_get("b/leased"));
 }
+
+TEMPLATE_TEST_CASE("batch reads, waits and grants a lease in the same write as its writes", "[conformance]",
+                   STORE_BACKENDS) {
+  using ddp::store::BatchOp;
+  TestType backend;
+  Store& s = backend.store();
+  s.set("r/present", "v");
+  std::vector<BatchOp> ops;
+  ops.push_back(BatchOp::try_get("r/present"));
+  ops.push_back(BatchOp::try_get("r/missing"));
+  ops.push_back(BatchOp::lease_grant(30s));
+  ops.push_back(BatchOp::set("r/later", "w"));
+  ops.push_back(BatchOp::get("r/later", 5s));  // set just before it: answered at once
+  s.batch(ops);
+  ddp::store::rethrow_first_error(ops);
+  CHECK(ops[0].found);
+  CHECK(ops[0].result == "v");
+  CHECK_FALSE(ops[1].found);
+  CHECK(ops[2].number > 0);
+  CHECK(ops[4].found);
+  CHECK(ops[4].result == "w");
+  s.set("r/leased", "x", ops[2].number);  // the lease granted is usable
+  s.lease_revoke(ops[2].number);
+  CHECK_FALSE(s.try_get("r/leased"));
+
+  // A get that times out fails on its own: the requests before it still ran.
+  std::vector<BatchOp> waits;
+  waits.push_back(BatchOp::set("r/first", "1"));
+  waits.push_back(BatchOp::get("r/never", 100ms));
+  s.batch(waits);
+  CHECK_FALSE(waits[0].error);
+  REQUIRE(waits[1].error);
+  CHECK_THROWS_AS(std::rethrow_exception(waits[1].error), ddp::TimeoutError);
+  CHECK(s.try_get("r/first") == std::optional<std::string>("1"));
+}

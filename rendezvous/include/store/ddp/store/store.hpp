@@ -80,7 +80,7 @@ class CompactedError : public StoreError {
 
 // One request of Store::batch and, once the batch returns, its answer.
 struct BatchOp {
-  enum class Kind : std::uint8_t { kSet, kCompareSet, kAdd };
+  enum class Kind : std::uint8_t { kSet, kCompareSet, kAdd, kTryGet, kGet, kLeaseGrant };
 
   static BatchOp set(std::string key, std::string value, LeaseId lease = 0) {
     BatchOp op;
@@ -103,16 +103,43 @@ struct BatchOp {
     return op;
   }
 
+  // try_get: `found` and `result`.
+  static BatchOp try_get(std::string key) {
+    BatchOp op;
+    op.kind = Kind::kTryGet;
+    op.key = std::move(key);
+    return op;
+  }
+  // get, waiting up to `wait` for the key: `result`, or a TimeoutError in
+  // `error`. The batch returns once this answer is in, so a waiting get goes
+  // last: the requests before it are answered at once, in the same write.
+  static BatchOp get(std::string key, std::chrono::milliseconds wait) {
+    BatchOp op = try_get(std::move(key));
+    op.kind = Kind::kGet;
+    op.wait = wait;
+    return op;
+  }
+  // lease_grant: the lease's id in `number`.
+  static BatchOp lease_grant(std::chrono::milliseconds ttl) {
+    BatchOp op;
+    op.kind = Kind::kLeaseGrant;
+    op.wait = ttl;
+    return op;
+  }
+
   Kind kind = Kind::kSet;
   std::string key;
   std::string value;     // set: the value; compare_set: the desired value
   std::string expected;  // compare_set
   std::int64_t delta = 0;
   LeaseId lease = 0;
+  std::chrono::milliseconds wait{0};  // get: how long it waits; lease_grant: the TTL
 
-  // The answer: set's revision or add's new value; compare_set's value after the call.
+  // The answer: set's revision, add's new value or the lease granted;
+  // compare_set's value after the call, or the value got (try_get: if found).
   std::int64_t number = 0;
   std::string result;
+  bool found = false;
   std::exception_ptr error;  // this request failed; the others still ran
 };
 
