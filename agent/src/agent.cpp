@@ -120,6 +120,7 @@ void Agent::Impl::on_round(const rdzv::RendezvousResult& r) {
     observers.publish_status();
   });
   joined_base_world = 0;
+  reform.begin_round();
   if (r.takes_place) return take_lost_place();  // agent_node_loss.cpp: spawns once the workers know
   spawn_workers();
   // The round ended before it got here: its workers stop at once, on the same

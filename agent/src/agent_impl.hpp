@@ -110,6 +110,17 @@ struct Agent::Impl {
   void take_lost_place();
   bool taking_place = false;
   int joined_base_world = 0;  // of a round joined while it ran: its workers' DDP_REFORM_BASE_WORLD
+  // The world the workers' R/size counts from (docs/reform.md): the round's,
+  // or, for a node that joined it running, the world it found.
+  std::int64_t reform_base_world() const {
+    return joined_base_world > 0 ? joined_base_world : life.round().world_size;
+  }
+  // The round with that world, for the store writes of Reform.
+  rdzv::RendezvousResult reform_round() const {
+    auto r = life.round();
+    r.world_size = static_cast<int>(reform_base_world());
+    return r;
+  }
   // A node waits to join the running round (room below MAX): it may grow it.
   void on_newcomer(std::int64_t round, const std::string& detail);
 

@@ -16,18 +16,14 @@ namespace ddp::agent {
 
 namespace {
 
-// The global ranks of group rank `g`'s workers in `round` ("2-3"); a group
-// rank past the round's first members (a node that grew it) sits at
-// g × nproc, as every node of such a job runs as many.
-std::vector<int> node_slots(const rdzv::RendezvousResult& round, int g, int fallback_nproc) {
-  int offset = g * fallback_nproc;
-  int nproc = fallback_nproc;
-  if (g < static_cast<int>(round.nodes.size())) {
-    offset = 0;
-    for (int i = 0; i < g; ++i) offset += round.nodes[static_cast<std::size_t>(i)].local_world_size;
-    nproc = round.nodes[static_cast<std::size_t>(g)].local_world_size;
-  }
-  std::vector<int> slots(static_cast<std::size_t>(nproc));
+// The global ranks of the departed node's workers ("2-3"): from its rank
+// offset as the round's records tell it, else at g x nproc (a node that came
+// after a place below it was given up knows no more; such a job's nodes all
+// run one --nproc_per_node unless a spare took the place).
+std::vector<int> node_slots(const rdzv::Departure& d, int fallback_nproc) {
+  const int nproc = d.node.node_id.empty() ? fallback_nproc : d.node.local_world_size;
+  const int offset = d.rank_offset >= 0 ? d.rank_offset : d.group_rank * nproc;
+  std::vector<int> slots(static_cast<std::size_t>(std::max(nproc, 0)));
   std::iota(slots.begin(), slots.end(), offset);
   return slots;
 }
@@ -70,11 +66,12 @@ void Agent::Impl::on_node_departure(const rdzv::Departure& d) {
 }
 
 void Agent::Impl::settle_node(const rdzv::Departure& d, bool reforming) {
-  const auto& round = life.round();
-  const int left = round.group_world_size - reform.nodes_given_up() - 1;
+  // The nodes left: the round's members and the nodes that grew it since, less
+  // the places given up in it and this one.
+  const int members = d.members > 0 ? d.members : life.round().group_world_size;
+  const int left = members - reform.nodes_given_up() - 1;
   const bool may_shrink = reforming && left >= cfg.rendezvous.min_nodes;
-  const auto slots =
-      node_slots(round, d.group_rank, d.node.node_id.empty() ? cfg.nproc_per_node : d.node.local_world_size);
+  const auto slots = node_slots(d, cfg.nproc_per_node);
   if (reforming) {
     log->warn("reform: {} lost ({}); ranks {} are settled after the fence", node_name(d), d.detail,
               slots_text(slots));
@@ -111,19 +108,18 @@ void Agent::Impl::on_place_settled(const rdzv::Departure& d, const std::vector<i
     case rdzv::Place::Kind::kShrink:
       break;
   }
-  reform.gave_up_node();
-  const std::int64_t world =
-      life.round().world_size - static_cast<std::int64_t>(slots.size()) * reform.nodes_given_up();
+  reform.gave_up_node(static_cast<int>(slots.size()));
   if (!p.mine) {
+    const std::int64_t world = (d.workers > 0 ? d.workers : reform_base_world()) - reform.workers_given_up();
     log->warn("reform: {}; no hot spare: the job goes on without ranks {}, world size {}", lost,
               slots_text(slots), world);
     return;
   }
   reform.lose_node(
-      life.round(), slots, lost + ": " + d.detail, /*replace=*/false,
+      reform_round(), slots, lost + ": " + d.detail, /*replace=*/false,
       [this, d, slots, lost, round = d.round](const ReformStore::Outcome& out) {
         if (!life.is(Phase::kRunning) || round != life.round().round) return;
-        const std::int64_t now = life.round().world_size + out.size;
+        const std::int64_t now = reform_base_world() + out.size;
         if (out.below_min) {
           log->error("reform: {}; {} worker(s) would be left, fewer than the job's minimum: restarting", lost,
                      now);

@@ -54,14 +54,14 @@ void Agent::Impl::reform_after(const WorkerFailure& f) {
   const int attempt = group->attempt();
   const auto current = [this, attempt] { return life.is(Phase::kRunning) && group->attempt() == attempt; };
   reform.lose(
-      life.round(), f, replace,
+      reform_round(), f, replace,
       [this, f, replace, current, lost, restarts = life.restart_count()](const ReformStore::Outcome& out) {
         if (!current()) return;
         if (!replace && !out.below_min) {
           log->warn("reform: {}; max_restarts={} is spent: the job goes on without it", lost,
                     cfg.max_restarts);
         }
-        const std::int64_t world = life.round().world_size + out.size;
+        const std::int64_t world = reform_base_world() + out.size;
         reform.written(f, replace, out, world);
         if (out.below_min) return begin_stop(StopReason::kLocalFailure, SIGTERM);  // stop_below_minimum
         observers.emit("reform", {{"ranks", {f.rank}},

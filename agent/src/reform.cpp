@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "ddp/store/job_keys.hpp"
@@ -22,6 +23,15 @@ std::string rank_list(const std::vector<int>& ranks) {
     out += std::to_string(r);
   }
   return out;
+}
+
+// The fewest workers --nnodes MIN nodes of `round` can run: MIN x the
+// smallest --nproc_per_node among its nodes (this one's, where all run one).
+std::int64_t fewest_workers(const AgentConfig& cfg, const rdzv::RendezvousResult& round) {
+  int nproc = cfg.nproc_per_node;
+  for (const auto& n : round.nodes)
+    if (!n.node_id.empty() && n.local_world_size > 0) nproc = std::min(nproc, n.local_world_size);
+  return static_cast<std::int64_t>(cfg.rendezvous.min_nodes) * nproc;
 }
 
 }  // namespace
@@ -109,8 +119,8 @@ void Reform::lose(const rdzv::RendezvousResult& round, const WorkerFailure& f, b
   loss.slots = {f.rank};
   loss.reason = describe_failure(f);
   loss.delta = replace ? 0 : -1;
-  loss.min_size =
-      static_cast<std::int64_t>(cfg_.rendezvous.min_nodes) * cfg_.nproc_per_node - round.world_size;
+  min_workers_ = fewest_workers(cfg_, round);
+  loss.min_size = min_workers_ - round.world_size;
   store_->lose(std::move(loss), std::move(done), std::move(failed));
 }
 
@@ -121,8 +131,7 @@ void Reform::lose_node(const rdzv::RendezvousResult& round, std::vector<int> slo
   loss.delta = replace ? 0 : -static_cast<int>(slots.size());
   loss.slots = std::move(slots);
   loss.reason = std::move(reason);
-  loss.min_size =
-      static_cast<std::int64_t>(cfg_.rendezvous.min_nodes) * cfg_.nproc_per_node - round.world_size;
+  loss.min_size = fewest_workers(cfg_, round) - round.world_size;
   store_->lose(std::move(loss), std::move(done), std::move(failed));
 }
 
@@ -139,14 +148,15 @@ void Reform::written(const WorkerFailure& f, bool replaced, const ReformStore::O
                      std::int64_t world) {
   if (!replaced) lost_.push_back(f.rank);
   if (!out.below_min) return;
-  const int min_workers = cfg_.rendezvous.min_nodes * cfg_.nproc_per_node;
+  // In a job whose nodes run different counts, the smallest one's.
+  const std::int64_t nproc = min_workers_ / std::max(1, cfg_.rendezvous.min_nodes);
   stop_line_ = fmt::format(
       "reform: rank{} {} lost and max_restarts={} is spent: {} worker(s) would be left, fewer than the "
       "job's "
       "minimum of {} (--nnodes MIN {} x --nproc_per_node {}); raise --max_restarts or lower the --nnodes "
       "minimum",
-      lost_.size() > 1 ? "s" : "", rank_list(lost_), cfg_.max_restarts, world, min_workers,
-      cfg_.rendezvous.min_nodes, cfg_.nproc_per_node);
+      lost_.size() > 1 ? "s" : "", rank_list(lost_), cfg_.max_restarts, world, min_workers_,
+      cfg_.rendezvous.min_nodes, nproc);
 }
 
 }  // namespace ddp::agent

@@ -73,9 +73,18 @@ class Reform {
   void grow_node(const rdzv::RendezvousResult& round, int nproc,
                  std::function<void(const ReformStore::Outcome&)> done,
                  std::function<void(const std::string&)> failed);
-  // Places of lost nodes this run gave up (the job went on smaller).
+  // Places of lost nodes the current round gave up (the job went on
+  // smaller), and their workers; begin_round() starts the count again.
   int nodes_given_up() const { return nodes_given_up_; }
-  void gave_up_node() { ++nodes_given_up_; }
+  std::int64_t workers_given_up() const { return workers_given_up_; }
+  void gave_up_node(int workers) {
+    ++nodes_given_up_;
+    workers_given_up_ += workers;
+  }
+  void begin_round() {
+    nodes_given_up_ = 0;
+    workers_given_up_ = 0;
+  }
   // Tells the workers of `round` that f's slot is lost: replaced (its size
   // unchanged) or given up (one fewer), unless that falls below the job's
   // minimum. `done` gets the store's counters.
@@ -117,6 +126,8 @@ class Reform {
   std::vector<int> lost_;  // ranks the job went on without
   std::string stop_line_;
   int nodes_given_up_ = 0;
+  std::int64_t workers_given_up_ = 0;
+  std::int64_t min_workers_ = 0;  // the minimum of the last lose(), for stop_line()
   // A write to `round`'s workers' store: where, and under which R.
   ReformStore::Loss writes_to(const rdzv::RendezvousResult& round) const;
   std::unique_ptr<ReformStore> store_;  // with --on_failure=reform only

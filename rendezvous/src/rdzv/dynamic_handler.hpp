@@ -6,6 +6,7 @@
 #include <set>
 
 #include "arrival_step.hpp"
+#include "keys.hpp"
 #include "store_handler.hpp"
 
 namespace ddp::rdzv {
@@ -83,15 +84,22 @@ class DynamicHandler final : public detail::StoreHandler {
   // A hot spare with take_places (take_place.cpp): waits beside `round` for it
   // to end (nullopt: join the next) or for a member to leave, and then,
   // after the fence, claims that member's place and joins `round` in it.
-  // Rounds whose nodes run other --nproc_per_node than this one: nullopt at once.
+  // A newcomer to a round whose nodes run other --nproc_per_node than this
+  // one: nullopt at once.
   struct SpareWatch;
   // `counted` says whether it counted this node in P/ctl/waiting.
   std::optional<RendezvousResult> wait_to_take_place(std::int64_t round, const Deadline& deadline,
                                                      bool& counted);
-  RendezvousResult take_place(std::int64_t round, const Closed& closed, int rank, const NodeSpec& replaced);
+  // `offset`: the rank offset of the place taken (the lost member's).
+  RendezvousResult take_place(std::int64_t round, const Closed& closed, int rank, int offset,
+                              const NodeSpec& replaced);
   // An offer (`ev`, a put under P/offer/) claimed: this node takes that place.
   std::optional<RendezvousResult> claim_offer(std::int64_t round, const Closed& closed,
                                               const store::WatchEvent& ev);
+  // The rank offset of the place `offer` at group rank `rank` for this node:
+  // the lost member's, where it ran as many workers as this one; -1 (logged)
+  // where this node cannot take it.
+  int place_offset(const Closed& closed, int rank, const detail::Offer& offer) const;
   // The first new group rank below MAX this newcomer claims (P/grow/<g>), if any.
   std::optional<int> claim_new_rank(const std::string& prefix, const Closed& closed);
   RendezvousResult grow_into(std::int64_t round, const Closed& closed, int rank);

@@ -33,6 +33,17 @@ std::string encode_node(const NodeSpec& node);
 // json_input::kRendezvousRecord (naming the bound and what it holds).
 NodeSpec decode_node(std::string_view text, const std::string& key);
 
+// A lost member's place offered to the hot spares (P/offer/<g>/<revision>):
+// its record and, when the offering member knew it, "offset" (its rank
+// offset). `rank_offset` -1: unknown (an offer without it).
+struct Offer {
+  NodeSpec node;
+  int rank_offset = -1;
+};
+std::string encode_offer(const NodeSpec& node, int rank_offset);
+// Throws as decode_node.
+Offer decode_offer(std::string_view text, const std::string& key);
+
 // One atomic add hands a joiner both its arrival index and its rank offset: the
 // counter holds (arrivals << 32) | (sum of local_world_size), so the value the
 // add returns is this node's index and the prefix sum of workers up to it.

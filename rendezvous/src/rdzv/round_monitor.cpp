@@ -378,6 +378,7 @@ bool RoundMonitor::depart(std::uint64_t epoch, int rank, store::Revision revisio
     d.round = round_.round;
     d.group_rank = rank;
     if (rank < static_cast<int>(round_.nodes.size())) d.node = round_.nodes[static_cast<std::size_t>(rank)];
+    describe_places(rank, d);
     d.revision = revision;
     d.detail = detail;
   }
@@ -422,6 +423,23 @@ std::optional<NodeSpec> RoundMonitor::take_record(const std::string& value, cons
   } catch (const Error&) {
     return std::nullopt;
   }
+}
+
+void RoundMonitor::describe_places(int rank, rdzv::Departure& d) const {
+  // Group ranks without a record (a place given up before this node came) count nowhere.
+  int offset = 0;
+  bool known = true;
+  for (int g = 0; g < static_cast<int>(round_.nodes.size()); ++g) {
+    const NodeSpec& n = round_.nodes[static_cast<std::size_t>(g)];
+    if (n.node_id.empty()) {
+      if (g < rank) known = false;
+      continue;
+    }
+    if (g < rank) offset += n.local_world_size;
+    ++d.members;
+    d.workers += n.local_world_size;
+  }
+  if (known && rank < static_cast<int>(round_.nodes.size())) d.rank_offset = offset;
 }
 
 void RoundMonitor::set_node(int rank, NodeSpec node) {

@@ -175,6 +175,9 @@ class RoundMonitor {
   bool grown(const std::string& prefix, std::int64_t rank, const std::string& node_id,
              store::Revision put_revision);
   void set_node(int rank, NodeSpec node);
+  // The departed group rank's rank offset, and the members and workers of
+  // the round as this node knows them (rdzv::Departure); mu_ held.
+  void describe_places(int rank, rdzv::Departure& d) const;
   std::string describe_rank(int rank) const;
 
   std::shared_ptr<store::Store> store_;

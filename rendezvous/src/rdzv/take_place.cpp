@@ -68,7 +68,8 @@ Place StoreHandler::settle_place(const Departure& d, bool offer, bool may_shrink
   sleep_out([this] { return monitor_->fence_until(); });
   std::optional<std::string> value;
   if (offer && !store_->list(store::keys::spares_prefix(prefix)).kvs.empty()) {
-    store_->set(store::keys::offer_key(prefix, d.group_rank, d.revision), encode_node(d.node));
+    store_->set(store::keys::offer_key(prefix, d.group_rank, d.revision),
+                encode_offer(d.node, d.rank_offset));
     try {
       value = store_->get(key, kSpareClaimWait);
     } catch (const TimeoutError&) {
@@ -119,14 +120,14 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
                                                                    const Deadline& deadline, bool& counted) {
   const std::string prefix = prefix_of(round);
   const Closed closed = parse_closed(store_->get(prefix + "closed", deadline.remaining()));
-  // Only a place of as many workers as this node runs, at an offset it can
-  // tell: the job's nodes all run one --nproc_per_node.
-  if (closed.kind != Closed::Kind::kFinal || closed.workers != closed.count * self_.local_world_size) {
-    return std::nullopt;
-  }
+  if (closed.kind != Closed::Kind::kFinal) return std::nullopt;
   // A hot spare takes a lost member's place; a newcomer to a round with room
   // grows it, once the members admit newcomers.
   bool spare = spare_of_ && spare_of_->round == round;
+  // A newcomer's ranks follow the round's last (g x nproc): only where the
+  // job's nodes all run one --nproc_per_node. A spare takes only a place of
+  // as many workers as it runs (claim_offer).
+  if (!spare && closed.workers != closed.count * self_.local_world_size) return std::nullopt;
   // Counted as wait_ended counts a late joiner: the members see a newcomer,
   // and the next round's early close tells spares from newcomers by it.
   const auto waiting = store_->add(prefix + "ctl/waiting", 1);
@@ -205,14 +206,29 @@ std::optional<RendezvousResult> DynamicHandler::claim_offer(std::int64_t round, 
   const auto rev =
       slash == std::string::npos ? -1 : store::keys::index_or_none(std::string_view(rel).substr(slash + 1));
   if (rank < 0 || rank >= config_.max_nodes || rev < 0) return std::nullopt;
-  const std::string mine = "spare " + self_.node_id;
-  if (store_->compare_set(store::keys::take_key(prefix, rank, rev), "", mine) != mine) return std::nullopt;
-  NodeSpec replaced;
+  detail::Offer offer;
   try {
-    replaced = detail::decode_node(ev.value, ev.key);
+    offer = detail::decode_offer(ev.value, ev.key);
   } catch (const Error&) {
   }
-  return take_place(round, closed, static_cast<int>(rank), replaced);
+  const int offset = place_offset(closed, static_cast<int>(rank), offer);
+  if (offset < 0) return std::nullopt;
+  const std::string mine = "spare " + self_.node_id;
+  if (store_->compare_set(store::keys::take_key(prefix, rank, rev), "", mine) != mine) return std::nullopt;
+  return take_place(round, closed, static_cast<int>(rank), offset, offer.node);
+}
+
+int DynamicHandler::place_offset(const Closed& closed, int rank, const detail::Offer& offer) const {
+  const bool known = !offer.node.node_id.empty() && offer.rank_offset >= 0;
+  if (known && offer.node.local_world_size == self_.local_world_size) return offer.rank_offset;
+  // An offer that does not say: only where every node runs as many workers as this one.
+  if (!known && closed.workers == closed.count * self_.local_world_size) return rank * self_.local_world_size;
+  log::get("rdzv")->info(
+      "hot spare runs {} worker(s); the place of {} (group rank {}) runs {}: not taken, waiting for another "
+      "run_id={}",
+      self_.local_world_size, offer.node.node_id.empty() ? "a lost node" : "node " + offer.node.node_id, rank,
+      known ? std::to_string(offer.node.local_world_size) : std::string("an unknown number"), config_.run_id);
+  return -1;
 }
 
 std::optional<int> DynamicHandler::claim_new_rank(const std::string& prefix, const Closed& closed) {
@@ -251,7 +267,7 @@ RendezvousResult DynamicHandler::grow_into(std::int64_t round, const Closed& clo
   return res;
 }
 
-RendezvousResult DynamicHandler::take_place(std::int64_t round, const Closed& closed, int rank,
+RendezvousResult DynamicHandler::take_place(std::int64_t round, const Closed& closed, int rank, int offset,
                                             const NodeSpec& replaced) {
   const std::string prefix = prefix_of(round);
   store_->set(detail::node_key(prefix, rank), detail::encode_node(self_), monitor_->lease());
@@ -262,7 +278,7 @@ RendezvousResult DynamicHandler::take_place(std::int64_t round, const Closed& cl
   res.round = round;
   res.group_rank = rank;
   res.group_world_size = std::max(closed.count, rank + 1);  // a place a newcomer grew
-  res.rank_offset = rank * self_.local_world_size;
+  res.rank_offset = offset;
   res.world_size = closed.workers;
   res.takes_place = true;
   res.replaced = replaced;

@@ -275,3 +275,54 @@ TEST_CASE(
   CHECK_THAT(first.out(), Contains("re-form: generation 1, world 4 (lost slots -, new slots 2,3)"));
   CHECK_THAT(first.out(), Contains("after 6 epochs, 96 steps, 1 re-forms, 0 restarts"));
 }
+
+TEST_CASE(
+    "ddprun etcd: --on_failure=reform: in a job of nodes of 2, 2 and 1 workers a hot spare of 1 worker takes "
+    "the lost 1-worker node's rank 4") {
+  // Group ranks follow the arrivals: each agent starts once the one before it joined.
+  TempDir dir;
+  EtcdCluster etcd(dir.path());
+  auto argv = [&](int nproc) {
+    return std::vector<std::string>{ddp::test::bin("ddprun").string(),
+                                    "--nnodes=3:3",
+                                    "--nproc_per_node=" + std::to_string(nproc),
+                                    "--rdzv_backend=etcd",
+                                    "--rdzv_endpoint=" + etcd.endpoints_text(),
+                                    "--rdzv_id=mixed",
+                                    "--rdzv_conf=keep_alive_interval=1,last_call_timeout=30,join_timeout=60",
+                                    "--on_failure=reform",
+                                    "--max_restarts=0",
+                                    "--no_python",
+                                    ddp::test::bin("ddp-example-train-reform").string(),
+                                    "--epochs",
+                                    "6",
+                                    "--dataset-size",
+                                    "2048",
+                                    "--step-sleep-ms",
+                                    "40",
+                                    "--checkpoint",
+                                    (dir / "ckpt").string()};
+  };
+  const std::map<std::string, std::optional<std::string>> env{
+      {"DDP_LOG_LEVEL", "info"}, {"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt}};
+  const auto joined = [](Process& p) { return p.err().find("joined round") != std::string::npos; };
+  Process a(argv(2), dir.path(), env, "agent-a");
+  REQUIRE(wait_until([&] { return joined(a); }, 30s));
+  Process c(argv(2), dir.path(), env, "agent-c");
+  REQUIRE(wait_until([&] { return joined(c); }, 30s));
+  Process b(argv(1), dir.path(), env, "agent-b");
+  REQUIRE(wait_until([&] { return b.out().find("start: rank 4 of 5") != std::string::npos; }, 60s));
+  Process s(argv(1), dir.path(), env, "agent-s");
+  REQUIRE(wait_until([&] { return s.err().find("hot spare: round 0 runs") != std::string::npos; }, 30s));
+  b.signal(SIGKILL);
+  const auto ca = a.wait(90s), cc = c.wait(90s), cs = s.wait(90s);
+  INFO("a:\n" << a.err() << a.out() << "\nc:\n" << c.err() << "\nspare:\n" << s.err() << s.out());
+  CHECK(ca == 0);
+  CHECK(cc == 0);
+  CHECK(cs == 0);
+  CHECK_THAT(a.err(), Contains("(group rank 2) lost; hot spare ") && Contains(" takes its place (ranks 4)"));
+  CHECK_THAT(s.out(), Contains("start: rank 4 of 5, generation 1, joining without state"));
+  CHECK_THAT(a.out() + c.out() + s.out(),
+             Contains("re-form: generation 1, world 5 (lost slots -, new slots 4)"));
+  CHECK_THAT(a.out() + c.out() + s.out(), Contains("1 re-forms, 0 restarts"));
+}

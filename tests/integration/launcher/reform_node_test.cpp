@@ -7,71 +7,16 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <optional>
-#include <regex>
 #include <set>
 
-#include "launcher_test_util.hpp"
+#include "reform_node_util.hpp"
 
 using namespace ddp::test;
 using namespace ddp::test::launcher;
+using namespace ddp::test::launcher::reform_node;
 using namespace std::chrono_literals;
 
 namespace {
-
-// 6 epochs of 2048 samples at 32 per rank and step on 4 ranks: 96 steps of at
-// least 40 ms, long enough to kill a node mid-run.
-std::vector<std::string> trainer(const TempDir& dir) {
-  return {bin("ddp-example-train-reform").string(),
-          "--epochs",
-          "6",
-          "--dataset-size",
-          "2048",
-          "--step-sleep-ms",
-          "40",
-          "--checkpoint",
-          (dir / "ckpt").string()};
-}
-
-// ddprun's argv for one agent of a c10d job of `nnodes` nodes, two workers each, in reform mode.
-std::vector<std::string> node(const TempDir& dir, const LocalDaemon& daemon, const std::string& name,
-                              const std::string& nnodes = "1:2", const std::string& last_call = "30") {
-  std::vector<std::string> args = {
-      "--nnodes=" + nnodes,
-      "--nproc_per_node=2",
-      "--rdzv_backend=c10d",
-      "--rdzv_endpoint=" + daemon.endpoint,
-      "--rdzv_id=job",
-      "--rdzv_conf=join_timeout=60,last_call_timeout=" + last_call + ",keep_alive_interval=0.5",
-      "--local_addr=" + name,
-      "--on_failure=reform",
-      "--max_restarts=0",
-      "--no_python"};
-  for (auto& a : trainer(dir)) args.push_back(a);
-  return ddprun_argv(args);
-}
-
-EnvOverrides info_env() { return clean_env({{"DDP_LOG_LEVEL", "info"}}); }
-
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
-  return n;
-}
-
-double final_loss(const std::string& out) {
-  std::smatch m;
-  if (!std::regex_search(out, m, std::regex(R"(final loss ([0-9.]+) after)"))) FAIL("no final loss line");
-  return std::stod(m[1]);
-}
-
-// The pids of "slot S pid P start:" lines.
-std::set<std::string> starts(const std::string& out) {
-  std::set<std::string> pids;
-  const std::regex line(R"(slot \d+ pid (\d+) start:)");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it)
-    pids.insert((*it)[1]);
-  return pids;
-}
 
 // Two agents running their workers (the second closes the round at MAX).
 struct RunningNodes {
@@ -168,24 +113,6 @@ TEST_CASE("reform: a lost node whose workers cannot re-form in place restarts ev
   // a's two workers started again in the next round.
   CHECK(count(read_file(dir / "pids"), " start") == 6);
 }
-
-// Two nodes of a --nnodes=1:3 job training (the round closes with them after
-// its 2 s last call), then a third node that joins them while they run.
-struct GrowingJob {
-  TempDir dir;
-  LocalDaemon daemon{dir};
-  std::optional<Process> a, b, c;
-  std::set<std::string> before;  // a's and b's worker pids before c came
-  GrowingJob() {
-    REQUIRE(daemon.port > 0);
-    a.emplace(node(dir, daemon, "nodea", "1:3", "2"), dir.path(), info_env(), "nodea");
-    b.emplace(node(dir, daemon, "nodeb", "1:3", "2"), dir.path(), info_env(), "nodeb");
-    REQUIRE(wait_until([&] { return count(a->out() + b->out(), "epoch 1/6") > 0; }, 60s));
-    before = starts(a->out() + b->out());
-    REQUIRE(before.size() == 4);
-    c.emplace(node(dir, daemon, "nodec", "1:3", "2"), dir.path(), info_env(), "nodec");
-  }
-};
 
 TEST_CASE("reform: a node joining a running job of 2 of 3 nodes grows its world at a step boundary") {
   GrowingJob job;

@@ -8,7 +8,9 @@
 
 using Catch::Matchers::Equals;
 using ddp::rdzv::detail::decode_node;
+using ddp::rdzv::detail::decode_offer;
 using ddp::rdzv::detail::encode_node;
+using ddp::rdzv::detail::encode_offer;
 
 TEST_CASE("a node record round-trips through encode and decode") {
   ddp::rdzv::NodeSpec n;
@@ -30,5 +32,25 @@ TEST_CASE(
   CHECK_THROWS_WITH(decode_node(R"({"id": ")" + std::string(70000, 'x') + R"("})", key),
                     Equals("rendezvous record " + key + " is 70010 bytes; at most 65536 are read"));
   CHECK_THROWS_WITH(decode_node(R"({"id": "a"})", key),
+                    Equals("rendezvous record " + key + " is not a node record"));
+}
+
+TEST_CASE("an offered place carries the lost node's record and its rank offset when known") {
+  const std::string key = "/job/rdzv/round_0/offer/2/17";
+  ddp::rdzv::NodeSpec n;
+  n.node_id = "gpu3_40";
+  n.host = "gpu3";
+  n.local_world_size = 1;
+  const auto back = decode_offer(encode_offer(n, 4), key);
+  CHECK(back.node.node_id == "gpu3_40");
+  CHECK(back.node.local_world_size == 1);
+  CHECK(back.rank_offset == 4);
+  CHECK(decode_offer(encode_offer(n, -1), key).rank_offset == -1);
+  // An offer as a node record alone (no offset), or with one no job has, reads as unknown.
+  CHECK(decode_offer(encode_node(n), key).rank_offset == -1);
+  CHECK(decode_offer(R"({"id":"a","host":"h","nproc":1,"offset":-3})", key).rank_offset == -1);
+  CHECK(decode_offer(R"({"id":"a","host":"h","nproc":1,"offset":99999999999})", key).rank_offset == -1);
+  CHECK(decode_offer(R"({"id":"a","host":"h","nproc":1,"offset":"4"})", key).rank_offset == -1);
+  CHECK_THROWS_WITH(decode_offer(R"({"offset": 4})", key),
                     Equals("rendezvous record " + key + " is not a node record"));
 }

@@ -149,6 +149,14 @@ struct Departure {
   NodeSpec node;              // its record as this node knew it (node_id empty: unknown)
   std::int64_t revision = 0;  // the store revision of the deletion: one per departure, the same for all
   std::string detail;         // "node ID (group rank G) left the round: ..."
+  // The global rank of its local rank 0: the sum of local_world_size over the
+  // group ranks before it (-1: unknown).
+  int rank_offset = -1;
+  // The group ranks this node knew a record of when it left, itself
+  // included: the round's members, the nodes that grew it since, the hot
+  // spares in lost places (0: unknown); `workers` sums their local_world_size.
+  int members = 0;
+  int workers = 0;
 };
 using DepartureCallback = std::function<void(const Departure&)>;
 

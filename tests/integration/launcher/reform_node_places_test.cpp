@@ -1,0 +1,194 @@
+// --on_failure=reform when a node is lost in a job that grew, or whose nodes
+// run different --nproc_per_node (docs/reform.md, "A lost node"): the nodes
+// that grew the job count towards its --nnodes minimum, and a hot spare takes
+// the place of a node that ran as many workers as it does, with that node's
+// ranks, wherever they lie.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <optional>
+#include <regex>
+#include <set>
+
+#include "reform_node_util.hpp"
+
+using namespace ddp::test;
+using namespace ddp::test::launcher;
+using namespace ddp::test::launcher::reform_node;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The lowest worker rank in `out`'s "start: rank R of 4" lines ("" if none).
+std::string first_rank(const std::string& out) {
+  const std::regex line(R"(start: rank (\d+) of 4)");
+  int lowest = -1;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it)
+    lowest = lowest < 0 ? std::stoi((*it)[1]) : std::min(lowest, std::stoi((*it)[1]));
+  return lowest < 0 ? "" : std::to_string(lowest);
+}
+
+// Agents whose arrival order is their group rank: each waits for the one before to join.
+struct MixedJob {
+  TempDir dir;
+  LocalDaemon daemon{dir};
+  std::optional<Process> a, c, b;  // group ranks 0, 1, 2: 2, 2 and 1 workers
+  std::set<std::string> before;    // a's and c's worker pids
+  std::string nnodes;
+  explicit MixedJob(std::string nn = "3:3") : nnodes(std::move(nn)) {
+    REQUIRE(daemon.port > 0);
+    start(a, "nodea", 2);
+    start(c, "nodec", 2);
+    start(b, "nodeb", 1);
+    REQUIRE(wait_until([&] { return count(a->out() + b->out() + c->out(), "epoch 1/6") > 0; }, 60s));
+    before = starts(a->out() + c->out());
+    REQUIRE(before.size() == 4);
+    REQUIRE_THAT(b->out(), Catch::Contains("start: rank 4 of 5"));
+  }
+  void start(std::optional<Process>& p, const std::string& name, int nproc) {
+    p.emplace(node(dir, daemon, name, nnodes, "30", nproc), dir.path(), info_env(), name);
+    REQUIRE(wait_until([&] { return count(p->err(), "joined round") > 0; }, 30s));
+  }
+  // A fourth node, a hot spare (the round has MAX nodes) of `nproc` workers.
+  Process& spare(int nproc) {
+    s.emplace(node(dir, daemon, "nodes", nnodes, "30", nproc), dir.path(), info_env(), "nodes");
+    REQUIRE(wait_until([&] { return count(s->err(), "hot spare") > 0; }, 30s));
+    return *s;
+  }
+  std::optional<Process> s;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "reform: with --nnodes=2:3, a node that was there from the start lost after a third grew the job: the "
+    "two left go on") {
+  GrowingJob job("2:3");
+  Process& a = *job.a;
+  Process& b = *job.b;
+  Process& c = *job.c;
+  REQUIRE(
+      wait_until([&] { return count(a.out() + b.out(), "world 6 (lost slots -, new slots 4,5)") > 0; }, 60s));
+  const auto a_pids = starts(a.out());
+  const auto c_pids = starts(c.out());
+  const std::string r = first_rank(b.out());
+  REQUIRE((r == "0" || r == "2"));
+  const std::string ranks = r + "-" + std::to_string(std::stoi(r) + 1);
+  b.signal(SIGKILL);
+  CHECK(b.wait(10s).has_value());
+  const auto ca = a.wait(90s), cc = c.wait(90s);
+  INFO("a:\n" << a.err() << a.out() << "c:\n" << c.err() << c.out());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cc == std::optional<int>(0));
+  CHECK(starts(a.out()) == a_pids);
+  CHECK(starts(c.out()) == c_pids);
+  CHECK_THAT(a.err() + c.err(), !Catch::Contains("every node rejoins"));
+  CHECK_THAT(a.err() + c.err(), Catch::Contains("lost; no hot spare: the job goes on without ranks " + ranks +
+                                                ", world size 4"));
+  CHECK_THAT(a.out() + c.out(), Catch::Contains("re-form: generation 2, world 4 (lost slots " + r + "," +
+                                                std::to_string(std::stoi(r) + 1) + ", new slots -)"));
+  CHECK_THAT(a.out() + c.out(), Catch::Contains("2 re-forms, 0 restarts"));
+  CHECK(std::isfinite(final_loss(a.out() + c.out())));
+}
+
+TEST_CASE("reform: with --nnodes=2:3, the node that grew the job lost: the two it joined go on") {
+  GrowingJob job("2:3");
+  Process& a = *job.a;
+  Process& b = *job.b;
+  Process& c = *job.c;
+  REQUIRE(
+      wait_until([&] { return count(a.out() + b.out(), "world 6 (lost slots -, new slots 4,5)") > 0; }, 60s));
+  c.signal(SIGKILL);
+  CHECK(c.wait(10s).has_value());
+  const auto ca = a.wait(90s), cb = b.wait(90s);
+  INFO("a:\n" << a.err() << a.out() << "b:\n" << b.err() << b.out());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  CHECK(starts(a.out() + b.out()) == job.before);
+  CHECK_THAT(a.err() + b.err(), !Catch::Contains("every node rejoins"));
+  CHECK_THAT(a.err() + b.err(),
+             Catch::Contains("(group rank 2) lost; no hot spare: the job goes on without ranks 4-5, "
+                             "world size 4"));
+  CHECK_THAT(a.out() + b.out(),
+             Catch::Contains("re-form: generation 2, world 4 (lost slots 4,5, new slots -)"));
+  CHECK_THAT(a.out() + b.out(), Catch::Contains("2 re-forms, 0 restarts"));
+}
+
+TEST_CASE(
+    "reform: in a job whose nodes run 2, 2 and 1 workers, a hot spare of 1 worker takes the lost 1-worker "
+    "node's rank 4") {
+  MixedJob job;
+  Process& s = job.spare(1);
+  job.b->signal(SIGKILL);
+  CHECK(job.b->wait(10s).has_value());
+  const auto ca = job.a->wait(90s), cc = job.c->wait(90s), cs = s.wait(90s);
+  const std::string err = job.a->err() + job.c->err();
+  const std::string out = job.a->out() + job.c->out() + s.out();
+  INFO("a:\n"
+       << job.a->err() << job.a->out() << "c:\n"
+       << job.c->err() << job.c->out() << "spare:\n"
+       << s.err() << s.out());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cc == std::optional<int>(0));
+  CHECK(cs == std::optional<int>(0));
+  CHECK(starts(job.a->out() + job.c->out()) == job.before);
+  CHECK_THAT(err, Catch::Contains("(group rank 2) lost; hot spare ") &&
+                      Catch::Contains(" takes its place (ranks 4)"));
+  CHECK_THAT(s.err(), Catch::Contains("this hot spare takes its place: ranks 4 join the running workers"));
+  CHECK_THAT(s.out(), Catch::Contains("start: rank 4 of 5, generation 1, joining without state"));
+  CHECK(count(s.out(), " start: rank") == 1);
+  CHECK_THAT(out, Catch::Contains("re-form: generation 1, world 5 (lost slots -, new slots 4)"));
+  CHECK_THAT(out, Catch::Contains("1 re-forms, 0 restarts"));
+  CHECK(std::isfinite(final_loss(out)));
+}
+
+TEST_CASE(
+    "reform: a hot spare of 1 worker does not take the place of a lost 2-worker node: every node rejoins "
+    "with it") {
+  MixedJob job;
+  Process& s = job.spare(1);
+  job.c->signal(SIGKILL);  // group rank 1, ranks 2-3
+  CHECK(job.c->wait(10s).has_value());
+  const auto ca = job.a->wait(120s), cb = job.b->wait(120s), cs = s.wait(120s);
+  INFO("a:\n" << job.a->err() << job.a->out() << "b:\n" << job.b->err() << "spare:\n" << s.err() << s.out());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  CHECK(cs == std::optional<int>(0));
+  CHECK_THAT(s.err(), Catch::Contains("hot spare runs 1 worker(s); the place of node ") &&
+                          Catch::Contains("(group rank 1) runs 2: not taken, waiting for another"));
+  CHECK_THAT(s.err(), !Catch::Contains("this hot spare takes its place"));
+  CHECK_THAT(job.a->err(),
+             Catch::Contains("(group rank 1) lost; no hot spare and too few nodes left to go on "
+                             "without it: every node rejoins"));
+  // The next round: a, b and the spare, 4 workers, the spare's one among them.
+  CHECK_THAT(s.out(), Catch::Contains(" of 4"));
+  CHECK(std::isfinite(final_loss(job.a->out() + job.b->out() + s.out())));
+}
+
+TEST_CASE(
+    "reform: with --nnodes=2:3 and nodes of 2, 2 and 1 workers, a lost 2-worker node leaves 2 nodes that go "
+    "on "
+    "with 3 workers") {
+  // The workers' minimum is MIN x the smallest count (2 x 1), whichever node decides.
+  MixedJob job("2:3");
+  Process& a = *job.a;
+  Process& b = *job.b;
+  job.c->signal(SIGKILL);  // group rank 1, ranks 2-3
+  CHECK(job.c->wait(10s).has_value());
+  const auto ca = a.wait(90s), cb = b.wait(90s);
+  INFO("a:\n" << a.err() << a.out() << "b:\n" << b.err() << b.out());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  // No worker started again: a's two and b's one kept their processes.
+  CHECK(count(a.out(), " start: rank") == 2);
+  CHECK(count(b.out(), " start: rank") == 1);
+  CHECK_THAT(a.err() + b.err(), !Catch::Contains("every node rejoins") && !Catch::Contains("restarting"));
+  CHECK_THAT(
+      a.err() + b.err(),
+      Catch::Contains("(group rank 1) lost; no hot spare: the job goes on without ranks 2-3, world size 3"));
+  CHECK_THAT(a.out() + b.out(),
+             Catch::Contains("re-form: generation 1, world 3 (lost slots 2,3, new slots -)"));
+  CHECK_THAT(a.out() + b.out(), Catch::Contains("1 re-forms, 0 restarts"));
+  CHECK(std::isfinite(final_loss(a.out() + b.out())));
+}
