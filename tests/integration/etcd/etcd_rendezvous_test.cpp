@@ -6,6 +6,7 @@
 
 #include "ddp/store/etcd_store.hpp"
 #include "etcd_cluster.hpp"
+#include "reform_trainer.hpp"
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
@@ -233,25 +234,18 @@ TEST_CASE(
   TempDir dir;
   EtcdCluster etcd(dir.path());
   auto argv = [&] {
-    return std::vector<std::string>{ddp::test::bin("ddprun").string(),
-                                    "--nnodes=1:2",
-                                    "--nproc_per_node=2",
-                                    "--rdzv_backend=etcd",
-                                    "--rdzv_endpoint=" + etcd.endpoints_text(),
-                                    "--rdzv_id=reform",
-                                    "--rdzv_conf=keep_alive_interval=1,last_call_timeout=30,join_timeout=60",
-                                    "--on_failure=reform",
-                                    "--max_restarts=0",
-                                    "--no_python",
-                                    ddp::test::bin("ddp-example-train-reform").string(),
-                                    "--epochs",
-                                    "6",
-                                    "--dataset-size",
-                                    "2048",
-                                    "--step-sleep-ms",
-                                    "40",
-                                    "--checkpoint",
-                                    (dir / "ckpt").string()};
+    std::vector<std::string> out{ddp::test::bin("ddprun").string(),
+                                 "--nnodes=1:2",
+                                 "--nproc_per_node=2",
+                                 "--rdzv_backend=etcd",
+                                 "--rdzv_endpoint=" + etcd.endpoints_text(),
+                                 "--rdzv_id=reform",
+                                 "--rdzv_conf=keep_alive_interval=1,last_call_timeout=30,join_timeout=60",
+                                 "--on_failure=reform",
+                                 "--max_restarts=0",
+                                 "--no_python"};
+    for (auto& w : ddp::test::reform_trainer(dir)) out.push_back(std::move(w));
+    return out;
   };
   const std::map<std::string, std::optional<std::string>> env{
       {"DDP_LOG_LEVEL", "info"}, {"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt}};
@@ -283,25 +277,18 @@ TEST_CASE(
   TempDir dir;
   EtcdCluster etcd(dir.path());
   auto argv = [&](int nproc) {
-    return std::vector<std::string>{ddp::test::bin("ddprun").string(),
-                                    "--nnodes=3:3",
-                                    "--nproc_per_node=" + std::to_string(nproc),
-                                    "--rdzv_backend=etcd",
-                                    "--rdzv_endpoint=" + etcd.endpoints_text(),
-                                    "--rdzv_id=mixed",
-                                    "--rdzv_conf=keep_alive_interval=1,last_call_timeout=30,join_timeout=60",
-                                    "--on_failure=reform",
-                                    "--max_restarts=0",
-                                    "--no_python",
-                                    ddp::test::bin("ddp-example-train-reform").string(),
-                                    "--epochs",
-                                    "6",
-                                    "--dataset-size",
-                                    "2048",
-                                    "--step-sleep-ms",
-                                    "40",
-                                    "--checkpoint",
-                                    (dir / "ckpt").string()};
+    std::vector<std::string> out{ddp::test::bin("ddprun").string(),
+                                 "--nnodes=3:3",
+                                 "--nproc_per_node=" + std::to_string(nproc),
+                                 "--rdzv_backend=etcd",
+                                 "--rdzv_endpoint=" + etcd.endpoints_text(),
+                                 "--rdzv_id=mixed",
+                                 "--rdzv_conf=keep_alive_interval=1,last_call_timeout=30,join_timeout=60",
+                                 "--on_failure=reform",
+                                 "--max_restarts=0",
+                                 "--no_python"};
+    for (auto& w : ddp::test::reform_trainer(dir)) out.push_back(std::move(w));
+    return out;
   };
   const std::map<std::string, std::optional<std::string>> env{
       {"DDP_LOG_LEVEL", "info"}, {"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt}};

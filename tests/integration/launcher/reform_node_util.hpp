@@ -11,24 +11,13 @@
 #include <vector>
 
 #include "launcher_test_util.hpp"
+#include "reform_trainer.hpp"
 
 namespace ddp::test::launcher::reform_node {
 
 using namespace std::chrono_literals;
 
-// 6 epochs of 2048 samples at 32 per rank and step on 4 ranks: 96 steps of at
-// least 40 ms, long enough to kill a node mid-run.
-inline std::vector<std::string> trainer(const TempDir& dir) {
-  return {bin("ddp-example-train-reform").string(),
-          "--epochs",
-          "6",
-          "--dataset-size",
-          "2048",
-          "--step-sleep-ms",
-          "40",
-          "--checkpoint",
-          (dir / "ckpt").string()};
-}
+inline std::vector<std::string> trainer(const TempDir& dir) { return reform_trainer(dir); }
 
 // ddprun's argv for one agent of a c10d job of `nnodes` nodes, `nproc` workers on this one, in reform mode.
 inline std::vector<std::string> node(const TempDir& dir, const LocalDaemon& daemon, const std::string& name,
