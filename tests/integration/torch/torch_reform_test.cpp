@@ -205,10 +205,10 @@ TEST_CASE("torch re-form: a node joining a running job of 2 of 3 nodes grows its
   // Long enough (30 s at the least) that the third node, whose workers import torch on a loaded
   // machine, joins while the others still train, not as they finish.
   const std::vector<std::string> args = {"--steps", "2000", "--step-sleep-ms", "15"};
-  // Under load, about 1 run in 6, one original rank stays in its step's all-reduce after the
-  // others left for the grown generation, past the watcher's release of its sockets, until
-  // the group's 2-minute timeout ends it (not understood yet; docs/reform.md). Then it joins
-  // late. The stall timeout is set past that, so that it is not killed and given up first.
+  // Under load, in 3 of 8 runs, one original rank stayed in its step's all-reduce after the
+  // others left for the grown generation, past the watcher's release of its sockets (not
+  // understood yet; docs/reform.md). The group's 2-minute timeout bounds that operation, so it
+  // should then join late: the stall timeout is set past that, so that it is not given up first.
   const Env env =
       worker_env({{"PYTHONPATH", (source_dir() / "python").string()}, {"DDP_REFORM_STALL_TIMEOUT", "150"}});
   Process a(k.node("nodea", args), k.dir.path(), env, "nodea");
