@@ -70,11 +70,19 @@ def save(group, rank: int, directory: str, step: int, model, optimizer, counters
 
 def latest(directory: str) -> Optional[dict]:
     """What <dir>/latest names ({"step", "path", "counters"}), None without one."""
+    path = os.path.join(directory, LATEST)
     try:
-        with open(os.path.join(directory, LATEST)) as f:
-            return json.load(f)
+        with open(path) as f:
+            found = json.load(f)
     except FileNotFoundError:
         return None
+    except ValueError as e:  # not JSON (json.JSONDecodeError), or not text
+        raise ValueError(f"checkpoint marker {path} is not one save_checkpoint() wrote ({e}); "
+                         "remove it to start from scratch, or pass another directory") from None
+    if not isinstance(found, dict) or not isinstance(found.get("path"), str):
+        raise ValueError(f"checkpoint marker {path} names no checkpoint folder; "
+                         "remove it to start from scratch, or pass another directory")
+    return found
 
 
 def load(group, rank: int, directory: str, model, optimizer) -> Optional[dict]:
