@@ -255,7 +255,9 @@ TEST_CASE("c10d: store requests per agent per round do not grow with the node co
   INFO("max requests n=4: " << req4 << ", n=32: " << req32 << "; median bytes n=4: " << bytes4
                             << ", n=32: " << bytes32);
   CHECK(req32 <= req4 + 1);
-  CHECK(req32 <= 16);
+  // A first join reads the round, the close and its exclusion as three
+  // requests in one write (one round trip): 2 more than a multi_get.
+  CHECK(req32 <= 18);
   // The closer also waits for and lists every record (one agent, once); the
   // others' bytes do not depend on N (a few more digits in keys at most).
   CHECK(bytes32 <= bytes4 + 64);
