@@ -267,6 +267,8 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
   std::uint32_t ended_id = 0;
   if (id == 0) ended_id = c.queue(Op::kCompareSet, 0, 0, vec(s.prefix + "ctl/ended"), vec("", ended));
   const auto pointer_id = c.queue(Op::kCompareSet, 0, 0, vec(s.rdzv + "round"), vec("", "1"));
+  // The arrival's marker under its lease (P/joining/<id>), then the count.
+  c.queue(Op::kSet, lease, 0, vec(s.prefix1 + "joining/sim_" + std::to_string(id)), vec());
   const auto add_id = c.queue(Op::kAdd, 0, (std::int64_t{1} << 32) | 1, vec(s.prefix1 + "seq"), vec());
   co_await c.flush();
   store::Response r;
@@ -352,7 +354,11 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     r = co_await c.answer(lease_id);
     check(r, "lease_grant");
     const std::int64_t lease = r.num;
-    r = co_await c.call(Op::kAdd, 0, (std::int64_t{1} << 32) | 1, vec(s.prefix + "seq"), vec());
+    // The arrival's marker under its lease (P/joining/<id>) and the count: one write.
+    c.queue(Op::kSet, lease, 0, vec(s.prefix + "joining/sim_" + std::to_string(id)), vec());
+    const auto arrival_id = c.queue(Op::kAdd, 0, (std::int64_t{1} << 32) | 1, vec(s.prefix + "seq"), vec());
+    co_await c.flush();
+    r = co_await c.answer(arrival_id);
     check(r, "add");
     const int index = static_cast<int>(r.num >> 32);
     const std::string record =

@@ -380,11 +380,15 @@ json count_range(const std::string& full_prefix, Revision revision) {
 }  // namespace
 
 EtcdStore::Counts EtcdStore::create(const std::string& key, std::string_view value, LeaseId lease,
-                                    const std::vector<std::string>& count_prefixes) {
+                                    const std::vector<std::string>& count_prefixes,
+                                    const std::vector<BatchOp>& also_put) {
   const auto k = impl_->full(key);
   json ops = json::array({{{"request_put", put_op(k, value, lease)}}});
   // Reads after a write in one txn see it: the counts are as of this create.
   for (const auto& p : count_prefixes) ops.push_back(count_range(impl_->full(p), 0));
+  // After the counts, so that the responses' indexes above stay as they are.
+  for (const auto& op : also_put)
+    ops.push_back({{"request_put", put_op(impl_->full(op.key), op.value, op.lease)}});
   const auto answer =
       impl_->txn(json::array({version_is_zero(k)}), std::move(ops),
                  json::array({{{"request_range", {{"key", base64_encode(k)}}}}}), of_key("create", key));

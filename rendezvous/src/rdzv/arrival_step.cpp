@@ -17,8 +17,11 @@ class CounterArrivals final : public ArrivalStep {
  public:
   explicit CounterArrivals(std::shared_ptr<store::Store> store) : store_(std::move(store)) {}
 
-  std::int64_t arrive(const std::string& prefix, const NodeSpec& self,
+  std::int64_t arrive(const std::string& prefix, const NodeSpec& self, store::LeaseId lease,
                       std::vector<store::BatchOp> before) override {
+    // The marker goes before the count: an arrival counted is an arrival marked.
+    if (lease != 0)
+      before.push_back(store::BatchOp::set(store::keys::joining_key(prefix, self.node_id), "", lease));
     if (before.empty()) return store_->add(prefix + "seq", pack_join(self.local_world_size));
     before.push_back(store::BatchOp::add(prefix + "seq", pack_join(self.local_world_size)));
     store_->batch(before);
@@ -52,7 +55,7 @@ class EtcdArrivals final : public ArrivalStep {
  public:
   EtcdArrivals(std::shared_ptr<store::EtcdStore> etcd, int nproc) : etcd_(std::move(etcd)), nproc_(nproc) {}
 
-  std::int64_t arrive(const std::string& prefix, const NodeSpec& self,
+  std::int64_t arrive(const std::string& prefix, const NodeSpec& self, store::LeaseId lease,
                       std::vector<store::BatchOp> before) override {
     if (!before.empty()) {
       etcd_->batch(before);  // one request each: the arrival is a txn of its own
@@ -63,7 +66,12 @@ class EtcdArrivals final : public ArrivalStep {
     const std::string key = all + std::to_string(nproc) + "/" + self.node_id + "." + nonce();
     store::EtcdStore::Counts c;
     try {
-      c = etcd_->create(key, self.node_id, 0, {all, all + std::to_string(nproc) + "/"});
+      // The arrival key has no lease (the counts need every arrival kept); the
+      // marker, in the same txn, has this node's.
+      std::vector<store::BatchOp> marker;
+      if (lease != 0)
+        marker.push_back(store::BatchOp::set(store::keys::joining_key(prefix, self.node_id), "", lease));
+      c = etcd_->create(key, self.node_id, 0, {all, all + std::to_string(nproc) + "/"}, marker);
     } catch (const store::CompactedError&) {
       // Only a retried create counts at a past revision, which etcd may have
       // compacted away: the key exists, so list by create revision instead.

@@ -35,8 +35,10 @@ class ArrivalStep {
   // '/'); returns the packed (index, workers up to and including self). Called
   // once per node and round. `before` are requests to apply first, sent in the
   // same round trip where the store allows it (StoreHandler::round_to_join's);
-  // the first error among them and the arrival is thrown.
-  virtual std::int64_t arrive(const std::string& prefix, const NodeSpec& self,
+  // the first error among them and the arrival is thrown. With a `lease` (not
+  // 0) the same request writes P/joining/<node_id> under it (job_keys.hpp), so
+  // that the arrival's death before its record shows.
+  virtual std::int64_t arrive(const std::string& prefix, const NodeSpec& self, store::LeaseId lease,
                               std::vector<store::BatchOp> before = {}) = 0;
   // The packed (arrivals so far, their workers), from one consistent snapshot;
   // 0 before anyone arrived.

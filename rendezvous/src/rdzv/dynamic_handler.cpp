@@ -19,6 +19,15 @@ constexpr int kNamesShown = 16;  // progress lines list names only for small rou
 // joining thread waits for that check to return once its round closed.
 constexpr std::chrono::milliseconds kDepartureCheckWait{1000};
 
+// A closer that has waited this long for the arrivals' records checks whether
+// one of those arrivals is gone, then again after twice as long, up to the cap.
+constexpr std::chrono::milliseconds kRecordCheckFirst{100};
+constexpr std::chrono::milliseconds kRecordCheckMax{3200};
+
+std::string left_before_close(int gone, std::int64_t round) {
+  return "abort " + std::to_string(gone) + " node(s) left before round " + std::to_string(round) + " closed";
+}
+
 const RendezvousConfig& checked(const RendezvousConfig& c) {
   detail::validate_run_id(c.run_id);
   if (c.min_nodes < 1) throw ConfigError("--nnodes: MIN must be at least 1");
@@ -156,10 +165,12 @@ RendezvousResult DynamicHandler::next_rendezvous() {
   while (true) {
     const std::string prefix = prefix_of(round);
     // Arrival index in the high half, prefix sum of workers in the low.
-    const std::int64_t mine = arrivals_->arrive(prefix, self_, std::exchange(before, {}));
+    const std::int64_t mine = arrivals_->arrive(prefix, self_, lease, std::exchange(before, {}));
     const int index = detail::packed_count(mine);  // 1-based
     const std::string my_key = detail::node_key(prefix, index - 1);
     bool late = index > config_.max_nodes;
+    // Past MAX this node writes no record: its marker would read as a slow arrival's.
+    if (late) store_->remove(store::keys::joining_key(prefix, self_.node_id));
     Closed closed;
     if (!late) {
       closed = arrive_and_wait(round, mine, store::BatchOp::set(my_key, record, lease), deadline);
@@ -226,13 +237,12 @@ RendezvousResult DynamicHandler::next_rendezvous() {
 DynamicHandler::Closed DynamicHandler::close_round(std::int64_t round, std::int64_t seen) {
   const std::string prefix = prefix_of(round);
   const int n = detail::packed_count(seen);
-  std::vector<std::string> keys;
-  keys.reserve(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) keys.push_back(detail::node_key(prefix, r));
   std::string value;
   try {
     // Every counted arrival writes its record right after its add.
-    store_->wait(keys, config_.close_timeout);
+    if (const int gone = wait_records(prefix, n, config_.close_timeout)) {
+      return parse_closed(store_->compare_set(prefix + "closed", "", left_before_close(gone, round)));
+    }
     // Records of nodes that died before the close are gone by now or vanish after
     // this listing, where the members' watches (from its revision + 1) see them.
     auto listed = store_->list(detail::nodes_prefix(prefix));
@@ -245,8 +255,7 @@ DynamicHandler::Closed DynamicHandler::close_round(std::int64_t round, std::int6
       close_listing(prefix);
       value = final_decision(n, detail::packed_workers(seen), listed.revision);
     } else {
-      value = "abort " + std::to_string(n - present) + " node(s) left before round " + std::to_string(round) +
-              " closed";
+      value = left_before_close(n - present, round);
     }
   } catch (const TimeoutError&) {
     value = "abort a node joined round " + std::to_string(round) +
@@ -255,6 +264,44 @@ DynamicHandler::Closed DynamicHandler::close_round(std::int64_t round, std::int6
   }
   // The first decision wins; everyone, this node included, follows it.
   return parse_closed(store_->compare_set(prefix + "closed", "", value));
+}
+
+int DynamicHandler::wait_records(const std::string& prefix, int n, std::chrono::milliseconds timeout) {
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) keys.push_back(detail::node_key(prefix, r));
+  const auto until = saturating_add(Clock::now(), timeout);
+  auto slice = kRecordCheckFirst;
+  while (true) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+    try {
+      store_->wait(keys, std::max(std::min(slice, left), std::chrono::milliseconds(1)));
+      return 0;
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= until) throw;
+    }
+    slice = std::min(slice * 2, kRecordCheckMax);
+    // Each live arrival without a record yet holds a marker (written with its
+    // arrival, under its lease). Fewer such markers than missing records: the
+    // others died. Markers of later arrivals only delay the verdict.
+    std::set<std::string> recorded;
+    int present = 0;
+    for (const auto& kv : store_->list(detail::nodes_prefix(prefix)).kvs) {
+      recorded.insert(detail::decode_node(kv.value, kv.key).node_id);
+      if (auto r = detail::node_index(kv.key, prefix); r && *r < n) ++present;
+    }
+    const std::string dir = store::keys::joining_prefix(prefix);
+    int waiting = 0;
+    for (const auto& kv : store_->list(dir).kvs) {
+      if (!recorded.count(kv.key.substr(dir.size()))) ++waiting;
+    }
+    if (waiting < n - present) {
+      log::get("rdzv")->info(
+          "{} of the first {} arrivals under {} left before writing their record run_id={}",
+          n - present - waiting, n, prefix, config_.run_id);
+      return n - present - waiting;
+    }
+  }
 }
 
 bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousRound& prev,
@@ -274,11 +321,12 @@ bool DynamicHandler::try_close_early(std::int64_t round, const detail::PreviousR
   const std::int64_t seen = arrivals_->arrived(prefix);
   const int n = detail::packed_count(seen);
   if (n < config_.min_nodes || n >= config_.max_nodes) return false;  // the MAX-th arrival closes it
-  std::vector<std::string> keys;
-  keys.reserve(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) keys.push_back(detail::node_key(prefix, r));
   try {
-    store_->wait(keys, records_wait);  // each counted arrival writes its record next
+    // Each counted arrival writes its record next.
+    if (const int gone = wait_records(prefix, n, records_wait)) {
+      store_->compare_set(prefix + "closed", "", left_before_close(gone, round));
+      return true;
+    }
   } catch (const TimeoutError&) {
     return false;  // the last call's close_round aborts the round
   }

@@ -66,6 +66,11 @@ class DynamicHandler final : public detail::StoreHandler {
   // `records_wait` bounds the wait for the counted arrivals' records.
   bool try_close_early(std::int64_t round, const detail::PreviousRound& prev,
                        std::chrono::milliseconds records_wait);
+  // Waits up to `timeout` for the records of a round's first `n` arrivals.
+  // 0 once all are written; else how many of those arrivals are gone: their
+  // P/joining/ marker (written with the arrival, under its lease) ended before
+  // they wrote their record, or the record itself ended. Throws TimeoutError.
+  int wait_records(const std::string& prefix, int n, std::chrono::milliseconds timeout);
   // The hot spares that waited beside `old_prefix`'s round and are still alive
   // (their records share their leases); nullopt when some other node waited
   // there too (a newcomer: the last call is for it).

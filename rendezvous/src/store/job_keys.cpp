@@ -41,6 +41,12 @@ std::string node_key(const std::string& round_prefix, std::int64_t index) {
   return nodes_prefix(round_prefix) + std::to_string(index);
 }
 
+std::string joining_prefix(const std::string& round_prefix) { return round_prefix + "joining/"; }
+
+std::string joining_key(const std::string& round_prefix, const std::string& node_id) {
+  return joining_prefix(round_prefix) + node_id;
+}
+
 std::string spares_prefix(const std::string& round_prefix) { return round_prefix + "spare/"; }
 
 std::string spare_key(const std::string& round_prefix, const std::string& node_id) {

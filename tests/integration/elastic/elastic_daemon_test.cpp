@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "ddp/store/job_keys.hpp"
+#include "ddp/store/tcp_store.hpp"
 #include "elastic_support.hpp"
 
 using namespace elastic;
@@ -79,4 +81,34 @@ TEST_CASE(
     CHECK_FALSE(contains(ag->proc->err(), "could not be confirmed"));
     CHECK_FALSE(contains(ag->proc->err(), "round event"));
   }
+}
+
+TEST_CASE("elastic c10d: a node killed between its arrival and its record costs the round no close_timeout") {
+  TempDir dir;
+  Daemon d(dir);
+  // The dead node, as an agent SIGKILLed right after its arrival: counted in
+  // round 0 with its marker under its lease, no record; its connection closes.
+  {
+    ddp::store::TcpStoreOptions o;
+    o.endpoint = ddp::Endpoint{"127.0.0.1", static_cast<std::uint16_t>(d.port)};
+    o.bind_leases_to_connection = true;
+    ddp::store::TcpStore dead(o);
+    const auto lease = dead.lease_grant(60s);
+    const auto round0 = ddp::store::keys::round_prefix("job", 0);
+    std::vector<ddp::store::BatchOp> arrival{
+        ddp::store::BatchOp::set(ddp::store::keys::joining_key(round0, "dead"), "", lease),
+        ddp::store::BatchOp::add(round0 + "seq", (std::int64_t{1} << 32) | 1)};
+    dead.batch(arrival);
+    ddp::store::rethrow_first_error(arrival);
+  }
+  // A close_timeout of 60 s: waiting for the dead node's record would outlast the wait below.
+  const std::string conf = Service::conf() + ",close_timeout=60";
+  Agent a(dir, "a", AgentOptions{"c10d", d.endpoint(), "2:2", 1, conf});
+  Agent b(dir, "b", AgentOptions{"c10d", d.endpoint(), "2:2", 1, conf});
+  const bool formed = wait_until([&] { return one_rank_each(2, {&a, &b}); }, 20s);
+  const auto both = a.proc->err() + b.proc->err();
+  INFO(both);
+  REQUIRE(formed);
+  CHECK(contains(both, "1 node(s) left before round 0 closed"));
+  CHECK(stop_agents({&a, &b}) == "");
 }

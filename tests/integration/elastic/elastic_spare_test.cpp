@@ -91,9 +91,15 @@ TEST_CASE("spares: two spares and two failures at once: both step in and the job
   REQUIRE(wait_until([&] { return logged(s1, "hot spare:") && logged(s2, "hot spare:"); }, 30s));
   a.proc->signal(SIGKILL);
   b.proc->signal(SIGKILL);
-  REQUIRE(wait_until([&] { return one_rank_each(3, {&s1, &s2}) && c.started().size() == 2; }, 30s));
+  const bool stepped_in = wait_until(
+      [&] {
+        return one_rank_each(3, {&s1, &s2}) && c.started().size() == 2;
+      },
+      30s);
   const auto all = c.proc->err() + s1.proc->err() + s2.proc->err();
   INFO(all);
+  REQUIRE(stepped_in);
+  WARN(all);
   // ft_launcher's spares fail here with "Maximum number of nodes exceeded".
   CHECK_FALSE(contains(all, "ddprun: error"));
   CHECK_FALSE(c.proc->wait(0ms).has_value());

@@ -126,8 +126,10 @@ class EtcdStore final : public Store {
   // request. Returns the key's create revision and those counts. When the key
   // already existed (a request retried after a member failover), its first
   // create revision is returned and the counts are count_at that revision.
+  // `also_put` (BatchOp::set each) are written in the same txn when it creates.
   Counts create(const std::string& key, std::string_view value, LeaseId lease = 0,
-                const std::vector<std::string>& count_prefixes = {});
+                const std::vector<std::string>& count_prefixes = {},
+                const std::vector<BatchOp>& also_put = {});
   // How many keys existed under each prefix at `revision` (0: now), all read in
   // one txn. For keys that are never deleted that is "created at or before
   // `revision`". (etcd 3.4's count_only ignores max_create_revision: its count

@@ -26,6 +26,14 @@ std::string node_key(const std::string& round_prefix, std::int64_t index);
 // The index of a key under nodes_prefix(round_prefix); nullopt for any other key.
 std::optional<std::int64_t> node_index(std::string_view key, const std::string& round_prefix);
 
+// "<round prefix>joining/": one key per node that arrived in the round,
+// written with its arrival and attached to its lease, so that a closer waiting
+// for the records can tell an arrival that died before writing its record
+// from a slow one.
+std::string joining_prefix(const std::string& round_prefix);
+// "<round prefix>joining/<node_id>".
+std::string joining_key(const std::string& round_prefix, const std::string& node_id);
+
 // "<round prefix>spare/": the hot spares waiting while a full round runs,
 // one record per spare ({"id","host","nproc"}), attached to its lease.
 std::string spares_prefix(const std::string& round_prefix);
