@@ -99,7 +99,6 @@ TEST_CASE("spares: two spares and two failures at once: both step in and the job
   const auto all = c.proc->err() + s1.proc->err() + s2.proc->err();
   INFO(all);
   REQUIRE(stepped_in);
-  WARN(all);
   // ft_launcher's spares fail here with "Maximum number of nodes exceeded".
   CHECK_FALSE(contains(all, "ddprun: error"));
   CHECK_FALSE(c.proc->wait(0ms).has_value());
