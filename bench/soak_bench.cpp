@@ -76,6 +76,8 @@ void run_job(const Options& o, const Endpoint& where, const std::string& run) {
     const auto workers = store::keys::worker_prefix(run, r);
     for (int i = 0; i < o.nodes; ++i) {
       std::vector<store::BatchOp> ops;
+      ops.push_back(store::BatchOp::set(store::keys::joining_key(prefix, "node" + std::to_string(i)), "",
+                                        leases[static_cast<std::size_t>(i)]));
       ops.push_back(store::BatchOp::add(prefix + "seq", (std::int64_t{1} << 32) | 8));
       ops.push_back(
           store::BatchOp::set(store::keys::node_key(prefix, i), record, leases[static_cast<std::size_t>(i)]));

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "ddp/store/etcd_store.hpp"
+#include "ddp/store/job_keys.hpp"
 #include "etcd_cluster.hpp"
 #include "reform_trainer.hpp"
 
@@ -312,4 +313,31 @@ TEST_CASE(
   CHECK_THAT(a.out() + c.out() + s.out(),
              Contains("re-form: generation 1, world 5 (lost slots -, new slots 4)"));
   CHECK_THAT(a.out() + c.out() + s.out(), Contains("1 re-forms, 0 restarts"));
+}
+
+TEST_CASE("ddprun etcd: a node gone between its arrival and its record costs the round no close_timeout") {
+  TempDir dir;
+  EtcdCluster etcd(dir.path());
+  const auto script = write_worker(dir);
+  {
+    // The gone node: arrival 1 of round 0 (its arrival key and, in the same
+    // txn, its marker under its lease), no record; then its lease ends.
+    ddp::store::EtcdStore s(etcd.options("/ddp"));
+    const auto lease = s.lease_grant(10s);
+    const auto round0 = ddp::store::keys::round_prefix("job1", 0);
+    s.create(round0 + "arrive/2/gone.0000000000000001", "gone", 0, {round0 + "arrive/"},
+             {ddp::store::BatchOp::set(ddp::store::keys::joining_key(round0, "gone"), "", lease)});
+    REQUIRE(s.list(ddp::store::keys::joining_prefix(round0)).kvs.size() == 1);
+    s.lease_revoke(lease);
+  }
+  // A close_timeout of 60 s: waiting for the gone node's record would outlast the agents' wait.
+  std::vector<std::string> extra{"--max_restarts=0"};
+  auto argv = agent_argv(etcd.endpoints_text(), script, extra);
+  for (auto& arg : argv)
+    if (arg.rfind("--rdzv_conf=", 0) == 0) arg += ",close_timeout=60";
+  Process a(argv, dir.path(), worker_env(dir), "agent-a");
+  Process b(argv, dir.path(), worker_env(dir), "agent-b");
+  check_both_exit_0(a, b);
+  CHECK(count_files(dir, "done_0_") == 4);
+  CHECK_THAT(a.err() + b.err(), Contains("1 node(s) left before round 0 closed"));
 }
