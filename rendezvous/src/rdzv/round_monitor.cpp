@@ -409,7 +409,9 @@ bool RoundMonitor::grown(const std::string& prefix, std::int64_t rank, const std
   const std::string key = store::keys::grow_key(prefix, rank);
   try {
     for (const auto& kv : store_->list(key).kvs) {
-      if (kv.key == key && kv.value == node_id && kv.revision < put_revision) return true;
+      if (kv.key == key && store::keys::parse_grow_value(kv.value).first == node_id &&
+          kv.revision < put_revision)
+        return true;
     }
   } catch (const Error& e) {
     log::get("rdzv")->debug("cannot read {}: {}", key, e.what());

@@ -124,10 +124,8 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
   // A hot spare takes a lost member's place; a newcomer to a round with room
   // grows it, once the members admit newcomers.
   bool spare = spare_of_ && spare_of_->round == round;
-  // A newcomer's ranks follow the round's last (g x nproc): only where the
-  // job's nodes all run one --nproc_per_node. A spare takes only a place of
-  // as many workers as it runs (claim_offer).
-  if (!spare && closed.workers != closed.count * self_.local_world_size) return std::nullopt;
+  // A newcomer's ranks follow every rank the round has had (grow_into). A
+  // spare takes only a place of as many workers as it runs (claim_offer).
   // Counted as wait_ended counts a late joiner: the members see a newcomer,
   // and the next round's early close tells spares from newcomers by it.
   const auto waiting = store_->add(prefix + "ctl/waiting", 1);
@@ -232,8 +230,9 @@ int DynamicHandler::place_offset(const Closed& closed, int rank, const detail::O
 }
 
 std::optional<int> DynamicHandler::claim_new_rank(const std::string& prefix, const Closed& closed) {
+  const std::string mine = store::keys::grow_value(self_.node_id, self_.local_world_size);
   for (int g = closed.count; g < config_.max_nodes; ++g) {
-    if (store_->compare_set(store::keys::grow_key(prefix, g), "", self_.node_id) == self_.node_id) return g;
+    if (store_->compare_set(store::keys::grow_key(prefix, g), "", mine) == mine) return g;
   }
   return std::nullopt;
 }
@@ -247,7 +246,15 @@ RendezvousResult DynamicHandler::grow_into(std::int64_t round, const Closed& clo
   res.round = round;
   res.group_rank = rank;
   res.group_world_size = rank + 1;
-  res.rank_offset = rank * self_.local_world_size;
+  // After every rank the round has had: its own (places given up since keep
+  // their ranks), then those of the nodes that grew it before this one, each
+  // as many as its P/grow/<g> says (claimed in order, so all are there).
+  res.rank_offset = closed.workers;
+  for (int g = closed.count; g < rank; ++g) {
+    const auto claim = store_->try_get(store::keys::grow_key(prefix, g));
+    const int nproc = claim ? store::keys::parse_grow_value(*claim).second : -1;
+    res.rank_offset += nproc >= 0 ? nproc : self_.local_world_size;
+  }
   res.world_size = closed.workers;
   res.takes_place = true;
   res.grows = true;

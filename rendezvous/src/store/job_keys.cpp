@@ -1,5 +1,7 @@
 #include "ddp/store/job_keys.hpp"
 
+#include <limits>
+
 #include "ddp/common/parse.hpp"
 
 namespace ddp::store::keys {
@@ -63,6 +65,18 @@ std::string grow_ok_key(const std::string& round_prefix) { return round_prefix +
 
 std::string grow_key(const std::string& round_prefix, std::int64_t group_rank) {
   return round_prefix + "grow/" + std::to_string(group_rank);
+}
+
+std::string grow_value(const std::string& node_id, int nproc) {
+  return node_id + " " + std::to_string(nproc);
+}
+
+std::pair<std::string, int> parse_grow_value(const std::string& value) {
+  const auto sp = value.rfind(' ');
+  if (sp == std::string::npos) return {value, -1};
+  const auto n = index_or_none(std::string_view(value).substr(sp + 1));
+  if (n < 0 || n > std::numeric_limits<int>::max()) return {value, -1};
+  return {value.substr(0, sp), static_cast<int>(n)};
 }
 
 std::string grown_key(const std::string& round_prefix) { return round_prefix + "grown"; }

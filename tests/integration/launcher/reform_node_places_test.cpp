@@ -192,3 +192,33 @@ TEST_CASE(
   CHECK_THAT(a.out() + b.out(), Catch::Contains("1 re-forms, 0 restarts"));
   CHECK(std::isfinite(final_loss(a.out() + b.out())));
 }
+
+TEST_CASE(
+    "reform: a node of 2 workers grows a running job whose nodes run 2 and 1 workers: its ranks follow at "
+    "3-4") {
+  TempDir dir;
+  LocalDaemon daemon{dir};
+  REQUIRE(daemon.port > 0);
+  std::optional<Process> a, b;
+  a.emplace(node(dir, daemon, "nodea", "1:3", "2", 2), dir.path(), info_env(), "nodea");
+  REQUIRE(wait_until([&] { return count(a->err(), "joined round") > 0; }, 30s));
+  b.emplace(node(dir, daemon, "nodeb", "1:3", "2", 1), dir.path(), info_env(), "nodeb");
+  REQUIRE(wait_until([&] { return count(a->out() + b->out(), "epoch 1/6") > 0; }, 60s));
+  const auto before = starts(a->out() + b->out());
+  REQUIRE(before.size() == 3);
+  REQUIRE_THAT(b->out(), Catch::Contains("start: rank 2 of 3"));
+  Process c(node(dir, daemon, "nodec", "1:3", "2", 2), dir.path(), info_env(), "nodec");
+  const auto ca = a->wait(90s), cb = b->wait(90s), cc = c.wait(90s);
+  const std::string out = a->out() + b->out() + c.out();
+  INFO("a:\n" << a->err() << a->out() << "b:\n" << b->err() << b->out() << "c:\n" << c.err() << c.out());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  CHECK(cc == std::optional<int>(0));
+  // Before: the newcomer waited beside the job, as a job of mixed counts could not grow.
+  CHECK(starts(a->out() + b->out()) == before);
+  CHECK_THAT(c.err(), Catch::Contains("this node grows the running job: ranks 3-4 join its workers"));
+  CHECK_THAT(c.out(), Catch::Contains("start: rank 3 of 5, generation 1, joining without state"));
+  CHECK_THAT(out, Catch::Contains("re-form: generation 1, world 5 (lost slots -, new slots 3,4)"));
+  CHECK_THAT(out, Catch::Contains("1 re-forms, 0 restarts"));
+  CHECK(std::isfinite(final_loss(out)));
+}

@@ -97,3 +97,15 @@ TEST_CASE("a round's re-form keys lie under its worker prefix, as docs/reform.md
   CHECK(reform_full_key(r, 4) == r + "g4/full");
   CHECK(round_of(*job_key_of(reform_full_key(r, 4))) == 2);
 }
+
+TEST_CASE("a grow claim carries its node and worker count, and a value without a count says so",
+          "[job_keys]") {
+  const auto p = round_prefix("job", 1);
+  CHECK(grow_key(p, 3) == "/job/rdzv/round_1/grow/3");
+  CHECK(joining_key(p, "node-a") == "/job/rdzv/round_1/joining/node-a");
+  CHECK(grow_value("node-a", 2) == "node-a 2");
+  CHECK(parse_grow_value(grow_value("node-a", 2)) == std::make_pair(std::string("node-a"), 2));
+  CHECK(parse_grow_value("node-a") == std::make_pair(std::string("node-a"), -1));
+  CHECK(parse_grow_value("node-a x") == std::make_pair(std::string("node-a x"), -1));
+  CHECK(parse_grow_value("node-a 99999999999") == std::make_pair(std::string("node-a 99999999999"), -1));
+}

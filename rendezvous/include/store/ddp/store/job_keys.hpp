@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ddp::store::keys {
@@ -50,9 +51,13 @@ std::string take_key(const std::string& round_prefix, std::int64_t group_rank, s
 std::string offers_prefix(const std::string& round_prefix);
 // "<round prefix>grow_ok": the members admit newcomers into the running round
 // (its workers re-form); "<round prefix>grow/<group rank>": which newcomer
-// took that new group rank (compare_set); "<round prefix>grown": how many did.
+// took that new group rank and how many workers it runs, "<node_id> <nproc>"
+// (compare_set); "<round prefix>grown": how many did.
 std::string grow_ok_key(const std::string& round_prefix);
 std::string grow_key(const std::string& round_prefix, std::int64_t group_rank);
+std::string grow_value(const std::string& node_id, int nproc);
+// The node id and worker count of a grow_value; nproc -1 where the value has none.
+std::pair<std::string, int> parse_grow_value(const std::string& value);
 std::string grown_key(const std::string& round_prefix);
 std::string offer_key(const std::string& round_prefix, std::int64_t group_rank, std::int64_t revision);
 // "/<run>/rdzv/excluded/": hosts kept out of the job's later rounds, one key
