@@ -47,6 +47,9 @@ from . import _reform_keys as keys
 SETTLE_S = 10.0
 # How often the watcher thread reads the generation.
 WATCH_S = 0.01
+# A rank whose generation ended this long ago, its connections shut, that has
+# still not left its step gets one line saying where its main thread is.
+STUCK_S = 10.0
 # Words of the errors a collective fails with when a peer went away.
 _PEER_ERRORS = ("gloo", "connection", "timed out", "timeout", "closed", "broken pipe", "reset by peer",
                 "nccl", "abort")
@@ -153,6 +156,9 @@ class ElasticGroup:
         self._sockets: Optional[Dict[int, str]] = None  # None while the group forms
         self._forming = -1
         self._released = -1  # the latest generation whose sockets were shut
+        self._released_at: Optional[float] = None  # when the watcher shut them (not reform())
+        self._shut = 0  # how many it shut
+        self._stuck_said = -1  # the latest generation the stuck line was said for
         self._raised_at: Optional[float] = None
         self._synced = -1  # the latest generation sync_state() broadcast in
         self._syncs = 0  # how often in that generation
@@ -228,6 +234,7 @@ class ElasticGroup:
         started = time.monotonic()
         with self._lock:
             self._raised_at = None
+            self._released_at = None  # the step returned: nothing stuck to say
             self._release(self.generation)
         self._drop_group()
         self._join(self.generation, self._members, started)
@@ -348,10 +355,12 @@ class ElasticGroup:
                 continue
             with self._lock:
                 target = self._forming if self._sockets is None else self.generation
-                if now > target:
+                if now > target and self._released < target:
                     self._release(target)
+                    self._released_at = time.monotonic()
                 if self._raised_at is not None and time.monotonic() - self._raised_at > self._abandon_s:
                     self._abandon()
+                self._say_if_stuck()
 
     def _abandon(self) -> None:
         line = (f"generation {self.generation} ended {self._abandon_s:g} s ago and this script never called "
@@ -360,13 +369,32 @@ class ElasticGroup:
         io.write_error_file("MembershipChanged: " + line, "")
         os._exit(1)
 
+    def _say_if_stuck(self) -> None:
+        """Under the lock: one line when the watcher shut this generation's
+        connections STUCK_S ago and the main thread has neither raised
+        MembershipChanged nor re-formed since (a step still blocked)."""
+        g = self.generation
+        if self._released_at is None or self._released < g or self._raised_at is not None or \
+                self._stuck_said >= g or self._sockets is None or \
+                time.monotonic() - self._released_at < STUCK_S:
+            return
+        self._stuck_said = g
+        import sys
+        import traceback
+
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        where = " <- ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.lineno})"
+                            for f in reversed(traceback.extract_stack(frame)[-4:])) if frame else "unknown"
+        io.say(f"generation {g} ended {time.monotonic() - self._released_at:.0f} s ago and this rank shut its "
+               f"{self._shut} connection(s), but its step has not returned; main thread in {where}")
+
     def _release(self, g: int) -> None:
         """Under the lock: shut generation g's sockets, once."""
         if self._released >= g:
             return
         self._released = g
         socks = self._sockets if self._sockets is not None else io.new_sockets(self._sockets_before)
-        io.shut_down(socks)
+        self._shut = io.shut_down(socks)
 
     def _drop_group(self) -> None:
         import torch.distributed.distributed_c10d as c10d

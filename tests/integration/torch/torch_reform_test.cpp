@@ -355,3 +355,20 @@ TEST_CASE("torch re-form: FSDP, kill -9 of a node's agent with no spare, 2 ranks
   CHECK(clean > 0);
   CHECK(std::fabs(clean - got) <= kShrinkLossTolerance * clean);
 }
+
+TEST_CASE("torch re-form: a rank whose step is held up after its generation ended says where, once",
+          "[held]") {
+  if (!have_torch()) return;
+  TempDir dir;
+  const std::vector<std::string> argv = {"--standalone", "--nproc_per_node=2", "--on_failure=reform",
+                                         "--max_restarts=1",
+                                         (source_dir() / "tests/integration/torch/held_step.py").string()};
+  const auto r =
+      run(ddprun(argv), dir.path(), worker_env({{"PYTHONPATH", (source_dir() / "python").string()}}), 200s);
+  const std::string all = r.out + r.err;
+  INFO(all);
+  CHECK(r.code == 0);
+  CHECK(count(all, "but its step has not returned; main thread in held_up (held_step.py:") == 1);
+  CHECK_THAT(all, Catch::Contains("ended 10 s ago and this rank shut its"));
+  CHECK(count(all, "done at generation 1") == 2);
+}
