@@ -385,8 +385,9 @@ class ElasticGroup:
         frame = sys._current_frames().get(threading.main_thread().ident)
         where = " <- ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.lineno})"
                             for f in reversed(traceback.extract_stack(frame)[-4:])) if frame else "unknown"
-        io.say(f"generation {g} ended {time.monotonic() - self._released_at:.0f} s ago and this rank shut its "
-               f"{self._shut} connection(s), but its step has not returned; main thread in {where}")
+        ago = time.monotonic() - self._released_at
+        io.say(f"generation {g} ended {ago:.0f} s ago and this rank shut its {self._shut} connection(s), "
+               f"but its step has not returned; main thread in {where}")
 
     def _release(self, g: int) -> None:
         """Under the lock: shut generation g's sockets, once."""

@@ -8,6 +8,7 @@ import signal
 import time
 
 import torch
+
 from ddprun import elastic
 
 
