@@ -170,7 +170,7 @@ RendezvousResult DynamicHandler::next_rendezvous() {
     const std::string my_key = detail::node_key(prefix, index - 1);
     bool late = index > config_.max_nodes;
     // Past MAX this node writes no record: its marker would read as a slow arrival's.
-    if (late) store_->remove(store::keys::joining_key(prefix, self_.node_id));
+    if (late && lease != 0) store_->remove(store::keys::joining_key(prefix, self_.node_id));
     Closed closed;
     if (!late) {
       closed = arrive_and_wait(round, mine, store::BatchOp::set(my_key, record, lease), deadline);
@@ -287,8 +287,12 @@ int DynamicHandler::wait_records(const std::string& prefix, int n, std::chrono::
     std::set<std::string> recorded;
     int present = 0;
     for (const auto& kv : store_->list(detail::nodes_prefix(prefix)).kvs) {
-      recorded.insert(detail::decode_node(kv.value, kv.key).node_id);
       if (auto r = detail::node_index(kv.key, prefix); r && *r < n) ++present;
+      try {
+        recorded.insert(detail::decode_node(kv.value, kv.key).node_id);
+      } catch (const Error&) {
+        // Not a record ddprun wrote: it holds no marker back.
+      }
     }
     const std::string dir = store::keys::joining_prefix(prefix);
     int waiting = 0;
