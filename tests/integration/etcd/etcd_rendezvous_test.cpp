@@ -81,6 +81,28 @@ int count_files(const TempDir& dir, const std::string& prefix) {
   return n;
 }
 
+// An agent of run `run_id` under --on_failure=reform on `etcd`, running the
+// C++ re-form trainer with `nproc` workers (last call 30 s: a round closes at MAX).
+std::vector<std::string> reform_argv(const TempDir& dir, const EtcdCluster& etcd, const std::string& run_id,
+                                     const std::string& nnodes, int nproc) {
+  std::vector<std::string> out{ddp::test::bin("ddprun").string(),
+                               "--nnodes=" + nnodes,
+                               "--nproc_per_node=" + std::to_string(nproc),
+                               "--rdzv_backend=etcd",
+                               "--rdzv_endpoint=" + etcd.endpoints_text(),
+                               "--rdzv_id=" + run_id,
+                               "--rdzv_conf=keep_alive_interval=1,last_call_timeout=30,join_timeout=60",
+                               "--on_failure=reform",
+                               "--max_restarts=0",
+                               "--no_python"};
+  for (auto& w : ddp::test::reform_trainer(dir)) out.push_back(std::move(w));
+  return out;
+}
+
+std::map<std::string, std::optional<std::string>> reform_env() {
+  return {{"DDP_LOG_LEVEL", "info"}, {"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt}};
+}
+
 // Waits for both agents: each must exit 0 within 40 s.
 void check_both_exit_0(Process& a, Process& b) {
   const auto ca = a.wait(40s);
@@ -234,22 +256,8 @@ TEST_CASE(
   // group rank 1 (not 0, whose node hosts the workers' store) is killed.
   TempDir dir;
   EtcdCluster etcd(dir.path());
-  auto argv = [&] {
-    std::vector<std::string> out{ddp::test::bin("ddprun").string(),
-                                 "--nnodes=1:2",
-                                 "--nproc_per_node=2",
-                                 "--rdzv_backend=etcd",
-                                 "--rdzv_endpoint=" + etcd.endpoints_text(),
-                                 "--rdzv_id=reform",
-                                 "--rdzv_conf=keep_alive_interval=1,last_call_timeout=30,join_timeout=60",
-                                 "--on_failure=reform",
-                                 "--max_restarts=0",
-                                 "--no_python"};
-    for (auto& w : ddp::test::reform_trainer(dir)) out.push_back(std::move(w));
-    return out;
-  };
-  const std::map<std::string, std::optional<std::string>> env{
-      {"DDP_LOG_LEVEL", "info"}, {"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt}};
+  const auto argv = [&] { return reform_argv(dir, etcd, "reform", "1:2", 2); };
+  const auto env = reform_env();
   Process a(argv(), dir.path(), env, "agent-a");
   Process b(argv(), dir.path(), env, "agent-b");
   const auto started = [](Process& p) { return p.out().find("start: rank") != std::string::npos; };
@@ -277,22 +285,8 @@ TEST_CASE(
   // Group ranks follow the arrivals: each agent starts once the one before it joined.
   TempDir dir;
   EtcdCluster etcd(dir.path());
-  auto argv = [&](int nproc) {
-    std::vector<std::string> out{ddp::test::bin("ddprun").string(),
-                                 "--nnodes=3:3",
-                                 "--nproc_per_node=" + std::to_string(nproc),
-                                 "--rdzv_backend=etcd",
-                                 "--rdzv_endpoint=" + etcd.endpoints_text(),
-                                 "--rdzv_id=mixed",
-                                 "--rdzv_conf=keep_alive_interval=1,last_call_timeout=30,join_timeout=60",
-                                 "--on_failure=reform",
-                                 "--max_restarts=0",
-                                 "--no_python"};
-    for (auto& w : ddp::test::reform_trainer(dir)) out.push_back(std::move(w));
-    return out;
-  };
-  const std::map<std::string, std::optional<std::string>> env{
-      {"DDP_LOG_LEVEL", "info"}, {"OMP_NUM_THREADS", std::nullopt}, {"PET_NPROC_PER_NODE", std::nullopt}};
+  const auto argv = [&](int nproc) { return reform_argv(dir, etcd, "mixed", "3:3", nproc); };
+  const auto env = reform_env();
   const auto joined = [](Process& p) { return p.err().find("joined round") != std::string::npos; };
   Process a(argv(2), dir.path(), env, "agent-a");
   REQUIRE(wait_until([&] { return joined(a); }, 30s));

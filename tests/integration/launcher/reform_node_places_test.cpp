@@ -68,8 +68,7 @@ TEST_CASE(
   Process& a = *job.a;
   Process& b = *job.b;
   Process& c = *job.c;
-  REQUIRE(
-      wait_until([&] { return count(a.out() + b.out(), "world 6 (lost slots -, new slots 4,5)") > 0; }, 60s));
+  REQUIRE(job.wait_grown());
   const auto a_pids = starts(a.out());
   const auto c_pids = starts(c.out());
   const std::string r = first_rank(b.out());
@@ -97,8 +96,7 @@ TEST_CASE("reform: with --nnodes=2:3, the node that grew the job lost: the two i
   Process& a = *job.a;
   Process& b = *job.b;
   Process& c = *job.c;
-  REQUIRE(
-      wait_until([&] { return count(a.out() + b.out(), "world 6 (lost slots -, new slots 4,5)") > 0; }, 60s));
+  REQUIRE(job.wait_grown());
   c.signal(SIGKILL);
   CHECK(c.wait(10s).has_value());
   const auto ca = a.wait(90s), cb = b.wait(90s);

@@ -139,8 +139,7 @@ TEST_CASE("reform: a node that grew the running job is lost like any other: the 
   Process& a = *job.a;
   Process& b = *job.b;
   Process& c = *job.c;
-  REQUIRE(
-      wait_until([&] { return count(a.out() + b.out(), "world 6 (lost slots -, new slots 4,5)") > 0; }, 60s));
+  REQUIRE(job.wait_grown());
   c.signal(SIGKILL);
   const auto ca = a.wait(90s), cb = b.wait(90s);
   INFO("a:\n" << a.err() << a.out() << "b:\n" << b.err() << b.out());

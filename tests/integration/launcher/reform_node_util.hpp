@@ -78,6 +78,11 @@ struct GrowingJob {
     REQUIRE(before.size() == 4);
     c.emplace(node(dir, daemon, "nodec", nnodes, "2"), dir.path(), info_env(), "nodec");
   }
+  // Whether a's and b's workers re-formed with c's ranks (world 6) within 60 s.
+  bool wait_grown() {
+    return wait_until([&] { return count(a->out() + b->out(), "world 6 (lost slots -, new slots 4,5)") > 0; },
+                      std::chrono::seconds(60));
+  }
 };
 
 }  // namespace ddp::test::launcher::reform_node
