@@ -17,9 +17,9 @@ namespace ddp::agent {
 namespace {
 
 // The global ranks of the departed node's workers ("2-3"): from its rank
-// offset as the round's records tell it, else at g x nproc (a node that came
-// after a place below it was given up knows no more; such a job's nodes all
-// run one --nproc_per_node unless a spare took the place).
+// offset as the round's records tell it (with ctl/gone/ for the places given
+// up before this node came), else at g x nproc (a place below it whose record
+// this node never saw, as when its decider knew no record either).
 std::vector<int> node_slots(const rdzv::Departure& d, int fallback_nproc) {
   const int nproc = d.node.node_id.empty() ? fallback_nproc : d.node.local_world_size;
   const int offset = d.rank_offset >= 0 ? d.rank_offset : d.group_rank * nproc;

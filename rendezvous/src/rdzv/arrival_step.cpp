@@ -13,6 +13,14 @@ namespace ddp::rdzv::detail {
 
 namespace {
 
+// This node's R/joining/ marker under its lease, appended to `ops` (nothing
+// without a lease): written in the same request as the arrival it marks.
+void mark_joining(std::vector<store::BatchOp>& ops, const std::string& prefix, const NodeSpec& self,
+                  store::LeaseId lease) {
+  if (lease != 0)
+    ops.push_back(store::BatchOp::set(store::keys::joining_key(prefix, self.node_id), "", lease));
+}
+
 class CounterArrivals final : public ArrivalStep {
  public:
   explicit CounterArrivals(std::shared_ptr<store::Store> store) : store_(std::move(store)) {}
@@ -20,8 +28,7 @@ class CounterArrivals final : public ArrivalStep {
   std::int64_t arrive(const std::string& prefix, const NodeSpec& self, store::LeaseId lease,
                       std::vector<store::BatchOp> before) override {
     // The marker goes before the count: an arrival counted is an arrival marked.
-    if (lease != 0)
-      before.push_back(store::BatchOp::set(store::keys::joining_key(prefix, self.node_id), "", lease));
+    mark_joining(before, prefix, self, lease);
     if (before.empty()) return store_->add(prefix + "seq", pack_join(self.local_world_size));
     before.push_back(store::BatchOp::add(prefix + "seq", pack_join(self.local_world_size)));
     store_->batch(before);
@@ -69,8 +76,7 @@ class EtcdArrivals final : public ArrivalStep {
       // The arrival key has no lease (the counts need every arrival kept); the
       // marker, in the same txn, has this node's.
       std::vector<store::BatchOp> marker;
-      if (lease != 0)
-        marker.push_back(store::BatchOp::set(store::keys::joining_key(prefix, self.node_id), "", lease));
+      mark_joining(marker, prefix, self, lease);
       c = etcd_->create(key, self.node_id, 0, {all, all + std::to_string(nproc) + "/"}, marker);
     } catch (const store::CompactedError&) {
       // Only a retried create counts at a past revision, which etcd may have

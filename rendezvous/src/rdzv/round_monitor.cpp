@@ -116,6 +116,7 @@ void RoundMonitor::begin(WatchedRound r) {
     first_event_.reset();
     marker_seen_ = false;
     departed_.clear();
+    gone_workers_.clear();
     for (const auto& kv : r.ctl.kvs) {
       queue_.push_back(
           Pending{epoch, store::WatchEvent{store::EventType::kPut, kv.key, kv.value, kv.revision}});
@@ -351,6 +352,13 @@ void RoundMonitor::handle(const Pending& p) {
       const std::string detail = p.ev.value + " node(s) waiting to join";
       if (!newcomer(p.epoch, detail)) fire(p.epoch, RoundEvent::kNodesWaiting, detail);
     }
+  } else if (put && starts_with(p.ev.key, store::keys::gone_prefix(r.prefix))) {
+    const auto rank = store::keys::index_or_none(
+        std::string_view(p.ev.key).substr(store::keys::gone_prefix(r.prefix).size()));
+    auto node = take_record(p.ev.value, p.ev.key);
+    if (rank < 0 || !node) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (p.epoch == epoch_) gone_workers_[static_cast<int>(rank)] = node->local_world_size;
   } else if (rel == "ctl/ended") {
     if (put) {
       {
@@ -428,13 +436,20 @@ std::optional<NodeSpec> RoundMonitor::take_record(const std::string& value, cons
 }
 
 void RoundMonitor::describe_places(int rank, rdzv::Departure& d) const {
-  // Group ranks without a record (a place given up before this node came) count nowhere.
+  // A place given up before this node came has no record here: it counts
+  // among no members, and below `rank` its ranks (ctl/gone/) still come first.
   int offset = 0;
   bool known = true;
   for (int g = 0; g < static_cast<int>(round_.nodes.size()); ++g) {
     const NodeSpec& n = round_.nodes[static_cast<std::size_t>(g)];
     if (n.node_id.empty()) {
-      if (g < rank) known = false;
+      if (g >= rank) continue;
+      const auto gone = gone_workers_.find(g);
+      if (gone == gone_workers_.end()) {
+        known = false;
+      } else {
+        offset += gone->second;
+      }
       continue;
     }
     if (g < rank) offset += n.local_world_size;

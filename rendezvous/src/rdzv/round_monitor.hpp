@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -205,7 +206,10 @@ class RoundMonitor {
   bool ended_marker_seen_ = false;  // ... in the round the last end() stopped
   std::deque<Pending> queue_;
   std::vector<std::unique_ptr<store::WatchHandle>> watches_;  // node/ first, then ctl/
-  std::set<std::int64_t> departed_;     // group ranks of this round whose records vanished
+  std::set<std::int64_t> departed_;  // group ranks of this round whose records vanished
+  // Places given up in this round (ctl/gone/<g>) that this node holds no record
+  // of, having come after: group rank -> how many ranks the place held.
+  std::map<int, int> gone_workers_;
   Clock::time_point last_departure_{};  // when the latest departure that is no success was seen
   // Kept by end(on_departure, …): the ended round's node watch and where its deletions go.
   std::unique_ptr<store::WatchHandle> departure_watch_;

@@ -7,6 +7,7 @@
 // (the job goes on smaller) or ends the round (every node rejoins).
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -82,6 +83,10 @@ Place StoreHandler::settle_place(const Departure& d, bool offer, bool may_shrink
   if (!value) value = store_->compare_set(key, "", mine);
   const Place place = parse_place(*value, mine);
   if (place.mine && place.kind == Place::Kind::kShrink) {
+    // Its record goes with the departed node's lease: a node that comes later
+    // learns from ctl/gone/ how many ranks the place held (RoundMonitor).
+    if (!d.node.node_id.empty())
+      store_->set(store::keys::gone_key(prefix, d.group_rank), encode_node(d.node));
     // The place given up counts among the finished, so that the job's success
     // needs only the members left.
     if (store_->add(prefix + "succeeded", 1) >= members_to_succeed(prefix)) store_->set(prefix + "done", "1");
@@ -248,12 +253,21 @@ RendezvousResult DynamicHandler::grow_into(std::int64_t round, const Closed& clo
   res.group_world_size = rank + 1;
   // After every rank the round has had: its own (places given up since keep
   // their ranks), then those of the nodes that grew it before this one, each
-  // as many as its P/grow/<g> says (claimed in order, so all are there).
+  // as many as its P/grow/<g> says (claimed in order, so all are there; one
+  // listing reads them all).
   res.rank_offset = closed.workers;
-  for (int g = closed.count; g < rank; ++g) {
-    const auto claim = store_->try_get(store::keys::grow_key(prefix, g));
-    const int nproc = claim ? store::keys::parse_grow_value(*claim).second : -1;
-    res.rank_offset += nproc >= 0 ? nproc : self_.local_world_size;
+  if (rank > closed.count) {
+    std::map<std::int64_t, int> nproc_of;
+    const std::string claims = store::keys::grow_prefix(prefix);
+    for (const auto& kv : store_->list(claims).kvs) {
+      const auto g = store::keys::index_or_none(std::string_view(kv.key).substr(claims.size()));
+      if (g >= 0) nproc_of[g] = store::keys::parse_grow_value(kv.value).second;
+    }
+    for (int g = closed.count; g < rank; ++g) {
+      const auto it = nproc_of.find(g);
+      const int nproc = it == nproc_of.end() ? -1 : it->second;
+      res.rank_offset += nproc >= 0 ? nproc : self_.local_world_size;
+    }
   }
   res.world_size = closed.workers;
   res.takes_place = true;

@@ -63,8 +63,10 @@ std::string offers_prefix(const std::string& round_prefix) { return round_prefix
 
 std::string grow_ok_key(const std::string& round_prefix) { return round_prefix + "grow_ok"; }
 
+std::string grow_prefix(const std::string& round_prefix) { return round_prefix + "grow/"; }
+
 std::string grow_key(const std::string& round_prefix, std::int64_t group_rank) {
-  return round_prefix + "grow/" + std::to_string(group_rank);
+  return grow_prefix(round_prefix) + std::to_string(group_rank);
 }
 
 std::string grow_value(const std::string& node_id, int nproc) {
@@ -83,6 +85,12 @@ std::string grown_key(const std::string& round_prefix) { return round_prefix + "
 
 std::string offer_key(const std::string& round_prefix, std::int64_t group_rank, std::int64_t revision) {
   return offers_prefix(round_prefix) + std::to_string(group_rank) + "/" + std::to_string(revision);
+}
+
+std::string gone_prefix(const std::string& round_prefix) { return round_prefix + "ctl/gone/"; }
+
+std::string gone_key(const std::string& round_prefix, std::int64_t group_rank) {
+  return gone_prefix(round_prefix) + std::to_string(group_rank);
 }
 
 std::string excluded_prefix(const std::string& run_id) { return rdzv_prefix(run_id) + "excluded/"; }

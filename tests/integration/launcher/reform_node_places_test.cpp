@@ -5,6 +5,7 @@
 // ranks, wherever they lie.
 #include <signal.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <optional>
@@ -58,6 +59,18 @@ struct MixedJob {
   }
   std::optional<Process> s;
 };
+
+// Starts `p`, an agent of a --nnodes=1:4 job (last call 5 s) training 40
+// epochs, long enough for losses and newcomers, and waits until it joined.
+void start_long(std::optional<Process>& p, const TempDir& dir, const LocalDaemon& daemon,
+                const std::string& name, int nproc) {
+  auto argv = node(dir, daemon, name, "1:4", "5", nproc);
+  const auto epochs = std::find(argv.begin(), argv.end(), "--epochs");
+  REQUIRE(epochs + 1 < argv.end());
+  *(epochs + 1) = "40";
+  p.emplace(argv, dir.path(), info_env(), name);
+  REQUIRE(wait_until([&] { return count(p->err(), "joined round") > 0; }, 30s));
+}
 
 }  // namespace
 
@@ -219,4 +232,79 @@ TEST_CASE(
   CHECK_THAT(out, Catch::Contains("re-form: generation 1, world 5 (lost slots -, new slots 3,4)"));
   CHECK_THAT(out, Catch::Contains("1 re-forms, 0 restarts"));
   CHECK(std::isfinite(final_loss(out)));
+}
+
+TEST_CASE(
+    "reform: a node that grew a job after a 1-worker place was given up settles a later loss at the right "
+    "ranks") {
+  // a, b, c run 2, 1 and 2 workers (ranks 0-1, 2, 3-4). b is lost and the job
+  // goes on without rank 2; d (1 worker) then grows it at rank 5, knowing no
+  // record of b. When c is lost, d must still place c's ranks at 3-4.
+  TempDir dir;
+  LocalDaemon daemon{dir};
+  REQUIRE(daemon.port > 0);
+  std::optional<Process> a, b, c, d;
+  start_long(a, dir, daemon, "nodea", 2);
+  start_long(b, dir, daemon, "nodeb", 1);
+  start_long(c, dir, daemon, "nodec", 2);
+  REQUIRE(wait_until([&] { return count(a->out(), "epoch 1/40") > 0; }, 60s));
+  REQUIRE_THAT(b->out(), Catch::Contains("start: rank 2 of 5"));
+  b->signal(SIGKILL);
+  CHECK(b->wait(10s).has_value());
+  const auto logs = [&] {
+    std::string all;
+    for (auto* p : {&a, &c, &d})
+      if (*p) all += (*p)->err() + (*p)->out();
+    return all;
+  };
+  INFO("a:\n" << a->err() << a->out() << "c:\n" << c->err() << c->out());
+  REQUIRE(wait_until([&] { return count(logs(), "world 4 (lost slots 2, new slots -)") > 0; }, 60s));
+  start_long(d, dir, daemon, "noded", 1);
+  REQUIRE(wait_until([&] { return count(logs(), "world 5 (lost slots -, new slots 5)") > 0; }, 60s));
+  c->signal(SIGKILL);
+  CHECK(c->wait(10s).has_value());
+  const auto ca = a->wait(120s), cd = d->wait(120s);
+  INFO("d:\n" << d->err() << d->out());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cd == std::optional<int>(0));
+  CHECK_THAT(d->err(), Catch::Contains("this node grows the running job: ranks 5 join its workers"));
+  // Before ctl/gone/, d knew nothing of b's place and put c's ranks at 2 x 2 = 4-5.
+  CHECK_THAT(d->err(), Catch::Contains("(group rank 2) lost (") &&
+                           Catch::Contains("ranks 3-4 are settled after the fence"));
+  CHECK_THAT(d->err(), Catch::Contains("the job goes on without ranks 3-4, world size 3"));
+  CHECK_THAT(a->out() + d->out(), Catch::Contains("world 3 (lost slots 3,4, new slots -)"));
+  CHECK_THAT(a->out() + d->out(), Catch::Contains("3 re-forms, 0 restarts"));
+  CHECK_THAT(a->err() + d->err(), !Catch::Contains("every node rejoins"));
+  CHECK(std::isfinite(final_loss(a->out() + d->out())));
+}
+
+TEST_CASE(
+    "reform: two nodes grow a running job of 2 and 1 workers one after the other: the second's ranks follow "
+    "the first's") {
+  TempDir dir;
+  LocalDaemon daemon{dir};
+  REQUIRE(daemon.port > 0);
+  std::optional<Process> a, b, c, d;
+  start_long(a, dir, daemon, "nodea", 2);
+  start_long(b, dir, daemon, "nodeb", 1);
+  REQUIRE(wait_until([&] { return count(a->out(), "epoch 1/40") > 0; }, 60s));
+  REQUIRE_THAT(b->out(), Catch::Contains("start: rank 2 of 3"));
+  const auto joined = [&](const std::string& what) {
+    return wait_until([&] { return count(a->out() + b->out(), what) > 0; }, 60s);
+  };
+  start_long(c, dir, daemon, "nodec", 2);
+  REQUIRE(joined("world 5 (lost slots -, new slots 3,4)"));
+  // d's group rank (3) is past the round's close (2): its ranks follow c's claim of 2 workers.
+  start_long(d, dir, daemon, "noded", 1);
+  REQUIRE(joined("world 6 (lost slots -, new slots 5)"));
+  const auto ca = a->wait(120s), cb = b->wait(120s), cc = c->wait(120s), cd = d->wait(120s);
+  INFO("c:\n" << c->err() << c->out() << "d:\n" << d->err() << d->out());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  CHECK(cc == std::optional<int>(0));
+  CHECK(cd == std::optional<int>(0));
+  CHECK_THAT(d->err(), Catch::Contains("this node grows the running job: ranks 5 join its workers"));
+  CHECK_THAT(d->out(), Catch::Contains("start: rank 5 of 6"));
+  CHECK_THAT(a->out(), Catch::Contains("2 re-forms, 0 restarts"));
+  CHECK(std::isfinite(final_loss(a->out())));
 }

@@ -103,6 +103,9 @@ TEST_CASE("a grow claim carries its node and worker count, and a value without a
   const auto p = round_prefix("job", 1);
   CHECK(grow_key(p, 3) == "/job/rdzv/round_1/grow/3");
   CHECK(joining_key(p, "node-a") == "/job/rdzv/round_1/joining/node-a");
+  // A given-up place's record lies under ctl/, which every member watches and a newcomer lists.
+  CHECK(gone_key(p, 2) == "/job/rdzv/round_1/ctl/gone/2");
+  CHECK(gone_key(p, 2).rfind(gone_prefix(p), 0) == 0);
   CHECK(grow_value("node-a", 2) == "node-a 2");
   CHECK(parse_grow_value(grow_value("node-a", 2)) == std::make_pair(std::string("node-a"), 2));
   CHECK(parse_grow_value("node-a") == std::make_pair(std::string("node-a"), -1));

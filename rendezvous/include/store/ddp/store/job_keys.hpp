@@ -54,12 +54,20 @@ std::string offers_prefix(const std::string& round_prefix);
 // took that new group rank and how many workers it runs, "<node_id> <nproc>"
 // (compare_set); "<round prefix>grown": how many did.
 std::string grow_ok_key(const std::string& round_prefix);
+std::string grow_prefix(const std::string& round_prefix);
 std::string grow_key(const std::string& round_prefix, std::int64_t group_rank);
 std::string grow_value(const std::string& node_id, int nproc);
 // The node id and worker count of a grow_value; nproc -1 where the value has none.
 std::pair<std::string, int> parse_grow_value(const std::string& value);
 std::string grown_key(const std::string& round_prefix);
 std::string offer_key(const std::string& round_prefix, std::int64_t group_rank, std::int64_t revision);
+// "<round prefix>ctl/gone/": the places given up in a running round (the job
+// went on smaller), one key "ctl/gone/<group rank>" per place, holding the
+// departed node's record, so that a node that comes later still knows how
+// many ranks each such place held. Under ctl/, so every member's watch and a
+// newcomer's listing of ctl/ see it.
+std::string gone_prefix(const std::string& round_prefix);
+std::string gone_key(const std::string& round_prefix, std::int64_t group_rank);
 // "/<run>/rdzv/excluded/": hosts kept out of the job's later rounds, one key
 // per host, its value why (docs/rendezvous.md, "Bad nodes kept out").
 std::string excluded_prefix(const std::string& run_id);
