@@ -7,7 +7,9 @@
 // io_context thread, speaking the native protocol directly: 10,000 TcpStore
 // clients would be 10,000 I/O threads, which measures the scheduler rather than
 // the algorithm. The requests are exactly those DynamicHandler sends for one
-// round (list_nodes=false unless --list-nodes). Prints figures, asserts nothing.
+// round of more than list_nodes_max (128) nodes of one --nproc_per_node, which
+// reads group rank 0's record alone; --list-nodes: every record, as a node of
+// a smaller round or one of mixed counts does. Prints figures, asserts nothing.
 #include <CLI/CLI.hpp>
 #include <array>
 #include <boost/asio/awaitable.hpp>
@@ -204,6 +206,16 @@ awaitable<std::int64_t> wait_and_list(Conn& c, const std::string& prefix, int n,
   co_return r.revision;
 }
 
+// What a member reads of the round's records once it closed: all of them
+// (--list-nodes), else group rank 0's (past list_nodes_max).
+awaitable<void> read_records(Conn& c, const std::string& prefix, bool list_nodes) {
+  if (list_nodes) {
+    check(co_await c.call(Op::kList, 0, 0, vec(prefix + "node/"), vec()), "list nodes");
+  } else {
+    check(co_await c.call(Op::kTryGet, 0, 0, vec(prefix + "node/0"), vec()), "get group rank 0's record");
+  }
+}
+
 // DynamicHandler::arrive_and_wait of an arrival that does not close: its
 // record and the wait for the close in one write. Returns the close's answer.
 awaitable<store::Response> set_and_wait_closed(Conn& c, std::int64_t lease, const std::string& record_key,
@@ -310,6 +322,7 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
   std::istringstream in(r.items.at(0).value);
   long count = 0, workers = 0, listed = 0;
   in >> count >> workers >> listed;
+  co_await read_records(c, s.prefix1, s.list_nodes);
   // start_round: both watches from the closing listing's revision + 1; the
   // kept node watch's cancel (stop_departures) goes out with them.
   c.queue(Op::kCancel, node_watch, 0, vec(), vec());
@@ -383,10 +396,7 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
     std::istringstream in(closed);
     long count = 0, workers = 0, listed = 0;
     in >> count >> workers >> listed;
-    if (s.list_nodes) {
-      r = co_await c.call(Op::kList, 0, 0, vec(s.prefix + "node/"), vec());
-      check(r, "list nodes");
-    }
+    co_await read_records(c, s.prefix, s.list_nodes);
     const auto [node_watch, ctl_watch] = co_await watch_round(c, s.prefix, listed + 1);
     s.last_done = std::max(s.last_done, Clock::now());
     const long bytes = c.sent + c.received;
@@ -488,7 +498,8 @@ int rendezvous_main(int argc, char** argv) {
   app.add_option("--endpoint", o.endpoint, "HOST:PORT of a ddp-rendezvousd; default: an in-process server");
   app.add_option("--backend", o.backend, "rendezvous algorithm (c10d)")->check(CLI::IsMember({"c10d"}));
   app.add_flag("--list-nodes", o.list_nodes,
-               "each agent also lists every node record (O(N) bytes per agent)");
+               "each agent lists every node record (O(N) bytes per agent), as in a round of at most "
+               "list_nodes_max nodes; default: group rank 0's record alone");
   app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")->capture_default_str();
   app.add_flag("--restart", o.restart,
                "then one agent reports a failure and all re-form round 1 (--nnodes=1:2N, so only the early "

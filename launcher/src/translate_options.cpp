@@ -78,6 +78,11 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
     } else if (key == "keep_alive_max_attempt") {
       rc.keep_alive_max_attempt =
           parse_int_or_throw<int>(value, "--rdzv_conf: keep_alive_max_attempt", "a positive integer");
+    } else if (key == "list_nodes_max") {
+      // Above this many nodes a round of one --nproc_per_node reads no node list (docs/rendezvous.md).
+      rc.list_nodes_max = parse_int_or_throw<int>(value, "--rdzv_conf: list_nodes_max", "an integer >= 0");
+      if (rc.list_nodes_max < 0)
+        throw ConfigError("--rdzv_conf: list_nodes_max='" + value + "' is not an integer >= 0");
     } else if (key == "is_host") {
       rc.is_host = parse_bool(key, value);
     } else if (key == "etcd_prefix") {
@@ -115,7 +120,7 @@ void apply_rdzv_conf(const std::string& text, rdzv::RendezvousConfig& rc) {
           "--rdzv_conf: key '{}' is not used by ddprun, ignored; known keys: join_timeout, "
           "last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt, timeout, "
           "read_timeout, is_host, use_libuv, etcd_prefix, protocol, etcd_cacert, etcd_cert, etcd_key, "
-          "torch_legacy_protocol",
+          "torch_legacy_protocol, list_nodes_max",
           key);
     }
   }

@@ -10,7 +10,9 @@
 # replaying the same writes in the same run.
 # Usage: BUILD_DIR=build scripts/bench/rendezvous_scale.sh [N ...]   (default 1000 5000 10000 19500)
 # DAEMON=path runs that ddp-rendezvousd binary instead of $BUILD_DIR/bin's (to
-# compare two builds with the same bench).
+# compare two builds with the same bench). LIST_NODES=1: each agent lists every
+# node record, as an agent does in a round of at most list_nodes_max nodes (by
+# default an agent reads group rank 0's record alone, as past that size).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${BUILD_DIR:-build}/bin
@@ -20,7 +22,9 @@ tick=$(getconf CLK_TCK)
 cpu_ms() {  # utime + stime of pid $1, in ms
   awk -v t="$tick" '{ print ($14 + $15) * 1000 / t }' "/proc/$1/stat"
 }
-echo "# ${DAEMON:+DAEMON=$DAEMON }BUILD_DIR=${BUILD_DIR:-build} scripts/bench/rendezvous_scale.sh ${sizes[*]}  ($(date +%F), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), open-file limit $(ulimit -Hn))"
+list_flag=()
+[[ ${LIST_NODES:-0} == 1 ]] && list_flag=(--list-nodes)
+echo "# ${LIST_NODES:+LIST_NODES=$LIST_NODES }${DAEMON:+DAEMON=$DAEMON }BUILD_DIR=${BUILD_DIR:-build} scripts/bench/rendezvous_scale.sh ${sizes[*]}  ($(date +%F), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), open-file limit $(ulimit -Hn))"
 printf '%8s %10s %10s %12s %12s %12s %12s %12s\n' agents first_s restart_s cpu_ms cpu_us/agent rss_MB rss_KB/agent bytes/agent
 last=""
 for n in "${sizes[@]}"; do
@@ -30,7 +34,7 @@ for n in "${sizes[@]}"; do
   while [[ ! -s $d/p ]]; do sleep 0.05; done
   rss0=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status")
   cpu0=$(cpu_ms "$pid")
-  out=$("$B/ddp-bench" rendezvous --endpoint "127.0.0.1:$(cat "$d/p")" --agents "$n" --restart --daemon-pid "$pid" --floor)
+  out=$("$B/ddp-bench" rendezvous --endpoint "127.0.0.1:$(cat "$d/p")" --agents "$n" --restart --daemon-pid "$pid" --floor "${list_flag[@]}")
   cpu1=$(cpu_ms "$pid")
   hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status")
   kill "$pid"

@@ -438,11 +438,19 @@ std::optional<NodeSpec> RoundMonitor::take_record(const std::string& value, cons
 void RoundMonitor::describe_places(int rank, rdzv::Departure& d) const {
   // A place given up before this node came has no record here: it counts
   // among no members, and below `rank` its ranks (ctl/gone/) still come first.
+  // In a large round whose records were not read (nodes_listed), a place
+  // without a record runs as many workers as this node.
+  const auto self = static_cast<std::size_t>(round_.self_rank);
+  const int unread =
+      !round_.nodes_listed && self < round_.nodes.size() ? round_.nodes[self].local_world_size : 0;
   int offset = 0;
   bool known = true;
   for (int g = 0; g < static_cast<int>(round_.nodes.size()); ++g) {
     const NodeSpec& n = round_.nodes[static_cast<std::size_t>(g)];
-    if (n.node_id.empty()) {
+    int nproc = n.local_world_size;
+    if (n.node_id.empty() && unread > 0) {
+      nproc = unread;
+    } else if (n.node_id.empty()) {
       if (g >= rank) continue;
       const auto gone = gone_workers_.find(g);
       if (gone == gone_workers_.end()) {
@@ -452,9 +460,9 @@ void RoundMonitor::describe_places(int rank, rdzv::Departure& d) const {
       }
       continue;
     }
-    if (g < rank) offset += n.local_world_size;
+    if (g < rank) offset += nproc;
     ++d.members;
-    d.workers += n.local_world_size;
+    d.workers += nproc;
   }
   if (known && rank < static_cast<int>(round_.nodes.size())) d.rank_offset = offset;
 }
@@ -484,7 +492,8 @@ void RoundMonitor::fire(std::uint64_t epoch, RoundEvent e, const std::string& de
 
 std::string RoundMonitor::describe_rank(int rank) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (rank >= 0 && rank < static_cast<int>(round_.nodes.size())) {
+  if (rank >= 0 && rank < static_cast<int>(round_.nodes.size()) &&
+      !round_.nodes[static_cast<std::size_t>(rank)].node_id.empty()) {
     return "node " + round_.nodes[static_cast<std::size_t>(rank)].node_id + " (group rank " +
            std::to_string(rank) + ")";
   }

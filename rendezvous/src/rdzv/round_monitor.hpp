@@ -36,6 +36,7 @@ struct WatchedRound {
   int group_world_size = 1;       // members are group ranks [0, n)
   bool can_grow = false;          // fewer than max nodes: waiting nodes mean a scale-up
   std::vector<NodeSpec> nodes;    // by group rank when known (for messages), may be empty
+  bool nodes_listed = true;       // false: unread records run as many workers as self's
   store::Revision node_from = 0;  // watch node/ from here (no deletion after it is lost)
   store::ListResult ctl;          // ctl/ as listed before watching from ctl.revision + 1
 };

@@ -217,6 +217,7 @@ void StoreHandler::start_round(const RendezvousResult& result, store::Revision n
   w.group_world_size = result.group_world_size;
   w.can_grow = can_grow;
   w.nodes = result.nodes;
+  w.nodes_listed = result.nodes_listed;
   w.node_from = node_from;
   // Watching ctl/ from a revision no control key predates, or else from a
   // listing's revision + 1, loses no failure that a faster member reported

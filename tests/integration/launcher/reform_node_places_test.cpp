@@ -308,3 +308,43 @@ TEST_CASE(
   CHECK_THAT(a->out(), Catch::Contains("2 re-forms, 0 restarts"));
   CHECK(std::isfinite(final_loss(a->out())));
 }
+
+TEST_CASE(
+    "reform: past --rdzv_conf list_nodes_max the nodes read no one's record, and a lost node's ranks are "
+    "still "
+    "settled right") {
+  // Three nodes of 2 workers, list_nodes_max=1: each holds only its own record
+  // and group rank 0's, as in a job of more than 128 nodes.
+  TempDir dir;
+  LocalDaemon daemon{dir};
+  REQUIRE(daemon.port > 0);
+  std::optional<Process> a, b, c;
+  auto start = [&](std::optional<Process>& p, const std::string& name) {
+    auto argv = node(dir, daemon, name, "2:3", "30", 2);
+    for (auto& arg : argv)
+      if (arg.rfind("--rdzv_conf=", 0) == 0) arg += ",list_nodes_max=1";
+    p.emplace(argv, dir.path(), info_env(), name);
+    REQUIRE(wait_until([&] { return count(p->err(), "joined round") > 0; }, 30s));
+  };
+  start(a, "nodea");
+  start(b, "nodeb");
+  start(c, "nodec");
+  REQUIRE(wait_until([&] { return count(a->out() + c->out(), "epoch 1/6") > 0; }, 60s));
+  REQUIRE_THAT(b->out(), Catch::Contains("start: rank 2 of 6"));
+  b->signal(SIGKILL);
+  CHECK(b->wait(10s).has_value());
+  const auto ca = a->wait(90s), cc = c->wait(90s);
+  const std::string err = a->err() + c->err();
+  INFO("a:\n" << a->err() << a->out() << "c:\n" << c->err() << c->out());
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cc == std::optional<int>(0));
+  CHECK_THAT(err, !Catch::Contains("is not used by ddprun"));
+  // Not named (its record was never read), but placed: ranks 2-3.
+  CHECK_THAT(err, Catch::Contains("reform: the node (group rank 1) lost (") &&
+                      Catch::Contains("ranks 2-3 are settled after the fence"));
+  CHECK_THAT(err, Catch::Contains("the job goes on without ranks 2-3, world size 4"));
+  CHECK_THAT(a->out() + c->out(),
+             Catch::Contains("re-form: generation 1, world 4 (lost slots 2,3, new slots -)"));
+  CHECK_THAT(a->out() + c->out(), Catch::Contains("1 re-forms, 0 restarts"));
+  CHECK(std::isfinite(final_loss(a->out() + c->out())));
+}

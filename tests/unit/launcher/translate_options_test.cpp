@@ -103,6 +103,18 @@ TEST_CASE("keep_alive_max_attempt below 2 is refused: the lease would end before
              Catch::StartsWith("--rdzv_conf: keep_alive_max_attempt must be at least 2"));
 }
 
+TEST_CASE("list_nodes_max sets past how many nodes a round's records are not all read, and must be >= 0") {
+  CHECK(translate({"--nnodes=1:4", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1234", "/bin/true"})
+            .rendezvous.list_nodes_max == 128);
+  CHECK(translate({"--nnodes=1:4", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1234",
+                   "--rdzv_conf=list_nodes_max=0", "/bin/true"})
+            .rendezvous.list_nodes_max == 0);
+  CHECK_THAT(error_of({"--rdzv_conf=list_nodes_max=-1", "/bin/true"}),
+             Catch::StartsWith("--rdzv_conf: list_nodes_max='-1' is not an integer >= 0"));
+  CHECK_THAT(error_of({"--rdzv_conf=list_nodes_max=many", "/bin/true"}),
+             Catch::Contains("list_nodes_max") && Catch::Contains("an integer >= 0"));
+}
+
 TEST_CASE("logs, streams, filter and node identity reach the agent config") {
   auto c = translate({"--nproc_per_node=4", "--log_dir=rel/logs", "-r", "0:1", "-t", "3",
                       "--local_ranks_filter=0,2", "--local_addr=10.0.0.9", "--role=trainer",

@@ -262,3 +262,49 @@ TEST_CASE("c10d: store requests per agent per round do not grow with the node co
   // others' bytes do not depend on N (a few more digits in keys at most).
   CHECK(bytes32 <= bytes4 + 64);
 }
+
+TEST_CASE(
+    "c10d: past list_nodes_max, a member of a round of one nproc reads group rank 0's record, not every "
+    "node's") {
+  // What a member that did not close the round sends and gets, the most of any.
+  auto member_bytes = [](int n, int list_max, const std::vector<int>& nproc) {
+    auto store = std::make_shared<ddp::store::MemoryStore>();
+    auto cfg = ddp::test::dynamic_config(n, n);
+    cfg.list_nodes_max = list_max;
+    auto nodes = make_nodes(store, cfg, n, nproc);
+    for (auto& x : nodes) x->store->reset();
+    auto rs = ddp::test::rendezvous_all(nodes);
+    check_contiguous(rs);
+    std::string rank0;
+    for (const auto& r : rs)
+      if (r.group_rank == 0) rank0 = r.nodes.at(0).node_id;
+    std::vector<long> bytes;
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+      const auto& r = rs[i];
+      REQUIRE(r.nodes.size() == static_cast<std::size_t>(n));
+      CHECK(r.nodes.at(static_cast<std::size_t>(r.group_rank)).node_id == "node" + std::to_string(i));
+      CHECK(r.nodes.at(0).node_id == rank0);  // the round's deciding node, for straggler verdicts
+      bytes.push_back(nodes[i]->store->bytes.load());
+    }
+    const bool listed = !(n > list_max && nproc.empty());
+    for (const auto& r : rs) {
+      CHECK(r.nodes_listed == listed);
+      // A member holds every record only where it listed them.
+      const auto held =
+          std::count_if(r.nodes.begin(), r.nodes.end(), [](const auto& s) { return !s.node_id.empty(); });
+      CHECK((listed ? held == n : held <= 2));
+    }
+    std::sort(bytes.begin(), bytes.end());
+    return bytes[bytes.size() - 2];
+  };
+  const long small = member_bytes(8, 4, {});
+  const long large = member_bytes(32, 4, {});
+  const long listed = member_bytes(32, 64, {});
+  INFO("bytes per member: 8 nodes " << small << ", 32 nodes " << large << ", 32 listed " << listed);
+  CHECK(large <= small + 32);        // flat: O(1) per member
+  CHECK(listed >= large + 24 * 30);  // 32 records of 30+ bytes each
+  // Nodes of different counts: every offset needs every record, so they are listed whatever the size.
+  std::vector<int> mixed(16, 1);
+  mixed[3] = 2;
+  member_bytes(16, 4, mixed);
+}

@@ -95,6 +95,11 @@ struct RendezvousConfig {
   // c10d: read every node's record into RendezvousResult::nodes (one list request,
   // O(N) bytes per agent). false: `nodes` holds only this node, O(1) bytes.
   bool list_nodes = true;
+  // ...but only in a round of at most this many nodes, or one whose nodes run
+  // different --nproc_per_node: above it a node reads group rank 0's record
+  // alone (O(1) bytes, one request), so a round of N nodes does not cost the
+  // store N x N records (--rdzv_conf list_nodes_max).
+  int list_nodes_max = 128;
   // --rdzv_conf torch_legacy_protocol: how a store this agent hosts reads
   // TCPStore clients that open without VALIDATE (torch 1.x and 2.0, or 2.1).
   store::TorchLegacyProtocol torch_legacy_protocol = store::TorchLegacyProtocol::kTorch1;
@@ -118,12 +123,17 @@ void check_keep_alive(const RendezvousConfig& config);
 
 // The outcome of one round: this node's place in the world.
 struct RendezvousResult {
-  std::int64_t round = 0;       // increases by one per completed round of the job
-  int group_rank = 0;           // this node's index among nodes
-  int group_world_size = 1;     // number of nodes
-  int rank_offset = 0;          // global rank of this node's local rank 0
-  int world_size = 1;           // sum of local_world_size over nodes
-  std::vector<NodeSpec> nodes;  // all nodes, by group rank
+  std::int64_t round = 0;    // increases by one per completed round of the job
+  int group_rank = 0;        // this node's index among nodes
+  int group_world_size = 1;  // number of nodes
+  int rank_offset = 0;       // global rank of this node's local rank 0
+  int world_size = 1;        // sum of local_world_size over nodes
+  // All nodes, by group rank. Where nodes_listed is false (a round of more
+  // than RendezvousConfig::list_nodes_max nodes that all run this node's
+  // --nproc_per_node), only group rank 0's record and this node's are filled:
+  // the others run as many workers as this one, and their ids are not read.
+  std::vector<NodeSpec> nodes;
+  bool nodes_listed = true;
   // Where workers bootstrap: MASTER_ADDR/MASTER_PORT point at this store, and
   // keys of this round live under worker_prefix (new per round, so workers of
   // an old round can never mix with a new one).
