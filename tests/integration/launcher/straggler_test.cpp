@@ -240,6 +240,8 @@ TEST_CASE("a forged straggler verdict kills no healthy rank, whoever it claims w
   const fs::path events_b = dir / "events_b.jsonl";
   REQUIRE(wait_until([&] { return !events_named(events_b, "rendezvous").empty(); }, 30s));
   REQUIRE(events_named(events_b, "rendezvous").back().at("rank_offset") == 2);
+  // Node a may learn of the close after node b, which closed it: its event can come later.
+  REQUIRE(wait_until([&] { return !events_named(dir / "events_a.jsonl", "rendezvous").empty(); }, 30s));
   const std::string decider = node_of(dir / "events_a.jsonl");
   const std::string node_b = node_of(events_b);
   // Node b has measured its ranks' step times (its status record shows them).
