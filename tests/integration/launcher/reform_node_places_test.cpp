@@ -30,6 +30,23 @@ std::string first_rank(const std::string& out) {
   return lowest < 0 ? "" : std::to_string(lowest);
 }
 
+// Starts `p`, an agent of a --nnodes=`nnodes` job (last call `last_call` s)
+// training `epochs` epochs (40: long enough for losses and newcomers), with
+// `conf` added to its --rdzv_conf, and waits until it joined.
+void start_node(std::optional<Process>& p, const TempDir& dir, const LocalDaemon& daemon,
+                const std::string& name, int nproc, const std::string& nnodes = "1:4",
+                const std::string& last_call = "5", const std::string& epochs = "40",
+                const std::string& conf = "") {
+  auto argv = node(dir, daemon, name, nnodes, last_call, nproc);
+  const auto at = std::find(argv.begin(), argv.end(), "--epochs");
+  REQUIRE(at + 1 < argv.end());
+  *(at + 1) = epochs;
+  for (auto& arg : argv)
+    if (arg.rfind("--rdzv_conf=", 0) == 0) arg += conf;
+  p.emplace(argv, dir.path(), info_env(), name);
+  REQUIRE(wait_until([&] { return count(p->err(), "joined round") > 0; }, 30s));
+}
+
 // Agents whose arrival order is their group rank: each waits for the one before to join.
 struct MixedJob {
   TempDir dir;
@@ -48,8 +65,7 @@ struct MixedJob {
     REQUIRE_THAT(b->out(), Catch::Contains("start: rank 4 of 5"));
   }
   void start(std::optional<Process>& p, const std::string& name, int nproc) {
-    p.emplace(node(dir, daemon, name, nnodes, "30", nproc), dir.path(), info_env(), name);
-    REQUIRE(wait_until([&] { return count(p->err(), "joined round") > 0; }, 30s));
+    start_node(p, dir, daemon, name, nproc, nnodes, "30", "6");
   }
   // A fourth node, a hot spare (the round has MAX nodes) of `nproc` workers.
   Process& spare(int nproc) {
@@ -59,18 +75,6 @@ struct MixedJob {
   }
   std::optional<Process> s;
 };
-
-// Starts `p`, an agent of a --nnodes=1:4 job (last call 5 s) training 40
-// epochs, long enough for losses and newcomers, and waits until it joined.
-void start_long(std::optional<Process>& p, const TempDir& dir, const LocalDaemon& daemon,
-                const std::string& name, int nproc) {
-  auto argv = node(dir, daemon, name, "1:4", "5", nproc);
-  const auto epochs = std::find(argv.begin(), argv.end(), "--epochs");
-  REQUIRE(epochs + 1 < argv.end());
-  *(epochs + 1) = "40";
-  p.emplace(argv, dir.path(), info_env(), name);
-  REQUIRE(wait_until([&] { return count(p->err(), "joined round") > 0; }, 30s));
-}
 
 }  // namespace
 
@@ -244,9 +248,9 @@ TEST_CASE(
   LocalDaemon daemon{dir};
   REQUIRE(daemon.port > 0);
   std::optional<Process> a, b, c, d;
-  start_long(a, dir, daemon, "nodea", 2);
-  start_long(b, dir, daemon, "nodeb", 1);
-  start_long(c, dir, daemon, "nodec", 2);
+  start_node(a, dir, daemon, "nodea", 2);
+  start_node(b, dir, daemon, "nodeb", 1);
+  start_node(c, dir, daemon, "nodec", 2);
   REQUIRE(wait_until([&] { return count(a->out(), "epoch 1/40") > 0; }, 60s));
   REQUIRE_THAT(b->out(), Catch::Contains("start: rank 2 of 5"));
   b->signal(SIGKILL);
@@ -259,7 +263,7 @@ TEST_CASE(
   };
   INFO("a:\n" << a->err() << a->out() << "c:\n" << c->err() << c->out());
   REQUIRE(wait_until([&] { return count(logs(), "world 4 (lost slots 2, new slots -)") > 0; }, 60s));
-  start_long(d, dir, daemon, "noded", 1);
+  start_node(d, dir, daemon, "noded", 1);
   REQUIRE(wait_until([&] { return count(logs(), "world 5 (lost slots -, new slots 5)") > 0; }, 60s));
   c->signal(SIGKILL);
   CHECK(c->wait(10s).has_value());
@@ -285,17 +289,17 @@ TEST_CASE(
   LocalDaemon daemon{dir};
   REQUIRE(daemon.port > 0);
   std::optional<Process> a, b, c, d;
-  start_long(a, dir, daemon, "nodea", 2);
-  start_long(b, dir, daemon, "nodeb", 1);
+  start_node(a, dir, daemon, "nodea", 2);
+  start_node(b, dir, daemon, "nodeb", 1);
   REQUIRE(wait_until([&] { return count(a->out(), "epoch 1/40") > 0; }, 60s));
   REQUIRE_THAT(b->out(), Catch::Contains("start: rank 2 of 3"));
   const auto joined = [&](const std::string& what) {
     return wait_until([&] { return count(a->out() + b->out(), what) > 0; }, 60s);
   };
-  start_long(c, dir, daemon, "nodec", 2);
+  start_node(c, dir, daemon, "nodec", 2);
   REQUIRE(joined("world 5 (lost slots -, new slots 3,4)"));
   // d's group rank (3) is past the round's close (2): its ranks follow c's claim of 2 workers.
-  start_long(d, dir, daemon, "noded", 1);
+  start_node(d, dir, daemon, "noded", 1);
   REQUIRE(joined("world 6 (lost slots -, new slots 5)"));
   const auto ca = a->wait(120s), cb = b->wait(120s), cc = c->wait(120s), cd = d->wait(120s);
   INFO("c:\n" << c->err() << c->out() << "d:\n" << d->err() << d->out());
@@ -319,16 +323,9 @@ TEST_CASE(
   LocalDaemon daemon{dir};
   REQUIRE(daemon.port > 0);
   std::optional<Process> a, b, c;
-  auto start = [&](std::optional<Process>& p, const std::string& name) {
-    auto argv = node(dir, daemon, name, "2:3", "30", 2);
-    for (auto& arg : argv)
-      if (arg.rfind("--rdzv_conf=", 0) == 0) arg += ",list_nodes_max=1";
-    p.emplace(argv, dir.path(), info_env(), name);
-    REQUIRE(wait_until([&] { return count(p->err(), "joined round") > 0; }, 30s));
-  };
-  start(a, "nodea");
-  start(b, "nodeb");
-  start(c, "nodec");
+  start_node(a, dir, daemon, "nodea", 2, "2:3", "30", "6", ",list_nodes_max=1");
+  start_node(b, dir, daemon, "nodeb", 2, "2:3", "30", "6", ",list_nodes_max=1");
+  start_node(c, dir, daemon, "nodec", 2, "2:3", "30", "6", ",list_nodes_max=1");
   REQUIRE(wait_until([&] { return count(a->out() + c->out(), "epoch 1/6") > 0; }, 60s));
   REQUIRE_THAT(b->out(), Catch::Contains("start: rank 2 of 6"));
   b->signal(SIGKILL);
