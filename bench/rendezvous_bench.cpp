@@ -8,7 +8,7 @@
 // clients would be 10,000 I/O threads, which measures the scheduler rather than
 // the algorithm. The requests are exactly those DynamicHandler sends for one
 // round of more than list_nodes_max (128) nodes of one --nproc_per_node, which
-// reads group rank 0's record alone; --list-nodes: every record, as a node of
+// reads no node's record; --list-nodes: every record, as a node of
 // a smaller round or one of mixed counts does. Prints figures, asserts nothing.
 #include <CLI/CLI.hpp>
 #include <array>
@@ -207,13 +207,9 @@ awaitable<std::int64_t> wait_and_list(Conn& c, const std::string& prefix, int n,
 }
 
 // What a member reads of the round's records once it closed: all of them
-// (--list-nodes), else group rank 0's (past list_nodes_max).
+// (--list-nodes), else none (past list_nodes_max).
 awaitable<void> read_records(Conn& c, const std::string& prefix, bool list_nodes) {
-  if (list_nodes) {
-    check(co_await c.call(Op::kList, 0, 0, vec(prefix + "node/"), vec()), "list nodes");
-  } else {
-    check(co_await c.call(Op::kTryGet, 0, 0, vec(prefix + "node/0"), vec()), "get group rank 0's record");
-  }
+  if (list_nodes) check(co_await c.call(Op::kList, 0, 0, vec(prefix + "node/"), vec()), "list nodes");
 }
 
 // DynamicHandler::arrive_and_wait of an arrival that does not close: its
@@ -499,7 +495,7 @@ int rendezvous_main(int argc, char** argv) {
   app.add_option("--backend", o.backend, "rendezvous algorithm (c10d)")->check(CLI::IsMember({"c10d"}));
   app.add_flag("--list-nodes", o.list_nodes,
                "each agent lists every node record (O(N) bytes per agent), as in a round of at most "
-               "list_nodes_max nodes; default: group rank 0's record alone");
+               "list_nodes_max nodes; default: none, as past it");
   app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")->capture_default_str();
   app.add_flag("--restart", o.restart,
                "then one agent reports a failure and all re-form round 1 (--nnodes=1:2N, so only the early "

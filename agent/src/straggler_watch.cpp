@@ -122,10 +122,16 @@ void StragglerWatch::tick() {
     });
     return;
   }
-  caller().call([this, h = handler_, s = shared_, r, key = store::keys::stragglers_key(run_id)] {
+  // Past list_nodes_max the rendezvous read no record but this node's: group
+  // rank 0's is read here, once a round, and only when a verdict came.
+  std::string rank0_key;
+  if (decider(r).empty()) rank0_key = store::keys::node_key(store::keys::round_prefix(run_id, r), 0);
+  caller().call([this, h = handler_, s = shared_, r, key = store::keys::stragglers_key(run_id), rank0_key] {
     std::optional<std::string> value;
+    std::optional<std::string> rank0;
     try {
       value = h->store()->try_get(key);
+      if (value && !rank0_key.empty()) rank0 = h->store()->try_get(rank0_key);
     } catch (const std::exception&) {
       return;
     }
@@ -137,9 +143,19 @@ void StragglerWatch::tick() {
     const auto jb = j.find("by");
     std::string by = jb != j.end() && jb->is_string() ? jb->get<std::string>() : "";
     auto named = stragglers_of(j.contains("stragglers") ? j.at("stragglers") : nlohmann::json());
+    std::string decider;
+    if (rank0) {
+      const auto rec = try_parse_json(*rank0, json_input::kStatusRecord);
+      const auto id = rec.is_object() ? rec.find("id") : rec.end();
+      if (id != rec.end() && id->is_string()) decider = id->get<std::string>();
+    }
     std::lock_guard<std::mutex> lock(s->mu);
     if (s->alive) {
-      post([this, r, named = std::move(named), by = std::move(by)]() mutable {
+      post([this, r, named = std::move(named), by = std::move(by), decider = std::move(decider)]() mutable {
+        if (!decider.empty()) {
+          decider_round_ = r;
+          decider_ = std::move(decider);
+        }
         apply(r, std::move(named), by);
       });
     }
@@ -203,8 +219,7 @@ void StragglerWatch::apply(std::int64_t round, std::vector<Straggler> named, con
     refused_.clear();
     named_round_ = round;
   }
-  const auto& nodes = life_.round().nodes;
-  const std::string decider = nodes.empty() ? std::string() : nodes.front().node_id;
+  const std::string decider = this->decider(round);
   if (by != decider) {
     // Any client with the job's token can write the key: only the deciding
     // node's verdict counts, and the last one taken stands meanwhile.
@@ -244,6 +259,12 @@ void StragglerWatch::apply(std::int64_t round, std::vector<Straggler> named, con
   }
   named_ = std::move(named);
   if (changed && hooks_.changed) hooks_.changed();
+}
+
+std::string StragglerWatch::decider(std::int64_t round) const {
+  const auto& nodes = life_.round().nodes;
+  if (!nodes.empty() && !nodes.front().node_id.empty()) return nodes.front().node_id;
+  return decider_round_ == round ? decider_ : std::string();
 }
 
 nlohmann::json StragglerWatch::named_json() const {

@@ -70,6 +70,9 @@ class StragglerWatch {
   // is taken only from the round's deciding node (group rank 0), and a rank
   // of this node only when this node's own step time bears it out.
   void apply(std::int64_t round, std::vector<Straggler> named, const std::string& by);
+  // The round's deciding node: group rank 0's id, from the round's records
+  // or, where they were left unread, as read when a verdict came.
+  std::string decider(std::int64_t round) const;
   bool borne_out(const Straggler& s);
   template <typename Fn>
   void post(Fn fn);
@@ -84,6 +87,10 @@ class StragglerWatch {
   std::int64_t detector_round_ = -1;
   std::int64_t named_round_ = -1;
   std::vector<Straggler> named_;
+  // Group rank 0's node id, read from its record when a verdict came in a
+  // round whose records the rendezvous left unread (past list_nodes_max).
+  std::int64_t decider_round_ = -1;
+  std::string decider_;
   // Refusals already logged this round: one line each, not one per interval.
   std::set<std::string> refused_;
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();

@@ -217,13 +217,10 @@ RendezvousResult DynamicHandler::next_rendezvous() {
                          static_cast<std::int64_t>(closed.count) * self_.local_world_size;
     if (config_.list_nodes && uniform && closed.count > config_.list_nodes_max) {
       // A large round of one --nproc_per_node: every offset is group rank x
-      // nproc, so only group rank 0's record (the round's deciding node) is read.
+      // nproc, so no record is read. Whoever needs another node's (the
+      // straggler watch, group rank 0's) reads that one when it needs it.
       res.nodes.resize(static_cast<std::size_t>(closed.count));
       res.nodes[static_cast<std::size_t>(res.group_rank)] = self_;
-      if (res.group_rank != 0) {
-        const std::string key = detail::node_key(prefix, 0);
-        if (auto rank0 = store_->try_get(key)) res.nodes[0] = detail::decode_node(*rank0, key);
-      }
       res.nodes_listed = false;
     } else if (config_.list_nodes) {
       auto listed = store_->list(detail::nodes_prefix(prefix));

@@ -317,8 +317,8 @@ TEST_CASE(
     "reform: past --rdzv_conf list_nodes_max the nodes read no one's record, and a lost node's ranks are "
     "still "
     "settled right") {
-  // Three nodes of 2 workers, list_nodes_max=1: each holds only its own record
-  // and group rank 0's, as in a job of more than 128 nodes.
+  // Three nodes of 2 workers, list_nodes_max=1: each holds only its own
+  // record, as in a job of more than 128 nodes.
   TempDir dir;
   LocalDaemon daemon{dir};
   REQUIRE(daemon.port > 0);

@@ -130,8 +130,8 @@ struct RendezvousResult {
   int world_size = 1;        // sum of local_world_size over nodes
   // All nodes, by group rank. Where nodes_listed is false (a round of more
   // than RendezvousConfig::list_nodes_max nodes that all run this node's
-  // --nproc_per_node), only group rank 0's record and this node's are filled:
-  // the others run as many workers as this one, and their ids are not read.
+  // --nproc_per_node), only this node's record is filled: the others run as
+  // many workers as this one, and their ids are not read.
   std::vector<NodeSpec> nodes;
   bool nodes_listed = true;
   // Where workers bootstrap: MASTER_ADDR/MASTER_PORT point at this store, and
