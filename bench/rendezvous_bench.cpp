@@ -24,7 +24,9 @@
 #include <boost/asio/write.hpp>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -89,13 +91,24 @@ class Conn {
     out_.clear();
   }
 
-  // The answer to request `id` (sent earlier); other frames are noted and skipped.
+  // The answer to request `id` (sent earlier); other frames are noted and
+  // skipped, a failure kept (a quiet set's answer: answered()).
   awaitable<store::Response> answer(std::uint32_t id) {
     while (true) {
       auto r = co_await read_response();
       if (r.id == id && r.status != store::Status::kEvent) co_return r;
       if (r.status == store::Status::kEvent) events_.insert(r.id);
+      if (r.status != store::Status::kEvent && r.status != store::Status::kOk) failures_[r.id] = r;
     }
+  }
+
+  // The failure answered to request `id`, skipped by answer(), if any.
+  std::optional<store::Response> answered(std::uint32_t id) {
+    const auto it = failures_.find(id);
+    if (it == failures_.end()) return std::nullopt;
+    auto r = std::move(it->second);
+    failures_.erase(it);
+    return r;
   }
 
   // Until the watch of request `id` delivered an event.
@@ -145,7 +158,8 @@ class Conn {
   std::string in_;
   std::array<char, 4> header_{};  // a member: GCC 12 cannot keep arrays in a coroutine frame
   store::Limits limits_;
-  std::set<std::uint32_t> events_;  // watch ids that delivered an event
+  std::set<std::uint32_t> events_;                     // watch ids that delivered an event
+  std::map<std::uint32_t, store::Response> failures_;  // failures answer() skipped
 };
 
 struct Shared {
@@ -213,28 +227,27 @@ awaitable<void> read_records(Conn& c, const std::string& prefix, bool list_nodes
 }
 
 // DynamicHandler::arrive_and_wait of an arrival that does not close: its
-// record and the wait for the close in one write. Returns the close's answer.
+// record (answered only if it fails) and the wait for the close in one write.
+// Returns the close's answer.
 awaitable<store::Response> set_and_wait_closed(Conn& c, std::int64_t lease, const std::string& record_key,
                                                const std::string& record, const std::string& prefix) {
-  const auto set_id = c.queue(Op::kSet, lease, 0, vec(record_key), vec(record));
+  const auto set_id = c.queue(Op::kSet, lease, store::kSetQuiet, vec(record_key), vec(record));
   const auto get_id = c.queue(Op::kGet, 0, 60000, vec(prefix + "closed"), vec());
   co_await c.flush();
-  check(co_await c.answer(set_id), "set record");
   auto r = co_await c.answer(get_id);
+  if (const auto failed = c.answered(set_id)) check(*failed, "set record");
   check(r, "get closed");
   co_return r;
 }
 
 // start_round: the watches of round `prefix`'s nodes and control keys from
-// revision `from`, in one write with whatever is queued already (watch_all).
-// Returns their ids: node watch, control watch.
+// revision `from`, in one write with whatever is queued already (watch_all),
+// unconfirmed: nothing to wait for. Returns their ids: node watch, control watch.
 awaitable<std::pair<std::uint32_t, std::uint32_t>> watch_round(Conn& c, const std::string& prefix,
                                                                long from) {
-  const auto node_id = c.queue(Op::kWatch, 0, from, vec(prefix + "node/"), vec());
-  const auto ctl_id = c.queue(Op::kWatch, 0, from, vec(prefix + "ctl/"), vec());
+  const auto node_id = c.queue(Op::kWatch, store::kWatchQuiet, from, vec(prefix + "node/"), vec());
+  const auto ctl_id = c.queue(Op::kWatch, store::kWatchQuiet, from, vec(prefix + "ctl/"), vec());
   co_await c.flush();
-  check(co_await c.answer(node_id), "watch nodes");
-  check(co_await c.answer(ctl_id), "watch ctl");
   co_return std::pair{node_id, ctl_id};
 }
 
@@ -271,7 +284,7 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
   // write; its node watch stays, to tell round 1 who is gone). A member that saw
   // the marker does not write it; the reporter, which did not watch for its own,
   // writes it again. The pointer moves on. All of it goes out with the arrival.
-  c.queue(Op::kCancel, ctl_watch, 0, vec(), vec());
+  c.queue(Op::kCancel, ctl_watch, store::kCancelQuiet, vec(), vec());
   std::uint32_t ended_id = 0;
   if (id == 0) ended_id = c.queue(Op::kCompareSet, 0, 0, vec(s.prefix + "ctl/ended"), vec("", ended));
   const auto pointer_id = c.queue(Op::kCompareSet, 0, 0, vec(s.rdzv + "round"), vec("", "1"));
@@ -321,7 +334,7 @@ awaitable<void> restart_round(Conn& c, Shared& s, int id, std::int64_t lease, st
   co_await read_records(c, s.prefix1, s.list_nodes);
   // start_round: both watches from the closing listing's revision + 1; the
   // kept node watch's cancel (stop_departures) goes out with them.
-  c.queue(Op::kCancel, node_watch, 0, vec(), vec());
+  c.queue(Op::kCancel, node_watch, store::kCancelQuiet, vec(), vec());
   co_await watch_round(c, s.prefix1, listed + 1);
   s.restart_done = std::max(s.restart_done, Clock::now());
   const long requests = c.requests - requests0;

@@ -489,6 +489,7 @@ DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index
       if (record == nullptr) return parse_closed(store_->get(key, wait));
       std::vector<store::BatchOp> ops;
       ops.push_back(std::move(*std::exchange(record, nullptr)));
+      ops.back().quiet = true;  // the close's answer (or its timeout) says the record is in
       ops.push_back(store::BatchOp::get(key, wait));
       store_->batch(ops);
       store::rethrow_first_error(ops);

@@ -139,9 +139,11 @@ void RoundMonitor::begin(WatchedRound r) {
     cv_.notify_all();
   };
   std::vector<store::WatchSpec> specs;
-  specs.push_back(store::WatchSpec{detail::nodes_prefix(prefix), node_from, on_event, on_error});
-  specs.push_back(store::WatchSpec{prefix + "ctl/", ctl_from, on_event, on_error});
-  auto handles = store_->watch_all(std::move(specs));  // one round trip
+  // From known revisions: not confirmed, so sent without a round trip; a
+  // refusal comes to on_error, as a watch that fails later does.
+  specs.push_back(store::WatchSpec{detail::nodes_prefix(prefix), node_from, on_event, on_error, false});
+  specs.push_back(store::WatchSpec{prefix + "ctl/", ctl_from, on_event, on_error, false});
+  auto handles = store_->watch_all(std::move(specs));
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& h : handles) watches_.push_back(std::move(h));
 }

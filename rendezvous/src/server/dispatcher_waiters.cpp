@@ -119,10 +119,11 @@ void Dispatcher::handle_cancel(const std::shared_ptr<Session>& s, const Request&
       watch_info_.erase(it->second.handle);
     }
     s->pending().erase(it);
+    if ((req.b & kCancelQuiet) != 0) return;
     s->send(reply(target, Status::kCancelled, "cancelled by the client"));
     resp.num = 1;
   }
-  s->send(resp);
+  if ((req.b & kCancelQuiet) == 0) s->send(resp);
 }
 
 void Dispatcher::on_waiter_timer() {

@@ -36,9 +36,11 @@ void Dispatcher::handle_watch(const std::shared_ptr<Session>& s, const Request& 
   // Other bits of `a` are ignored, as servers before kWatchDeleteRuns ignored all of it.
   watch_info_[id] = {s, req.id, req.keys[0], req.b, (req.a & kWatchDeleteRuns) != 0};
   s->pending()[req.id] = {Pending::Kind::kWatch, id};
-  auto ack = reply(req.id, Status::kOk);
-  ack.revision = core_.revision();
-  s->send(ack);
+  if ((req.a & kWatchQuiet) == 0) {
+    auto ack = reply(req.id, Status::kOk);
+    ack.revision = core_.revision();
+    s->send(ack);
+  }
   if (req.b > 0) pump_replay(id);
 }
 

@@ -240,11 +240,14 @@ void TcpStore::batch(std::vector<BatchOp>& ops) {
   std::vector<Request> reqs;
   reqs.reserve(ops.size());
   auto reply_timeout = impl_->options().request_timeout;
-  for (const auto& op : ops) {
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const auto& op = ops[i];
     switch (op.kind) {
       case BatchOp::Kind::kSet:
         reqs.push_back(make(Op::kSet, {op.key}, {op.value}));
         reqs.back().a = op.lease;
+        // Only before a later request, whose answer then says it succeeded.
+        if (op.quiet && i + 1 < ops.size()) reqs.back().b = kSetQuiet;
         break;
       case BatchOp::Kind::kCompareSet:
         reqs.push_back(make(Op::kCompareSet, {op.key}, {op.expected, op.value}));

@@ -300,16 +300,36 @@ std::vector<Response> TcpStore::Impl::call_batch(std::vector<Request>& reqs,
       retire_connection(epoch, e.what());
     }
   }
-  std::vector<Response> out;
-  out.reserve(reqs.size());
+  const auto quiet = [&](std::size_t i) {
+    return i + 1 < reqs.size() && reqs[i].op == Op::kSet && (reqs[i].b & kSetQuiet) != 0;
+  };
+  std::vector<Response> out(reqs.size());
   try {
     for (std::size_t i = 0; i < reqs.size(); ++i) {
-      out.push_back(await_reply(pending[i], reqs[i].id, reqs[i].op, reply_timeout));
+      if (!quiet(i)) out[i] = await_reply(pending[i], reqs[i].id, reqs[i].op, reply_timeout);
+    }
+    // Every later request is answered: a quiet set that failed was answered
+    // before them (in order), and one without an answer succeeded.
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      if (!quiet(i)) continue;
+      std::lock_guard<std::mutex> lk(pending[i]->mu);
+      if (pending[i]->done && !pending[i]->error) {
+        out[i] = std::move(pending[i]->response);
+        continue;
+      }
+      if (pending[i]->done) std::rethrow_exception(pending[i]->error);
+      out[i].id = reqs[i].id;
+      out[i].status = Status::kOk;
     }
   } catch (...) {
     std::lock_guard<std::mutex> lk(mu_);
     for (const auto& req : reqs) pending_.erase(req.id);  // replies still to come are dropped
     throw;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (std::size_t i = 0; i < reqs.size(); ++i)
+      if (quiet(i)) pending_.erase(reqs[i].id);  // never answered: nothing to wait for
   }
   return out;
 }

@@ -31,7 +31,9 @@ std::vector<std::shared_ptr<WatchState>> TcpStore::Impl::start_watches(std::vect
     w->from_revision = spec.from_revision;
     w->on_event = std::move(spec.on_event);
     w->on_error = std::move(spec.on_error);
-    w->ack = std::make_shared<PendingCall>();
+    // Unconfirmed: a refusal goes to on_error; an ack (a server before
+    // kWatchQuiet) finds no call waiting and is dropped.
+    if (spec.confirmed || spec.from_revision <= 0) w->ack = std::make_shared<PendingCall>();
     acks.push_back(w->ack);
     ws.push_back(std::move(w));
   }
@@ -43,6 +45,7 @@ std::vector<std::shared_ptr<WatchState>> TcpStore::Impl::start_watches(std::vect
       Request req;
       req.op = Op::kWatch;
       req.a = kWatchDeleteRuns;  // expanded in on_watch_reply
+      if (!w->ack) req.a |= kWatchQuiet;
       req.keys.push_back(w->prefix);
       req.b = w->from_revision;
       {
@@ -66,6 +69,7 @@ std::vector<std::shared_ptr<WatchState>> TcpStore::Impl::start_watches(std::vect
   }
   for (std::size_t i = 0; i < ws.size(); ++i) {
     const auto& ack = acks[i];
+    if (!ack) continue;  // not confirmed
     std::unique_lock<std::mutex> lk(ack->mu);
     const bool answered =
         wait_within(ack->cv, lk, Deadline::after(options_.request_timeout), [&] { return ack->done; });
@@ -207,6 +211,7 @@ void TcpStore::Impl::cancel_watch(const std::shared_ptr<WatchState>& w) {
   Request req;
   req.op = Op::kCancel;
   req.a = w->id;
+  req.b = kCancelQuiet;  // nobody reads its answers
   {
     std::lock_guard<std::mutex> lk(mu_);
     removed = watches_.erase(w->id) > 0;

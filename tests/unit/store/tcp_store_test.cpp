@@ -78,6 +78,45 @@ TEST_CASE("a watch from before the retained history fails with CompactedError", 
   CHECK(ddp::test::wait_until([&] { return seen.load() == 1; }, 10s));
 }
 
+TEST_CASE("an unconfirmed watch_all returns at once, delivers events, and reports a refusal to on_error",
+          "[tcp]") {
+  auto opts = loopback_server_options();
+  opts.history_max_bytes = 1024;
+  auto server = start_server(opts);
+  TcpStore store(client_options(server->port()));
+  for (int i = 0; i < 20; ++i) store.set("c/k", std::string(100, 'x'));
+  std::mutex mu;
+  std::vector<std::string> seen, errors;
+  const auto spec = [&](Revision from) {
+    WatchSpec w{"c/", from,
+                [&](const WatchEvent& ev) {
+                  std::lock_guard<std::mutex> lk(mu);
+                  seen.push_back(ev.value);
+                },
+                [&](const std::string& why) {
+                  std::lock_guard<std::mutex> lk(mu);
+                  errors.push_back(why);
+                }};
+    w.confirmed = false;
+    return w;
+  };
+  std::vector<WatchSpec> specs;
+  specs.push_back(spec(20));                         // the last set's revision: replayed
+  specs.push_back(spec(1));                          // compacted long ago
+  auto handles = store.watch_all(std::move(specs));  // no throw: nothing was confirmed
+  REQUIRE(handles.size() == 2);
+  store.set("c/k", "after");
+  const auto count = [&](const std::vector<std::string>& v) {
+    std::lock_guard<std::mutex> lk(mu);
+    return v.size();
+  };
+  CHECK(wait_until([&] { return count(seen) == 2 && count(errors) == 1; }, 10s));
+  std::lock_guard<std::mutex> lk(mu);
+  CHECK(seen.back() == "after");
+  REQUIRE(errors.size() == 1);
+  CHECK_THAT(errors[0], Contains("revision 1 is compacted") && Contains("list() again"));
+}
+
 namespace {
 // A loopback port that a server had a moment ago, now closed (refused until
 // something listens there again).
@@ -226,6 +265,32 @@ TEST_CASE("a revoked lease is named in the error", "[tcp]") {
   const auto lease = store.lease_grant(10s);
   store.lease_revoke(lease);
   CHECK_THROWS_WITH(store.lease_keepalive(lease), Contains(std::to_string(lease)));
+}
+
+TEST_CASE("a batch's quiet set before a waiting get is applied, and its failure still comes back", "[tcp]") {
+  auto server = start_server(loopback_server_options());
+  TcpStore store(client_options(server->port()));
+  std::vector<BatchOp> ops;
+  ops.push_back(BatchOp::set("record", "r"));
+  ops.back().quiet = true;
+  ops.push_back(BatchOp::get("closed", 200ms));
+  store.batch(ops);
+  CHECK(!ops[0].error);
+  CHECK(ops[1].error);  // nobody closed: the get timed out, and said the set went in
+  CHECK(store.get("record", 1s) == "r");
+  // A failing one (a lease that is gone) fails in its op, the get still runs.
+  const auto lease = store.lease_grant(10s);
+  store.lease_revoke(lease);
+  store.set("closed", "yes");
+  ops.clear();
+  ops.push_back(BatchOp::set("record2", "r", lease));
+  ops.back().quiet = true;
+  ops.push_back(BatchOp::get("closed", 1s));
+  store.batch(ops);
+  REQUIRE(ops[0].error);
+  CHECK_THROWS_WITH(std::rethrow_exception(ops[0].error), Contains(std::to_string(lease)));
+  CHECK(ops[1].result == "yes");
+  CHECK(!store.try_get("record2"));
 }
 
 TEST_CASE("stat reports the server's counters", "[tcp]") {

@@ -32,7 +32,7 @@ inline constexpr std::uint32_t kProtocolVersion = 1;
 
 enum class Op : std::uint8_t {
   kHello = 1,            // a=protocol version, values[0]=token (may be empty). num=server version
-  kSet = 2,              // keys[0], values[0], a=lease id (0: none)
+  kSet = 2,              // keys[0], values[0], a=lease id (0: none), b=flags (kSetQuiet)
   kGet = 3,              // keys[0], b=timeout ms (<0: forever). Waits for the key. items[0]
   kTryGet = 4,           // keys[0]. NOT_FOUND or items[0]
   kAdd = 5,              // keys[0], b=delta. num=new value; value stored as decimal text
@@ -53,7 +53,7 @@ enum class Op : std::uint8_t {
   kLeaseRevoke = 17,     // a=lease id. Deletes its keys
   kWatch = 18,           // keys[0]=prefix, b=from revision (0: from now). OK ack, then
                          // kEvent responses with the same id, items kPut/kDelete
-  kCancel = 19,          // a=id of a pending get/wait/watch on this connection
+  kCancel = 19,          // a=id of a pending get/wait/watch on this connection, b=flags (kCancelQuiet)
   kStat = 20,            // items: key=name, value=decimal text
   kPing = 21,            // no fields
   // PyTorch TCPStore's queues (torch 2.8+), a namespace of their own beside the
@@ -86,6 +86,15 @@ inline constexpr std::uint8_t kMaxOp = 27;
 // kCount flag (a): count per child of the prefix as well.
 inline constexpr std::int64_t kCountByChild = 1;
 
+// kSet flag (b): no answer when the set succeeds; a failure is answered. The
+// client learns of the success from the answer to a request it wrote after
+// the set on the same connection: requests are applied in order, so the set's
+// failure would have been answered first. It spares the server a send where
+// the set is followed by a request answered later (a blocked get). A server
+// that predates the flag ignores b and answers, which such a client reads as
+// well.
+inline constexpr std::int64_t kSetQuiet = 1;
+
 // kLeaseGrant flag: the lease is also revoked when the connection that granted
 // it closes (the peer's kernel closed it: the process died or let go), so a
 // killed agent is noticed at once instead of after the TTL. Not when the
@@ -96,6 +105,15 @@ inline constexpr std::int64_t kLeaseBindToConnection = 1;
 // the flag ignores it and sends one kDelete item per key, which such a client
 // reads as well; a client without it never gets a kDeleteRuns item.
 inline constexpr std::int64_t kWatchDeleteRuns = 1;
+// kWatch flag (a): no OK ack; events and a refusal (COMPACTED, BAD_REQUEST,
+// LIMIT_EXCEEDED) come as ever. For a watch from a given revision, whose start
+// needs no ack's revision: the client does not wait for it. A server that
+// predates the flag acks, which such a client ignores.
+inline constexpr std::int64_t kWatchQuiet = 2;
+// kCancel flag (b): no answer to the cancel, nor CANCELLED to the request it
+// ends: for a client that waits for neither (a watch's end). A server that
+// predates the flag answers both, which such a client drops.
+inline constexpr std::int64_t kCancelQuiet = 1;
 // The most keys one kDeleteRuns item stands for: the server splits bigger
 // groups, and a client refuses an item that claims more (ProtocolError) before
 // building any key.

@@ -134,6 +134,10 @@ struct BatchOp {
   std::int64_t delta = 0;
   LeaseId lease = 0;
   std::chrono::milliseconds wait{0};  // get: how long it waits; lease_grant: the TTL
+  // set followed by another request of the batch: its revision is not wanted
+  // (`number` may stay 0), so a network store may leave its success
+  // unanswered and learn it from the next answer (TcpStore: kSetQuiet).
+  bool quiet = false;
 
   // The answer: set's revision, add's new value or the lease granted;
   // compare_set's value after the call, or the value got (try_get: if found).
@@ -167,6 +171,11 @@ struct WatchSpec {
   Revision from_revision = 0;
   WatchCallback on_event;
   WatchErrorCallback on_error;
+  // false, with from_revision > 0: watch_all returns once the watch is sent,
+  // without waiting for the store to confirm it, and a refusal (a
+  // CompactedError's included) comes to on_error instead of being thrown.
+  // Where a network store answers a confirmation per watch, this spares it.
+  bool confirmed = true;
 };
 
 class Store {
