@@ -18,11 +18,15 @@
 namespace ddp::log {
 namespace {
 
+// What a thread may read while the process exits is never destroyed: a
+// detached rendezvous keep-alive can hold a store client whose I/O thread
+// still creates a logger or logs then (docs/rendezvous.md), and a static
+// destroyed under it is a race (TSan) or a use after free.
 std::mutex g_mutex;
 bool g_configured = false;
 spdlog::level::level_enum g_level = spdlog::level::warn;
-std::string g_pattern = "[%Y-%m-%d %H:%M:%S.%e] [%n] [%l] %v";
-std::string g_program;
+std::string& g_pattern = *new std::string("[%Y-%m-%d %H:%M:%S.%e] [%n] [%l] %v");
+std::string& g_program = *new std::string();
 
 spdlog::level::level_enum initial_level() {
   // Training binaries can turn SDK logging up without code changes.
@@ -58,7 +62,7 @@ struct StatusLine {
 };
 
 StatusLine& status() {
-  static StatusLine s;
+  static StatusLine& s = *new StatusLine;  // never destroyed, as g_pattern
   return s;
 }
 
