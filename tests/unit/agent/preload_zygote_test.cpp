@@ -376,7 +376,13 @@ TEST_CASE(
   CHECK((WIFEXITED(third.status) && WEXITSTATUS(third.status) == 5));
   // And the pair parked after it goes with the zygote.
   REQUIRE(wait_until([&] { return parked() && parked_worker != third.pid; }, std::chrono::seconds(10)));
-  zygote.stop();
+  // stop() belongs on the io thread (preload_zygote.hpp): the runner's table is that thread's.
+  std::promise<void> stopped;
+  boost::asio::post(io, [&] {
+    zygote.stop();
+    stopped.set_value();
+  });
+  stopped.get_future().wait();
   CHECK(wait_until([&] { return gone(parked_guard) && gone(parked_worker); }, std::chrono::seconds(10)));
   work.reset();
   io.stop();
