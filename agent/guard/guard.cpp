@@ -72,7 +72,9 @@ class Guard {
       // workers left still runs in their cgroups, beside the one made here.
       const std::string parent = own_cgroup_dir();
       if (o_.reap_stale_siblings) {
-        for (const auto& stale : reap_stale_guard_cgroups(parent, 1)) say(describe(stale));
+        for (const auto& stale : reap_stale_guard_cgroups(parent, 1)) {
+          if (worth_telling(stale)) say(describe(stale));
+        }
       }
       cgroup_ = CgroupScope::create(self_, parent);
     }

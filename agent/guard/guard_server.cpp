@@ -247,7 +247,8 @@ class Server {
     if (spawn_running && last_reap_ && now - *last_reap_ < kStaleReapInterval) return;
     last_reap_ = now;
     for (const auto& stale : reap_stale_guard_cgroups(own_cgroup_dir(), 1)) {
-      std::fprintf(stderr, "%s%s\n", kGuardLinePrefix.data(), describe(stale).c_str());
+      if (worth_telling(stale))
+        std::fprintf(stderr, "%s%s\n", kGuardLinePrefix.data(), describe(stale).c_str());
     }
   }
 

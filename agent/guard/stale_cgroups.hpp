@@ -56,5 +56,10 @@ struct StaleCgroup {
 std::vector<StaleCgroup> reap_stale_guard_cgroups(const std::string& dir, int depth);
 // The one line said per removed cgroup.
 std::string describe(const StaleCgroup& c);
+// Whether a removed cgroup is worth that line at the default level: only when
+// it held processes. An empty one is most often a guard that has just exited
+// normally, its cgroup not yet removed by it or its agent (a job beside this
+// one on the node), and its removal tells the user nothing.
+inline bool worth_telling(const StaleCgroup& c) { return c.killed > 0; }
 
 }  // namespace ddp::guard

@@ -97,7 +97,11 @@ void reap_stale_cgroups() {
   // Deep enough for any real layout, and a walk of names only.
   constexpr int kMaxDepth = 16;
   for (const auto& stale : guard::reap_stale_guard_cgroups(guard::unified_root(), kMaxDepth)) {
-    log::get("agent")->warn("{}", guard::describe(stale));
+    if (guard::worth_telling(stale)) {
+      log::get("agent")->warn("{}", guard::describe(stale));
+    } else {
+      log::get("agent")->debug("{}", guard::describe(stale));
+    }
   }
 }
 

@@ -176,6 +176,29 @@ TEST_CASE("after kill -9 of ddprun and its guards, a ddp-guard started next to t
   check_cleaned_up(r, tag, leftovers);
 }
 
+TEST_CASE("a stale cgroup left empty is removed without a word, by ddprun and by a ddp-guard") {
+  // What a node sees most often: another job's guard that has just exited,
+  // its cgroup not yet removed. Here: the guards' cgroups of a killed ddprun,
+  // emptied before the next start.
+  for (const char* who : {"ddprun", "ddp-guard"}) {
+    DYNAMIC_SECTION(who) {
+      TempDir dir;
+      ProcessTag tag;
+      LeftoverCgroups leftovers;
+      if (!left_stale_cgroups(dir, tag, leftovers)) return;
+      for (const auto& cg : leftovers.dirs) std::ofstream(cg / "cgroup.kill") << "1\n";
+      REQUIRE(tag.all_gone(std::chrono::seconds(5)));
+      const auto r = std::string(who) == "ddprun"
+                         ? ddprun({"--nproc_per_node=1", "--no_python", "/bin/true"}, dir)
+                         : run({bin("ddp-guard").string(), "--", "/bin/true"}, dir.path());
+      INFO(r.err);
+      CHECK(r.code == 0);
+      for (const auto& cg : leftovers.dirs) CHECK(!fs::exists(cg));
+      CHECK_THAT(r.err, !Catch::Contains("removed stale cgroup"));
+    }
+  }
+}
+
 TEST_CASE("after kill -9 of ddprun and its guards, a running ddprun's restart removes their cgroups") {
   // The restart's guard looks beside its cgroup before making it: exec'd,
   // itself; forked by the guard server, the server for it.
