@@ -9,7 +9,10 @@
 // the algorithm. The requests are exactly those DynamicHandler sends for one
 // round of more than list_nodes_max (128) nodes of one --nproc_per_node, which
 // reads no node's record; --list-nodes: every record, as a node of
-// a smaller round or one of mixed counts does. Prints figures, asserts nothing.
+// a smaller round or one of mixed counts does. --probe-connection: each agent
+// first opens, pings and closes a connection of its own, as agents did before
+// 2026-12-06 (one to wait out the join timeout, then the one they keep).
+// Prints figures, asserts nothing.
 #include <CLI/CLI.hpp>
 #include <array>
 #include <boost/asio/awaitable.hpp>
@@ -47,6 +50,7 @@ struct Options {
   std::string endpoint;
   std::string backend = "c10d";
   bool list_nodes = false;
+  bool probe_connection = false;
   bool restart = false;
   int max_connecting = 256;  // connects in flight: past the listen backlog SYNs are dropped (1 s retry)
   int daemon_pid = 0;        // the daemon behind --endpoint, whose CPU is measured
@@ -168,6 +172,7 @@ struct Shared {
   std::string rdzv;      // "/<run>/rdzv/"
   std::string excluded;  // this host's exclusion key, read at a first join
   bool list_nodes = false;
+  bool probe_connection = false;
   Clock::time_point start;
   Clock::time_point last_connected;
   Clock::time_point last_closed;
@@ -354,7 +359,18 @@ awaitable<void> agent(asio::io_context& io, tcp::endpoint ep, Shared& s, int id)
       co_await t.async_wait(use_awaitable);
     }
     ++s.connecting;
-    Conn c(co_await connect_sim_client(ep, id), s.traces.empty() ? nullptr : &s.traces[id]);
+    FloorTrace* trace = s.traces.empty() ? nullptr : &s.traces[id];
+    long probe_requests = 0, probe_bytes = 0;
+    if (s.probe_connection) {  // counted as this agent's (the echo floor replays it on its one connection)
+      Conn probe(co_await connect_sim_client(ep, id), trace);
+      co_await probe.hello();
+      check(co_await probe.call(Op::kPing, 0, 0, vec(), vec()), "ping");
+      probe_requests = probe.requests;
+      probe_bytes = probe.sent + probe.received;
+    }
+    Conn c(co_await connect_sim_client(ep, id), trace);
+    c.requests += probe_requests;
+    c.sent += probe_bytes;
     co_await c.hello();
     --s.connecting;
     s.last_connected = std::max(s.last_connected, Clock::now());
@@ -469,6 +485,7 @@ void run_once(const Options& o, const Endpoint& where, int n, int seq) {
   s.excluded = store::keys::excluded_key(run, "127.0.0.1");
   s.prefix = s.rdzv + "round_0/";
   s.list_nodes = o.list_nodes;
+  s.probe_connection = o.probe_connection;
   s.restart = o.restart;
   s.io = &io;
   s.prefix1 = s.rdzv + "round_1/";
@@ -509,6 +526,9 @@ int rendezvous_main(int argc, char** argv) {
   app.add_flag("--list-nodes", o.list_nodes,
                "each agent lists every node record (O(N) bytes per agent), as in a round of at most "
                "list_nodes_max nodes; default: none, as past it");
+  app.add_flag("--probe-connection", o.probe_connection,
+               "each agent first opens, pings and closes a connection of its own, as agents did before "
+               "2026-12-06");
   app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")->capture_default_str();
   app.add_flag("--restart", o.restart,
                "then one agent reports a failure and all re-form round 1 (--nnodes=1:2N, so only the early "

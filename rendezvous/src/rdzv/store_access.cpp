@@ -125,15 +125,15 @@ StoreAccess open_store(const RendezvousConfig& config, HostMode mode, const std:
   const auto first_wait = opts.connect_timeout;
   try {
     if (!access.server) {
-      // The first connection may wait for the store as long as the join timeout
-      // (nodes start in any order; a handed-down store, its shorter bound); that client is then dropped for
-      // one whose reconnects give up within the keep-alive window, so that a dead store is reported as lost
-      // instead of retried for the whole join timeout.
-      auto first_opts = opts;
-      first_opts.on_connect_retry =
+      // The first connect may wait for the store as long as the join timeout
+      // (nodes start in any order; a handed-down store, its shorter bound);
+      // reconnects give up within the keep-alive window, so that a dead store
+      // is reported as lost instead of retried for the whole join timeout. One
+      // connection for both: a probe connection first cost the store an
+      // accept, a hello, a ping and a close per agent.
+      opts.first_connect_timeout = first_wait;
+      opts.on_connect_retry =
           RetryNotice(where, first_wait, first_wait == config.join_timeout ? "--rdzv_conf join_timeout" : "");
-      store::TcpStore first(first_opts);
-      first.ping();
     }
     opts.connect_timeout = std::max(keep_alive_window(config), std::chrono::milliseconds(1000));
     opts.request_timeout = std::max(config.keep_alive_interval, std::chrono::milliseconds(1000));

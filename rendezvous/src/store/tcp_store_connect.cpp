@@ -1,5 +1,6 @@
 // TcpStore's connect cycle, run on the I/O thread: resolve, connect, preamble +
 // HELLO, retried with exponential backoff and full jitter until
+// options.first_connect_timeout (the first cycle, when set) or
 // options.connect_timeout. One cycle at a time; callers wait on connect_cv_.
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
@@ -57,7 +58,10 @@ void TcpStore::Impl::not_a_store(const std::string& what_happened) {
 void TcpStore::Impl::begin_connect() {
   cycle_active_ = true;
   ++cycle_;
-  connect_deadline_ = Deadline::after(options_.connect_timeout);
+  cycle_timeout_ = !ever_connected_ && options_.first_connect_timeout.count() > 0
+                       ? options_.first_connect_timeout
+                       : options_.connect_timeout;
+  connect_deadline_ = Deadline::after(cycle_timeout_);
   backoff_ = Backoff(kBackoffBase, kBackoffCap);
   last_connect_error_ = "timed out";
   arm_connect_timer();
@@ -72,7 +76,7 @@ void TcpStore::Impl::arm_connect_timer() {
     if (ec || !cycle_active_ || cycle != cycle_) return;
     // The deadline passed while an attempt (or a backoff sleep) was still going.
     finish_connect(std::make_exception_ptr(NetworkError("cannot connect to store at " + where() + " within " +
-                                                        std::to_string(options_.connect_timeout.count()) +
+                                                        std::to_string(cycle_timeout_.count()) +
                                                         " ms: " + last_connect_error_)));
   });
 }
@@ -148,9 +152,9 @@ void TcpStore::Impl::on_attempt_failed(const std::string& why) {
   boost::system::error_code ignored;
   socket_.close(ignored);
   if (connect_deadline_.expired()) {
-    finish_connect(std::make_exception_ptr(NetworkError("cannot connect to store at " + where() + " within " +
-                                                        std::to_string(options_.connect_timeout.count()) +
-                                                        " ms: " + why)));
+    finish_connect(
+        std::make_exception_ptr(NetworkError("cannot connect to store at " + where() + " within " +
+                                             std::to_string(cycle_timeout_.count()) + " ms: " + why)));
     return;
   }
   if (!ever_connected_ && options_.on_connect_retry) options_.on_connect_retry(why);

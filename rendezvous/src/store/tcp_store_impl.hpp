@@ -172,6 +172,7 @@ class TcpStore::Impl : public std::enable_shared_from_this<TcpStore::Impl> {
   // I/O thread only.
   ddp::Backoff backoff_;
   Deadline connect_deadline_ = Deadline::never();
+  std::chrono::milliseconds cycle_timeout_{0};  // this cycle's bound (connect_deadline_)
   std::string last_connect_error_;
   bool cycle_active_ = false;
   std::uint64_t cycle_ = 0;              // one per connect cycle, for the deadline timer

@@ -96,3 +96,26 @@ TEST_CASE("c10d over TCP: a wrong token is a config error") {
              }),
              Catch::Matchers::Contains("token"));
 }
+
+TEST_CASE("c10d over TCP: an agent opens one connection to the store, with one hello, for all its rounds") {
+  ddp::store::StoreServerOptions o;
+  o.host = "127.0.0.1";
+  ddp::store::StoreServer server(o);
+  server.start();
+  auto cfg = ddp::test::dynamic_config(2, 2);
+  cfg.endpoint = ddp::Endpoint{"127.0.0.1", server.port()};
+  auto h0 = ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"n0", "127.0.0.1", 1});
+  auto h1 = ddp::rdzv::create_handler(cfg, ddp::rdzv::NodeSpec{"n1", "127.0.0.1", 1});
+  for (int round = 0; round < 2; ++round) {
+    auto f0 = std::async(std::launch::async, [&] { return h0->next_rendezvous(); });
+    const auto r1 = h1->next_rendezvous();
+    const auto r0 = f0.get();
+    CHECK(r0.world_size == 2);
+    CHECK(r1.round == r0.round);
+  }
+  const auto m = server.metrics();
+  // Each agent's connection is the one it keeps: no probe connection first.
+  CHECK(m.at("requests.hello") == 2);
+  CHECK(m.at("requests.ping") == 0);
+  CHECK(server.stats().at("connections") == 2);
+}

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <future>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "ddp/common/error.hpp"
@@ -162,6 +163,41 @@ TEST_CASE("a client started before its server keeps retrying and connects once t
   auto server = start_server(opts);
   TcpStore(client_options(port)).set("k", "v");
   CHECK(connected.get() == "v");
+}
+
+TEST_CASE("first_connect_timeout bounds only the first connect: reconnects give up within connect_timeout",
+          "[tcp]") {
+  const std::uint16_t port = closed_port();
+  auto client = client_options(port);
+  client.connect_timeout = 300ms;
+  client.first_connect_timeout = 60s;
+  std::atomic<int> retries{0};
+  client.on_connect_retry = [&](const std::string&) { ++retries; };
+  // Up long after connect_timeout: the first connect still waits for it.
+  auto connected = std::async(std::launch::async, [&] { return std::make_unique<TcpStore>(client); });
+  REQUIRE(wait_until([&] { return retries.load() > 0; }));
+  std::this_thread::sleep_for(600ms);
+  REQUIRE(connected.wait_for(0ms) == std::future_status::timeout);
+  auto opts = loopback_server_options();
+  opts.port = port;
+  auto server = start_server(opts);
+  auto store = connected.get();
+  store->set("k", "v");
+  // Gone for good: a reconnect gives up after connect_timeout, not the first bound.
+  server.reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(
+      [&] {
+        for (int i = 0; i < 3; ++i) {  // the first call may only find the connection lost
+          try {
+            store->set("k", "w");
+          } catch (const ddp::NetworkError& e) {
+            if (std::string(e.what()).find("within 300 ms") != std::string::npos) throw;
+          }
+        }
+      }(),
+      ddp::NetworkError);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
 }
 
 TEST_CASE("a blocking get in one thread does not block another thread's set", "[tcp]") {

@@ -26,6 +26,10 @@ struct TcpStoreOptions {
   // How long connect (and every reconnect) keeps retrying, with backoff and
   // jitter, before NetworkError naming the endpoint.
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
+  // The first connect's bound instead, when positive: a client may wait long
+  // for a store that is not up yet (nodes start in any order) and still give
+  // up soon on one it had and lost.
+  std::chrono::milliseconds first_connect_timeout{0};
   // Deadline for a non-blocking request's reply.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
   // Leases this client grants also end when its connection closes (the process
@@ -50,7 +54,8 @@ struct TcpStoreOptions {
 // Thread-safe. The destructor stops and joins the I/O thread.
 class TcpStore final : public Store {
  public:
-  // Connects (with retry until options.connect_timeout) and authenticates.
+  // Connects (with retry until options.first_connect_timeout, else
+  // options.connect_timeout) and authenticates.
   explicit TcpStore(TcpStoreOptions options);
   ~TcpStore() override;
   TcpStore(const TcpStore&) = delete;
