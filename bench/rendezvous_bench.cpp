@@ -115,11 +115,17 @@ class Conn {
     return r;
   }
 
-  // Until the watch of request `id` delivered an event.
+  // Until the watch of request `id` delivered an event. An unconfirmed
+  // watch's refusal (COMPACTED, say) is its only answer: it ends the wait.
   awaitable<void> wait_event(std::uint32_t id) {
     while (!events_.count(id)) {
+      if (const auto it = failures_.find(id); it != failures_.end()) {
+        throw StoreError(std::string("watch refused: ") + store::status_name(it->second.status) + " " +
+                         it->second.message);
+      }
       auto r = co_await read_response();
       if (r.status == store::Status::kEvent) events_.insert(r.id);
+      if (r.status != store::Status::kEvent && r.status != store::Status::kOk) failures_[r.id] = r;
     }
   }
 
