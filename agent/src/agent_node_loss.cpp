@@ -73,7 +73,7 @@ void Agent::Impl::settle_node(const rdzv::Departure& d, bool reforming) {
   const bool may_shrink = reforming && left >= cfg.rendezvous.min_nodes;
   const auto slots = node_slots(d, cfg.nproc_per_node);
   if (reforming) {
-    log->warn("reform: {} lost ({}); ranks {} are settled after the fence", node_name(d), d.detail,
+    log->warn("reform: {} lost ({}); ranks {} are settled after the fence", node_name(d), d.reason,
               slots_text(slots));
   }
   rdzv->settle_place(
@@ -116,7 +116,7 @@ void Agent::Impl::on_place_settled(const rdzv::Departure& d, const std::vector<i
     return;
   }
   reform.lose_node(
-      reform_round(), slots, lost + ": " + d.detail, /*replace=*/false,
+      reform_round(), slots, lost + ": " + d.reason, /*replace=*/false,
       [this, d, slots, lost, round = d.round](const ReformStore::Outcome& out) {
         if (!life.is(Phase::kRunning) || round != life.round().round) return;
         const std::int64_t now = reform_base_world() + out.size;

@@ -344,9 +344,9 @@ void RoundMonitor::handle(const Pending& p) {
     const auto departure = read_departure(r.prefix, rank);
     note_departure(departure);
     if (departure && !departure->succeeded) {
-      const std::string detail =
-          describe_rank(static_cast<int>(rank)) + " left the round: its lease expired or was revoked";
-      if (!depart(p.epoch, static_cast<int>(rank), p.ev.revision, detail))
+      const std::string reason = "its lease expired or was revoked";
+      const std::string detail = describe_rank(static_cast<int>(rank)) + " left the round: " + reason;
+      if (!depart(p.epoch, static_cast<int>(rank), p.ev.revision, detail, reason))
         fire(p.epoch, RoundEvent::kMembershipChanged, detail);
     }
   } else if (rel == "ctl/waiting") {
@@ -354,9 +354,8 @@ void RoundMonitor::handle(const Pending& p) {
       const std::string detail = p.ev.value + " node(s) waiting to join";
       if (!newcomer(p.epoch, detail)) fire(p.epoch, RoundEvent::kNodesWaiting, detail);
     }
-  } else if (put && starts_with(p.ev.key, store::keys::gone_prefix(r.prefix))) {
-    const auto rank = store::keys::index_or_none(
-        std::string_view(p.ev.key).substr(store::keys::gone_prefix(r.prefix).size()));
+  } else if (const auto gone = store::keys::gone_prefix(r.prefix); put && starts_with(p.ev.key, gone)) {
+    const auto rank = store::keys::index_or_none(std::string_view(p.ev.key).substr(gone.size()));
     auto node = take_record(p.ev.value, p.ev.key);
     if (rank < 0 || !node) return;
     std::lock_guard<std::mutex> lock(mu_);
@@ -373,8 +372,8 @@ void RoundMonitor::handle(const Pending& p) {
   }
 }
 
-bool RoundMonitor::depart(std::uint64_t epoch, int rank, store::Revision revision,
-                          const std::string& detail) {
+bool RoundMonitor::depart(std::uint64_t epoch, int rank, store::Revision revision, const std::string& detail,
+                          const std::string& reason) {
   std::lock_guard<std::mutex> callback_lock(callback_mu_);
   DepartureCallback cb;
   rdzv::Departure d;
@@ -391,6 +390,7 @@ bool RoundMonitor::depart(std::uint64_t epoch, int rank, store::Revision revisio
     describe_places(rank, d);
     d.revision = revision;
     d.detail = detail;
+    d.reason = reason;
   }
   log::get("rdzv")->info("member left round={} group_rank={} revision={}: {}", d.round, rank, revision,
                          detail);

@@ -167,7 +167,8 @@ class RoundMonitor {
   void fire(std::uint64_t epoch, RoundEvent e, const std::string& detail);
   // A departure to the departure callback: false when none is set (the
   // caller fires kMembershipChanged instead).
-  bool depart(std::uint64_t epoch, int rank, store::Revision revision, const std::string& detail);
+  bool depart(std::uint64_t epoch, int rank, store::Revision revision, const std::string& detail,
+              const std::string& reason);
   // A newcomer to the newcomer callback: false when none is set.
   bool newcomer(std::uint64_t epoch, const std::string& detail);
   // A node record put in the round (a hot spare taking a place); mu_ held for set_node.

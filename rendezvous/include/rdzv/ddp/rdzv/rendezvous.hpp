@@ -158,7 +158,8 @@ struct Departure {
   int group_rank = 0;
   NodeSpec node;              // its record as this node knew it (node_id empty: unknown)
   std::int64_t revision = 0;  // the store revision of the deletion: one per departure, the same for all
-  std::string detail;         // "node ID (group rank G) left the round: ..."
+  std::string detail;         // "node ID (group rank G) left the round: " + reason
+  std::string reason;         // why, without the node's name: "its lease expired or was revoked"
   // The global rank of its local rank 0: the sum of local_world_size over the
   // group ranks before it (-1: unknown).
   int rank_offset = -1;
