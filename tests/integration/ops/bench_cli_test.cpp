@@ -26,3 +26,26 @@ TEST_CASE("ddp-bench's skip for too few descriptors asks for --endpoint only whe
     CHECK_THAT(without.out, Catch::Contains("skipped: needs") && Catch::Contains("pass --endpoint"));
   }
 }
+
+TEST_CASE(
+    "ddp-bench echo-floor prints a bare server's CPU per client for each count of round trips, and the fit",
+    "[ops][bench]") {
+  TempDir dir;
+  auto r = run(
+      {bin("ddp-bench").string(), "echo-floor", "--agents", "20", "--round-trips", "0", "2", "--reps", "1"},
+      dir.path(), {}, 60s);
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("20 clients, 100 bytes each way per round trip"));
+  CHECK_THAT(r.out, Catch::Matches("(.|\n)*\n +0 +[0-9.]+ +[0-9.]+-[0-9.]+ *\n +2 +[0-9.]+ (.|\n)*"));
+  CHECK_THAT(r.out, Catch::Contains("µs per connection (accept to close) +") &&
+                        Catch::Contains("µs per round trip"));
+  // Too many clients for any limit on descriptors: skipped in one line saying what to raise.
+  auto big = run({bin("ddp-bench").string(), "echo-floor", "--agents", "3000000"}, dir.path(), {}, 60s);
+  INFO(big.out << big.err);
+  CHECK(big.code == 0);
+  CHECK_THAT(big.out, Catch::Contains("skipped: needs") && Catch::Contains("raise the open-file limit"));
+  auto bad = run({bin("ddp-bench").string(), "echo-floor", "--bytes", "4"}, dir.path(), {}, 60s);
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("ddp-bench echo-floor: --bytes"));
+}
