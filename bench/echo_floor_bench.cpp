@@ -35,7 +35,7 @@ int echo_floor_main(int argc, char** argv) {
   CLI::App app{"CPU a bare echo server spends per client: a connection and K round trips"};
   app.add_option("--agents", o.agents, "clients, all at once")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 100000000));
   app.add_option("--round-trips", o.round_trips, "round trips per client, one line each (default 0 1 2 4 7)")
       ->check(CLI::Range(0, 1000));
   app.add_option("--bytes", o.bytes, "bytes each way per round trip (at least 8)")
@@ -44,7 +44,9 @@ int echo_floor_main(int argc, char** argv) {
   app.add_option("--reps", o.reps, "runs per count; the median is printed")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")->capture_default_str();
+  app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000000));
   if (const auto code = parse_flags(app, argc, argv)) return *code;
   // The server is in this process: both ends of each connection count here.
   const std::size_t need = sim_fds_needed(o.agents, 2);

@@ -27,6 +27,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_cli.hpp"
 #include "ddp/store/protocol.hpp"
 #include "sim_clients.hpp"
 
@@ -271,12 +272,10 @@ int expiry_main(int argc, char** argv) {
   app.add_option("--timeout-s", o.timeout_s, "give up a run after this long")
       ->check(CLI::Range(1.0, 3600.0))
       ->capture_default_str();
-  app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000000));
+  if (const auto code = parse_flags(app, argc, argv)) return *code;
   const std::size_t per_agent = o.endpoint.empty() ? 2 : 1;
   const std::size_t fd_limit = raise_fd_limit_for(o.agents, "--agents", per_agent);
   const auto target = open_sim_target(o.endpoint);

@@ -49,3 +49,18 @@ TEST_CASE(
   CHECK(bad.code == 2);
   CHECK_THAT(bad.err, Catch::Contains("ddp-bench echo-floor: --bytes"));
 }
+
+TEST_CASE(
+    "ddp-bench's benches of simulated clients refuse --max-connecting 0 in one line (they would wait "
+    "forever)",
+    "[ops][bench]") {
+  TempDir dir;
+  for (const char* sub : {"echo-floor", "rendezvous", "bootstrap", "expiry"}) {
+    INFO(sub);
+    auto r =
+        run({bin("ddp-bench").string(), sub, "--agents", "2", "--max-connecting", "0"}, dir.path(), {}, 20s);
+    INFO(r.out << r.err);
+    CHECK(r.code == 2);
+    CHECK_THAT(r.err, Catch::Contains(std::string("ddp-bench ") + sub + ": --max-connecting"));
+  }
+}
