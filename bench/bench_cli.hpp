@@ -22,4 +22,12 @@ inline std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
   return std::nullopt;
 }
 
+// --max-connecting, as every bench of simulated clients takes it: at least 1
+// (with 0 no client would ever connect, and the run would wait forever).
+inline void add_max_connecting(CLI::App& app, int& max_connecting) {
+  app.add_option("--max-connecting", max_connecting, "connects in flight at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000000));
+}
+
 }  // namespace ddp::bench

@@ -293,11 +293,8 @@ int bootstrap_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--server-pid", o.server_pid,
                  "pid of the server, whose CPU seconds each run costs are printed");
-  app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000000));
+  add_max_connecting(app, o.max_connecting);
   if (const auto code = parse_flags(app, argc, argv)) return *code;
-  if (o.max_connecting < 1) throw ConfigError("--max-connecting: must be at least 1");
   const std::size_t per_rank = o.endpoint.empty() ? 2 : 1;
   const std::size_t fd_limit = raise_fd_limit_for(o.ranks, "--ranks", per_rank);
   const auto target = open_sim_target(o.endpoint);

@@ -44,9 +44,7 @@ int echo_floor_main(int argc, char** argv) {
   app.add_option("--reps", o.reps, "runs per count; the median is printed")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000000));
+  add_max_connecting(app, o.max_connecting);
   if (const auto code = parse_flags(app, argc, argv)) return *code;
   // The server is in this process: both ends of each connection count here.
   const std::size_t need = sim_fds_needed(o.agents, 2);

@@ -272,9 +272,7 @@ int expiry_main(int argc, char** argv) {
   app.add_option("--timeout-s", o.timeout_s, "give up a run after this long")
       ->check(CLI::Range(1.0, 3600.0))
       ->capture_default_str();
-  app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000000));
+  add_max_connecting(app, o.max_connecting);
   if (const auto code = parse_flags(app, argc, argv)) return *code;
   const std::size_t per_agent = o.endpoint.empty() ? 2 : 1;
   const std::size_t fd_limit = raise_fd_limit_for(o.agents, "--agents", per_agent);

@@ -535,9 +535,7 @@ int rendezvous_main(int argc, char** argv) {
   app.add_flag("--probe-connection", o.probe_connection,
                "each agent first opens, pings and closes a connection of its own, as agents did before "
                "2026-12-06");
-  app.add_option("--max-connecting", o.max_connecting, "connects in flight at once")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000000));
+  add_max_connecting(app, o.max_connecting);
   app.add_flag("--restart", o.restart,
                "then one agent reports a failure and all re-form round 1 (--nnodes=1:2N, so only the early "
                "close of a restart round avoids the last call)");
