@@ -189,10 +189,15 @@ RendezvousResult DynamicHandler::next_rendezvous() {
     }
     const auto decided_at = Clock::now();
     if (late) {
-      // Past MAX, or past the count of a round that closed at MAX: a hot spare.
-      if (index > config_.max_nodes || closed.count == config_.max_nodes) register_spare(round, closed);
+      // Past MAX, or past the count of a round that closed at MAX: a hot
+      // spare, unless the running round gave places up (the job went on
+      // without a lost node): each makes room for a newcomer to grow it again.
+      const bool at_max = index > config_.max_nodes || closed.count == config_.max_nodes;
+      const bool given_up = config_.take_places && at_max && given_up_places(prefix) > 0;
+      if (at_max && !given_up) register_spare(round, closed);
       bool counted = false;
-      const bool room = index <= config_.max_nodes && closed.count > 0 && closed.count < config_.max_nodes;
+      const bool room =
+          given_up || (index <= config_.max_nodes && closed.count > 0 && closed.count < config_.max_nodes);
       if (config_.take_places && ((spare_of_ && spare_of_->round == round) || room)) {
         if (auto taken = wait_to_take_place(round, deadline, counted)) return *taken;
       }

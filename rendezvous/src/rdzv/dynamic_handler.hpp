@@ -88,7 +88,8 @@ class DynamicHandler final : public detail::StoreHandler {
   void wait_ended(std::int64_t round, const Deadline& deadline, bool counted = false);
   // A hot spare with take_places (take_place.cpp): waits beside `round` for it
   // to end (nullopt: join the next) or for a member to leave, and then,
-  // after the fence, claims that member's place and joins `round` in it.
+  // after the fence, claims that member's place and joins `round` in it. A
+  // place given up meanwhile (no spare took it) makes it a newcomer.
   // A newcomer to a round whose nodes run other --nproc_per_node than this
   // one: nullopt at once.
   struct SpareWatch;
@@ -105,9 +106,13 @@ class DynamicHandler final : public detail::StoreHandler {
   // the lost member's, where it ran as many workers as this one; -1 (logged)
   // where this node cannot take it.
   int place_offset(const Closed& closed, int rank, const detail::Offer& offer) const;
-  // The first new group rank below MAX this newcomer claims (P/grow/<g>), if any.
-  std::optional<int> claim_new_rank(const std::string& prefix, const Closed& closed);
-  RendezvousResult grow_into(std::int64_t round, const Closed& closed, int rank);
+  // How many places the round at `prefix` gave up (P/ctl/gone/<g>): the job
+  // went on without them, and each leaves room below MAX for a newcomer.
+  int given_up_places(const std::string& prefix);
+  // The first new group rank this newcomer claims (P/grow/<g>), if any: below
+  // MAX + the places given up, which `given_up` returns.
+  std::optional<int> claim_new_rank(const std::string& prefix, const Closed& closed, int& given_up);
+  RendezvousResult grow_into(std::int64_t round, const Closed& closed, int rank, int given_up);
   void log_progress(std::int64_t round, const Deadline& deadline);
   [[noreturn]] void throw_timeout(std::int64_t round, bool late);
 

@@ -117,6 +117,7 @@ void RoundMonitor::begin(WatchedRound r) {
     marker_seen_ = false;
     departed_.clear();
     gone_workers_.clear();
+    waiting_ = 0;
     for (const auto& kv : r.ctl.kvs) {
       queue_.push_back(
           Pending{epoch, store::WatchEvent{store::EventType::kPut, kv.key, kv.value, kv.revision}});
@@ -350,7 +351,12 @@ void RoundMonitor::handle(const Pending& p) {
         fire(p.epoch, RoundEvent::kMembershipChanged, detail);
     }
   } else if (rel == "ctl/waiting") {
-    if (put && r.can_grow && store::keys::index_or_none(p.ev.value) > 0) {
+    const auto waiting = put ? store::keys::index_or_none(p.ev.value) : 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (p.epoch == epoch_) waiting_ = waiting;
+    }
+    if (r.can_grow && waiting > 0) {
       const std::string detail = p.ev.value + " node(s) waiting to join";
       if (!newcomer(p.epoch, detail)) fire(p.epoch, RoundEvent::kNodesWaiting, detail);
     }
@@ -358,8 +364,21 @@ void RoundMonitor::handle(const Pending& p) {
     const auto rank = store::keys::index_or_none(std::string_view(p.ev.key).substr(gone.size()));
     auto node = take_record(p.ev.value, p.ev.key);
     if (rank < 0 || !node) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (p.epoch == epoch_) gone_workers_[static_cast<int>(rank)] = node->local_world_size;
+    std::int64_t waiting = 0;
+    bool was_full = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (p.epoch != epoch_) return;
+      gone_workers_[static_cast<int>(rank)] = node->local_world_size;
+      // The job went on without that place: below MAX, so a node waiting
+      // beside the round (a spare that did not take the place, or a newcomer
+      // that came meanwhile) may grow it (docs/reform.md, "A node that joins later").
+      if (!newcomer_callback_) return;
+      was_full = !round_.can_grow;
+      round_.can_grow = true;
+      waiting = waiting_;
+    }
+    if (was_full && waiting > 0) newcomer(p.epoch, std::to_string(waiting) + " node(s) waiting to join");
   } else if (rel == "ctl/ended") {
     if (put) {
       {

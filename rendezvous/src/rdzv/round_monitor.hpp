@@ -212,6 +212,7 @@ class RoundMonitor {
   // Places given up in this round (ctl/gone/<g>) that this node holds no record
   // of, having come after: group rank -> how many ranks the place held.
   std::map<int, int> gone_workers_;
+  std::int64_t waiting_ = 0;            // the round's P/ctl/waiting as last seen
   Clock::time_point last_departure_{};  // when the latest departure that is no success was seen
   // Kept by end(on_departure, …): the ended round's node watch and where its deletions go.
   std::unique_ptr<store::WatchHandle> departure_watch_;

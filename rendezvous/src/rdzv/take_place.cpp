@@ -139,6 +139,10 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
                          spare ? "hot spare, taking the place of a member that leaves,"
                                : "newcomer, growing the round once its members admit it,",
                          round, config_.run_id, waiting);
+  // The places given up when this node last found no room to grow the round:
+  // one given up since (its job went on without a lost node) makes room again.
+  int gone_seen = 0;
+  const std::string gone = store::keys::gone_prefix(prefix);
   while (true) {
     auto w = std::make_shared<SpareWatch>();
     auto push = [w](const store::WatchEvent& ev) {
@@ -161,24 +165,35 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
     std::vector<store::WatchSpec> specs;
     specs.push_back(store::WatchSpec{watched, now.revision + 1, push, fail});
     specs.push_back(store::WatchSpec{prefix + "ctl/ended", now.revision + 1, push, fail});
+    bool regrow = false;
+    if (spare) {
+      const auto given_up = store_->list(gone);
+      regrow = static_cast<int>(given_up.kvs.size()) > gone_seen;
+      specs.push_back(store::WatchSpec{gone, given_up.revision + 1, push, fail});
+    }
     auto handles = store_->watch_all(std::move(specs));
     if (store_->try_get(prefix + "ctl/ended")) return std::nullopt;
     std::deque<store::WatchEvent> events;
     for (const auto& kv : now.kvs)
       events.push_back(store::WatchEvent{store::EventType::kPut, kv.key, kv.value, kv.revision});
     bool full = false;
-    while (!full) {
+    while (!full && !regrow) {
       for (const auto& ev : events) {
         if (ev.key == prefix + "ctl/ended") return std::nullopt;  // the round ended: join the next one
         if (ev.type != store::EventType::kPut) continue;
+        if (spare && ev.key.compare(0, gone.size(), gone) == 0) {
+          regrow = true;
+          break;
+        }
         if (!spare) {
-          if (auto g = claim_new_rank(prefix, closed)) return grow_into(round, closed, *g);
+          if (auto g = claim_new_rank(prefix, closed, gone_seen))
+            return grow_into(round, closed, *g, gone_seen);
           full = true;  // every place up to MAX is taken: a hot spare from now on
           break;
         }
         if (auto taken = claim_offer(round, closed, ev)) return taken;
       }
-      if (full) break;
+      if (full || regrow) break;
       events.clear();
       if (deadline.expired()) throw_timeout(round, true);
       if (Clock::now() - last_progress_ >= config_.progress_interval) {
@@ -193,6 +208,18 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
         throw RendezvousError("watch of round " + std::to_string(round) + " ended: " + *w->error);
       }
       events.swap(w->events);
+    }
+    if (regrow) {
+      // No spare took a lost member's place and the job went on without it:
+      // room below MAX again, which this node grows into once admitted.
+      store_->remove(store::keys::spare_key(prefix, self_.node_id));
+      spare_of_.reset();
+      spare = false;
+      log::get("rdzv")->info(
+          "running round {} gave a lost node's place up: growing it instead of waiting as a hot spare "
+          "run_id={}",
+          round, config_.run_id);
+      continue;
     }
     register_spare(round, closed);
     spare = true;
@@ -234,15 +261,23 @@ int DynamicHandler::place_offset(const Closed& closed, int rank, const detail::O
   return -1;
 }
 
-std::optional<int> DynamicHandler::claim_new_rank(const std::string& prefix, const Closed& closed) {
+int DynamicHandler::given_up_places(const std::string& prefix) {
+  return static_cast<int>(store_->list(store::keys::gone_prefix(prefix)).kvs.size());
+}
+
+std::optional<int> DynamicHandler::claim_new_rank(const std::string& prefix, const Closed& closed,
+                                                  int& given_up) {
   const std::string mine = store::keys::grow_value(self_.node_id, self_.local_world_size);
-  for (int g = closed.count; g < config_.max_nodes; ++g) {
+  // A place given up keeps its group rank (and its ranks): a newcomer takes a
+  // new one past it, so that at most MAX places are live.
+  given_up = given_up_places(prefix);
+  for (int g = closed.count; g < config_.max_nodes + given_up; ++g) {
     if (store_->compare_set(store::keys::grow_key(prefix, g), "", mine) == mine) return g;
   }
   return std::nullopt;
 }
 
-RendezvousResult DynamicHandler::grow_into(std::int64_t round, const Closed& closed, int rank) {
+RendezvousResult DynamicHandler::grow_into(std::int64_t round, const Closed& closed, int rank, int given_up) {
   const std::string prefix = prefix_of(round);
   store_->set(detail::node_key(prefix, rank), detail::encode_node(self_), monitor_->lease());
   store_->add(store::keys::grown_key(prefix), 1);
@@ -283,7 +318,7 @@ RendezvousResult DynamicHandler::grow_into(std::int64_t round, const Closed& clo
   res.worker_prefix = detail::worker_prefix(config_.run_id, round);
   log::get("rdzv")->info("newcomer grows running round {} run_id={} group_rank={} ranks {}-{}", round,
                          config_.run_id, rank, res.rank_offset, res.rank_offset + self_.local_world_size - 1);
-  start_round(res, listed.revision + 1, rank + 1 < config_.max_nodes);
+  start_round(res, listed.revision + 1, rank + 1 - given_up < config_.max_nodes);
   set_closed_members(closed.count);
   return res;
 }

@@ -30,20 +30,28 @@ std::string first_rank(const std::string& out) {
   return lowest < 0 ? "" : std::to_string(lowest);
 }
 
-// Starts `p`, an agent of a --nnodes=`nnodes` job (last call `last_call` s)
-// training `epochs` epochs (40: long enough for losses and newcomers), with
-// `conf` added to its --rdzv_conf, and waits until it joined.
-void start_node(std::optional<Process>& p, const TempDir& dir, const LocalDaemon& daemon,
-                const std::string& name, int nproc, const std::string& nnodes = "1:4",
-                const std::string& last_call = "5", const std::string& epochs = "40",
-                const std::string& conf = "") {
+// An agent of a --nnodes=`nnodes` job (last call `last_call` s) training
+// `epochs` epochs (40: long enough for losses and newcomers), with `conf`
+// added to its --rdzv_conf.
+std::vector<std::string> node_argv(const TempDir& dir, const LocalDaemon& daemon, const std::string& name,
+                                   int nproc, const std::string& nnodes, const std::string& last_call,
+                                   const std::string& epochs, const std::string& conf = "") {
   auto argv = node(dir, daemon, name, nnodes, last_call, nproc);
   const auto at = std::find(argv.begin(), argv.end(), "--epochs");
   REQUIRE(at + 1 < argv.end());
   *(at + 1) = epochs;
   for (auto& arg : argv)
     if (arg.rfind("--rdzv_conf=", 0) == 0) arg += conf;
-  p.emplace(argv, dir.path(), info_env(), name);
+  return argv;
+}
+
+// Starts `p`, node_argv's agent, and waits until it joined.
+void start_node(std::optional<Process>& p, const TempDir& dir, const LocalDaemon& daemon,
+                const std::string& name, int nproc, const std::string& nnodes = "1:4",
+                const std::string& last_call = "5", const std::string& epochs = "40",
+                const std::string& conf = "") {
+  p.emplace(node_argv(dir, daemon, name, nproc, nnodes, last_call, epochs, conf), dir.path(), info_env(),
+            name);
   REQUIRE(wait_until([&] { return count(p->err(), "joined round") > 0; }, 30s));
 }
 
@@ -347,4 +355,82 @@ TEST_CASE(
              Catch::Contains("re-form: generation 1, world 4 (lost slots 2,3, new slots -)"));
   CHECK_THAT(a->out() + c->out(), Catch::Contains("1 re-forms, 0 restarts"));
   CHECK(std::isfinite(final_loss(a->out() + c->out())));
+}
+
+TEST_CASE(
+    "reform: in a job at its --nnodes maximum, a node lost with no spare and given up: a node that joins "
+    "later grows the job again") {
+  // --nnodes=2:3 with three nodes: the round closes at MAX. b is lost and the
+  // job goes on without ranks 2-3. d, the fourth arrival, finds the round at
+  // MAX by its arrivals but with a place given up: it grows the job with
+  // ranks after every rank the round has had (6-7). Before, it waited as a
+  // hot spare for a loss that never came.
+  TempDir dir;
+  LocalDaemon daemon{dir};
+  REQUIRE(daemon.port > 0);
+  std::optional<Process> a, b, c, d;
+  start_node(a, dir, daemon, "nodea", 2, "2:3", "30");
+  start_node(b, dir, daemon, "nodeb", 2, "2:3", "30");
+  start_node(c, dir, daemon, "nodec", 2, "2:3", "30");
+  REQUIRE(wait_until([&] { return count(a->out() + c->out(), "epoch 1/40") > 0; }, 60s));
+  REQUIRE_THAT(b->out(), Catch::Contains("start: rank 2 of 6"));
+  const auto before = starts(a->out() + c->out());
+  b->signal(SIGKILL);
+  CHECK(b->wait(10s).has_value());
+  const auto logs = [&] { return a->err() + a->out() + c->err() + c->out(); };
+  INFO("a:\n" << a->err() << a->out() << "c:\n" << c->err() << c->out());
+  REQUIRE(wait_until([&] { return count(logs(), "world 4 (lost slots 2,3, new slots -)") > 0; }, 60s));
+  d.emplace(node_argv(dir, daemon, "noded", 2, "2:3", "30", "40"), dir.path(), info_env(), "noded");
+  INFO("d:\n" << d->err() << d->out());
+  REQUIRE(wait_until([&] { return count(logs(), "world 6 (lost slots -, new slots 6,7)") > 0; }, 60s));
+  const auto ca = a->wait(120s), cc = c->wait(120s), cd = d->wait(120s);
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cc == std::optional<int>(0));
+  CHECK(cd == std::optional<int>(0));
+  CHECK(starts(a->out() + c->out()) == before);
+  CHECK_THAT(a->err() + c->err(), Catch::Contains("admitted into the running job"));
+  CHECK_THAT(d->err(), Catch::Contains("this node grows the running job: ranks 6-7 join its workers"));
+  CHECK_THAT(d->err(), !Catch::Contains("hot spare"));
+  // Slots 6-7 are ranks 4-5 of the 6 (the slots left, in order).
+  CHECK_THAT(d->out(), Catch::Contains("slot 6 pid") &&
+                           Catch::Contains("start: rank 4 of 6, generation 2, joining without state"));
+  CHECK_THAT(a->out() + c->out(), Catch::Contains("2 re-forms, 0 restarts"));
+  CHECK_THAT(logs(), !Catch::Contains("every node rejoins"));
+  CHECK(std::isfinite(final_loss(a->out() + c->out())));
+}
+
+TEST_CASE(
+    "reform: the node that grew a job to its maximum lost: a node that joins later grows it again, past "
+    "that place") {
+  // --nnodes=1:3: a and b close the round, c grows it to MAX (group rank 2)
+  // and is lost; d is the round's fourth arrival and takes group rank 3,
+  // ranks 6-7.
+  TempDir dir;
+  LocalDaemon daemon{dir};
+  REQUIRE(daemon.port > 0);
+  std::optional<Process> a, b, c, d;
+  start_node(a, dir, daemon, "nodea", 2, "1:3", "2");
+  start_node(b, dir, daemon, "nodeb", 2, "1:3", "2");
+  REQUIRE(wait_until([&] { return count(a->out(), "epoch 1/40") > 0; }, 60s));
+  const auto before = starts(a->out() + b->out());
+  REQUIRE(before.size() == 4);
+  const auto logs = [&] { return a->err() + a->out() + b->err() + b->out(); };
+  INFO("a:\n" << a->err() << a->out() << "b:\n" << b->err() << b->out());
+  start_node(c, dir, daemon, "nodec", 2, "1:3", "2");
+  REQUIRE(wait_until([&] { return count(logs(), "world 6 (lost slots -, new slots 4,5)") > 0; }, 60s));
+  c->signal(SIGKILL);
+  CHECK(c->wait(10s).has_value());
+  REQUIRE(wait_until([&] { return count(logs(), "world 4 (lost slots 4,5, new slots -)") > 0; }, 60s));
+  d.emplace(node_argv(dir, daemon, "noded", 2, "1:3", "2", "40"), dir.path(), info_env(), "noded");
+  INFO("d:\n" << d->err() << d->out());
+  REQUIRE(wait_until([&] { return count(logs(), "world 6 (lost slots -, new slots 6,7)") > 0; }, 60s));
+  const auto ca = a->wait(120s), cb = b->wait(120s), cd = d->wait(120s);
+  CHECK(ca == std::optional<int>(0));
+  CHECK(cb == std::optional<int>(0));
+  CHECK(cd == std::optional<int>(0));
+  CHECK(starts(a->out() + b->out()) == before);
+  CHECK_THAT(d->err(), Catch::Contains("this node grows the running job: ranks 6-7 join its workers"));
+  CHECK_THAT(a->out() + b->out(), Catch::Contains("3 re-forms, 0 restarts"));
+  CHECK_THAT(logs(), !Catch::Contains("every node rejoins"));
+  CHECK(std::isfinite(final_loss(a->out() + b->out())));
 }
