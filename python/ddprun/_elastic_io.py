@@ -133,6 +133,37 @@ def new_sockets(before: Dict[int, str]) -> Dict[int, str]:
     return {fd: link for fd, link in tcp_sockets().items() if before.get(fd) != link}
 
 
+def _connected_tcp(fd: int) -> bool:
+    """Whether descriptor fd is a TCP socket that is not listening."""
+    try:
+        s = socket.socket(fileno=fd)
+    except OSError:
+        return False
+    try:
+        return s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM and \
+            not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    except OSError:
+        return False
+    finally:
+        s.detach()
+
+
+def connections(sockets: Dict[int, str]) -> Dict[int, str]:
+    """Those of `sockets` that are connected TCP sockets (not listening ones)."""
+    return {fd: link for fd, link in sockets.items() if _connected_tcp(fd)}
+
+
+def all_closed(sockets: Dict[int, str]) -> bool:
+    """Whether none of `sockets` is still open as recorded."""
+    for fd, link in sockets.items():
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == link:
+                return False
+        except OSError:
+            pass
+    return True
+
+
 def shut_down(sockets: Dict[int, str]) -> int:
     """shutdown(2) of every connected TCP socket in `sockets` still open as
     recorded: Gloo's event loop sees each as closed by its peer, so an
@@ -142,16 +173,14 @@ def shut_down(sockets: Dict[int, str]) -> int:
     done = 0
     for fd, link in sockets.items():
         try:
-            if os.readlink(f"/proc/self/fd/{fd}") != link:
-                continue  # closed, and the number reused since
+            if os.readlink(f"/proc/self/fd/{fd}") != link or not _connected_tcp(fd):
+                continue  # closed (and the number reused since), or listening
             s = socket.socket(fileno=fd)
         except OSError:
             continue
         try:
-            if s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM and \
-                    not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-                s.shutdown(socket.SHUT_RDWR)
-                done += 1
+            s.shutdown(socket.SHUT_RDWR)
+            done += 1
         except OSError:
             pass
         finally:

@@ -50,6 +50,12 @@ WATCH_S = 0.01
 # A rank whose generation ended this long ago, its connections shut, that has
 # still not left its step gets one line saying where its main thread is.
 STUCK_S = 10.0
+# A Gloo rank still blocked in torch this long after the watcher shut its
+# generation's connections, Gloo having closed every one since and the
+# process idle (under IDLE_SHARE of one CPU), is waiting on an operation only
+# its timeout ends: it exits, and its agent replaces it (_exit_if_wedged).
+WEDGED_S = 5.0
+IDLE_SHARE = 0.05
 # Words of the errors a collective fails with when a peer went away.
 _PEER_ERRORS = ("gloo", "connection", "timed out", "timeout", "closed", "broken pipe", "reset by peer",
                 "nccl", "abort")
@@ -158,6 +164,8 @@ class ElasticGroup:
         self._released = -1  # the latest generation whose sockets were shut
         self._released_at: Optional[float] = None  # when the watcher shut them (not reform())
         self._shut = 0  # how many it shut
+        self._released_cpu = 0.0  # the process's CPU seconds then
+        self._collective_sockets: Optional[Dict[int, str]] = None  # the group's own, less its store's
         self._stuck_said = -1  # the latest generation the stuck line was said for
         self._raised_at: Optional[float] = None
         self._synced = -1  # the latest generation sync_state() broadcast in
@@ -361,6 +369,7 @@ class ElasticGroup:
                 if self._raised_at is not None and time.monotonic() - self._raised_at > self._abandon_s:
                     self._abandon()
                 self._say_if_stuck()
+                self._exit_if_wedged()
 
     def _abandon(self) -> None:
         line = (f"generation {self.generation} ended {self._abandon_s:g} s ago and this script never called "
@@ -379,21 +388,47 @@ class ElasticGroup:
                 time.monotonic() - self._released_at < STUCK_S:
             return
         self._stuck_said = g
-        import sys
-        import traceback
-
-        frame = sys._current_frames().get(threading.main_thread().ident)
-        where = " <- ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.lineno})"
-                            for f in reversed(traceback.extract_stack(frame)[-4:])) if frame else "unknown"
+        where = _where(_main_frame())
         ago = time.monotonic() - self._released_at
         io.say(f"generation {g} ended {ago:.0f} s ago and this rank shut its {self._shut} connection(s), "
                f"but its step has not returned; main thread in {where}")
+
+    def _exit_if_wedged(self) -> None:
+        """Under the lock: ends a Gloo rank whose step waits on an operation
+        that nothing but its timeout (the group's, minutes) can end. Gloo's TCP
+        transport queues a send that fails with EPIPE or ECONNRESET (its peer,
+        or this rank's watcher, shut the connection) and, when it then reads
+        the end of that connection, fails only the bound buffers queued, not
+        that send: its waitSend waits out the timeout. Seen as a step still
+        blocked in torch WEDGED_S after the release, with every one of the
+        group's connections closed by Gloo and the process idle. Exits 1, so
+        that the agent replaces this rank (docs/reform.md, "Python trainers")."""
+        g = self.generation
+        if self._backend != "gloo" or self._released_at is None or self._released < g or \
+                self._raised_at is not None or not self._collective_sockets:
+            return
+        since = time.monotonic() - self._released_at
+        if since < WEDGED_S or sum(os.times()[:2]) - self._released_cpu > IDLE_SHARE * since or \
+                not io.all_closed(self._collective_sockets):
+            return
+        import torch
+
+        frame = _main_frame()
+        if frame is None or not os.path.abspath(frame.f_code.co_filename).startswith(
+                os.path.dirname(os.path.abspath(torch.__file__)) + os.sep):
+            return  # blocked in the script's own code (its I/O, say): not ours to end
+        io.say(f"generation {g} ended {since:.0f} s ago and this rank's step is still blocked in torch, "
+               f"every connection of its Gloo group closed and the process idle: an operation only its "
+               f"timeout ({self._timeout.total_seconds():g} s) would end. Exiting so that ddprun replaces "
+               f"this rank; main thread in {_where(frame)}")
+        os._exit(1)
 
     def _release(self, g: int) -> None:
         """Under the lock: shut generation g's sockets, once."""
         if self._released >= g:
             return
         self._released = g
+        self._released_cpu = sum(os.times()[:2])
         socks = self._sockets if self._sockets is not None else io.new_sockets(self._sockets_before)
         self._shut = io.shut_down(socks)
 
@@ -417,12 +452,16 @@ class ElasticGroup:
             self._forming = g
             self._sockets_before = io.tcp_sockets()
             self._sockets = None
+            self._collective_sockets = None
         client = io.Store(os.environ["DDP_STORE_ENDPOINT"], self._timeout.total_seconds())
+        store_sockets = io.new_sockets(self._sockets_before)
         store = self._dist.PrefixStore(io.Store.name(keys.reform_pg_prefix(self._root, g)), client.client)
         self._dist.init_process_group(self._backend, store=store, rank=rank, world_size=size,
                                       timeout=self._timeout)
         with self._lock:
             self._sockets = io.new_sockets(self._sockets_before)
+            self._collective_sockets = io.connections({fd: link for fd, link in self._sockets.items()
+                                                       if store_sockets.get(fd) != link})
             self._forming = g
 
     def _join(self, after: int, candidates: List[int], started: float) -> None:
@@ -434,6 +473,23 @@ class ElasticGroup:
         self._members = members
         self._has_state = True  # the caller restores it from state_root before training on
         self.info = info
+
+
+def _main_frame():
+    """The main thread's current frame, or None."""
+    import sys
+
+    return sys._current_frames().get(threading.main_thread().ident)
+
+
+def _where(frame) -> str:
+    """Its innermost 4 frames: "FUNC (FILE:LINE) <- ..."."""
+    if frame is None:
+        return "unknown"
+    import traceback
+
+    return " <- ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.lineno})"
+                       for f in reversed(traceback.extract_stack(frame)[-4:]))
 
 
 class ElasticSampler:

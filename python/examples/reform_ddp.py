@@ -9,7 +9,9 @@ lost rank is replaced (the world size stays). The lines marked "# ddprun" are
 all it takes (10, with the import). `--kill-rank R --kill-step S`: rank R SIGKILLs itself at the
 start of step S, in its first incarnation only (a replacement has
 DDP_REFORM_JOINING=1, a restarted worker TORCHELASTIC_RESTART_COUNT > 0);
-`--stop-rank R` stops rank R where it would re-form after that kill.
+`--stop-rank R` stops rank R where it would re-form after that kill;
+`--wedge-rank R` blocks rank R at that step, in torch, where nothing the
+release does ends it (as a Gloo send that its transport never fails).
 Prints each re-form's cost: the kill to this rank's next completed step, the
 time its (re)form took and, of that, its wait for the others; a replacement
 also when its process started after the kill. Rank 0 prints the median
@@ -45,6 +47,9 @@ def parse():
     p.add_argument("--stop-rank", type=int, default=-1,
                    help="this rank SIGSTOPs itself instead of re-forming after the kill (a survivor stuck "
                         "in the kernel; for the tests): its agent replaces it once the others name it")
+    p.add_argument("--wedge-rank", type=int, default=-1,
+                   help="at the kill step, this rank blocks in a torch store barrier no one else enters "
+                        "(for the tests): it ends the process once its generation's connections are closed")
     p.add_argument("--step-sleep-ms", type=float, default=0.0,
                    help="sleep this long in every step (a longer run, e.g. to kill a node in it)")
     p.add_argument("--catch-only", action="store_true",
@@ -70,6 +75,18 @@ def maybe_kill(args, step):
             f.write(f"{time.time()!r} {step}")
         print(f"rank {args.kill_rank} pid {os.getpid()}: SIGKILL at step {step}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def maybe_wedge(args, step):
+    """Rank --wedge-rank blocks in its step, idle, in torch code, until its process ends."""
+    if replacement() or step != args.kill_step or int(os.environ["RANK"]) != args.wedge_rank:
+        return
+    from torch.distributed.elastic.utils.store import barrier
+
+    host, _, port = os.environ["DDP_STORE_ENDPOINT"].rpartition(":")
+    store = dist.TCPStore(host.strip("[]"), int(port), is_master=False, wait_for_workers=False)
+    print(f"rank {args.wedge_rank} pid {os.getpid()}: blocked in its step at step {step}", flush=True)
+    barrier(store, 2, f"reform_ddp_wedge_{os.getpid()}", barrier_timeout=3600)
 
 
 def report(state, eg):
@@ -120,6 +137,7 @@ def main():
                 with eg.step():  # ddprun
                     opt.zero_grad()
                     loss = torch.nn.functional.mse_loss(ddp(xb), yb)
+                    maybe_wedge(args, state["step"])
                     loss.backward()
                     opt.step()
                     time.sleep(args.step_sleep_ms / 1000)
