@@ -357,18 +357,50 @@ TEST_CASE(
   CHECK(std::isfinite(final_loss(a->out() + c->out())));
 }
 
+namespace {
+
+// After p's and q's job gave a place up (no spare; it went on with 4
+// ranks), a fourth node, d, joins (--nnodes=`nnodes`): the job grows back to
+// a world of 6 with d's slots 6-7, after every rank the round has had, in
+// generation `generation`; p's and q's workers keep the pids `before`. Before,
+// d waited as a hot spare for a loss that never came.
+void check_regrows(const TempDir& dir, const LocalDaemon& daemon, Process& p, Process& q,
+                   const std::set<std::string>& before, const std::string& nnodes,
+                   const std::string& last_call, int generation) {
+  const auto logs = [&] { return p.err() + p.out() + q.err() + q.out(); };
+  std::optional<Process> d;
+  d.emplace(node_argv(dir, daemon, "noded", 2, nnodes, last_call, "40"), dir.path(), info_env(), "noded");
+  INFO("d:\n" << d->err() << d->out());
+  REQUIRE(wait_until([&] { return count(logs(), "world 6 (lost slots -, new slots 6,7)") > 0; }, 60s));
+  const auto cp = p.wait(120s), cq = q.wait(120s), cd = d->wait(120s);
+  CHECK(cp == std::optional<int>(0));
+  CHECK(cq == std::optional<int>(0));
+  CHECK(cd == std::optional<int>(0));
+  CHECK(starts(p.out() + q.out()) == before);
+  CHECK_THAT(p.err() + q.err(), Catch::Contains("admitted into the running job"));
+  CHECK_THAT(d->err(), Catch::Contains("this node grows the running job: ranks 6-7 join its workers"));
+  CHECK_THAT(d->err(), !Catch::Contains("hot spare"));
+  // Slots 6-7 are ranks 4-5 of the 6 (the slots left, in order).
+  CHECK_THAT(d->out(), Catch::Contains("slot 6 pid") &&
+                           Catch::Contains("start: rank 4 of 6, generation " + std::to_string(generation) +
+                                           ", joining without state"));
+  CHECK_THAT(p.out() + q.out(), Catch::Contains(std::to_string(generation) + " re-forms, 0 restarts"));
+  CHECK_THAT(logs(), !Catch::Contains("every node rejoins"));
+  CHECK(std::isfinite(final_loss(p.out() + q.out())));
+}
+
+}  // namespace
+
 TEST_CASE(
     "reform: in a job at its --nnodes maximum, a node lost with no spare and given up: a node that joins "
     "later grows the job again") {
   // --nnodes=2:3 with three nodes: the round closes at MAX. b is lost and the
   // job goes on without ranks 2-3. d, the fourth arrival, finds the round at
-  // MAX by its arrivals but with a place given up: it grows the job with
-  // ranks after every rank the round has had (6-7). Before, it waited as a
-  // hot spare for a loss that never came.
+  // MAX by its arrivals but with a place given up, and grows it.
   TempDir dir;
   LocalDaemon daemon{dir};
   REQUIRE(daemon.port > 0);
-  std::optional<Process> a, b, c, d;
+  std::optional<Process> a, b, c;
   start_node(a, dir, daemon, "nodea", 2, "2:3", "30");
   start_node(b, dir, daemon, "nodeb", 2, "2:3", "30");
   start_node(c, dir, daemon, "nodec", 2, "2:3", "30");
@@ -377,60 +409,32 @@ TEST_CASE(
   const auto before = starts(a->out() + c->out());
   b->signal(SIGKILL);
   CHECK(b->wait(10s).has_value());
-  const auto logs = [&] { return a->err() + a->out() + c->err() + c->out(); };
   INFO("a:\n" << a->err() << a->out() << "c:\n" << c->err() << c->out());
-  REQUIRE(wait_until([&] { return count(logs(), "world 4 (lost slots 2,3, new slots -)") > 0; }, 60s));
-  d.emplace(node_argv(dir, daemon, "noded", 2, "2:3", "30", "40"), dir.path(), info_env(), "noded");
-  INFO("d:\n" << d->err() << d->out());
-  REQUIRE(wait_until([&] { return count(logs(), "world 6 (lost slots -, new slots 6,7)") > 0; }, 60s));
-  const auto ca = a->wait(120s), cc = c->wait(120s), cd = d->wait(120s);
-  CHECK(ca == std::optional<int>(0));
-  CHECK(cc == std::optional<int>(0));
-  CHECK(cd == std::optional<int>(0));
-  CHECK(starts(a->out() + c->out()) == before);
-  CHECK_THAT(a->err() + c->err(), Catch::Contains("admitted into the running job"));
-  CHECK_THAT(d->err(), Catch::Contains("this node grows the running job: ranks 6-7 join its workers"));
-  CHECK_THAT(d->err(), !Catch::Contains("hot spare"));
-  // Slots 6-7 are ranks 4-5 of the 6 (the slots left, in order).
-  CHECK_THAT(d->out(), Catch::Contains("slot 6 pid") &&
-                           Catch::Contains("start: rank 4 of 6, generation 2, joining without state"));
-  CHECK_THAT(a->out() + c->out(), Catch::Contains("2 re-forms, 0 restarts"));
-  CHECK_THAT(logs(), !Catch::Contains("every node rejoins"));
-  CHECK(std::isfinite(final_loss(a->out() + c->out())));
+  REQUIRE(wait_until([&] { return count(a->out() + c->out(), "world 4 (lost slots 2,3, new slots -)") > 0; },
+                     60s));
+  check_regrows(dir, daemon, *a, *c, before, "2:3", "30", 2);
 }
 
 TEST_CASE(
     "reform: the node that grew a job to its maximum lost: a node that joins later grows it again, past "
     "that place") {
   // --nnodes=1:3: a and b close the round, c grows it to MAX (group rank 2)
-  // and is lost; d is the round's fourth arrival and takes group rank 3,
-  // ranks 6-7.
+  // and is lost; d is the round's fourth arrival and takes group rank 3.
   TempDir dir;
   LocalDaemon daemon{dir};
   REQUIRE(daemon.port > 0);
-  std::optional<Process> a, b, c, d;
+  std::optional<Process> a, b, c;
   start_node(a, dir, daemon, "nodea", 2, "1:3", "2");
   start_node(b, dir, daemon, "nodeb", 2, "1:3", "2");
   REQUIRE(wait_until([&] { return count(a->out(), "epoch 1/40") > 0; }, 60s));
   const auto before = starts(a->out() + b->out());
   REQUIRE(before.size() == 4);
-  const auto logs = [&] { return a->err() + a->out() + b->err() + b->out(); };
+  const auto out = [&] { return a->out() + b->out(); };
   INFO("a:\n" << a->err() << a->out() << "b:\n" << b->err() << b->out());
   start_node(c, dir, daemon, "nodec", 2, "1:3", "2");
-  REQUIRE(wait_until([&] { return count(logs(), "world 6 (lost slots -, new slots 4,5)") > 0; }, 60s));
+  REQUIRE(wait_until([&] { return count(out(), "world 6 (lost slots -, new slots 4,5)") > 0; }, 60s));
   c->signal(SIGKILL);
   CHECK(c->wait(10s).has_value());
-  REQUIRE(wait_until([&] { return count(logs(), "world 4 (lost slots 4,5, new slots -)") > 0; }, 60s));
-  d.emplace(node_argv(dir, daemon, "noded", 2, "1:3", "2", "40"), dir.path(), info_env(), "noded");
-  INFO("d:\n" << d->err() << d->out());
-  REQUIRE(wait_until([&] { return count(logs(), "world 6 (lost slots -, new slots 6,7)") > 0; }, 60s));
-  const auto ca = a->wait(120s), cb = b->wait(120s), cd = d->wait(120s);
-  CHECK(ca == std::optional<int>(0));
-  CHECK(cb == std::optional<int>(0));
-  CHECK(cd == std::optional<int>(0));
-  CHECK(starts(a->out() + b->out()) == before);
-  CHECK_THAT(d->err(), Catch::Contains("this node grows the running job: ranks 6-7 join its workers"));
-  CHECK_THAT(a->out() + b->out(), Catch::Contains("3 re-forms, 0 restarts"));
-  CHECK_THAT(logs(), !Catch::Contains("every node rejoins"));
-  CHECK(std::isfinite(final_loss(a->out() + b->out())));
+  REQUIRE(wait_until([&] { return count(out(), "world 4 (lost slots 4,5, new slots -)") > 0; }, 60s));
+  check_regrows(dir, daemon, *a, *b, before, "1:3", "2", 3);
 }
