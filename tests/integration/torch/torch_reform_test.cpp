@@ -106,6 +106,16 @@ void check_rank2_replaced(const std::string& all) {
   CHECK_THAT(all, Catch::Contains("rank 2 pid " + pids.at(2)[1] + " (replacement)"));
 }
 
+// Ranks 1 and 2 each started twice; 0 and 3 kept their one process.
+void check_ranks_1_2_replaced(const std::string& all) {
+  const auto pids = started(all);
+  REQUIRE(pids.size() == 4);
+  CHECK(pids.at(0).size() == 1);
+  CHECK(pids.at(3).size() == 1);
+  CHECK(pids.at(1).size() == 2);
+  CHECK(pids.at(2).size() == 2);
+}
+
 // Two nodes of 2 torch ranks each (c10d, --nnodes=1:2) on a daemon, and with
 // `spare` a third node waiting as a hot spare; kill -9 of the second node's
 // agent once every rank has started. The outputs of the nodes left.
@@ -259,13 +269,7 @@ TEST_CASE("torch re-form: a survivor stopped instead of re-forming is named, kil
              Catch::Contains("reform: generation 1 waited 10 s (DDP_REFORM_STALL_TIMEOUT); slot(s) 1 "
                              "never joined"));
   CHECK_THAT(run_out.all, Catch::Contains("reform: rank 1 lost (hung, reform not joined (generation 1"));
-  // Ranks 1 and 2 each started twice; 0 and 3 kept their one process.
-  const auto pids = started(run_out.all);
-  REQUIRE(pids.size() == 4);
-  CHECK(pids.at(0).size() == 1);
-  CHECK(pids.at(3).size() == 1);
-  CHECK(pids.at(1).size() == 2);
-  CHECK(pids.at(2).size() == 2);
+  check_ranks_1_2_replaced(run_out.all);
   CHECK(final_loss(run_out.all) > 0);
 }
 
@@ -289,13 +293,7 @@ TEST_CASE(
                              "connection of its Gloo group closed and the process idle") &&
                  Catch::Contains("Exiting so that ddprun replaces this rank; main thread in barrier ("));
   CHECK_THAT(r.all, Catch::Contains("reform: rank 1 lost (exit code 1: ddprun.elastic: generation 0 ended"));
-  // Ranks 1 and 2 each started twice; 0 and 3 kept their one process.
-  const auto pids = started(r.all);
-  REQUIRE(pids.size() == 4);
-  CHECK(pids.at(0).size() == 1);
-  CHECK(pids.at(3).size() == 1);
-  CHECK(pids.at(1).size() == 2);
-  CHECK(pids.at(2).size() == 2);
+  check_ranks_1_2_replaced(r.all);
   CHECK(final_loss(r.all) > 0);
 }
 
