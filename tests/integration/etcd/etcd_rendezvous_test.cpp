@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "ddp/store/etcd_store.hpp"
@@ -307,6 +308,46 @@ TEST_CASE(
   CHECK_THAT(a.out() + c.out() + s.out(),
              Contains("re-form: generation 1, world 5 (lost slots -, new slots 4)"));
   CHECK_THAT(a.out() + c.out() + s.out(), Contains("1 re-forms, 0 restarts"));
+}
+
+TEST_CASE(
+    "ddprun etcd: --on_failure=reform: a node lost with no spare in a job at its maximum is given up, and a "
+    "node that joins later grows the job again") {
+  // --nnodes=2:3, three agents: the round closes at MAX. Group rank 1 (not 0,
+  // whose node hosts the workers' store) is lost and given up; the fourth
+  // agent finds a place given up and grows the job with ranks 6-7.
+  TempDir dir;
+  EtcdCluster etcd(dir.path());
+  const auto argv = [&] {
+    auto a = reform_argv(dir, etcd, "regrow", "2:3", 2);
+    const auto at = std::find(a.begin(), a.end(), "--epochs");
+    REQUIRE(at + 1 < a.end());
+    *(at + 1) = "40";  // long enough for the loss and the newcomer
+    return a;
+  };
+  const auto env = reform_env();
+  const auto joined = [](Process& p) { return p.err().find("joined round") != std::string::npos; };
+  Process a(argv(), dir.path(), env, "agent-a");
+  REQUIRE(wait_until([&] { return joined(a); }, 30s));
+  Process b(argv(), dir.path(), env, "agent-b");
+  REQUIRE(wait_until([&] { return joined(b); }, 30s));
+  Process c(argv(), dir.path(), env, "agent-c");
+  REQUIRE(wait_until([&] { return b.out().find("start: rank 2 of 6") != std::string::npos; }, 60s));
+  b.signal(SIGKILL);
+  const auto out = [&] { return a.out() + c.out(); };
+  INFO("a:\n" << a.err() << a.out() << "\nc:\n" << c.err() << c.out());
+  REQUIRE(wait_until([&] { return out().find("world 4 (lost slots 2,3, new slots -)") != std::string::npos; },
+                     60s));
+  Process d(argv(), dir.path(), env, "agent-d");
+  INFO("d:\n" << d.err() << d.out());
+  REQUIRE(wait_until([&] { return out().find("world 6 (lost slots -, new slots 6,7)") != std::string::npos; },
+                     60s));
+  const auto ca = a.wait(120s), cc = c.wait(120s), cd = d.wait(120s);
+  CHECK(ca == 0);
+  CHECK(cc == 0);
+  CHECK(cd == 0);
+  CHECK_THAT(d.err(), Contains("this node grows the running job: ranks 6-7 join its workers"));
+  CHECK_THAT(out(), Contains("2 re-forms, 0 restarts"));
 }
 
 TEST_CASE("ddprun etcd: a node gone between its arrival and its record costs the round no close_timeout") {
