@@ -189,7 +189,8 @@ void Agent::Impl::on_newcomer(std::int64_t round, const std::string& detail) {
   const auto admit = [this, round, detail](bool yes) {
     if (!life.is(Phase::kRunning) || round != life.round().round) return;
     log->info("{}: {}", detail,
-              yes ? "admitted into the running job (its workers join at the next step)"
+              yes ? "admitted into the running job (its workers join at the next step; with no room below "
+                    "MAX it waits as a hot spare)"
                   : "every node rejoins to take it in");
     rdzv->admit_newcomers(round, yes, detail, [this](const std::string& m) {
       log->warn("cannot admit a node waiting to join: {}", m);
