@@ -17,10 +17,10 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cycles=${1:-100}
-out=${2:-$(mktemp -d /tmp/reform_grow_cycles.XXXXXX)}
 [[ "$cycles" =~ ^[1-9][0-9]*$ ]] || bench_usage_error "CYCLES '$cycles' is not a positive number"
 require_bins ddprun ddp-rendezvousd
 require_torch
+out=${2:-$(mktemp -d /tmp/reform_grow_cycles.XXXXXX)}
 mkdir -p "$out"
 cd "$root"
 
