@@ -213,6 +213,7 @@ class Dispatcher final : public SessionHost {
   // Compaction back-off after a failure: no retry before this time.
   std::chrono::steady_clock::time_point compact_retry_at_{};
   std::chrono::milliseconds compact_backoff_{0};
+  bool disk_short_seen_ = false;  // a probe found too little space since the last one that found enough
   std::int64_t compaction_failures_ = 0;
   // Lease expiry is not retried before this time after its log write failed.
   std::optional<Clock::time_point> lease_retry_at_;

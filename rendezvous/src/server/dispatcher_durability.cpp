@@ -3,6 +3,7 @@
 // back-off, the probe of a degraded data dir, and the reclaim of finished
 // jobs' and old rounds' keys.
 #include <algorithm>
+#include <utility>
 
 #include "ddp/common/logging.hpp"
 #include "ddp/store/job_keys.hpp"
@@ -127,7 +128,11 @@ void Dispatcher::arm_disk_probe() {
     if (ec || stopping_ || !persistence_) return;
     if (persistence_->probe()) {
       lease_retry_at_.reset();
-      compact_retry_at_ = {};
+      // Space that a probe found missing is back: compact now. A failure
+      // with room on the disk (a rename that fails) keeps its backoff.
+      if (std::exchange(disk_short_seen_, false)) compact_retry_at_ = {};
+    } else {
+      disk_short_seen_ = true;
     }
     after_work();
   });

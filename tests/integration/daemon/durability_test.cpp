@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "daemon_fixture.hpp"
 
@@ -212,6 +213,55 @@ TEST_CASE(
   CHECK_FALSE(fs::exists(data / "snapshot.tmp"));
   Run again(dir.path(), data);
   CHECK(present(*again.client) == acked);
+}
+
+TEST_CASE("a compaction that fails while serving backs off 1 s, then 2 s, then succeeds; nothing is lost") {
+  TempDir dir;
+  const auto data = dir / "data";
+  Run r(dir.path(), data, "snapshot.rename=eio*2");
+  // Past the 64 MiB at which the log is compacted.
+  const std::string value(1 << 20, 'v');
+  for (int i = 0; i < 66; ++i)
+    REQUIRE(r.client->call(make_request(Op::kSet, {std::string("big").append(std::to_string(i))}, {value}))
+                .status == Status::kOk);
+  const auto has = [&](const std::string& text) { return r.proc->err().find(text) != std::string::npos; };
+  // Compaction runs after a request: one write every 50 ms, each answered.
+  int writes = 0;
+  const auto written = [&](const std::string& text) {
+    return wait_until(
+        [&] {
+          std::this_thread::sleep_for(50ms);
+          REQUIRE(
+              r.client
+                  ->call(make_request(Op::kSet, {std::string("w").append(std::to_string(writes++))}, {"x"}))
+                  .status == Status::kOk);
+          return has(text);
+        },
+        20s);
+  };
+  INFO("daemon stderr: " << r.proc->err());
+  REQUIRE(written("compaction failed; the log keeps growing, next try in 1000 ms"));
+  const auto first = std::chrono::steady_clock::now();
+  REQUIRE(written("next try in 2000 ms"));
+  const auto second = std::chrono::steady_clock::now();
+  REQUIRE(written("wrote snapshot"));
+  const auto third = std::chrono::steady_clock::now();
+  INFO("daemon stderr at the snapshot: " << r.proc->err());
+  // Each wait counts from the start of the failed try, which wrote the whole snapshot first.
+  CHECK(second - first >= 700ms);
+  CHECK(third - second >= 1500ms);
+  CHECK_FALSE(has("next try in 4000 ms"));
+  // The log was folded into the snapshot.
+  CHECK(fs::file_size(data / "snapshot") > (66u << 20));
+  std::uintmax_t log_bytes = 0;
+  for (const auto& e : fs::directory_iterator(data))
+    if (e.path().filename() != "snapshot") log_bytes += e.is_regular_file() ? e.file_size() : 0;
+  CHECK(log_bytes < (1u << 20));
+  r.proc->signal(SIGKILL);
+  r.proc->wait(10s);
+  Run again(dir.path(), data);
+  CHECK(present(*again.client, "big").size() == 66);
+  CHECK(present(*again.client, "w").size() == static_cast<std::size_t>(writes));
 }
 
 TEST_CASE("full disk and a lease-bound connection closing: the daemon keeps answering and SIGTERM stops it") {
