@@ -3,6 +3,7 @@
 // watch is streamed, unauthenticated clients may buffer only a HELLO, and all
 // clients together only --max-buffered-request-bytes of incomplete requests.
 #include <sstream>
+#include <thread>
 
 #include "daemon_fixture.hpp"
 
@@ -80,6 +81,51 @@ TEST_CASE(
     REQUIRE(e);
     CHECK(e->revision == rev);
   }
+}
+
+TEST_CASE("a watch whose slow replay the capped history moves past ends COMPACTED, no event skipped") {
+  TempDir dir;
+  Daemon d(dir.path(), {"--history-max-bytes", std::to_string(16u << 20)});
+  auto c = d.client();
+  const std::string value(64 * 1024, 'v');
+  const auto set_many = [&](int n) {
+    for (int i = 0; i < n; ++i)
+      REQUIRE(c->call(make_request(Op::kSet, {"p/" + std::to_string(i % 10)}, {value})).status ==
+              Status::kOk);
+  };
+  set_many(200);  // revisions 1-200, 12.5 MiB: all in the history
+  // A watcher from revision 1 that reads nothing for now, with a small
+  // receive buffer: its replay stops once about 1 MiB waits to be sent.
+  RawClient w(d.port, 4096);
+  REQUIRE(w.handshake() == Status::kOk);
+  const auto ack = w.call(make_request(Op::kWatch, {"p/"}, {}, 0, 1, 700));
+  REQUIRE(ack.status == Status::kOk);
+  std::this_thread::sleep_for(200ms);
+  set_many(300);  // 19 MiB more: the history now starts near revision 250
+  // The watcher reads: each revision in order from 1, then COMPACTED naming
+  // where the history starts; never a gap.
+  std::int64_t last = 0;
+  std::optional<Response> end;
+  while (!end) {
+    auto r = w.recv(30s);
+    REQUIRE(r);
+    if (r->status == Status::kEvent) {
+      REQUIRE(r->revision == last + 1);
+      last = r->revision;
+    } else {
+      end = r;
+    }
+  }
+  INFO("last event " << last << ", then: " << end->message);
+  CHECK(end->status == Status::kCompacted);
+  CHECK(end->id == 700u);
+  CHECK_THAT(end->message, Catch::Contains("compacted") && Catch::Contains("list again"));
+  CHECK(last >= 1);
+  CHECK(last < 200);  // it stopped inside the replay
+  // The watch is gone; the connection and the daemon serve on.
+  CHECK_FALSE(w.recv(300ms));
+  check_served(w, "after-compacted");
+  check_served(*c, "writer");
 }
 
 TEST_CASE("before hello a client may send no more than a hello frame's worth") {
