@@ -271,7 +271,11 @@ std::optional<int> DynamicHandler::claim_new_rank(const std::string& prefix, con
   // A place given up keeps its group rank (and its ranks): a newcomer takes a
   // new one past it, so that at most MAX places are live.
   given_up = given_up_places(prefix);
-  for (int g = closed.count; g < config_.max_nodes + given_up; ++g) {
+  // Claims are made in order and never removed: the first free one follows
+  // those listed (a claim made since fails its compare_set and moves on).
+  // One listing instead of a compare_set per earlier grow.
+  const auto claimed = static_cast<int>(store_->list(store::keys::grow_prefix(prefix)).kvs.size());
+  for (int g = closed.count + claimed; g < config_.max_nodes + given_up; ++g) {
     if (store_->compare_set(store::keys::grow_key(prefix, g), "", mine) == mine) return g;
   }
   return std::nullopt;
