@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# A torch job of 8 ranks that loses ranks and nodes, over and over, and keeps
+# A torch job of 8 ranks (or NODES x NPROC) that loses ranks and nodes, over
+# and over, and keeps
 # its survivors: the fault figures of docs/reliability.md, "Kill cycles under
 # re-form".
 #
-#   PYTHON=.venv/bin/python [PRELOAD=torch] scripts/bench/reform_kill_cycles.sh [CYCLES] [OUT_DIR]
+#   PYTHON=.venv/bin/python [PRELOAD=torch] [NODES=2] [NPROC=4] \
+#     scripts/bench/reform_kill_cycles.sh [CYCLES] [OUT_DIR]
 #
 # PRELOAD=M starts every node with `--preload M`: replacements are forked
 # from a zygote that imported M.
-# Two nodes of 4 workers (--nnodes=2:2, --on_failure=reform) train
+# NODES nodes of NPROC workers (--nnodes=NODES:NODES, --on_failure=reform) train
 # python/examples/reform_ddp.py on one ddp-rendezvousd, and a third node waits
 # as a hot spare. The cycles take turns:
 #   rank:   kill -9 of one worker, chosen at random;
@@ -15,7 +17,7 @@
 #           second often lands inside the re-form of the first);
 #   node:   kill -9 of a member node's agent; the spare takes its ranks and
 #           a new node is started as the next spare.
-# A cycle is done when a generation newer than the last has all 8 ranks and
+# A cycle is done when a generation newer than the last has all ranks and
 # stays the newest for 1 s. One not done within 120 s is a stall: the script
 # saves the nodes' output and every worker's thread stacks (gdb) under OUT_DIR
 # and stops; so does a node that exits. Prints one line per cycle, then a
@@ -28,6 +30,11 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cycles=${1:-90}
 [[ "$cycles" =~ ^[1-9][0-9]*$ ]] || bench_usage_error "CYCLES '$cycles' is not a positive number"
+nodes=${NODES:-2} nproc=${NPROC:-4}
+[[ "$nodes" =~ ^([2-9]|[1-9][0-9])$ ]] ||
+  bench_usage_error "NODES '$nodes' is not a number of nodes from 2 to 99 (a node kill needs survivors)"
+[[ "$nproc" =~ ^[1-9][0-9]?$ ]] || bench_usage_error "NPROC '$nproc' is not a number of workers (1-99)"
+world=$((nodes * nproc))
 require_bins ddprun ddp-rendezvousd
 require_torch
 out=${2:-$(mktemp -d /tmp/reform_kill_cycles.XXXXXX)}
@@ -51,7 +58,7 @@ unset OMP_NUM_THREADS
 script="python/examples/reform_ddp.py --steps 1000000000 --step-sleep-ms 15"
 start_node() {  # name
   # shellcheck disable=SC2086
-  "$build/bin/ddprun" --python "$python" --nnodes=2:2 --nproc_per_node=4 --rdzv_backend=c10d \
+  "$build/bin/ddprun" --python "$python" --nnodes=$nodes:$nodes --nproc_per_node=$nproc --rdzv_backend=c10d \
     --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=kills \
     --rdzv_conf=join_timeout=120,last_call_timeout=3,keep_alive_interval=0.5 --local_addr="$1" \
     --on_failure=reform --max_restarts=100000 ${PRELOAD:+--preload "$PRELOAD"} $script >"$out/$1.log" 2>&1 &
@@ -64,11 +71,11 @@ generations() {
 }
 newest() { generations | tail -n 1; }
 newest_gen() { local g; g=$(newest | cut -d' ' -f1); echo "${g:--1}"; }
-# Whether the newest generation is past $1 and has all 8 ranks.
+# Whether the newest generation is past $1 and has all the ranks.
 formed_past() {  # generation
   local g n
   read -r g n <<<"$(newest)"
-  [[ -n "${g:-}" ]] && ((g > $1 && n == 8))
+  [[ -n "${g:-}" ]] && ((g > $1 && n == world))
 }
 alive_members() {
   local name
@@ -99,12 +106,14 @@ stall() {  # cycle message
   done
 }
 
-members=(node0 node1)
-start_node node0
-start_node node1
+members=()
+for ((k = 0; k < nodes; k++)); do
+  members+=("node$k")
+  start_node "node$k"
+done
 for _ in $(seq 1800); do formed_past -1 && break; sleep 0.1; done
 formed_past -1 || { echo "$bench_name: the two nodes did not start (see $out)" >&2; exit 1; }
-next=2
+next=$nodes
 spare=node$next
 start_node "$spare"
 for _ in $(seq 600); do grep -q "hot spare: round" "$out/$spare.log" && break; sleep 0.1; done
@@ -154,10 +163,10 @@ for ((i = 1; i <= cycles; i++)); do
   if ((ok == 0)); then
     ((stalls++)) || true
     alive_members || what+="; a member node exited"
-    stall "$i" "$kind ($what): no generation of 8 ranks within 120 s"
+    stall "$i" "$kind ($what): no generation of $world ranks within 120 s"
     break
   fi
-  # The time to the generation of 8, less the 1 s it had to stay the newest.
+  # The time to the generation of all ranks, less the 1 s it had to stay the newest.
   took=$(echo "$(date +%s.%N) - $t0 - 1" | bc)
   times[$kind]+="$took "
   if [[ $kind == node ]]; then
@@ -167,7 +176,7 @@ for ((i = 1; i <= cycles; i++)); do
     for _ in $(seq 600); do grep -q "hot spare: round" "$out/$spare.log" && break; sleep 0.1; done
   fi
   done=$i
-  echo "cycle $i: $kind ($what): generation $(newest_gen) of 8 after $took s"
+  echo "cycle $i: $kind ($what): generation $(newest_gen) of $world after $took s"
 done
 summary="cycles=$done stalls=$stalls"
 for kind in "${kinds[@]}"; do
