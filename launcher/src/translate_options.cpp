@@ -1,5 +1,6 @@
 // LaunchOptions -> AgentConfig: every check a user can trip, each failing
 // with one line that names the flag.
+#include <netdb.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -302,6 +303,26 @@ void translate_restarts(const LaunchOptions& o, agent::AgentConfig& cfg) {
 }
 
 // Which rendezvous backend, where, and whether this node hosts its store.
+// On etcd the node of group rank 0 hosts the workers' store and hands out
+// its --local_addr as MASTER_ADDR. A name that does not resolve even here
+// would leave every worker retrying it until torch's store timeout.
+void check_local_addr_resolves(const std::string& local_addr, const std::string& backend) {
+  if (local_addr.empty()) return;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(local_addr.c_str(), nullptr, &hints, &found);
+  if (rc == 0) {
+    ::freeaddrinfo(found);
+    return;
+  }
+  throw ConfigError("--local_addr: '" + local_addr + "' does not resolve on this host (" +
+                    ::gai_strerror(rc) + "); with --rdzv_backend=" + backend +
+                    " the node of group rank 0 hosts the workers' store there: give this node's name or "
+                    "address as the other nodes reach it");
+}
+
 void choose_backend(const LaunchOptions& o, int min_nodes, int max_nodes, rdzv::RendezvousConfig& rc) {
   const std::string& backend = o.rdzv_backend;
   const auto kind = rdzv::parse_backend(backend);
@@ -352,6 +373,7 @@ void choose_backend(const LaunchOptions& o, int min_nodes, int max_nodes, rdzv::
     rc.backend = backend;  // etcd-v2 is an alias: the handler notes that it speaks v3
     rc.etcd.endpoints = rdzv::parse_etcd_endpoints(o.rdzv_endpoint, "--rdzv_endpoint");
     rc.endpoint = rc.etcd.endpoints.front();
+    check_local_addr_resolves(o.local_addr, backend);
   }
 }
 

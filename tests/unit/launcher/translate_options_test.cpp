@@ -95,6 +95,20 @@ TEST_CASE("the backend follows the flags") {
         29400);
 }
 
+TEST_CASE("on etcd a --local_addr that does not resolve here is refused: the workers' store would be there") {
+  CHECK_THAT(error_of({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=h:2379",
+                       "--local_addr=no-such-node.invalid", "/bin/true"}),
+             Catch::StartsWith("--local_addr: 'no-such-node.invalid' does not resolve on this host (") &&
+                 Catch::Contains("hosts the workers' store there"));
+  CHECK(translate({"--nnodes=2", "--rdzv_backend=etcd-v2", "--rdzv_endpoint=h:2379", "--local_addr=127.0.0.1",
+                   "/bin/true"})
+            .node.host == "127.0.0.1");
+  // On c10d the workers' store is the rendezvous store: the address only names the node.
+  CHECK(translate({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1234",
+                   "--local_addr=no-such-node.invalid", "/bin/true"})
+            .node.host == "no-such-node.invalid");
+}
+
 TEST_CASE("keep_alive_max_attempt below 2 is refused: the lease would end before its renewal") {
   CHECK_THAT(
       error_of({"--rdzv_conf=keep_alive_max_attempt=1", "/bin/true"}),
