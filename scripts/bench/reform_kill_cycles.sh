@@ -4,9 +4,12 @@
 # its survivors: the fault figures of docs/reliability.md, "Kill cycles under
 # re-form".
 #
-#   PYTHON=.venv/bin/python [PRELOAD=torch] [NODES=2] [NPROC=4] \
+#   PYTHON=.venv/bin/python [PRELOAD=torch] [NODES=2] [NPROC=4] [RDZV=etcd] \
 #     scripts/bench/reform_kill_cycles.sh [CYCLES] [OUT_DIR]
 #
+# RDZV=etcd rendezvous on a one-member etcd (`etcd` on PATH) instead: there
+# the workers' store is hosted by one node's agent, and losing that node ends
+# the job (docs/reform.md), so node kills spare it.
 # PRELOAD=M starts every node with `--preload M`: replacements are forked
 # from a zygote that imported M.
 # NODES nodes of NPROC workers (--nnodes=NODES:NODES, --on_failure=reform) train
@@ -35,32 +38,56 @@ nodes=${NODES:-2} nproc=${NPROC:-4}
   bench_usage_error "NODES '$nodes' is not a number of nodes from 2 to 99 (a node kill needs survivors)"
 [[ "$nproc" =~ ^[1-9][0-9]?$ ]] || bench_usage_error "NPROC '$nproc' is not a number of workers (1-99)"
 world=$((nodes * nproc))
+rdzv=${RDZV:-c10d}
+[[ "$rdzv" == c10d || "$rdzv" == etcd ]] || bench_usage_error "RDZV '$rdzv' is neither c10d nor etcd"
 require_bins ddprun ddp-rendezvousd
 require_torch
+[[ "$rdzv" == c10d ]] || command -v etcd >/dev/null || bench_usage_error "RDZV=etcd needs etcd on PATH (apt install etcd-server)"
 out=${2:-$(mktemp -d /tmp/reform_kill_cycles.XXXXXX)}
 mkdir -p "$out"
 cd "$root"
 
-"$build/bin/ddp-rendezvousd" --host 127.0.0.1 --port 0 --port-file "$out/port" --log-level warn \
-  >"$out/daemon.log" 2>&1 &
-daemon=$!
 declare -A agent=()  # node name -> agent pid, every node started
+daemon=""
 cleanup() {
   kill -9 "${agent[@]}" "$daemon" 2>/dev/null || true
 }
 trap cleanup EXIT
-for _ in $(seq 100); do [[ -s "$out/port" ]] && break; sleep 0.1; done
-[[ -s "$out/port" ]] || bench_usage_error "ddp-rendezvousd wrote no port file ($out/daemon.log)"
-port=$(cat "$out/port")
+if [[ "$rdzv" == c10d ]]; then
+  "$build/bin/ddp-rendezvousd" --host 127.0.0.1 --port 0 --port-file "$out/port" --log-level warn \
+    >"$out/daemon.log" 2>&1 &
+  daemon=$!
+  for _ in $(seq 100); do [[ -s "$out/port" ]] && break; sleep 0.1; done
+  [[ -s "$out/port" ]] || bench_usage_error "ddp-rendezvousd wrote no port file ($out/daemon.log)"
+  port=$(cat "$out/port")
+  # Keep-alives every 0.5 s: a lost node's fence margin is 0.25 s.
+  conf=keep_alive_interval=0.5
+else
+  read -r port peer < <("$python" -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
+  etcd --name kills --data-dir "$out/etcd" --listen-client-urls "http://127.0.0.1:$port" \
+    --advertise-client-urls "http://127.0.0.1:$port" --listen-peer-urls "http://127.0.0.1:$peer" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "kills=http://127.0.0.1:$peer" \
+    --heartbeat-interval 50 --election-timeout 500 --log-level warn >"$out/daemon.log" 2>&1 &
+  daemon=$!
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.1; done
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null || bench_usage_error "etcd did not start ($out/daemon.log)"
+  # etcd's leases count whole seconds.
+  conf=keep_alive_interval=1
+fi
+# On etcd the address is where the workers reach the store's host.
+addr() { if [[ "$rdzv" == c10d ]]; then echo "$1"; else echo 127.0.0.1; fi; }
 
 export PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 DDP_LOG_LEVEL=info
 unset OMP_NUM_THREADS
 script="python/examples/reform_ddp.py --steps 1000000000 --step-sleep-ms 15"
 start_node() {  # name
   # shellcheck disable=SC2086
-  "$build/bin/ddprun" --python "$python" --nnodes=$nodes:$nodes --nproc_per_node=$nproc --rdzv_backend=c10d \
+  "$build/bin/ddprun" --python "$python" --nnodes=$nodes:$nodes --nproc_per_node=$nproc --rdzv_backend=$rdzv \
     --rdzv_endpoint="127.0.0.1:$port" --rdzv_id=kills \
-    --rdzv_conf=join_timeout=120,last_call_timeout=3,keep_alive_interval=0.5 --local_addr="$1" \
+    --rdzv_conf=join_timeout=120,last_call_timeout=3,$conf --local_addr="$(addr "$1")" \
     --on_failure=reform --max_restarts=100000 ${PRELOAD:+--preload "$PRELOAD"} $script >"$out/$1.log" 2>&1 &
   agent[$1]=$!
 }
@@ -139,7 +166,9 @@ for ((i = 1; i <= cycles; i++)); do
       fi
       ;;
     node)
-      lost=$(printf '%s\n' "${members[@]}" | pick)
+      lost=$(for name in "${members[@]}"; do
+        grep -q "hosting the workers' store" "$out/$name.log" || echo "$name"
+      done | pick)
       kill -9 "${agent[$lost]}"
       wait "${agent[$lost]}" 2>/dev/null || true
       what="agent of $lost"
