@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
-# A torch job of 8 ranks (or NODES x NPROC) that loses ranks and nodes, over
-# and over, and keeps
-# its survivors: the fault figures of docs/reliability.md, "Kill cycles under
-# re-form".
+# A torch job that loses ranks and nodes, over and over, and keeps its
+# survivors: the fault figures of docs/reliability.md, "Kill cycles under
+# re-form", and the torchreform stress test.
 #
 #   PYTHON=.venv/bin/python [PRELOAD=torch] [NODES=2] [NPROC=4] [RDZV=etcd] \
 #     scripts/bench/reform_kill_cycles.sh [CYCLES] [OUT_DIR]
 #
-# RDZV=etcd rendezvous on a one-member etcd (`etcd` on PATH) instead: there
-# the workers' store is hosted by one node's agent, and losing that node ends
-# the job (docs/reform.md), so node kills spare it.
-# PRELOAD=M starts every node with `--preload M`: replacements are forked
-# from a zygote that imported M.
-# NODES nodes of NPROC workers (--nnodes=NODES:NODES, --on_failure=reform) train
-# python/examples/reform_ddp.py on one ddp-rendezvousd, and a third node waits
-# as a hot spare. The cycles take turns:
+# NODES nodes of NPROC workers (--nnodes=NODES:NODES, --on_failure=reform;
+# 2 x 4 by default) train python/examples/reform_ddp.py on one
+# ddp-rendezvousd, and one more node waits as a hot spare. The cycles take
+# turns:
 #   rank:   kill -9 of one worker, chosen at random;
 #   twice:  kill -9 of one worker, then 0-400 ms later of another (the
 #           second often lands inside the re-form of the first);
 #   node:   kill -9 of a member node's agent; the spare takes its ranks and
 #           a new node is started as the next spare.
+# PRELOAD=M starts every node with `--preload M`: replacements are forked
+# from a zygote that imported M. RDZV=etcd rendezvous on a one-member etcd
+# (`etcd` on PATH) instead: there the workers' store is hosted by one node's
+# agent, and losing that node ends the job (docs/reform.md), so node kills
+# spare it.
 # A cycle is done when a generation newer than the last has all ranks and
 # stays the newest for 1 s. One not done within 120 s is a stall: the script
 # saves the nodes' output and every worker's thread stacks (gdb) under OUT_DIR
@@ -27,7 +27,7 @@
 # summary: cycles done, stalls, per kind the median and the slowest time from
 # the (last) kill to that generation, how many ranks ended a step blocked in
 # Gloo themselves, and how many lines said a re-form fell back to a restart.
-# Exits 1 on a stall.
+# Exits 1 on a stall or a fall-back, 2 on a usage or setup mistake.
 # Needs torch 2.x ($PYTHON) and $BUILD_DIR's ddprun and ddp-rendezvousd.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -176,7 +176,7 @@ for ((i = 1; i <= cycles; i++)); do
       members+=("$spare")
       ;;
   esac
-  t0=$(date +%s.%N)
+  t0=$(date +%s%N)
   ok=0
   for _ in $(seq 1200); do
     if formed_past "$before"; then
@@ -196,7 +196,8 @@ for ((i = 1; i <= cycles; i++)); do
     break
   fi
   # The time to the generation of all ranks, less the 1 s it had to stay the newest.
-  took=$(echo "$(date +%s.%N) - $t0 - 1" | bc)
+  ms=$((($(date +%s%N) - t0) / 1000000 - 1000))
+  took=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
   times[$kind]+="$took "
   if [[ $kind == node ]]; then
     next=$((next + 1))
@@ -218,6 +219,7 @@ for kind in "${kinds[@]}"; do
 done
 # Ranks that ended a step blocked in Gloo themselves (docs/reform.md), and lines of a failed re-form.
 summary+=" wedged_exits=$(cat "$out"/node*.log | grep -c "Exiting so that ddprun replaces this rank" || true)"
-summary+=" fallbacks=$(cat "$out"/node*.log | grep -c "falling back\|restarting workers" || true)"
+fallbacks=$(cat "$out"/node*.log | grep -c "falling back\|restarting workers" || true)
+summary+=" fallbacks=$fallbacks"
 echo "$summary out=$out"
-((stalls == 0))
+((stalls == 0 && fallbacks == 0))
