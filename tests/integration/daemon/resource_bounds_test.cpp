@@ -188,7 +188,7 @@ constexpr long kLazyWatchersPeakMiB = 320;
 }  // namespace
 
 TEST_CASE(
-    "100 watchers that never read cost the daemon its reply budget, not 100 queues; others are served") {
+    "100 watchers that never read cost the daemon its reply budget, not 100 queues, and others are served") {
   TempDir dir;
   Daemon d(dir.path());
   constexpr int kWatchers = 100;

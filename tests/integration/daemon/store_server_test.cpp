@@ -104,7 +104,7 @@ TEST_CASE("a quiet set is answered only when it fails, and before the requests w
   server.stop();
 }
 
-TEST_CASE("a quiet watch gets no ack, then its events; a refusal is still answered") {
+TEST_CASE("a quiet watch gets no ack, then its events, and a refusal is still answered") {
   auto o = local();
   o.history_max_bytes = 1024;
   StoreServer server(o);

@@ -132,7 +132,7 @@ TEST_CASE("etcd store: wait returns once every key exists and times out naming t
   CHECK_NOTHROW(s.wait({"a"}, 0ms));
 }
 
-TEST_CASE("etcd store: the key prefix isolates stores; list and num_keys see only their own keys") {
+TEST_CASE("etcd store: the key prefix isolates stores: list and num_keys see only their own keys") {
   TempDir dir;
   EtcdCluster etcd(dir.path());
   EtcdStore a(etcd.options("/job-a/"));

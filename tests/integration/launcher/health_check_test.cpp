@@ -293,7 +293,7 @@ TEST_CASE("an unwritable or missing --health_paths entry keeps the node out") {
                          ": cannot open the directory: No such file or directory");
 }
 
-TEST_CASE("a store slower than --health_store_rtt_ms keeps the node out; within the bound it joins") {
+TEST_CASE("a store slower than --health_store_rtt_ms keeps the node out, and within the bound it joins") {
   TempDir dir;
   const LocalDaemon daemon(dir);
   REQUIRE(daemon.port > 0);

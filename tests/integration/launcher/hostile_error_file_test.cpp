@@ -44,7 +44,7 @@ TEST_CASE("an error file nested 100000 deep: the report says why it is not shown
   CHECK_THAT(report, Contains(R"("error_file_problem": "it nests 100001 levels deep; at most 64 are read")"));
 }
 
-TEST_CASE("an error file past 4 MiB is not read; the report says how big it was") {
+TEST_CASE("an error file past 4 MiB is not read, and the report says how big it was") {
   TempDir dir;
   const auto r = fail_with_error_file(dir, "bytes:5000000");
   CHECK(r.code == 1);

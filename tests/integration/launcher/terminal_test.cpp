@@ -138,7 +138,7 @@ TEST_CASE("Ctrl-C at a pdb prompt stops every worker and ddprun exits 130") {
   CHECK(s.cooked());  // the terminal edits and echoes lines again
 }
 
-TEST_CASE("a progress bar redrawn with \\r reaches the screen at each update, prefixed") {
+TEST_CASE("a progress bar redrawn with a carriage return reaches the screen at each update, prefixed") {
   TempDir dir;
   // Each update waits for the test to have seen the previous one on the screen.
   write_file(

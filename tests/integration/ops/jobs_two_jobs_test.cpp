@@ -186,7 +186,7 @@ TEST_CASE("a running job's page shows its nodes and ranks", "[ops][jobs]") {
   CHECK_THAT(view("nodes.body"), Catch::Contains("r3 running"));
 }
 
-TEST_CASE("a job page answers 404 for an unknown job and 400 for a malformed id; /api/jobs is JSON",
+TEST_CASE("a job page answers 404 for an unknown job and 400 for a malformed id, and /api/jobs is JSON",
           "[ops][jobs]") {
   CHECK(view("nope.status") == "404");
   CHECK(view("bad_id.status") == "400");

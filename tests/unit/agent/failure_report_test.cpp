@@ -46,7 +46,7 @@ TEST_CASE("the plain string form of an error file is accepted") {
   CHECK(content->traceback.empty());
 }
 
-TEST_CASE("a missing error file gives nothing; a malformed one gives why it is not used") {
+TEST_CASE("a missing error file gives nothing, and a malformed one gives why it is not used") {
   TempDir dir;
   const auto none = read_error_file(dir / "none.json");
   CHECK_FALSE(none.content);

@@ -27,7 +27,7 @@ Deadline make(int local_rank, const std::string& scope, Steady::time_point at) {
 
 }  // namespace
 
-TEST_CASE("due deadlines expire earliest first, with what they were armed with; later ones stay armed") {
+TEST_CASE("due deadlines expire earliest first, with what they were armed with, and later ones stay armed") {
   boost::asio::io_context io;
   std::vector<Deadline> expired;
   HangWatch watch(io, [&](const Deadline& d) { expired.push_back(d); });
@@ -51,7 +51,7 @@ TEST_CASE("due deadlines expire earliest first, with what they were armed with; 
   CHECK(watch.count(1, "FileTimer") == 0);
 }
 
-TEST_CASE("arming a scope again moves its deadline; disarm and clear remove only what they name") {
+TEST_CASE("arming a scope again moves its deadline, and disarm and clear remove only what they name") {
   boost::asio::io_context io;
   std::vector<std::string> expired;
   HangWatch watch(io, [&](const Deadline& d) { expired.push_back(d.scope); });

@@ -152,7 +152,7 @@ TEST_CASE("an unwritable log file is a config error naming --log_dir") {
   CHECK_THROWS_WITH(WorkerOutput(o), Catch::StartsWith("--log_dir: cannot create"));
 }
 
-TEST_CASE("streaming output reaches the console as it comes, the prefix after each \\r") {
+TEST_CASE("streaming output reaches the console as it comes, the prefix after each carriage return") {
   StreamingWorker w(3);
   CHECK(w.feed("(Pdb) ") == "[rank 3]:(Pdb) ");
   CHECK(w.feed("\r 10%") == "\r[rank 3]: 10%");
@@ -303,7 +303,7 @@ TEST_CASE("a line cut by another worker's output does not leave an empty line wh
   }
 }
 
-TEST_CASE("streaming puts the prefix before text only: a bare \\r or the \\n of \\r\\n gets none") {
+TEST_CASE("streaming puts the prefix before text only: a bare CR or the LF of CR LF gets none") {
   StreamingWorker w(0);
   // tqdm's first update starts with '\r': one prefix, not "[rank 0]:\r[rank 0]:".
   CHECK(w.feed("\r  0%") == "\r[rank 0]:  0%");

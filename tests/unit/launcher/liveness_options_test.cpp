@@ -75,7 +75,7 @@ TEST_CASE("bad liveness values name their flag") {
 }
 
 TEST_CASE(
-    "a liveness timeout past the longest duration is refused saying so; a huge auto factor is allowed") {
+    "a liveness timeout past the longest duration is refused saying so, and a huge auto factor is allowed") {
   CHECK_THAT(error_of({"--heartbeat_timeout=1e12"}),
              Catch::StartsWith("--heartbeat_timeout: '1e12' is longer than 1099511627 s"));
   CHECK_THAT(error_of({"--section_timeouts=step=1e300"}),

@@ -153,7 +153,7 @@ TEST_CASE("c10d: a revoked lease (agent leaving) is seen as a membership change"
   REQUIRE(ddp::test::wait_until([&] { return nodes[0]->has_event(RoundEvent::kMembershipChanged); }));
 }
 
-TEST_CASE("c10d: a node that succeeded and left is not a failure; all_succeeded once all did") {
+TEST_CASE("c10d: a node that succeeded and left is not a failure, and all_succeeded once all did") {
   auto store = std::make_shared<ddp::store::MemoryStore>();
   auto nodes = make_nodes(store, ddp::test::dynamic_config(3, 3), 3);
   auto rs = ddp::test::rendezvous_all(nodes);

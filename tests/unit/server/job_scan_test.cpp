@@ -179,7 +179,7 @@ TEST_CASE("a job's end: succeeded, failed, stopped by a signal, or left by every
   CHECK(r.jobs[3].state == JobState::kStopped);
 }
 
-TEST_CASE("a static job is formed once all N nodes joined; keys of other programs make no job") {
+TEST_CASE("a static job is formed once all N nodes joined, and keys of other programs make no job") {
   Keys k;
   k.put("/s/rdzv/round_0/nnodes", "2 0 a");
   k.put("/s/rdzv/round_0/node/0", R"({"id":"a","host":"h","nproc":3})", 5);
@@ -220,7 +220,8 @@ TEST_CASE("unhealthy nodes, spares, excluded hosts and the current round's strag
   CHECK(only(scan(k.kv)).stragglers == 0);
 }
 
-TEST_CASE("a job's detail: nodes a page at a time by group rank, with their ranks; failures newest first") {
+TEST_CASE(
+    "a job's detail: nodes a page at a time by group rank, with their ranks, and failures newest first") {
   Keys k;
   k.put("/j/rdzv/round_0/closed", "250 500 9");
   for (int g = 0; g < 250; ++g) {
