@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -140,7 +141,7 @@ TEST_CASE("a flipped byte in the first record or in the snapshot is refused") {
   }
 }
 
-TEST_CASE("a torn log tail is cut and the rest kept; a log shorter than its header is refused") {
+TEST_CASE("a torn log tail is cut and the rest kept, and a log shorter than its header is refused") {
   TempDir dir;
   const auto data = dir / "data";
   fill_log(dir, data, 10);
@@ -215,19 +216,26 @@ TEST_CASE(
   CHECK(present(*again.client) == acked);
 }
 
-TEST_CASE("a compaction that fails while serving backs off 1 s, then 2 s, then succeeds; nothing is lost") {
+TEST_CASE("a compaction that keeps failing while serving backs off 1 s, 2 s, 4 s and loses nothing") {
   TempDir dir;
   const auto data = dir / "data";
-  Run r(dir.path(), data, "snapshot.rename=eio*2");
+  Run r(dir.path(), data, "snapshot.rename=eio");
   // Past the 64 MiB at which the log is compacted.
   const std::string value(1 << 20, 'v');
   for (int i = 0; i < 66; ++i)
     REQUIRE(r.client->call(make_request(Op::kSet, {std::string("big").append(std::to_string(i))}, {value}))
                 .status == Status::kOk);
-  const auto has = [&](const std::string& text) { return r.proc->err().find(text) != std::string::npos; };
-  // Compaction runs after a request: one write every 50 ms, each answered.
+  const auto failures = [&] {
+    const auto err = r.proc->err();
+    int n = 0;
+    for (auto at = err.find("compaction failed"); at != std::string::npos;
+         at = err.find("compaction failed", at + 1))
+      ++n;
+    return n;
+  };
+  // Compaction is tried after a request: a write every 50 ms, each answered.
   int writes = 0;
-  const auto written = [&](const std::string& text) {
+  const auto write_until = [&](const std::function<bool()>& done, std::chrono::milliseconds within) {
     return wait_until(
         [&] {
           std::this_thread::sleep_for(50ms);
@@ -235,28 +243,25 @@ TEST_CASE("a compaction that fails while serving backs off 1 s, then 2 s, then s
               r.client
                   ->call(make_request(Op::kSet, {std::string("w").append(std::to_string(writes++))}, {"x"}))
                   .status == Status::kOk);
-          return has(text);
+          return done();
         },
-        20s);
+        within);
   };
+  REQUIRE(write_until([&] { return failures() > 0; }, 20s));
+  // For 6 s after the first failure: tries at 0, 1 and 3 s (the next at 7 s).
+  // Before, a probe of the disk, finding room, cleared the back-off every
+  // second: a try a second, each a rewrite of the whole store. A slower
+  // machine only makes fewer tries.
+  write_until([] { return false; }, 6s);
   INFO("daemon stderr: " << r.proc->err());
-  REQUIRE(written("compaction failed; the log keeps growing, next try in 1000 ms"));
-  const auto first = std::chrono::steady_clock::now();
-  REQUIRE(written("next try in 2000 ms"));
-  const auto second = std::chrono::steady_clock::now();
-  REQUIRE(written("wrote snapshot"));
-  const auto third = std::chrono::steady_clock::now();
-  INFO("daemon stderr at the snapshot: " << r.proc->err());
-  // Each wait counts from the start of the failed try, which wrote the whole snapshot first.
-  CHECK(second - first >= 700ms);
-  CHECK(third - second >= 1500ms);
-  CHECK_FALSE(has("next try in 4000 ms"));
-  // The log was folded into the snapshot.
-  CHECK(fs::file_size(data / "snapshot") > (66u << 20));
-  std::uintmax_t log_bytes = 0;
-  for (const auto& e : fs::directory_iterator(data))
-    if (e.path().filename() != "snapshot") log_bytes += e.is_regular_file() ? e.file_size() : 0;
-  CHECK(log_bytes < (1u << 20));
+  CHECK(failures() >= 2);
+  CHECK(failures() <= 4);
+  const auto err = r.proc->err();
+  const auto b1 = err.find("next try in 1000 ms"), b2 = err.find("next try in 2000 ms");
+  CHECK(b1 != std::string::npos);
+  CHECK(b2 != std::string::npos);
+  CHECK(b1 < b2);
+  // What could not be compacted is still in the log: every acked write comes back.
   r.proc->signal(SIGKILL);
   r.proc->wait(10s);
   Run again(dir.path(), data);
