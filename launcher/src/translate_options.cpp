@@ -302,7 +302,6 @@ void translate_restarts(const LaunchOptions& o, agent::AgentConfig& cfg) {
   }
 }
 
-// Which rendezvous backend, where, and whether this node hosts its store.
 // On etcd the node of group rank 0 hosts the workers' store and hands out
 // its --local_addr as MASTER_ADDR. A name that does not resolve even here
 // would leave every worker retrying it until torch's store timeout.
@@ -323,6 +322,7 @@ void check_local_addr_resolves(const std::string& local_addr, const std::string&
                     "address as the other nodes reach it");
 }
 
+// Which rendezvous backend, where, and whether this node hosts its store.
 void choose_backend(const LaunchOptions& o, int min_nodes, int max_nodes, rdzv::RendezvousConfig& rc) {
   const std::string& backend = o.rdzv_backend;
   const auto kind = rdzv::parse_backend(backend);
