@@ -217,8 +217,8 @@ TEST_CASE("torch re-form: a node joining a running job of 2 of 3 nodes grows its
   const std::vector<std::string> args = {"--steps", "2000", "--step-sleep-ms", "15"};
   // Under load, about one grow in 20-40 leaves an original rank in a Gloo send that its transport
   // never fails (docs/reform.md, "A Gloo operation the release cannot end"): that rank exits 5 s
-  // after the release, and with --max_restarts=0 the job goes on without it. The stall timeout is
-  // set past the group's 2-minute timeout, so that only that exit, not the others naming the rank,
+  // after the release, and with --max_restarts=0 the job goes on without it (world 5, not 6). The stall
+  // timeout is set past the group's 2-minute timeout, so that only that exit, not the others naming the rank,
   // can end such a wait.
   const Env env =
       worker_env({{"PYTHONPATH", (source_dir() / "python").string()}, {"DDP_REFORM_STALL_TIMEOUT", "150"}});
@@ -233,7 +233,11 @@ TEST_CASE("torch re-form: a node joining a running job of 2 of 3 nodes grows its
   CHECK(cb == std::optional<int>(0));
   CHECK(cc == std::optional<int>(0));
   CHECK(count(a.out() + b.out(), ": started, rank") == 4);
-  CHECK_THAT(c.out(), Catch::Contains(": started, rank 4 of 6"));
+  // The third node's two ranks joined the running world: 6 ranks, or 5 when
+  // an original rank left such a Gloo wait and its place was given up.
+  const bool wedged = all.find("Exiting so that ddprun replaces this rank") != std::string::npos;
+  CHECK_THAT(c.out(), Catch::Contains(wedged ? " of 5" : ": started, rank 4 of 6"));
+  CHECK(count(c.out(), ": started, rank") == 2);
   CHECK_THAT(all, !Catch::Contains("falling back") && !Catch::Contains("re-forming the group"));
   CHECK(final_loss(all) > 0);
 }
