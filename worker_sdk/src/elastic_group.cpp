@@ -375,10 +375,24 @@ class ElasticGroup::Impl {
         formed = ProcessGroup(
             std::make_shared<GenerationStore>(store, store::keys::reform_generation_key(root), g),
             store::keys::reform_generation_prefix(root, g), rank, size, options, hooks(g));
-      } catch (const Error&) {
+      } catch (const Error& e) {
         // A member died after joining, or while connecting (GenerationStore
-        // noticed the generation move on): so do we.
-        const std::int64_t now = read_generation();
+        // noticed the generation move on): so do we. A peer that closed its
+        // connections mid-connect is one whose agent has not yet told the
+        // generation (a node's loss waits for its lease): wait for it as a
+        // failed collective does, kSettle at most.
+        const bool peer_failure = dynamic_cast<const NetworkError*>(&e) != nullptr ||
+                                  dynamic_cast<const BackendError*>(&e) != nullptr ||
+                                  dynamic_cast<const TimeoutError*>(&e) != nullptr;
+        std::int64_t now = read_generation();
+        if (now <= g && peer_failure) {
+          log::get("sdk")->warn(
+              "reform: slot {} could not connect generation {} ({}); waiting up to {} s for the "
+              "generation to move on",
+              slot, g, e.what(), std::chrono::duration_cast<std::chrono::seconds>(kSettle).count());
+          poll_until(std::min(deadline, Clock::now() + kSettle),
+                     [&] { return (now = read_generation()) > g; });
+        }
         if (now <= g) throw;
         g = now;
         continue;

@@ -44,7 +44,11 @@ Work OpQueue::submit(const char* op, std::function<void()> fn, bool inline_if_id
       state->error = poisoned_error(op, rank_, poisoned_);
       return Work(state);
     }
-    if (inline_if_idle && !busy_ && tasks_.empty()) {
+    // Not in a group whose waits poll for being abandoned (an ElasticGroup's):
+    // an operation on the caller's thread cannot be left behind when Gloo
+    // misses its peer's close, and would hold the caller until its timeout.
+    const bool abandonable = hooks_ && hooks_->abandon;
+    if (inline_if_idle && !abandonable && !busy_ && tasks_.empty()) {
       busy_ = true;
       lock.unlock();
       Task task{std::move(fn), state};

@@ -33,6 +33,7 @@ class OpQueue {
   // `inline_if_idle`, an operation that would start at once (nothing queued or
   // running) runs on the calling thread instead: the caller is about to wait
   // anyway, and this saves two thread hand-offs per blocking collective.
+  // Never when the hooks can abandon a wait (WorkHooks::abandon).
   Work submit(const char* op, std::function<void()> fn, bool inline_if_idle = false);
   // Whether nothing runs or waits within `timeout`.
   bool wait_idle(std::chrono::milliseconds timeout);

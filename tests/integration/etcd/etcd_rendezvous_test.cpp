@@ -335,13 +335,20 @@ TEST_CASE(
   REQUIRE(wait_until([&] { return b.out().find("start: rank 2 of 6") != std::string::npos; }, 60s));
   b.signal(SIGKILL);
   const auto out = [&] { return a.out() + c.out(); };
+  // INFO copies its text when it runs: each is written after its wait so that
+  // a failure shows the agents' output as it was at the failure.
+  const bool lost = wait_until(
+      [&] { return out().find("world 4 (lost slots 2,3, new slots -)") != std::string::npos; }, 60s);
   INFO("a:\n" << a.err() << a.out() << "\nc:\n" << c.err() << c.out());
-  REQUIRE(wait_until([&] { return out().find("world 4 (lost slots 2,3, new slots -)") != std::string::npos; },
-                     60s));
+  REQUIRE(lost);
   Process d(argv(), dir.path(), env, "agent-d");
-  INFO("d:\n" << d.err() << d.out());
-  REQUIRE(wait_until([&] { return out().find("world 6 (lost slots -, new slots 6,7)") != std::string::npos; },
-                     60s));
+  const bool grown = wait_until(
+      [&] { return out().find("world 6 (lost slots -, new slots 6,7)") != std::string::npos; }, 60s);
+  INFO("after the growth, a:\n"
+       << a.err() << a.out() << "\nc:\n"
+       << c.err() << c.out() << "\nd:\n"
+       << d.err() << d.out());
+  REQUIRE(grown);
   const auto ca = a.wait(120s), cc = c.wait(120s), cd = d.wait(120s);
   CHECK(ca == 0);
   CHECK(cc == 0);

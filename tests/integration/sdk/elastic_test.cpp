@@ -217,6 +217,69 @@ TEST_CASE("elastic: a second failure during a re-form moves everyone to the late
   }
 }
 
+TEST_CASE(
+    "elastic: a peer that dies while generation 0 connects makes the others wait for the next generation, "
+    "not "
+    "exit") {
+  // Slot 1 is late (its member entry written for it, its process started
+  // later); slot 2 joins the process group and dies before it connects, so
+  // slots 0 and 1 fail to connect to it. The generation moves on only after a
+  // survivor saw that failure, as it does when an agent learns of a lost node
+  // from its lease.
+  ElasticJob job(3, "train", {{"ELASTIC_TEST_GLOO_TIMEOUT_S", "3"}});
+  ddp::store::TcpStoreOptions client;
+  client.endpoint = ddp::parse_endpoint(job.endpoint(), "test store");
+  ddp::store::TcpStore store(client);
+  store.append(keys::reform_members_key(kReform, 0), "1:1,");
+  store.add(keys::reform_joined_key(kReform, 0), 1);
+  job.start(0);
+  job.start(2);
+  const std::string join = keys::reform_generation_prefix(kReform, 0) + "pg/default/0/join/";
+  const auto joined = [&] { return store.check({join + "0"}) && store.check({join + "2"}); };
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (!joined() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+  REQUIRE(joined());
+  job.kill(2);
+  job.start(1);
+  const std::string failed = "could not connect generation 0";
+  const auto seen = [&] {
+    return job.proc(1).err().find(failed) != std::string::npos || !job.proc(1).running();
+  };
+  const auto seen_until = std::chrono::steady_clock::now() + 30s;
+  while (!seen() && std::chrono::steady_clock::now() < seen_until) std::this_thread::sleep_for(20ms);
+  INFO(job.describe());
+  REQUIRE(job.proc(1).err().find(failed) != std::string::npos);
+  job.move_on(-1);
+  job.require_all({0, 1}, "gen=1 rank=");
+  job.stop();
+  for (int s : {0, 1}) {
+    const std::string out = job.finished(s);
+    CHECK(field(out, "final", "gen") == 1);
+    CHECK(field(out, "final", "size") == 2);
+    CHECK(field(out, "final", "rank") == s);
+  }
+}
+
+TEST_CASE(
+    "elastic: a blocking broadcast held up by a stopped rank ends in MembershipChanged once the generation "
+    "moves "
+    "on") {
+  // Rank 1 is stopped with its connections open (a node cut off): rank 0's
+  // blocking broadcast waits for it, and only the generation moving on can
+  // end that wait. A broadcast run on the caller's thread would wait out
+  // Gloo's 60 s timeout instead.
+  ElasticJob job(2, "bcast");
+  job.start_all();
+  job.require_all({0, 1}, "formed");
+  job.proc(1).signal(SIGSTOP);
+  std::this_thread::sleep_for(200ms);  // rank 0 waits for rank 1 in its broadcast
+  job.move_on(-1);
+  INFO(job.describe());
+  REQUIRE(job.wait_for(0, "membership changed after_ms=", false, 20s));
+  CHECK(job.proc(0).wait(10s) == 0);
+  CHECK(field(job.proc(0).out(), "reformed", "size") == 1);
+}
+
 TEST_CASE("elastic: check() throws MembershipChanged once the generation moves on") {
   ElasticJob job(2, "check");
   job.start_all();

@@ -5,9 +5,12 @@
 //   ddp_sdk_elastic_worker check   forms, then polls check() until it throws
 //   ddp_sdk_elastic_worker plain   the group without DDP_REFORM=1
 //   ddp_sdk_elastic_worker fds     20 re-forms driven by rank 0; prints fd counts
+//   ddp_sdk_elastic_worker bcast   rank 0 broadcasts (blocking) until MembershipChanged,
+//                                  then re-forms; the others only form and wait to be killed
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -35,6 +38,9 @@ ddp::ProcessGroupOptions gloo_options() {
   o.backend = "gloo";
   o.interface = std::string("lo");
   o.timeout = std::chrono::seconds(60);
+  // A test that makes a peer die while the group connects shortens Gloo's wait for it.
+  if (const char* t = std::getenv("ELASTIC_TEST_GLOO_TIMEOUT_S"))
+    o.timeout = std::chrono::seconds(std::atoi(t));
   return o;
 }
 
@@ -132,6 +138,25 @@ int check_mode(const ddp::Context& ctx) {
   return 1;
 }
 
+int bcast(const ddp::Context& ctx) {
+  ddp::ElasticGroup eg(ctx, gloo_options());
+  print_info("formed", eg);
+  if (eg.rank() != 0) {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  std::vector<float> data(1 << 16, 1.0f);
+  const auto started = Clock::now();
+  try {
+    for (;;) eg.group().broadcast(data, 0);
+  } catch (const ddp::MembershipChanged& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+    say("membership changed after_ms=%lld: %s", static_cast<long long>(ms), e.what());
+  }
+  eg.reform();
+  print_info("reformed", eg);
+  return 0;
+}
+
 int plain(const ddp::Context& ctx) {
   ddp::ElasticGroup eg(ctx, gloo_options());
   std::vector<float> v{static_cast<float>(eg.rank() + 1)};
@@ -199,6 +224,7 @@ int main(int argc, char** argv) {
     if (mode == "check") return check_mode(ctx);
     if (mode == "plain") return plain(ctx);
     if (mode == "fds") return fds(ctx);
+    if (mode == "bcast") return bcast(ctx);
     std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {
