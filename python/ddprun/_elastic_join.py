@@ -109,10 +109,24 @@ def join(eg, after: int, candidates: List[int], started: float):
         full_at = time.monotonic()
         try:
             eg._form(g, info.rank, info.world_size)
-        except Exception:
+        except Exception as error:
             # A member died after joining or while connecting (the watcher shut
-            # the sockets when the generation moved on): so do we.
+            # the sockets when the generation moved on): so do we. A peer that
+            # closed its connections mid-connect is one whose agent has not yet
+            # moved the generation (a node's loss waits for its lease): wait for
+            # it as a failed collective does, SETTLE_S at most.
+            from .elastic import _PEER_ERRORS, SETTLE_S
+
             now = eg._store.read(eg._gen_key)
+            text = f"{type(error).__name__} {error}".lower()
+            if now <= g and any(w in text for w in _PEER_ERRORS):
+                first = str(error).splitlines()[0] if str(error) else type(error).__name__
+                io.say(f"reform: slot {eg.slot} could not connect generation {g} ({first}); "
+                       f"waiting up to {SETTLE_S:g} s for the generation to move on")
+                moved = [now]
+                io.poll_until(min(deadline, time.monotonic() + SETTLE_S),
+                              lambda: (moved.__setitem__(0, eg._store.read(eg._gen_key)) or moved[0] > g))
+                now = moved[0]
             if now <= g:
                 raise
             eg._drop_group()

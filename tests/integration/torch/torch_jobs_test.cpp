@@ -134,8 +134,9 @@ TEST_CASE("a running torch job scales from 2 to 3 nodes and back without spendin
     return results(all, "elastic");
   };
   // world 2: 7 * (1 + 2) = 21; world 3: 7 * 6 = 42.
+  const bool both = wait_until([&] { return count(outputs({a.get(), b.get()}), "2/") == 2; }, 120s);
   INFO(a->out() << a->err() << b->out() << b->err());
-  REQUIRE(wait_until([&] { return count(outputs({a.get(), b.get()}), "2/") == 2; }, 120s));
+  REQUIRE(both);
 
   auto c = node(dir, d.endpoint(), "elastic", "2:3", 7, "nodeC", hold);
   const bool grew = wait_until([&] { return count(outputs({a.get(), b.get(), c.get()}), "3/") == 3; }, 120s);

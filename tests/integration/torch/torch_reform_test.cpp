@@ -7,7 +7,9 @@
 // A node killed (kill -9 of its agent) on two nodes: a hot spare takes its
 // ranks, or the other node goes on alone (docs/reform.md, "A lost node").
 // python/examples/reform_fsdp.py, the FSDP2 trainer: the survivors re-form,
-// shard the model anew and load the last checkpoint in process.
+// shard the model anew and load the last checkpoint in process. Without ddprun
+// (the test plays the agents, reform_connect.py the ranks): a peer that dies
+// while generation 0 connects leaves the others waiting for the next one.
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -16,7 +18,12 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <thread>
 
+#include "ddp/common/endpoint.hpp"
+#include "ddp/store/job_keys.hpp"
+#include "ddp/store/store_server.hpp"
+#include "ddp/store/tcp_store.hpp"
 #include "test_support.hpp"
 #include "torch_support.hpp"
 
@@ -299,6 +306,82 @@ TEST_CASE(
   CHECK_THAT(r.all, Catch::Contains("reform: rank 1 lost (exit code 1: ddprun.elastic: generation 0 ended"));
   check_ranks_1_2_replaced(r.all);
   CHECK(final_loss(r.all) > 0);
+}
+
+TEST_CASE(
+    "torch re-form: a peer that dies while generation 0 connects makes the others wait for the next "
+    "generation, not exit",
+    "[connect]") {
+  // The test plays the agents, as tests/integration/sdk/elastic_test.cpp does
+  // for the C++ SDK. Slot 1 is late (its member entry written for it, its
+  // process started later); slot 2 starts to form the group and dies, so
+  // slots 0 and 1 cannot connect to it. The generation moves on only once
+  // one of them said it failed, as it does when an agent learns of a lost
+  // node from its lease.
+  if (!have_torch()) return;
+  namespace keys = ddp::store::keys;
+  ddp::store::StoreServerOptions options;
+  options.host = "127.0.0.1";
+  ddp::store::StoreServer server(options);
+  server.start();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(server.port());
+  ddp::store::TcpStoreOptions client;
+  client.endpoint = ddp::parse_endpoint(endpoint, "test store");
+  ddp::store::TcpStore store(client);
+  const std::string root = keys::reform_prefix("/job/");
+  store.append(keys::reform_members_key(root, 0), "1:1,");
+  store.add(keys::reform_joined_key(root, 0), 1);
+  TempDir dir;
+  const auto start = [&](int slot) {
+    return std::make_unique<Process>(std::vector<std::string>{python(), script("reform_connect.py")},
+                                     dir.path(),
+                                     worker_env({{"PYTHONPATH", (source_dir() / "python").string()},
+                                                 {"RANK", std::to_string(slot)},
+                                                 {"WORLD_SIZE", "3"},
+                                                 {"LOCAL_RANK", std::to_string(slot)},
+                                                 {"LOCAL_WORLD_SIZE", "3"},
+                                                 {"MASTER_ADDR", "127.0.0.1"},
+                                                 {"MASTER_PORT", std::to_string(server.port())},
+                                                 {"DDP_STORE_ENDPOINT", endpoint},
+                                                 {"DDP_STORE_PREFIX", "/job/"},
+                                                 {"DDP_REFORM", "1"},
+                                                 {"TEST_PG_TIMEOUT_S", "3"}}),
+                                     "slot" + std::to_string(slot));
+  };
+  auto s0 = start(0);
+  auto s2 = start(2);
+  // Both are in init_process_group once generation 0's group prefix holds keys of each.
+  const std::string pg = keys::reform_generation_prefix(root, 0) + "pg/";  // _reform_keys.reform_pg_prefix
+  const auto forming = [&] { return store.list(pg).kvs.size() >= 2; };
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (!forming() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+  const auto describe = [&](Process* s1) {
+    std::string keys_text;
+    for (const auto& kv : store.list(root).kvs) keys_text += kv.key + "\n";
+    return "keys:\n" + keys_text + "slot 0:\n" + s0->out() + s0->err() + "\nslot 2:\n" + s2->out() +
+           s2->err() + (s1 ? "\nslot 1:\n" + s1->out() + s1->err() : std::string());
+  };
+  INFO(describe(nullptr));
+  REQUIRE(forming());
+  s2->signal(SIGKILL);
+  s2->wait(10s);
+  auto s1 = start(1);
+  const std::string failed = "could not connect generation 0";
+  const auto seen_until = std::chrono::steady_clock::now() + 60s;
+  // The first survivor to fail, which must wait for the generation rather than exit.
+  const auto said = [&] { return (s0->err() + s1->err()).find(failed) != std::string::npos; };
+  while (!said() && s0->running() && s1->running() && std::chrono::steady_clock::now() < seen_until)
+    std::this_thread::sleep_for(20ms);
+  INFO(describe(s1.get()));
+  REQUIRE(said());
+  store.add(keys::reform_size_key(root), -1);
+  store.add(keys::reform_generation_key(root), 1);
+  const auto c0 = s0->wait(90s), c1 = s1->wait(90s);
+  INFO(describe(s1.get()));
+  CHECK(c0 == 0);
+  CHECK(c1 == 0);
+  CHECK_THAT(s0->out(), Catch::Contains("final gen=1 rank=0 size=2 sum=2"));
+  CHECK_THAT(s1->out(), Catch::Contains("final gen=1 rank=1 size=2 sum=2"));
 }
 
 TEST_CASE("torch re-form: torch 1.13 says so in one line and the job falls back to restart", "[torch1]") {
