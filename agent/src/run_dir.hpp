@@ -7,10 +7,18 @@
 // "Launch floor"). Holds attempt_<k>/<local_rank>/{stdout,stderr}.log, error.json
 // and attempt_<k>/failure.json. A temp dir is kept when the run failed, for
 // its failure report.
+//
+// A temp dir's agent holds an flock on its agent.lock while it runs. An
+// agent killed (SIGKILL, the OOM killer) leaves its temp dir behind with the
+// running agent's files in it; the next agent that makes a temp dir in the
+// same place takes the lock of each such dir and prunes it as its own agent
+// would have at exit (removed when nothing is left to read).
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 namespace ddp::agent {
 
@@ -50,11 +58,23 @@ class RunDir {
   static constexpr const char* kZygoteSocket = "zygote.sock";
   static constexpr const char* kLivenessFile = "liveness";
   static constexpr const char* kPythonStacks = "python_stacks.txt";  // removed when empty
+  static constexpr const char* kAgentLock = "agent.lock";  // a temp dir's, locked while its agent runs
+
+  // Prunes the temp run dirs in `base` (ddprun-*, this user's) whose agent
+  // was killed: those with an agent.lock that no process holds. Returns how
+  // many it pruned; a dir left with something to read (logs, error files) is
+  // kept, the others are removed. Stops early once `stop` is set.
+  static int sweep_stale(const std::filesystem::path& base, const std::atomic<bool>* stop = nullptr);
 
  private:
+  void lock_temp();
+
   std::filesystem::path path_;
   bool temp_ = false;
   bool keep_ = false;
+  int lock_fd_ = -1;  // agent.lock of a temp dir, flock()ed while this agent runs
+  std::atomic<bool> stop_sweep_{false};
+  std::thread sweeper_;  // sweep_stale() of the dir's base, started by lock_temp()
 };
 
 }  // namespace ddp::agent

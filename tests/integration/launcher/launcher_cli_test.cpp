@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <set>
 #include <tuple>
 
@@ -11,6 +12,7 @@
 
 using namespace ddp::test;
 using namespace ddp::test::launcher;
+using namespace std::chrono_literals;
 
 TEST_CASE("worker lines are prefixed with the global rank and teed to per-rank log files") {
   TempDir dir;
@@ -433,4 +435,50 @@ TEST_CASE("ddprun started with stdin, stdout and stderr closed puts /dev/null th
   }
   write_file(dir / "go", "");
   CHECK(agent.wait() == 0);
+}
+
+TEST_CASE("the run dir of a ddprun killed with SIGKILL is swept by the next ddprun that makes one there") {
+  TempDir dir;
+  const auto base = dir / "tmp";
+  std::filesystem::create_directories(base);
+  const auto env = clean_env({{"TMPDIR", base.string()}});
+  // --standalone names each run with a fresh id: the dirs are told apart by when they appear.
+  const auto run_dirs = [&] {
+    std::set<std::filesystem::path> found;
+    for (const auto& e : std::filesystem::directory_iterator(base))
+      if (e.path().filename().string().rfind("ddprun-", 0) == 0) found.insert(e.path());
+    return found;
+  };
+  Process killed(ddprun_argv({"--standalone", "--nproc_per_node=2", "--rdzv_id=killedjob", "--no_python",
+                              "/bin/sleep", "60"}),
+                 dir.path(), env, "killed");
+  REQUIRE(wait_until([&] { return killed.err().find("started 2 workers") != std::string::npos; }, 30s));
+  REQUIRE(run_dirs().size() == 1);
+  const auto left = *run_dirs().begin();
+  killed.signal(SIGKILL);
+  REQUIRE(killed.wait(10s).has_value());
+  // What a killed agent leaves: its lock (now free) and the files only it used.
+  CHECK(std::filesystem::exists(left / "agent.lock"));
+  CHECK(std::filesystem::exists(left / "fence"));
+  // A running ddprun's dir is left alone.
+  Process running(ddprun_argv({"--standalone", "--nproc_per_node=1", "--rdzv_id=runningjob", "--no_python",
+                               "/bin/sleep", "60"}),
+                  dir.path(), env, "running");
+  REQUIRE(wait_until([&] { return running.err().find("started 1 workers") != std::string::npos; }, 30s));
+  REQUIRE(wait_until([&] { return !std::filesystem::exists(left); }, 10s));
+  REQUIRE(run_dirs().size() == 1);
+  const auto live = *run_dirs().begin();
+  // Logged once the sweep is over, just after the dir went.
+  const std::string pruned = "pruned 1 run directory in " + base.string() + " left by killed agents";
+  CHECK(wait_until([&] { return running.err().find(pruned) != std::string::npos; }, 10s));
+  CHECK_THAT(running.err(), Catch::Contains(pruned));
+  auto next =
+      ddprun({"--standalone", "--nproc_per_node=1", "--rdzv_id=nextjob", "--no_python", "/bin/sleep", "0.5"},
+             dir, {{"TMPDIR", base.string()}});
+  CHECK(next.code == 0);
+  CHECK(std::filesystem::exists(live / "agent.lock"));
+  CHECK(std::filesystem::exists(live / "fence"));
+  CHECK(run_dirs() == std::set<std::filesystem::path>{live});  // a run that succeeded removes its own
+  running.signal(SIGTERM);
+  CHECK(running.wait(30s).has_value());
 }

@@ -2,8 +2,13 @@
 // is written there and TMPDIR does not say otherwise, $TMPDIR (or /tmp) else.
 #include "run_dir.hpp"
 
+#include <fcntl.h>
 #include <linux/magic.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -147,4 +152,93 @@ TEST_CASE("a --log_dir run dir keeps its logs and loses the liveness files") {
   CHECK(std::filesystem::exists(tmp.path() / "job" / "attempt_0" / "0" / "stdout.log"));
   CHECK_FALSE(std::filesystem::exists(tmp.path() / "job" / "attempt_0" / "0" / "liveness"));
   CHECK_FALSE(std::filesystem::exists(tmp.path() / "job" / "fence"));
+}
+
+namespace {
+
+// A temp run dir made in `base` by a child process, filled by `fill`, after
+// which the child dies of SIGKILL as a killed agent does: its path.
+template <class Fill>
+std::filesystem::path killed_agents_run_dir(const std::filesystem::path& base, Fill fill) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::setenv("TMPDIR", base.c_str(), 1);
+    auto* dir = new RunDir("", "killed", /*worker_logs=*/false);  // never destroyed: the process dies
+    dir->prepare_attempt(0, 2);
+    fill(*dir);
+    const std::string path = dir->path().string();
+    if (::write(fds[1], path.data(), path.size()) < 0) ::_exit(1);
+    ::close(fds[1]);
+    ::raise(SIGKILL);
+    ::_exit(1);
+  }
+  ::close(fds[1]);
+  std::string path;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) path.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE(WTERMSIG(status) == SIGKILL);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("a run dir whose agent was killed is swept as its agent would have pruned it, no other") {
+  const ddp::test::TempDir tmp;
+  const auto base = tmp.path() / "base", base2 = tmp.path() / "base2";
+  std::filesystem::create_directories(base);
+  std::filesystem::create_directories(base2);
+  // Each in a base of its own: a child's own sweep sees no other.
+  const auto empty = killed_agents_run_dir(base, [](RunDir& dir) {
+    write_file(dir.path() / "fence");
+    write_file(dir.path() / "liveness.pipe");
+    write_file(dir.worker(0, 0) / "liveness");
+  });
+  const auto with_error = killed_agents_run_dir(base2, [](RunDir& dir) {
+    write_file(dir.path() / "fence");
+    write_file(dir.worker(0, 1) / "liveness");
+    write_file(dir.worker(0, 1) / "error.json", "{}");
+  });
+  REQUIRE(std::filesystem::exists(empty / "agent.lock"));
+  REQUIRE(std::filesystem::exists(with_error / "agent.lock"));
+  // A running agent's (its lock held, here by the test) and an older agent's (no lock).
+  const auto live = base / "ddprun-live-AAAAAA", old = base / "ddprun-old-BBBBBB";
+  std::filesystem::create_directories(live);
+  std::filesystem::create_directories(old);
+  write_file(live / "fence");
+  write_file(old / "fence");
+  write_file(live / "agent.lock", "");
+  const int held = ::open((live / "agent.lock").c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX | LOCK_NB) == 0);
+
+  CHECK(RunDir::sweep_stale(base) == 1);
+  CHECK(RunDir::sweep_stale(base2) == 1);
+  ::close(held);
+  CHECK_FALSE(std::filesystem::exists(empty));
+  CHECK(std::filesystem::exists(with_error / "attempt_0" / "1" / "error.json"));
+  CHECK_FALSE(std::filesystem::exists(with_error / "attempt_0" / "1" / "liveness"));
+  CHECK_FALSE(std::filesystem::exists(with_error / "fence"));
+  CHECK_FALSE(std::filesystem::exists(with_error / "agent.lock"));
+  CHECK(std::filesystem::exists(live / "fence"));
+  CHECK(std::filesystem::exists(live / "agent.lock"));
+  CHECK(std::filesystem::exists(old / "fence"));
+  CHECK(RunDir::sweep_stale(base2) == 0);  // a kept dir is not swept again
+}
+
+TEST_CASE("a run dir's agent.lock is gone once its run ends, and a kept dir keeps no lock") {
+  const ddp::test::TempDir tmp;
+  const auto path = kept_temp_run_dir(tmp, [](RunDir& dir) {
+    CHECK(std::filesystem::exists(dir.path() / "agent.lock"));
+    write_file(dir.attempt(0) / "failure.json", "{}");
+  });
+  CHECK(std::filesystem::exists(path / "attempt_0" / "failure.json"));
+  CHECK_FALSE(std::filesystem::exists(path / "agent.lock"));
 }
