@@ -64,16 +64,29 @@ def _gather(eg, g: int, deadline: float, candidates: List[int]) -> Optional[int]
     return newer[0] if newer else None
 
 
+def _generation_past(eg, g: int, until: float) -> int:
+    """Reads the generation until it is past `g` or the monotonic time `until`
+    passes; returns the last one read."""
+    seen = g
+
+    def moved() -> bool:
+        nonlocal seen
+        seen = eg._store.read(eg._gen_key)
+        return seen > g
+
+    io.poll_until(until, moved)
+    return seen
+
+
 def join(eg, after: int, candidates: List[int], started: float):
     """Joins the first generation past `after`; returns (ReformInfo, member slots)."""
     from .elastic import ReformInfo
 
     deadline = started + eg._reform_timeout
-    g = [0]
-    if not io.poll_until(deadline, lambda: (g.__setitem__(0, eg._store.read(eg._gen_key)) or g[0] > after)):
+    g = _generation_past(eg, after, deadline)
+    if g <= after:
         raise TimeoutError(f"reform: slot {eg.slot} waited {eg._reform_timeout:g} s for the generation "
                            f"to move past {after}; reform() is for after a MembershipChanged")
-    g = g[0]
     had_state = eg._has_state
     while True:
         n = eg._base_world + eg._store.read(keys.reform_size_key(eg._root))
@@ -95,10 +108,9 @@ def join(eg, after: int, candidates: List[int], started: float):
         if eg.slot not in slots:
             # R/size was read between the agent's two adds: G filled up without
             # us, and the generation moves on at once.
-            moved = [g]
-            if io.poll_until(deadline, lambda: (moved.__setitem__(0, eg._store.read(eg._gen_key)) or
-                                                moved[0] > g)):
-                g = moved[0]
+            moved = _generation_past(eg, g, deadline)
+            if moved > g:
+                g = moved
                 continue
             raise RuntimeError(f"reform: slot {eg.slot} joined generation {g} after it was full "
                                f"(members: {_ints(slots)})")
@@ -123,10 +135,7 @@ def join(eg, after: int, candidates: List[int], started: float):
                 first = str(error).splitlines()[0] if str(error) else type(error).__name__
                 io.say(f"reform: slot {eg.slot} could not connect generation {g} ({first}); "
                        f"waiting up to {SETTLE_S:g} s for the generation to move on")
-                moved = [now]
-                io.poll_until(min(deadline, time.monotonic() + SETTLE_S),
-                              lambda: (moved.__setitem__(0, eg._store.read(eg._gen_key)) or moved[0] > g))
-                now = moved[0]
+                now = _generation_past(eg, g, min(deadline, time.monotonic() + SETTLE_S))
             if now <= g:
                 raise
             eg._drop_group()
