@@ -70,9 +70,10 @@ Dispatcher::~Dispatcher() = default;
 
 void Dispatcher::open_persistence() {
   if (!options_.data_dir.empty()) {
-    persistence_ =
-        std::make_unique<Persistence>(options_.data_dir, Persistence::kDefaultCompactBytes,
-                                      options_.recover_corrupt_log, options_.fsync == FsyncMode::kAlways);
+    persistence_ = std::make_unique<Persistence>(
+        options_.data_dir,
+        options_.snapshot_log_bytes != 0 ? options_.snapshot_log_bytes : Persistence::kDefaultCompactBytes,
+        options_.recover_corrupt_log, options_.fsync == FsyncMode::kAlways);
     persistence_->open(core_, Clock::now());
     if (options_.fsync == FsyncMode::kAlways) {
       syncer_ = std::make_unique<LogSyncer>(io_, [this](std::uint64_t seq, int err) { on_synced(seq, err); });

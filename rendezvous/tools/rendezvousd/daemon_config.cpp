@@ -81,6 +81,10 @@ constexpr Key kKeys[] = {
      "with data_dir: always (every acknowledged write is fsynced first, one fsync per batch; survives a "
      "power loss) or never (faster; a power loss or file system error may lose the last writes)",
      "always"},
+    {"snapshot_log_bytes",
+     "with data_dir: once the log of writes passes this many bytes, save the store as a new snapshot and "
+     "start the log afresh",
+     "67108864"},
     {"max_connections", "refuse connections beyond this many", "65536"},
     {"idle_frame_timeout_ms", "close clients that send no HELLO, or stall mid-frame, this long", "30000"},
     {"torch_legacy_protocol",
@@ -237,6 +241,8 @@ DaemonSettings DaemonConfig::to_settings() const {
   if (!fsync_mode)
     throw ConfigError(where(fsync) + ": '" + fsync.value + "' is not " + store::kFsyncModeValues);
   out.server.fsync = *fsync_mode;
+  out.server.snapshot_log_bytes =
+      static_cast<std::uint64_t>(to_int(get("snapshot_log_bytes"), 1, std::int64_t{1} << 40));
   out.server.max_connections = static_cast<std::uint32_t>(to_int(get("max_connections"), 1, 1 << 24));
   out.max_connections_set = get("max_connections").kind != SourceKind::kDefault;
   out.server.idle_frame_timeout =

@@ -269,6 +269,43 @@ TEST_CASE("a compaction that keeps failing while serving backs off 1 s, 2 s, 4 s
   CHECK(present(*again.client, "w").size() == static_cast<std::size_t>(writes));
 }
 
+TEST_CASE(
+    "a data dir's log is bounded by --snapshot-log-bytes: past it the store goes to a new snapshot, nothing "
+    "lost") {
+  TempDir dir;
+  const auto data = dir / "data";
+  constexpr std::uintmax_t kLimit = 64 * 1024;
+  Run r(dir.path(), data, {}, {"--snapshot-log-bytes", std::to_string(kLimit)});
+  // 200 sets of 4 KiB: 800 KiB of writes, 12 times the limit (the default
+  // of 64 MiB would keep all of it in the log).
+  const std::string value(4096, 'v');
+  for (int i = 0; i < 200; ++i)
+    REQUIRE(r.client->call(make_request(Op::kSet, {std::string("k").append(std::to_string(i))}, {value}))
+                .status == Status::kOk);
+  INFO("daemon stderr: " << r.proc->err());
+  REQUIRE(fs::exists(data / "snapshot"));
+  // Compacted after the request that passed the limit: at most one record over.
+  CHECK(fs::file_size(data / "log") <= kLimit + 2 * value.size());
+  CHECK(fs::file_size(data / "snapshot") > 190 * value.size());
+  CHECK_THAT(r.proc->err(), Catch::Contains("wrote snapshot"));
+  // Killed: what came after the last snapshot is in the log, the rest in the snapshot.
+  r.proc->signal(SIGKILL);
+  r.proc->wait(10s);
+  Run again(dir.path(), data);
+  const auto listed = again.client->call(make_request(Op::kList, {"k"})).items;
+  CHECK(listed.size() == 200);
+  int whole = 0;
+  for (const auto& it : listed) whole += it.value == value ? 1 : 0;
+  CHECK(whole == 200);
+}
+
+TEST_CASE("a --snapshot-log-bytes out of range is refused at start in one line") {
+  TempDir dir;
+  auto r = start_once(dir, dir / "data", {"--snapshot-log-bytes", "0"});
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--snapshot-log-bytes: '0' is not an integer in 1.."));
+}
+
 TEST_CASE("full disk and a lease-bound connection closing: the daemon keeps answering and SIGTERM stops it") {
   TempDir dir;
   const auto data = dir / "data";

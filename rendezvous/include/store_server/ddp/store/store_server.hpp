@@ -67,6 +67,9 @@ struct StoreServerOptions {
   bool recover_corrupt_log = false;
   // With a data_dir: when an acknowledged write is on disk (FsyncMode).
   FsyncMode fsync = FsyncMode::kAlways;
+  // With a data_dir: once the log passes this many bytes, the store is written
+  // as a new snapshot and the log starts afresh. 0: 64 MiB.
+  std::uint64_t snapshot_log_bytes = 0;
   // Called on the loop thread when the data dir failed in a way that leaves
   // no safe way on: an fsync of the log failed (the kernel may have dropped
   // the dirty pages, so a retry could "succeed" without the data). The
