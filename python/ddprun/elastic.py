@@ -456,6 +456,7 @@ class ElasticGroup:
         client = io.Store(os.environ["DDP_STORE_ENDPOINT"], self._timeout.total_seconds())
         store_sockets = io.new_sockets(self._sockets_before)
         store = self._dist.PrefixStore(io.Store.name(keys.reform_pg_prefix(self._root, g)), client.client)
+        _reset_group_count()
         self._dist.init_process_group(self._backend, store=store, rank=rank, world_size=size,
                                       timeout=self._timeout)
         with self._lock:
@@ -473,6 +474,20 @@ class ElasticGroup:
         self._members = members
         self._has_state = True  # the caller restores it from state_root before training on
         self.info = info
+
+
+def _reset_group_count() -> None:
+    """Numbers the next group torch makes 0, as in a fresh process. torch keys
+    the default group's store under that number, and counts an
+    init_process_group that failed: a rank that could not connect a
+    generation would otherwise form the next one under "1/" while a newcomer
+    and the ranks that had a group (destroyed, count reset) use "0/", and
+    each waits for the others' keys until its timeout."""
+    import torch.distributed.distributed_c10d as c10d
+
+    world = getattr(c10d, "_world", None)
+    if world is not None and hasattr(world, "group_count"):
+        world.group_count = 0
 
 
 def _main_frame():
