@@ -140,13 +140,18 @@ TEST_CASE("Ctrl-C at a pdb prompt stops every worker and ddprun exits 130") {
 
 TEST_CASE("a progress bar redrawn with a carriage return reaches the screen at each update, prefixed") {
   TempDir dir;
-  // Each update waits for the test to have seen the previous one on the screen.
+  // The bar starts once the test has seen the tty line, and each update waits
+  // for the test to have seen the previous one: the worker's stdout and
+  // stderr reach ddprun on two descriptors, and unbuffered print() writes
+  // each of its arguments apart, so an early bar could land inside the line.
   write_file(
       dir / "bar.py",
       "import os, sys, time, signal\n"
       "go = sys.argv[1]\n"
       "signal.signal(signal.SIGWINCH, lambda *a: print('resized', *os.get_terminal_size(), flush=True))\n"
       "print('tty', sys.stdout.isatty(), sys.stderr.isatty(), *os.get_terminal_size(), flush=True)\n"
+      "while not os.path.exists(f'{go}0'):\n"
+      "    time.sleep(0.01)\n"
       "for i in range(1, 4):\n"
       "    sys.stderr.write(f'\\rprogress {i}/3')\n"
       "    sys.stderr.flush()\n"
@@ -156,7 +161,10 @@ TEST_CASE("a progress bar redrawn with a carriage return reaches the screen at e
   const std::string go = (dir / "go").string();
   PtySession s(ddprun_on(dir, {(dir / "bar.py").string(), go}), dir.path().string(), clean_env({}), 100, 30);
   // The worker's window is the terminal's less the 9 columns of "[rank 0]:".
-  REQUIRE(s.wait_for("[rank 0]:tty True True 91 30"));
+  const bool started = s.wait_for("[rank 0]:tty True True 91 30");
+  INFO(s.screen());
+  REQUIRE(started);
+  write_file(go + "0", "");
   for (int i = 1; i <= 3; ++i) {
     INFO(s.screen());
     // The prefix follows the '\r', so the redrawn line keeps it.
@@ -173,11 +181,13 @@ TEST_CASE("a progress bar redrawn with a carriage return reaches the screen at e
 TEST_CASE("a bar as wide as the worker's terminal is redrawn on one screen line, prefixed once") {
   TempDir dir;
   // As tqdm draws it: '\r' first, then a line exactly as wide as the
-  // terminal the worker is told, twenty times, then '\n'.
+  // terminal the worker is told, twenty times, then '\n'. The width goes to
+  // stderr too, in one write: stdout reaches ddprun on a descriptor of its
+  // own, and could land inside the bar.
   write_file(dir / "bar.py",
              "import os, sys\n"
              "cols = os.get_terminal_size().columns\n"
-             "print('cols', cols, flush=True)\n"
+             "sys.stderr.write(f'cols {cols}\\n')\n"
              "for i in range(1, 21):\n"
              "    head = f'{i:2d}/20 |'\n"
              "    body = '#' * ((cols - len(head) - 1) * i // 20)\n"
