@@ -54,6 +54,13 @@ bool poll_until(Clock::time_point until, Moved moved) {
   }
 }
 
+// An error a lost or stopped peer explains (Gloo's timeout, a closed or reset
+// connection, a backend's failure): worth waiting kSettle for the generation.
+bool peer_failure(const std::exception& e) {
+  return dynamic_cast<const TimeoutError*>(&e) != nullptr ||
+         dynamic_cast<const NetworkError*>(&e) != nullptr || dynamic_cast<const BackendError*>(&e) != nullptr;
+}
+
 std::string env_or(const char* name, std::string fallback) {
   const char* v = std::getenv(name);
   return v != nullptr ? std::string(v) : fallback;
@@ -205,11 +212,8 @@ class ElasticGroup::Impl {
         std::rethrow_exception(error);
       } catch (const MembershipChanged&) {
         return error;
-      } catch (const TimeoutError& e) {
-        what = e.what();
-      } catch (const NetworkError& e) {
-        what = e.what();
-      } catch (const BackendError& e) {
+      } catch (const std::exception& e) {
+        if (!peer_failure(e)) return error;
         what = e.what();
       } catch (...) {
         return error;
@@ -381,11 +385,8 @@ class ElasticGroup::Impl {
         // connections mid-connect is one whose agent has not yet told the
         // generation (a node's loss waits for its lease): wait for it as a
         // failed collective does, kSettle at most.
-        const bool peer_failure = dynamic_cast<const NetworkError*>(&e) != nullptr ||
-                                  dynamic_cast<const BackendError*>(&e) != nullptr ||
-                                  dynamic_cast<const TimeoutError*>(&e) != nullptr;
         std::int64_t now = read_generation();
-        if (now <= g && peer_failure) {
+        if (now <= g && peer_failure(e)) {
           log::get("sdk")->warn(
               "reform: slot {} could not connect generation {} ({}); waiting up to {} s for the "
               "generation to move on",

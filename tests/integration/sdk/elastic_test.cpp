@@ -218,9 +218,8 @@ TEST_CASE("elastic: a second failure during a re-form moves everyone to the late
 }
 
 TEST_CASE(
-    "elastic: a peer that dies while generation 0 connects makes the others wait for the next generation, "
-    "not "
-    "exit") {
+    "elastic: a peer that dies while generation 0 connects makes the others wait for the next "
+    "generation, not exit") {
   // Slot 1 is late (its member entry written for it, its process started
   // later); slot 2 joins the process group and dies before it connects, so
   // slots 0 and 1 fail to connect to it. The generation moves on only after a
@@ -261,9 +260,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "elastic: a blocking broadcast held up by a stopped rank ends in MembershipChanged once the generation "
-    "moves "
-    "on") {
+    "elastic: a blocking broadcast held up by a stopped rank ends in MembershipChanged once the "
+    "generation moves on") {
   // Rank 1 is stopped with its connections open (a node cut off): rank 0's
   // blocking broadcast waits for it, and only the generation moving on can
   // end that wait. A broadcast run on the caller's thread would wait out
