@@ -119,9 +119,10 @@ void RunDir::lock_temp() {
         "looked for run directories left by killed agents in {}: {} pruned, {} us", base.string(), swept,
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started)
             .count());
+    // Not this run's business: a line a user would see only on a busy box.
     if (swept > 0) {
-      log::get("agent")->info("pruned {} run director{} in {} left by killed agents", swept,
-                              swept == 1 ? "y" : "ies", base.string());
+      log::get("agent")->debug("pruned {} run director{} in {} left by killed agents", swept,
+                               swept == 1 ? "y" : "ies", base.string());
     }
   });
 }

@@ -461,14 +461,14 @@ TEST_CASE("the run dir of a ddprun killed with SIGKILL is swept by the next ddpr
   CHECK(std::filesystem::exists(left / "agent.lock"));
   CHECK(std::filesystem::exists(left / "fence"));
   // A running ddprun's dir is left alone.
-  Process running(ddprun_argv({"--standalone", "--nproc_per_node=1", "--rdzv_id=runningjob", "--no_python",
-                               "/bin/sleep", "60"}),
+  Process running(ddprun_argv({"--standalone", "--nproc_per_node=1", "--rdzv_id=runningjob",
+                               "--log_level=debug", "--no_python", "/bin/sleep", "60"}),
                   dir.path(), env, "running");
   REQUIRE(wait_until([&] { return running.err().find("started 1 workers") != std::string::npos; }, 30s));
   REQUIRE(wait_until([&] { return !std::filesystem::exists(left); }, 10s));
   REQUIRE(run_dirs().size() == 1);
   const auto live = *run_dirs().begin();
-  // Logged once the sweep is over, just after the dir went.
+  // Logged at debug (not in the default output) once the sweep is over, just after the dir went.
   const std::string pruned = "pruned 1 run directory in " + base.string() + " left by killed agents";
   CHECK(wait_until([&] { return running.err().find(pruned) != std::string::npos; }, 10s));
   CHECK_THAT(running.err(), Catch::Contains(pruned));
