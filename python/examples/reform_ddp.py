@@ -25,6 +25,7 @@ import time
 STARTED = time.time()  # the cost line of a replacement: the kill to its process start
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
@@ -169,6 +170,8 @@ def main():
     if eg.rank == 0:
         print(f"median step {statistics.median(step_s or [0.0]) * 1000:.1f} ms", flush=True)
         print(f"final loss {total.item() / eg.size:.9f}", flush=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(kill_file())  # every rank read it before this last all-reduce
 
 
 if __name__ == "__main__":

@@ -16,11 +16,13 @@ last process exited 0; everything it started is killed at the end.
 """
 import argparse
 import ctypes
+import glob
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -140,6 +142,9 @@ def main():
                 pass
         for t in threads:
             t.join(timeout=2)
+        # The ranks' kill and start marks (torch_peers_train.py's kill_file()).
+        for f in glob.glob(os.path.join(tempfile.gettempdir(), f"reform_ddp_kill.{env['PEER_RUN_ID']}*")):
+            os.unlink(f)
     bad = {r: c for r, c in rc.items() if c != 0}
     print(f"[launch]: exit codes {dict(sorted(rc.items()))}", flush=True)
     sys.exit(1 if bad else 0)

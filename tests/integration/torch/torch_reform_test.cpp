@@ -15,10 +15,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <regex>
 #include <thread>
+#include <vector>
 
 #include "ddp/common/endpoint.hpp"
 #include "ddp/store/job_keys.hpp"
@@ -41,7 +43,8 @@ constexpr double kLossTolerance = 1e-6;
 
 struct Run {
   RunResult r;
-  std::string all;  // stdout and stderr
+  std::string all;                // stdout and stderr
+  std::vector<std::string> left;  // the example's files left in its workers' TMPDIR
 };
 
 // An FSDP run with a rank killed and replaced does the steps since the last
@@ -62,9 +65,15 @@ Run reform_run(std::vector<std::string> args, Env extra = {}, const std::string&
                                    "--max_restarts=3", (source_dir() / "python/examples" / example).string()};
   argv.insert(argv.end(), args.begin(), args.end());
   extra["PYTHONPATH"] = (source_dir() / "python").string();
+  const auto tmp = dir / "tmp";
+  std::filesystem::create_directory(tmp);
+  extra["TMPDIR"] = tmp.string();
   Run run_out;
   run_out.r = run(ddprun(argv), dir.path(), worker_env(extra), 200s);
   run_out.all = run_out.r.out + run_out.r.err;
+  for (const auto& e : std::filesystem::directory_iterator(tmp)) {
+    if (e.path().filename().string().rfind("reform_ddp", 0) == 0) run_out.left.push_back(e.path().string());
+  }
   return run_out;
 }
 
@@ -259,6 +268,8 @@ TEST_CASE("torch re-form: a SIGKILLed rank is replaced, the others keep their pi
   REQUIRE(kill.r.code == 0);
   check_rank2_replaced(kill.all);
   CHECK_THAT(kill.all, Catch::Contains("steps lost 0"));
+  // The kill's time, left by the killed rank for the others, is gone at the end.
+  CHECK_THAT(kill.left, Catch::Matchers::Equals(std::vector<std::string>{}));
   const double a = final_loss(base.all), b = final_loss(kill.all);
   CHECK(a > 0);
   CHECK(std::fabs(a - b) <= kLossTolerance);
