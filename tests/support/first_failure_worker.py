@@ -5,7 +5,8 @@
 Once every rank of the job runs (a file each in DIR), rank FIRST fails
 ("first failure", exit 1); its node's other ranks ignore SIGTERM, so that
 node takes --stop_timeout to stop and reports late. Rank SECOND fails
-("second failure") half a second after FIRST did; its node stops at once and
+("second failure") two seconds after FIRST did (time enough for FIRST's node
+to record its failure on a loaded machine); its node stops at once and
 reports first. Every other rank waits to be stopped.
 """
 import os
@@ -43,7 +44,7 @@ open(os.path.join(d, "ready.%d" % rank), "w").close()
 if rank == second:
     while not os.path.exists(os.path.join(d, "failed.first")):
         time.sleep(0.01)
-    time.sleep(0.5)
+    time.sleep(2)
     sys.exit("second failure")
 while True:
     time.sleep(3600)

@@ -1,6 +1,6 @@
 // The job's first failure named by its own time (docs/agent.md, "Failure
-// report"): rank 0 fails first on a node that takes 4 s to stop its other
-// worker, rank 2 fails half a second later on a node that stops at once and
+// report"): rank 0 fails first on a node that takes 6 s to stop its other
+// worker, rank 2 fails two seconds later on a node that stops at once and
 // so reports first. Every node must name rank 0's failure, the node of rank 2
 // and the healthy node included.
 #include <catch2/catch.hpp>
@@ -25,7 +25,7 @@ TEST_CASE("elastic " ELASTIC_NAME
   Service svc(dir);
   fs::create_directories(dir / "sync");
   AgentOptions o{svc.backend(), svc.endpoint(), "3:3", 2, Service::conf(), {}, 0};
-  o.extra = {"--stop_timeout=4", "--python", "/usr/bin/python3"};
+  o.extra = {"--stop_timeout=6", "--python", "/usr/bin/python3"};
   o.worker = {(ddp::test::source_dir() / "tests" / "support" / "first_failure_worker.py").string(),
               (dir / "sync").string(), "0", "2"};
   Agent a(dir, "a", o);

@@ -1,7 +1,7 @@
 // The job's first failure named by its own time (docs/agent.md, "Failure
 // report"), for a static job (--node_rank, --master_addr): rank 0 fails first
-// on node0, which takes 4 s to stop its other worker; rank 2 fails half a
-// second later on node1, which stops at once and so reports first; node2 is
+// on node0, which takes 6 s to stop its other worker; rank 2 fails two
+// seconds later on node1, which stops at once and so reports first; node2 is
 // healthy. Every node names rank 0's failure. (The c10d and etcd backends:
 // tests/integration/elastic/elastic_first_failure_test.cpp; --hosts:
 // tests/integration/ssh/ssh_test.sh.)
@@ -20,7 +20,7 @@ TEST_CASE("a static job's nodes each name the earliest failure, not the first on
   auto node = [&](int rank) {
     auto args = static_node_flags(rank, 3, port);
     args.insert(args.end(),
-                {"--nproc_per_node=2", "--rdzv_conf=join_timeout=30", "--stop_timeout=4", "--python", kPython,
+                {"--nproc_per_node=2", "--rdzv_conf=join_timeout=30", "--stop_timeout=6", "--python", kPython,
                  (source_dir() / "tests" / "support" / "first_failure_worker.py").string(),
                  (dir / "sync").string(), "0", "2"});
     return ddprun_argv(args);

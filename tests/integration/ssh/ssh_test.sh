@@ -191,10 +191,10 @@ done
 
 echo "== with failures on both hosts the last line names the earliest, not the first host to end"
 # Rank 0 (h1) fails first, and h1 takes its --stop_timeout to stop its other
-# worker, which ignores SIGTERM; rank 2 (h2) fails half a second later, and h2
+# worker, which ignores SIGTERM; rank 2 (h2) fails two seconds later, and h2
 # ends first. The launcher reads the agents' failure records in its store.
 mkdir -p first_sync
-timeout 90 "$BIN/ddprun" --hostfile hostfile --local_addr=127.0.0.1 --stop_timeout=4 --python /usr/bin/python3 \
+timeout 90 "$BIN/ddprun" --hostfile hostfile --local_addr=127.0.0.1 --stop_timeout=6 --python /usr/bin/python3 \
   "$(cd "$(dirname "${BASH_SOURCE[0]}")/../../support" && pwd)/first_failure_worker.py" "$TMP/first_sync" 0 2 \
   >first.out 2>first.log
 rc=$?
