@@ -22,6 +22,8 @@
 //                           <CLOCK_MONOTONIC ns>" every 10 ms: which world
 //                           was still writing when (fencing tests)
 //   FAKE_SLEEP_MS=n         sleep before exiting
+//   FAKE_FIRST_SLEEP_MS=n   sleep this long instead in the first attempt
+//                           (TORCHELASTIC_RESTART_COUNT 0)
 //   FAKE_ELASTIC_JOIN=1     before anything else, count itself into the first
 //                           generation of --on_failure=reform as a
 //                           ddp::ElasticGroup does (add 1 to
@@ -178,7 +180,11 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
 
-  if (const int ms = std::atoi(env("FAKE_SLEEP_MS", "0").c_str()); ms > 0) {
+  const bool first_attempt = env("TORCHELASTIC_RESTART_COUNT", "0") == "0";
+  const std::string sleep_ms = first_attempt && !env("FAKE_FIRST_SLEEP_MS").empty()
+                                   ? env("FAKE_FIRST_SLEEP_MS")
+                                   : env("FAKE_SLEEP_MS", "0");
+  if (const int ms = std::atoi(sleep_ms.c_str()); ms > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   }
   if (!applies) {

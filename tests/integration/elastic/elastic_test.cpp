@@ -33,13 +33,13 @@ TEST_CASE("elastic " ELASTIC_NAME
   TempDir dir;
   Service d(dir);
   // a's workers run long in round 0 (restart 0) and briefly afterwards.
-  Agent a(dir, "a", d, "2:2", 2, {{"FAKE_SLEEP_MS", "2500"}});
+  Agent a(dir, "a", d, "2:2", 2, {{"FAKE_FIRST_SLEEP_MS", "60000"}, {"FAKE_SLEEP_MS", "300"}});
   Agent b(dir, "b", d, "2:2", 2, {{"FAKE_FAIL_ON_RESTART_BELOW", "1"}, {"FAKE_SLEEP_MS", "300"}});
   REQUIRE(wait_until([&] { return a.started().size() == 2; }, 30s));
   const auto first = a.started();
   // b's workers fail at ~0.3 s; a's (still sleeping) must be stopped through the
-  // failure key, long before their 2.5 s are up.
-  REQUIRE(wait_until([&] { return all_dead(first); }, 2s));
+  // failure key, long before their 60 s are up.
+  REQUIRE(wait_until([&] { return all_dead(first); }, 30s));
   REQUIRE(a.proc->wait(60s) == std::optional<int>(0));
   REQUIRE(b.proc->wait(60s) == std::optional<int>(0));
   CHECK(a.proc->err().find("round event: restart_requested: ") != std::string::npos);
