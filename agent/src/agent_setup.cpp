@@ -47,8 +47,10 @@ void Agent::Impl::make_parts() {
 }
 
 void Agent::Impl::make_group(const std::shared_ptr<rdzv::RendezvousHandler>& handler) {
-  const auto record = [this](const WorkerFailure& f) {
-    if (life.have_round()) records.record(*rdzv, group->attempt(), life.round().round, f);
+  const auto record = [this](const WorkerFailure& f, std::function<void()> done = {}) {
+    if (life.have_round())
+      return records.record(*rdzv, group->attempt(), life.round().round, f, std::move(done));
+    if (done) done();
   };
   WorkerGroupEvents events;
   events.spawn_reported = [this](int lr, pid_t pid) { observers.spawn_reported(lr, pid); };
@@ -70,9 +72,9 @@ void Agent::Impl::make_group(const std::shared_ptr<rdzv::RendezvousHandler>& han
                     {"waiting", h.waiting},
                     {"late_ms", late.count()}});
   };
-  events.hang_recorded = [this, record](const WorkerFailure& f) {
-    if (reform.active()) return;  // the other nodes' workers learn of it through the store
-    record(f);
+  events.hang_recorded = [this, record](const WorkerFailure& f, std::function<void()> recorded) {
+    if (reform.active()) return recorded();  // the other nodes' workers learn of it through the store
+    record(f, std::move(recorded));
     records.set_reported(true);
     rdzv->report_failure(describe_failure(f), [this](const std::string& m) {
       log->warn("could not report the hang to the other nodes: {}", m);

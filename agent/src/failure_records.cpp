@@ -35,8 +35,12 @@ std::string describe_failure(const WorkerFailure& f) {
          (why.empty() ? "" : " (" + why + ")");
 }
 
-void FailureRecords::record(RendezvousCalls& rdzv, int attempt, std::int64_t round, const WorkerFailure& f) {
-  if (recorded_attempt_ == attempt) return;
+void FailureRecords::record(RendezvousCalls& rdzv, int attempt, std::int64_t round, const WorkerFailure& f,
+                            std::function<void()> done) {
+  if (recorded_attempt_ == attempt) {
+    if (done) done();
+    return;
+  }
   recorded_attempt_ = attempt;
   FailureRecord r;
   r.node = cfg_.node.node_id;
@@ -47,7 +51,7 @@ void FailureRecords::record(RendezvousCalls& rdzv, int attempt, std::int64_t rou
   r.failure = describe_failure(f);
   // On the rendezvous thread, before the report: a node that hears of it can read it.
   rdzv.set_key(store::keys::agent_first_failure_key(cfg_.rendezvous.run_id, cfg_.node.node_id),
-               encode_failure_record(r));
+               encode_failure_record(r), std::move(done));
 }
 
 void FailureRecords::earliest(RendezvousCalls& rdzv, std::int64_t round,

@@ -32,8 +32,10 @@ class FailureRecords {
   explicit FailureRecords(const AgentConfig& cfg) : cfg_(cfg) {}
 
   // The attempt's first local failure into the job's store (FailureRecord),
-  // once per attempt, before it is reported to the other nodes.
-  void record(RendezvousCalls& rdzv, int attempt, std::int64_t round, const WorkerFailure& f);
+  // once per attempt, before it is reported to the other nodes; then `done`
+  // on the io thread (at once when the attempt's failure is recorded already).
+  void record(RendezvousCalls& rdzv, int attempt, std::int64_t round, const WorkerFailure& f,
+              std::function<void()> done = {});
   // The job's earliest failure of `round` by the nodes' records (none when
   // they cannot be read), then `then` on the io thread.
   void earliest(RendezvousCalls& rdzv, std::int64_t round,

@@ -127,13 +127,14 @@ void RendezvousCalls::exclude_self(const std::string& why, std::function<void(co
   });
 }
 
-void RendezvousCalls::set_key(const std::string& key, const std::string& value) {
-  caller_->call([h = handler_, key, value] {
+void RendezvousCalls::set_key(const std::string& key, const std::string& value, std::function<void()> done) {
+  caller_->call([h = handler_, s = sink_, key, value, done = std::move(done)] {
     try {
       h->store()->set(key, value);
     } catch (const std::exception&) {
       // Advisory: the failure itself travels by report_failure.
     }
+    if (done) s->post(done);
   });
 }
 

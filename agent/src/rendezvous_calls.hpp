@@ -58,8 +58,9 @@ class RendezvousCalls {
   void all_succeeded(std::function<void(bool)> done, ErrorFn failed);
   // exclude_self(why); a failure comes as its message.
   void exclude_self(const std::string& why, std::function<void(const rdzv::Exclusion&)> done, ErrorFn failed);
-  // The handler's store: set `key` (errors ignored: what is written is advisory).
-  void set_key(const std::string& key, const std::string& value);
+  // The handler's store: set `key` (errors ignored: what is written is
+  // advisory), then `done` on the io thread, whether it worked or not.
+  void set_key(const std::string& key, const std::string& value, std::function<void()> done = {});
   // The values under `prefix` in the handler's store; none when it cannot be read.
   void list_values(const std::string& prefix, std::function<void(std::vector<std::string>)> done);
   // close(reason), then `done` whether it worked or not; `done` may be empty.

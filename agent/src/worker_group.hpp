@@ -79,8 +79,11 @@ struct WorkerGroupEvents {
   // A worker missed a deadline and is being killed (`late`: how long after
   // the deadline); `failed` follows.
   std::function<void(const Worker&, const HangInfo&, std::chrono::milliseconds late)> hung;
-  // A hung worker's failure is recorded, just before it is killed.
-  std::function<void(const WorkerFailure&)> hang_recorded;
+  // A hung worker's failure is recorded; it is killed once `recorded` is
+  // called (when the job's store has the record: the other nodes' ranks fail
+  // within milliseconds of the kill, and must find it there), or after
+  // kHangRecordWait.
+  std::function<void(const WorkerFailure&, std::function<void()> recorded)> hang_recorded;
   // Workers' heartbeat ages moved on (every few seconds while they beat).
   std::function<void()> heartbeat_ages;
 };
@@ -170,13 +173,19 @@ class WorkerGroup {
   // Kills a hung worker's tree, records it as a failure and reports it.
   void kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds late);
   // The steps of kill_hung: the failure record (timed now, so that a rank
-  // failing because of the kill does not become the root cause; announced
-  // through hang_recorded), SIGKILL to the tree (the worker is then `hung`:
-  // its exit is not a failure of its own), and the report that stops the
-  // group.
+  // failing because of the kill does not become the root cause; the worker
+  // is then `hung`: its exit is not a failure of its own), announced through
+  // hang_recorded and waited for (after_recorded), SIGKILL to the tree, and
+  // the report that stops the group.
   void kill_tree(Worker& w);
   // Returns the record's index in failures_, valid for the rest of the attempt.
   std::size_t record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late);
+  // hang_recorded for failures_[failure], then `then` once the record is in
+  // the job's store or after kHangRecordWait, whichever comes first; not at
+  // all when the attempt ended meanwhile. The worker is hang_collection_
+  // until then.
+  void after_recorded(std::size_t failure, std::function<void()> then);
+  static constexpr std::chrono::seconds kHangRecordWait{1};
   void report_hang(const Worker& w, const HangInfo& hang, std::chrono::milliseconds late);
   // Puts the collected stacks into the hang's record (and the stacks file);
   // `local_rank` is the hung worker's.
@@ -190,6 +199,9 @@ class WorkerGroup {
   // a rank of another node, leave it to that node for kPeerGrace.
   void kill_culprit(int local_rank, HangInfo info, std::chrono::steady_clock::time_point deadline,
                     std::vector<RankStack> stacks, std::vector<StackTarget> native);
+  // After kill_culprit's kill: the frozen native workers' stacks, then the report.
+  void report_culprit(int local_rank, std::chrono::milliseconds killed_late, std::size_t failure,
+                      std::vector<RankStack> stacks, std::vector<StackTarget> native);
   void wait_for_other_node(int local_rank, HangInfo info, std::chrono::steady_clock::time_point deadline,
                            const CulpritVerdict& verdict);
   // What each live local rank was doing: its liveness file's collectives,

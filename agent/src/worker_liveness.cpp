@@ -136,14 +136,39 @@ void WorkerGroup::kill_named(int local_rank, HangInfo info) {
 
 void WorkerGroup::kill_hung(Worker& w, HangInfo info, std::chrono::milliseconds late) {
   const auto failure = record_hang(w, std::move(info), late);
-  kill_tree(w);
-  report_hang(w, *failures_[failure].hang, late);
+  after_recorded(failure, [this, local_rank = w.local_rank, failure, late] {
+    Worker& hung = workers_[static_cast<std::size_t>(local_rank)];
+    kill_tree(hung);
+    report_hang(hung, *failures_[failure].hang, late);
+  });
 }
 
 void WorkerGroup::kill_tree(Worker& w) {
-  runner_.signal_group(w.pid, SIGKILL);  // the guard kills the whole tree
-  w.hung = true;
-  watch_.clear(w.local_rank);
+  runner_.signal_group(w.pid, SIGKILL);  // the guard kills the whole tree; a no-op once reaped
+}
+
+void WorkerGroup::after_recorded(std::size_t failure, std::function<void()> then) {
+  if (!events_.hang_recorded) return then();
+  // Meanwhile other ranks' deadlines are most likely theirs waiting for this
+  // one: they are left alone (collect_then_kill), as during a collection.
+  hang_collection_ = failures_[failure].local_rank;
+  // Whichever comes first, the store's answer or the timer, runs `then`.
+  auto once = std::make_shared<std::function<void()>>([this, att = attempt_, then = std::move(then)] {
+    if (att != attempt_) return;
+    hang_collection_ = -1;
+    then();
+  });
+  auto timer = std::make_shared<boost::asio::steady_timer>(io_, kHangRecordWait);
+  auto fire = [once, timer] {
+    timer->cancel();
+    if (!*once) return;
+    const auto run = std::exchange(*once, nullptr);
+    run();
+  };
+  timer->async_wait([fire](boost::system::error_code ec) {
+    if (!ec) fire();
+  });
+  events_.hang_recorded(failures_[failure], fire);
 }
 
 std::size_t WorkerGroup::record_hang(Worker& w, HangInfo info, std::chrono::milliseconds late) {
@@ -163,9 +188,8 @@ std::size_t WorkerGroup::record_hang(Worker& w, HangInfo info, std::chrono::mill
   f.error_file_problem.clear();
   f.hang = std::move(info);
   failures_.push_back(f);
-  // Before the kill: the other nodes' ranks fail for the loss of this one
-  // within milliseconds, and must hear of the hang first.
-  if (events_.hang_recorded) events_.hang_recorded(failures_.back());
+  w.hung = true;  // from now on: its kill follows once the record is in
+  watch_.clear(w.local_rank);
   return failures_.size() - 1;
 }
 

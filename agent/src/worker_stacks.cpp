@@ -151,7 +151,16 @@ void WorkerGroup::kill_culprit(int local_rank, HangInfo info, std::chrono::stead
   // First: other nodes hear of it now. The index stays valid while the
   // attempt lasts.
   const auto failure = record_hang(w, std::move(info), killed_late);
-  kill_tree(w);
+  after_recorded(failure, [this, local_rank, killed_late, failure, stacks = std::move(stacks),
+                           native = std::move(native)]() mutable {
+    kill_tree(workers_[static_cast<std::size_t>(local_rank)]);
+    report_culprit(local_rank, killed_late, failure, std::move(stacks), std::move(native));
+  });
+}
+
+void WorkerGroup::report_culprit(int local_rank, std::chrono::milliseconds killed_late, std::size_t failure,
+                                 std::vector<RankStack> stacks, std::vector<StackTarget> native) {
+  const Worker& w = workers_[static_cast<std::size_t>(local_rank)];
   if (native.empty()) {
     HangInfo& hang = *failures_[failure].hang;
     add_hang_stacks(hang, local_rank, std::move(stacks));
