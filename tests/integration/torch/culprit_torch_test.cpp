@@ -52,10 +52,12 @@ Attempts ten_attempts(const std::string& mode, std::vector<std::string> flags) {
     std::string why = "no " + file.string();
     if (fs::exists(file)) {
       const auto root = nlohmann::json::parse(read_file(file))["root_cause"];
-      const bool ok =
-          root["rank"] == kOrder[k] && root.contains("hang") &&
-          root["hang"]["waiting"].get<std::string>().find("wait in all_reduce") != std::string::npos &&
-          root["hang"]["waiting"].get<std::string>().find("for rank " + h) != std::string::npos;
+      // "ranks 0, 2 wait in all_reduce #5 for rank 1", or one clause per rank
+      // ("rank 0 waits in all_reduce for rank 1; rank 2 waits ...") when a
+      // rank's place came from its stack, its Flight Recorder dump late.
+      const std::string waiting = root.contains("hang") ? root["hang"]["waiting"].get<std::string>() : "";
+      const bool ok = root["rank"] == kOrder[k] && waiting.find(" in all_reduce") != std::string::npos &&
+                      waiting.find("for rank " + h) != std::string::npos;
       if (ok) {
         ++a.right;
         continue;
