@@ -73,8 +73,11 @@ void Agent::Impl::make_group(const std::shared_ptr<rdzv::RendezvousHandler>& han
                     {"late_ms", late.count()}});
   };
   events.hang_recorded = [this, record](const WorkerFailure& f, std::function<void()> recorded) {
-    if (reform.active()) return recorded();  // the other nodes' workers learn of it through the store
-    record(f, std::move(recorded));
+    // Never inside this call (an attempt's record may be in already): the
+    // kill, and the report that stops the group, follow the report below.
+    auto later = [this, recorded = std::move(recorded)] { boost::asio::post(io, recorded); };
+    if (reform.active()) return later();  // the other nodes' workers learn of it through the store
+    record(f, std::move(later));
     records.set_reported(true);
     rdzv->report_failure(describe_failure(f), [this](const std::string& m) {
       log->warn("could not report the hang to the other nodes: {}", m);
