@@ -36,7 +36,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from . import _elastic_io as io
 from . import _reform_keys as keys
@@ -50,10 +50,13 @@ WATCH_S = 0.01
 # A rank whose generation ended this long ago, its connections shut, that has
 # still not left its step gets one line saying where its main thread is.
 STUCK_S = 10.0
-# A Gloo rank still blocked in torch this long after the watcher shut its
-# generation's connections, Gloo having closed every one since and the
-# process idle (under IDLE_SHARE of one CPU), is waiting on an operation only
-# its timeout ends: it exits, and its agent replaces it (_exit_if_wedged).
+# A Gloo rank whose main thread has been in torch this long since the
+# watcher shut its generation's connections (counted from when it was first
+# seen there: a step held up in the script's own code first, then in torch
+# for a moment, is not wedged), Gloo having closed every connection and the
+# process idle meanwhile (under IDLE_SHARE of one CPU), is waiting on an
+# operation only its timeout ends: it exits, and its agent replaces it
+# (_exit_if_wedged).
 WEDGED_S = 5.0
 IDLE_SHARE = 0.05
 # Words of the errors a collective fails with when a peer went away.
@@ -164,7 +167,9 @@ class ElasticGroup:
         self._released = -1  # the latest generation whose sockets were shut
         self._released_at: Optional[float] = None  # when the watcher shut them (not reform())
         self._shut = 0  # how many it shut
-        self._released_cpu = 0.0  # the process's CPU seconds then
+        # Since when (and the process's CPU seconds then) the watcher has seen
+        # the main thread in torch after a release; None: not there.
+        self._in_torch: Optional[Tuple[float, float]] = None
         self._collective_sockets: Optional[Dict[int, str]] = None  # the group's own, less its store's
         self._stuck_said = -1  # the latest generation the stuck line was said for
         self._raised_at: Optional[float] = None
@@ -406,17 +411,23 @@ class ElasticGroup:
         g = self.generation
         if self._backend != "gloo" or self._released_at is None or self._released < g or \
                 self._raised_at is not None or not self._collective_sockets:
-            return
-        since = time.monotonic() - self._released_at
-        if since < WEDGED_S or sum(os.times()[:2]) - self._released_cpu > IDLE_SHARE * since or \
-                not io.all_closed(self._collective_sockets):
+            self._in_torch = None
             return
         import torch
 
         frame = _main_frame()
         if frame is None or not os.path.abspath(frame.f_code.co_filename).startswith(
                 os.path.dirname(os.path.abspath(torch.__file__)) + os.sep):
-            return  # blocked in the script's own code (its I/O, say): not ours to end
+            self._in_torch = None  # in the script's own code (its I/O, say): not ours to end
+            return
+        now, cpu = time.monotonic(), sum(os.times()[:2])
+        if self._in_torch is None:
+            self._in_torch = (now, cpu)
+        there = now - self._in_torch[0]
+        if there < WEDGED_S or cpu - self._in_torch[1] > IDLE_SHARE * there or \
+                not io.all_closed(self._collective_sockets):
+            return
+        since = now - self._released_at
         io.say(f"generation {g} ended {since:.0f} s ago and this rank's step is still blocked in torch, "
                f"every connection of its Gloo group closed and the process idle: an operation only its "
                f"timeout ({self._timeout.total_seconds():g} s) would end. Exiting so that ddprun replaces "
@@ -428,7 +439,6 @@ class ElasticGroup:
         if self._released >= g:
             return
         self._released = g
-        self._released_cpu = sum(os.times()[:2])
         socks = self._sockets if self._sockets is not None else io.new_sockets(self._sockets_before)
         self._shut = io.shut_down(socks)
 
