@@ -3,6 +3,7 @@
 // or given up, while its siblings keep running, and the workers learn of it
 // through their store.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 
@@ -112,6 +113,22 @@ void Agent::Impl::on_reform_stalled(std::int64_t g) {
         if (!joined || !reform.active() || !life.is(Phase::kRunning) || group->attempt() != attempt) return;
         std::string members;
         for (const int s : *joined) members += (members.empty() ? "" : ", ") + std::to_string(s);
+        for (const Worker& w : group->workers()) {
+          const bool finished =
+              w.done && !w.dropped && WIFEXITED(w.wait_status) && WEXITSTATUS(w.wait_status) == 0;
+          if (!finished || group->failures().empty() ||
+              std::find(joined->begin(), joined->end(), w.rank) != joined->end())
+            continue;
+          // A slot that exited 0 never joins: g waits for it in vain. The
+          // restart takes the place of the replacement that joined g, and of
+          // the restart it spent: one restart for the failure.
+          log->warn(
+              "reform: generation {} waits for rank {}, which finished (exit 0) and cannot re-form: "
+              "restarting every worker",
+              g, w.rank);
+          if (reform.replaced_in(group->attempt()) > 0) life.refund_restart();
+          return begin_stop(StopReason::kLocalFailure, SIGTERM);
+        }
         for (const Worker& w : group->workers()) {
           if (!w.spawned || w.done || w.hung || w.dropped) continue;
           if (std::find(joined->begin(), joined->end(), w.rank) != joined->end()) continue;

@@ -24,6 +24,8 @@
 //   FAKE_SLEEP_MS=n         sleep before exiting
 //   FAKE_FIRST_SLEEP_MS=n   sleep this long instead in the first attempt
 //                           (TORCHELASTIC_RESTART_COUNT 0)
+//   FAKE_OTHERS_SLEEP_MS=n  with FAKE_ONLY_RANK, the other ranks sleep this long
+//                           instead (still running while rank r fails)
 //   FAKE_ELASTIC_JOIN=1     before anything else, count itself into the first
 //                           generation of --on_failure=reform as a
 //                           ddp::ElasticGroup does (add 1 to
@@ -181,9 +183,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   const bool first_attempt = env("TORCHELASTIC_RESTART_COUNT", "0") == "0";
-  const std::string sleep_ms = first_attempt && !env("FAKE_FIRST_SLEEP_MS").empty()
-                                   ? env("FAKE_FIRST_SLEEP_MS")
-                                   : env("FAKE_SLEEP_MS", "0");
+  std::string sleep_ms = first_attempt && !env("FAKE_FIRST_SLEEP_MS").empty() ? env("FAKE_FIRST_SLEEP_MS")
+                                                                              : env("FAKE_SLEEP_MS", "0");
+  if (!applies && !env("FAKE_OTHERS_SLEEP_MS").empty()) sleep_ms = env("FAKE_OTHERS_SLEEP_MS");
   if (const int ms = std::atoi(sleep_ms.c_str()); ms > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   }

@@ -24,7 +24,9 @@
 // (generation, or attempt after a restart), so a replacement never repeats its
 // predecessor's kill. With --stop-rank S, slot S SIGSTOPs itself in the
 // re-form that such a kill starts, a second after its siblings began it (a
-// survivor that stops, or is stuck in the kernel, during a re-form). Rank 0 of the new world prints each
+// survivor that stops, or is stuck in the kernel, during a re-form). With
+// --fail-at-end S, slot S exits 1 once the first world's training is done
+// (a process that fails in its teardown, after its siblings finished). Rank 0 of the new world prints each
 // re-form's (or restart's) cost: the time from the SIGKILL to the next completed step, and its own reform()
 // (a replacement: its join) and state broadcast times.
 #include <unistd.h>
@@ -63,6 +65,8 @@ struct Options {
   bool no_catch = false;
   int stop_rank = -1;  // a slot that SIGSTOPs itself at each --kill-every kill
   double step_sleep_ms = 0;
+  int fail_at_end = -1;     // a slot whose first world's process exits 1 once training is done
+  double end_sleep_ms = 0;  // --fail-at-end's siblings wait this long before they exit
 };
 
 // Wall-clock nanoseconds: comparable between the processes of one machine (the
@@ -385,6 +389,18 @@ int train(const Options& opt) {
   std::printf("slot %d pid %d end: rank %d of %d, generation %lld\n", slot, static_cast<int>(getpid()),
               eg.rank(), eg.size(), static_cast<long long>(eg.generation()));
   std::fflush(stdout);
+  if (opt.fail_at_end >= 0 && ctx.restart_count == 0 && eg.generation() == 0) {
+    // A process that fails in its teardown, after the training ended.
+    if (slot != opt.fail_at_end) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt.end_sleep_ms));
+      return 0;
+    }
+    if (opt.end_sleep_ms <= 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::printf("slot %d pid %d: exit 1 after the training (--fail-at-end)\n", slot,
+                static_cast<int>(getpid()));
+    std::fflush(stdout);
+    return 1;
+  }
   return 0;
 }
 
@@ -415,6 +431,13 @@ int main(int argc, char** argv) {
         app.add_option("--stop-rank", opt.stop_rank,
                        "this slot SIGSTOPs itself in the re-form a --kill-every kill starts")
             ->check(CLI::Range(0, 1 << 20));
+        app.add_option("--fail-at-end", opt.fail_at_end,
+                       "this slot exits 1 after the training of the first world: a second after its siblings "
+                       "exit 0, or at once with --end-sleep-ms")
+            ->check(CLI::Range(0, 1 << 20));
+        app.add_option("--end-sleep-ms", opt.end_sleep_ms,
+                       "with --fail-at-end, its siblings sleep this long before they exit 0")
+            ->check(CLI::Range(0.0, 1e6));
         app.add_option("--step-sleep-ms", opt.step_sleep_ms,
                        "sleep this long in every step (steady step times)")
             ->check(CLI::Range(0.0, 1e6));

@@ -101,3 +101,63 @@ TEST_CASE("reform: a rank waiting inside a re-form for a stopped one is not kill
   const auto start = trainer_slot_pids(r.out, "start"), end = trainer_slot_pids(r.out, "end");
   for (int slot : {0, 2}) CHECK(end.at(slot) == start.at(slot));
 }
+
+namespace {
+
+// `ddprun --standalone --nproc_per_node=4 --on_failure=reform --max_restarts=1`
+// over one epoch of the trainer whose slot 1 exits 1 once the training is
+// done (--fail-at-end), with `extra` trainer flags. DDP_REFORM_TIMEOUT is 20 s:
+// a re-form that waits for finished slots ends then.
+RunResult fail_at_end(const TempDir& dir, const std::vector<std::string>& extra, EnvOverrides env) {
+  std::vector<std::string> args = {"--standalone",
+                                   "--nproc_per_node=4",
+                                   "--on_failure=reform",
+                                   "--max_restarts=1",
+                                   "--no_python",
+                                   bin("ddp-example-train-reform").string(),
+                                   "--epochs",
+                                   "1",
+                                   "--dataset-size",
+                                   "2048",
+                                   "--checkpoint",
+                                   (dir / "ckpt").string(),
+                                   "--fail-at-end",
+                                   "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  env["DDP_REFORM_TIMEOUT"] = "20";
+  return ddprun(args, dir, env);
+}
+
+}  // namespace
+
+TEST_CASE("reform: a rank that fails after its siblings finished restarts every worker, no replacement") {
+  TempDir dir;
+  // Slot 1 exits 1 a second after slots 0, 2, 3 exit 0: a replacement would
+  // wait for them in a generation they never join.
+  const RunResult r = fail_at_end(dir, {}, {});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("slot 1 pid ") && Catch::Contains(": exit 1 after the training"));
+  CHECK(count_lines(r.err,
+                    "reform: rank 1 lost (exit code 1) after 3 of this node's workers finished (exit "
+                    "0), which cannot re-form: restarting every worker") == 1);
+  CHECK(count_lines(r.err, "restarting workers (1/1) after failure of rank 1") == 1);
+  CHECK_THAT(r.err, !Catch::Contains("starting a replacement"));
+  CHECK_THAT(r.out, Catch::Contains("after 1 epochs, 16 steps, 0 re-forms, 1 restarts"));
+}
+
+TEST_CASE("reform: a re-form left waiting for ranks that finished restarts every worker at its stall") {
+  TempDir dir;
+  // Slot 1 exits 1 at once, its siblings a second later, after its
+  // replacement joined generation 1: they never join it, and its stall names them.
+  const RunResult r = fail_at_end(dir, {"--end-sleep-ms", "1000"}, {{"DDP_REFORM_STALL_TIMEOUT", "3"}});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(count_lines(r.err, "reform: rank 1 lost (exit code 1); starting a replacement (1/1)") == 1);
+  CHECK(count_lines(r.err, "reform: generation 1 waits for rank ") == 1);
+  CHECK_THAT(r.err, Catch::Contains(", which finished (exit 0) and cannot re-form: restarting every worker"));
+  // The restart takes the replacement's place: one restart for the failure.
+  CHECK(count_lines(r.err, "restarting workers (1/1) after failure of rank 1") == 1);
+  CHECK_THAT(r.err, !Catch::Contains("worker hung"));
+  CHECK_THAT(r.out, Catch::Contains("after 1 epochs, 16 steps, 0 re-forms, 1 restarts"));
+}

@@ -72,6 +72,9 @@ RunResult rank1_fails_once(const TempDir& dir, const std::string& message, const
                       {"FAKE_ELASTIC_JOIN", "1"},
                       {"FAKE_ERROR_MESSAGE", message},
                       {"FAKE_FAIL_ON_RESTART_BELOW", "1"},
+                      // Rank 0 still runs when rank 1 fails: a failure after a
+                      // rank finished restarts every worker instead.
+                      {"FAKE_OTHERS_SLEEP_MS", "2000"},
                       {"FAKE_ENV_DUMP", dir.path().string()}};
   if (!type.empty()) env["FAKE_ERROR_TYPE"] = type;
   return ddprun({"--standalone", "--nproc_per_node=2", "--on_failure=reform", "--max_restarts=1",
