@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime
+import gc
 import math
 import os
 import threading
@@ -130,6 +131,7 @@ class ElasticGroup:
         self._base_world = int(os.environ.get("WORLD_SIZE", "1"))
         self.info = ReformInfo(rank=self.slot, world_size=self._base_world)
         self.enabled = self._reform_mode()
+        self._dropped = 0  # groups dropped by reform()
         if self.enabled:
             why = _supported() or _store_unusable()
             if why:
@@ -190,6 +192,12 @@ class ElasticGroup:
             self._watcher.join()
         if self._dist.is_initialized():
             self._dist.destroy_process_group()
+        if self._dropped:
+            # The groups of generations this process re-formed out of live on
+            # in reference cycles (the failed step's frames, FSDP's modules),
+            # each with its Gloo threads: freed here, not in the interpreter's
+            # teardown, where a group's end can abort the process.
+            gc.collect()
 
     @staticmethod
     def _reform_mode() -> bool:
@@ -447,6 +455,7 @@ class ElasticGroup:
 
         if not self._dist.is_initialized():
             return
+        self._dropped += 1
         try:
             c10d._abort_process_group()  # NCCL: ncclCommAbort; Gloo: its sockets are shut already
         except Exception:

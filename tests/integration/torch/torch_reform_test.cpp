@@ -64,7 +64,9 @@ Run reform_run(std::vector<std::string> args, Env extra = {}, const std::string&
   std::vector<std::string> argv = {"--standalone", "--nproc_per_node=4", "--on_failure=reform",
                                    "--max_restarts=3", (source_dir() / "python/examples" / example).string()};
   argv.insert(argv.end(), args.begin(), args.end());
-  extra["PYTHONPATH"] = (source_dir() / "python").string();
+  const auto own = extra.find("PYTHONPATH");
+  extra["PYTHONPATH"] = (own != extra.end() && own->second ? *own->second + ":" : std::string()) +
+                        (source_dir() / "python").string();
   const auto tmp = dir / "tmp";
   std::filesystem::create_directory(tmp);
   extra["TMPDIR"] = tmp.string();
@@ -434,11 +436,20 @@ TEST_CASE("torch re-form: FSDP, a SIGKILLed rank is replaced, the others reload 
   INFO("no kill:\n" << base.all);
   REQUIRE(base.r.code == 0);
   const auto kill =
-      reform_run({"--kill-rank", "2", "--kill-step", "50", "--ckpt-dir", (ckpt.path() / "kill").string()}, {},
-                 "reform_fsdp.py");
+      reform_run({"--kill-rank", "2", "--kill-step", "50", "--ckpt-dir", (ckpt.path() / "kill").string()},
+                 {{"PYTHONPATH", script("exit_threads")}}, "reform_fsdp.py");
   INFO("kill:\n" << kill.all);
   REQUIRE(kill.r.code == 0);
   check_rank2_replaced(kill.all);  // the steps since the checkpoint of step 40 are done again
+  // The survivors' groups of generation 0 are gone by the end of their
+  // ElasticGroup's close(), not left to the interpreter's teardown: each
+  // holds as many Gloo groups at exit as the replacement, which never had one.
+  const std::string replacement = "exit threads: rank 2 gloo groups ";
+  const auto at = kill.all.find(replacement);
+  REQUIRE(at != std::string::npos);
+  const std::string held = kill.all.substr(at + replacement.size(), 1);
+  for (int r : {0, 1, 3})
+    CHECK(count(kill.all, "exit threads: rank " + std::to_string(r) + " gloo groups " + held + "\n") == 1);
   CHECK(count(kill.all, "steps lost 10;") == 4);
   const double a = final_loss(base.all), b = final_loss(kill.all);
   CHECK(a > 0);
