@@ -50,14 +50,24 @@ void Agent::Impl::reform_after(const WorkerFailure& f) {
     reform.replacing();
   }
   const std::string lost = loss_text(f);
-  if (replace)
-    log->warn("reform: {}; starting a replacement ({}/{})", lost, life.restart_count(), cfg.max_restarts);
   const int attempt = group->attempt();
   const auto current = [this, attempt] { return life.is(Phase::kRunning) && group->attempt() == attempt; };
   reform.lose(
       reform_round(), f, replace,
       [this, f, replace, current, lost, restarts = life.restart_count()](const ReformStore::Outcome& out) {
         if (!current()) return;
+        if (out.finished > 0) {
+          // Workers of the job exited 0 (on another node, or here meanwhile):
+          // nothing was written, and no replacement starts.
+          if (replace) life.refund_restart();
+          log->warn(
+              "reform: {} after {} worker(s) of the job finished (exit 0), which cannot re-form: "
+              "restarting every worker",
+              lost, out.finished);
+          return begin_stop(StopReason::kLocalFailure, SIGTERM);
+        }
+        if (replace)
+          log->warn("reform: {}; starting a replacement ({}/{})", lost, restarts, cfg.max_restarts);
         if (!replace && !out.below_min) {
           log->warn("reform: {}; max_restarts={} is spent: the job goes on without it", lost,
                     cfg.max_restarts);
@@ -109,7 +119,7 @@ void Agent::Impl::on_reform_stalled(std::int64_t g) {
   const int attempt = group->attempt();
   reform.joined(
       life.round(), g,
-      [this, attempt, g](const std::optional<std::vector<int>>& joined) {
+      [this, attempt, g](const std::optional<std::vector<int>>& joined, std::int64_t finished_workers) {
         if (!joined || !reform.active() || !life.is(Phase::kRunning) || group->attempt() != attempt) return;
         std::string members;
         for (const int s : *joined) members += (members.empty() ? "" : ", ") + std::to_string(s);
@@ -126,6 +136,16 @@ void Agent::Impl::on_reform_stalled(std::int64_t g) {
               "reform: generation {} waits for rank {}, which finished (exit 0) and cannot re-form: "
               "restarting every worker",
               g, w.rank);
+          if (reform.replaced_in(group->attempt()) > 0) life.refund_restart();
+          return begin_stop(StopReason::kLocalFailure, SIGTERM);
+        }
+        if (finished_workers > 0 && !group->failures().empty()) {
+          // The same, for workers that finished on other nodes: this node,
+          // whose failure began the re-form, restarts the job.
+          log->warn(
+              "reform: generation {} waits for slots that cannot all join: {} worker(s) of the job "
+              "finished (exit 0): restarting every worker",
+              g, finished_workers);
           if (reform.replaced_in(group->attempt()) > 0) life.refund_restart();
           return begin_stop(StopReason::kLocalFailure, SIGTERM);
         }

@@ -54,7 +54,13 @@ void Agent::Impl::make_group(const std::shared_ptr<rdzv::RendezvousHandler>& han
   };
   WorkerGroupEvents events;
   events.spawn_reported = [this](int lr, pid_t pid) { observers.spawn_reported(lr, pid); };
-  events.exited = [this](const Worker& w) { observers.worker_exited(w); };
+  events.exited = [this](const Worker& w) {
+    observers.worker_exited(w);
+    // Every agent's re-forms must know: a finished worker joins none.
+    if (reform.active() && life.is(Phase::kRunning) && WIFEXITED(w.wait_status) &&
+        WEXITSTATUS(w.wait_status) == 0)
+      reform.finished(life.round());
+  };
   events.failed = [this, record] {
     if (!group->failures().empty()) record(root_failure());
     on_local_failure();

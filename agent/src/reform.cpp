@@ -83,10 +83,15 @@ void Reform::watch(const rdzv::RendezvousResult& round, std::function<void(std::
 }
 
 void Reform::joined(const rdzv::RendezvousResult& round, std::int64_t generation,
-                    std::function<void(std::optional<std::vector<int>>)> done,
+                    std::function<void(std::optional<std::vector<int>>, std::int64_t)> done,
                     std::function<void(const std::string&)> failed) {
   store_->joined(round.store_endpoint, cfg_.rendezvous.token, store::keys::reform_prefix(round.worker_prefix),
                  generation, std::move(done), std::move(failed));
+}
+
+void Reform::finished(const rdzv::RendezvousResult& round) {
+  store_->finished(round.store_endpoint, cfg_.rendezvous.token,
+                   store::keys::reform_prefix(round.worker_prefix));
 }
 
 void Reform::probe(const rdzv::RendezvousResult& round, std::function<void(bool)> done,
@@ -119,6 +124,7 @@ void Reform::lose(const rdzv::RendezvousResult& round, const WorkerFailure& f, b
   loss.slots = {f.rank};
   loss.reason = describe_failure(f);
   loss.delta = replace ? 0 : -1;
+  loss.unless_finished = true;
   min_workers_ = fewest_workers(cfg_, round);
   loss.min_size = min_workers_ - round.world_size;
   store_->lose(std::move(loss), std::move(done), std::move(failed));

@@ -111,8 +111,10 @@ class Reform {
   // The slots that joined `generation` while it is current and not full;
   // nullopt when nothing is missing from it any more.
   void joined(const rdzv::RendezvousResult& round, std::int64_t generation,
-              std::function<void(std::optional<std::vector<int>>)> done,
+              std::function<void(std::optional<std::vector<int>>, std::int64_t finished)> done,
               std::function<void(const std::string&)> failed);
+  // A worker of `round` exited 0: counted under R/finished for every agent.
+  void finished(const rdzv::RendezvousResult& round);
 
   bool busy() const { return store_ && store_->busy(); }
 

@@ -55,6 +55,13 @@ void ReformStore::lose(Loss loss, std::function<void(const Outcome&)> done,
         try {
           auto& store = c->connected(loss.store, loss.token);
           Outcome out;
+          if (loss.unless_finished) {
+            out.finished = store.add(store::keys::reform_finished_key(loss.prefix), 0);
+            if (out.finished > 0) {
+              s->post([done, out] { done(out); });
+              return;
+            }
+          }
           for (const int slot : loss.slots)
             store.set(store::keys::reform_lost_key(loss.prefix, slot), loss.reason);
           out.size = store.add(store::keys::reform_size_key(loss.prefix), loss.delta);
@@ -63,6 +70,17 @@ void ReformStore::lose(Loss loss, std::function<void(const Outcome&)> done,
           s->post([done, out] { done(out); });
         } catch (const std::exception& e) {
           s->post([failed, m = std::string(e.what())] { failed(m); });
+        }
+      });
+}
+
+void ReformStore::finished(Endpoint endpoint, std::string token, std::string prefix) {
+  caller_->call(
+      [c = client_, endpoint = std::move(endpoint), token = std::move(token), prefix = std::move(prefix)] {
+        try {
+          c->connected(endpoint, token).add(store::keys::reform_finished_key(prefix), 1);
+        } catch (const std::exception&) {
+          // The job is ending or its store is gone; the stall rule still applies.
         }
       });
 }
@@ -108,7 +126,7 @@ void ReformStore::unwatch() {
 }
 
 void ReformStore::joined(Endpoint endpoint, std::string token, std::string prefix, std::int64_t generation,
-                         std::function<void(std::optional<std::vector<int>>)> done,
+                         std::function<void(std::optional<std::vector<int>>, std::int64_t)> done,
                          std::function<void(const std::string&)> failed) {
   caller_->call([c = client_, s = sink_, endpoint = std::move(endpoint), token = std::move(token),
                  prefix = std::move(prefix), generation, done = std::move(done), failed = std::move(failed)] {
@@ -129,7 +147,8 @@ void ReformStore::joined(Endpoint endpoint, std::string token, std::string prefi
         }
         std::sort(slots->begin(), slots->end());
       }
-      s->post([done, slots = std::move(slots)] { done(slots); });
+      const std::int64_t finished = slots ? store.add(store::keys::reform_finished_key(prefix), 0) : 0;
+      s->post([done, slots = std::move(slots), finished] { done(slots, finished); });
     } catch (const std::exception& e) {
       s->post([failed, m = std::string(e.what())] { failed(m); });
     }

@@ -34,11 +34,14 @@ class ReformStore {
     // R/size may not fall below this: then R/generation is left alone and
     // `below_min` says so.
     std::int64_t min_size = 0;
+    // Nothing is written while R/finished is above 0: `finished` says so.
+    bool unless_finished = false;
   };
   struct Outcome {
     std::int64_t size = 0;        // R/size after the add
     std::int64_t generation = 0;  // R/generation after the add
     bool below_min = false;
+    std::int64_t finished = 0;  // R/finished, with unless_finished; nothing written when above 0
   };
 
   explicit ReformStore(boost::asio::io_context& io);
@@ -50,6 +53,10 @@ class ReformStore {
   // add(R/generation, 1) (store/job_keys.hpp); `failed` gets the store's error.
   void lose(Loss loss, std::function<void(const Outcome&)> done,
             std::function<void(const std::string&)> failed);
+
+  // add(R/finished, 1): a worker of the round exited 0. Its error, if any, is
+  // dropped (a re-form then waits for the finished worker until its stall).
+  void finished(Endpoint store, std::string token, std::string prefix);
 
   // Whether a worker of the round (`prefix` is its R) ever joined a
   // ddp::ElasticGroup: R/g0/joined exists once the first generation's members
@@ -69,8 +76,9 @@ class ReformStore {
   void unwatch();
   // The slots in R/g<G>/members while G is the current generation and not
   // full; nullopt once G is full or was left (nothing is missing any more).
+  // `finished`: R/finished, read with them.
   void joined(Endpoint store, std::string token, std::string prefix, std::int64_t generation,
-              std::function<void(std::optional<std::vector<int>>)> done,
+              std::function<void(std::optional<std::vector<int>>, std::int64_t finished)> done,
               std::function<void(const std::string&)> failed);
 
   bool busy() const { return caller_->busy(); }

@@ -25,6 +25,10 @@ def reform_stalled_key(reform_prefix: str) -> str:
     return reform_prefix + "stalled"
 
 
+def reform_finished_key(reform_prefix: str) -> str:
+    return reform_prefix + "finished"
+
+
 def reform_generation_prefix(reform_prefix: str, generation: int) -> str:
     return reform_prefix + "g" + str(generation) + "/"
 

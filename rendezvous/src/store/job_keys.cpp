@@ -159,6 +159,8 @@ std::string reform_full_key(const std::string& reform_prefix, std::int64_t gener
 
 std::string reform_stalled_key(const std::string& reform_prefix) { return reform_prefix + "stalled"; }
 
+std::string reform_finished_key(const std::string& reform_prefix) { return reform_prefix + "finished"; }
+
 std::string agent_status_prefix(const std::string& run_id) { return run_root(run_id) + "/agent/status/"; }
 
 std::string agent_status_key(const std::string& run_id, const std::string& node_id) {

@@ -161,3 +161,36 @@ TEST_CASE("reform: a re-form left waiting for ranks that finished restarts every
   CHECK_THAT(r.err, !Catch::Contains("worker hung"));
   CHECK_THAT(r.out, Catch::Contains("after 1 epochs, 16 steps, 0 re-forms, 1 restarts"));
 }
+
+TEST_CASE(
+    "reform: a rank that fails after a rank on another node finished restarts the job, no replacement") {
+  TempDir dir;
+  LocalDaemon daemon(dir);
+  REQUIRE(daemon.port > 0);
+  // Two nodes of one worker each: rank 0 exits 0 on one, and a second later
+  // rank 1 exits 1 on the other, whose agent sees no finished sibling of its
+  // own: R/finished tells it.
+  const auto node = [&](const std::string& name) {
+    return ddprun_argv({"--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                        "--rdzv_endpoint=" + daemon.endpoint, "--rdzv_id=job", "--local_addr=" + name,
+                        "--on_failure=reform", "--max_restarts=1", "--no_python",
+                        bin("ddp-example-train-reform").string(), "--epochs", "1", "--dataset-size", "2048",
+                        "--checkpoint", (dir / "ckpt").string(), "--fail-at-end", "1"});
+  };
+  const EnvOverrides env = clean_env({{"DDP_REFORM_TIMEOUT", "20"}});
+  Process a(node("nodea"), dir.path(), env, "nodea");
+  Process b(node("nodeb"), dir.path(), env, "nodeb");
+  const auto code_a = a.wait(std::chrono::seconds(60));
+  const auto code_b = b.wait(std::chrono::seconds(60));
+  const std::string err = a.err() + b.err(), out = a.out() + b.out();
+  INFO(out << err);
+  CHECK(code_a == std::optional<int>(0));
+  CHECK(code_b == std::optional<int>(0));
+  CHECK_THAT(out, Catch::Contains(": exit 1 after the training (--fail-at-end)"));
+  CHECK(count_lines(err,
+                    "reform: rank 1 lost (exit code 1) after 1 worker(s) of the job finished (exit 0), "
+                    "which cannot re-form: restarting every worker") == 1);
+  CHECK_THAT(err, !Catch::Contains("starting a replacement"));
+  CHECK(count_lines(err, "restarting workers (1/1)") == 2);  // both nodes, one restart
+  CHECK_THAT(out, Catch::Contains(" 0 re-forms, 1 restarts"));
+}

@@ -114,6 +114,11 @@ std::string reform_full_key(const std::string& reform_prefix, std::int64_t gener
 // timeout for slots that never joined (SDK: set "<G>"); each agent watches it
 // and replaces its own slots missing from R/g<G>/members.
 std::string reform_stalled_key(const std::string& reform_prefix);
+// "R/finished": how many workers of the round exited 0 (agent: add 1 at each
+// such exit). A finished worker never joins another generation, so an agent
+// starts no re-form once it is above 0 (docs/reform.md, "A failure after a
+// rank finished").
+std::string reform_finished_key(const std::string& reform_prefix);
 
 // "/<run>/agent/status/": the agents' status records.
 std::string agent_status_prefix(const std::string& run_id);
