@@ -395,7 +395,7 @@ int train(const Options& opt) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt.end_sleep_ms));
       return 0;
     }
-    if (opt.end_sleep_ms <= 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (opt.end_sleep_ms <= 0) std::this_thread::sleep_for(std::chrono::seconds(2));
     std::printf("slot %d pid %d: exit 1 after the training (--fail-at-end)\n", slot,
                 static_cast<int>(getpid()));
     std::fflush(stdout);
@@ -432,7 +432,7 @@ int main(int argc, char** argv) {
                        "this slot SIGSTOPs itself in the re-form a --kill-every kill starts")
             ->check(CLI::Range(0, 1 << 20));
         app.add_option("--fail-at-end", opt.fail_at_end,
-                       "this slot exits 1 after the training of the first world: a second after its siblings "
+                       "this slot exits 1 after the training of the first world: 2 s after its siblings "
                        "exit 0, or at once with --end-sleep-ms")
             ->check(CLI::Range(0, 1 << 20));
         app.add_option("--end-sleep-ms", opt.end_sleep_ms,

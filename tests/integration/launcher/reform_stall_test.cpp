@@ -132,7 +132,7 @@ RunResult fail_at_end(const TempDir& dir, const std::vector<std::string>& extra,
 
 TEST_CASE("reform: a rank that fails after its siblings finished restarts every worker, no replacement") {
   TempDir dir;
-  // Slot 1 exits 1 a second after slots 0, 2, 3 exit 0: a replacement would
+  // Slot 1 exits 1 2 s after slots 0, 2, 3 exit 0: a replacement would
   // wait for them in a generation they never join.
   const RunResult r = fail_at_end(dir, {}, {});
   INFO(r.out << r.err);
@@ -148,9 +148,10 @@ TEST_CASE("reform: a rank that fails after its siblings finished restarts every 
 
 TEST_CASE("reform: a re-form left waiting for ranks that finished restarts every worker at its stall") {
   TempDir dir;
-  // Slot 1 exits 1 at once, its siblings a second later, after its
+  // Slot 1 exits 1 at once, its siblings a second later (4 s before the
+  // stall, which would kill live slots that never joined), after its
   // replacement joined generation 1: they never join it, and its stall names them.
-  const RunResult r = fail_at_end(dir, {"--end-sleep-ms", "1000"}, {{"DDP_REFORM_STALL_TIMEOUT", "3"}});
+  const RunResult r = fail_at_end(dir, {"--end-sleep-ms", "1000"}, {{"DDP_REFORM_STALL_TIMEOUT", "5"}});
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   CHECK(count_lines(r.err, "reform: rank 1 lost (exit code 1); starting a replacement (1/1)") == 1);
@@ -167,7 +168,7 @@ TEST_CASE(
   TempDir dir;
   LocalDaemon daemon(dir);
   REQUIRE(daemon.port > 0);
-  // Two nodes of one worker each: rank 0 exits 0 on one, and a second later
+  // Two nodes of one worker each: rank 0 exits 0 on one, and 2 s later
   // rank 1 exits 1 on the other, whose agent sees no finished sibling of its
   // own: R/finished tells it.
   const auto node = [&](const std::string& name) {
