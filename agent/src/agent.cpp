@@ -274,13 +274,9 @@ void Agent::Impl::on_local_failure() {
       return fall_back_to_restart("rank " + std::to_string(f.rank) + " did not catch ddp::MembershipChanged");
     }
     if (group->succeeded() > 0) {
-      // A worker that exited 0 never joins another generation: a re-form
-      // would wait for it until DDP_REFORM_TIMEOUT.
-      log->warn(
-          "reform: {} after {} of this node's workers finished (exit 0), which cannot re-form: "
-          "restarting every worker",
-          loss_text(f), group->succeeded());
-      return begin_stop(StopReason::kLocalFailure, SIGTERM);
+      return restart_for_finished(loss_text(f) + " after " + std::to_string(group->succeeded()) +
+                                      " of this node's workers finished (exit 0), which cannot re-form",
+                                  /*refund=*/false);
     }
     reform_after(f);
   }

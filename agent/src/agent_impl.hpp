@@ -98,6 +98,11 @@ struct Agent::Impl {
   void watch_reform_stalls();
   void on_reform_stalled(std::int64_t generation);
   void fall_back_to_restart(const std::string& why);
+  // A re-form that a finished worker (exit 0) would never join: logs
+  // "reform: <why>: restarting every worker" and restarts as `restart` does;
+  // `refund`: the restart a replacement spent is given back (one restart for
+  // the failure).
+  void restart_for_finished(const std::string& why, bool refund);
   void stop_below_minimum();
   // agent_node_loss.cpp: a lost node's place is taken by a hot spare or given
   // up while the other nodes' workers re-form, when they can.

@@ -3,7 +3,6 @@
 // or given up, while its siblings keep running, and the workers learn of it
 // through their store.
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 
@@ -42,6 +41,12 @@ void Agent::Impl::fall_back_to_restart(const std::string& why) {
   begin_stop(StopReason::kLocalFailure, SIGTERM);
 }
 
+void Agent::Impl::restart_for_finished(const std::string& why, bool refund) {
+  log->warn("reform: {}: restarting every worker", why);
+  if (refund) life.refund_restart();
+  begin_stop(StopReason::kLocalFailure, SIGTERM);
+}
+
 void Agent::Impl::reform_after(const WorkerFailure& f) {
   write_failure_report(/*final_report=*/false);
   const bool replace = !life.restarts_spent();
@@ -59,12 +64,9 @@ void Agent::Impl::reform_after(const WorkerFailure& f) {
         if (out.finished > 0) {
           // Workers of the job exited 0 (on another node, or here meanwhile):
           // nothing was written, and no replacement starts.
-          if (replace) life.refund_restart();
-          log->warn(
-              "reform: {} after {} worker(s) of the job finished (exit 0), which cannot re-form: "
-              "restarting every worker",
-              lost, out.finished);
-          return begin_stop(StopReason::kLocalFailure, SIGTERM);
+          return restart_for_finished(lost + " after " + std::to_string(out.finished) +
+                                          " worker(s) of the job finished (exit 0), which cannot re-form",
+                                      replace);
         }
         if (replace)
           log->warn("reform: {}; starting a replacement ({}/{})", lost, restarts, cfg.max_restarts);
@@ -123,32 +125,23 @@ void Agent::Impl::on_reform_stalled(std::int64_t g) {
         if (!joined || !reform.active() || !life.is(Phase::kRunning) || group->attempt() != attempt) return;
         std::string members;
         for (const int s : *joined) members += (members.empty() ? "" : ", ") + std::to_string(s);
+        // A finished slot never joins: g waits for it in vain. The node whose
+        // failure began the re-form restarts the job; the restart takes the
+        // place of the replacement that joined g.
+        std::string why;
         for (const Worker& w : group->workers()) {
-          const bool finished =
-              w.done && !w.dropped && WIFEXITED(w.wait_status) && WEXITSTATUS(w.wait_status) == 0;
-          if (!finished || group->failures().empty() ||
-              std::find(joined->begin(), joined->end(), w.rank) != joined->end())
-            continue;
-          // A slot that exited 0 never joins: g waits for it in vain. The
-          // restart takes the place of the replacement that joined g, and of
-          // the restart it spent: one restart for the failure.
-          log->warn(
-              "reform: generation {} waits for rank {}, which finished (exit 0) and cannot re-form: "
-              "restarting every worker",
-              g, w.rank);
-          if (reform.replaced_in(group->attempt()) > 0) life.refund_restart();
-          return begin_stop(StopReason::kLocalFailure, SIGTERM);
+          if (why.empty() && w.exited_ok() && !w.dropped &&
+              std::find(joined->begin(), joined->end(), w.rank) == joined->end())
+            why = "generation " + std::to_string(g) + " waits for rank " + std::to_string(w.rank) +
+                  ", which finished (exit 0) and cannot re-form";
         }
-        if (finished_workers > 0 && !group->failures().empty()) {
-          // The same, for workers that finished on other nodes: this node,
-          // whose failure began the re-form, restarts the job.
-          log->warn(
-              "reform: generation {} waits for slots that cannot all join: {} worker(s) of the job "
-              "finished (exit 0): restarting every worker",
-              g, finished_workers);
-          if (reform.replaced_in(group->attempt()) > 0) life.refund_restart();
-          return begin_stop(StopReason::kLocalFailure, SIGTERM);
+        if (why.empty() && finished_workers > 0) {  // on other nodes
+          why = "generation " + std::to_string(g) +
+                " waits for slots that cannot all join: " + std::to_string(finished_workers) +
+                " worker(s) of the job finished (exit 0)";
         }
+        if (!why.empty() && !group->failures().empty())
+          return restart_for_finished(why, reform.replaced_in(group->attempt()) > 0);
         for (const Worker& w : group->workers()) {
           if (!w.spawned || w.done || w.hung || w.dropped) continue;
           if (std::find(joined->begin(), joined->end(), w.rank) != joined->end()) continue;

@@ -57,9 +57,7 @@ void Agent::Impl::make_group(const std::shared_ptr<rdzv::RendezvousHandler>& han
   events.exited = [this](const Worker& w) {
     observers.worker_exited(w);
     // Every agent's re-forms must know: a finished worker joins none.
-    if (reform.active() && life.is(Phase::kRunning) && WIFEXITED(w.wait_status) &&
-        WEXITSTATUS(w.wait_status) == 0)
-      reform.finished(life.round());
+    if (reform.active() && life.is(Phase::kRunning) && w.exited_ok()) reform.finished(life.round());
   };
   events.failed = [this, record] {
     if (!group->failures().empty()) record(root_failure());

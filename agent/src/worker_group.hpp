@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -63,6 +64,9 @@ struct Worker {
   int incarnation = 0;
   int replace_with_restart_count = -1;  // >= 0: replace once it exited
   bool dropped = false;
+
+  // It exited 0 (its slot's current worker).
+  bool exited_ok() const { return done && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0; }
 };
 
 struct WorkerGroupEvents {
