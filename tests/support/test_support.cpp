@@ -13,10 +13,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <unordered_set>
 
 extern char** environ;
 
@@ -52,12 +54,21 @@ int free_port() {
   // another test running beside it. Also apart from the shell tests' range
   // (tests/support/shell_lib.sh, 10000-18999) and the ports ddprun derives for
   // Slurm jobs (20000+). Random per call, so that parallel test processes
-  // rarely try the same one.
+  // rarely try the same one. Never the same port twice in one process: a
+  // test that takes several before it binds them (an etcd cluster's client
+  // and peer ports) was once handed one port for two members.
+  static std::mutex mu;
+  static std::unordered_set<int> given;
+  std::lock_guard<std::mutex> lock(mu);
+  if (given.size() > 2000) given.clear();  // a long loop's old ports are long bound or gone
   thread_local std::mt19937 rng(std::random_device{}());
   std::uniform_int_distribution<int> pick(3000, 9999);
   for (int i = 0; i < 200; ++i) {
     const int port = pick(rng);
-    if (bindable(port)) return port;
+    if (given.count(port) == 0 && bindable(port)) {
+      given.insert(port);
+      return port;
+    }
   }
   throw std::runtime_error("free_port: no free port on 127.0.0.1 in 3000-9999 after 200 tries");
 }
