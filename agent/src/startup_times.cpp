@@ -56,7 +56,15 @@ void StartupTimes::rendezvous_done(const rdzv::RendezvousResult& round, int loca
   }
 }
 
-void StartupTimes::spawned() { spawned_ = Clock::now(); }
+void StartupTimes::spawned() {
+  spawned_ = Clock::now();
+  if (!first_step_ || !on_first_step_) return;
+  // Every worker stepped before the agent read the last spawn report (a
+  // loaded machine): the first step is told after the caller's "startup".
+  boost::asio::post(io_, [this, attempt = attempt_] {
+    if (attempt == attempt_ && on_first_step_) on_first_step_();
+  });
+}
 
 bool StartupTimes::first_step(std::int64_t rank) {
   if (first_step_ || rank < rank_offset_ || rank >= rank_offset_ + local_world_size_) return false;
@@ -64,7 +72,7 @@ bool StartupTimes::first_step(std::int64_t rank) {
   if (static_cast<int>(reported_.size()) < local_world_size_) return false;
   first_step_ = Clock::now();
   if (watch_) watch_->cancel();
-  return true;
+  return spawned_.has_value();  // else spawned() tells it
 }
 
 nlohmann::json StartupTimes::seconds(std::optional<Clock::time_point> from,

@@ -41,13 +41,14 @@ class StartupTimes {
   void rendezvous_started();
   // The round closed: watches `store` for this node's workers' first steps
   // (none when `store` is null); `on_first_step` runs on the io thread once
-  // every local worker has reported.
+  // every local worker has reported, and never before spawned().
   void rendezvous_done(const rdzv::RendezvousResult& round, int local_world_size,
                        std::shared_ptr<store::Store> store, std::function<void()> on_first_step);
-  // Every worker of the group was started.
+  // Every worker of the group was started. When every local worker has
+  // already stepped, posts `on_first_step` so that it runs after the caller.
   void spawned();
   // Marks global `rank`'s first step (a watch event, or a test). True when it
-  // completes the node's first step.
+  // completes the node's first step after spawned().
   bool first_step(std::int64_t rank);
 
   // {"rendezvous_s", "spawn_s", "first_step_s", "first_step_ranks"}; null for
