@@ -26,6 +26,11 @@ struct BackendConfig {
   ProcessGroupOptions options;
   // Given to every Work of the group (Work::State::hooks); null: none.
   std::shared_ptr<const WorkHooks> hooks;
+  // Gloo: how long each connection may take to come up while the group
+  // connects (a peer that died mid-connect never does); 0: options.timeout,
+  // which Gloo stretches five times. Waits for the peers' addresses in the
+  // store keep options.timeout.
+  std::chrono::milliseconds connect_timeout{0};
 };
 
 // Arguments are validated by ProcessGroup before they get here; `timeout` is

@@ -378,13 +378,15 @@ class ElasticGroup::Impl {
       try {
         formed = ProcessGroup(
             std::make_shared<GenerationStore>(store, store::keys::reform_generation_key(root), g),
-            store::keys::reform_generation_prefix(root, g), rank, size, options, hooks(g));
+            store::keys::reform_generation_prefix(root, g), rank, size, options, hooks(g), stall / 2);
       } catch (const Error& e) {
         // A member died after joining, or while connecting (GenerationStore
         // noticed the generation move on): so do we. A peer that closed its
-        // connections mid-connect is one whose agent has not yet told the
-        // generation (a node's loss waits for its lease): wait for it as a
-        // failed collective does, kSettle at most.
+        // connections mid-connect, or never made one (killed before it did:
+        // each connection has stall / 2 to come up, so the members of the
+        // next generation do not count this slot as stalled), is one whose
+        // agent has not yet told the generation (a node's loss waits for its
+        // lease): wait for it as a failed collective does, kSettle at most.
         std::int64_t now = read_generation();
         if (now <= g && peer_failure(e)) {
           log::get("sdk")->warn(

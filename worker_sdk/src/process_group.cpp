@@ -99,7 +99,8 @@ ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_
 
 ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank,
                            int world_size, ProcessGroupOptions options,
-                           std::shared_ptr<const detail::WorkHooks> hooks)
+                           std::shared_ptr<const detail::WorkHooks> hooks,
+                           std::chrono::milliseconds connect_timeout)
     : impl_(std::make_unique<Impl>()) {
   if (!store) throw ConfigError("ProcessGroup: no store given (call ddp::init() first)");
   if (world_size < 1)
@@ -130,6 +131,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<store::Store> store, std::string key_
   config.size = world_size;
   config.options = options;
   config.hooks = std::move(hooks);
+  config.connect_timeout = connect_timeout;
   detail::join_group(*config.store, config.key_prefix, rank, world_size, options.timeout,
                      "process group '" + options.name + "' (" + options.backend + ")");
   impl_->backend =

@@ -2,6 +2,7 @@
 // Gloo over loopback; the test plays the agent: it kills ranks, moves
 // R/size and R/generation on, and starts replacements.
 #include <signal.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <regex>
@@ -255,6 +256,59 @@ TEST_CASE(
     const std::string out = job.finished(s);
     CHECK(field(out, "final", "gen") == 1);
     CHECK(field(out, "final", "size") == 2);
+    CHECK(field(out, "final", "rank") == s);
+  }
+}
+
+TEST_CASE(
+    "elastic: a survivor left waiting for a connection from a peer lost mid-connect joins the next "
+    "generation within half the stall timeout") {
+  // Slot 5 gets as far as publishing its Gloo addresses for generation 0 and
+  // stops there (its node cut off, or killed, before it connected). A
+  // survivor that connects to slot 5 is answered by the kernel; one whose
+  // port made it the listening side waits for a connection that never comes:
+  // Gloo's wait is 5 times the group's 60 s. The generation moves on; the
+  // survivors that formed generation 0 wait DDP_REFORM_STALL_TIMEOUT for the
+  // others in generation 1, so those must give up connecting in less.
+  ElasticJob job(6, "train", {{"DDP_REFORM_STALL_TIMEOUT", "8"}});
+  ddp::store::TcpStoreOptions client;
+  client.endpoint = ddp::parse_endpoint(job.endpoint(), "test store");
+  ddp::store::TcpStore store(client);
+  // Slots 0-4 joined as far as slot 5 can tell, so that it connects first.
+  const std::string pg = keys::reform_generation_prefix(kReform, 0) + "pg/default/0/";
+  store.append(keys::reform_members_key(kReform, 0), "0:1,1:1,2:1,3:1,4:1,");
+  store.add(keys::reform_joined_key(kReform, 0), 5);
+  char host[256] = {};
+  REQUIRE(gethostname(host, sizeof host - 1) == 0);
+  for (int s = 0; s < 5; ++s) {
+    store.set(pg + "join/" + std::to_string(s), "1");
+    store.set(pg + "gloo/rank_" + std::to_string(s), host);  // Gloo's exchange of host names
+  }
+  job.start(5);
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (!store.check({pg + "gloo/5"}) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(5ms);
+  INFO(job.describe());
+  REQUIRE(store.check({pg + "gloo/5"}));
+  job.proc(5).signal(SIGSTOP);  // waiting for slot 0's addresses: it connected nothing
+  for (int s = 0; s < 5; ++s) job.start(s);
+  // The survivors that did not form generation 0 wait in a connection to slot 5.
+  std::this_thread::sleep_for(2s);
+  int waiting = 0;
+  for (int s = 0; s < 5; ++s) waiting += field(job.proc(s).out(), "formed", "gen") == 0 ? 0 : 1;
+  job.kill(5);
+  job.move_on(-1);
+  const auto moved = std::chrono::steady_clock::now();
+  for (int s = 0; s < 5; ++s)
+    if (!job.wait_for(s, "gen=1 rank=", false, 30s)) FAIL("slot " << s << "\n" << job.describe());
+  const auto took = std::chrono::steady_clock::now() - moved;
+  INFO(waiting << " of 5 survivors were waiting for slot 5's connection");
+  CHECK(took < 8s);
+  job.stop();
+  for (int s = 0; s < 5; ++s) {
+    const std::string out = job.finished(s);
+    CHECK(field(out, "final", "gen") == 1);
+    CHECK(field(out, "final", "size") == 5);
     CHECK(field(out, "final", "rank") == s);
   }
 }

@@ -142,9 +142,12 @@ class ProcessGroup {
   friend detail::Backend& detail::backend_of(ProcessGroup&);
   friend class ElasticGroup;
   // ElasticGroup's: a group whose failed Work passes its error through
-  // `hooks` before wait() throws it (src/work_state.hpp).
+  // `hooks` before wait() throws it (src/work_state.hpp), and whose Gloo
+  // connections each come up within `connect_timeout` (0: options.timeout,
+  // which Gloo stretches five times) or fail the constructor.
   ProcessGroup(std::shared_ptr<store::Store> store, std::string key_prefix, int rank, int world_size,
-               ProcessGroupOptions options, std::shared_ptr<const detail::WorkHooks> hooks);
+               ProcessGroupOptions options, std::shared_ptr<const detail::WorkHooks> hooks,
+               std::chrono::milliseconds connect_timeout = {});
   // Aborts the backend and hands it over for destruction (which closes its
   // connections; null when it had to be kept); calls fail until the group is
   // assigned a new one.

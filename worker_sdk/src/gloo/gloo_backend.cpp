@@ -8,6 +8,7 @@
 #include <gloo/transport/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -187,11 +188,19 @@ class GlooBackend final : public Backend {
     }
     mesh_.waker = std::make_unique<GlooLoopWaker>(mesh_.device);
     mesh_.context = std::make_shared<MeshContext>(rank_, size_);
-    mesh_.context->setTimeout(config.options.timeout);
-    GlooStore store(config.store, config.key_prefix + "gloo/", config.options.timeout);
+    // Gloo waits up to five times its context's timeout for each connection
+    // (tcp::Pair::waitUntil): a bounded connect sets a fifth of its bound for
+    // the connect only. The connections keep it, but none waits on it after.
+    const auto timeout = config.options.timeout;
+    const auto bound = config.connect_timeout;
+    mesh_.context->setTimeout(
+        bound.count() > 0 && bound < timeout ? std::max(std::chrono::milliseconds(1), bound / 5) : timeout);
+    GlooStore store(config.store, config.key_prefix + "gloo/", timeout);
     try {
       const GlooLoopWaker::Awake awake(mesh_.waker.get());
       mesh_.context->connectFullMesh(store, mesh_.device);
+      mesh_.context->setTimeout(timeout);
+      mesh_.context->set_wait_timeout(timeout);
     } catch (const ddp::Error&) {
       throw;
     } catch (const std::exception& e) {

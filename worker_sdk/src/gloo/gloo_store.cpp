@@ -19,11 +19,11 @@ std::vector<char> GlooStore::get(const std::string& key) {
 
 void GlooStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
-void GlooStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+void GlooStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& /*timeout*/) {
   std::vector<std::string> prefixed;
   prefixed.reserve(keys.size());
   for (const auto& key : keys) prefixed.push_back(prefix_ + key);
-  store_->wait(prefixed, timeout);
+  store_->wait(prefixed, timeout_);
 }
 
 }  // namespace ddp::detail

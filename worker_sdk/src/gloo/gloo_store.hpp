@@ -14,7 +14,9 @@
 namespace ddp::detail {
 
 // Thread-safe as the underlying Store is. Gloo's get() has no timeout of its
-// own, so every blocking call uses the group's timeout.
+// own, so every blocking call uses the group's timeout, also where Gloo
+// passes one: its context's, which the backend shortens while connecting to
+// bound each connection's wait, not the wait for the peers' addresses.
 class GlooStore final : public gloo::rendezvous::Store {
  public:
   GlooStore(std::shared_ptr<store::Store> store, std::string prefix, std::chrono::milliseconds timeout);
