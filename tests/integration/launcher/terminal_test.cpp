@@ -35,17 +35,25 @@ TEST_CASE("breakpoint() in rank 0 prompts on the terminal and reads what the use
              "    print('stdin is', os.path.realpath('/proc/self/fd/0'))\n");
   PtySession s(ddprun_on(dir, {"--nproc_per_node=2", (dir / "debug.py").string()}), dir.path().string(),
                clean_env({}));
-  REQUIRE(s.wait_for("[rank 0]:(Pdb) "));
+  // Each wait's screen is captured after it, so that a failure shows what was there.
+  const bool prompted = s.wait_for("[rank 0]:(Pdb) ");
+  INFO("screen at the first prompt:\n" << s.screen());
+  REQUIRE(prompted);
   s.type("p x * 7\n");
-  REQUIRE(s.wait_for("42"));
+  const bool answered = s.wait_for("42");
+  INFO("screen at the answer:\n" << s.screen());
+  REQUIRE(answered);
   // Type at the next prompt, as a user would: typed early, the terminal's echo
   // lands before the prompt instead of after it.
   const auto answer = s.screen().find("42");
-  REQUIRE(s.wait_for("(Pdb) ", std::chrono::seconds(20), answer));
+  const bool prompted_again = s.wait_for("(Pdb) ", std::chrono::seconds(20), answer);
+  INFO("screen at the second prompt:\n" << s.screen());
+  REQUIRE(prompted_again);
   const auto second_prompt = s.screen().find("(Pdb) ", answer);
   s.type("c\n");
-  REQUIRE(s.wait(std::chrono::seconds(30)) == std::optional<int>(0));
-  INFO(s.screen());
+  const auto code = s.wait(std::chrono::seconds(30));
+  INFO("screen at the end:\n" << s.screen());
+  REQUIRE(code == std::optional<int>(0));
   // The prompt line is rank 0's unfinished line when the echo of "c" ends it
   // on the terminal, so "after 6" continues that line: no second prefix.
   CHECK(s.screen().find("after 6", second_prompt) != std::string::npos);
