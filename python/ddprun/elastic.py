@@ -178,9 +178,17 @@ class ElasticGroup:
         self._synced = -1  # the latest generation sync_state() broadcast in
         self._syncs = 0  # how often in that generation
         io.hook_uncaught(MembershipChanged)
-        self._join(-1, list(range(int(os.environ.get("WORLD_SIZE", "1")))), time.monotonic())
+        # Watching from the first generation on: a peer lost while generation
+        # 0 forms leaves the others in torch's store or connect waits, which
+        # only the watcher's shutting of their sockets ends before the timeout.
         self._watcher = threading.Thread(target=self._watch, name="ddprun.elastic watcher", daemon=True)
         self._watcher.start()
+        try:
+            self._join(-1, list(range(int(os.environ.get("WORLD_SIZE", "1")))), time.monotonic())
+        except BaseException:
+            self._closed.set()
+            self._watcher.join()
+            raise
         atexit.register(self.close)
 
     def close(self) -> None:

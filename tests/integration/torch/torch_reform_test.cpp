@@ -399,6 +399,68 @@ TEST_CASE(
   CHECK_THAT(s1->out(), Catch::Contains("final gen=1 rank=1 size=2 sum=2"));
 }
 
+TEST_CASE(
+    "torch re-form: a peer lost before its group published anything while generation 0 forms holds the "
+    "others only until the generation moves on",
+    "[connect-lost]") {
+  // Slot 2 joined generation 0 (its member entry written for it) and died
+  // before its process group wrote a key; slots 0 and 1 wait for its keys in
+  // torch's store wait, with the group's 60 s timeout. The watcher shuts
+  // their sockets once the generation moves on, from the first generation
+  // on, so they form generation 1 at once instead of after those 60 s.
+  if (!have_torch()) return;
+  namespace keys = ddp::store::keys;
+  ddp::store::StoreServerOptions options;
+  options.host = "127.0.0.1";
+  ddp::store::StoreServer server(options);
+  server.start();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(server.port());
+  ddp::store::TcpStoreOptions client;
+  client.endpoint = ddp::parse_endpoint(endpoint, "test store");
+  ddp::store::TcpStore store(client);
+  const std::string root = keys::reform_prefix("/job/");
+  store.append(keys::reform_members_key(root, 0), "2:1,");
+  store.add(keys::reform_joined_key(root, 0), 1);
+  TempDir dir;
+  const auto start = [&](int slot) {
+    return std::make_unique<Process>(std::vector<std::string>{python(), script("reform_connect.py")},
+                                     dir.path(),
+                                     worker_env({{"PYTHONPATH", (source_dir() / "python").string()},
+                                                 {"RANK", std::to_string(slot)},
+                                                 {"WORLD_SIZE", "3"},
+                                                 {"LOCAL_RANK", std::to_string(slot)},
+                                                 {"LOCAL_WORLD_SIZE", "3"},
+                                                 {"MASTER_ADDR", "127.0.0.1"},
+                                                 {"MASTER_PORT", std::to_string(server.port())},
+                                                 {"DDP_STORE_ENDPOINT", endpoint},
+                                                 {"DDP_STORE_PREFIX", "/job/"},
+                                                 {"DDP_REFORM", "1"},
+                                                 {"TEST_PG_TIMEOUT_S", "60"}}),
+                                     "slot" + std::to_string(slot));
+  };
+  auto s0 = start(0);
+  auto s1 = start(1);
+  // Both wait for slot 2 once generation 0's group prefix holds keys of each.
+  const std::string pg = keys::reform_generation_prefix(root, 0) + "pg/";  // _reform_keys.reform_pg_prefix
+  const auto forming = [&] { return store.list(pg).kvs.size() >= 2; };
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (!forming() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+  const auto describe = [&] {
+    return "slot 0:\n" + s0->out() + s0->err() + "\nslot 1:\n" + s1->out() + s1->err();
+  };
+  INFO(describe());
+  REQUIRE(forming());
+  std::this_thread::sleep_for(1s);  // in the wait for slot 2's keys
+  store.add(keys::reform_size_key(root), -1);
+  store.add(keys::reform_generation_key(root), 1);
+  const auto c0 = s0->wait(30s), c1 = s1->wait(30s);
+  INFO(describe());
+  CHECK(c0 == 0);
+  CHECK(c1 == 0);
+  CHECK_THAT(s0->out(), Catch::Contains("formed gen=1 rank=0 size=2"));
+  CHECK_THAT(s1->out(), Catch::Contains("final gen=1 rank=1 size=2 sum=2"));
+}
+
 TEST_CASE("torch re-form: torch 1.13 says so in one line and the job falls back to restart", "[torch1]") {
   // Debian's torch 1.13, whatever python the label chose for the others.
   ::unsetenv("DDP_TEST_PYTHON");
