@@ -136,7 +136,7 @@ void Observers::publish_status(const std::string& final_state) {
   for (const auto& w : group_->workers()) {
     std::string state = "starting";
     if (w.done) {
-      state = WIFEXITED(w.wait_status) && WEXITSTATUS(w.wait_status) == 0 ? "succeeded" : "failed";
+      state = w.exited_ok() ? "succeeded" : "failed";
     } else if (w.spawned) {
       state = "running";
     }

@@ -308,7 +308,7 @@ void WorkerGroup::on_exit(int local_rank, int wait_status) {
     }
   }
   events_.exited(w);
-  const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+  const bool ok = w.exited_ok();
   if (state_ == State::kRunning) {
     if (w.replace_with_restart_count >= 0) {  // its replacement was waiting for this exit
       replace(local_rank, w.replace_with_restart_count);
