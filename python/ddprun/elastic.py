@@ -391,6 +391,7 @@ class ElasticGroup:
                     self._abandon()
                 self._say_if_stuck()
                 self._exit_if_wedged()
+                self._exit_if_connect_stuck()
 
     def _abandon(self) -> None:
         line = (f"generation {self.generation} ended {self._abandon_s:g} s ago and this script never called "
@@ -448,6 +449,36 @@ class ElasticGroup:
                f"every connection of its Gloo group closed and the process idle: an operation only its "
                f"timeout ({self._timeout.total_seconds():g} s) would end. Exiting so that ddprun replaces "
                f"this rank; main thread in {_where(frame)}")
+        os._exit(1)
+
+    def _exit_if_connect_stuck(self) -> None:
+        """Under the lock: ends a Gloo rank still in torch forming generation
+        G a while after G ended and the watcher shut its sockets. It waits in
+        Gloo's connect for a peer lost before it connected (this rank had the
+        listening end), which only the group's timeout ends (docs/reform.md,
+        "A connect the release cannot end"). Exits 1 with one line, so that
+        its agent replaces it now rather than at the stall timeout, which
+        would call it hung."""
+        g = self._forming
+        if self._backend != "gloo" or self._sockets is not None or g < 0 or self._released < g or \
+                self._released_at is None:
+            return
+        grace = min(STUCK_S, self._stall_s / 2) if self._stall_s > 0 else STUCK_S
+        since = time.monotonic() - self._released_at
+        if since < grace:
+            return
+        import torch
+
+        frame = _main_frame()
+        if frame is None or not os.path.abspath(frame.f_code.co_filename).startswith(
+                os.path.dirname(os.path.abspath(torch.__file__)) + os.sep):
+            return
+        line = (f"generation {g} ended {since:.0f} s ago while this rank was still connecting its Gloo "
+                f"group, waiting for a peer lost before it connected: only the group's timeout "
+                f"({self._timeout.total_seconds():g} s) would end that wait. Exiting so that ddprun replaces "
+                f"this rank; main thread in {_where(frame)}")
+        io.say(line)
+        io.write_error_file("MembershipChanged: " + line, "")
         os._exit(1)
 
     def _release(self, g: int) -> None:

@@ -321,82 +321,119 @@ TEST_CASE(
   CHECK(final_loss(r.all) > 0);
 }
 
+namespace {
+
+// The connect cases play the agents, as tests/integration/sdk/elastic_test.cpp
+// does for the C++ SDK: a store, member entries written for slots that are
+// late or gone, reform_connect.py workers, and the generation moved by hand.
+class ConnectJob {
+ public:
+  ConnectJob() : server_(server_options()) {
+    server_.start();
+    endpoint_ = "127.0.0.1:" + std::to_string(server_.port());
+    ddp::store::TcpStoreOptions client;
+    client.endpoint = ddp::parse_endpoint(endpoint_, "test store");
+    store_ = std::make_unique<ddp::store::TcpStore>(client);
+  }
+  ddp::store::TcpStore& store() { return *store_; }
+  const std::string root = ddp::store::keys::reform_prefix("/job/");
+  // Generation 0's torch group keys (_reform_keys.reform_pg_prefix).
+  const std::string pg = ddp::store::keys::reform_generation_prefix(root, 0) + "pg/";
+
+  // `slots` joined generation 0 as far as the others can tell.
+  void joined(const std::string& members, int count) {
+    store_->append(ddp::store::keys::reform_members_key(root, 0), members);
+    store_->add(ddp::store::keys::reform_joined_key(root, 0), count);
+  }
+  void start(int slot, int world, int timeout_s, std::map<std::string, std::optional<std::string>> env = {}) {
+    env.insert({{"PYTHONPATH", (source_dir() / "python").string()},
+                {"RANK", std::to_string(slot)},
+                {"WORLD_SIZE", std::to_string(world)},
+                {"LOCAL_RANK", std::to_string(slot)},
+                {"LOCAL_WORLD_SIZE", std::to_string(world)},
+                {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", std::to_string(server_.port())},
+                {"DDP_STORE_ENDPOINT", endpoint_},
+                {"DDP_STORE_PREFIX", "/job/"},
+                {"DDP_REFORM", "1"},
+                {"TEST_PG_TIMEOUT_S", std::to_string(timeout_s)}});
+    procs_[slot] = std::make_unique<Process>(std::vector<std::string>{python(), script("reform_connect.py")},
+                                             dir_.path(), worker_env(env), "slot" + std::to_string(slot));
+  }
+  Process& proc(int slot) { return *procs_.at(slot); }
+  // The agents' move to the next generation after `lost` slots were lost.
+  void move_on(int lost) {
+    store_->add(ddp::store::keys::reform_size_key(root), -lost);
+    store_->add(ddp::store::keys::reform_generation_key(root), 1);
+  }
+  // Waits until generation 0's group prefix holds at least `n` keys.
+  bool pg_keys(std::size_t n, std::chrono::seconds limit = 60s) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (store_->list(pg).kvs.size() < n && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(5ms);
+    return store_->list(pg).kvs.size() >= n;
+  }
+  std::string describe() {
+    std::string text = "keys:\n";
+    for (const auto& kv : store_->list(root).kvs) text += kv.key + "\n";
+    for (auto& [slot, p] : procs_)
+      text += "slot " + std::to_string(slot) + ":\n" + p->out() + p->err() + "\n";
+    return text;
+  }
+
+ private:
+  static ddp::store::StoreServerOptions server_options() {
+    ddp::store::StoreServerOptions options;
+    options.host = "127.0.0.1";
+    return options;
+  }
+  ddp::store::StoreServer server_;
+  std::string endpoint_;
+  std::unique_ptr<ddp::store::TcpStore> store_;
+  TempDir dir_;
+  std::map<int, std::unique_ptr<Process>> procs_;
+};
+
+}  // namespace
+
 TEST_CASE(
     "torch re-form: a peer that dies while generation 0 connects makes the others wait for the next "
     "generation, not exit",
     "[connect]") {
-  // The test plays the agents, as tests/integration/sdk/elastic_test.cpp does
-  // for the C++ SDK. Slot 1 is late (its member entry written for it, its
-  // process started once generation 1 begins, as a spare's would); slot 2
-  // starts to form the group and dies, so slot 0 cannot connect. The
-  // generation moves on only once slot 0 said it failed, as it does when an
-  // agent learns of a lost node from its lease.
+  // Slot 1 is late (its member entry written for it, its process started
+  // once generation 1 begins, as a spare's would); slot 2 starts to form the
+  // group and dies, so slot 0 cannot connect. The generation moves on only
+  // once slot 0 said it failed, as it does when an agent learns of a lost
+  // node from its lease.
   if (!have_torch()) return;
-  namespace keys = ddp::store::keys;
-  ddp::store::StoreServerOptions options;
-  options.host = "127.0.0.1";
-  ddp::store::StoreServer server(options);
-  server.start();
-  const std::string endpoint = "127.0.0.1:" + std::to_string(server.port());
-  ddp::store::TcpStoreOptions client;
-  client.endpoint = ddp::parse_endpoint(endpoint, "test store");
-  ddp::store::TcpStore store(client);
-  const std::string root = keys::reform_prefix("/job/");
-  store.append(keys::reform_members_key(root, 0), "1:1,");
-  store.add(keys::reform_joined_key(root, 0), 1);
-  TempDir dir;
-  const auto start = [&](int slot) {
-    return std::make_unique<Process>(std::vector<std::string>{python(), script("reform_connect.py")},
-                                     dir.path(),
-                                     worker_env({{"PYTHONPATH", (source_dir() / "python").string()},
-                                                 {"RANK", std::to_string(slot)},
-                                                 {"WORLD_SIZE", "3"},
-                                                 {"LOCAL_RANK", std::to_string(slot)},
-                                                 {"LOCAL_WORLD_SIZE", "3"},
-                                                 {"MASTER_ADDR", "127.0.0.1"},
-                                                 {"MASTER_PORT", std::to_string(server.port())},
-                                                 {"DDP_STORE_ENDPOINT", endpoint},
-                                                 {"DDP_STORE_PREFIX", "/job/"},
-                                                 {"DDP_REFORM", "1"},
-                                                 {"TEST_PG_TIMEOUT_S", "3"}}),
-                                     "slot" + std::to_string(slot));
-  };
-  auto s0 = start(0);
-  auto s2 = start(2);
+  ConnectJob job;
+  job.joined("1:1,", 1);
+  job.start(0, 3, 3);
+  job.start(2, 3, 3);
   // Both are in init_process_group once generation 0's group prefix holds keys of each.
-  const std::string pg = keys::reform_generation_prefix(root, 0) + "pg/";  // _reform_keys.reform_pg_prefix
-  const auto forming = [&] { return store.list(pg).kvs.size() >= 2; };
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (!forming() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
-  const auto describe = [&](Process* s1) {
-    std::string keys_text;
-    for (const auto& kv : store.list(root).kvs) keys_text += kv.key + "\n";
-    return "keys:\n" + keys_text + "slot 0:\n" + s0->out() + s0->err() + "\nslot 2:\n" + s2->out() +
-           s2->err() + (s1 ? "\nslot 1:\n" + s1->out() + s1->err() : std::string());
-  };
-  INFO(describe(nullptr));
-  REQUIRE(forming());
-  s2->signal(SIGKILL);
-  s2->wait(10s);
+  const bool forming = job.pg_keys(2);
+  INFO(job.describe());
+  REQUIRE(forming);
+  job.proc(2).signal(SIGKILL);
+  job.proc(2).wait(10s);
   const std::string failed = "could not connect generation 0";
   const auto seen_until = std::chrono::steady_clock::now() + 60s;
   // Slot 0 fails to connect, and must wait for the generation rather than exit.
-  const auto said = [&] { return s0->err().find(failed) != std::string::npos; };
-  while (!said() && s0->running() && std::chrono::steady_clock::now() < seen_until)
+  const auto said = [&] { return job.proc(0).err().find(failed) != std::string::npos; };
+  while (!said() && job.proc(0).running() && std::chrono::steady_clock::now() < seen_until)
     std::this_thread::sleep_for(20ms);
-  INFO(describe(nullptr));
+  INFO(job.describe());
   REQUIRE(said());
-  store.add(keys::reform_size_key(root), -1);
-  store.add(keys::reform_generation_key(root), 1);
+  job.move_on(1);
   // Slot 1 starts now and joins generation 1 first: its group is the first
   // its torch makes, while slot 0's torch counted the one that failed.
-  auto s1 = start(1);
-  const auto c0 = s0->wait(90s), c1 = s1->wait(90s);
-  INFO(describe(s1.get()));
+  job.start(1, 3, 3);
+  const auto c0 = job.proc(0).wait(90s), c1 = job.proc(1).wait(90s);
+  INFO(job.describe());
   CHECK(c0 == 0);
   CHECK(c1 == 0);
-  CHECK_THAT(s0->out(), Catch::Contains("final gen=1 rank=0 size=2 sum=2"));
-  CHECK_THAT(s1->out(), Catch::Contains("final gen=1 rank=1 size=2 sum=2"));
+  CHECK_THAT(job.proc(0).out(), Catch::Contains("final gen=1 rank=0 size=2 sum=2"));
+  CHECK_THAT(job.proc(1).out(), Catch::Contains("final gen=1 rank=1 size=2 sum=2"));
 }
 
 TEST_CASE(
@@ -409,56 +446,86 @@ TEST_CASE(
   // their sockets once the generation moves on, from the first generation
   // on, so they form generation 1 at once instead of after those 60 s.
   if (!have_torch()) return;
-  namespace keys = ddp::store::keys;
-  ddp::store::StoreServerOptions options;
-  options.host = "127.0.0.1";
-  ddp::store::StoreServer server(options);
-  server.start();
-  const std::string endpoint = "127.0.0.1:" + std::to_string(server.port());
-  ddp::store::TcpStoreOptions client;
-  client.endpoint = ddp::parse_endpoint(endpoint, "test store");
-  ddp::store::TcpStore store(client);
-  const std::string root = keys::reform_prefix("/job/");
-  store.append(keys::reform_members_key(root, 0), "2:1,");
-  store.add(keys::reform_joined_key(root, 0), 1);
-  TempDir dir;
-  const auto start = [&](int slot) {
-    return std::make_unique<Process>(std::vector<std::string>{python(), script("reform_connect.py")},
-                                     dir.path(),
-                                     worker_env({{"PYTHONPATH", (source_dir() / "python").string()},
-                                                 {"RANK", std::to_string(slot)},
-                                                 {"WORLD_SIZE", "3"},
-                                                 {"LOCAL_RANK", std::to_string(slot)},
-                                                 {"LOCAL_WORLD_SIZE", "3"},
-                                                 {"MASTER_ADDR", "127.0.0.1"},
-                                                 {"MASTER_PORT", std::to_string(server.port())},
-                                                 {"DDP_STORE_ENDPOINT", endpoint},
-                                                 {"DDP_STORE_PREFIX", "/job/"},
-                                                 {"DDP_REFORM", "1"},
-                                                 {"TEST_PG_TIMEOUT_S", "60"}}),
-                                     "slot" + std::to_string(slot));
-  };
-  auto s0 = start(0);
-  auto s1 = start(1);
-  // Both wait for slot 2 once generation 0's group prefix holds keys of each.
-  const std::string pg = keys::reform_generation_prefix(root, 0) + "pg/";  // _reform_keys.reform_pg_prefix
-  const auto forming = [&] { return store.list(pg).kvs.size() >= 2; };
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (!forming() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
-  const auto describe = [&] {
-    return "slot 0:\n" + s0->out() + s0->err() + "\nslot 1:\n" + s1->out() + s1->err();
-  };
-  INFO(describe());
-  REQUIRE(forming());
+  ConnectJob job;
+  job.joined("2:1,", 1);
+  job.start(0, 3, 60);
+  job.start(1, 3, 60);
+  const bool forming = job.pg_keys(2);
+  INFO(job.describe());
+  REQUIRE(forming);
   std::this_thread::sleep_for(1s);  // in the wait for slot 2's keys
-  store.add(keys::reform_size_key(root), -1);
-  store.add(keys::reform_generation_key(root), 1);
-  const auto c0 = s0->wait(30s), c1 = s1->wait(30s);
-  INFO(describe());
+  job.move_on(1);
+  const auto c0 = job.proc(0).wait(30s), c1 = job.proc(1).wait(30s);
+  INFO(job.describe());
   CHECK(c0 == 0);
   CHECK(c1 == 0);
-  CHECK_THAT(s0->out(), Catch::Contains("formed gen=1 rank=0 size=2"));
-  CHECK_THAT(s1->out(), Catch::Contains("final gen=1 rank=1 size=2 sum=2"));
+  CHECK_THAT(job.proc(0).out(), Catch::Contains("formed gen=1 rank=0 size=2"));
+  CHECK_THAT(job.proc(1).out(), Catch::Contains("final gen=1 rank=1 size=2 sum=2"));
+}
+
+TEST_CASE(
+    "torch re-form: a survivor left in Gloo's connect by a peer lost before it connected exits at once "
+    "with one line for its agent to replace it",
+    "[connect-listen]") {
+  // Slot 5 gets as far as writing its Gloo addresses for generation 0 and
+  // stops (the others' entries written for them, so that it is first). A
+  // survivor that connects to it is answered by the kernel; one whose end is
+  // the listening one waits in Gloo's connect, which only the group's 120 s
+  // timeout ends (ports decide which: about half of them). Once the
+  // generation moved on, those exit 1 saying why; the others form generation
+  // 1, and generation 2 once the agents (the test) took the exits in.
+  if (!have_torch()) return;
+  ConnectJob job;
+  job.joined("0:1,1:1,2:1,3:1,4:1,", 5);
+  const std::map<std::string, std::optional<std::string>> env{{"DDP_REFORM_STALL_TIMEOUT", "8"}};
+  job.start(5, 6, 120, env);
+  bool forming = job.pg_keys(1);
+  std::this_thread::sleep_for(500ms);  // all of slot 5's keys written; it waits for slot 0's
+  INFO(job.describe());
+  REQUIRE(forming);
+  job.proc(5).signal(SIGSTOP);
+  const std::size_t alone = job.store().list(job.pg).kvs.size();
+  for (int s = 0; s < 5; ++s) job.start(s, 6, 120, env);
+  forming = job.pg_keys(alone * 6);
+  INFO(job.describe());
+  REQUIRE(forming);
+  std::this_thread::sleep_for(2s);  // connecting, or formed
+  job.proc(5).signal(SIGKILL);
+  job.proc(5).wait(10s);
+  job.move_on(1);
+  // Each survivor either joined generation 1 (and waits there for the
+  // others) or exited saying why.
+  const std::string line = "while this rank was still connecting its Gloo group";
+  const auto in_generation_1 = [&](int s) {
+    const auto members = job.store().multi_get({ddp::store::keys::reform_members_key(job.root, 1)})[0];
+    return members && ("," + *members).find("," + std::to_string(s) + ":") != std::string::npos;
+  };
+  const auto settled = [&](int s) { return !job.proc(s).running() || in_generation_1(s); };
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  for (int s = 0; s < 5; ++s)
+    while (!settled(s) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
+  INFO(job.describe());
+  int exited = 0;
+  for (int s = 0; s < 5; ++s) {
+    INFO("slot " << s);
+    REQUIRE(settled(s));
+    if (in_generation_1(s)) continue;
+    CHECK(job.proc(s).wait(1s) == 1);
+    CHECK_THAT(job.proc(s).err(),
+               Catch::Contains(line) && Catch::Contains("Exiting so that ddprun replaces"));
+    ++exited;
+  }
+  // The agents take the exits in: the rest form the generation after.
+  INFO(exited << " of 5 survivors exited from generation 0's connect");
+  if (exited > 0) job.move_on(exited);
+  const std::string final_gen = "final gen=" + std::to_string(exited > 0 ? 2 : 1);
+  for (int s = 0; s < 5; ++s) {
+    if (!in_generation_1(s)) continue;
+    INFO("slot " << s);
+    CHECK(job.proc(s).wait(60s) == 0);
+    CHECK_THAT(job.proc(s).out(),
+               Catch::Contains(final_gen) && Catch::Contains(" size=" + std::to_string(5 - exited)));
+  }
 }
 
 TEST_CASE("torch re-form: torch 1.13 says so in one line and the job falls back to restart", "[torch1]") {
