@@ -478,8 +478,7 @@ class ElasticGroup:
                 f"({self._timeout.total_seconds():g} s) would end that wait. Exiting so that ddprun replaces "
                 f"this rank; main thread in {_where(frame)}")
         io.say(line)
-        io.write_error_file("MembershipChanged: " + line, "")
-        os._exit(1)
+        os._exit(1)  # no error file: its type would make the agent fall back to restart
 
     def _release(self, g: int) -> None:
         """Under the lock: shut generation g's sockets, once."""

@@ -356,11 +356,15 @@ class ConnectJob {
                 {"DDP_STORE_ENDPOINT", endpoint_},
                 {"DDP_STORE_PREFIX", "/job/"},
                 {"DDP_REFORM", "1"},
-                {"TEST_PG_TIMEOUT_S", std::to_string(timeout_s)}});
+                {"TEST_PG_TIMEOUT_S", std::to_string(timeout_s)},
+                {"TORCHELASTIC_ERROR_FILE", error_file(slot).string()}});
     procs_[slot] = std::make_unique<Process>(std::vector<std::string>{python(), script("reform_connect.py")},
                                              dir_.path(), worker_env(env), "slot" + std::to_string(slot));
   }
   Process& proc(int slot) { return *procs_.at(slot); }
+  std::filesystem::path error_file(int slot) const {
+    return dir_ / ("error_" + std::to_string(slot) + ".json");
+  }
   // The agents' move to the next generation after `lost` slots were lost.
   void move_on(int lost) {
     store_->add(ddp::store::keys::reform_size_key(root), -lost);
@@ -513,6 +517,9 @@ TEST_CASE(
     CHECK(job.proc(s).wait(1s) == 1);
     CHECK_THAT(job.proc(s).err(),
                Catch::Contains(line) && Catch::Contains("Exiting so that ddprun replaces"));
+    // An error file (an uncaught MembershipChanged's) would make its agent
+    // fall back to restart instead of replacing it.
+    CHECK_FALSE(std::filesystem::exists(job.error_file(s)));
     ++exited;
   }
   // The agents take the exits in: the rest form the generation after.
