@@ -77,6 +77,12 @@ class ElasticJob {
     proc(slot).signal(SIGKILL);
     proc(slot).wait(10s);
   }
+  ddp::store::TcpStore& store() { return *store_; }
+  // `members` ("slot:state," each) joined generation 0 as far as the others can tell.
+  void joined(const std::string& members, int count) {
+    store_->append(keys::reform_members_key(kReform, 0), members);
+    store_->add(keys::reform_joined_key(kReform, 0), count);
+  }
   void move_on(int size_delta) {
     store_->add(keys::reform_size_key(kReform), size_delta);
     store_->add(keys::reform_generation_key(kReform), 1);
@@ -227,11 +233,8 @@ TEST_CASE(
   // survivor saw that failure, as it does when an agent learns of a lost node
   // from its lease.
   ElasticJob job(3, "train", {{"ELASTIC_TEST_GLOO_TIMEOUT_S", "3"}});
-  ddp::store::TcpStoreOptions client;
-  client.endpoint = ddp::parse_endpoint(job.endpoint(), "test store");
-  ddp::store::TcpStore store(client);
-  store.append(keys::reform_members_key(kReform, 0), "1:1,");
-  store.add(keys::reform_joined_key(kReform, 0), 1);
+  auto& store = job.store();
+  job.joined("1:1,", 1);
   job.start(0);
   job.start(2);
   const std::string join = keys::reform_generation_prefix(kReform, 0) + "pg/default/0/join/";
@@ -271,13 +274,10 @@ TEST_CASE(
   // survivors that formed generation 0 wait DDP_REFORM_STALL_TIMEOUT for the
   // others in generation 1, so those must give up connecting in less.
   ElasticJob job(6, "train", {{"DDP_REFORM_STALL_TIMEOUT", "8"}});
-  ddp::store::TcpStoreOptions client;
-  client.endpoint = ddp::parse_endpoint(job.endpoint(), "test store");
-  ddp::store::TcpStore store(client);
+  auto& store = job.store();
   // Slots 0-4 joined as far as slot 5 can tell, so that it connects first.
   const std::string pg = keys::reform_generation_prefix(kReform, 0) + "pg/default/0/";
-  store.append(keys::reform_members_key(kReform, 0), "0:1,1:1,2:1,3:1,4:1,");
-  store.add(keys::reform_joined_key(kReform, 0), 5);
+  job.joined("0:1,1:1,2:1,3:1,4:1,", 5);
   char host[256] = {};
   REQUIRE(gethostname(host, sizeof host - 1) == 0);
   for (int s = 0; s < 5; ++s) {
