@@ -26,13 +26,15 @@ std::vector<std::string> ddprun_on(const TempDir& dir, std::vector<std::string> 
 TEST_CASE("breakpoint() in rank 0 prompts on the terminal and reads what the user types") {
   TempDir dir;
   write_file(dir / "debug.py",
-             "import os\n"
+             "import os, sys\n"
              "if os.environ['RANK'] == '0':\n"
              "    x = 6\n"
              "    breakpoint()\n"
              "    print('after', x)\n"
              "else:\n"
-             "    print('stdin is', os.path.realpath('/proc/self/fd/0'))\n");
+             // One write: under `python -u` print() writes each argument on its own,
+             // and rank 0's lines may come between them (two rows, each prefixed).
+             "    sys.stdout.write('stdin is ' + os.path.realpath('/proc/self/fd/0') + '\\n')\n");
   PtySession s(ddprun_on(dir, {"--nproc_per_node=2", (dir / "debug.py").string()}), dir.path().string(),
                clean_env({}));
   // Each wait's screen is captured after it, so that a failure shows what was there.
