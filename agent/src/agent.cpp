@@ -73,7 +73,12 @@ void Agent::Impl::join_rendezvous() {
            cfg.rendezvous.run_id, life.restart_count(), cfg.max_restarts);
   rdzv->next_round([this](const rdzv::RendezvousResult& r) { on_round(r); },
                    [this](ExitCode code, const std::string& m) {
-                     if (!life.done()) finish(code, m);
+                     if (life.done()) return;
+                     if (code != ExitCode::kOk) return finish(code, m);
+                     // The job finished while this node waited to join it.
+                     log->warn("{}", m);
+                     final_reason = m;
+                     finish(code);
                    });
 }
 

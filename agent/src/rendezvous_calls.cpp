@@ -76,6 +76,9 @@ void RendezvousCalls::next_round(std::function<void(const rdzv::RendezvousResult
     } catch (const ExcludedError& e) {
       log::set_status_line("");
       s->post([failed, m = std::string(e.what())] { failed(ExitCode::kExcluded, m); });
+    } catch (const JobFinished& e) {
+      log::set_status_line("");
+      s->post([failed, m = std::string(e.what())] { failed(ExitCode::kOk, m); });
     } catch (const std::exception& e) {
       log::set_status_line("");
       s->post([failed, m = std::string(e.what())] { failed(ExitCode::kRendezvous, m); });

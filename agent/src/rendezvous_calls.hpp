@@ -48,8 +48,9 @@ class RendezvousCalls {
   void settle_place(const rdzv::Departure& d, bool offer, bool may_shrink,
                     std::function<void(const rdzv::Place&)> done, ErrorFn failed);
 
-  // next_rendezvous(); a failure comes with the exit code it means
-  // (kConfig for a ConfigError, else kRendezvous).
+  // next_rendezvous(); a failure comes with the exit code it means (kConfig
+  // for a ConfigError, kExcluded for an ExcludedError, else kRendezvous), and
+  // a job that finished while this node waited to join it with kOk.
   void next_round(std::function<void(const rdzv::RendezvousResult&)> done,
                   std::function<void(ExitCode, const std::string&)> failed);
   // report_failure(reason); `failed` may be empty (the error is then ignored).

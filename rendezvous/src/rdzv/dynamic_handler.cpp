@@ -188,6 +188,7 @@ RendezvousResult DynamicHandler::next_rendezvous() {
       if (late) store_->remove(my_key);
     }
     const auto decided_at = Clock::now();
+    if (late && store_->try_get(prefix + "done")) throw_finished(round, false);
     if (late) {
       // Past MAX, or past the count of a round that closed at MAX: a hot
       // spare, unless the running round gave places up (the job went on
@@ -521,6 +522,32 @@ DynamicHandler::Closed DynamicHandler::wait_closed(std::int64_t round, int index
   }
 }
 
+store::WatchSpec DynamicHandler::RoundWatch::spec(const std::shared_ptr<RoundWatch>& w, std::string prefix,
+                                                  store::Revision from) {
+  auto push = [w](const store::WatchEvent& ev) {
+    {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->events.push_back(ev);
+    }
+    w->cv.notify_all();
+  };
+  auto fail = [w](const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->error = why;
+    }
+    w->cv.notify_all();
+  };
+  return store::WatchSpec{std::move(prefix), from, std::move(push), std::move(fail)};
+}
+
+std::deque<store::WatchEvent> DynamicHandler::RoundWatch::take(Clock::time_point until, std::int64_t round) {
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait_until(lock, until, [&] { return !events.empty() || error; });
+  if (error) throw RendezvousError("watch of round " + std::to_string(round) + " ended: " + *error);
+  return std::exchange(events, {});
+}
+
 void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline, bool counted) {
   const std::string prefix = prefix_of(round);
   if (!counted) {
@@ -529,13 +556,21 @@ void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline, bo
         "round is running, waiting to join the next one run_id={} round={} waiting_nodes={}", config_.run_id,
         round, waiting);
   }
+  // The round ends (ctl/ended), or the job finishes in it (done): watched from
+  // the reading of done, and ctl/ended read once for what came before.
+  auto w = std::make_shared<RoundWatch>();
+  const auto now = store_->list(prefix + "done");
+  if (!now.kvs.empty()) throw_finished(round, true);
+  std::vector<store::WatchSpec> specs;
+  specs.push_back(RoundWatch::spec(w, prefix + "ctl/ended", now.revision + 1));
+  specs.push_back(RoundWatch::spec(w, prefix + "done", now.revision + 1));
+  auto handles = store_->watch_all(std::move(specs));
+  if (store_->try_get(prefix + "ctl/ended")) return;
   const bool feedback = log::get("rdzv")->should_log(spdlog::level::info);
   while (true) {
-    auto wait = feedback ? std::min(deadline.remaining(), kProgressPeriod) : deadline.remaining();
-    try {
-      store_->get(prefix + "ctl/ended", std::max(wait, std::chrono::milliseconds(1)));
-      return;
-    } catch (const TimeoutError&) {
+    for (const auto& ev : w->take(std::min(deadline.at(), Clock::now() + kProgressPeriod), round)) {
+      if (ev.key == prefix + "ctl/ended") return;
+      if (ev.key == prefix + "done" && ev.type == store::EventType::kPut) throw_finished(round, true);
     }
     if (deadline.expired()) throw_timeout(round, true);
     if (feedback && config_.on_progress &&
@@ -550,6 +585,14 @@ void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline, bo
                              detail::seconds_text(deadline.remaining()));
     }
   }
+}
+
+void DynamicHandler::throw_finished(std::int64_t round, bool waited) {
+  const std::string how = "every node of round " + std::to_string(round) + " succeeded";
+  if (!waited) throw_closed("the job finished before this node joined (" + how + ")");
+  throw JobFinished("run_id=" + config_.run_id + " finished while this node waited " +
+                    (spare_of_ && spare_of_->round == round ? "as a hot spare" : "to join it") + " (" + how +
+                    "): nothing left to run");
 }
 
 void DynamicHandler::log_progress(std::int64_t round, const Deadline& deadline) {

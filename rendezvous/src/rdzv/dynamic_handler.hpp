@@ -2,6 +2,10 @@
 // agent per round. docs/rendezvous.md has the algorithm, key layout and costs.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 
@@ -82,17 +86,35 @@ class DynamicHandler final : public detail::StoreHandler {
   // Before a round's closing decision, after its listing: makes every control
   // key of the round newer than the listing (the members watch from there).
   void close_listing(const std::string& prefix);
+  // What a node waiting beside a running round sees: the keys it watches
+  // written, or the end of the watch. Filled by watch callbacks, drained by
+  // the waiting thread.
+  struct RoundWatch {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<store::WatchEvent> events;
+    std::optional<std::string> error;
+    // A watch of `prefix` from revision `from` that fills `w`.
+    static store::WatchSpec spec(const std::shared_ptr<RoundWatch>& w, std::string prefix,
+                                 store::Revision from);
+    // The events come so far, after waiting for one until `until`; throws
+    // RendezvousError, naming `round`, once the watch ended.
+    std::deque<store::WatchEvent> take(Clock::time_point until, std::int64_t round);
+  };
   // A late joiner: counted in P/ctl/waiting (the members see kNodesWaiting),
-  // then waits for the round to end.
+  // then waits for the round to end, or for its job to finish (JobFinished).
   // `counted`: this node already counted itself in P/ctl/waiting.
   void wait_ended(std::int64_t round, const Deadline& deadline, bool counted = false);
+  // Every node of `round` succeeded (P/done): the job is over for a node that
+  // arrives late to it, and for one that waited beside it. `waited` throws
+  // JobFinished (ddprun exits 0), else RendezvousError: the job is closed.
+  [[noreturn]] void throw_finished(std::int64_t round, bool waited);
   // A hot spare with take_places (take_place.cpp): waits beside `round` for it
   // to end (nullopt: join the next) or for a member to leave, and then,
   // after the fence, claims that member's place and joins `round` in it. A
   // place given up meanwhile (no spare took it) makes it a newcomer.
   // A newcomer to a round whose nodes run other --nproc_per_node than this
-  // one: nullopt at once.
-  struct SpareWatch;
+  // one: nullopt at once. JobFinished when the job finishes meanwhile.
   // `counted` says whether it counted this node in P/ctl/waiting.
   std::optional<RendezvousResult> wait_to_take_place(std::int64_t round, const Deadline& deadline,
                                                      bool& counted);

@@ -5,10 +5,7 @@
 // P/take/<group rank>/<revision>: a waiting hot spare claims it and joins the
 // running round in the departed member's group rank, or a member gives it up
 // (the job goes on smaller) or ends the round (every node rejoins).
-#include <condition_variable>
-#include <deque>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "ddp/common/error.hpp"
@@ -112,15 +109,6 @@ void StoreHandler::admit_newcomers(std::int64_t round, bool admit, const std::st
 
 }  // namespace detail
 
-// What a hot spare waiting beside a running round sees: the round's end, and
-// members leaving. Filled by watch callbacks, drained by the waiting thread.
-struct DynamicHandler::SpareWatch {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<store::WatchEvent> events;
-  std::optional<std::string> error;
-};
-
 std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t round,
                                                                    const Deadline& deadline, bool& counted) {
   const std::string prefix = prefix_of(round);
@@ -144,35 +132,23 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
   int gone_seen = 0;
   const std::string gone = store::keys::gone_prefix(prefix);
   while (true) {
-    auto w = std::make_shared<SpareWatch>();
-    auto push = [w](const store::WatchEvent& ev) {
-      {
-        std::lock_guard<std::mutex> lock(w->mu);
-        w->events.push_back(ev);
-      }
-      w->cv.notify_all();
-    };
-    auto fail = [w](const std::string& why) {
-      {
-        std::lock_guard<std::mutex> lock(w->mu);
-        w->error = why;
-      }
-      w->cv.notify_all();
-    };
+    auto w = std::make_shared<RoundWatch>();
     // What is written from now on is watched; what was written before is read below.
     const std::string watched = spare ? store::keys::offers_prefix(prefix) : store::keys::grow_ok_key(prefix);
     const auto now = store_->list(watched);
     std::vector<store::WatchSpec> specs;
-    specs.push_back(store::WatchSpec{watched, now.revision + 1, push, fail});
-    specs.push_back(store::WatchSpec{prefix + "ctl/ended", now.revision + 1, push, fail});
+    specs.push_back(RoundWatch::spec(w, watched, now.revision + 1));
+    specs.push_back(RoundWatch::spec(w, prefix + "ctl/ended", now.revision + 1));
+    specs.push_back(RoundWatch::spec(w, prefix + "done", now.revision + 1));
     bool regrow = false;
     if (spare) {
       const auto given_up = store_->list(gone);
       regrow = static_cast<int>(given_up.kvs.size()) > gone_seen;
-      specs.push_back(store::WatchSpec{gone, given_up.revision + 1, push, fail});
+      specs.push_back(RoundWatch::spec(w, gone, given_up.revision + 1));
     }
     auto handles = store_->watch_all(std::move(specs));
     if (store_->try_get(prefix + "ctl/ended")) return std::nullopt;
+    if (store_->try_get(prefix + "done")) throw_finished(round, true);
     std::deque<store::WatchEvent> events;
     for (const auto& kv : now.kvs)
       events.push_back(store::WatchEvent{store::EventType::kPut, kv.key, kv.value, kv.revision});
@@ -180,6 +156,7 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
     while (!full && !regrow) {
       for (const auto& ev : events) {
         if (ev.key == prefix + "ctl/ended") return std::nullopt;  // the round ended: join the next one
+        if (ev.key == prefix + "done") throw_finished(round, true);
         if (ev.type != store::EventType::kPut) continue;
         if (spare && ev.key.compare(0, gone.size(), gone) == 0) {
           regrow = true;
@@ -201,13 +178,7 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
         log::get("rdzv")->info("waiting beside round {} run_id={} time_left={}", round, config_.run_id,
                                detail::seconds_text(deadline.remaining()));
       }
-      std::unique_lock<std::mutex> lock(w->mu);
-      w->cv.wait_until(lock, std::min(deadline.at(), Clock::now() + kSparePeriod),
-                       [&] { return !w->events.empty() || w->error; });
-      if (w->error) {
-        throw RendezvousError("watch of round " + std::to_string(round) + " ended: " + *w->error);
-      }
-      events.swap(w->events);
+      events = w->take(std::min(deadline.at(), Clock::now() + kSparePeriod), round);
     }
     if (regrow) {
       // No spare took a lost member's place and the job went on without it:

@@ -111,3 +111,45 @@ TEST_CASE("elastic " ELASTIC_NAME
   CHECK(err.find("waiting for nodes") != std::string::npos);  // live feedback
   CHECK(a.started().empty());
 }
+
+TEST_CASE(
+    "elastic " ELASTIC_NAME
+    ": a hot spare waiting beside a job that finishes exits 0 with it and a node that comes later exits 3") {
+  // Under restart the spare waits for the round to end, under reform for a
+  // place to take: either way the job's end is its end too.
+  const std::string on_failure = GENERATE(as<std::string>{}, "restart", "reform");
+  TempDir dir;
+  Service d(dir);
+  const auto agent = [&](const std::string& name, Env env) {
+    AgentOptions o{d.backend(), d.endpoint(), "1:1", 1, Service::conf(), std::move(env)};
+    o.extra = {"--on_failure=" + on_failure};
+    return Agent(dir, name, o);
+  };
+  Agent a = agent("a", {{"FAKE_SLEEP_MS", "3000"}});
+  REQUIRE(wait_until([&] { return a.started().size() == 1; }, 30s));
+  Agent s = agent("s", {});
+  REQUIRE(
+      wait_until([&] { return contains(s.proc->err(), "hot spare: round 0 runs with the maximum"); }, 30s));
+  REQUIRE(a.proc->wait(60s) == std::optional<int>(0));
+  // Within seconds of the job's end, not at its 30 s join timeout.
+  const auto code_s = s.proc->wait(10s);
+  INFO("on_failure=" << on_failure << "\nspare:\n" << s.proc->err());
+  CHECK(code_s == std::optional<int>(0));
+  CHECK(
+      contains(s.proc->err(),
+               "run_id=job finished while this node waited as a hot spare (every node of round 0 succeeded): "
+               "nothing left to run"));
+  CHECK(s.started().empty());
+
+  // The same command after the job ended: the job is closed, as torchrun's
+  // rendezvous is to a node that arrives after it.
+  Agent late = agent("late", {});
+  const auto code_late = late.proc->wait(10s);
+  INFO("late:\n" << late.proc->err());
+  CHECK(code_late == std::optional<int>(3));
+  CHECK(
+      contains(late.proc->err(),
+               "ddprun: error: rendezvous of run_id=job is closed: the job finished before this node joined "
+               "(every node of round 0 succeeded); start the job again with a new --rdzv_id"));
+  CHECK(late.started().empty());
+}

@@ -57,6 +57,14 @@ class ExcludedError : public RendezvousError {
   using RendezvousError::RendezvousError;
 };
 
+// Not a failure: the job finished (every node of its round succeeded) while
+// this node waited beside it to join, as a hot spare or a newcomer. Nothing
+// is left for it to run; ddprun exits 0 with the message as one line.
+class JobFinished : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
+};
+
 // A collective backend (Gloo, NCCL) failed.
 class BackendError : public Error {
  public:
