@@ -108,7 +108,11 @@ struct Agent::Impl {
   // up while the other nodes' workers re-form, when they can.
   void watch_departures();
   void on_node_departure(const rdzv::Departure& d);
-  void settle_node(const rdzv::Departure& d, bool reforming);
+  // Workers that re-form: a hot spare is offered the place unless a worker of
+  // the job already finished (exit 0), which the spare's would wait for.
+  void settle_reforming(const rdzv::Departure& d);
+  // `offer`: the hot spares may take the place (with `reforming` only).
+  void settle_node(const rdzv::Departure& d, bool reforming, bool offer);
   void on_place_settled(const rdzv::Departure& d, const std::vector<int>& slots, const rdzv::Place& p,
                         bool reforming);
   // A hot spare admitted into a running round (RendezvousResult::takes_place).

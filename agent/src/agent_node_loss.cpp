@@ -48,24 +48,50 @@ void Agent::Impl::watch_departures() {
 }
 
 void Agent::Impl::on_node_departure(const rdzv::Departure& d) {
-  if (!life.is(Phase::kRunning) || !life.have_round() || d.round != life.round().round) return;
+  if (!life.have_round() || d.round != life.round().round) return;
+  // This node's workers all succeeded and it waits for the others': as under
+  // restart, where the departure ends the round, their success cannot be
+  // confirmed any more, and this node's own success stands.
+  if (life.is(Phase::kSucceeded)) return succeed_unconfirmed(d.detail);
+  if (!life.is(Phase::kRunning)) return;
   // On etcd the workers' store is group rank 0's: nothing re-forms without it.
   const auto backend = rdzv::parse_backend(cfg.rendezvous.backend);
   const bool store_lost = d.group_rank == 0 && backend && rdzv::uses_etcd(*backend);
-  if (!reform.active() || store_lost) return settle_node(d, false);
-  if (reform.workers() == Reform::Workers::kElastic) return settle_node(d, true);
+  if (!reform.active() || store_lost) return settle_node(d, false, false);
+  if (reform.workers() == Reform::Workers::kElastic) return settle_reforming(d);
   reform.ask_elastic(
       life.round(),
       [this, d](bool joined) {
-        if (life.is(Phase::kRunning) && d.round == life.round().round) settle_node(d, joined);
+        if (!life.is(Phase::kRunning) || d.round != life.round().round) return;
+        if (joined) return settle_reforming(d);
+        settle_node(d, false, false);
       },
       [this, d](const std::string& m) {
         log->warn("reform: cannot read the workers' store ({}): the job re-forms from the start", m);
-        if (life.is(Phase::kRunning) && d.round == life.round().round) settle_node(d, false);
+        if (life.is(Phase::kRunning) && d.round == life.round().round) settle_node(d, false, false);
       });
 }
 
-void Agent::Impl::settle_node(const rdzv::Departure& d, bool reforming) {
+void Agent::Impl::settle_reforming(const rdzv::Departure& d) {
+  const auto settle = [this, d](std::int64_t finished) {
+    if (!life.is(Phase::kRunning) || d.round != life.round().round) return;
+    if (finished > 0) {
+      log->warn(
+          "reform: {} lost after {} worker(s) of the job finished (exit 0), which a hot spare's workers "
+          "would "
+          "wait for: no hot spare takes its place",
+          node_name(d), finished);
+    }
+    settle_node(d, true, finished == 0);
+  };
+  if (group->succeeded() > 0) return settle(group->succeeded());
+  reform.finished_count(life.round(), settle, [this, settle](const std::string& m) {
+    log->warn("reform: cannot read how many workers finished ({}): offering the place to hot spares", m);
+    settle(0);
+  });
+}
+
+void Agent::Impl::settle_node(const rdzv::Departure& d, bool reforming, bool offer) {
   // The nodes left: the round's members and the nodes that grew it since, less
   // the places given up in it and this one.
   const int members = d.members > 0 ? d.members : life.round().group_world_size;
@@ -77,7 +103,7 @@ void Agent::Impl::settle_node(const rdzv::Departure& d, bool reforming) {
               slots_text(slots));
   }
   rdzv->settle_place(
-      d, /*offer=*/reforming, may_shrink,
+      d, reforming && offer, may_shrink,
       [this, d, slots, reforming](const rdzv::Place& p) {
         // A restart's own round event may come first: its line is still due.
         const bool restart = p.kind == rdzv::Place::Kind::kRestart;
@@ -199,13 +225,25 @@ void Agent::Impl::on_newcomer(std::int64_t round, const std::string& detail) {
   if (!reform.active()) return admit(false);
   // A worker that already finished cannot join a grown generation: its
   // job is ending, and, as a finished node, it takes no new nodes (the
-  // newcomer waits beside it, and ends with the job).
+  // newcomer waits beside it, and exits 0 when the job has finished).
   if (group->succeeded() > 0) {
     log->info("{}: not admitted, this node's workers are finishing", detail);
     return;
   }
-  if (reform.workers() == Reform::Workers::kElastic) return admit(true);
-  reform.ask_elastic(life.round(), admit, [admit](const std::string&) { admit(false); });
+  // Nor on another node: the newcomer's workers would wait for it.
+  const auto admit_elastic = [this, round, detail, admit](bool elastic) {
+    if (!elastic) return admit(false);
+    reform.finished_count(
+        life.round(),
+        [this, round, detail, admit](std::int64_t finished) {
+          if (!life.is(Phase::kRunning) || round != life.round().round) return;
+          if (finished == 0) return admit(true);
+          log->info("{}: not admitted, {} worker(s) of the job finished (exit 0)", detail, finished);
+        },
+        [admit](const std::string&) { admit(true); });
+  };
+  if (reform.workers() == Reform::Workers::kElastic) return admit_elastic(true);
+  reform.ask_elastic(life.round(), admit_elastic, [admit](const std::string&) { admit(false); });
 }
 
 }  // namespace ddp::agent

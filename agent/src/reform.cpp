@@ -59,6 +59,12 @@ const WorkerFailure* Reform::next(int attempt, const std::vector<WorkerFailure>&
   return seen_ < failures.size() ? &failures[seen_] : nullptr;
 }
 
+void Reform::finished_count(const rdzv::RendezvousResult& round, std::function<void(std::int64_t)> done,
+                            std::function<void(const std::string&)> failed) {
+  store_->finished_count(round.store_endpoint, cfg_.rendezvous.token,
+                         store::keys::reform_prefix(round.worker_prefix), std::move(done), std::move(failed));
+}
+
 void Reform::ask_elastic(const rdzv::RendezvousResult& round, std::function<void(bool)> done,
                          std::function<void(const std::string&)> failed) {
   store_->probe(

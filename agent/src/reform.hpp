@@ -115,6 +115,9 @@ class Reform {
               std::function<void(const std::string&)> failed);
   // A worker of `round` exited 0: counted under R/finished for every agent.
   void finished(const rdzv::RendezvousResult& round);
+  // How many workers of `round` exited 0 while it ran, on any node.
+  void finished_count(const rdzv::RendezvousResult& round, std::function<void(std::int64_t)> done,
+                      std::function<void(const std::string&)> failed);
 
   bool busy() const { return store_ && store_->busy(); }
 

@@ -85,6 +85,20 @@ void ReformStore::finished(Endpoint endpoint, std::string token, std::string pre
       });
 }
 
+void ReformStore::finished_count(Endpoint endpoint, std::string token, std::string prefix,
+                                 std::function<void(std::int64_t)> done,
+                                 std::function<void(const std::string&)> failed) {
+  caller_->call([c = client_, s = sink_, endpoint = std::move(endpoint), token = std::move(token),
+                 prefix = std::move(prefix), done = std::move(done), failed = std::move(failed)] {
+    try {
+      const std::int64_t n = c->connected(endpoint, token).add(store::keys::reform_finished_key(prefix), 0);
+      s->post([done, n] { done(n); });
+    } catch (const std::exception& e) {
+      s->post([failed, m = std::string(e.what())] { failed(m); });
+    }
+  });
+}
+
 void ReformStore::probe(Endpoint endpoint, std::string token, std::string prefix,
                         std::function<void(bool)> done, std::function<void(const std::string&)> failed) {
   caller_->call([c = client_, s = sink_, endpoint = std::move(endpoint), token = std::move(token),

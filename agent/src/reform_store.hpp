@@ -57,6 +57,9 @@ class ReformStore {
   // add(R/finished, 1): a worker of the round exited 0. Its error, if any, is
   // dropped (a re-form then waits for the finished worker until its stall).
   void finished(Endpoint store, std::string token, std::string prefix);
+  // R/finished: how many workers of the round exited 0 while it ran.
+  void finished_count(Endpoint store, std::string token, std::string prefix,
+                      std::function<void(std::int64_t)> done, std::function<void(const std::string&)> failed);
 
   // Whether a worker of the round (`prefix` is its R) ever joined a
   // ddp::ElasticGroup: R/g0/joined exists once the first generation's members

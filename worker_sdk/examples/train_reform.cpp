@@ -26,11 +26,14 @@
 // re-form that such a kill starts, a second after its siblings began it (a
 // survivor that stops, or is stuck in the kernel, during a re-form). With
 // --fail-at-end S, slot S exits 1 once the first world's training is done
-// (a process that fails in its teardown, after its siblings finished). Rank 0 of the new world prints each
+// (a process that fails in its teardown, after its siblings finished); the
+// slots of --linger-slots wait --linger-ms before they exit 0 (still in their
+// teardown while the others have left). Rank 0 of the new world prints each
 // re-form's (or restart's) cost: the time from the SIGKILL to the next completed step, and its own reform()
 // (a replacement: its join) and state broadcast times.
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <csignal>
@@ -41,6 +44,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ddp/sdk.hpp"
 #include "ddp/store/store.hpp"
@@ -65,8 +69,10 @@ struct Options {
   bool no_catch = false;
   int stop_rank = -1;  // a slot that SIGSTOPs itself at each --kill-every kill
   double step_sleep_ms = 0;
-  int fail_at_end = -1;     // a slot whose first world's process exits 1 once training is done
-  double end_sleep_ms = 0;  // --fail-at-end's siblings wait this long before they exit
+  int fail_at_end = -1;           // a slot whose first world's process exits 1 once training is done
+  double end_sleep_ms = 0;        // --fail-at-end's siblings wait this long before they exit
+  std::vector<int> linger_slots;  // slots that wait --linger-ms after the training before they exit 0
+  double linger_ms = 5000;
 };
 
 // Wall-clock nanoseconds: comparable between the processes of one machine (the
@@ -389,6 +395,10 @@ int train(const Options& opt) {
   std::printf("slot %d pid %d end: rank %d of %d, generation %lld\n", slot, static_cast<int>(getpid()),
               eg.rank(), eg.size(), static_cast<long long>(eg.generation()));
   std::fflush(stdout);
+  if (std::find(opt.linger_slots.begin(), opt.linger_slots.end(), slot) != opt.linger_slots.end()) {
+    // A process still in its teardown (saving, uploading) after its siblings exited.
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt.linger_ms));
+  }
   if (opt.fail_at_end >= 0 && ctx.restart_count == 0 && eg.generation() == 0) {
     // A process that fails in its teardown, after the training ended.
     if (slot != opt.fail_at_end) {
@@ -437,6 +447,12 @@ int main(int argc, char** argv) {
             ->check(CLI::Range(0, 1 << 20));
         app.add_option("--end-sleep-ms", opt.end_sleep_ms,
                        "with --fail-at-end, its siblings sleep this long before they exit 0")
+            ->check(CLI::Range(0.0, 1e6));
+        app.add_option("--linger-slots", opt.linger_slots,
+                       "these slots (comma-separated) wait --linger-ms after the training before they exit 0")
+            ->delimiter(',')
+            ->check(CLI::Range(0, 1 << 20));
+        app.add_option("--linger-ms", opt.linger_ms, "how long --linger-slots wait (default 5000)")
             ->check(CLI::Range(0.0, 1e6));
         app.add_option("--step-sleep-ms", opt.step_sleep_ms,
                        "sleep this long in every step (steady step times)")

@@ -153,3 +153,26 @@ TEST_CASE(
                "(every node of round 0 succeeded); start the job again with a new --rdzv_id"));
   CHECK(late.started().empty());
 }
+
+TEST_CASE("elastic " ELASTIC_NAME
+          ": under --on_failure=reform a node whose workers finished exits 0 when another node is lost") {
+  TempDir dir;
+  Service d(dir);
+  const auto agent = [&](const std::string& name, Env env) {
+    AgentOptions o{d.backend(), d.endpoint(), "2:2", 1, Service::conf(), std::move(env)};
+    o.extra = {"--on_failure=reform"};
+    return Agent(dir, name, o);
+  };
+  Agent a = agent("a", {{"FAKE_SLEEP_MS", "500"}});  // then a waits for b's workers
+  Agent b = agent("b", {{"FAKE_HANG", "1"}});
+  REQUIRE(wait_until([&] { return contains(a.proc->err(), "all 1 local workers succeeded"); }, 30s));
+  REQUIRE(b.started().size() == 1);
+  b.proc->signal(SIGKILL);
+  // As under restart: a's own success stands. It waited for b's before.
+  const auto code = a.proc->wait(10s);
+  INFO(a.proc->err());
+  CHECK(code == std::optional<int>(0));
+  CHECK(contains(a.proc->err(),
+                 "this node's workers succeeded, but the other nodes' success could not be "
+                 "confirmed: node "));
+}

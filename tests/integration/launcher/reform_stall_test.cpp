@@ -3,16 +3,22 @@
 // ddp-example-train-reform, whose slot 3 SIGKILLs itself after step 10 while
 // slot 1 SIGSTOPs itself in the re-form that starts, a second after the
 // others (a survivor that stops, or is stuck in the kernel, during a re-form).
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "launcher_test_util.hpp"
 
 using namespace ddp::test;
 using namespace ddp::test::launcher;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -194,4 +200,78 @@ TEST_CASE(
   CHECK_THAT(err, !Catch::Contains("starting a replacement"));
   CHECK(count_lines(err, "restarting workers (1/1)") == 2);  // both nodes, one restart
   CHECK_THAT(out, Catch::Contains(" 0 re-forms, 1 restarts"));
+}
+
+TEST_CASE(
+    "reform: a node lost after a rank on another node finished gives its place up instead of offering it to "
+    "a hot spare") {
+  TempDir dir;
+  LocalDaemon daemon(dir);
+  REQUIRE(daemon.port > 0);
+  // Three nodes of one worker each (MIN 1) and a hot spare. The training
+  // ends: rank 0 exits 0 at once, ranks 1 and 2 stay 6 s in their teardown,
+  // and rank 1's node is killed meanwhile. A spare's worker would wait for
+  // rank 0, which never joins again, until its re-form timed out.
+  const auto node = [&](const std::string& name) {
+    return ddprun_argv({"--nnodes=1:3",
+                        "--nproc_per_node=1",
+                        "--rdzv_backend=c10d",
+                        "--rdzv_endpoint=" + daemon.endpoint,
+                        "--rdzv_id=job",
+                        "--rdzv_conf=last_call_timeout=30,keep_alive_interval=0.5",
+                        "--local_addr=" + name,
+                        "--on_failure=reform",
+                        "--max_restarts=1",
+                        "--no_python",
+                        bin("ddp-example-train-reform").string(),
+                        "--epochs",
+                        "1",
+                        "--dataset-size",
+                        "2048",
+                        "--checkpoint",
+                        (dir / "ckpt").string(),
+                        "--linger-slots",
+                        "1,2",
+                        "--linger-ms",
+                        "6000"});
+  };
+  const EnvOverrides env = clean_env({{"DDP_REFORM_TIMEOUT", "60"}, {"DDP_REFORM_STALL_TIMEOUT", "30"}});
+  std::vector<std::unique_ptr<Process>> nodes;
+  for (const char* name : {"nodea", "nodeb", "nodec"})
+    nodes.push_back(std::make_unique<Process>(node(name), dir.path(), env, name));
+  const auto running = [&](int rank) -> Process* {
+    for (auto& p : nodes)
+      if (p->out().find(" start: rank " + std::to_string(rank) + " of 3") != std::string::npos)
+        return p.get();
+    return nullptr;
+  };
+  REQUIRE(wait_until([&] { return running(0) && running(1) && running(2); }, 60s));
+  Process s(node("nodes"), dir.path(), env, "nodes");
+  REQUIRE(wait_until([&] { return s.err().find("hot spare") != std::string::npos; }, 30s));
+  Process& first = *running(0);
+  Process& lost = *running(1);
+  Process& last = *running(2);
+  // Rank 0 exited 0, and its agent counted it in R/finished.
+  REQUIRE(wait_until([&] { return first.err().find("all 1 local workers succeeded") != std::string::npos; },
+                     60s));
+  std::this_thread::sleep_for(200ms);
+  lost.signal(SIGKILL);
+  CHECK(lost.wait(10s).has_value());
+  const auto code_first = first.wait(60s);
+  const auto code_last = last.wait(60s);
+  // The job's end is the spare's: it exits with the job, at once.
+  const auto code_s = s.wait(10s);
+  INFO("rank 0's node:\n"
+       << first.err() << "rank 2's node:\n"
+       << last.err() << last.out() << "spare:\n"
+       << s.err() << s.out());
+  CHECK(code_first == std::optional<int>(0));
+  CHECK(code_last == std::optional<int>(0));
+  CHECK(code_s == std::optional<int>(0));
+  CHECK(s.out().find(" start: rank") == std::string::npos);
+  CHECK(count_lines(last.err(),
+                    "lost after 1 worker(s) of the job finished (exit 0), which a hot spare's "
+                    "workers would wait for: no hot spare takes its place") == 1);
+  CHECK(count_lines(last.err(), "no hot spare: the job goes on without ranks 1, world size 2") == 1);
+  CHECK_THAT(s.err(), Catch::Contains("run_id=job finished while this node waited "));
 }
