@@ -99,7 +99,8 @@ struct Agent::Impl {
   void on_reform_stalled(std::int64_t generation);
   void fall_back_to_restart(const std::string& why);
   // A re-form that a finished worker (exit 0) would never join: logs
-  // "reform: <why>: restarting every worker" and restarts as `restart` does;
+  // "reform: <why>: restarting every worker" and restarts as `restart` does
+  // (for this node's failure, or, with none, as for another node's);
   // `refund`: the restart a replacement spent is given back (one restart for
   // the failure).
   void restart_for_finished(const std::string& why, bool refund);

@@ -44,7 +44,10 @@ void Agent::Impl::fall_back_to_restart(const std::string& why) {
 void Agent::Impl::restart_for_finished(const std::string& why, bool refund) {
   log->warn("reform: {}: restarting every worker", why);
   if (refund) life.refund_restart();
-  begin_stop(StopReason::kLocalFailure, SIGTERM);
+  // A hot spare that took a lost node's place has no failure of its own: it
+  // restarts as for another node's, and every node spends the one restart
+  // (the round ends with restart_requested), so their restart counts agree.
+  begin_stop(group->failures().empty() ? StopReason::kRemoteFailure : StopReason::kLocalFailure, SIGTERM);
 }
 
 void Agent::Impl::reform_after(const WorkerFailure& f) {
@@ -126,8 +129,9 @@ void Agent::Impl::on_reform_stalled(std::int64_t g) {
         std::string members;
         for (const int s : *joined) members += (members.empty() ? "" : ", ") + std::to_string(s);
         // A finished slot never joins: g waits for it in vain. The node whose
-        // failure began the re-form restarts the job; the restart takes the
-        // place of the replacement that joined g.
+        // failure, or whose taking of a lost node's place, began the re-form
+        // restarts the job; the restart takes the place of the replacement
+        // that joined g.
         std::string why;
         for (const Worker& w : group->workers()) {
           if (why.empty() && w.exited_ok() && !w.dropped &&
@@ -140,7 +144,7 @@ void Agent::Impl::on_reform_stalled(std::int64_t g) {
                 " waits for slots that cannot all join: " + std::to_string(finished_workers) +
                 " worker(s) of the job finished (exit 0)";
         }
-        if (!why.empty() && !group->failures().empty())
+        if (!why.empty() && (!group->failures().empty() || reform.began(g)))
           return restart_for_finished(why, reform.replaced_in(group->attempt()) > 0);
         for (const Worker& w : group->workers()) {
           if (!w.spawned || w.done || w.hung || w.dropped) continue;

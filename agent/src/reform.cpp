@@ -133,7 +133,7 @@ void Reform::lose(const rdzv::RendezvousResult& round, const WorkerFailure& f, b
   loss.unless_finished = true;
   min_workers_ = fewest_workers(cfg_, round);
   loss.min_size = min_workers_ - round.world_size;
-  store_->lose(std::move(loss), std::move(done), std::move(failed));
+  store_->lose(std::move(loss), noting_generation(std::move(done)), std::move(failed));
 }
 
 void Reform::lose_node(const rdzv::RendezvousResult& round, std::vector<int> slots, std::string reason,
@@ -144,7 +144,7 @@ void Reform::lose_node(const rdzv::RendezvousResult& round, std::vector<int> slo
   loss.slots = std::move(slots);
   loss.reason = std::move(reason);
   loss.min_size = fewest_workers(cfg_, round) - round.world_size;
-  store_->lose(std::move(loss), std::move(done), std::move(failed));
+  store_->lose(std::move(loss), noting_generation(std::move(done)), std::move(failed));
 }
 
 void Reform::grow_node(const rdzv::RendezvousResult& round, int nproc,
@@ -153,7 +153,15 @@ void Reform::grow_node(const rdzv::RendezvousResult& round, int nproc,
   ReformStore::Loss grow = writes_to(round);
   grow.delta = nproc;
   grow.min_size = std::numeric_limits<std::int64_t>::min();
-  store_->lose(std::move(grow), std::move(done), std::move(failed));
+  store_->lose(std::move(grow), noting_generation(std::move(done)), std::move(failed));
+}
+
+std::function<void(const ReformStore::Outcome&)> Reform::noting_generation(
+    std::function<void(const ReformStore::Outcome&)> done) {
+  return [this, done = std::move(done)](const ReformStore::Outcome& out) {
+    if (out.generation > 0) began_ = out.generation;
+    done(out);
+  };
 }
 
 void Reform::written(const WorkerFailure& f, bool replaced, const ReformStore::Outcome& out,

@@ -74,7 +74,8 @@ class Reform {
                  std::function<void(const ReformStore::Outcome&)> done,
                  std::function<void(const std::string&)> failed);
   // Places of lost nodes the current round gave up (the job went on
-  // smaller), and their workers; begin_round() starts the count again.
+  // smaller), and their workers; begin_round() starts the count again (and
+  // forgets the generation began()).
   int nodes_given_up() const { return nodes_given_up_; }
   std::int64_t workers_given_up() const { return workers_given_up_; }
   void gave_up_node(int workers) {
@@ -84,6 +85,7 @@ class Reform {
   void begin_round() {
     nodes_given_up_ = 0;
     workers_given_up_ = 0;
+    began_ = 0;
   }
   // Tells the workers of `round` that f's slot is lost: replaced (its size
   // unchanged) or given up (one fewer), unless that falls below the job's
@@ -102,6 +104,8 @@ class Reform {
   // Replacements decided in `attempt`: a fall back to restart stops them,
   // and the restart of every worker spends the restart the last one took.
   int replaced_in(int attempt) const { return attempt == attempt_ ? replaced_ : 0; }
+  // Whether this node's last write of a loss or a growth began `generation`.
+  bool began(std::int64_t generation) const { return generation > 0 && generation == began_; }
 
   // A slot that never joins (docs/reform.md, "A slot that never joins"):
   // from the start of `round`'s workers, `stalled` gets each generation that
@@ -133,6 +137,10 @@ class Reform {
   int nodes_given_up_ = 0;
   std::int64_t workers_given_up_ = 0;
   std::int64_t min_workers_ = 0;  // the minimum of the last lose(), for stop_line()
+  std::int64_t began_ = 0;        // the generation this node's last write began
+  // `done`, after noting the generation the write began in began_.
+  std::function<void(const ReformStore::Outcome&)> noting_generation(
+      std::function<void(const ReformStore::Outcome&)> done);
   // A write to `round`'s workers' store: where, and under which R.
   ReformStore::Loss writes_to(const rdzv::RendezvousResult& round) const;
   std::unique_ptr<ReformStore> store_;  // with --on_failure=reform only

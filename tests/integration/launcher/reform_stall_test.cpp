@@ -275,3 +275,72 @@ TEST_CASE(
   CHECK(count_lines(last.err(), "no hot spare: the job goes on without ranks 1, world size 2") == 1);
   CHECK_THAT(s.err(), Catch::Contains("run_id=job finished while this node waited "));
 }
+
+TEST_CASE(
+    "reform: a hot spare whose workers wait for a rank that finished after it took the place restarts the "
+    "job "
+    "at the stall") {
+  TempDir dir;
+  LocalDaemon daemon(dir);
+  REQUIRE(daemon.port > 0);
+  // Two nodes of one worker and a hot spare. Both ranks end the training
+  // and spend 4 s in their teardown; rank 1's node is killed at once. No
+  // worker has finished yet, so the spare takes the place, and its rank 1
+  // waits in generation 1 for rank 0, which exits 0 meanwhile. Before, it
+  // waited for DDP_REFORM_TIMEOUT (60 s here).
+  const auto node = [&](const std::string& name) {
+    return ddprun_argv({"--nnodes=1:2",
+                        "--nproc_per_node=1",
+                        "--rdzv_backend=c10d",
+                        "--rdzv_endpoint=" + daemon.endpoint,
+                        "--rdzv_id=job",
+                        "--rdzv_conf=last_call_timeout=2,keep_alive_interval=0.5",
+                        "--local_addr=" + name,
+                        "--on_failure=reform",
+                        "--max_restarts=1",
+                        "--no_python",
+                        bin("ddp-example-train-reform").string(),
+                        "--epochs",
+                        "1",
+                        "--dataset-size",
+                        "2048",
+                        "--checkpoint",
+                        (dir / "ckpt").string(),
+                        "--linger-slots",
+                        "0,1",
+                        "--linger-ms",
+                        "4000"});
+  };
+  const EnvOverrides env = clean_env({{"DDP_REFORM_TIMEOUT", "60"}, {"DDP_REFORM_STALL_TIMEOUT", "5"}});
+  Process a(node("nodea"), dir.path(), env, "nodea");
+  Process b(node("nodeb"), dir.path(), env, "nodeb");
+  REQUIRE(
+      wait_until([&] { return (a.out() + b.out()).find(" start: rank 1 of 2") != std::string::npos; }, 60s));
+  Process s(node("nodes"), dir.path(), env, "nodes");
+  REQUIRE(wait_until([&] { return s.err().find("hot spare") != std::string::npos; }, 30s));
+  const bool a_first = a.out().find(" start: rank 0 of 2") != std::string::npos;
+  Process& first = a_first ? a : b;
+  Process& lost = a_first ? b : a;
+  REQUIRE(wait_until(
+      [&] {
+        return first.out().find(" end: rank 0 of 2") != std::string::npos &&
+               lost.out().find(" end: rank 1 of 2") != std::string::npos;
+      },
+      60s));
+  lost.signal(SIGKILL);
+  CHECK(lost.wait(10s).has_value());
+  const auto code_s = s.wait(40s);
+  const auto code_first = first.wait(10s);
+  INFO("spare exit " << (code_s ? *code_s : -1) << "\nrank 0's node:\n"
+                     << first.err() << first.out() << "spare:\n"
+                     << s.err() << s.out());
+  CHECK(code_s == std::optional<int>(0));
+  CHECK(code_first == std::optional<int>(0));
+  CHECK_THAT(s.err(), Catch::Contains("this hot spare takes its place: ranks 1 join the running workers"));
+  CHECK(count_lines(s.err(),
+                    "reform: generation 1 waits for slots that cannot all join: 1 worker(s) of the job "
+                    "finished (exit 0): restarting every worker") == 1);
+  // Both nodes spent the one restart: their workers agree on TORCHELASTIC_RESTART_COUNT.
+  CHECK(count_lines(first.err() + s.err(), "restarting workers (1/1)") == 2);
+  CHECK_THAT(first.out() + s.out(), Catch::Contains(" 0 re-forms, 1 restarts"));
+}
