@@ -430,11 +430,8 @@ class ElasticGroup:
                 self._raised_at is not None or not self._collective_sockets:
             self._in_torch = None
             return
-        import torch
-
-        frame = _main_frame()
-        if frame is None or not os.path.abspath(frame.f_code.co_filename).startswith(
-                os.path.dirname(os.path.abspath(torch.__file__)) + os.sep):
+        frame = _main_frame_in_torch()
+        if frame is None:
             self._in_torch = None  # in the script's own code (its I/O, say): not ours to end
             return
         now, cpu = time.monotonic(), sum(os.times()[:2])
@@ -467,11 +464,8 @@ class ElasticGroup:
         since = time.monotonic() - self._released_at
         if since < grace:
             return
-        import torch
-
-        frame = _main_frame()
-        if frame is None or not os.path.abspath(frame.f_code.co_filename).startswith(
-                os.path.dirname(os.path.abspath(torch.__file__)) + os.sep):
+        frame = _main_frame_in_torch()
+        if frame is None:
             return
         line = (f"generation {g} ended {since:.0f} s ago while this rank was still connecting its Gloo "
                 f"group, waiting for a peer lost before it connected: only the group's timeout "
@@ -552,6 +546,17 @@ def _main_frame():
     import sys
 
     return sys._current_frames().get(threading.main_thread().ident)
+
+
+def _main_frame_in_torch():
+    """The main thread's current frame when its code is torch's, else None."""
+    import torch
+
+    frame = _main_frame()
+    if frame is None or not os.path.abspath(frame.f_code.co_filename).startswith(
+            os.path.dirname(os.path.abspath(torch.__file__)) + os.sep):
+        return None
+    return frame
 
 
 def _where(frame) -> str:
