@@ -561,16 +561,19 @@ void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline, bo
   auto w = std::make_shared<RoundWatch>();
   const auto now = store_->list(prefix + "done");
   if (!now.kvs.empty()) throw_finished(round, true);
+  const std::string nodes = detail::nodes_prefix(prefix);
   std::vector<store::WatchSpec> specs;
   specs.push_back(RoundWatch::spec(w, prefix + "ctl/ended", now.revision + 1));
   specs.push_back(RoundWatch::spec(w, prefix + "done", now.revision + 1));
+  specs.push_back(RoundWatch::spec(w, nodes, now.revision + 1));
   auto handles = store_->watch_all(std::move(specs));
-  if (store_->try_get(prefix + "ctl/ended")) return;
+  if (store_->try_get(prefix + "ctl/ended") || end_if_deserted(round)) return;
   const bool feedback = log::get("rdzv")->should_log(spdlog::level::info);
   while (true) {
     for (const auto& ev : w->take(std::min(deadline.at(), Clock::now() + kProgressPeriod), round)) {
       if (ev.key == prefix + "ctl/ended") return;
       if (ev.key == prefix + "done" && ev.type == store::EventType::kPut) throw_finished(round, true);
+      if (ev.type == store::EventType::kDelete && ev.key.starts_with(nodes) && end_if_deserted(round)) return;
     }
     if (deadline.expired()) throw_timeout(round, true);
     if (feedback && config_.on_progress &&
@@ -585,6 +588,17 @@ void DynamicHandler::wait_ended(std::int64_t round, const Deadline& deadline, bo
                              detail::seconds_text(deadline.remaining()));
     }
   }
+}
+
+bool DynamicHandler::end_if_deserted(std::int64_t round) {
+  const std::string prefix = prefix_of(round);
+  if (!store_->list(detail::nodes_prefix(prefix)).kvs.empty()) return false;
+  if (store_->try_get(prefix + "done")) throw_finished(round, true);
+  const std::string why = "every member of round " + std::to_string(round) + " left it";
+  log::get("rdzv")->info("{}: ending it to join the next one run_id={}", why, config_.run_id);
+  store_->compare_set(prefix + "ctl/ended", "", detail::encode_event(RoundEvent::kMembershipChanged, why));
+  advance_pointer(round);
+  return true;
 }
 
 void DynamicHandler::throw_finished(std::int64_t round, bool waited) {

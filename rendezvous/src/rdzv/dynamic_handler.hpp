@@ -109,6 +109,12 @@ class DynamicHandler final : public detail::StoreHandler {
   // arrives late to it, and for one that waited beside it. `waited` throws
   // JobFinished (ddprun exits 0), else RendezvousError: the job is closed.
   [[noreturn]] void throw_finished(std::int64_t round, bool waited);
+  // A record of `round` vanished while this node waited beside it: with none
+  // left (every member died, or the last ones finished after the others were
+  // lost) nobody would end the round, so this node ends it
+  // (membership_changed) and returns true: it joins the next round, as it
+  // would had a member ended it. JobFinished when the round did finish.
+  bool end_if_deserted(std::int64_t round);
   // A hot spare with take_places (take_place.cpp): waits beside `round` for it
   // to end (nullopt: join the next) or for a member to leave, and then,
   // after the fence, claims that member's place and joins `round` in it. A

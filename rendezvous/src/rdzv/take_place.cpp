@@ -140,6 +140,8 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
     specs.push_back(RoundWatch::spec(w, watched, now.revision + 1));
     specs.push_back(RoundWatch::spec(w, prefix + "ctl/ended", now.revision + 1));
     specs.push_back(RoundWatch::spec(w, prefix + "done", now.revision + 1));
+    const std::string nodes = detail::nodes_prefix(prefix);
+    specs.push_back(RoundWatch::spec(w, nodes, now.revision + 1));
     bool regrow = false;
     if (spare) {
       const auto given_up = store_->list(gone);
@@ -147,8 +149,7 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
       specs.push_back(RoundWatch::spec(w, gone, given_up.revision + 1));
     }
     auto handles = store_->watch_all(std::move(specs));
-    if (store_->try_get(prefix + "ctl/ended")) return std::nullopt;
-    if (store_->try_get(prefix + "done")) throw_finished(round, true);
+    if (store_->try_get(prefix + "ctl/ended") || end_if_deserted(round)) return std::nullopt;
     std::deque<store::WatchEvent> events;
     for (const auto& kv : now.kvs)
       events.push_back(store::WatchEvent{store::EventType::kPut, kv.key, kv.value, kv.revision});
@@ -157,6 +158,10 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
       for (const auto& ev : events) {
         if (ev.key == prefix + "ctl/ended") return std::nullopt;  // the round ended: join the next one
         if (ev.key == prefix + "done") throw_finished(round, true);
+        if (ev.key.starts_with(nodes)) {  // a member's record: only its end matters here
+          if (ev.type == store::EventType::kDelete && end_if_deserted(round)) return std::nullopt;
+          continue;
+        }
         if (ev.type != store::EventType::kPut) continue;
         if (spare && ev.key.compare(0, gone.size(), gone) == 0) {
           regrow = true;

@@ -176,3 +176,30 @@ TEST_CASE("elastic " ELASTIC_NAME
                  "this node's workers succeeded, but the other nodes' success could not be "
                  "confirmed: node "));
 }
+
+TEST_CASE("elastic " ELASTIC_NAME ": a hot spare carries the job on when every member of the round is lost") {
+  // Under restart the spare waits for the round to end, under reform for a
+  // place to be offered: with no member left, nobody would do either.
+  const std::string on_failure = GENERATE(as<std::string>{}, "restart", "reform");
+  TempDir dir;
+  Service d(dir);
+  const auto agent = [&](const std::string& name) {
+    AgentOptions o{d.backend(), d.endpoint(), "1:1", 1, Service::conf(), {{"FAKE_HANG", "1"}}};
+    o.extra = {"--on_failure=" + on_failure};
+    return Agent(dir, name, o);
+  };
+  Agent a = agent("a");
+  REQUIRE(wait_until([&] { return a.started().size() == 1; }, 30s));
+  Agent s = agent("s");
+  REQUIRE(
+      wait_until([&] { return contains(s.proc->err(), "hot spare: round 0 runs with the maximum"); }, 30s));
+  a.proc->signal(SIGKILL);
+  // Its lease ends after the keep-alive window; the spare's worker starts in
+  // round 1 well before the spare's 30 s join timeout.
+  const bool started = wait_until([&] { return s.ranks_in_world(1).count(0) == 1; }, 20s);
+  INFO("on_failure=" << on_failure << "\nspare:\n" << s.proc->err());
+  CHECK(started);
+  CHECK(contains(s.proc->err(), "every member of round 0 left it: ending it to join the next one"));
+  CHECK(contains(s.proc->err(), "hot spare admitted run_id=job round=1"));
+  CHECK(stop_agents({&s}) == "");
+}
