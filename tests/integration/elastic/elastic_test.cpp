@@ -112,6 +112,18 @@ TEST_CASE("elastic " ELASTIC_NAME
   CHECK(a.started().empty());
 }
 
+namespace {
+
+// An agent of job "job" on `d` with one worker, --nnodes=`nnodes`, --on_failure=`on_failure`.
+Agent failure_mode_agent(const TempDir& dir, const Service& d, const std::string& name,
+                         const std::string& nnodes, const std::string& on_failure, Env env) {
+  AgentOptions o{d.backend(), d.endpoint(), nnodes, 1, Service::conf(), std::move(env)};
+  o.extra = {"--on_failure=" + on_failure};
+  return Agent(dir, name, o);
+}
+
+}  // namespace
+
 TEST_CASE(
     "elastic " ELASTIC_NAME
     ": a hot spare waiting beside a job that finishes exits 0 with it and a node that comes later exits 3") {
@@ -121,9 +133,7 @@ TEST_CASE(
   TempDir dir;
   Service d(dir);
   const auto agent = [&](const std::string& name, Env env) {
-    AgentOptions o{d.backend(), d.endpoint(), "1:1", 1, Service::conf(), std::move(env)};
-    o.extra = {"--on_failure=" + on_failure};
-    return Agent(dir, name, o);
+    return failure_mode_agent(dir, d, name, "1:1", on_failure, std::move(env));
   };
   Agent a = agent("a", {{"FAKE_SLEEP_MS", "3000"}});
   REQUIRE(wait_until([&] { return a.started().size() == 1; }, 30s));
@@ -159,9 +169,7 @@ TEST_CASE("elastic " ELASTIC_NAME
   TempDir dir;
   Service d(dir);
   const auto agent = [&](const std::string& name, Env env) {
-    AgentOptions o{d.backend(), d.endpoint(), "2:2", 1, Service::conf(), std::move(env)};
-    o.extra = {"--on_failure=reform"};
-    return Agent(dir, name, o);
+    return failure_mode_agent(dir, d, name, "2:2", "reform", std::move(env));
   };
   Agent a = agent("a", {{"FAKE_SLEEP_MS", "500"}});  // then a waits for b's workers
   Agent b = agent("b", {{"FAKE_HANG", "1"}});
@@ -184,9 +192,7 @@ TEST_CASE("elastic " ELASTIC_NAME ": a hot spare carries the job on when every m
   TempDir dir;
   Service d(dir);
   const auto agent = [&](const std::string& name) {
-    AgentOptions o{d.backend(), d.endpoint(), "1:1", 1, Service::conf(), {{"FAKE_HANG", "1"}}};
-    o.extra = {"--on_failure=" + on_failure};
-    return Agent(dir, name, o);
+    return failure_mode_agent(dir, d, name, "1:1", on_failure, {{"FAKE_HANG", "1"}});
   };
   Agent a = agent("a");
   REQUIRE(wait_until([&] { return a.started().size() == 1; }, 30s));

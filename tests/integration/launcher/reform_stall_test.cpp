@@ -202,6 +202,39 @@ TEST_CASE(
   CHECK_THAT(out, Catch::Contains(" 0 re-forms, 1 restarts"));
 }
 
+namespace {
+
+// ddprun's argv for one agent of a c10d job of one worker per node on
+// `daemon`, in reform mode, over one epoch of the trainer whose slots
+// `linger_slots` ("1,2") spend `linger_ms` in their teardown after it.
+std::vector<std::string> linger_node(const TempDir& dir, const LocalDaemon& daemon, const std::string& name,
+                                     const std::string& nnodes, const std::string& last_call,
+                                     const std::string& linger_slots, const std::string& linger_ms) {
+  return ddprun_argv({"--nnodes=" + nnodes,
+                      "--nproc_per_node=1",
+                      "--rdzv_backend=c10d",
+                      "--rdzv_endpoint=" + daemon.endpoint,
+                      "--rdzv_id=job",
+                      "--rdzv_conf=last_call_timeout=" + last_call + ",keep_alive_interval=0.5",
+                      "--local_addr=" + name,
+                      "--on_failure=reform",
+                      "--max_restarts=1",
+                      "--no_python",
+                      bin("ddp-example-train-reform").string(),
+                      "--epochs",
+                      "1",
+                      "--dataset-size",
+                      "2048",
+                      "--checkpoint",
+                      (dir / "ckpt").string(),
+                      "--linger-slots",
+                      linger_slots,
+                      "--linger-ms",
+                      linger_ms});
+}
+
+}  // namespace
+
 TEST_CASE(
     "reform: a node lost after a rank on another node finished gives its place up instead of offering it to "
     "a hot spare") {
@@ -213,27 +246,7 @@ TEST_CASE(
   // and rank 1's node is killed meanwhile. A spare's worker would wait for
   // rank 0, which never joins again, until its re-form timed out.
   const auto node = [&](const std::string& name) {
-    return ddprun_argv({"--nnodes=1:3",
-                        "--nproc_per_node=1",
-                        "--rdzv_backend=c10d",
-                        "--rdzv_endpoint=" + daemon.endpoint,
-                        "--rdzv_id=job",
-                        "--rdzv_conf=last_call_timeout=30,keep_alive_interval=0.5",
-                        "--local_addr=" + name,
-                        "--on_failure=reform",
-                        "--max_restarts=1",
-                        "--no_python",
-                        bin("ddp-example-train-reform").string(),
-                        "--epochs",
-                        "1",
-                        "--dataset-size",
-                        "2048",
-                        "--checkpoint",
-                        (dir / "ckpt").string(),
-                        "--linger-slots",
-                        "1,2",
-                        "--linger-ms",
-                        "6000"});
+    return linger_node(dir, daemon, name, "1:3", "30", "1,2", "6000");
   };
   const EnvOverrides env = clean_env({{"DDP_REFORM_TIMEOUT", "60"}, {"DDP_REFORM_STALL_TIMEOUT", "30"}});
   std::vector<std::unique_ptr<Process>> nodes;
@@ -289,27 +302,7 @@ TEST_CASE(
   // waits in generation 1 for rank 0, which exits 0 meanwhile. Before, it
   // waited for DDP_REFORM_TIMEOUT (60 s here).
   const auto node = [&](const std::string& name) {
-    return ddprun_argv({"--nnodes=1:2",
-                        "--nproc_per_node=1",
-                        "--rdzv_backend=c10d",
-                        "--rdzv_endpoint=" + daemon.endpoint,
-                        "--rdzv_id=job",
-                        "--rdzv_conf=last_call_timeout=2,keep_alive_interval=0.5",
-                        "--local_addr=" + name,
-                        "--on_failure=reform",
-                        "--max_restarts=1",
-                        "--no_python",
-                        bin("ddp-example-train-reform").string(),
-                        "--epochs",
-                        "1",
-                        "--dataset-size",
-                        "2048",
-                        "--checkpoint",
-                        (dir / "ckpt").string(),
-                        "--linger-slots",
-                        "0,1",
-                        "--linger-ms",
-                        "4000"});
+    return linger_node(dir, daemon, name, "1:2", "2", "0,1", "4000");
   };
   const EnvOverrides env = clean_env({{"DDP_REFORM_TIMEOUT", "60"}, {"DDP_REFORM_STALL_TIMEOUT", "5"}});
   Process a(node("nodea"), dir.path(), env, "nodea");
