@@ -149,7 +149,11 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
       specs.push_back(RoundWatch::spec(w, gone, given_up.revision + 1));
     }
     auto handles = store_->watch_all(std::move(specs));
-    if (store_->try_get(prefix + "ctl/ended") || end_if_deserted(round)) return std::nullopt;
+    // What came before the watches: the job finished (the members' last
+    // success may land after the late check), or the round ended or emptied.
+    const auto before = store_->multi_get({prefix + "done", prefix + "ctl/ended"});
+    if (before[0]) throw_finished(round, true);
+    if (before[1] || end_if_deserted(round)) return std::nullopt;
     std::deque<store::WatchEvent> events;
     for (const auto& kv : now.kvs)
       events.push_back(store::WatchEvent{store::EventType::kPut, kv.key, kv.value, kv.revision});

@@ -2,11 +2,13 @@
 // (a batch or watch_all is one, however many requests it carries; a watch_all
 // of unconfirmed watches, which TcpStore sends without waiting, none) and payload
 // bytes one handler sends through it, and can drop keepalives to play a
-// stalled node, or fail them to play a node cut off from the store.
+// stalled node, or fail them to play a node cut off from the store, and runs
+// a test's hook before each list.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,6 +26,9 @@ class CountingStore final : public store::Store {
   std::atomic<long> bytes{0};                // keys + values sent and received
   std::atomic<bool> drop_keepalives{false};  // the lease then expires after its TTL
   std::atomic<bool> fail_keepalives{false};  // ... and the node hears nothing back
+  // Called with the prefix before each list() reaches the store: a test writes
+  // there what another node writes between two of this node's requests.
+  std::function<void(const std::string&)> before_list;
 
   void reset() {
     requests = 0;
@@ -91,6 +96,7 @@ class CountingStore final : public store::Store {
   }
   store::ListResult list(const std::string& prefix) override {
     count(prefix.size());
+    if (before_list) before_list(prefix);
     auto r = inner_->list(prefix);
     for (const auto& kv : r.kvs) bytes += static_cast<long>(kv.key.size() + kv.value.size());
     return r;

@@ -234,6 +234,29 @@ TEST_CASE("c10d: after close no node can join another round") {
   CHECK_THROWS_AS(newcomer->handler->next_rendezvous(), ddp::RendezvousError);
 }
 
+TEST_CASE("c10d: a hot spare that starts waiting just as the job finishes exits with it") {
+  // The members' last success lands after the spare found the round running
+  // and before it starts watching: the spare must not wait for what it missed.
+  auto store = std::make_shared<ddp::store::MemoryStore>();
+  auto cfg = ddp::test::dynamic_config(2, 2);
+  cfg.take_places = true;
+  cfg.join_timeout = 10s;
+  auto nodes = make_nodes(store, cfg, 2);
+  ddp::test::rendezvous_all(nodes);
+  auto spare = make_node(store, cfg, "spare");
+  bool finished = false;
+  spare->store->before_list = [&](const std::string& prefix) {
+    if (prefix != "/job/rdzv/round_0/offer/" || std::exchange(finished, true)) return;
+    for (auto& n : nodes) n->handler->report_success();
+    REQUIRE(store->try_get("/job/rdzv/round_0/done").has_value());
+  };
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THAT(ddp::test::error_of<ddp::JobFinished>([&] { spare->handler->next_rendezvous(); }),
+             Catch::Matchers::Contains("finished while this node waited as a hot spare"));
+  // At once, not at the join timeout, though the members' records are still there.
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+}
+
 TEST_CASE("c10d: store requests per agent per round do not grow with the node count") {
   auto per_agent_max = [](int n) {
     auto store = std::make_shared<ddp::store::MemoryStore>();
