@@ -161,7 +161,7 @@ std::optional<RendezvousResult> DynamicHandler::wait_to_take_place(std::int64_t 
     while (!full && !regrow) {
       for (const auto& ev : events) {
         if (ev.key == prefix + "ctl/ended") return std::nullopt;  // the round ended: join the next one
-        if (ev.key == prefix + "done") throw_finished(round, true);
+        if (ev.key == prefix + "done" && ev.type == store::EventType::kPut) throw_finished(round, true);
         if (ev.key.starts_with(nodes)) {  // a member's record: only its end matters here
           if (ev.type == store::EventType::kDelete && end_if_deserted(round)) return std::nullopt;
           continue;
