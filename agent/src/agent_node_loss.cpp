@@ -77,9 +77,8 @@ void Agent::Impl::settle_reforming(const rdzv::Departure& d) {
     if (!life.is(Phase::kRunning) || d.round != life.round().round) return;
     if (finished > 0) {
       log->warn(
-          "reform: {} lost after {} worker(s) of the job finished (exit 0), which a hot spare's workers "
-          "would "
-          "wait for: no hot spare takes its place",
+          "reform: {} lost after {} worker(s) of the job finished (exit 0), which a hot spare's "
+          "workers would wait for: no hot spare takes its place",
           node_name(d), finished);
     }
     settle_node(d, true, finished == 0);

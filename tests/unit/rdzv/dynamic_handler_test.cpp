@@ -1,6 +1,8 @@
 // The c10d dynamic rendezvous, several handlers as threads on one in-process store.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <future>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -255,6 +257,51 @@ TEST_CASE("c10d: a hot spare that starts waiting just as the job finishes exits 
              Catch::Matchers::Contains("finished while this node waited as a hot spare"));
   // At once, not at the join timeout, though the members' records are still there.
   CHECK(std::chrono::steady_clock::now() - start < 5s);
+}
+
+TEST_CASE("c10d: hot spares that come while a job of 6 nodes finishes never wait it out (100 times)") {
+  // The spares come at random times within the members' last successes. Each
+  // ends at once, whichever it sees: the job finished while it waited
+  // (JobFinished) or before it joined (closed); never at the join timeout.
+  std::mt19937 rng(12345);
+  for (int rep = 0; rep < 100; ++rep) {
+    CAPTURE(rep);
+    auto store = std::make_shared<ddp::store::MemoryStore>();
+    auto cfg = ddp::test::dynamic_config(6, 6);
+    cfg.take_places = true;
+    cfg.join_timeout = 10s;
+    auto nodes = make_nodes(store, cfg, 6);
+    ddp::test::rendezvous_all(nodes);
+    auto spares = make_nodes(store, cfg, 3, {}, "spare");
+    std::vector<std::future<std::string>> ends;
+    for (auto& sp : spares) {
+      const auto delay = std::chrono::microseconds(std::uniform_int_distribution<int>(0, 2400)(rng));
+      ends.push_back(std::async(std::launch::async, [h = sp->handler.get(), delay]() -> std::string {
+        std::this_thread::sleep_for(delay);
+        try {
+          h->next_rendezvous();
+        } catch (const ddp::JobFinished&) {
+          return "finished";
+        } catch (const ddp::RendezvousError& e) {
+          return std::string(e.what()).find("the job finished before this node joined") != std::string::npos
+                     ? "closed"
+                     : e.what();
+        }
+        return "joined";
+      }));
+    }
+    std::vector<std::size_t> order = {0, 1, 2, 3, 4, 5};
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const auto i : order) {
+      std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
+      nodes[i]->handler->report_success();
+    }
+    for (auto& f : ends) {
+      REQUIRE(f.wait_for(30s) == std::future_status::ready);  // a spare that waits it out: 10 s
+      const std::string end = f.get();
+      CHECK((end == "finished" || end == "closed"));
+    }
+  }
 }
 
 TEST_CASE("c10d: store requests per agent per round do not grow with the node count") {
