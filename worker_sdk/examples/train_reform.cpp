@@ -324,7 +324,7 @@ int train(const Options& opt) {
         for (std::size_t pos = 0; pos < indices.size();) {
           ddp::Section step_section("step");
           ddp::heartbeat();
-          eg.check();  // one store read: has a peer been lost since the last step?
+          eg.check();  // has a peer been lost since the last step? (no round trip)
           if (opt.step_sleep_ms > 0) {
             std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt.step_sleep_ms));
           }

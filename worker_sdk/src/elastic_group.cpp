@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <optional>
 #include <thread>
@@ -178,11 +179,53 @@ class ElasticGroup::Impl {
   // event loop (about 10 ms), which the next generation need not wait for.
   std::thread reaper;
 
+  // R/generation as the store last pushed it (written on the store's I/O
+  // thread, read by check()): while the watch runs, check() costs no round
+  // trip. `watching` falls back to false when the watch ends.
+  struct Seen {
+    std::atomic<std::int64_t> generation{-1};
+    std::atomic<bool> watching{false};
+  };
+  std::shared_ptr<Seen> seen = std::make_shared<Seen>();
+  std::unique_ptr<store::WatchHandle> generation_watch;  // after `store`: cancelled before it goes
+
   ~Impl() {
     if (reaper.joinable()) reaper.join();
   }
 
   std::int64_t read_generation() { return store->add(store::keys::reform_generation_key(root), 0); }
+
+  // The generation for check(): pushed by the watch, or read when none runs.
+  std::int64_t latest_generation() {
+    return seen->watching.load() ? seen->generation.load() : read_generation();
+  }
+
+  // Starts the watch of R/generation; without one (a store that cannot
+  // watch), check() reads the counter each time.
+  void watch_generation() {
+    const std::string key = store::keys::reform_generation_key(root);
+    const auto raise = [](std::atomic<std::int64_t>& to, std::int64_t g) {
+      std::int64_t cur = to.load();
+      while (g > cur && !to.compare_exchange_weak(cur, g)) {
+      }
+    };
+    try {
+      generation_watch = store->watch(
+          key, 0,
+          [s = seen, key, raise](const store::WatchEvent& ev) {
+            if (ev.key != key || ev.type != store::EventType::kPut) return;
+            if (const auto g = parse_int<std::int64_t>(ev.value)) raise(s->generation, *g);
+          },
+          [s = seen](const std::string&) { s->watching = false; });
+      // What was written before the watch started.
+      raise(seen->generation, read_generation());
+      seen->watching = true;
+    } catch (const std::exception& e) {
+      generation_watch.reset();
+      seen->watching = false;
+      log::get("sdk")->debug("ElasticGroup: no watch of {} ({}): check() reads it each time", key, e.what());
+    }
+  }
   std::int64_t read_size() { return store->add(store::keys::reform_size_key(root), 0); }
 
   // A failed collective of generation g: MembershipChanged when the generation
@@ -448,6 +491,7 @@ ElasticGroup::ElasticGroup(const Context& ctx, ProcessGroupOptions options, Elas
   std::vector<int> candidates;
   for (int s = 0; s < ctx.world_size; ++s) candidates.push_back(s);
   m.join(-1, candidates, Clock::now());
+  m.watch_generation();
 }
 
 ElasticGroup::~ElasticGroup() = default;
@@ -463,7 +507,7 @@ const ReformInfo& ElasticGroup::info() const { return impl_->info; }
 void ElasticGroup::check() {
   auto& m = *impl_;
   if (!m.enabled) return;
-  const std::int64_t now = m.read_generation();
+  const std::int64_t now = m.latest_generation();
   if (now > m.generation) {
     throw MembershipChanged(m.generation, "membership changed: generation " + std::to_string(m.generation) +
                                               " ended (now " + std::to_string(now) +

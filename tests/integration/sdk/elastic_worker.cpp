@@ -3,6 +3,7 @@
 //   ddp_sdk_elastic_worker train   steps with a Reducer until rank 0 reads the
 //                                  store key "<prefix>test/stop"; survives lost ranks
 //   ddp_sdk_elastic_worker check   forms, then polls check() until it throws
+//   ddp_sdk_elastic_worker check_quiet  the same, after 500 check()s once "<prefix>test/go" is set
 //   ddp_sdk_elastic_worker plain   the group without DDP_REFORM=1
 //   ddp_sdk_elastic_worker fds     20 re-forms driven by rank 0; prints fd counts
 //   ddp_sdk_elastic_worker bcast   rank 0 broadcasts (blocking) until MembershipChanged,
@@ -120,10 +121,17 @@ int train(const ddp::Context& ctx) {
   return 0;
 }
 
-int check_mode(const ddp::Context& ctx) {
+// `quiet`: after forming, waits for the key "<prefix>test/go", calls check()
+// 500 times in a row and says so, before polling as without it.
+int check_mode(const ddp::Context& ctx, bool quiet) {
   ddp::ElasticGroup eg(ctx, gloo_options());
   eg.group().barrier();
   print_info("formed", eg);
+  if (quiet) {
+    ctx.store->get(ctx.store_prefix + "test/go", std::chrono::seconds(30));
+    for (int i = 0; i < 500; ++i) eg.check();
+    say("checked 500");
+  }
   const auto until = Clock::now() + std::chrono::seconds(30);
   while (Clock::now() < until) {
     try {
@@ -221,7 +229,8 @@ int main(int argc, char** argv) {
   try {
     const ddp::Context ctx = ddp::init();
     if (mode == "train") return train(ctx);
-    if (mode == "check") return check_mode(ctx);
+    if (mode == "check") return check_mode(ctx, false);
+    if (mode == "check_quiet") return check_mode(ctx, true);
     if (mode == "plain") return plain(ctx);
     if (mode == "fds") return fds(ctx);
     if (mode == "bcast") return bcast(ctx);

@@ -82,8 +82,10 @@ class ElasticGroup {
   std::int64_t generation() const;
   const ReformInfo& info() const;  // of the latest (re)form
 
-  // One store read: throws MembershipChanged when R/generation passed ours.
-  // Call it at step boundaries. A no-op when not enabled().
+  // Throws MembershipChanged when R/generation passed ours. Call it at step
+  // boundaries. No round trip: the store pushes R/generation's changes to a
+  // watch the group keeps (one store read per call where the store cannot
+  // watch). A no-op when not enabled().
   void check();
   // Drops the old communicators (Gloo: the connections, so peers blocked on
   // this rank fail at once; NCCL: ncclCommAbort), joins the next generation and
