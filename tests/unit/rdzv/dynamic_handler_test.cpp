@@ -236,16 +236,28 @@ TEST_CASE("c10d: after close no node can join another round") {
   CHECK_THROWS_AS(newcomer->handler->next_rendezvous(), ddp::RendezvousError);
 }
 
+// Round 0 of a job of `n` nodes at its maximum, on one MemoryStore, whose
+// late joiners wait as hot spares to take places.
+struct SpareJob {
+  std::shared_ptr<ddp::store::MemoryStore> store = std::make_shared<ddp::store::MemoryStore>();
+  ddp::rdzv::RendezvousConfig cfg;
+  std::vector<std::unique_ptr<SimNode>> nodes;
+
+  explicit SpareJob(int n) : cfg(ddp::test::dynamic_config(n, n)) {
+    cfg.take_places = true;
+    cfg.join_timeout = 10s;
+    nodes = make_nodes(store, cfg, n);
+    ddp::test::rendezvous_all(nodes);
+  }
+};
+
 TEST_CASE("c10d: a hot spare that starts waiting just as the job finishes exits with it") {
   // The members' last success lands after the spare found the round running
   // and before it starts watching: the spare must not wait for what it missed.
-  auto store = std::make_shared<ddp::store::MemoryStore>();
-  auto cfg = ddp::test::dynamic_config(2, 2);
-  cfg.take_places = true;
-  cfg.join_timeout = 10s;
-  auto nodes = make_nodes(store, cfg, 2);
-  ddp::test::rendezvous_all(nodes);
-  auto spare = make_node(store, cfg, "spare");
+  SpareJob job(2);
+  auto& store = job.store;
+  auto& nodes = job.nodes;
+  auto spare = make_node(store, job.cfg, "spare");
   bool finished = false;
   spare->store->before_list = [&](const std::string& prefix) {
     if (prefix != "/job/rdzv/round_0/offer/" || std::exchange(finished, true)) return;
@@ -266,13 +278,9 @@ TEST_CASE("c10d: hot spares that come while a job of 6 nodes finishes never wait
   std::mt19937 rng(12345);
   for (int rep = 0; rep < 100; ++rep) {
     CAPTURE(rep);
-    auto store = std::make_shared<ddp::store::MemoryStore>();
-    auto cfg = ddp::test::dynamic_config(6, 6);
-    cfg.take_places = true;
-    cfg.join_timeout = 10s;
-    auto nodes = make_nodes(store, cfg, 6);
-    ddp::test::rendezvous_all(nodes);
-    auto spares = make_nodes(store, cfg, 3, {}, "spare");
+    SpareJob job(6);
+    auto& nodes = job.nodes;
+    auto spares = make_nodes(job.store, job.cfg, 3, {}, "spare");
     std::vector<std::future<std::string>> ends;
     for (auto& sp : spares) {
       const auto delay = std::chrono::microseconds(std::uniform_int_distribution<int>(0, 2400)(rng));
