@@ -181,12 +181,13 @@ class ElasticGroup::Impl {
 
   // R/generation as the store last pushed it (written on the store's I/O
   // thread, read by check()): while the watch runs, check() costs no round
-  // trip. `watching` falls back to false when the watch ends.
+  // trip. `ended`: the watch failed (from then on check() reads the store).
   struct Seen {
     std::atomic<std::int64_t> generation{-1};
-    std::atomic<bool> watching{false};
+    std::atomic<bool> ended{false};
   };
   std::shared_ptr<Seen> seen = std::make_shared<Seen>();
+  bool watching = false;                                 // the watch started and seen was read once
   std::unique_ptr<store::WatchHandle> generation_watch;  // after `store`: cancelled before it goes
 
   ~Impl() {
@@ -194,10 +195,11 @@ class ElasticGroup::Impl {
   }
 
   std::int64_t read_generation() { return store->add(store::keys::reform_generation_key(root), 0); }
+  std::int64_t read_size() { return store->add(store::keys::reform_size_key(root), 0); }
 
   // The generation for check(): pushed by the watch, or read when none runs.
   std::int64_t latest_generation() {
-    return seen->watching.load() ? seen->generation.load() : read_generation();
+    return watching && !seen->ended.load() ? seen->generation.load() : read_generation();
   }
 
   // Starts the watch of R/generation; without one (a store that cannot
@@ -216,17 +218,15 @@ class ElasticGroup::Impl {
             if (ev.key != key || ev.type != store::EventType::kPut) return;
             if (const auto g = parse_int<std::int64_t>(ev.value)) raise(s->generation, *g);
           },
-          [s = seen](const std::string&) { s->watching = false; });
+          [s = seen](const std::string&) { s->ended = true; });
       // What was written before the watch started.
       raise(seen->generation, read_generation());
-      seen->watching = true;
+      watching = true;
     } catch (const std::exception& e) {
       generation_watch.reset();
-      seen->watching = false;
       log::get("sdk")->debug("ElasticGroup: no watch of {} ({}): check() reads it each time", key, e.what());
     }
   }
-  std::int64_t read_size() { return store->add(store::keys::reform_size_key(root), 0); }
 
   // A failed collective of generation g: MembershipChanged when the generation
   // moves on within kSettle, the error itself otherwise.
