@@ -291,8 +291,7 @@ TEST_CASE(
 
 TEST_CASE(
     "reform: a hot spare whose workers wait for a rank that finished after it took the place restarts the "
-    "job "
-    "at the stall") {
+    "job at the stall") {
   TempDir dir;
   LocalDaemon daemon(dir);
   REQUIRE(daemon.port > 0);
