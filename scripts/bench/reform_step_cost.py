@@ -44,14 +44,27 @@ def run(mode, args):
     return statistics.median(steps), final.group(1)
 
 
+def positive(text):
+    """argparse type: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of at least 1")
+    return int(text)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--reps", type=int, default=15)
-    p.add_argument("--epochs", type=int, default=8)
-    p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--batch-size", dest="batch", type=int, default=32)
-    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--reps", type=positive, default=15)
+    p.add_argument("--epochs", type=positive, default=8, help="at least 2: the first is not counted")
+    p.add_argument("--nproc", type=positive, default=2)
+    p.add_argument("--batch-size", dest="batch", type=positive, default=32)
+    p.add_argument("--hidden", type=positive, default=64)
     args = p.parse_args()
+    if args.epochs < 2:
+        p.error("--epochs: give at least 2 (the first epoch, with the group's start, is not counted)")
+    for name in ("ddprun", "ddp-example-train-reform"):
+        if not os.access(os.path.join(BIN, name), os.X_OK):
+            sys.exit(f"reform_step_cost: {os.path.join(BIN, name)} not found: build first (scripts/build.sh) "
+                     "or set BUILD_DIR")
     load = os.getloadavg()[0]
     print(f"# reform_step_cost: {args.nproc} Gloo workers, --epochs {args.epochs} --batch-size {args.batch} "
           f"--hidden {args.hidden}, {args.reps} reps interleaved, load {load:.1f} at start")
