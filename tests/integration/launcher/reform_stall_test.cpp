@@ -22,6 +22,18 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// The trainer over one epoch of 2048 samples, its checkpoint in `dir`: the
+// program and its flags, after ddprun's own.
+std::vector<std::string> one_epoch_trainer(const TempDir& dir) {
+  return {bin("ddp-example-train-reform").string(),
+          "--epochs",
+          "1",
+          "--dataset-size",
+          "2048",
+          "--checkpoint",
+          (dir / "ckpt").string()};
+}
+
 // `ddprun --standalone --nproc_per_node=4 --on_failure=reform FLAGS` over the
 // trainer (2 epochs of 16 steps) with slot 3 killed after step 10 and slot 1
 // stopped in the re-form that follows. DDP_REFORM_TIMEOUT is 30 s unless
@@ -115,20 +127,11 @@ namespace {
 // done (--fail-at-end), with `extra` trainer flags. DDP_REFORM_TIMEOUT is 20 s:
 // a re-form that waits for finished slots ends then.
 RunResult fail_at_end(const TempDir& dir, const std::vector<std::string>& extra, EnvOverrides env) {
-  std::vector<std::string> args = {"--standalone",
-                                   "--nproc_per_node=4",
-                                   "--on_failure=reform",
-                                   "--max_restarts=1",
-                                   "--no_python",
-                                   bin("ddp-example-train-reform").string(),
-                                   "--epochs",
-                                   "1",
-                                   "--dataset-size",
-                                   "2048",
-                                   "--checkpoint",
-                                   (dir / "ckpt").string(),
-                                   "--fail-at-end",
-                                   "1"};
+  std::vector<std::string> args = {"--standalone", "--nproc_per_node=4", "--on_failure=reform",
+                                   "--max_restarts=1", "--no_python"};
+  const auto trainer = one_epoch_trainer(dir);
+  args.insert(args.end(), trainer.begin(), trainer.end());
+  args.insert(args.end(), {"--fail-at-end", "1"});
   args.insert(args.end(), extra.begin(), extra.end());
   env["DDP_REFORM_TIMEOUT"] = "20";
   return ddprun(args, dir, env);
@@ -210,27 +213,16 @@ namespace {
 std::vector<std::string> linger_node(const TempDir& dir, const LocalDaemon& daemon, const std::string& name,
                                      const std::string& nnodes, const std::string& last_call,
                                      const std::string& linger_slots, const std::string& linger_ms) {
-  return ddprun_argv({"--nnodes=" + nnodes,
-                      "--nproc_per_node=1",
-                      "--rdzv_backend=c10d",
-                      "--rdzv_endpoint=" + daemon.endpoint,
-                      "--rdzv_id=job",
-                      "--rdzv_conf=last_call_timeout=" + last_call + ",keep_alive_interval=0.5",
-                      "--local_addr=" + name,
-                      "--on_failure=reform",
-                      "--max_restarts=1",
-                      "--no_python",
-                      bin("ddp-example-train-reform").string(),
-                      "--epochs",
-                      "1",
-                      "--dataset-size",
-                      "2048",
-                      "--checkpoint",
-                      (dir / "ckpt").string(),
-                      "--linger-slots",
-                      linger_slots,
-                      "--linger-ms",
-                      linger_ms});
+  std::vector<std::string> args = {
+      "--nnodes=" + nnodes,   "--nproc_per_node=1",
+      "--rdzv_backend=c10d",  "--rdzv_endpoint=" + daemon.endpoint,
+      "--rdzv_id=job",        "--rdzv_conf=last_call_timeout=" + last_call + ",keep_alive_interval=0.5",
+      "--local_addr=" + name, "--on_failure=reform",
+      "--max_restarts=1",     "--no_python"};
+  const auto trainer = one_epoch_trainer(dir);
+  args.insert(args.end(), trainer.begin(), trainer.end());
+  args.insert(args.end(), {"--linger-slots", linger_slots, "--linger-ms", linger_ms});
+  return ddprun_argv(args);
 }
 
 }  // namespace
